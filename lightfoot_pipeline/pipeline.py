@@ -1,0 +1,217 @@
+"""The engine's operations on a store: ingest, delete, rebuild, fingerprint.
+
+Each is a short composition of the stages (documents.py, then reconcile.py) inside one store
+transaction, so the store moves from one consistent state to the next. The CLI, the tests, the
+benchmarks and the Dagster assets all call these (Dagster calls the stages separately, one asset
+per stage).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import polars as pl
+
+from lightfoot_pipeline.dataset import Document
+from lightfoot_pipeline.documents import (
+    TombstoneReport, derive_forms, document_passages, record_extractions, tombstone_documents,
+    upsert_documents,
+)
+from lightfoot_pipeline.embedder import Embedder
+from lightfoot_pipeline.extraction.outcome import OK, Extractor, ProgressCallback
+from lightfoot_pipeline.fingerprint import Fingerprint, digest_frame, fingerprint_tables
+from lightfoot_pipeline.reconcile import GraphChange, reconcile_graph
+from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.store import Manifest, Store, Transaction
+from lightfoot_pipeline.tables import ALIASES, DOCUMENTS, EXTRACTIONS, INDEX_TABLES, PASSAGES, with_buckets
+from lightfoot_pipeline.vectors import VectorCache
+
+
+class IndexConfigError(RuntimeError):
+    """The store was built with another embedder or other settings than the ones given."""
+
+
+@dataclass
+class IngestReport:
+    documents: int = 0
+    passages: int = 0
+    extracted: int = 0
+    already_extracted: int = 0
+    failed: int = 0
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    model_calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    validation: Counter = field(default_factory=Counter)
+    graph: GraphChange = field(default_factory=GraphChange)
+    seq: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        out = {k: v for k, v in self.__dict__.items() if k not in {"graph", "validation", "failures"}}
+        out["graph"] = self.graph.as_dict()
+        out["validation"] = dict(sorted(self.validation.items()))
+        out["failures"] = [{"chunk_id": c, "reason": r} for c, r in self.failures]
+        return out
+
+
+@dataclass
+class DeleteReport:
+    deleted: list[str] = field(default_factory=list)
+    not_found: list[str] = field(default_factory=list)
+    passages_removed: int = 0
+    graph: GraphChange = field(default_factory=GraphChange)
+    model_calls: int = 0  # always 0: deletion never calls a model; reported so that it shows
+    seq: int = 0
+    seconds: float = 0.0
+    erase: dict | None = None
+    tombstone: TombstoneReport | None = field(default=None, repr=False)
+
+    def as_dict(self) -> dict:
+        out = {k: v for k, v in self.__dict__.items() if k not in {"graph", "tombstone"}}
+        out["graph"] = self.graph.as_dict()
+        return out
+
+
+def index_config(embedder_id: str, dim: int, settings: IndexSettings) -> dict:
+    return {"embedder": embedder_id, "dim": dim, "settings": settings.shape_of_index()}
+
+
+def check_config(tx: Transaction, wanted: dict) -> None:
+    """Adopt the config on a new store; refuse one that differs on an existing store."""
+    current = tx.config
+    if not current:
+        tx.config = dict(wanted)
+        return
+    if current.get("settings") != wanted["settings"]:
+        raise IndexConfigError(
+            f"the store was built with settings {current.get('settings')}, not {wanted['settings']}; "
+            "rebuild into a new store to change them"
+        )
+    if current.get("embedder") != wanted["embedder"]:
+        raise IndexConfigError(
+            f"the store's name vectors come from {current.get('embedder')!r}, not {wanted['embedder']!r}; "
+            "use the same embedder, or rebuild into a new store"
+        )
+
+
+def name_vector_cache(store: Store, embedder: Embedder) -> VectorCache:
+    return VectorCache(store, "name", embedder)
+
+
+def ingest(
+    store: Store,
+    documents: Sequence[Document],
+    extractor: Extractor,
+    embedder: Embedder,
+    settings: IndexSettings | None = None,
+    progress: ProgressCallback | None = None,
+    operation: str = "ingest",
+) -> IngestReport:
+    """Add (or update) documents: extract what is new, then update the graph, in one commit."""
+    settings = settings or IndexSettings()
+    started = time.perf_counter()
+    report = IngestReport(documents=len(documents))
+    passages = document_passages(documents, settings)
+    report.passages = len(passages)
+    extracted = set(store.read(EXTRACTIONS.name, columns=["chunk_id", "status"])
+                    .filter(pl.col("status") == OK).get_column("chunk_id").to_list())
+    needed = [p for p in passages if p.chunk_id not in extracted]
+    report.already_extracted = len(passages) - len(needed)
+    outcomes = extractor.extract(needed, progress) if needed else []
+    for o in outcomes:
+        report.model_calls += o.model_calls
+        report.tokens_in += o.tokens_in
+        report.tokens_out += o.tokens_out
+        report.cost_usd += o.cost_usd
+        if o.status == OK:
+            report.extracted += 1
+            if o.record is not None:
+                report.validation.update(o.record.counts())
+        else:
+            report.failed += 1
+            report.failures.append((o.chunk_id, o.reason))
+    with store.transaction() as tx:
+        check_config(tx, index_config(embedder.model_id, embedder.dim, settings))
+        upsert_documents(tx, documents, settings)
+        record_extractions(tx, outcomes)
+        derive_forms(tx, [d.doc_id for d in documents])
+        report.graph = reconcile_graph(tx, settings, name_vector_cache(store, embedder))
+        manifest = tx.commit(operation, {"documents": len(documents), "model_calls": report.model_calls,
+                                         "extracted": report.extracted, "failed": report.failed})
+    report.seq = manifest.seq
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def delete(
+    store: Store,
+    doc_ids: Sequence[str],
+    settings: IndexSettings | None = None,
+    *,
+    erase: bool = False,
+    reason: str = "",
+) -> DeleteReport:
+    """Delete documents: drop their rows, recompute what their names touched. No model call."""
+    settings = settings or IndexSettings()
+    started = time.perf_counter()
+    with store.transaction() as tx:
+        tombstone = tombstone_documents(tx, doc_ids, reason=reason, erase=erase)
+        graph = reconcile_graph(tx, settings, None)
+        manifest = tx.commit("delete", {"deleted": len(tombstone.deleted), "erase": erase, "model_calls": 0})
+    report = DeleteReport(
+        deleted=tombstone.deleted, not_found=tombstone.not_found, passages_removed=len(tombstone.chunk_ids),
+        graph=graph, seq=manifest.seq, tombstone=tombstone,
+    )
+    report.seconds = time.perf_counter() - started
+    if erase:
+        from lightfoot_pipeline.erase import erase_history
+
+        report.erase = erase_history(store, tombstone.deleted).as_dict()
+    return report
+
+
+def rebuild(source: Store, target: Store, embedder: Embedder, settings: IndexSettings | None = None) -> GraphChange:
+    """A fresh index in ``target`` from the live documents, passages and extractions of ``source``.
+
+    No model call: the stored extractions are reused. Everything else is derived again from them,
+    so the result is what a fresh build of the surviving documents gives.
+    """
+    settings = settings or IndexSettings()
+    manifest = source.manifest()
+    with target.transaction() as tx:
+        if tx.manifest.seq:
+            raise IndexConfigError(f"rebuild needs an empty target store; {target.uri} has commits")
+        check_config(tx, index_config(embedder.model_id, embedder.dim, settings))
+        for spec in (DOCUMENTS, PASSAGES, EXTRACTIONS):
+            rows = source.read(spec.name, manifest)
+            tx.put(spec.name, with_buckets(rows, spec, target.n_buckets).cast(tx.table(spec.name).schema))
+        derive_forms(tx, tx.table(DOCUMENTS.name).get_column("doc_id").to_list())
+        change = reconcile_graph(tx, settings, name_vector_cache(target, embedder))
+        tx.commit("rebuild", {"source": source.uri, "source_seq": manifest.seq})
+    return change
+
+
+def fingerprint(store: Store, manifest: Manifest | None = None, include_vectors: bool = True) -> Fingerprint:
+    """The store's fingerprint: every index table and, optionally, the live name vectors."""
+    manifest = manifest or store.manifest()
+    frames = {spec.name: store.read(spec.name, manifest) for spec in INDEX_TABLES}
+    result = fingerprint_tables(frames, list(INDEX_TABLES))
+    if include_vectors and manifest.config.get("embedder"):
+        names = sorted(frames[ALIASES.name].get_column("name").unique().to_list())
+        cache = VectorCache.for_model(store, "name", manifest.config["embedder"], manifest.config["dim"])
+        vectors = cache.stored_vectors(names)
+        frame = pl.DataFrame({"name": names, "vector": [v.tolist() if v is not None else None for v in vectors]},
+                             schema={"name": pl.String, "vector": pl.List(pl.Float32)})
+        result.tables["name_vectors"] = digest_frame(frame, ["name", "vector"])
+    return result
+
+
+def counts(store: Store, manifest: Manifest | None = None) -> dict[str, int]:
+    manifest = manifest or store.manifest()
+    return {spec.name: store.read(spec.name, manifest, columns=[spec.key[0]]).height for spec in INDEX_TABLES}
+

@@ -1,0 +1,416 @@
+"""The store: Delta tables and LanceDB vectors under one root, committed together.
+
+Layout under the root (a local path, or an object-store URI such as ``s3://bucket/prefix`` with
+credentials in ``storage_options`` or the standard environment variables)::
+
+    tables/<name>/          one Delta table per concept (see tables.py), partitioned by bucket
+    journal/<name>/         append-only Delta tables read at their latest version (caches, ledgers)
+    vectors/                LanceDB database: vector caches keyed by (model, text hash)
+    _lightfoot/store_log/   Delta table: one row per store commit, naming every table's version
+
+**Commits are atomic across tables.** A commit writes each changed table (one Delta commit per
+table), then appends a row to the store log naming the new version of every table. Readers read
+each table at the version the newest log row names, so they never see half of a commit. A writer
+that finds a table ahead of the log (a crash between the two steps) restores it to the logged
+version before it does anything else.
+
+**One writer at a time.** Local stores take an exclusive file lock for the whole
+read-compute-commit cycle. On object stores the lock is the orchestrator's (a Dagster
+concurrency pool); the commit also checks that nobody committed since it read, and refuses
+otherwise.
+
+**No text in the transaction log.** Tables collect column statistics for ``bucket`` only
+(``delta.dataSkippingStatsColumns``), so names and passage text never reach ``_delta_log``,
+and erasing a document leaves no copy of its text once old files are vacuumed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import polars as pl
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+
+from lightfoot_pipeline.settings import resolve_store_uri
+from lightfoot_pipeline.tables import BUCKET, TableSpec, conform, spec_for
+
+DEFAULT_BUCKETS = 16
+TABLE_CONFIGURATION = {
+    "delta.dataSkippingStatsColumns": BUCKET,
+    "delta.checkpointInterval": "50",
+}
+LOG_SCHEMA = pa.schema(
+    [
+        pa.field("seq", pa.int64()),
+        pa.field("operation", pa.string()),
+        pa.field("versions", pa.string()),
+        pa.field("details", pa.string()),
+        pa.field("committed_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+class StoreError(RuntimeError):
+    """The store cannot do what was asked; the message says why."""
+
+
+class ConcurrentCommitError(StoreError):
+    """Another writer committed after this one read the store."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One committed state of the store: the version of every table."""
+
+    seq: int = 0
+    versions: dict[str, int] = field(default_factory=dict)
+    operation: str = ""
+    details: dict = field(default_factory=dict)
+    committed_at: dt.datetime | None = None
+
+    @property
+    def config(self) -> dict:
+        """What the index is built with: embedder model and the settings that shape its tables."""
+        return dict(self.details.get("config") or {})
+
+
+def _storage_options_from_env() -> dict[str, str]:
+    """Object-store credentials and endpoint from the standard AWS environment variables."""
+    names = {
+        "AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN": "AWS_SESSION_TOKEN",
+        "AWS_REGION": "AWS_REGION",
+        "AWS_ENDPOINT_URL": "AWS_ENDPOINT_URL",
+        "AWS_ALLOW_HTTP": "AWS_ALLOW_HTTP",
+        "AWS_S3_LOCKING_PROVIDER": "AWS_S3_LOCKING_PROVIDER",
+        "DELTA_DYNAMO_TABLE_NAME": "DELTA_DYNAMO_TABLE_NAME",
+    }
+    return {key: os.environ[env] for env, key in names.items() if os.environ.get(env)}
+
+
+class Store:
+    """A store root: read tables at the committed state, write through a locked transaction."""
+
+    def __init__(
+        self,
+        uri: str | None = None,
+        storage_options: dict[str, str] | None = None,
+        n_buckets: int = DEFAULT_BUCKETS,
+    ) -> None:
+        self.uri = resolve_store_uri(uri)
+        self.is_remote = "://" in self.uri and not self.uri.startswith("file://")
+        options = _storage_options_from_env() if self.is_remote else {}
+        options.update(storage_options or {})
+        self.storage_options = options
+        self.n_buckets = n_buckets
+
+    def __repr__(self) -> str:
+        return f"Store({self.uri!r})"
+
+    # -- locations -------------------------------------------------------------------------
+
+    def path(self, *parts: str) -> str:
+        return "/".join([self.uri, *parts])
+
+    def table_uri(self, name: str) -> str:
+        return self.path("tables", name)
+
+    def journal_uri(self, name: str) -> str:
+        return self.path("journal", name)
+
+    def local_root(self) -> Path | None:
+        if self.is_remote:
+            return None
+        return Path(self.uri.removeprefix("file://"))
+
+    def _options(self) -> dict[str, str] | None:
+        return self.storage_options or None
+
+    # -- the store log ---------------------------------------------------------------------
+
+    def manifest(self) -> Manifest:
+        """The newest committed state (an empty store has seq 0 and no tables)."""
+        log = self._open(self.path("_lightfoot", "store_log"))
+        if log is None:
+            return Manifest()
+        rows = pl.from_arrow(log.to_pyarrow_table())
+        if rows.height == 0:
+            return Manifest()
+        last = rows.sort("seq").row(-1, named=True)
+        return Manifest(
+            seq=last["seq"],
+            versions=json.loads(last["versions"]),
+            operation=last["operation"],
+            details=json.loads(last["details"]),
+            committed_at=last["committed_at"],
+        )
+
+    def history(self) -> pl.DataFrame:
+        log = self._open(self.path("_lightfoot", "store_log"))
+        if log is None:
+            return pl.from_arrow(LOG_SCHEMA.empty_table())  # type: ignore[return-value]
+        return pl.from_arrow(log.to_pyarrow_table()).sort("seq")  # type: ignore[return-value]
+
+    def exists(self) -> bool:
+        return self.manifest().seq > 0
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _open(self, uri: str, version: int | None = None) -> DeltaTable | None:
+        try:
+            return DeltaTable(uri, version=version, storage_options=self._options())
+        except TableNotFoundError:
+            return None
+
+    def read(self, name: str, manifest: Manifest | None = None, columns: list[str] | None = None) -> pl.DataFrame:
+        """A table as of the committed state (an empty frame of its schema if never written)."""
+        spec = spec_for(name)
+        manifest = manifest or self.manifest()
+        version = manifest.versions.get(name)
+        if version is None:
+            frame = spec.empty()
+        else:
+            table = self._open(self.table_uri(name), version)
+            if table is None:
+                raise StoreError(f"table {name!r} is in the store log at version {version} but missing on storage")
+            frame = pl.from_arrow(table.to_pyarrow_table(columns=columns))  # type: ignore[assignment]
+            if columns is None:
+                frame = frame.select([*spec.columns, BUCKET])
+        return frame if columns is None else frame.select(columns)
+
+    def read_journal(self, name: str) -> pl.DataFrame:
+        """An append-only journal table at its latest version."""
+        spec = spec_for(name)
+        table = self._open(self.journal_uri(name))
+        if table is None:
+            return spec.empty()
+        return pl.from_arrow(table.to_pyarrow_table()).select([*spec.columns, BUCKET])  # type: ignore[union-attr]
+
+    def append_journal(self, name: str, rows: pl.DataFrame) -> None:
+        """Append rows to a journal table (safe beside other appenders: appends never conflict)."""
+        if rows.height == 0:
+            return
+        spec = spec_for(name)
+        write_deltalake(
+            self.journal_uri(name),
+            conform(rows, spec),
+            mode="append",
+            partition_by=[BUCKET],
+            configuration=TABLE_CONFIGURATION,
+            storage_options=self._options(),
+        )
+
+    def delete_from_journal(self, name: str, column: str, values: list[str]) -> int:
+        """Delete journal rows whose column is one of values (ids and hashes only, never text)."""
+        table = self._open(self.journal_uri(name))
+        if table is None or not values:
+            return 0
+        total = 0
+        for start in range(0, len(values), 500):
+            chunk = values[start : start + 500]
+            quoted = ", ".join("'" + v.replace("'", "''") + "'" for v in chunk)
+            metrics = table.delete(f"{column} IN ({quoted})")
+            total += int(metrics.get("num_deleted_rows", 0) or 0)
+        return total
+
+    # -- writing ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator["Transaction"]:
+        """Exclusive write access: lock, recover a crashed commit, then stage and commit writes."""
+        with self._lock():
+            manifest = self.recover()
+            yield Transaction(self, manifest)
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        root = self.local_root()
+        if root is None:
+            yield
+            return
+        import fcntl
+
+        (root / "_lightfoot").mkdir(parents=True, exist_ok=True)
+        with open(root / "_lightfoot" / "writer.lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def recover(self) -> Manifest:
+        """Undo table writes that a crashed commit left beyond the store log; return the state."""
+        manifest = self.manifest()
+        for spec_name, uri in self._physical_tables():
+            table = self._open(uri)
+            if table is None:
+                continue
+            logged = manifest.versions.get(spec_name)
+            if logged is None:
+                if table.to_pyarrow_dataset().count_rows() > 0:
+                    table.delete()
+            elif table.version() > logged:
+                table.restore(logged)
+        return manifest
+
+    def _physical_tables(self) -> list[tuple[str, str]]:
+        from lightfoot_pipeline.tables import all_specs
+
+        return [(spec.name, self.table_uri(spec.name)) for spec in all_specs()]
+
+    def _append_log(self, seq: int, operation: str, versions: dict[str, int], details: dict) -> Manifest:
+        now = dt.datetime.now(dt.timezone.utc)
+        row = pa.table(
+            {
+                "seq": [seq],
+                "operation": [operation],
+                "versions": [json.dumps(versions, sort_keys=True)],
+                "details": [json.dumps(details, sort_keys=True, default=str)],
+                "committed_at": [now],
+            },
+            schema=LOG_SCHEMA,
+        )
+        write_deltalake(
+            self.path("_lightfoot", "store_log"),
+            row,
+            mode="append",
+            configuration=TABLE_CONFIGURATION,
+            storage_options=self._options(),
+        )
+        return Manifest(seq=seq, versions=versions, operation=operation, details=details, committed_at=now)
+
+    # -- maintenance -----------------------------------------------------------------------
+
+    def vacuum(self) -> dict[str, int]:
+        """Remove every data file and log entry that the current versions no longer use."""
+        removed: dict[str, int] = {}
+        uris = [(name, uri) for name, uri in self._physical_tables()]
+        uris += [(f"journal/{name}", self.journal_uri(name)) for name, _ in self._physical_tables()]
+        uris.append(("store_log", self.path("_lightfoot", "store_log")))
+        for name, uri in uris:
+            table = self._open(uri)
+            if table is None:
+                continue
+            files = table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)
+            table.create_checkpoint()
+            table.cleanup_metadata()
+            removed[name] = len(files)
+        return removed
+
+    def lance(self):
+        """The LanceDB connection for vector caches."""
+        import lancedb
+
+        return lancedb.connect(self.path("vectors"), storage_options=self._options())
+
+
+class Transaction:
+    """A working copy of the tables, read at one manifest and committed together.
+
+    Stages read a table with :meth:`table` and stage its new content with :meth:`put`; nothing
+    reaches storage until :meth:`commit`, which writes only the buckets that differ from what
+    was read.
+    """
+
+    def __init__(self, store: Store, manifest: Manifest) -> None:
+        self.store = store
+        self.manifest = manifest
+        self._original: dict[str, pl.DataFrame] = {}
+        self._working: dict[str, pl.DataFrame] = {}
+        # What the index is built with (embedder, thresholds); carried from commit to commit.
+        self.config: dict = dict(manifest.config)
+
+    @property
+    def n_buckets(self) -> int:
+        return self.store.n_buckets
+
+    def table(self, name: str) -> pl.DataFrame:
+        """The table as staged so far in this transaction (with its bucket column)."""
+        if name not in self._working:
+            frame = self.store.read(name, self.manifest)
+            self._original[name] = frame
+            self._working[name] = frame
+        return self._working[name]
+
+    def put(self, name: str, frame: pl.DataFrame) -> None:
+        """Stage the whole new content of a table (rows carry their bucket column)."""
+        spec = spec_for(name)
+        self.table(name)
+        self._working[name] = frame.select([*spec.columns, BUCKET])
+
+    def pending(self) -> dict[str, list[int]]:
+        """Buckets that a commit now would write, per table."""
+        out = {}
+        for name, frame in self._working.items():
+            changed = changed_buckets(self._original[name], frame, spec_for(name))
+            if changed:
+                out[name] = sorted(changed)
+        return out
+
+    def commit(self, operation: str, details: dict | None = None) -> Manifest:
+        """Write every changed table, then the store-log row that makes them visible together."""
+        current = self.store.manifest()
+        if current.seq != self.manifest.seq:
+            raise ConcurrentCommitError(
+                f"store changed while this {operation} ran (read seq {self.manifest.seq}, now {current.seq})"
+            )
+        versions = dict(self.manifest.versions)
+        written = {}
+        for name, buckets in sorted(self.pending().items()):
+            spec = spec_for(name)
+            rows = self._working[name].filter(pl.col(BUCKET).is_in(buckets))
+            versions[name] = self._write_table(spec, rows, buckets)
+            written[name] = len(buckets)
+        details = {**(details or {}), "buckets_written": written, "config": self.config}
+        manifest = self.store._append_log(self.manifest.seq + 1, operation, versions, details)
+        self.manifest = manifest
+        self._original = dict(self._working)
+        return manifest
+
+    def _write_table(self, spec: TableSpec, rows: pl.DataFrame, buckets: list[int]) -> int:
+        uri = self.store.table_uri(spec.name)
+        data = conform(rows, spec)
+        options = self.store._options()
+        if self.store._open(uri) is None:
+            write_deltalake(
+                uri, data, mode="append", partition_by=[BUCKET], configuration=TABLE_CONFIGURATION,
+                storage_options=options, name=spec.name, description=spec.description,
+            )
+        else:
+            predicate = f"{BUCKET} IN ({', '.join(str(b) for b in buckets)})"
+            write_deltalake(uri, data, mode="overwrite", predicate=predicate, partition_by=[BUCKET], storage_options=options)
+        table = self.store._open(uri)
+        assert table is not None
+        return table.version()
+
+
+def changed_buckets(old: pl.DataFrame, new: pl.DataFrame, spec: TableSpec) -> set[int]:
+    """Buckets whose set of rows differs between two versions of a table."""
+    columns = [*spec.columns, BUCKET]
+
+    def summary(frame: pl.DataFrame) -> pl.DataFrame:
+        if frame.height == 0:
+            return pl.DataFrame(schema={BUCKET: pl.Int32, "n": pl.UInt32, "lo": pl.Int64, "hi": pl.Int64})
+        hashed = frame.select(columns).with_columns(_h=frame.select(columns).hash_rows(seed=7))
+        return hashed.group_by(BUCKET).agg(
+            pl.len().alias("n"),
+            (pl.col("_h") % (1 << 32)).cast(pl.Int64).sum().alias("lo"),
+            (pl.col("_h") // (1 << 32)).cast(pl.Int64).sum().alias("hi"),
+        )
+
+    joined = summary(old).join(summary(new), on=BUCKET, how="full", coalesce=True, suffix="_new")
+    differs = joined.filter(
+        (pl.col("n") != pl.col("n_new")).fill_null(True)
+        | (pl.col("lo") != pl.col("lo_new")).fill_null(True)
+        | (pl.col("hi") != pl.col("hi_new")).fill_null(True)
+    )
+    return set(differs.get_column(BUCKET).to_list())

@@ -1,0 +1,177 @@
+"""The store's tables: one per concept, each with its schema, key and bucket column.
+
+Index tables hold the index's content and make up its fingerprint: after deleting documents B
+from an index of A ∪ B, every index table equals the same table of a fresh index of A.
+Operational tables (the extraction cache, the cost ledger, the deletion log) record history and
+are not part of the fingerprint; erasure purges the parts of them that hold deleted text.
+
+Every table is partitioned by ``bucket``, a stable hash of one column modulo the store's bucket
+count (``doc_id`` for per-document tables, the table's key for the others), so that a change
+rewrites a few partitions instead of a whole table or one file per document.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import polars as pl
+import pyarrow as pa
+
+BUCKET = "bucket"
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    schema: pa.Schema  # without the bucket column
+    key: tuple[str, ...]
+    bucket_by: str
+    per_document: bool
+    fingerprinted: bool = True
+    description: str = ""
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return self.schema.append(pa.field(BUCKET, pa.int32(), nullable=False))
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.schema.names)
+
+    def empty(self) -> pl.DataFrame:
+        return pl.from_arrow(self.arrow_schema.empty_table())  # type: ignore[return-value]
+
+
+def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
+    return pa.schema([pa.field(name, kind) for name, kind in fields])
+
+
+S, I, F, B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
+
+DOCUMENTS = TableSpec(
+    "documents",
+    _schema(("doc_id", S), ("title", S), ("source", S), ("content_hash", S), ("n_passages", I),
+            ("retention_until", pa.date32())),
+    key=("doc_id",), bucket_by="doc_id", per_document=True,
+    description="Live documents with their retention metadata.",
+)
+PASSAGES = TableSpec(
+    "passages",
+    _schema(("chunk_id", S), ("doc_id", S), ("ordinal", I), ("title", S), ("text", S), ("text_hash", S)),
+    key=("chunk_id",), bucket_by="doc_id", per_document=True,
+    description="Chunks of live documents; each gets one extraction call.",
+)
+EXTRACTIONS = TableSpec(
+    "extractions",
+    _schema(("chunk_id", S), ("doc_id", S), ("status", S), ("reason", S), ("extractor", S), ("cache_key", S),
+            ("n_entities", I), ("n_facts", I), ("n_repaired", I), ("n_dropped", I), ("n_flagged", I),
+            ("issues", S), ("record", S), ("raw_output", S)),
+    key=("chunk_id",), bucket_by="doc_id", per_document=True,
+    description="The validated extraction of every live passage, or why it failed.",
+)
+FORMS = TableSpec(
+    "forms",
+    _schema(("chunk_id", S), ("doc_id", S), ("name", S), ("type", S), ("surface", S)),
+    key=("chunk_id", "name", "type"), bucket_by="doc_id", per_document=True,
+    description="Every normalised entity name and fact subject and object, per passage.",
+)
+FACT_SOURCES = TableSpec(
+    "fact_sources",
+    _schema(("fact_id", S), ("chunk_id", S), ("doc_id", S), ("subject", S), ("subject_type", S),
+            ("predicate", S), ("object", S), ("object_type", S), ("evidence", S), ("evidence_verified", B)),
+    key=("fact_id", "chunk_id"), bucket_by="doc_id", per_document=True,
+    description="Which passage asserted which fact, with its evidence quote.",
+)
+NAME_LINKS = TableSpec(
+    "name_links",
+    _schema(("type", S), ("name_a", S), ("name_b", S), ("similarity", F)),
+    key=("type", "name_a", "name_b"), bucket_by="name_a", per_document=False,
+    description="Pairs of live names of one type with cosine >= the synonym threshold (name_a < name_b).",
+)
+ALIASES = TableSpec(
+    "aliases",
+    _schema(("name", S), ("type", S), ("entity_id", S), ("surface", S), ("n_chunks", I), ("chunk_digest", S)),
+    key=("name", "type"), bucket_by="name", per_document=False,
+    description="Every live name, the entity it belongs to and its provenance.",
+)
+ENTITIES = TableSpec(
+    "entities",
+    _schema(("entity_id", S), ("type", S), ("canonical_name", S), ("display_name", S), ("n_aliases", I),
+            ("n_chunks", I)),
+    key=("entity_id",), bucket_by="entity_id", per_document=False,
+    description="Connected components of names linked at the entity threshold.",
+)
+MENTIONS = TableSpec(
+    "mentions",
+    _schema(("entity_id", S), ("chunk_id", S), ("doc_id", S)),
+    key=("entity_id", "chunk_id"), bucket_by="entity_id", per_document=False,
+    description="Which passages mention which entity.",
+)
+SYNONYM_EDGES = TableSpec(
+    "synonym_edges",
+    _schema(("entity_a", S), ("entity_b", S), ("similarity", F)),
+    key=("entity_a", "entity_b"), bucket_by="entity_a", per_document=False,
+    description="Same-type entity pairs with a member-name pair at cosine >= the synonym threshold.",
+)
+FACTS = TableSpec(
+    "facts",
+    _schema(("fact_id", S), ("subject", S), ("subject_type", S), ("predicate", S), ("object", S),
+            ("object_type", S), ("n_sources", I), ("source_digest", S)),
+    key=("fact_id",), bucket_by="fact_id", per_document=False,
+    description="(subject, predicate, object) facts that at least one live passage asserts.",
+)
+TOMBSTONES = TableSpec(
+    "tombstones",
+    _schema(("doc_id", S), ("requested_at", pa.timestamp("us", tz="UTC")), ("reason", S), ("erase", B),
+            ("erased_at", pa.timestamp("us", tz="UTC"))),
+    key=("doc_id", "requested_at"), bucket_by="doc_id", per_document=True, fingerprinted=False,
+    description="The deletion log: which documents were deleted, when, why, and whether erased.",
+)
+
+INDEX_TABLES: tuple[TableSpec, ...] = (
+    DOCUMENTS, PASSAGES, EXTRACTIONS, FORMS, FACT_SOURCES,
+    NAME_LINKS, ALIASES, ENTITIES, MENTIONS, SYNONYM_EDGES, FACTS,
+)
+PER_DOCUMENT_TABLES: tuple[TableSpec, ...] = tuple(t for t in INDEX_TABLES if t.per_document)
+GRAPH_TABLES: tuple[TableSpec, ...] = tuple(t for t in INDEX_TABLES if not t.per_document)
+
+_REGISTRY: dict[str, TableSpec] = {t.name: t for t in (*INDEX_TABLES, TOMBSTONES)}
+
+
+def register(spec: TableSpec) -> TableSpec:
+    """Declare a further table (operational tables of other stages register themselves here)."""
+    existing = _REGISTRY.get(spec.name)
+    if existing is not None and existing != spec:
+        raise ValueError(f"table {spec.name!r} is already declared with another schema")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def spec_for(name: str) -> TableSpec:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"no table named {name!r}; known: {sorted(_REGISTRY)}") from None
+
+
+def all_specs() -> list[TableSpec]:
+    return list(_REGISTRY.values())
+
+
+def bucket_of(value: str, n_buckets: int) -> int:
+    """The stable bucket of a key value (CRC-32, identical on every platform and version)."""
+    return zlib.crc32(value.encode("utf-8")) % n_buckets
+
+
+def with_buckets(frame: pl.DataFrame, spec: TableSpec, n_buckets: int) -> pl.DataFrame:
+    """The rows in the spec's column order, with their bucket column."""
+    buckets = pl.Series(
+        BUCKET, [bucket_of(v, n_buckets) for v in frame.get_column(spec.bucket_by).to_list()], dtype=pl.Int32
+    )
+    return frame.select(spec.columns).with_columns(buckets)
+
+
+def conform(frame: pl.DataFrame, spec: TableSpec) -> pa.Table:
+    """Rows as an Arrow table of exactly the spec's schema (bucket included)."""
+    return frame.select([*spec.columns, BUCKET]).to_arrow().cast(spec.arrow_schema)
