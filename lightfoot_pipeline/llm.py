@@ -1,0 +1,401 @@
+"""The project's client for OpenAI-compatible chat-completion endpoints.
+
+One class, :class:`LLMClient`, serves every model call the project makes (extraction at index
+time, answering at query time). It wraps the ``openai`` package and adds what a long indexing run
+needs from it:
+
+- **Retries** with exponential backoff and jitter on 429 (honouring ``Retry-After`` and
+  ``retry-after-ms``), on 5xx and on timeouts or dropped connections; never on another 4xx.
+  The ``openai`` client's own retries are off, so the attempt count is exact.
+- **Structured output where the endpoint has it.** With a JSON schema, ``output_mode="auto"``
+  asks for ``json_schema`` output, falls back to ``json_object``, then to a plain prompt when the
+  endpoint refuses the request format (a 400 or 422), and remembers the mode that worked. A
+  fallback is remembered only once a lower mode succeeds, so one bad request does not downgrade
+  the client for everyone.
+- **A per-call timeout**, and token counts for the cost ledger.
+- **The key stays secret**: it is never in a repr, a log line or an error message.
+
+Settings come from the environment (:meth:`LLMSettings.from_env`)::
+
+    OPENAI_BASE_URL            endpoint (default: the OpenAI API)
+    OPENAI_API_KEY             key (optional for endpoints that do not check one)
+    LIGHTFOOT_LLM_MODEL        model (else OPENAI_MODEL, else the paper's Llama 3.3 70B)
+    LIGHTFOOT_LLM_TIMEOUT_S, LIGHTFOOT_LLM_MAX_RETRIES, LIGHTFOOT_LLM_CONCURRENCY,
+    LIGHTFOOT_LLM_PRICE_IN, LIGHTFOOT_LLM_PRICE_OUT (USD per million tokens),
+    LIGHTFOOT_LLM_OUTPUT_MODE (auto | json_schema | json_object | prompt),
+    LIGHTFOOT_LLM_BACKOFF_S, LIGHTFOOT_LLM_BACKOFF_MAX_S, LIGHTFOOT_LLM_TEMPERATURE
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import math
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from importlib import resources
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+# Paper §4: extraction with Llama 3.3 70B at $0.10 / $0.32 per million input / output tokens.
+DEFAULT_MODEL = "meta-llama/Llama-3.3-70B-Instruct"
+OUTPUT_MODES = ("json_schema", "json_object", "prompt")
+_NO_KEY = "no-key"  # sent to endpoints that need no key; the openai client refuses an empty one
+
+RETRYABLE_KINDS = frozenset({"timeout", "rate_limited", "server_error", "unreachable"})
+
+
+class LLMError(RuntimeError):
+    """A model call that did not produce an answer.
+
+    ``kind`` is one of ``timeout``, ``rate_limited``, ``server_error``, ``unreachable`` (these are
+    retried), ``bad_request``, ``auth``, ``not_found``, ``config`` or ``bad_response``.
+    """
+
+    def __init__(
+        self, kind: str, message: str, *, status: int | None = None, attempts: int = 0,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.status = status
+        self.attempts = attempts
+        self.retry_after = retry_after  # seconds the endpoint asked us to wait, if it said
+
+
+@dataclass(frozen=True)
+class LLMSettings:
+    """Where the model is and how to call it. The key is kept out of repr and comparisons."""
+
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False, compare=False)
+    model: str = DEFAULT_MODEL
+    timeout_s: float = 60.0
+    max_retries: int = 4
+    concurrency: int = 8
+    price_in_per_mtok: float | None = None  # None: the list price of the model (llm_prices.json)
+    price_out_per_mtok: float | None = None
+    output_mode: str = "auto"
+    backoff_s: float = 1.0  # first retry waits about this long, doubling each time
+    backoff_max_s: float = 30.0
+    retry_after_max_s: float = 120.0  # longest Retry-After honoured
+    temperature: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.output_mode not in ("auto", *OUTPUT_MODES):
+            raise ValueError(f"output_mode must be auto, {', '.join(OUTPUT_MODES)}; got {self.output_mode!r}")
+        if not self.model or not self.model.strip():
+            raise ValueError("model must be a non-empty name")
+        for name in ("timeout_s", "backoff_max_s", "retry_after_max_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.backoff_s < 0:
+            raise ValueError(f"backoff_s must not be negative, got {self.backoff_s}")
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must not be negative, got {self.max_retries}")
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+        for name in ("price_in_per_mtok", "price_out_per_mtok"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must not be negative, got {value}")
+
+    @classmethod
+    def from_env(cls, environ: dict | None = None, **overrides) -> "LLMSettings":
+        """Settings from the environment; keyword arguments win over it."""
+        env = os.environ if environ is None else environ
+        values: dict = {}
+        raw = {
+            "base_url": env.get("LIGHTFOOT_LLM_BASE_URL") or env.get("OPENAI_BASE_URL"),
+            "api_key": env.get("LIGHTFOOT_LLM_API_KEY") or env.get("OPENAI_API_KEY"),
+            "model": env.get("LIGHTFOOT_LLM_MODEL") or env.get("OPENAI_MODEL"),
+            "timeout_s": env.get("LIGHTFOOT_LLM_TIMEOUT_S"),
+            "max_retries": env.get("LIGHTFOOT_LLM_MAX_RETRIES"),
+            "concurrency": env.get("LIGHTFOOT_LLM_CONCURRENCY"),
+            "price_in_per_mtok": env.get("LIGHTFOOT_LLM_PRICE_IN"),
+            "price_out_per_mtok": env.get("LIGHTFOOT_LLM_PRICE_OUT"),
+            "output_mode": env.get("LIGHTFOOT_LLM_OUTPUT_MODE"),
+            "backoff_s": env.get("LIGHTFOOT_LLM_BACKOFF_S"),
+            "backoff_max_s": env.get("LIGHTFOOT_LLM_BACKOFF_MAX_S"),
+            "temperature": env.get("LIGHTFOOT_LLM_TEMPERATURE"),
+        }
+        for name, text in raw.items():
+            if text is None or str(text).strip() == "":
+                continue
+            convert = _ENV_TYPES.get(name, str)
+            try:
+                values[name] = convert(str(text).strip())
+            except ValueError:
+                raise ValueError(f"{_ENV_NAMES[name]}={text!r} is not a valid {convert.__name__}") from None
+        values.update(overrides)
+        return cls(**values)
+
+    def with_overrides(self, **changes) -> "LLMSettings":
+        return replace(self, **changes)
+
+    def prices(self) -> tuple[float, float, str]:
+        """USD per million input and output tokens, and where the figures come from."""
+        listed = list_price(self.model)
+        price_in, price_out = self.price_in_per_mtok, self.price_out_per_mtok
+        if price_in is not None and price_out is not None:
+            return price_in, price_out, "configured"
+        if listed is None:
+            return price_in or 0.0, price_out or 0.0, "configured" if price_in or price_out else "unpriced"
+        return (
+            listed[0] if price_in is None else price_in,
+            listed[1] if price_out is None else price_out,
+            "list" if price_in is None and price_out is None else "configured",
+        )
+
+    def endpoint(self) -> str:
+        """The base URL with any credentials in it removed, for messages."""
+        return _redact_url(self.base_url) if self.base_url else "the OpenAI API"
+
+
+_ENV_TYPES: dict[str, Callable[[str], object]] = {
+    "timeout_s": float, "max_retries": int, "concurrency": int, "price_in_per_mtok": float,
+    "price_out_per_mtok": float, "backoff_s": float, "backoff_max_s": float, "temperature": float,
+}
+_ENV_NAMES = {
+    "base_url": "OPENAI_BASE_URL", "api_key": "OPENAI_API_KEY", "model": "LIGHTFOOT_LLM_MODEL",
+    "timeout_s": "LIGHTFOOT_LLM_TIMEOUT_S", "max_retries": "LIGHTFOOT_LLM_MAX_RETRIES",
+    "concurrency": "LIGHTFOOT_LLM_CONCURRENCY", "price_in_per_mtok": "LIGHTFOOT_LLM_PRICE_IN",
+    "price_out_per_mtok": "LIGHTFOOT_LLM_PRICE_OUT", "output_mode": "LIGHTFOOT_LLM_OUTPUT_MODE",
+    "backoff_s": "LIGHTFOOT_LLM_BACKOFF_S", "backoff_max_s": "LIGHTFOOT_LLM_BACKOFF_MAX_S",
+    "temperature": "LIGHTFOOT_LLM_TEMPERATURE",
+}
+
+
+@lru_cache(maxsize=1)
+def _price_table() -> dict[str, dict]:
+    text = (resources.files("lightfoot_pipeline") / "data" / "llm_prices.json").read_text(encoding="utf-8")
+    return {k: v for k, v in json.loads(text)["models"].items()}
+
+
+def list_price(model: str) -> tuple[float, float] | None:
+    """The list price of a model (USD per million input, output tokens), if the table has it.
+
+    Matched exactly, then case-insensitively, then by the name after the provider prefix
+    (``meta-llama/Llama-3.3-70B-Instruct`` and ``llama-3.3-70b-instruct`` are one model).
+    """
+    table = _price_table()
+    entry = table.get(model)
+    if entry is None:
+        folded = {k.casefold(): v for k, v in table.items()}
+        entry = folded.get(model.casefold())
+        if entry is None:
+            base = {k.rsplit("/", 1)[-1].casefold(): v for k, v in table.items()}
+            entry = base.get(model.rsplit("/", 1)[-1].casefold())
+    if entry is None:
+        return None
+    return float(entry["in"]), float(entry["out"])
+
+
+@dataclass
+class Completion:
+    """One answer: its text, what it cost in tokens, and how it was obtained."""
+
+    text: str
+    tokens_in: int
+    tokens_out: int
+    attempts: int
+    seconds: float
+    finish_reason: str | None
+    mode: str = "prompt"  # the output mode that produced it
+    usage_reported: bool = True  # False: the endpoint sent no usage; tokens are estimated
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+
+def _redact_url(url: str) -> str:
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.split('@', 1)[1]}" if rest else url
+
+
+def retry_after_seconds(headers) -> float | None:
+    """The wait a 429 or 503 asks for: ``retry-after-ms``, else ``Retry-After`` (seconds or a date)."""
+    if headers is None:
+        return None
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return max(0.0, float(millis) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class LLMClient:
+    """Chat completions with retries, output-mode fallback, timeouts and token accounting.
+
+    Thread-safe: one client serves a pool of extraction workers.
+    """
+
+    def __init__(self, settings: LLMSettings, client=None, *, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.settings = settings
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        # Index into OUTPUT_MODES of the richest mode that the endpoint is known to accept.
+        self._mode_floor = 0 if settings.output_mode == "auto" else OUTPUT_MODES.index(settings.output_mode)
+        if client is None:
+            import openai
+
+            if not settings.api_key and not settings.base_url:
+                raise LLMError("config", "no endpoint configured: set OPENAI_BASE_URL (and OPENAI_API_KEY if it needs one)")
+            client = openai.OpenAI(
+                base_url=settings.base_url,
+                api_key=settings.api_key or _NO_KEY,
+                timeout=settings.timeout_s,
+                max_retries=0,
+            )
+        self._client = client
+
+    def __repr__(self) -> str:
+        return f"LLMClient(model={self.settings.model!r}, endpoint={self.settings.endpoint()!r})"
+
+    @property
+    def mode(self) -> str:
+        """The output mode a call with a JSON schema will try first."""
+        return OUTPUT_MODES[self._mode_floor]
+
+    def complete(
+        self, messages: list[dict], *, json_schema: dict | None = None, max_tokens: int | None = None
+    ) -> Completion:
+        """One answer to ``messages``, retried on transient failures; raises :class:`LLMError`."""
+        started = time.monotonic()
+        attempts = 0
+        failures = 0  # transient failures so far (each one waits, then retries)
+        fallback_from: int | None = None  # the mode floor before an unconfirmed fallback
+        mode_index = self._mode_floor if json_schema is not None else len(OUTPUT_MODES) - 1
+        while True:
+            mode = OUTPUT_MODES[mode_index]
+            attempts += 1
+            try:
+                response = self._request(messages, mode, json_schema, max_tokens)
+            except LLMError as err:
+                err.attempts = attempts
+                can_fall_back = (
+                    err.kind == "bad_request" and self.settings.output_mode == "auto"
+                    and json_schema is not None and mode_index < len(OUTPUT_MODES) - 1
+                )
+                if can_fall_back:
+                    log.info("endpoint refused %s output (%s); trying %s", mode, err.status, OUTPUT_MODES[mode_index + 1])
+                    if fallback_from is None:
+                        fallback_from = mode_index
+                    mode_index += 1
+                    continue
+                if err.kind not in RETRYABLE_KINDS or failures >= self.settings.max_retries:
+                    raise
+                wait = self._backoff(failures, err)
+                failures += 1
+                log.warning("model call failed (%s); retry %d of %d in %.2fs", err, failures,
+                            self.settings.max_retries, wait)
+                self._sleep(wait)
+                continue
+            if fallback_from is not None:
+                with self._lock:
+                    self._mode_floor = max(self._mode_floor, mode_index)
+            return self._completion(response, messages, attempts, time.monotonic() - started, mode)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _backoff(self, failures: int, err: "LLMError") -> float:
+        asked = err.retry_after
+        if asked is not None:
+            return min(asked, self.settings.retry_after_max_s)
+        ceiling = min(self.settings.backoff_max_s, self.settings.backoff_s * (2 ** failures))
+        return ceiling * (0.5 + random.random() / 2)  # jitter keeps parallel workers apart
+
+    def _request(self, messages: list[dict], mode: str, json_schema: dict | None, max_tokens: int | None):
+        import openai
+
+        kwargs: dict = {"model": self.settings.model, "messages": messages, "temperature": self.settings.temperature}
+        if max_tokens is not None:
+            kwargs["max_tokens"] = max_tokens
+        if json_schema is not None and mode == "json_schema":
+            kwargs["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": str(json_schema.get("title") or "answer"), "schema": json_schema, "strict": True},
+            }
+        elif json_schema is not None and mode == "json_object":
+            kwargs["response_format"] = {"type": "json_object"}
+        try:
+            return self._client.chat.completions.create(**kwargs)
+        except openai.APITimeoutError:
+            raise LLMError("timeout", f"no answer within {self.settings.timeout_s:g}s") from None
+        except openai.APIConnectionError as err:
+            raise LLMError("unreachable", f"cannot reach {self.settings.endpoint()}: {self._scrub(err)}") from None
+        except openai.APIStatusError as err:
+            raise self._status_error(err) from None
+        except openai.APIError as err:  # a response the client could not read
+            raise LLMError("bad_response", self._scrub(err)) from None
+
+    def _status_error(self, err) -> LLMError:
+        status = int(err.status_code)
+        detail = self._scrub(getattr(err, "message", "") or err)[:300]
+        if status == 429:
+            kind = "rate_limited"
+        elif status >= 500:
+            kind = "server_error"
+        elif status in (401, 403):
+            kind = "auth"
+        elif status == 404:
+            kind = "not_found"
+        else:
+            kind = "bad_request"
+        error = LLMError(kind, f"HTTP {status} from {self.settings.endpoint()}: {detail}", status=status)
+        if status in (429, 503):
+            error.retry_after = retry_after_seconds(getattr(err.response, "headers", None))
+        return error
+
+    def _scrub(self, value: object) -> str:
+        text = str(value)
+        key = self.settings.api_key
+        if key and len(key) >= 4:
+            text = text.replace(key, "***")
+        return text
+
+    def _completion(self, response, messages: list[dict], attempts: int, seconds: float, mode: str) -> Completion:
+        choices = getattr(response, "choices", None) or []
+        if not choices:
+            raise LLMError("bad_response", "the answer has no choices", attempts=attempts)
+        choice = choices[0]
+        message = getattr(choice, "message", None)
+        text = getattr(message, "content", None) or ""
+        usage = getattr(response, "usage", None)
+        tokens_in = getattr(usage, "prompt_tokens", None) if usage is not None else None
+        tokens_out = getattr(usage, "completion_tokens", None) if usage is not None else None
+        reported = tokens_in is not None and tokens_out is not None
+        if not reported:
+            # No usage from the endpoint: estimate (about four characters a token) so that the
+            # ledger does not count the call as free; the ledger marks it as estimated.
+            prompt_chars = sum(len(str(m.get("content", ""))) for m in messages)
+            tokens_in = math.ceil(prompt_chars / 4)
+            tokens_out = math.ceil(len(text) / 4)
+        return Completion(
+            text=text, tokens_in=int(tokens_in), tokens_out=int(tokens_out), attempts=attempts, seconds=seconds,
+            finish_reason=getattr(choice, "finish_reason", None), mode=mode, usage_reported=reported,
+        )
