@@ -95,8 +95,13 @@ def validate_record(
     entity_types: tuple[str, ...] | None = None,
     max_entities: int | None = None,
     max_facts: int | None = None,
+    evidence_fourth: bool = False,
 ) -> ValidatedRecord:
-    """Check one record against the schema, repairing what is unambiguous."""
+    """Check one record against the schema, repairing what is unambiguous.
+
+    ``evidence_fourth``: the record was written to a schema in which a fact's fourth element is
+    always its evidence (a live extraction), so it is read as such rather than guessed at.
+    """
     result = ValidatedRecord()
     if not isinstance(raw, dict):
         result.issues.append(Issue("dropped", "record", "not an object", type(raw).__name__))
@@ -121,7 +126,7 @@ def validate_record(
         result.issues.append(Issue("dropped", "record", "facts is not a list"))
         raw_facts = []
     for item in raw_facts:
-        fact = _validate_fact(item, passage, result.issues)
+        fact = _validate_fact(item, passage, result.issues, evidence_fourth)
         if fact is not None:
             result.facts.append(fact)
     if max_facts is not None and len(result.facts) > max_facts:
@@ -153,7 +158,7 @@ def _validate_entity(item: object, entity_types: tuple[str, ...] | None, issues:
     )
 
 
-def _validate_fact(item: object, passage: str | None, issues: list[Issue]) -> Fact | None:
+def _validate_fact(item: object, passage: str | None, issues: list[Issue], evidence_fourth: bool = False) -> Fact | None:
     if not isinstance(item, (list, tuple)):
         issues.append(Issue("dropped", "fact", "not an array", repr(item)[:80]))
         return None
@@ -167,7 +172,7 @@ def _validate_fact(item: object, passage: str | None, issues: list[Issue]) -> Fa
     evidence: str | None = None
     if len(parts) == 4:
         subject, predicate, third, fourth = parts
-        if _is_evidence(fourth, subject, third, passage):
+        if evidence_fourth or _is_evidence(fourth, subject, third, passage):
             parts, evidence = parts[:3], fourth
         elif third.split() and third.split()[-1].casefold() in _PREPOSITIONS and predicate:
             issues.append(Issue("repaired", "fact", "predicate split in two", repr(item)[:120]))
