@@ -20,16 +20,41 @@ from lightfoot_pipeline.passages import Passage, split_passages, text_hash
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store import Transaction
 from lightfoot_pipeline.tables import (
-    DOCUMENTS, EXTRACTIONS, FACT_SOURCES, FORMS, PASSAGES, PER_DOCUMENT_TABLES, TOMBSTONES, TableSpec, with_buckets,
+    DOCUMENTS, EXTRACTIONS, FACT_SOURCES, FORMS, GRAPH_QUEUE, PASSAGES, PER_DOCUMENT_TABLES, TOMBSTONES, TableSpec,
+    with_buckets,
 )
+
+
+def _doc_mask(frame: pl.DataFrame, doc_ids: list[str]) -> pl.Series:
+    return frame.get_column("doc_id").is_in(doc_ids)
 
 
 def _replace_rows(tx: Transaction, spec: TableSpec, doc_ids: Iterable[str], rows: pl.DataFrame) -> None:
     """Stage ``rows`` as the whole content of ``doc_ids`` in a per-document table."""
     ids = sorted(set(doc_ids))
-    kept = tx.table(spec.name).filter(~pl.col("doc_id").is_in(ids))
-    fresh = with_buckets(rows, spec, tx.n_buckets) if rows.height else spec.empty()
-    tx.put(spec.name, pl.concat([kept, fresh.cast(kept.schema)], how="vertical"))
+    current = tx.table(spec.name)
+    mask = _doc_mask(current, ids)
+    fresh = with_buckets(rows, spec, tx.n_buckets) if rows.height else None
+    if spec in (FORMS, FACT_SOURCES):
+        old = current.filter(mask).select(spec.columns)
+        new = fresh.select(spec.columns) if fresh is not None else old.clear()
+        _enqueue(tx, spec, pl.concat([old.join(new, on=spec.columns, how="anti", nulls_equal=True),
+                                      new.join(old, on=spec.columns, how="anti", nulls_equal=True)]))
+    tx.update(spec.name, remove=mask, add=fresh)
+
+
+def _enqueue(tx: Transaction, spec: TableSpec, changed: pl.DataFrame) -> None:
+    """Queue the names (for forms) or facts (for fact assertions) whose passages changed."""
+    if changed.height == 0:
+        return
+    if spec is FORMS:
+        items = changed.select(pl.lit("name").alias("kind"), "type", pl.col("name").alias("key"))
+    else:
+        items = changed.select(pl.lit("fact").alias("kind"), pl.lit("").alias("type"), pl.col("fact_id").alias("key"))
+    queue = tx.table(GRAPH_QUEUE.name)
+    items = items.unique().join(queue.select(GRAPH_QUEUE.columns), on=GRAPH_QUEUE.columns, how="anti")
+    if items.height:
+        tx.update(GRAPH_QUEUE.name, add=with_buckets(items, GRAPH_QUEUE, tx.n_buckets))
 
 
 def document_passages(documents: Sequence[Document], settings: IndexSettings) -> list[Passage]:
@@ -72,9 +97,11 @@ def upsert_documents(tx: Transaction, documents: Sequence[Document], settings: I
     live_chunks = passage_rows.get_column("chunk_id").to_list()
     for spec in (EXTRACTIONS, FORMS, FACT_SOURCES):
         table = tx.table(spec.name)
-        stale = table.filter(pl.col("doc_id").is_in(doc_ids) & ~pl.col("chunk_id").is_in(live_chunks))
-        if stale.height:
-            tx.put(spec.name, table.filter(~(pl.col("doc_id").is_in(doc_ids) & ~pl.col("chunk_id").is_in(live_chunks))))
+        stale = _doc_mask(table, doc_ids) & ~table.get_column("chunk_id").is_in(live_chunks)
+        if stale.any():
+            if spec is not EXTRACTIONS:
+                _enqueue(tx, spec, table.filter(stale))
+            tx.update(spec.name, remove=stale)
     return passages
 
 
@@ -114,9 +141,8 @@ def record_extractions(tx: Transaction, outcomes: Sequence[ExtractionOutcome]) -
     frame = pl.DataFrame(rows, schema=pl.from_arrow(EXTRACTIONS.schema.empty_table()).schema)
     chunk_ids = frame.get_column("chunk_id").to_list()
     table = tx.table(EXTRACTIONS.name)
-    kept = table.filter(~pl.col("chunk_id").is_in(chunk_ids))
-    fresh = with_buckets(frame, EXTRACTIONS, tx.n_buckets)
-    tx.put(EXTRACTIONS.name, pl.concat([kept, fresh.cast(kept.schema)]))
+    tx.update(EXTRACTIONS.name, remove=table.get_column("chunk_id").is_in(chunk_ids),
+              add=with_buckets(frame, EXTRACTIONS, tx.n_buckets))
 
 
 def derive_forms(tx: Transaction, doc_ids: Iterable[str]) -> tuple[int, int]:
@@ -158,7 +184,10 @@ def tombstone_documents(
     report.cache_keys = sorted(k for k in extractions.get_column("cache_key").to_list() if k)
     for spec in PER_DOCUMENT_TABLES:
         table = tx.table(spec.name)
-        tx.put(spec.name, table.filter(~pl.col("doc_id").is_in(report.deleted)))
+        mask = _doc_mask(table, report.deleted)
+        if spec in (FORMS, FACT_SOURCES):
+            _enqueue(tx, spec, table.filter(mask))
+        tx.update(spec.name, remove=mask)
     when = now or dt.datetime.now(dt.timezone.utc)
     log = pl.DataFrame(
         {
@@ -171,6 +200,5 @@ def tombstone_documents(
         schema={"doc_id": pl.String, "requested_at": pl.Datetime("us", "UTC"), "reason": pl.String,
                 "erase": pl.Boolean, "erased_at": pl.Datetime("us", "UTC")},
     )
-    tombstones = tx.table(TOMBSTONES.name)
-    tx.put(TOMBSTONES.name, pl.concat([tombstones, with_buckets(log, TOMBSTONES, tx.n_buckets).cast(tombstones.schema)]))
+    tx.update(TOMBSTONES.name, add=with_buckets(log, TOMBSTONES, tx.n_buckets))
     return report

@@ -35,7 +35,8 @@ from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store import Transaction
 from lightfoot_pipeline.synonyms import synonym_edges
 from lightfoot_pipeline.tables import (
-    ALIASES, ENTITIES, FACT_SOURCES, FACTS, FORMS, MENTIONS, NAME_LINKS, SYNONYM_EDGES, TableSpec, with_buckets,
+    ALIASES, ENTITIES, FACT_SOURCES, FACTS, FORMS, GRAPH_QUEUE, MENTIONS, NAME_LINKS, SYNONYM_EDGES, TableSpec,
+    with_buckets,
 )
 from lightfoot_pipeline.vectors import VectorCache
 
@@ -83,32 +84,49 @@ def name_statistics(forms: pl.DataFrame) -> pl.DataFrame:
     return counts.join(surfaces, on=NAME_KEY).select("name", "type", "surface", "n_chunks", "chunk_digest")
 
 
-def _bucketed(frame: pl.DataFrame, spec: TableSpec, like: pl.DataFrame, n_buckets: int) -> pl.DataFrame:
-    return with_buckets(frame, spec, n_buckets).cast(like.schema) if frame.height else like.clear()
+def _fresh(frame: pl.DataFrame, spec: TableSpec, n_buckets: int) -> pl.DataFrame | None:
+    return with_buckets(frame, spec, n_buckets) if frame.height else None
+
+
+def _keys(frame: pl.DataFrame, name_col: str = "name") -> pl.Series:
+    return frame.select(pl.concat_str("type", pl.lit("\x00"), name_col).alias("k")).get_column("k")
 
 
 def _in_names(frame: pl.DataFrame, names: pl.DataFrame, name_col: str = "name") -> pl.Series:
     """Mask of the rows of frame whose (type, name_col) is one of names' (type, name)."""
-    wanted = names.select(pl.concat_str("type", pl.lit("\x00"), "name").alias("k")).get_column("k")
-    return frame.select(pl.concat_str("type", pl.lit("\x00"), name_col).is_in(wanted.implode()).alias("m")).get_column("m")
+    return _keys(frame, name_col).is_in(_keys(names).implode())
 
 
-def reconcile_graph(tx: Transaction, settings: IndexSettings, name_vectors: VectorCache | None) -> GraphChange:
+def reconcile_graph(
+    tx: Transaction, settings: IndexSettings, name_vectors: VectorCache | None, *, full: bool = False
+) -> GraphChange:
+    """Update the global tables for the names and facts queued by the document stage.
+
+    With ``full=True`` every live and stored name and fact is compared instead of the queued
+    ones (the level-triggered repair path: it finds and fixes any difference, whatever caused it).
+    """
     change = GraphChange()
     n = tx.n_buckets
+    queue = tx.table(GRAPH_QUEUE.name)
     forms = tx.table(FORMS.name)
     aliases = tx.table(ALIASES.name)
     links = tx.table(NAME_LINKS.name)
     entities = tx.table(ENTITIES.name)
-    mentions = tx.table(MENTIONS.name)
     edges = tx.table(SYNONYM_EDGES.name)
     change.entities_before, change.synonym_edges_before = entities.height, edges.height
 
-    # 1. Which names were added, removed or changed since the last run.
-    stats = name_statistics(forms)
+    # 1. Which of the candidate names were added, removed or changed.
+    if full:
+        candidates = pl.concat([forms.select(NAME_KEY), aliases.select(NAME_KEY)]).unique()
+    else:
+        candidates = queue.filter(pl.col("kind") == "name").select("type", pl.col("key").alias("name")).unique()
+    candidate_forms = forms.filter(_in_names(forms, candidates))
+    stats = name_statistics(candidate_forms)
     compared = stats.join(
-        aliases.select(*NAME_KEY, pl.col("surface").alias("old_surface"), pl.col("n_chunks").alias("old_n"),
-                       pl.col("chunk_digest").alias("old_digest"), "entity_id"),
+        aliases.filter(_in_names(aliases, candidates)).select(
+            *NAME_KEY, pl.col("surface").alias("old_surface"), pl.col("n_chunks").alias("old_n"),
+            pl.col("chunk_digest").alias("old_digest"), "entity_id",
+        ),
         on=NAME_KEY, how="full", coalesce=True,
     )
     added = compared.filter(pl.col("entity_id").is_null()).select(NAME_KEY)
@@ -124,16 +142,17 @@ def reconcile_graph(tx: Transaction, settings: IndexSettings, name_vectors: Vect
     if removed.height:
         gone = _in_names(links, removed, "name_a") | _in_names(links, removed, "name_b")
         change.links_removed = int(gone.sum())
-        links = links.filter(~gone)
+        tx.update(NAME_LINKS.name, remove=gone)
     new_links = pl.DataFrame(schema=LINK_SCHEMA)
     if added.height:
         if name_vectors is None:
             raise EmbedderRequired(f"{added.height} new names need vectors, and no embedder was given")
-        new_links = _link_added_names(added, stats, name_vectors, settings)
+        live_names = forms.select(NAME_KEY).unique()
+        new_links = _link_added_names(added, live_names, name_vectors, settings)
         change.vectors_computed = name_vectors.computed
         change.links_added = new_links.height
-        links = pl.concat([links, _bucketed(new_links, NAME_LINKS, links, n)])
-    tx.put(NAME_LINKS.name, links)
+        tx.update(NAME_LINKS.name, add=_fresh(new_links, NAME_LINKS, n))
+    links = tx.table(NAME_LINKS.name)
 
     # 3. Affected entities, and the names to re-partition.
     strong_new = new_links.filter(pl.col("similarity") >= settings.entity_threshold)
@@ -142,64 +161,60 @@ def reconcile_graph(tx: Transaction, settings: IndexSettings, name_vectors: Vect
         strong_new.select("type", pl.col("name_b").alias("name")),
     ]).select(NAME_KEY).unique()
     touched = pl.concat([removed, changed, neighbours]).unique()
-    affected_ids = (
-        aliases.join(touched, on=NAME_KEY, how="semi").get_column("entity_id").unique().to_list()
-    )
-    change.entities_recomputed = len(affected_ids)
-    surviving_members = aliases.filter(pl.col("entity_id").is_in(affected_ids)).select(NAME_KEY).join(
-        stats.select(NAME_KEY), on=NAME_KEY, how="semi"
-    )
-    region = pl.concat([surviving_members, added]).unique()
+    affected_ids = aliases.filter(_in_names(aliases, touched)).get_column("entity_id").unique()
+    change.entities_recomputed = affected_ids.len()
+    members = aliases.filter(aliases.get_column("entity_id").is_in(affected_ids.implode())).select(NAME_KEY)
+    region = pl.concat([members.join(removed, on=NAME_KEY, how="anti"), added]).unique()
     change.names_repartitioned = region.height
+    region_forms = forms.filter(_in_names(forms, region))
+    region_stats = name_statistics(region_forms)
     region_links = links.filter(_in_names(links, region, "name_a") & _in_names(links, region, "name_b"))
     labels = components(region, region_links, settings.entity_threshold)
 
     # 4. Replace aliases, entities, mentions and synonym edges of the affected region.
-    region_aliases = stats.join(labels, on=NAME_KEY).select(
-        "name", "type", "entity_id", "surface", "n_chunks", "chunk_digest"
-    )
-    kept_aliases = aliases.filter(~pl.col("entity_id").is_in(affected_ids))
-    new_aliases = pl.concat([kept_aliases, _bucketed(region_aliases, ALIASES, aliases, n)])
-    tx.put(ALIASES.name, new_aliases)
-
-    region_forms = forms.join(region, on=NAME_KEY, how="semi")
-    fresh_entities = entity_rows(region_aliases, region_forms).select(ENTITIES.columns)
-    entities = pl.concat([
-        entities.filter(~pl.col("entity_id").is_in(affected_ids)), _bucketed(fresh_entities, ENTITIES, entities, n)
-    ])
-    tx.put(ENTITIES.name, entities)
-    change.entities_after = entities.height
-
-    fresh_mentions = mention_rows(region_aliases, region_forms)
-    tx.put(MENTIONS.name, pl.concat([
-        mentions.filter(~pl.col("entity_id").is_in(affected_ids)), _bucketed(fresh_mentions, MENTIONS, mentions, n)
-    ]))
+    region_aliases = region_stats.join(labels, on=NAME_KEY).select(ALIASES.columns)
+    tx.update(ALIASES.name, remove=aliases.get_column("entity_id").is_in(affected_ids.implode()),
+              add=_fresh(region_aliases, ALIASES, n))
+    tx.update(ENTITIES.name, remove=entities.get_column("entity_id").is_in(affected_ids.implode()),
+              add=_fresh(entity_rows(region_aliases, region_forms).select(ENTITIES.columns), ENTITIES, n))
+    change.entities_after = tx.table(ENTITIES.name).height
+    mentions = tx.table(MENTIONS.name)
+    tx.update(MENTIONS.name, remove=mentions.get_column("entity_id").is_in(affected_ids.implode()),
+              add=_fresh(mention_rows(region_aliases, region_forms), MENTIONS, n))
 
     touching = links.filter(_in_names(links, region, "name_a") | _in_names(links, region, "name_b"))
-    fresh_edges = synonym_edges(touching, new_aliases, settings.synonym_threshold)
-    edges = pl.concat([
-        edges.filter(~pl.col("entity_a").is_in(affected_ids) & ~pl.col("entity_b").is_in(affected_ids)),
-        _bucketed(fresh_edges, SYNONYM_EDGES, edges, n),
-    ])
-    tx.put(SYNONYM_EDGES.name, edges)
-    change.synonym_edges_after = edges.height
+    fresh_edges = synonym_edges(touching, tx.table(ALIASES.name), settings.synonym_threshold)
+    stale_edges = edges.get_column("entity_a").is_in(affected_ids.implode()) | edges.get_column("entity_b").is_in(
+        affected_ids.implode()
+    )
+    tx.update(SYNONYM_EDGES.name, remove=stale_edges, add=_fresh(fresh_edges, SYNONYM_EDGES, n))
+    change.synonym_edges_after = tx.table(SYNONYM_EDGES.name).height
 
-    # 5. Facts from their live assertions.
+    # 5. Facts whose assertions changed, regrouped from their live assertions.
     facts = tx.table(FACTS.name)
+    sources = tx.table(FACT_SOURCES.name)
     change.facts_before = facts.height
-    regrouped = fact_rows(tx.table(FACT_SOURCES.name)).select(FACTS.columns)
-    facts = _bucketed(regrouped, FACTS, facts, n)
-    tx.put(FACTS.name, facts)
-    change.facts_after = facts.height
+    if full:
+        fact_ids = pl.concat([facts.get_column("fact_id"), sources.get_column("fact_id")]).unique()
+    else:
+        fact_ids = queue.filter(pl.col("kind") == "fact").get_column("key").unique()
+    regrouped = fact_rows(sources.filter(sources.get_column("fact_id").is_in(fact_ids.implode())))
+    tx.update(FACTS.name, remove=facts.get_column("fact_id").is_in(fact_ids.implode()),
+              add=_fresh(regrouped.select(FACTS.columns), FACTS, n))
+    change.facts_after = tx.table(FACTS.name).height
+
+    # 6. The queue is done.
+    if queue.height:
+        tx.update(GRAPH_QUEUE.name, remove=pl.Series([True] * queue.height))
     return change
 
 
 def _link_added_names(
-    added: pl.DataFrame, stats: pl.DataFrame, name_vectors: VectorCache, settings: IndexSettings
+    added: pl.DataFrame, live_names: pl.DataFrame, name_vectors: VectorCache, settings: IndexSettings
 ) -> pl.DataFrame:
     """Links of every added name against every live name of its type."""
     added_by_type = added.partition_by("type", as_dict=True)
-    live = stats.select(NAME_KEY).join(added, on=NAME_KEY, how="anti")
+    live = live_names.join(added, on=NAME_KEY, how="anti")
     live_by_type = live.partition_by("type", as_dict=True)
     frames = []
     for (type_,), group in sorted(added_by_type.items()):

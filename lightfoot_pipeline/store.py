@@ -19,6 +19,25 @@ read-compute-commit cycle. On object stores the lock is the orchestrator's (a Da
 concurrency pool); the commit also checks that nobody committed since it read, and refuses
 otherwise.
 
+**Commits are conditional, so racing writers lose no commit.** The check above is only a fast
+path; what makes a commit safe without a lock is that every step of it is a Delta commit of one
+exact version, written with no retry. Delta writes version N+1 of a table by creating
+``_delta_log/<N+1>.json`` only if it does not exist: an atomic rename on a local disk, a
+conditional PUT (``If-None-Match: *``) on S3 and S3-compatible stores, which deltalake 1.6 uses
+by default (it no longer has a DynamoDB locking provider). So:
+
+- a transaction notes each table's version when it starts (after recovery) and writes the table
+  on top of exactly that version: if another writer wrote the table since, the write fails;
+- the store-log row is appended on top of exactly the log version the transaction read: of two
+  writers that both passed the seq check, one appends seq N+1 and the other fails;
+- either failure raises :class:`ConcurrentCommitError` (run the operation again); the loser's
+  table writes were never logged, so readers never see them and the next transaction's recovery
+  undoes them.
+
+The guarantee needs a store that honours conditional PUTs (AWS S3, MinIO, Cloudflare R2 and
+most current S3-compatible servers do); on one that ignores them two writers can both create the
+same version, so keep a single writer there (the orchestrator's pool).
+
 **No text in the transaction log.** Tables collect column statistics for ``bucket`` only
 (``delta.dataSkippingStatsColumns``), so names and passage text never reach ``_delta_log``,
 and erasing a document leaves no copy of its text once old files are vacuumed.
@@ -36,8 +55,8 @@ from typing import Iterator
 
 import polars as pl
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from lightfoot_pipeline.settings import resolve_store_uri
 from lightfoot_pipeline.tables import BUCKET, TableSpec, conform, spec_for
@@ -47,6 +66,8 @@ TABLE_CONFIGURATION = {
     "delta.dataSkippingStatsColumns": BUCKET,
     "delta.checkpointInterval": "50",
 }
+# Every commit of a store transaction lands on the exact version it was computed from, or fails.
+EXACT_VERSION = CommitProperties(max_commit_retries=0)
 LOG_SCHEMA = pa.schema(
     [
         pa.field("seq", pa.int64()),
@@ -75,6 +96,8 @@ class Manifest:
     operation: str = ""
     details: dict = field(default_factory=dict)
     committed_at: dt.datetime | None = None
+    # The store log's Delta version this state was read at (None before the first commit).
+    log_version: int | None = None
 
     @property
     def config(self) -> dict:
@@ -144,7 +167,7 @@ class Store:
             return Manifest()
         rows = pl.from_arrow(log.to_pyarrow_table())
         if rows.height == 0:
-            return Manifest()
+            return Manifest(log_version=log.version())
         last = rows.sort("seq").row(-1, named=True)
         return Manifest(
             seq=last["seq"],
@@ -152,6 +175,7 @@ class Store:
             operation=last["operation"],
             details=json.loads(last["details"]),
             committed_at=last["committed_at"],
+            log_version=log.version(),
         )
 
     def history(self) -> pl.DataFrame:
@@ -176,16 +200,23 @@ class Store:
         spec = spec_for(name)
         manifest = manifest or self.manifest()
         version = manifest.versions.get(name)
+        wanted = columns or [*spec.columns, BUCKET]
         if version is None:
-            frame = spec.empty()
-        else:
-            table = self._open(self.table_uri(name), version)
-            if table is None:
-                raise StoreError(f"table {name!r} is in the store log at version {version} but missing on storage")
-            frame = pl.from_arrow(table.to_pyarrow_table(columns=columns))  # type: ignore[assignment]
-            if columns is None:
-                frame = frame.select([*spec.columns, BUCKET])
-        return frame if columns is None else frame.select(columns)
+            return spec.empty().select(wanted)
+        table = self._open(self.table_uri(name), version)
+        if table is None:
+            raise StoreError(f"table {name!r} is in the store log at version {version} but missing on storage")
+        return _typed(self._read_files(table, spec), spec).select(wanted)
+
+    def _read_files(self, table: DeltaTable, spec: TableSpec) -> pl.DataFrame:
+        """The table's current data files. Local tables are read straight from their Parquet files
+        (the bucket comes from the partition path); remote ones through delta-rs."""
+        if self.is_remote:
+            return pl.from_arrow(table.to_pyarrow_table())  # type: ignore[return-value]
+        files = table.file_uris()
+        if not files:
+            return spec.empty()
+        return pl.read_parquet(files, hive_partitioning=True)
 
     def read_journal(self, name: str) -> pl.DataFrame:
         """An append-only journal table at its latest version."""
@@ -193,7 +224,7 @@ class Store:
         table = self._open(self.journal_uri(name))
         if table is None:
             return spec.empty()
-        return pl.from_arrow(table.to_pyarrow_table()).select([*spec.columns, BUCKET])  # type: ignore[union-attr]
+        return _typed(self._read_files(table, spec), spec).select([*spec.columns, BUCKET])
 
     def append_journal(self, name: str, rows: pl.DataFrame) -> None:
         """Append rows to a journal table (safe beside other appenders: appends never conflict)."""
@@ -326,6 +357,8 @@ class Transaction:
         self.manifest = manifest
         self._original: dict[str, pl.DataFrame] = {}
         self._working: dict[str, pl.DataFrame] = {}
+        # Buckets each table's staged changes may touch; None means "compare every bucket".
+        self._touched: dict[str, set[int] | None] = {}
         # What the index is built with (embedder, thresholds); carried from commit to commit.
         self.config: dict = dict(manifest.config)
 
@@ -339,6 +372,7 @@ class Transaction:
             frame = self.store.read(name, self.manifest)
             self._original[name] = frame
             self._working[name] = frame
+            self._touched[name] = set()
         return self._working[name]
 
     def put(self, name: str, frame: pl.DataFrame) -> None:
@@ -346,12 +380,46 @@ class Transaction:
         spec = spec_for(name)
         self.table(name)
         self._working[name] = frame.select([*spec.columns, BUCKET])
+        self._touched[name] = None
+
+    def update(self, name: str, remove: pl.Series | None = None, add: pl.DataFrame | None = None) -> None:
+        """Stage a change: drop the rows where ``remove`` (a mask over :meth:`table`) is true, add ``add``.
+
+        Only the buckets of the dropped and added rows are compared at commit, so small changes to
+        large tables cost little.
+        """
+        spec = spec_for(name)
+        current = self.table(name)
+        touched: set[int] = set()
+        if remove is not None and remove.any():
+            touched.update(current.filter(remove).get_column(BUCKET).unique().to_list())
+            current = current.filter(~remove)
+        if add is not None and add.height:
+            add = add.select([*spec.columns, BUCKET]).cast(current.schema)
+            touched.update(add.get_column(BUCKET).unique().to_list())
+            current = pl.concat([current, add])
+        self._working[name] = current
+        previous = self._touched[name]
+        self._touched[name] = None if previous is None else previous | touched
 
     def pending(self) -> dict[str, list[int]]:
         """Buckets that a commit now would write, per table."""
         out = {}
         for name, frame in self._working.items():
-            changed = changed_buckets(self._original[name], frame, spec_for(name))
+            original = self._original[name]
+            if frame is original:
+                continue
+            touched = self._touched.get(name)
+            if touched is not None:
+                if not touched:
+                    continue
+                scope = sorted(touched)
+                changed = changed_buckets(
+                    original.filter(pl.col(BUCKET).is_in(scope)), frame.filter(pl.col(BUCKET).is_in(scope)),
+                    spec_for(name),
+                )
+            else:
+                changed = changed_buckets(original, frame, spec_for(name))
             if changed:
                 out[name] = sorted(changed)
         return out
@@ -374,6 +442,7 @@ class Transaction:
         manifest = self.store._append_log(self.manifest.seq + 1, operation, versions, details)
         self.manifest = manifest
         self._original = dict(self._working)
+        self._touched = {name: set() for name in self._working}
         return manifest
 
     def _write_table(self, spec: TableSpec, rows: pl.DataFrame, buckets: list[int]) -> int:
@@ -391,6 +460,12 @@ class Transaction:
         table = self.store._open(uri)
         assert table is not None
         return table.version()
+
+
+def _typed(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:
+    """Columns in the spec's order and types (Parquet and Arrow types differ in small ways)."""
+    target = spec.empty().schema
+    return frame.select([pl.col(c).cast(t) for c, t in target.items()])
 
 
 def changed_buckets(old: pl.DataFrame, new: pl.DataFrame, spec: TableSpec) -> set[int]:

@@ -129,6 +129,13 @@ TOMBSTONES = TableSpec(
     description="The deletion log: which documents were deleted, when, why, and whether erased.",
 )
 
+GRAPH_QUEUE = TableSpec(
+    "graph_queue",
+    _schema(("kind", S), ("type", S), ("key", S)),
+    key=("kind", "type", "key"), bucket_by="key", per_document=False, fingerprinted=False,
+    description="Names and facts whose passages changed since the graph stage last ran (emptied by it).",
+)
+
 INDEX_TABLES: tuple[TableSpec, ...] = (
     DOCUMENTS, PASSAGES, EXTRACTIONS, FORMS, FACT_SOURCES,
     NAME_LINKS, ALIASES, ENTITIES, MENTIONS, SYNONYM_EDGES, FACTS,
@@ -136,7 +143,7 @@ INDEX_TABLES: tuple[TableSpec, ...] = (
 PER_DOCUMENT_TABLES: tuple[TableSpec, ...] = tuple(t for t in INDEX_TABLES if t.per_document)
 GRAPH_TABLES: tuple[TableSpec, ...] = tuple(t for t in INDEX_TABLES if not t.per_document)
 
-_REGISTRY: dict[str, TableSpec] = {t.name: t for t in (*INDEX_TABLES, TOMBSTONES)}
+_REGISTRY: dict[str, TableSpec] = {t.name: t for t in (*INDEX_TABLES, TOMBSTONES, GRAPH_QUEUE)}
 
 
 def register(spec: TableSpec) -> TableSpec:
