@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from lightfoot_pipeline.dataset import DatasetError, bundled_sample_dir, has_recorded_extractions, load_corpus
+from lightfoot_pipeline.llm import LLMError
 from lightfoot_pipeline.settings import IndexSettings
 
 
@@ -67,6 +68,8 @@ def cmd_ingest(args) -> int:
         print(f"  extracted {report.extracted}, already extracted {report.already_extracted}, failed {report.failed}")
         print(f"  model calls {report.model_calls}, tokens in/out {report.tokens_in}/{report.tokens_out}, "
               f"cost ${report.cost_usd:.4f}")
+        if report.model_calls and getattr(extractor, "run_id", None):
+            print(f"  cost ledger run {extractor.run_id} (see: lightfoot cost --run {extractor.run_id})")
         for key, count in sorted(report.validation.items()):
             print(f"  record {key}: {count}")
         for chunk_id, reason in report.failures[:10]:
@@ -157,6 +160,36 @@ def _scratch_store(label: str):
     return Store(tempfile.mkdtemp(prefix=f"lightfoot-{label}-") + "/store")
 
 
+def cmd_cost(args) -> int:
+    from lightfoot_pipeline import ledger
+
+    store = _store(args)
+    payload = {"store": store.uri, "totals": ledger.totals(store, args.run)}
+    if args.run is None:
+        payload["runs"] = ledger.by_run(store)
+    if args.by_document:
+        payload["documents"] = ledger.by_document(store, args.run)
+    if args.json:
+        _print_json(payload)
+        return 0
+    t = payload["totals"]
+    scope = f"run {args.run}" if args.run else f"{t['runs']} runs"
+    print(f"model calls in {store.uri} ({scope}): {t['calls']} calls ({t['attempts']} requests, "
+          f"{t['failed_calls']} failed), tokens in/out {t['tokens_in']:,}/{t['tokens_out']:,}, "
+          f"cost ${t['cost_usd']:.4f}")
+    if t["unpriced_calls"]:
+        print(f"  {t['unpriced_calls']} calls to models with no known price (set LIGHTFOOT_LLM_PRICE_IN/_OUT)")
+    if t["estimated_usage_calls"]:
+        print(f"  {t['estimated_usage_calls']} calls without reported usage: their tokens are estimated")
+    for run in payload.get("runs", []):
+        print(f"  {run['run_id']}  {run['started_at']:%Y-%m-%d %H:%M}  {run['models']}  {run['calls']} calls, "
+              f"{run['tokens_in']:,}/{run['tokens_out']:,} tokens, ${run['cost_usd']:.4f}")
+    for doc in payload.get("documents", []):
+        print(f"  {doc['doc_id']}  {doc['calls']} calls, {doc['tokens_in']:,}/{doc['tokens_out']:,} tokens, "
+              f"${doc['cost_usd']:.6f}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from lightfoot_pipeline.demo import run_demo
 
@@ -198,6 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
 
+    p = sub.add_parser("cost", parents=[common], help="model calls, tokens and cost, per run and per document")
+    p.add_argument("--run", default=None, metavar="RUN_ID", help="only this run")
+    p.add_argument("--by-document", action="store_true", help="also list the cost of each document")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_cost)
+
     p = sub.add_parser("audit-deletion", parents=[common],
                        help="delete a seeded fraction and compare with a fresh build of the survivors")
     p.add_argument("--dataset", default=str(bundled_sample_dir()))
@@ -218,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except DatasetError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except LLMError as err:
+        print(f"error: model endpoint: {err}", file=sys.stderr)
         return 2
 
 
