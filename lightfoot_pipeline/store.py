@@ -259,8 +259,8 @@ class Store:
     def transaction(self) -> Iterator["Transaction"]:
         """Exclusive write access: lock, recover a crashed commit, then stage and commit writes."""
         with self._lock():
-            manifest = self.recover()
-            yield Transaction(self, manifest)
+            manifest, heads = self._recover()
+            yield Transaction(self, manifest, heads)
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
@@ -280,25 +280,42 @@ class Store:
 
     def recover(self) -> Manifest:
         """Undo table writes that a crashed commit left beyond the store log; return the state."""
+        return self._recover()[0]
+
+    def _recover(self) -> tuple[Manifest, dict[str, int]]:
+        """The state, and each existing table's version once it holds exactly the logged content.
+
+        A transaction writes each table on top of that version (see the module docstring). The
+        undoing commits are exact-version too: if another writer moves a table meanwhile, this
+        raises ConcurrentCommitError rather than mixing the two writers' files.
+        """
         manifest = self.manifest()
+        heads: dict[str, int] = {}
         for spec_name, uri in self._physical_tables():
             table = self._open(uri)
             if table is None:
                 continue
             logged = manifest.versions.get(spec_name)
-            if logged is None:
-                if table.to_pyarrow_dataset().count_rows() > 0:
-                    table.delete()
-            elif table.version() > logged:
-                table.restore(logged)
-        return manifest
+            with _conflicts_as(ConcurrentCommitError, f"recovering {spec_name}"):
+                if logged is None:
+                    if table.to_pyarrow_dataset().count_rows() > 0:
+                        table.delete(commit_properties=EXACT_VERSION)
+                elif table.version() > logged:
+                    table.restore(logged, commit_properties=EXACT_VERSION)
+            heads[spec_name] = table.version()
+        return manifest, heads
 
     def _physical_tables(self) -> list[tuple[str, str]]:
         from lightfoot_pipeline.tables import all_specs
 
         return [(spec.name, self.table_uri(spec.name)) for spec in all_specs()]
 
-    def _append_log(self, seq: int, operation: str, versions: dict[str, int], details: dict) -> Manifest:
+    def _append_log(
+        self, seq: int, operation: str, versions: dict[str, int], details: dict, *, read_at: int | None
+    ) -> Manifest:
+        """Append the log row as the log version right after ``read_at`` (the version the
+        committing transaction read), or raise ConcurrentCommitError if another writer got there
+        first: two writers can never both commit seq N+1."""
         now = dt.datetime.now(dt.timezone.utc)
         row = pa.table(
             {
@@ -310,20 +327,45 @@ class Store:
             },
             schema=LOG_SCHEMA,
         )
-        write_deltalake(
-            self.path("_lightfoot", "store_log"),
-            row,
-            mode="append",
-            configuration=TABLE_CONFIGURATION,
-            storage_options=self._options(),
-        )
-        return Manifest(seq=seq, versions=versions, operation=operation, details=details, committed_at=now)
+        uri = self.path("_lightfoot", "store_log")
+        if read_at is None:
+            log = self._create_table(uri, LOG_SCHEMA, partition_by=None, what="the store log")
+        else:
+            log = self._open(uri, read_at)
+            if log is None:
+                raise StoreError(f"the store log at {uri} was read at version {read_at} but is gone")
+        with _conflicts_as(ConcurrentCommitError, f"committing seq {seq}"):
+            write_deltalake(log, row, mode="append", commit_properties=EXACT_VERSION)
+        return Manifest(seq=seq, versions=versions, operation=operation, details=details, committed_at=now,
+                        log_version=log.version())
+
+    def _create_table(
+        self, uri: str, schema: pa.Schema, partition_by: list[str] | None, what: str, **metadata: str
+    ) -> DeltaTable:
+        """A new empty table at version 0, or ConcurrentCommitError if another writer created it."""
+        try:
+            table = DeltaTable.create(
+                uri, schema, mode="error", partition_by=partition_by, configuration=TABLE_CONFIGURATION,
+                storage_options=self._options(), commit_properties=EXACT_VERSION, **metadata,
+            )
+        except (CommitFailedError, DeltaError) as err:
+            if isinstance(err, CommitFailedError) or self._open(uri) is not None:
+                raise ConcurrentCommitError(f"another writer created {what} first") from err
+            raise
+        if table.version() != 0:
+            raise ConcurrentCommitError(f"another writer created {what} first")
+        return table
 
     # -- maintenance -----------------------------------------------------------------------
 
     def vacuum(self) -> dict[str, int]:
-        """Remove every data file and log entry that the current versions no longer use."""
+        """Remove every data file and log entry that the current versions no longer use.
+
+        The logged version of each table is kept too: it differs from the newest version only
+        when a writer is between its table writes and its log row, and readers read it.
+        """
         removed: dict[str, int] = {}
+        logged = self.manifest().versions
         uris = [(name, uri) for name, uri in self._physical_tables()]
         uris += [(f"journal/{name}", self.journal_uri(name)) for name, _ in self._physical_tables()]
         uris.append(("store_log", self.path("_lightfoot", "store_log")))
@@ -331,7 +373,9 @@ class Store:
             table = self._open(uri)
             if table is None:
                 continue
-            files = table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)
+            keep = [logged[name]] if name in logged else None
+            files = table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True,
+                                 keep_versions=keep)
             table.create_checkpoint()
             table.cleanup_metadata()
             removed[name] = len(files)
@@ -352,9 +396,12 @@ class Transaction:
     was read.
     """
 
-    def __init__(self, store: Store, manifest: Manifest) -> None:
+    def __init__(self, store: Store, manifest: Manifest, heads: dict[str, int] | None = None) -> None:
         self.store = store
         self.manifest = manifest
+        # The version each table is written on top of (see the module docstring): its version at
+        # the start, after recovery; without recovery, the logged one.
+        self._heads: dict[str, int] = dict(manifest.versions if heads is None else heads)
         self._original: dict[str, pl.DataFrame] = {}
         self._working: dict[str, pl.DataFrame] = {}
         # Buckets each table's staged changes may touch; None means "compare every bucket".
@@ -439,27 +486,42 @@ class Transaction:
             versions[name] = self._write_table(spec, rows, buckets)
             written[name] = len(buckets)
         details = {**(details or {}), "buckets_written": written, "config": self.config}
-        manifest = self.store._append_log(self.manifest.seq + 1, operation, versions, details)
+        manifest = self.store._append_log(
+            self.manifest.seq + 1, operation, versions, details, read_at=self.manifest.log_version
+        )
         self.manifest = manifest
         self._original = dict(self._working)
         self._touched = {name: set() for name in self._working}
         return manifest
 
     def _write_table(self, spec: TableSpec, rows: pl.DataFrame, buckets: list[int]) -> int:
+        """Replace the buckets' rows as the version right after this transaction's head of the table."""
         uri = self.store.table_uri(spec.name)
         data = conform(rows, spec)
-        options = self.store._options()
-        if self.store._open(uri) is None:
-            write_deltalake(
-                uri, data, mode="append", partition_by=[BUCKET], configuration=TABLE_CONFIGURATION,
-                storage_options=options, name=spec.name, description=spec.description,
+        head = self._heads.get(spec.name)
+        if head is None:
+            table = self.store._create_table(
+                uri, spec.arrow_schema, [BUCKET], f"table {spec.name!r}", name=spec.name, description=spec.description
             )
         else:
-            predicate = f"{BUCKET} IN ({', '.join(str(b) for b in buckets)})"
-            write_deltalake(uri, data, mode="overwrite", predicate=predicate, partition_by=[BUCKET], storage_options=options)
-        table = self.store._open(uri)
-        assert table is not None
+            table = self.store._open(uri, head)
+            if table is None:
+                raise StoreError(f"table {spec.name!r} was at version {head} when this transaction began, and is gone")
+        predicate = f"{BUCKET} IN ({', '.join(str(b) for b in buckets)})"
+        with _conflicts_as(ConcurrentCommitError, f"writing {spec.name}"):
+            write_deltalake(table, data, mode="overwrite", predicate=predicate, partition_by=[BUCKET],
+                            commit_properties=EXACT_VERSION)
+        self._heads[spec.name] = table.version()
         return table.version()
+
+
+@contextlib.contextmanager
+def _conflicts_as(error: type[StoreError], doing: str) -> Iterator[None]:
+    """Turn a failed exact-version Delta commit into ``error``, saying what was being done."""
+    try:
+        yield
+    except CommitFailedError as err:
+        raise error(f"another writer committed while this one was {doing}; run the operation again ({err})") from err
 
 
 def _typed(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:
