@@ -119,7 +119,8 @@ class OpenAIExtractor:
         finished_cleanly = False
         try:
             while queue or in_flight:
-                while queue and not stopped and len(in_flight) < 2 * workers:
+                # No more in flight than workers: a stop then sends nothing further.
+                while queue and not stopped and len(in_flight) < workers:
                     key, positions = queue.pop(0)
                     future = pool.submit(self._ask, passages[positions[0]])
                     in_flight[future] = (key, positions)

@@ -16,7 +16,8 @@ is unambiguous and recorded as an issue on the record (``repaired record …``):
 Then :func:`lightfoot_pipeline.records.validate_record` checks the record against the passage
 (entity and fact limits, types, evidence quotes). An answer with no JSON object at all, or one with
 neither entities nor facts, is unusable: the result says why, and the caller records the passage
-as failed with that reason and the raw answer. Parsing never raises on any input.
+as failed with that reason and the raw answer; so is one that broke off (cut short or malformed)
+before its first complete entity or fact. Parsing never raises on any input.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ _FENCE = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\r?\n?(.*?)(?:```|\Z)", re.DOTALL)
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _LITERALS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
 
+_CUT_REASONS = ("truncated JSON closed", "malformed JSON cut at the fault")
 _ENTITY_KEYS = ("entities", "entity", "nodes", "named_entities")
 _FACT_KEYS = ("facts", "fact", "triples", "triplets", "relations", "relationships", "edges")
 _FACT_FIELDS = (
@@ -85,6 +87,10 @@ def parse_answer(
                             issues=issues)
     record = validate_record(data, passage_text, entity_types=entity_types, max_entities=max_entities,
                              max_facts=max_facts, evidence_fourth=True)
+    cut = [i.reason for i in issues if i.reason in _CUT_REASONS]
+    if cut and not record.entities and not record.facts:
+        # Not an empty extraction: the answer broke off before its first complete item.
+        return ParsedAnswer(reason=f"unusable answer: {cut[0]} before any complete entity or fact", issues=issues)
     record.issues[:0] = issues
     return ParsedAnswer(record=record, issues=issues)
 

@@ -126,6 +126,11 @@ def test_an_oversized_answer_is_cut_before_parsing():
     assert {"repaired:answer too long, cut", "repaired:truncated JSON closed"} <= set(reasons(result))
 
 
+def test_an_empty_extraction_is_not_a_failure():
+    result = parse('{"entities":[],"facts":[]}')
+    assert result.ok and result.record.entities == [] and result.record.facts == []
+
+
 def test_unusable_answers_say_why():
     cases = {
         "": "empty answer",
@@ -135,6 +140,7 @@ def test_unusable_answers_say_why():
         '["Marie Curie", "Warsaw"]': "no JSON object",
         '{"answer": "PWNED"}': "neither entities nor facts",
         "{" + "[" * 5000: "no JSON object",
+        '{"entities":[{"name":"Marie Curie","type":': "truncated JSON closed before any complete entity or fact",
     }
     for text, why in cases.items():
         result = parse(text)
