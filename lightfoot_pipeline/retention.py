@@ -1,0 +1,137 @@
+"""Retention: which documents are past their retention date, from their metadata or a policy file.
+
+A document's retention date is the earliest of
+
+- its own ``retention_until`` (a corpus field, stored in the documents table), and
+- the dates the policy file's matching rules give it.
+
+It is due for deletion (a hard erase) on the first day after that date.
+
+The policy file is JSON::
+
+    {"rules": [
+        {"source": "crm/*", "keep_days": 365},
+        {"doc_id": "draft-*", "delete_after": "2026-06-30"}
+    ]}
+
+A rule matches a document when every pattern it gives (``doc_id``, ``source``; shell-style globs)
+matches; it gives ``delete_after`` (an ISO date) or ``keep_days`` (counted from the day the
+document landed, so it applies to documents that came through an inbox).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import json
+from dataclasses import dataclass
+from typing import Mapping
+
+import polars as pl
+
+
+class PolicyError(ValueError):
+    """A retention policy file that cannot be read; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class RetentionRule:
+    doc_id: str | None = None
+    source: str | None = None
+    delete_after: dt.date | None = None
+    keep_days: int | None = None
+
+    def matches(self, doc_id: str, source: str) -> bool:
+        return (self.doc_id is None or fnmatch.fnmatchcase(doc_id, self.doc_id)) and (
+            self.source is None or fnmatch.fnmatchcase(source or "", self.source)
+        )
+
+    def until(self, landed_on: dt.date | None) -> dt.date | None:
+        if self.delete_after is not None:
+            return self.delete_after
+        if self.keep_days is not None and landed_on is not None:
+            return landed_on + dt.timedelta(days=self.keep_days)
+        return None
+
+    def describe(self) -> str:
+        where = " and ".join(f"{k} {v!r}" for k, v in (("doc_id", self.doc_id), ("source", self.source)) if v)
+        what = f"delete after {self.delete_after}" if self.delete_after else f"keep {self.keep_days} days"
+        return f"policy rule ({where or 'every document'}: {what})"
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    rules: tuple[RetentionRule, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str, where: str = "retention policy") -> "RetentionPolicy":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise PolicyError(f"{where}: not valid JSON ({err.msg} at line {err.lineno})") from err
+        if not isinstance(data, dict) or not isinstance(data.get("rules"), list):
+            raise PolicyError(f"{where}: expected an object with a list of rules")
+        rules = []
+        for number, raw in enumerate(data["rules"], start=1):
+            rules.append(_rule(raw, f"{where}: rule {number}"))
+        return cls(tuple(rules))
+
+
+def _rule(raw: object, where: str) -> RetentionRule:
+    if not isinstance(raw, dict):
+        raise PolicyError(f"{where}: expected an object")
+    unknown = set(raw) - {"doc_id", "source", "delete_after", "keep_days"}
+    if unknown:
+        raise PolicyError(f"{where}: unknown fields {sorted(unknown)}")
+    for name in ("doc_id", "source"):
+        if name in raw and not isinstance(raw[name], str):
+            raise PolicyError(f"{where}: {name} must be a glob pattern string")
+    if ("delete_after" in raw) == ("keep_days" in raw):
+        raise PolicyError(f"{where}: give exactly one of delete_after and keep_days")
+    delete_after = None
+    if "delete_after" in raw:
+        try:
+            delete_after = dt.date.fromisoformat(str(raw["delete_after"]))
+        except ValueError as err:
+            raise PolicyError(f"{where}: delete_after {raw['delete_after']!r} is not an ISO date") from err
+    keep_days = raw.get("keep_days")
+    if keep_days is not None and (not isinstance(keep_days, int) or isinstance(keep_days, bool) or keep_days < 0):
+        raise PolicyError(f"{where}: keep_days must be a whole number of days, not {keep_days!r}")
+    return RetentionRule(raw.get("doc_id"), raw.get("source"), delete_after, keep_days)
+
+
+@dataclass(frozen=True)
+class DueDocument:
+    doc_id: str
+    until: dt.date
+    why: str
+
+    @property
+    def reason(self) -> str:
+        return f"retention: {self.why} expired on {self.until.isoformat()}"
+
+
+def due_documents(
+    documents: pl.DataFrame,
+    today: dt.date,
+    policy: RetentionPolicy | None = None,
+    landed_on: Mapping[str, dt.date] | None = None,
+) -> list[DueDocument]:
+    """Documents (rows of the documents table) whose retention date is before ``today``."""
+    policy = policy or RetentionPolicy()
+    landed_on = landed_on or {}
+    due = []
+    for row in documents.select("doc_id", "source", "retention_until").iter_rows(named=True):
+        candidates: list[tuple[dt.date, str]] = []
+        if row["retention_until"] is not None:
+            candidates.append((row["retention_until"], "retention_until"))
+        for rule in policy.rules:
+            if rule.matches(row["doc_id"], row["source"] or ""):
+                until = rule.until(landed_on.get(row["doc_id"]))
+                if until is not None:
+                    candidates.append((until, rule.describe()))
+        if candidates:
+            until, why = min(candidates)
+            if until < today:
+                due.append(DueDocument(row["doc_id"], until, why))
+    return sorted(due, key=lambda d: d.doc_id)
