@@ -8,6 +8,7 @@ Erasure also removes what history and caches still hold:
 3. every Delta data file and log entry that the current table versions do not need (vacuum with
    zero retention, then a checkpoint and log clean-up);
 4. every old LanceDB version and unreferenced data file;
+5. the landed copies of documents that came through an inbox (landing.py);
 
 and then marks the tombstones as erased. After it, no file under the store root holds the text;
 the tests plant a canary string and search every file for it.
@@ -23,6 +24,7 @@ import polars as pl
 
 from lightfoot_pipeline.extraction.cache import ExtractionCache
 from lightfoot_pipeline.facts import fact_text
+from lightfoot_pipeline.landing import Landing
 from lightfoot_pipeline.store import Store
 from lightfoot_pipeline.tables import ALIASES, EXTRACTIONS, FACTS, PASSAGES, TOMBSTONES
 from lightfoot_pipeline.vectors import VectorCache, cleanup_vector_history
@@ -34,6 +36,7 @@ class EraseReport:
     cache_entries_purged: int = 0
     vectors_purged: dict[str, int] = field(default_factory=dict)
     files_vacuumed: dict[str, int] = field(default_factory=dict)
+    landed_copies_removed: int = 0
     erased_at: str = ""
 
     def as_dict(self) -> dict:
@@ -76,6 +79,7 @@ def erase_history(store: Store, doc_ids: Sequence[str]) -> EraseReport:
                 ),
             )
             tx.commit("erase", {"documents": len(doc_ids)})
+    report.landed_copies_removed = Landing(store).forget(doc_ids)  # documents that came through an inbox
     report.files_vacuumed = store.vacuum()
     cleanup_vector_history(store)
     report.erased_at = now.isoformat()
