@@ -1,0 +1,73 @@
+"""The command line against an S3-compatible store: ingest, erase, audit, all via ``--store s3://``.
+
+Each command runs in its own process, configured only by the standard AWS environment
+variables, as it would be in a deployment.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from lightfoot_pipeline.audit import choose_deletions
+
+CANARY = f"zyxcanary{uuid.uuid4().hex[:10]}"
+CANARY_DOC = {
+    "doc_id": "canary-doc",
+    "title": "Lake Quillinder",
+    "text": f"Lake Quillinder is a reservoir whose keeper's password is {CANARY}. "
+            "It was filled in 1931 and feeds the town of Marrowby.",
+}
+CANARY_RECORD = {
+    "doc_id": "canary-doc",
+    "entities": [{"name": "Lake Quillinder", "type": None, "description": None},
+                 {"name": f"Keeper {CANARY}", "type": None, "description": None},
+                 {"name": "Marrowby", "type": None, "description": None}],
+    "facts": [["Lake Quillinder", "feeds", "Marrowby"], [f"Keeper {CANARY}", "keeps", "Lake Quillinder"]],
+}
+
+
+def lightfoot(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lightfoot_pipeline.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def surviving_seed(doc_ids: list[str], fraction: float, keep: str) -> int:
+    """A seed whose audit deletes other documents than ``keep`` (erased separately below)."""
+    return next(seed for seed in range(100) if keep not in choose_deletions(doc_ids, fraction, seed))
+
+
+@pytest.mark.slow
+def test_audit_then_erase_on_the_object_store(object_store, make_dataset, tmp_path):
+    dataset = make_dataset("slice", 50, extra=((CANARY_DOC, CANARY_RECORD),))
+    doc_ids = [json.loads(line)["doc_id"] for line in (dataset / "corpus.jsonl").read_text().splitlines()]
+    seed = surviving_seed(doc_ids, 0.1, CANARY_DOC["doc_id"])
+    uri, out = object_store.uri("index"), tmp_path / "audit.json"
+
+    # Build the slice on the object store, delete a tenth, compare with a fresh build of the rest.
+    audited = lightfoot(object_store.env, "audit-deletion", "--store", uri, "--dataset", str(dataset),
+                        "--fraction", "0.1", "--seed", str(seed), "--embedder", "hashing", "--out", str(out))
+    assert audited.returncode == 0, audited.stderr + audited.stdout
+    result = json.loads(out.read_text())
+    assert result["fingerprint_equal"] is True, result["tables_differing"]
+    assert result["deleted_docs"] == 5 and result["model_calls"] == 0
+    assert object_store.keys("index/_lightfoot/store_log/"), "the audited store lives on the object store"
+    # The canary reached the object store, so the search below is able to find it.
+    assert object_store.objects_containing(CANARY, "index/", first=True)
+
+    erased = lightfoot(object_store.env, "delete", CANARY_DOC["doc_id"], "--erase", "--store", uri, "--json")
+    assert erased.returncode == 0, erased.stderr
+    report = json.loads(erased.stdout)
+    assert report["deleted"] == [CANARY_DOC["doc_id"]] and report["model_calls"] == 0
+    assert sum(report["erase"]["files_vacuumed"].values()) > 0
+
+    assert object_store.objects_containing(CANARY, "index/") == []
+    # The surviving documents' text is still there, and the store still answers.
+    assert object_store.objects_containing("Journal of Mathematical Physics", "index/", first=True)
+    status = lightfoot(object_store.env, "status", "--store", uri, "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["counts"]["documents"] == 50 - 5

@@ -1,0 +1,180 @@
+"""Writers racing on one store on an S3-compatible server lose no commit and no row.
+
+On an object store nothing serialises writers inside the engine (that is the orchestrator's
+pool), so these tests let two writers run into each other on purpose: both pass the store's
+"nobody committed since I read" check, then both write. Exactly one commit may win; the other
+must fail with ConcurrentCommitError (never succeed over the winner), and running it again must
+bring its rows in.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import polars as pl
+import pytest
+
+from lightfoot_pipeline import pipeline
+from lightfoot_pipeline.dataset import Document
+from lightfoot_pipeline.documents import upsert_documents
+from lightfoot_pipeline.extraction import ReplayExtractor
+from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.store import ConcurrentCommitError, Store, Transaction
+from lightfoot_pipeline.tables import DOCUMENTS, PASSAGES, with_buckets
+
+SETTINGS = IndexSettings()
+
+
+def doc(doc_id: str) -> Document:
+    return Document(doc_id=doc_id, title=f"Title of {doc_id}", text=f"The text of {doc_id}, which is short.")
+
+
+def add_documents(store: Store, doc_ids: list[str]) -> int:
+    """Stage documents and their passages through the document stage, and commit."""
+    with store.transaction() as tx:
+        upsert_documents(tx, [doc(d) for d in doc_ids], SETTINGS)
+        return tx.commit("ingest").seq
+
+
+def race(writers: list, attempts: int = 1) -> list[object]:
+    """Run the writers at once; each result is its return value or the exception it raised."""
+    results: list[object] = [None] * len(writers)
+
+    def run(i: int) -> None:
+        try:
+            results[i] = writers[i]()
+        except Exception as err:  # noqa: BLE001 - the test inspects what each writer raised
+            results[i] = err
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(writers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    return results
+
+
+def gate_once(monkeypatch, owner, attribute: str, parties: int, when=lambda *args: True) -> threading.Barrier:
+    """Make the first ``parties`` calls of ``owner.attribute`` (where ``when`` holds) wait for each other."""
+    barrier = threading.Barrier(parties, timeout=60)
+    original = getattr(owner, attribute)
+    passed = {"n": 0}
+    lock = threading.Lock()
+
+    def gated(*args, **kwargs):
+        if when(*args):
+            with lock:
+                wait = passed["n"] < parties
+                passed["n"] += 1
+            if wait:
+                barrier.wait()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, attribute, gated)
+    return barrier
+
+
+def documents_of(store: Store) -> list[str]:
+    return sorted(store.read(DOCUMENTS.name).get_column("doc_id").to_list())
+
+
+def assert_log_is_a_sequence(store: Store) -> None:
+    seqs = store.history().get_column("seq").to_list()
+    assert seqs == list(range(1, len(seqs) + 1)), f"store log seqs {seqs}: a seq was committed twice"
+
+
+@pytest.mark.parametrize("table_exists", [False, True], ids=["new-table", "existing-table"])
+def test_two_writers_on_the_same_table_one_wins_and_the_retry_loses_no_row(object_store, monkeypatch, table_exists):
+    store = Store(object_store.uri("race"))
+    before = ["d-0"] if table_exists else []
+    if before:
+        add_documents(store, before)
+    # Both writers pass the seq check, then write the documents table on top of the same version.
+    gate_once(monkeypatch, Transaction, "_write_table", 2, when=lambda tx, spec, *rest: spec.name == DOCUMENTS.name)
+
+    results = race([lambda: add_documents(Store(store.uri), ["d-a"]),
+                    lambda: add_documents(Store(store.uri), ["d-b"])])
+
+    failed = [r for r in results if isinstance(r, Exception)]
+    assert len(failed) == 1 and isinstance(failed[0], ConcurrentCommitError), results
+    winner = "d-a" if isinstance(results[0], int) else "d-b"
+    loser = "d-b" if winner == "d-a" else "d-a"
+    assert documents_of(store) == sorted([*before, winner])
+    add_documents(store, [loser])  # what an orchestrator's retry does
+    assert documents_of(store) == sorted([*before, "d-a", "d-b"])
+    assert_log_is_a_sequence(store)
+
+
+def test_two_writers_on_different_tables_cannot_both_commit_the_next_seq(object_store, monkeypatch):
+    store = Store(object_store.uri("race"))
+    add_documents(store, ["d-0"])
+    # Both writers pass the seq check and write their tables; then both append the store log.
+    gate_once(monkeypatch, Store, "_append_log", 2)
+
+    def stage(table: str, doc_id: str):
+        def write() -> int:
+            with Store(store.uri).transaction() as tx:
+                rows = pl.DataFrame([{"doc_id": doc_id, "title": "t", "source": "", "content_hash": doc_id,
+                                      "n_passages": 1, "retention_until": None}] if table == DOCUMENTS.name else
+                                    [{"chunk_id": f"{doc_id}#0", "doc_id": doc_id, "ordinal": 0, "title": "t",
+                                      "text": "x", "text_hash": doc_id}])
+                spec = DOCUMENTS if table == DOCUMENTS.name else PASSAGES
+                current = tx.table(spec.name)
+                tx.put(spec.name, pl.concat([current, with_buckets(rows, spec, tx.n_buckets).cast(current.schema)]))
+                return tx.commit(f"write {table}").seq
+        return write
+
+    results = race([stage(DOCUMENTS.name, "d-a"), stage(PASSAGES.name, "d-b")])
+
+    failed = [r for r in results if isinstance(r, Exception)]
+    assert len(failed) == 1 and isinstance(failed[0], ConcurrentCommitError), results
+    assert [r for r in results if isinstance(r, int)] == [2]
+    assert_log_is_a_sequence(store)
+    # The loser's table write reached storage but not the log: readers do not see it.
+    loser_table = PASSAGES.name if isinstance(results[0], int) else DOCUMENTS.name
+    loser_rows = store.read(loser_table).filter(pl.col("doc_id") == ("d-b" if loser_table == PASSAGES.name else "d-a"))
+    assert loser_rows.height == 0
+    # The next writer undoes it, and running the loser again commits it.
+    retry = stage(loser_table, "d-b" if loser_table == PASSAGES.name else "d-a")
+    assert retry() == 3
+    assert store.read(DOCUMENTS.name).filter(pl.col("doc_id") == "d-a").height == 1
+    assert store.read(PASSAGES.name).filter(pl.col("doc_id") == "d-b").height == 1
+    assert_log_is_a_sequence(store)
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_racing_ingests_lose_no_document(where, object_store, tmp_path, sample_documents, sample_records,
+                                         hashing_embedder):
+    """Two ingests of different documents at once, each run again on a conflict as an
+    orchestrator would: the store ends up holding both, identical to one ingest of all of them."""
+    uri = object_store.uri("ingests") if where == "s3" else str(tmp_path / "store")
+    slices = [sample_documents[0:12], sample_documents[12:24]]
+    extractor = ReplayExtractor(sample_records)
+    start = threading.Barrier(len(slices), timeout=60)
+    conflicts = [0] * len(slices)
+
+    def writer(i: int):
+        def run():
+            start.wait()
+            for _attempt in range(10):
+                try:
+                    return pipeline.ingest(Store(uri), slices[i], extractor, hashing_embedder, SETTINGS).seq
+                except ConcurrentCommitError:
+                    conflicts[i] += 1
+                    time.sleep(random.uniform(0.05, 0.5))
+            raise AssertionError(f"writer {i} kept conflicting")
+        return run
+
+    results = race([writer(i) for i in range(len(slices))])
+
+    assert all(isinstance(r, int) for r in results), results
+    store = Store(uri)
+    assert documents_of(store) == sorted(d.doc_id for part in slices for d in part)
+    assert_log_is_a_sequence(store)
+    if where == "local":
+        assert conflicts == [0, 0], "the local writer lock serialises writers"
+    fresh = Store(str(tmp_path / "fresh"))
+    pipeline.ingest(fresh, [d for part in slices for d in part], extractor, hashing_embedder, SETTINGS)
+    assert pipeline.fingerprint(store).digest == pipeline.fingerprint(fresh).digest
