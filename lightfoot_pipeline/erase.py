@@ -9,6 +9,8 @@ Erasure also removes what history and caches still hold:
    zero retention, then a checkpoint and log clean-up);
 4. every old LanceDB version and unreferenced data file;
 5. the landed copies of documents that came through an inbox (landing.py);
+6. every serving snapshot that holds an erased document (snapshot.py; a fresh one replaces the
+   published one first);
 
 and then marks the tombstones as erased. After it, no file under the store root holds the text;
 the tests plant a canary string and search every file for it.
@@ -25,6 +27,7 @@ import polars as pl
 from lightfoot_pipeline.extraction.cache import ExtractionCache
 from lightfoot_pipeline.facts import fact_text
 from lightfoot_pipeline.landing import Landing
+from lightfoot_pipeline.snapshot import erase_from_snapshots
 from lightfoot_pipeline.store import Store
 from lightfoot_pipeline.tables import ALIASES, EXTRACTIONS, FACTS, PASSAGES, TOMBSTONES
 from lightfoot_pipeline.vectors import VectorCache, cleanup_vector_history
@@ -37,6 +40,7 @@ class EraseReport:
     vectors_purged: dict[str, int] = field(default_factory=dict)
     files_vacuumed: dict[str, int] = field(default_factory=dict)
     landed_copies_removed: int = 0
+    snapshots_removed: int = 0
     erased_at: str = ""
 
     def as_dict(self) -> dict:
@@ -80,6 +84,7 @@ def erase_history(store: Store, doc_ids: Sequence[str]) -> EraseReport:
             )
             tx.commit("erase", {"documents": len(doc_ids)})
     report.landed_copies_removed = Landing(store).forget(doc_ids)  # documents that came through an inbox
+    report.snapshots_removed = erase_from_snapshots(store, doc_ids)  # serving copies of the text
     report.files_vacuumed = store.vacuum()
     cleanup_vector_history(store)
     report.erased_at = now.isoformat()
