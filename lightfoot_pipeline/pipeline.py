@@ -201,8 +201,11 @@ def fingerprint(store: Store, manifest: Manifest | None = None, include_vectors:
     manifest = manifest or store.manifest()
     frames = {spec.name: store.read(spec.name, manifest) for spec in INDEX_TABLES}
     result = fingerprint_tables(frames, list(INDEX_TABLES))
-    if include_vectors and manifest.config.get("embedder"):
+    if include_vectors:
         names = sorted(frames[ALIASES.name].get_column("name").unique().to_list())
+        if not names:
+            result.tables["name_vectors"] = digest_frame(pl.DataFrame(), [])
+            return result
         cache = VectorCache.for_model(store, "name", manifest.config["embedder"], manifest.config["dim"])
         vectors = cache.stored_vectors(names)
         frame = pl.DataFrame({"name": names, "vector": [v.tolist() if v is not None else None for v in vectors]},

@@ -19,6 +19,18 @@ import pyarrow as pa
 from lightfoot_pipeline.embedder import Embedder
 
 
+def lance_table_names(db) -> list[str]:
+    """Every table of a LanceDB connection, following pagination."""
+    names: list[str] = []
+    token = None
+    while True:
+        response = db.list_tables(page_token=token)
+        names.extend(response.tables)
+        token = response.page_token
+        if not token:
+            return names
+
+
 def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
@@ -51,7 +63,7 @@ class VectorCache:
 
     def _table(self, create: bool):
         db = self.store.lance()
-        if self.table_name in db.table_names():
+        if self.table_name in lance_table_names(db):
             return db.open_table(self.table_name)
         if not create:
             return None
@@ -122,5 +134,5 @@ class _Unloaded:
 def cleanup_vector_history(store) -> None:
     """Drop every old LanceDB version and unreferenced file (after an erase)."""
     db = store.lance()
-    for name in db.table_names():
+    for name in lance_table_names(db):
         db.open_table(name).optimize(cleanup_older_than=dt.timedelta(0), delete_unverified=True)
