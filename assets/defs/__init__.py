@@ -1,0 +1,1 @@
+"""Lightfoot's definitions, one module per domain; ``assets.definitions`` loads them all."""

@@ -1,0 +1,185 @@
+"""Asset checks that guard the index's invariants; each is blocking, so a failure stops the
+serving snapshot from being exported.
+
+- every passage is accounted for: extracted, or failed with its reason;
+- no reference dangles: nothing points at a deleted document, passage, name or entity;
+- the store equals a fresh rebuild of its live documents (after deletions; configurable, since
+  it costs a rebuild).
+"""
+
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+from pydantic import Field
+
+from assets.keys import ENTITIES, EXTRACTIONS, FACTS, GRAPH_ASSETS, NAME_LINKS, NAME_VECTORS, REBUILD_CHECK, SYNONYM_EDGES
+from assets.resources import EmbedderResource, StoreResource
+from lightfoot_pipeline import pipeline
+from lightfoot_pipeline.extraction.outcome import FAILED, OK
+from lightfoot_pipeline.reconcile import name_statistics
+from lightfoot_pipeline.store import Store
+from lightfoot_pipeline.tables import (
+    ALIASES, DOCUMENTS, ENTITIES as ENTITIES_TABLE, EXTRACTIONS as EXTRACTIONS_TABLE, FACT_SOURCES,
+    FACTS as FACTS_TABLE, FORMS, MENTIONS, PASSAGES, SYNONYM_EDGES as SYNONYM_EDGES_TABLE,
+)
+
+
+@dg.asset_check(asset=EXTRACTIONS, blocking=True)
+def passages_accounted_for(store: StoreResource) -> dg.AssetCheckResult:
+    """Every live passage has one extraction: a record, or a failure that says why."""
+    lightfoot = store.open()
+    manifest = lightfoot.manifest()
+    passages = lightfoot.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id"])
+    extractions = lightfoot.read(EXTRACTIONS_TABLE.name, manifest, columns=["chunk_id", "status", "reason"])
+    missing = passages.join(extractions, on="chunk_id", how="anti")
+    duplicated = extractions.group_by("chunk_id").len().filter(pl.col("len") > 1)
+    unknown_status = extractions.filter(~pl.col("status").is_in([OK, FAILED]))
+    failed = extractions.filter(pl.col("status") == FAILED)
+    unexplained = failed.filter(pl.col("reason").fill_null("").str.strip_chars() == "")
+    reasons = failed.group_by("reason").len().sort(["len", "reason"], descending=[True, False]).head(10)
+    passed = missing.height == 0 and duplicated.height == 0 and unknown_status.height == 0 and unexplained.height == 0
+    return dg.AssetCheckResult(
+        passed=passed,
+        description=None if passed else (
+            f"{missing.height} passages without an extraction, {unexplained.height} failures without a reason, "
+            f"{duplicated.height} passages with several, {unknown_status.height} with an unknown status"
+        ),
+        metadata={
+            "passages": passages.height,
+            "extracted": extractions.filter(pl.col("status") == OK).height,
+            "failed": failed.height,
+            "missing": missing.height,
+            "missing_examples": dg.MetadataValue.json(missing.get_column("chunk_id").head(20).to_list()),
+            "failed_without_reason": unexplained.height,
+            "failure_reasons": dg.MetadataValue.json({r["reason"]: r["len"] for r in reasons.iter_rows(named=True)}),
+            "store_commit": manifest.seq,
+        },
+    )
+
+
+def dangling_references(store: Store) -> dict[str, int]:
+    """For each kind of reference, how many point at something that is not live."""
+    manifest = store.manifest()
+    read = lambda name, *cols: store.read(name, manifest, columns=list(cols))  # noqa: E731
+    documents = read(DOCUMENTS.name, "doc_id")
+    passages = read(PASSAGES.name, "chunk_id", "doc_id")
+    entities = read(ENTITIES_TABLE.name, "entity_id")
+    forms = read(FORMS.name, "chunk_id", "doc_id", "name", "type", "surface")
+    aliases = read(ALIASES.name, "name", "type", "entity_id")
+    mentions = read(MENTIONS.name, "entity_id", "chunk_id")
+    edges = read(SYNONYM_EDGES_TABLE.name, "entity_a", "entity_b")
+    sources = read(FACT_SOURCES.name, "fact_id", "chunk_id")
+    facts = read(FACTS_TABLE.name, "fact_id")
+    extractions = read(EXTRACTIONS_TABLE.name, "chunk_id", "doc_id")
+
+    def absent(frame: pl.DataFrame, on: str, target: pl.DataFrame, target_on: str | None = None) -> int:
+        keys = target.select(pl.col(target_on or on).alias(on)).unique()
+        return frame.select(on).join(keys, on=on, how="anti").height
+
+    live_names = name_statistics(forms).select("name", "type")
+    return {
+        "passages -> documents": absent(passages, "doc_id", documents),
+        "extractions -> passages": absent(extractions, "chunk_id", passages),
+        "forms -> passages": absent(forms, "chunk_id", passages),
+        "fact_sources -> passages": absent(sources, "chunk_id", passages),
+        "mentions -> passages": absent(mentions, "chunk_id", passages),
+        "mentions -> entities": absent(mentions, "entity_id", entities),
+        "aliases -> entities": absent(aliases, "entity_id", entities),
+        "aliases -> live names": aliases.join(live_names, on=["name", "type"], how="anti").height,
+        "live names -> aliases": live_names.join(aliases, on=["name", "type"], how="anti").height,
+        "synonym_edges -> entities": absent(edges, "entity_a", entities, "entity_id")
+        + absent(edges, "entity_b", entities, "entity_id"),
+        "facts -> fact_sources": absent(facts, "fact_id", sources),
+        "fact_sources -> facts": absent(sources, "fact_id", facts),
+    }
+
+
+@dg.asset_check(asset=ENTITIES, blocking=True)
+def no_dangling_references(store: StoreResource) -> dg.AssetCheckResult:
+    """Nothing in the index points at a deleted document, passage, name or entity, and every live
+    name belongs to an entity."""
+    counts = dangling_references(store.open())
+    bad = {k: v for k, v in counts.items() if v}
+    return dg.AssetCheckResult(
+        passed=not bad,
+        description=None if not bad else "dangling: " + ", ".join(f"{k} ({v})" for k, v in bad.items()),
+        metadata={"dangling": dg.MetadataValue.json(counts), "total": sum(counts.values())},
+    )
+
+
+class RebuildCheckConfig(dg.Config):
+    enabled: bool = Field(default=True, description="Rebuild and compare (off: the check warns that it did not).")
+    reuse_vector_cache: bool = Field(
+        default=True, description="Seed the rebuild's name-vector cache from the store's (vectors depend on "
+        "model and name only); off: embed every name again.",
+    )
+
+
+# The tables whose digests each graph asset's check compares.
+REBUILD_TABLES: dict[dg.AssetKey, list[str]] = {
+    NAME_VECTORS: ["name_vectors"],
+    NAME_LINKS: ["name_links"],
+    ENTITIES: ["entities", "aliases", "mentions", "forms"],
+    SYNONYM_EDGES: ["synonym_edges"],
+    FACTS: ["facts", "fact_sources"],
+}
+
+
+@dg.multi_asset_check(
+    specs=[
+        dg.AssetCheckSpec(
+            REBUILD_CHECK, asset=key, blocking=True,
+            description="The table equals the same table of a fresh index built from the store's live documents "
+            "and extractions (no model call).",
+        )
+        for key in GRAPH_ASSETS
+    ],
+    can_subset=False,
+)
+def matches_fresh_rebuild(
+    context: dg.AssetCheckExecutionContext, config: RebuildCheckConfig, store: StoreResource, embedder: EmbedderResource
+):
+    """After deletions the store must equal a fresh index of the survivors: rebuild one in a scratch
+    store from the live documents and their stored extractions, and compare fingerprints."""
+    if not config.enabled:
+        for key in GRAPH_ASSETS:
+            yield dg.AssetCheckResult(
+                asset_key=key, check_name=REBUILD_CHECK, passed=False, severity=dg.AssetCheckSeverity.WARN,
+                description="not compared: the rebuild comparison is disabled in this run's config",
+            )
+        return
+    source = store.open()
+    manifest = source.manifest()
+    scratch = Path(tempfile.mkdtemp(prefix="lightfoot-rebuild-check-"))
+    try:
+        target = Store(str(scratch / "store"), n_buckets=source.n_buckets)
+        root = source.local_root()
+        if config.reuse_vector_cache and root is not None and (root / "vectors").exists():
+            shutil.copytree(root / "vectors", scratch / "store" / "vectors")
+        started = time.perf_counter()
+        pipeline.rebuild(source, target, embedder.get(), store.settings())
+        seconds = time.perf_counter() - started
+        mine, fresh = pipeline.fingerprint(source, manifest), pipeline.fingerprint(target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    differing = mine.differences(fresh)
+    context.log.info(f"fresh rebuild in {seconds:.1f}s; fingerprints equal: {mine.digest == fresh.digest}")
+    common = {
+        "store_fingerprint": dg.MetadataValue.text(mine.digest),
+        "rebuild_fingerprint": dg.MetadataValue.text(fresh.digest),
+        "store_commit": dg.MetadataValue.int(manifest.seq),
+        "differing_tables": dg.MetadataValue.json(differing),
+        "rebuild_seconds": dg.MetadataValue.float(round(seconds, 3)),
+    }
+    for key, tables in REBUILD_TABLES.items():
+        wrong = [t for t in tables if t in differing]
+        yield dg.AssetCheckResult(
+            asset_key=key, check_name=REBUILD_CHECK, passed=not wrong,
+            description=None if not wrong else f"differs from a fresh rebuild in {', '.join(wrong)}",
+            metadata={**common, "rows": dg.MetadataValue.json({t: mine.tables[t].rows for t in tables if t in mine.tables})},
+        )

@@ -1,0 +1,331 @@
+"""Deletion and retention: tombstones, hard erasure, the erasure-request inbox, the retention
+schedule, and the removal of deleted documents' partitions.
+
+A deletion request — a file in the erasure inbox, the retention schedule, or ``lightfoot delete``
+on the command line — becomes a tombstone: one store commit removes the documents' rows, and a
+materialization of each document's partition (passages, extractions, forms) records it as
+tombstoned. The graph then recomputes only the components the deleted names touched; erasure
+removes the documents' text from history; and only then, with everything downstream clean, is the
+partition key removed.
+"""
+
+import datetime as dt
+import json
+from collections import defaultdict
+
+import dagster as dg
+import polars as pl
+
+from assets.keys import (
+    DELETION_JOB, ERASURES, GRAPH_ASSETS, PER_DOCUMENT_ASSETS, RETENTION_GROUP, SERVING_SNAPSHOT, TOMBSTONES,
+    TRIGGER_TAG,
+)
+from assets.partitions import DOCUMENTS
+from assets.provenance import STORE_POOL, commit_if_changed, store_metadata
+from assets.resources import InboxResource, StoreResource
+from lightfoot_pipeline.dataset import DatasetError
+from lightfoot_pipeline.documents import tombstone_documents
+from lightfoot_pipeline.erase import erase_history
+from lightfoot_pipeline.inbox import Inbox
+from lightfoot_pipeline.landing import DeletionRequest, Landing, read_json, utc_now, open_filesystem
+from lightfoot_pipeline.retention import PolicyError, RetentionPolicy, due_documents
+from lightfoot_pipeline.store import Store
+from lightfoot_pipeline.tables import DOCUMENTS as DOCUMENTS_TABLE
+from lightfoot_pipeline.tables import GRAPH_QUEUE
+from lightfoot_pipeline.tables import TOMBSTONES as TOMBSTONES_TABLE
+
+TOMBSTONED = "tombstoned"
+
+
+def tombstone_event(asset_key: dg.AssetKey, doc_id: str, reason: str, erase: bool, seq: int) -> dg.AssetMaterialization:
+    """The materialization that marks a document's partition of a per-document asset as deleted."""
+    return dg.AssetMaterialization(
+        asset_key=asset_key,
+        partition=doc_id,
+        description=f"tombstone: {reason}" if reason else "tombstone",
+        metadata={
+            "status": dg.MetadataValue.text(TOMBSTONED),
+            "reason": dg.MetadataValue.text(reason),
+            "erase": dg.MetadataValue.bool(erase),
+            "store_commit": dg.MetadataValue.int(seq),
+            "dagster/row_count": dg.MetadataValue.int(0),
+        },
+    )
+
+
+@dg.asset(group_name=RETENTION_GROUP, kinds={"deltalake"}, pool=STORE_POOL)
+def tombstones(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
+    """The deletion log: pending deletion requests applied, one tombstone per deleted document.
+
+    One commit removes the documents' rows from every per-document table; their landed copies go
+    too. Each deleted document's partition gets a tombstone materialization. No model call.
+    """
+    lightfoot = store.open()
+    landing = Landing(lightfoot)
+    requests = landing.deletion_requests()
+    groups: dict[tuple[str, bool], list[str]] = defaultdict(list)
+    for request in requests:
+        groups[(request.reason, request.erase)].append(request.doc_id)
+    deleted: dict[str, tuple[str, bool]] = {}
+    not_found: list[str] = []
+    passages_removed = 0
+    with lightfoot.transaction() as tx:
+        for (reason, erase), doc_ids in sorted(groups.items()):
+            report = tombstone_documents(tx, doc_ids, reason=reason, erase=erase)
+            deleted.update({d: (reason, erase) for d in report.deleted})
+            not_found.extend(report.not_found)
+            passages_removed += len(report.chunk_ids)
+        manifest, changed = commit_if_changed(
+            tx, "delete", {"deleted": len(deleted), "model_calls": 0, "run_id": context.run.run_id}
+        )
+    requested = [r.doc_id for r in requests]
+    landing.forget(requested)  # a landed copy holds the text, and no later run may ingest it again
+    landing.resolve_requests(requested)
+    partitions = set(context.instance.get_dynamic_partitions(DOCUMENTS.name))
+    for doc_id, (reason, erase) in sorted(deleted.items()):
+        if doc_id in partitions:
+            for key in PER_DOCUMENT_ASSETS:
+                context.log_event(tombstone_event(key, doc_id, reason, erase, manifest.seq))
+    context.log.info(f"tombstoned {len(deleted)} documents ({passages_removed} passages); not in the store: "
+                     f"{len(not_found)}; store commit {manifest.seq}")
+    metadata = store_metadata(
+        lightfoot, manifest, [TOMBSTONES_TABLE.name], fingerprint=store.report_fingerprint, changed=changed
+    )
+    metadata.update({
+        "requests": dg.MetadataValue.int(len(requests)),
+        "deleted": dg.MetadataValue.json(sorted(deleted)[:200]),
+        "deleted_count": dg.MetadataValue.int(len(deleted)),
+        "passages_removed": dg.MetadataValue.int(passages_removed),
+        "not_found": dg.MetadataValue.json(sorted(not_found)[:200]),
+        "erase_requested": dg.MetadataValue.int(sum(1 for _, erase in deleted.values() if erase)),
+    })
+    return dg.MaterializeResult(metadata=metadata)
+
+
+@dg.asset(
+    deps=[TOMBSTONES, *GRAPH_ASSETS],
+    group_name=RETENTION_GROUP,
+    kinds={"deltalake", "lancedb"},
+    pool=STORE_POOL,
+)
+def erasures(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
+    """Hard erasure: the text of deleted documents that asked for it, removed from everything the
+    store keeps — old table versions and log entries, extraction-cache entries, cached vectors,
+    landed copies and serving snapshots. Runs after the graph no longer holds their names; a
+    published snapshot that still holds them is replaced by a fresh export first."""
+    lightfoot = store.open()
+    log = lightfoot.read(TOMBSTONES_TABLE.name)
+    live = set(lightfoot.read(DOCUMENTS_TABLE.name, columns=["doc_id"]).get_column("doc_id").to_list())
+    pending = sorted(set(
+        log.filter(pl.col("erase") & pl.col("erased_at").is_null()).get_column("doc_id").to_list()
+    ) - live)
+    if not pending:
+        manifest = lightfoot.manifest()
+        metadata = store_metadata(lightfoot, manifest, [TOMBSTONES_TABLE.name], fingerprint=False, changed=False)
+        metadata["erased"] = dg.MetadataValue.json([])
+        return dg.MaterializeResult(metadata=metadata)
+    report = erase_history(lightfoot, pending)
+    manifest = lightfoot.manifest()
+    context.log.info(f"erased the history of {len(pending)} documents")
+    metadata = store_metadata(lightfoot, manifest, [TOMBSTONES_TABLE.name], fingerprint=store.report_fingerprint)
+    metadata.update({
+        "erased": dg.MetadataValue.json(pending[:200]),
+        "erased_count": dg.MetadataValue.int(len(pending)),
+        "snapshots_removed": dg.MetadataValue.int(report.snapshots_removed),
+        "landed_copies_removed": dg.MetadataValue.int(report.landed_copies_removed),
+        "report": dg.MetadataValue.json(report.as_dict()),
+    })
+    return dg.MaterializeResult(metadata=metadata)
+
+
+document_deletion = dg.define_asset_job(
+    DELETION_JOB,
+    selection=dg.AssetSelection.assets(TOMBSTONES, *GRAPH_ASSETS, SERVING_SNAPSHOT, ERASURES),
+    description="Apply pending deletion requests as tombstones, recompute the affected graph, verify it "
+    "against a fresh rebuild, re-export the serving snapshot and erase history where asked.",
+    executor_def=dg.in_process_executor,
+)
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+
+def take_requests(inbox: Inbox, landing: Landing, skip: dict[str, str], log) -> tuple[list[DeletionRequest], dict, dict]:
+    """Record every ready request file of the erasure inbox in the landing area, and remove it."""
+    taken: list[DeletionRequest] = []
+    rejected: dict[str, str] = {}
+    kept: dict[str, str] = {}
+    for item in inbox.items():
+        if skip.get(item.name) == item.signature:
+            continue
+        try:
+            requests = inbox.read_requests(item)
+        except (DatasetError, UnicodeDecodeError, OSError) as err:
+            rejected[item.name] = str(err)
+            try:
+                log.warning(f"rejected {item.name}: {err} (moved to {inbox.reject(item, str(err))})")
+            except OSError as move_error:
+                log.error(f"rejected {item.name}: {err}; could not move it aside: {move_error}")
+                kept[item.name] = item.signature
+            continue
+        landing.request_deletions(requests)
+        taken.extend(requests)
+        try:
+            inbox.remove(item)
+        except OSError as err:
+            log.warning(f"recorded {item.name} but could not remove it ({err}); it will not be read again")
+            kept[item.name] = item.signature
+        log.info(f"{len(requests)} deletion requests from {item.name}")
+    return taken, rejected, kept
+
+
+@dg.sensor(job_name=DELETION_JOB, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
+def erasure_inbox(
+    context: dg.SensorEvaluationContext, store: StoreResource, inbox: InboxResource
+) -> dg.SensorResult:
+    """Erasure requests dropped in the erasure inbox: recorded, then applied by one deletion run.
+
+    The cursor counts batches and remembers request files that were recorded but could not be
+    removed, so that they are not applied twice.
+    """
+    cursor = json.loads(context.cursor) if context.cursor else {"batch": 0, "kept": {}}
+    lightfoot = store.open()
+    box = inbox.erasure_inbox(lightfoot)
+    taken, rejected, kept_now = take_requests(box, Landing(lightfoot), cursor["kept"], context.log)
+    present = {item.name for item in box.items()}
+    kept = {name: sig for name, sig in {**cursor["kept"], **kept_now}.items() if name in present}
+    if not taken:
+        message = f"no erasure request in {box.uri}" + (f"; rejected {', '.join(rejected)}" if rejected else "")
+        return dg.SensorResult(skip_reason=dg.SkipReason(message),
+                               cursor=json.dumps({"batch": cursor["batch"], "kept": kept}, sort_keys=True))
+    batch = cursor["batch"] + 1
+    return dg.SensorResult(
+        run_requests=[dg.RunRequest(run_key=f"erasure-{batch}", tags={TRIGGER_TAG: "erasure-inbox"})],
+        cursor=json.dumps({"batch": batch, "kept": kept}, sort_keys=True),
+    )
+
+
+def load_policy(location: str | None, store: Store) -> RetentionPolicy:
+    if not location:
+        return RetentionPolicy()
+    fs, path = open_filesystem(location, store.storage_options if location.startswith("s3://") else None)
+    try:
+        with fs.open_input_stream(path) as stream:
+            return RetentionPolicy.parse(stream.read().decode("utf-8"), location)
+    except FileNotFoundError as err:
+        raise PolicyError(f"{location}: retention policy file not found") from err
+
+
+@dg.schedule(
+    cron_schedule="0 3 * * *",
+    job_name=DELETION_JOB,
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+)
+def retention_schedule(
+    context: dg.ScheduleEvaluationContext, store: StoreResource, inbox: InboxResource
+) -> dg.RunRequest | dg.SkipReason:
+    """Daily: documents past their retention date (``retention_until``, or the policy file) are
+    deleted and their history erased."""
+    lightfoot = store.open()
+    landing = Landing(lightfoot)
+    policy = load_policy(inbox.policy_path(), lightfoot)
+    today = context.scheduled_execution_time.date()
+    documents = lightfoot.read(DOCUMENTS_TABLE.name, columns=["doc_id", "source", "retention_until"])
+    landed_on = {}
+    if any(rule.keep_days is not None for rule in policy.rules):
+        ids = [r["doc_id"] for r in documents.iter_rows(named=True)
+               if any(rule.keep_days is not None and rule.matches(r["doc_id"], r["source"] or "") for rule in policy.rules)]
+        landed_on = {d: copy.landed_at.date() for d, copy in landing.documents(ids).items() if copy.landed_at}
+    due = due_documents(documents, today, policy, landed_on)
+    if not due:
+        return dg.SkipReason(f"no document is past its retention date on {today}")
+    now = utc_now()
+    landing.request_deletions([DeletionRequest(d.doc_id, d.reason, True, now, "retention schedule") for d in due])
+    context.log.info(f"{len(due)} documents past their retention date")
+    return dg.RunRequest(run_key=f"retention-{today.isoformat()}", tags={TRIGGER_TAG: "retention"})
+
+
+# -- removing the partitions of deleted documents ---------------------------------------------
+
+
+def partition_status(store: Store, landing: Landing, keys: list[str]) -> tuple[list[str], dict[str, str], list[str]]:
+    """Which partition keys of deleted documents can go, which must wait (and why), and which
+    of the removable ones still have a stale landed copy (a copy older than the deletion)."""
+    live = set(store.read(DOCUMENTS_TABLE.name, columns=["doc_id"]).get_column("doc_id").to_list())
+    candidates = [k for k in keys if k not in live]
+    if not candidates:
+        return [], {}, []
+    log = store.read(TOMBSTONES_TABLE.name).filter(pl.col("doc_id").is_in(candidates))
+    latest = {r["doc_id"]: r for r in log.sort("requested_at").iter_rows(named=True)}
+    graph_queued = store.read(GRAPH_QUEUE.name, columns=["key"]).height
+    pending = {r.doc_id for r in landing.deletion_requests()}
+    landed = landing.documents(candidates)
+    removable, waiting, stale = [], {}, []
+    for key in candidates:
+        tombstone = latest.get(key)
+        copy = landed.get(key)
+        if tombstone is None:
+            waiting[key] = "never stored: its ingestion has not run or has failed"
+        elif key in pending:
+            waiting[key] = "a deletion request is pending"
+        elif copy is not None and copy.landed_at and copy.landed_at > tombstone["requested_at"]:
+            waiting[key] = "landed again after its deletion: waiting to be ingested"
+        elif graph_queued:
+            waiting[key] = f"the graph has {graph_queued} queued changes to apply"
+        elif tombstone["erase"] and tombstone["erased_at"] is None:
+            waiting[key] = "its history is not erased yet"
+        else:
+            removable.append(key)
+            if copy is not None:
+                stale.append(key)
+    return removable, waiting, stale
+
+
+@dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
+def deleted_partitions(context: dg.SensorEvaluationContext, store: StoreResource) -> dg.SensorResult:
+    """Removes the partition of a deleted document once everything downstream of its tombstone is
+    clean: the graph has applied it, and its history is erased when that was asked.
+
+    A document deleted outside Dagster (``lightfoot delete``) gets its tombstone materialization
+    here. The cursor is the store commit and the partition count it last looked at.
+    """
+    lightfoot = store.open()
+    keys = context.instance.get_dynamic_partitions(DOCUMENTS.name)
+    cursor = f"{lightfoot.manifest().seq}:{len(keys)}"
+    if cursor == context.cursor:
+        return dg.SensorResult(skip_reason=dg.SkipReason("no store commit since the last look"), cursor=cursor)
+    landing = Landing(lightfoot)
+    removable, waiting, stale = partition_status(lightfoot, landing, keys)
+    for key, why in sorted(waiting.items())[:20]:
+        context.log.info(f"keeping partition {key}: {why}")
+    if not removable:
+        return dg.SensorResult(skip_reason=dg.SkipReason(f"no partition to remove ({len(waiting)} waiting)"),
+                               cursor=cursor)
+    landing.forget(stale)
+    events = []
+    log = lightfoot.read(TOMBSTONES_TABLE.name).filter(pl.col("doc_id").is_in(removable))
+    latest = {r["doc_id"]: r for r in log.sort("requested_at").iter_rows(named=True)}
+    for key in removable:
+        if not _has_tombstone(context.instance, key):
+            t = latest[key]
+            events.extend(tombstone_event(asset, key, t["reason"] or "", bool(t["erase"]), lightfoot.manifest().seq)
+                          for asset in PER_DOCUMENT_ASSETS)
+    context.log.info(f"removing {len(removable)} partitions of deleted documents")
+    return dg.SensorResult(
+        dynamic_partitions_requests=[DOCUMENTS.build_delete_request(removable)],
+        asset_events=events,
+        cursor=cursor,
+    )
+
+
+def _has_tombstone(instance: dg.DagsterInstance, doc_id: str) -> bool:
+    """Whether the partition's latest materialization of the first per-document asset is a tombstone."""
+    result = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=PER_DOCUMENT_ASSETS[0], asset_partitions=[doc_id]), limit=1
+    )
+    if not result.records:
+        return False
+    materialization = result.records[0].asset_materialization
+    status = materialization.metadata.get("status") if materialization else None
+    return getattr(status, "value", None) == TOMBSTONED

@@ -1,0 +1,34 @@
+"""Names the definitions refer to each other by (asset keys, jobs, checks, groups)."""
+
+import dagster as dg
+
+# Per-document assets, partitioned by document.
+PASSAGES = dg.AssetKey("passages")
+EXTRACTIONS = dg.AssetKey("extractions")
+FORMS = dg.AssetKey("forms")
+PER_DOCUMENT_ASSETS = (PASSAGES, EXTRACTIONS, FORMS)
+
+# Global assets, updated incrementally by one graph-stage commit.
+NAME_VECTORS = dg.AssetKey("name_vectors")
+NAME_LINKS = dg.AssetKey("name_links")
+ENTITIES = dg.AssetKey("entities")
+SYNONYM_EDGES = dg.AssetKey("synonym_edges")
+FACTS = dg.AssetKey("facts")
+GRAPH_ASSETS = (NAME_VECTORS, NAME_LINKS, ENTITIES, SYNONYM_EDGES, FACTS)
+
+SERVING_SNAPSHOT = dg.AssetKey("serving_snapshot")
+TOMBSTONES = dg.AssetKey("tombstones")
+ERASURES = dg.AssetKey("erasures")
+
+DOCUMENTS_GROUP = "documents"
+GRAPH_GROUP = "graph"
+SERVING_GROUP = "serving"
+RETENTION_GROUP = "retention"
+
+INGESTION_JOB = "document_ingestion"
+DELETION_JOB = "document_deletion"
+
+REBUILD_CHECK = "matches_fresh_rebuild"
+REBUILD_CHECKS = tuple(dg.AssetCheckKey(key, REBUILD_CHECK) for key in GRAPH_ASSETS)
+
+TRIGGER_TAG = "lightfoot/trigger"

@@ -1,0 +1,41 @@
+"""The ``documents`` partitions: one dynamic partition per document id.
+
+A run over many documents is one run over a range of partition keys (a single-run backfill), not
+one run per document. Keys added together are contiguous in the partition order, so a batch of new
+documents is one range; :func:`key_ranges` splits any other set of keys into as few ranges as the
+order allows.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import dagster as dg
+from dagster._core.definitions.partitions.utils.base import INVALID_PARTITION_SUBSTRINGS
+
+DOCUMENTS = dg.DynamicPartitionsDefinition(name="documents")
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+
+
+def invalid_key_reason(doc_id: str) -> str | None:
+    """Why a document id cannot be a partition key, or None when it can."""
+    found = [repr(s) for s in INVALID_PARTITION_SUBSTRINGS if s in doc_id]
+    return f"doc_id {doc_id!r} contains {', '.join(found)}, which a partition key cannot hold" if found else None
+
+
+def key_ranges(ordered_keys: Sequence[str], wanted: Iterable[str]) -> list[tuple[str, str]]:
+    """The fewest (first, last) ranges of ``ordered_keys`` that cover exactly the ``wanted`` keys."""
+    position = {key: i for i, key in enumerate(ordered_keys)}
+    indices = sorted(position[k] for k in set(wanted))
+    ranges: list[tuple[str, str]] = []
+    for index in indices:
+        if ranges and position[ranges[-1][1]] == index - 1:
+            ranges[-1] = (ranges[-1][0], ordered_keys[index])
+        else:
+            ranges.append((ordered_keys[index], ordered_keys[index]))
+    return ranges
+
+
+def range_tags(first: str, last: str) -> dict[str, str]:
+    return {RANGE_START_TAG: first, RANGE_END_TAG: last}

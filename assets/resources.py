@@ -1,0 +1,158 @@
+"""Resources: the store, the embedder, the extractor and the inboxes, each configurable per deployment.
+
+External systems sit behind these, each with a model-free stand-in for tests and the bundled
+sample: the hashing embedder stands in for the sentence-transformers model, and recorded
+extractions (replay) for the language model. Secrets reach a resource only through ``dg.EnvVar``
+(see ``defs/resources.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Callable, Sequence
+
+import dagster as dg
+from pydantic import Field
+
+from lightfoot_pipeline.embedder import Embedder, load_embedder
+from lightfoot_pipeline.extraction.outcome import ExtractionOutcome, Extractor, ProgressCallback
+from lightfoot_pipeline.extraction.replay import ReplayExtractor
+from lightfoot_pipeline.inbox import Inbox
+from lightfoot_pipeline.landing import Landing
+from lightfoot_pipeline.passages import Passage
+from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.store import Store
+
+DEFAULT_DOCUMENT_INBOX = ".lightfoot/inbox/documents"
+DEFAULT_ERASURE_INBOX = ".lightfoot/inbox/erasure"
+
+
+class StoreResource(dg.ConfigurableResource):
+    """The Lightfoot store: Delta tables and LanceDB vectors under one root (a path or s3:// URI)."""
+
+    uri: str | None = Field(default=None, description="Store root; default $LIGHTFOOT_STORE, else .lightfoot/store.")
+    n_buckets: int = Field(default=16, description="Hash buckets of every table (fixed when the store is created).")
+    report_fingerprint: bool = Field(
+        default=True, description="Compute the store fingerprint for every materialization's metadata."
+    )
+
+    def open(self) -> Store:
+        return Store(self.uri, n_buckets=self.n_buckets)
+
+    def landing(self) -> Landing:
+        return Landing(self.open())
+
+    def settings(self) -> IndexSettings:
+        return IndexSettings()
+
+
+@functools.lru_cache(maxsize=4)
+def _embedder(spec: str | None) -> Embedder:
+    return load_embedder(spec)
+
+
+class EmbedderResource(dg.ConfigurableResource):
+    """The text embedder: a sentence-transformers model, or ``hashing`` for the model-free one."""
+
+    model: str | None = Field(
+        default=None,
+        description="Model name or local path, or hashing[:DIM]; default $LIGHTFOOT_EMBEDDER, else all-MiniLM-L6-v2.",
+    )
+
+    def get(self) -> Embedder:
+        """The embedder, loaded once per process."""
+        return _embedder(self.model or os.environ.get("LIGHTFOOT_EMBEDDER") or None)
+
+
+class ExtractorResource(dg.ConfigurableResource):
+    """Extraction: recorded output where a document arrived with one, else a language model.
+
+    ``mode``: ``auto`` replays recorded extractions and asks the model for the other passages;
+    ``replay`` only replays (a passage with no recording fails with that reason); ``openai``
+    always asks the model. The model is any OpenAI-compatible endpoint; unset fields fall back to
+    the environment (OPENAI_BASE_URL, OPENAI_API_KEY, LIGHTFOOT_LLM_MODEL, …).
+    """
+
+    mode: str = Field(default="auto", description="auto | replay | openai")
+    base_url: str | None = Field(default=None, description="Endpoint of the OpenAI-compatible API.")
+    model: str | None = Field(default=None, description="Model to ask.")
+    api_key: str | None = Field(default=None, description="API key (give it as an EnvVar).")
+
+    def get(self, store: Store, settings: IndexSettings, recorded: dict[str, dict | list], run_id: str) -> Extractor:
+        if self.mode not in {"auto", "replay", "openai"}:
+            raise dg.Failure(f"extractor mode must be auto, replay or openai, not {self.mode!r}")
+        model = None if self.mode == "replay" else functools.partial(self._model_extractor, store, settings, run_id)
+        return RecordedOrModelExtractor({} if self.mode == "openai" else recorded, model)
+
+    def _model_extractor(self, store: Store, settings: IndexSettings, run_id: str) -> Extractor:
+        from lightfoot_pipeline.extraction.openai_extractor import build_openai_extractor
+        from lightfoot_pipeline.llm import LLMSettings
+
+        overrides = {k: v for k, v in {"base_url": self.base_url, "model": self.model, "api_key": self.api_key}.items() if v}
+        return build_openai_extractor(store, settings, llm_settings=LLMSettings.from_env(**overrides), run_id=run_id)
+
+
+class RecordedOrModelExtractor:
+    """Replays the recorded extraction of documents that have one; sends the other passages to a model."""
+
+    def __init__(self, recorded: dict[str, dict | list], model: Callable[[], Extractor] | None) -> None:
+        self.replay = ReplayExtractor(recorded, entity_types=None)
+        self.recorded = set(recorded)
+        self.model_factory = model
+        self.name = self.replay.name if model is None else f"{self.replay.name}+model"
+
+    def extract(self, passages: Sequence[Passage], progress: ProgressCallback | None = None) -> list[ExtractionOutcome]:
+        replayed = [p for p in passages if p.doc_id in self.recorded]
+        asked = [p for p in passages if p.doc_id not in self.recorded]
+        outcomes = {o.chunk_id: o for o in self.replay.extract(replayed)}
+        if asked:
+            outcomes.update({o.chunk_id: o for o in self._ask(asked, progress)})
+        return [outcomes[p.chunk_id] for p in passages]
+
+    def _ask(self, passages: Sequence[Passage], progress: ProgressCallback | None) -> list[ExtractionOutcome]:
+        if self.model_factory is None:
+            return [ExtractionOutcome.failed(p, "no recorded extraction for this passage, and the extractor "
+                                                "is in replay mode", extractor=self.replay.name) for p in passages]
+        try:
+            model = self.model_factory()
+        except Exception as err:  # a missing endpoint or bad settings fail the passages, with the reason
+            return [ExtractionOutcome.failed(p, f"no recorded extraction, and the language model is not usable: {err}",
+                                             extractor="openai") for p in passages]
+        return model.extract(passages, progress)
+
+
+class InboxResource(dg.ConfigurableResource):
+    """Where documents and erasure requests are dropped, and the retention policy file."""
+
+    documents: str | None = Field(
+        default=None, description="Document inbox (folder or s3:// prefix); default $LIGHTFOOT_INBOX, else "
+        f"{DEFAULT_DOCUMENT_INBOX}, or <store>/inbox/documents for a remote store.",
+    )
+    erasure_requests: str | None = Field(
+        default=None, description="Erasure-request inbox; default $LIGHTFOOT_ERASURE_INBOX, else "
+        f"{DEFAULT_ERASURE_INBOX}, or <store>/inbox/erasure for a remote store.",
+    )
+    retention_policy: str | None = Field(
+        default=None, description="Retention policy file (JSON); default $LIGHTFOOT_RETENTION_POLICY, else none."
+    )
+
+    def document_inbox(self, store: Store) -> Inbox:
+        return self._inbox(self.documents, "LIGHTFOOT_INBOX", DEFAULT_DOCUMENT_INBOX, "documents", store)
+
+    def erasure_inbox(self, store: Store) -> Inbox:
+        return self._inbox(self.erasure_requests, "LIGHTFOOT_ERASURE_INBOX", DEFAULT_ERASURE_INBOX, "erasure", store)
+
+    def policy_path(self) -> str | None:
+        return self.retention_policy or os.environ.get("LIGHTFOOT_RETENTION_POLICY") or None
+
+    @staticmethod
+    def _inbox(configured: str | None, env: str, local_default: str, remote_leaf: str, store: Store) -> Inbox:
+        uri = configured or os.environ.get(env)
+        if not uri:
+            uri = store.path("inbox", remote_leaf) if store.is_remote else local_default
+        if "://" not in uri:
+            uri = str(Path(uri).expanduser().resolve())
+        options = store.storage_options if uri.startswith(("s3://",)) else None
+        return Inbox(uri, options)

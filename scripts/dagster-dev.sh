@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Start Dagster on this checkout (webserver on http://127.0.0.1:3000 and the daemon that runs the
+# sensors, schedules and automation). Arguments go to `dagster dev` (e.g. -p 3001).
+# Instance storage: SQLite under $DAGSTER_HOME (default .dagster_home/), or PostgreSQL with
+# dagster.postgres.yaml when DAGSTER_PG_HOST is set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DAGSTER_HOME="${DAGSTER_HOME:-$PWD/.dagster_home}"
+mkdir -p "$DAGSTER_HOME"
+if [ -n "${DAGSTER_PG_HOST:-}" ]; then
+  cp dagster.postgres.yaml "$DAGSTER_HOME/dagster.yaml"
+else
+  cp dagster.yaml "$DAGSTER_HOME/dagster.yaml"
+fi
+mkdir -p .lightfoot/inbox/documents .lightfoot/inbox/erasure
+exec .venv/bin/dagster dev -w workspace.yaml "$@"

@@ -1,0 +1,158 @@
+"""Fixtures for the Dagster layer: the shipped definitions on a temporary store and instance.
+
+``lightfoot`` is a harness around an ephemeral Dagster instance and the definitions that
+``assets.definitions`` loads, with the resources pointed at temporary paths, the hashing embedder
+and replayed extractions. ``tick(name)`` evaluates a sensor the way the daemon does — cursor kept,
+dynamic-partition requests and asset events applied to the instance — and ``run(request)``
+executes a requested run in process.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from lightfoot_pipeline.dataset import CORPUS_FILE, EXTRACTIONS_FILE
+
+HASHING = "hashing:32"
+
+
+def write_dataset(folder: Path, documents, records: dict[str, dict]) -> Path:
+    """A dataset directory (corpus.jsonl and extractions.jsonl), written under a hidden name and
+    then renamed, the way a drop should arrive in an inbox."""
+    hidden = folder.with_name("." + folder.name)
+    hidden.mkdir(parents=True)
+    with (hidden / CORPUS_FILE).open("w", encoding="utf-8") as corpus:
+        for d in documents:
+            row = {"doc_id": d.doc_id, "title": d.title, "text": d.text}
+            if d.retention_until:
+                row["retention_until"] = d.retention_until.isoformat()
+            corpus.write(json.dumps(row) + "\n")
+    with (hidden / EXTRACTIONS_FILE).open("w", encoding="utf-8") as out:
+        for d in documents:
+            if d.doc_id in records:
+                out.write(json.dumps(records[d.doc_id]) + "\n")
+    hidden.rename(folder)
+    return folder
+
+
+@dataclass
+class Harness:
+    root: Path
+    instance: dg.DagsterInstance
+    defs: dg.Definitions
+    resources: dict
+    cursors: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def store_uri(self) -> str:
+        return str(self.root / "store")
+
+    @property
+    def document_inbox(self) -> Path:
+        return self.root / "inbox" / "documents"
+
+    @property
+    def erasure_inbox(self) -> Path:
+        return self.root / "inbox" / "erasure"
+
+    def store(self):
+        from lightfoot_pipeline.store import Store
+
+        return Store(self.store_uri)
+
+    def drop_documents(self, name: str, documents, records) -> Path:
+        self.document_inbox.mkdir(parents=True, exist_ok=True)
+        return write_dataset(self.document_inbox / name, documents, records)
+
+    def drop_erasure_request(self, name: str, doc_ids: list[str], erase: bool = True, reason: str = "") -> Path:
+        self.erasure_inbox.mkdir(parents=True, exist_ok=True)
+        path = self.erasure_inbox / name
+        payload = {"doc_ids": doc_ids, "erase": erase, **({"reason": reason} if reason else {})}
+        path.write_text(json.dumps(payload), encoding="utf-8")
+        return path
+
+    def partitions(self) -> list[str]:
+        return self.instance.get_dynamic_partitions("documents")
+
+    def tick(self, sensor_name: str):
+        """Evaluate a sensor like the daemon: with its cursor, applying what it asks of the instance."""
+        sensor = self.defs.resolve_sensor_def(sensor_name)
+        context = dg.build_sensor_context(
+            instance=self.instance, cursor=self.cursors.get(sensor_name), definitions=self.defs,
+            sensor_name=sensor_name, resources=self.resources,
+        )
+        data = sensor.evaluate_tick(context)
+        self.cursors[sensor_name] = data.cursor
+        for request in data.dynamic_partitions_requests or []:
+            if isinstance(request, dg.AddDynamicPartitionsRequest):
+                self.instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+            else:
+                for key in request.partition_keys:
+                    self.instance.delete_dynamic_partition(request.partitions_def_name, key)
+        for event in data.asset_events or []:
+            self.instance.report_runless_asset_event(event)
+        return data
+
+    def run(self, request: dg.RunRequest, job_name: str | None = None, run_config: dict | None = None):
+        job = self.defs.resolve_job_def(request.job_name or job_name)
+        return job.execute_in_process(
+            instance=self.instance, tags=dict(request.tags), run_config=run_config or request.run_config or {},
+            raise_on_error=False,
+        )
+
+
+def shipped_definitions() -> dg.Definitions:
+    from assets.definitions import defs
+
+    return defs()
+
+
+def _harness(tmp_path, monkeypatch, instance: dg.DagsterInstance) -> Harness:
+    from assets.resources import EmbedderResource, ExtractorResource, InboxResource, StoreResource
+
+    for name in ("LIGHTFOOT_STORE", "LIGHTFOOT_INBOX", "LIGHTFOOT_ERASURE_INBOX", "LIGHTFOOT_RETENTION_POLICY",
+                 "LIGHTFOOT_EMBEDDER", "LIGHTFOOT_EXTRACTOR"):
+        monkeypatch.delenv(name, raising=False)
+    resources = {
+        "store": StoreResource(uri=str(tmp_path / "store")),
+        "embedder": EmbedderResource(model=HASHING),
+        "extractor": ExtractorResource(mode="replay"),
+        "inbox": InboxResource(
+            documents=str(tmp_path / "inbox" / "documents"),
+            erasure_requests=str(tmp_path / "inbox" / "erasure"),
+        ),
+    }
+    loaded = shipped_definitions()
+    defs = dg.Definitions(
+        assets=loaded.assets, asset_checks=loaded.asset_checks, jobs=loaded.jobs, sensors=loaded.sensors,
+        schedules=loaded.schedules, resources=resources,
+    )
+    return Harness(tmp_path, instance, defs, resources)
+
+
+@pytest.fixture
+def lightfoot(tmp_path, monkeypatch):
+    """The harness on an ephemeral (in-memory) instance."""
+    instance = dg.DagsterInstance.ephemeral()
+    try:
+        yield _harness(tmp_path, monkeypatch, instance)
+    finally:
+        instance.dispose()
+
+
+@pytest.fixture
+def lightfoot_on_disk(tmp_path, monkeypatch):
+    """The harness on a temporary instance with storage on disk (schedule contexts need one)."""
+    with dg.instance_for_test() as instance:
+        yield _harness(tmp_path, monkeypatch, instance)
+
+
+@pytest.fixture(scope="session")
+def twenty(sample_documents):
+    """The first 20 documents of the bundled sample."""
+    return sample_documents[:20]

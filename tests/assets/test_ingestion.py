@@ -1,0 +1,166 @@
+"""Ingestion: the inbox sensor, the per-document assets and the hourly schedule."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+
+import dagster as dg
+import polars as pl
+
+from lightfoot_pipeline import pipeline
+from lightfoot_pipeline.embedder import HashingEmbedder
+from lightfoot_pipeline.extraction import ReplayExtractor
+from lightfoot_pipeline.landing import LandedDocument, Landing, utc_now
+from lightfoot_pipeline.store import Store
+
+RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
+
+
+def test_the_inbox_sensor_lands_a_drop_and_asks_for_one_run(lightfoot, twenty, sample_records):
+    docs = twenty[:5]
+    lightfoot.drop_documents("five", docs, sample_records)
+    tick = lightfoot.tick("document_inbox")
+    ids = [d.doc_id for d in docs]
+    (request,) = tick.run_requests
+    assert request.job_name == "document_ingestion"
+    assert (request.tags[RANGE_START], request.tags[RANGE_END]) == (ids[0], ids[-1])
+    assert request.tags["lightfoot/trigger"] == "inbox"
+    assert lightfoot.partitions() == ids
+    assert Landing(lightfoot.store()).landed_ids() == ids
+    assert Landing(lightfoot.store()).documents([ids[0]])[ids[0]].extraction == sample_records[ids[0]]
+    assert not lightfoot.document_inbox.joinpath("five").exists()
+    assert json.loads(tick.cursor)["batch"] == 1
+
+    again = lightfoot.tick("document_inbox")
+    assert again.run_requests == [] and "nothing new" in again.skip_message
+    assert json.loads(again.cursor)["batch"] == 1
+
+
+def test_new_and_changed_documents_run_as_few_ranges_as_the_partition_order_allows(
+    lightfoot, twenty, sample_records, tmp_path
+):
+    first = twenty[:5]
+    lightfoot.drop_documents("first", first, sample_records)
+    assert lightfoot.run(lightfoot.tick("document_inbox").run_requests[0]).success
+
+    changed = dataclasses.replace(twenty[1], text=twenty[1].text + " It was renamed in 2001.")
+    lightfoot.drop_documents("second", [changed, twenty[5], twenty[6]], sample_records)
+    tick = lightfoot.tick("document_inbox")
+    ranges = sorted((r.tags[RANGE_START], r.tags[RANGE_END]) for r in tick.run_requests)
+    assert ranges == sorted([(twenty[1].doc_id, twenty[1].doc_id), (twenty[5].doc_id, twenty[6].doc_id)])
+    for request in tick.run_requests:
+        assert lightfoot.run(request).success
+
+    final = [first[0], changed, *first[2:], twenty[5], twenty[6]]
+    store = lightfoot.store()
+    stored = store.read("passages").filter(pl.col("doc_id") == changed.doc_id).get_column("text").to_list()
+    assert stored == [changed.text]
+    fresh = Store(str(tmp_path / "fresh"))
+    pipeline.ingest(fresh, final, ReplayExtractor(sample_records), HashingEmbedder(dim=32))
+    assert pipeline.fingerprint(store).differences(pipeline.fingerprint(fresh)) == []
+
+
+def test_an_unreadable_drop_is_rejected_with_its_reason(lightfoot):
+    inbox = lightfoot.document_inbox
+    inbox.mkdir(parents=True)
+    (inbox / "broken.jsonl").write_text('{"doc_id": "a", "text": "fine"}\n{"doc_id": "b"\n')
+    (inbox / "dots.jsonl").write_text(json.dumps({"doc_id": "a...b", "text": "x"}) + "\n")
+    tick = lightfoot.tick("document_inbox")
+    assert tick.run_requests == [] and "rejected" in tick.skip_message
+    assert lightfoot.partitions() == []
+    reasons = {p.name: p.read_text() for p in (inbox / "rejected").glob("*.reason.txt")}
+    assert len(reasons) == 2
+    assert any("broken.jsonl:2: not valid JSON" in r for r in reasons.values())
+    assert any("'...'" in r and "partition key" in r for r in reasons.values())
+    assert Landing(lightfoot.store()).landed_ids() == []
+
+
+def per_document_and_graph(lightfoot):
+    from assets.defs.extraction import extractions, forms
+    from assets.defs.graph import graph
+    from assets.defs.ingestion import passages
+
+    return [passages, extractions, forms, graph]
+
+
+def test_materializing_one_partition_reports_rows_versions_fingerprint_and_cost(lightfoot, twenty, sample_records):
+    doc = twenty[0]
+    store = lightfoot.store()
+    Landing(store).put_documents([LandedDocument(doc, sample_records[doc.doc_id], utc_now(), "test")])
+    lightfoot.instance.add_dynamic_partitions("documents", [doc.doc_id])
+    result = dg.materialize(
+        per_document_and_graph(lightfoot), partition_key=doc.doc_id, instance=lightfoot.instance,
+        resources=lightfoot.resources,
+    )
+    assert result.success
+    events = [e.event_specific_data.materialization for e in result.get_asset_materialization_events()]
+    by_asset = {m.asset_key.to_user_string(): m.metadata for m in events}
+    digest = pipeline.fingerprint(store).digest
+    assert by_asset["passages"]["dagster/row_count"].value == 1
+    first_commit = json.loads(store.history().row(0, named=True)["versions"])
+    assert by_asset["passages"]["table_versions"].value == {t: first_commit[t] for t in ("passages", "documents")}
+    assert by_asset["passages"]["store_commit"].value == 1
+    assert by_asset["extractions"]["extracted"].value == 1
+    assert by_asset["extractions"]["model_calls"].value == 0 and by_asset["extractions"]["cost_usd"].value == 0.0
+    assert by_asset["forms"]["forms_in_run"].value == store.read("forms").height > 0
+    assert by_asset["facts"]["fingerprint"].value == digest
+    assert by_asset["entities"]["rows"].value["entities"] == store.read("entities").height
+    assert by_asset["name_vectors"]["embedder"].value == "hashing-3gram-32d"
+    history = store.history()
+    assert history.get_column("operation").to_list() == ["passages", "extractions", "forms", "graph"]
+
+    again = dg.materialize(
+        per_document_and_graph(lightfoot), partition_key=doc.doc_id, instance=lightfoot.instance,
+        resources=lightfoot.resources,
+    )
+    assert again.success
+    assert store.history().height == 4, "a re-run on unchanged input commits nothing"
+
+
+def test_a_partition_without_a_landed_copy_fails_saying_so(lightfoot):
+    lightfoot.instance.add_dynamic_partitions("documents", ["ghost"])
+    result = dg.materialize(
+        per_document_and_graph(lightfoot)[:1], partition_key="ghost", instance=lightfoot.instance,
+        resources=lightfoot.resources, raise_on_error=False,
+    )
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert "no landed copy and no stored document (e.g. ghost)" in failure.event_specific_data.error.message
+
+
+def test_a_passage_with_no_recording_fails_with_its_reason_and_is_still_accounted_for(lightfoot, twenty, sample_records):
+    records = {twenty[0].doc_id: sample_records[twenty[0].doc_id]}  # the second document comes without one
+    lightfoot.drop_documents("partial", twenty[:2], records)
+    result = lightfoot.run(lightfoot.tick("document_inbox").run_requests[0])
+    assert result.success
+    (check,) = [c for c in result.get_asset_check_evaluations() if c.check_name == "passages_accounted_for"]
+    assert check.passed
+    assert check.metadata["failed"].value == 1 and check.metadata["missing"].value == 0
+    extractions = lightfoot.store().read("extractions")
+    failed = extractions.filter(pl.col("status") == "failed")
+    assert failed.get_column("doc_id").to_list() == [twenty[1].doc_id]
+    assert "replay mode" in failed.get_column("reason").item()
+
+
+def test_the_hourly_schedule_ingests_landed_documents_the_store_lacks(lightfoot_on_disk, twenty, sample_records):
+    lightfoot = lightfoot_on_disk
+    docs = twenty[:3]
+    Landing(lightfoot.store()).put_documents(
+        [LandedDocument(d, sample_records[d.doc_id], utc_now(), "test") for d in docs]
+    )
+    schedule = lightfoot.defs.resolve_schedule_def("hourly_ingestion")
+    context = dg.build_schedule_context(
+        instance=lightfoot.instance, resources=lightfoot.resources,
+        scheduled_execution_time=dt.datetime(2026, 6, 15, 10, 15, tzinfo=dt.timezone.utc),
+    )
+    (request,) = schedule.evaluate_tick(context).run_requests
+    assert (request.tags[RANGE_START], request.tags[RANGE_END]) == (docs[0].doc_id, docs[-1].doc_id)
+    assert request.run_key == "hourly-20260615T1015"
+    assert lightfoot.partitions() == [d.doc_id for d in docs]
+    assert lightfoot.run(request, "document_ingestion").success
+
+    later = dg.build_schedule_context(instance=lightfoot.instance, resources=lightfoot.resources,
+                                      scheduled_execution_time=dt.datetime(2026, 6, 15, 11, 15, tzinfo=dt.timezone.utc))
+    assert schedule.evaluate_tick(later).run_requests == []
