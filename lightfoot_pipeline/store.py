@@ -36,7 +36,14 @@ by default (it no longer has a DynamoDB locking provider). So:
 
 The guarantee needs a store that honours conditional PUTs (AWS S3, MinIO, Cloudflare R2 and
 most current S3-compatible servers do); on one that ignores them two writers can both create the
-same version, so keep a single writer there (the orchestrator's pool).
+same version, so keep a single writer there (the orchestrator's pool). deltalake 1.6 ignores the
+old ``AWS_S3_LOCKING_PROVIDER=dynamodb`` setting, so the store does not pass it on.
+
+**Vacuum beside writers.** Vacuum (run by erasure) deletes at once the files that commits
+removed, which are the ones holding deleted rows, and keeps each table's logged version. A file
+that no version references at all is deleted only once it is older than ``ORPHAN_GRACE_HOURS``:
+it may be the upload of an append or commit still in flight (extraction appends to its cache
+while erasure runs), and deleting it would leave that commit pointing at a missing file.
 
 **No text in the transaction log.** Tables collect column statistics for ``bucket`` only
 (``delta.dataSkippingStatsColumns``), so names and passage text never reach ``_delta_log``,
@@ -68,6 +75,11 @@ TABLE_CONFIGURATION = {
 }
 # Every commit of a store transaction lands on the exact version it was computed from, or fails.
 EXACT_VERSION = CommitProperties(max_commit_retries=0)
+# A data file that no table version references is either left over from a failed commit or the
+# upload of a commit still in flight (journal appends run beside everything, and on object stores
+# so may another writer), so vacuum leaves unreferenced files younger than this alone. The files
+# that a commit removed, which hold deleted rows, go at once.
+ORPHAN_GRACE_HOURS = 1
 LOG_SCHEMA = pa.schema(
     [
         pa.field("seq", pa.int64()),
@@ -114,8 +126,6 @@ def _storage_options_from_env() -> dict[str, str]:
         "AWS_REGION": "AWS_REGION",
         "AWS_ENDPOINT_URL": "AWS_ENDPOINT_URL",
         "AWS_ALLOW_HTTP": "AWS_ALLOW_HTTP",
-        "AWS_S3_LOCKING_PROVIDER": "AWS_S3_LOCKING_PROVIDER",
-        "DELTA_DYNAMO_TABLE_NAME": "DELTA_DYNAMO_TABLE_NAME",
     }
     return {key: os.environ[env] for env, key in names.items() if os.environ.get(env)}
 
@@ -358,11 +368,13 @@ class Store:
 
     # -- maintenance -----------------------------------------------------------------------
 
-    def vacuum(self) -> dict[str, int]:
+    def vacuum(self, orphan_grace_hours: int = ORPHAN_GRACE_HOURS) -> dict[str, int]:
         """Remove every data file and log entry that the current versions no longer use.
 
         The logged version of each table is kept too: it differs from the newest version only
-        when a writer is between its table writes and its log row, and readers read it.
+        when a writer is between its table writes and its log row, and readers read it. Files
+        that no version references are removed once older than ``orphan_grace_hours`` (see
+        ORPHAN_GRACE_HOURS); pass 0 only when no writer can be running.
         """
         removed: dict[str, int] = {}
         logged = self.manifest().versions
@@ -374,8 +386,10 @@ class Store:
             if table is None:
                 continue
             keep = [logged[name]] if name in logged else None
-            files = table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True,
+            files = table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=False,
                                  keep_versions=keep)
+            files += table.vacuum(retention_hours=orphan_grace_hours, enforce_retention_duration=False,
+                                  dry_run=False, full=True, keep_versions=keep)
             table.create_checkpoint()
             table.cleanup_metadata()
             removed[name] = len(files)
