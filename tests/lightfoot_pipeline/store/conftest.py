@@ -7,6 +7,7 @@ how a deployment configures the store too.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -15,6 +16,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 SERVER_SCRIPT = Path(__file__).with_name("moto_server.py")
@@ -36,15 +39,30 @@ class ObjectStore:
         return [item["Key"] for page in pages for item in page.get("Contents", [])]
 
     def objects_containing(self, needle: str, prefix: str = "", first: bool = False) -> list[str]:
-        """Keys of the objects under the prefix whose bytes contain the needle (only the first
-        one found, with ``first``)."""
-        wanted, found = needle.encode("utf-8"), []
+        """Keys of the objects under the prefix that hold the needle (only the first one found,
+        with ``first``), in their raw bytes or, for Parquet files, in any string column: a
+        compressed page can split a string that is there."""
+        found = []
         for key in self.keys(prefix):
-            if wanted in self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read():
+            if _holds(self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read(), key, needle):
                 found.append(key)
                 if first:
                     break
         return found
+
+
+def _holds(data: bytes, key: str, needle: str) -> bool:
+    folded = needle.casefold()
+    if needle.encode("utf-8") in data or folded.encode("utf-8") in data:
+        return True
+    if not key.endswith(".parquet"):
+        return False
+    table = pq.read_table(io.BytesIO(data))
+    return any(
+        value is not None and folded in value.casefold()
+        for column in table.columns if pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        for value in column.to_pylist()
+    )
 
 
 @pytest.fixture(scope="session")

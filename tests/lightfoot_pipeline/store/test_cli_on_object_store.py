@@ -1,4 +1,4 @@
-"""The command line against an S3-compatible store: ingest, erase, audit, all via ``--store s3://``.
+"""The command line against an S3-compatible store: audit, snapshot, query and erase via ``--store s3://``.
 
 Each command runs in its own process, configured only by the standard AWS environment
 variables, as it would be in a deployment.
@@ -56,8 +56,21 @@ def test_audit_then_erase_on_the_object_store(object_store, make_dataset, tmp_pa
     assert result["fingerprint_equal"] is True, result["tables_differing"]
     assert result["deleted_docs"] == 5 and result["model_calls"] == 0
     assert object_store.keys("index/_lightfoot/store_log/"), "the audited store lives on the object store"
-    # The canary reached the object store, so the search below is able to find it.
-    assert object_store.objects_containing(CANARY, "index/", first=True)
+
+    # Publish a serving snapshot on the object store; a query process finds it through the pointer.
+    published = lightfoot(object_store.env, "snapshot", "--store", uri, "--embedder", "hashing", "--json")
+    assert published.returncode == 0, published.stderr
+    snapshot_id = json.loads(published.stdout)["snapshot_id"]
+    assert object_store.keys(f"index/snapshots/{snapshot_id}/")
+    answered = lightfoot(object_store.env, "query", "Which reservoir feeds Marrowby?", "--store", uri,
+                         "--embedder", "hashing", "--no-answer", "--no-rerank", "--json")
+    assert answered.returncode == 0, answered.stderr
+    result = json.loads(answered.stdout)
+    assert result["snapshot"]["snapshot_id"] == snapshot_id
+    assert CANARY_DOC["doc_id"] in [p["doc_id"] for p in result["passages"]]
+    # The canary reached the tables and the snapshot, so the search below is able to find it.
+    assert object_store.objects_containing(CANARY, f"index/snapshots/{snapshot_id}/", first=True)
+    assert object_store.objects_containing(CANARY, "index/tables/", first=True)
 
     erased = lightfoot(object_store.env, "delete", CANARY_DOC["doc_id"], "--erase", "--store", uri, "--json")
     assert erased.returncode == 0, erased.stderr
