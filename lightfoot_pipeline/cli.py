@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from lightfoot_pipeline.dataset import DatasetError, bundled_sample_dir, has_recorded_extractions, load_corpus
+from lightfoot_pipeline.cli_query import add_query_commands
 from lightfoot_pipeline.llm import LLMError
 from lightfoot_pipeline.settings import IndexSettings
 
@@ -246,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--embedder", default=None)
     p.set_defaults(func=cmd_audit_deletion)
 
+    add_query_commands(sub, common)  # snapshot, query, serve, eval
     return parser
 
 

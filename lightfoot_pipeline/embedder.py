@@ -118,6 +118,15 @@ class SentenceTransformerEmbedder:
                     out[rows] = vectors.float().numpy()
         return _unit_rows(out)
 
+    def embed_query(self, text: str) -> np.ndarray:
+        """(dim,) vector of one text run alone: a question at query time has no batch to fill."""
+        import torch
+
+        features = self._model.tokenizer([text], truncation=True, max_length=self.max_length, return_tensors="pt")
+        with torch.inference_mode():
+            vector = self._model(dict(features))["sentence_embedding"][:1]
+        return _unit_rows(vector.float().numpy())[0]
+
 
 def resolve_model_location(model: str) -> tuple[str, str]:
     """Where to load a model from, and the label that names it in cache keys."""

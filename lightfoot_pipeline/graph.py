@@ -87,9 +87,10 @@ class RetrievalGraph:
         self.n_entities = n_entities
         self.n_passages = self.n_nodes - n_entities
         degree = np.asarray(adjacency.sum(axis=1)).ravel()  # (N,)
-        self.dangling = degree == 0  # (N,) bool
+        dangling = degree == 0  # (N,) bool
+        self.dangling = np.flatnonzero(dangling)  # nodes with no edge: their walkers jump back to the seeds
         inverse = np.zeros_like(degree)
-        inverse[~self.dangling] = 1.0 / degree[~self.dangling]
+        inverse[~dangling] = 1.0 / degree[~dangling]
         # The walk applied to a column vector: x_next = Pᵀ x with P = D⁻¹ A. A is symmetric, so
         # Pᵀ = A D⁻¹ (column j scaled by 1/deg j), kept as CSR so each step is one CSR product.
         self.walk = (adjacency @ sp.diags(inverse)).tocsr().astype(np.float64)  # (N, N)
@@ -116,14 +117,19 @@ class RetrievalGraph:
         s = s / total
         restart = (1.0 - damping) * s  # (N,)
         x = s.copy()
+        change = np.empty_like(x)
         delta = np.inf
         iterations = 0
         while iterations < max_iterations:
             iterations += 1
-            stranded = x[self.dangling].sum()  # mass on edgeless nodes goes back to the seeds
-            # (N, N) x (N,) -> (N,): one step of the walk
-            x_next = damping * (self.walk @ x) + (damping * stranded) * s + restart
-            delta = float(np.abs(x_next - x).sum())
+            x_next = self.walk @ x  # (N, N) x (N,) -> (N,): one step of the walk
+            x_next *= damping
+            x_next += restart
+            if self.dangling.size:
+                stranded = x[self.dangling].sum()  # walkers on edgeless nodes jump back to the seeds
+                x_next += (damping * stranded) * s
+            np.subtract(x_next, x, out=change)
+            delta = float(np.abs(change, out=change).sum())
             x = x_next
             if delta < tolerance:
                 break
