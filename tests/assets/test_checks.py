@@ -1,0 +1,105 @@
+"""The asset checks find what is wrong, and a failed blocking check stops the serving export."""
+
+from __future__ import annotations
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from lightfoot_pipeline.tables import EXTRACTIONS, FACTS, MENTIONS, with_buckets
+
+
+@pytest.fixture
+def ingested(lightfoot, twenty, sample_records):
+    lightfoot.drop_documents("six", twenty[:6], sample_records)
+    assert lightfoot.run(lightfoot.tick("document_inbox").run_requests[0]).success
+    return lightfoot
+
+
+def deletion_run(lightfoot, run_config: dict | None = None):
+    return lightfoot.run(dg.RunRequest(), "document_deletion", run_config=run_config)
+
+
+def evaluations(result) -> dict[tuple[str, str], dg.AssetCheckEvaluation]:
+    return {(e.asset_key.to_user_string(), e.check_name): e for e in result.get_asset_check_evaluations()}
+
+
+def materialized(result) -> set[str]:
+    return {e.event_specific_data.materialization.asset_key.to_user_string()
+            for e in result.get_asset_materialization_events()}
+
+
+def tamper(store, name: str, change) -> None:
+    with store.transaction() as tx:
+        tx.put(name, change(tx.table(name), tx.n_buckets))
+        tx.commit("tamper", {})
+
+
+def test_a_sound_store_passes_every_check(ingested):
+    result = deletion_run(ingested)
+    assert result.success
+    checks = evaluations(result)
+    assert len(checks) == 6 and all(c.passed for c in checks.values())
+    rebuild = checks[("facts", "matches_fresh_rebuild")].metadata
+    assert rebuild["store_fingerprint"].value == rebuild["rebuild_fingerprint"].value
+    assert rebuild["differing_tables"].value == []
+    assert "serving_snapshot" in materialized(result)
+
+
+def test_a_dangling_mention_fails_its_check_and_blocks_the_export(ingested):
+    def add_dangling(frame: pl.DataFrame, n_buckets: int) -> pl.DataFrame:
+        ghost = frame.head(1).drop("bucket").with_columns(pl.lit("chunk-deleted-long-ago").alias("chunk_id"))
+        return pl.concat([frame, with_buckets(ghost, MENTIONS, n_buckets).cast(frame.schema)])
+
+    tamper(ingested.store(), MENTIONS.name, add_dangling)
+    result = deletion_run(ingested)
+    check = evaluations(result)[("entities", "no_dangling_references")]
+    assert not check.passed
+    assert check.metadata["dangling"].value["mentions -> passages"] == 1
+    assert check.metadata["total"].value == 1
+    assert "serving_snapshot" not in materialized(result)
+    assert "erasures" not in materialized(result)
+
+
+def test_a_store_that_differs_from_a_fresh_rebuild_fails_on_the_asset_that_differs(ingested):
+    def miscount(frame: pl.DataFrame, n_buckets: int) -> pl.DataFrame:
+        first = frame.get_column("fact_id")[0]
+        return frame.with_columns(
+            pl.when(pl.col("fact_id") == first).then(pl.col("n_sources") + 1).otherwise(pl.col("n_sources"))
+            .alias("n_sources")
+        )
+
+    tamper(ingested.store(), FACTS.name, miscount)
+    result = deletion_run(ingested)
+    checks = evaluations(result)
+    assert not checks[("facts", "matches_fresh_rebuild")].passed
+    assert checks[("facts", "matches_fresh_rebuild")].metadata["differing_tables"].value == ["facts"]
+    assert checks[("entities", "matches_fresh_rebuild")].passed
+    assert checks[("entities", "no_dangling_references")].passed
+    assert "serving_snapshot" not in materialized(result)
+
+
+def test_the_rebuild_comparison_can_be_turned_off_and_then_only_warns(ingested):
+    def miscount(frame: pl.DataFrame, n_buckets: int) -> pl.DataFrame:
+        return frame.with_columns((pl.col("n_sources") + 1).alias("n_sources"))
+
+    tamper(ingested.store(), FACTS.name, miscount)
+    off = {"ops": {"matches_fresh_rebuild": {"config": {"enabled": False}}}}
+    result = deletion_run(ingested, off)
+    rebuild = [c for (a, n), c in evaluations(result).items() if n == "matches_fresh_rebuild"]
+    assert len(rebuild) == 5
+    assert all(not c.passed and c.severity == dg.AssetCheckSeverity.WARN for c in rebuild)
+    assert all("disabled" in c.description for c in rebuild)
+    assert "serving_snapshot" in materialized(result), "a warning does not block"
+
+
+def test_a_passage_with_no_extraction_is_not_accounted_for(ingested):
+    from assets.defs.checks import passages_accounted_for
+
+    store = ingested.store()
+    assert passages_accounted_for(store=ingested.resources["store"]).passed
+    tamper(store, EXTRACTIONS.name, lambda frame, n: frame.slice(1))
+    result = passages_accounted_for(store=ingested.resources["store"])
+    assert not result.passed
+    assert result.metadata["missing"].value == 1
+    assert "1 passages without an extraction" in result.description
