@@ -523,6 +523,8 @@ def load_snapshot(store: Store, snapshot_id: str | None = None) -> Snapshot:
         )
     except FileNotFoundError as err:
         raise SnapshotError(f"snapshot {snapshot_id} is missing a file (removed while loading?): {err}") from err
+    except (OSError, ValueError, KeyError, pa.ArrowException) as err:
+        raise SnapshotError(f"snapshot {snapshot_id} cannot be read ({type(err).__name__}: {err})") from err
 
 
 # -- erasure ------------------------------------------------------------------------------------
