@@ -1,0 +1,211 @@
+"""The pipeline's Dagster jobs on an instance stored in a real PostgreSQL server.
+
+The instance is the deployment one: ``dagster.postgres.yaml`` as ``$DAGSTER_HOME/dagster.yaml``,
+its credentials in the ``DAGSTER_PG_*`` environment variables only. The test starts its own
+PostgreSQL server (Debian's ``postgresql`` package: initdb and pg_ctl on a free port on
+127.0.0.1, password authentication), and is skipped, saying why, only where none can be started.
+
+Documents arrive in the inbox; the sensor is evaluated against the PostgreSQL instance; the
+ingestion run and then an erasure run execute in separate ``dagster job execute`` processes, as
+run workers do in a deployment; this process then reads back from PostgreSQL what they wrote.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import pwd
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from lightfoot_pipeline import pipeline
+from lightfoot_pipeline.dataset import CORPUS_FILE, EXTRACTIONS_FILE
+from lightfoot_pipeline.embedder import HashingEmbedder
+from lightfoot_pipeline.extraction import ReplayExtractor
+from lightfoot_pipeline.store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+STORE_POOL = "lightfoot_store"
+
+
+def _postgres_bin() -> Path | None:
+    found = shutil.which("pg_ctl")
+    if found:
+        return Path(found).parent
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(p.split("/")[4]))
+    return Path(candidates[-1]).parent if candidates else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """A PostgreSQL server of its own on 127.0.0.1: connection settings, with a password."""
+    binaries = _postgres_bin()
+    if binaries is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl): install Debian's postgresql package")
+    run_as: list[str] = []
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root: run it as the postgres account
+        try:
+            account = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no 'postgres' account to run the server as")
+        if shutil.which("runuser") is None:
+            pytest.skip("running as root and runuser(1) is missing, so the server cannot run as 'postgres'")
+        run_as = ["runuser", "-u", "postgres", "--"]
+    root = Path(tempfile.mkdtemp(prefix="lightfoot-pg-"))
+    if run_as:
+        os.chown(root, account.pw_uid, account.pw_gid)
+    password = secrets.token_urlsafe(16)
+    (root / "pw").write_text(password)
+    if run_as:
+        os.chown(root / "pw", account.pw_uid, account.pw_gid)
+    port = _free_port()
+    data, log = root / "data", root / "server.log"
+
+    def call(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*run_as, *args], capture_output=True, text=True, timeout=120)
+
+    made = call(str(binaries / "initdb"), "-D", str(data), "-U", "lightfoot", f"--pwfile={root / 'pw'}",
+                "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8")
+    if made.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.skip(f"initdb could not create a PostgreSQL cluster: {made.stderr.strip()[-500:]}")
+    started = call(str(binaries / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60",
+                   "-o", f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start")
+    if started.returncode != 0:
+        tail = log.read_text()[-500:] if log.exists() else started.stderr[-500:]
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.skip(f"pg_ctl could not start PostgreSQL: {tail.strip()}")
+    try:
+        import psycopg2
+
+        connection = psycopg2.connect(host="127.0.0.1", port=port, user="lightfoot", password=password,
+                                      dbname="postgres")
+        connection.autocommit = True
+        with connection.cursor() as cursor:
+            cursor.execute("CREATE DATABASE dagster")
+        connection.close()
+        yield {"DAGSTER_PG_HOST": "127.0.0.1", "DAGSTER_PG_PORT": str(port), "DAGSTER_PG_DB": "dagster",
+               "DAGSTER_PG_USERNAME": "lightfoot", "DAGSTER_PG_PASSWORD": password}
+    finally:
+        call(str(binaries / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def deployment(postgres, tmp_path, monkeypatch):
+    """The environment of a deployment: the PostgreSQL instance, and Lightfoot's settings."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster.postgres.yaml", home / "dagster.yaml")
+    env = {
+        **postgres,
+        "DAGSTER_HOME": str(home),
+        "LIGHTFOOT_STORE": str(tmp_path / "store"),
+        "LIGHTFOOT_INBOX": str(tmp_path / "inbox" / "documents"),
+        "LIGHTFOOT_ERASURE_INBOX": str(tmp_path / "inbox" / "erasure"),
+        "LIGHTFOOT_EMBEDDER": "hashing:32",
+        "LIGHTFOOT_EXTRACTOR": "replay",
+    }
+    for name in ("LIGHTFOOT_RETENTION_POLICY", "OPENAI_BASE_URL", "OPENAI_API_KEY", "LIGHTFOOT_LLM_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return tmp_path, {**os.environ, **env}
+
+
+def drop(folder: Path, name: str, documents, records) -> None:
+    """A dataset directory dropped in an inbox (written under a hidden name, then renamed)."""
+    hidden = folder / f".{name}"
+    hidden.mkdir(parents=True)
+    with (hidden / CORPUS_FILE).open("w", encoding="utf-8") as corpus, \
+            (hidden / EXTRACTIONS_FILE).open("w", encoding="utf-8") as extractions:
+        for d in documents:
+            corpus.write(json.dumps({"doc_id": d.doc_id, "title": d.title, "text": d.text}) + "\n")
+            extractions.write(json.dumps(records[d.doc_id]) + "\n")
+    hidden.rename(folder / name)
+
+
+def tick(instance: dg.DagsterInstance, defs: dg.Definitions, sensor_name: str):
+    """Evaluate a sensor as the daemon does, applying its partition requests to the instance."""
+    data = defs.resolve_sensor_def(sensor_name).evaluate_tick(
+        dg.build_sensor_context(instance=instance, definitions=defs, sensor_name=sensor_name,
+                                resources=dict(defs.resources or {}))
+    )
+    for request in data.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    return data
+
+
+def execute(env: dict, request: dg.RunRequest, job_name: str) -> None:
+    """Run a requested job in its own process (a run worker), on the instance of the environment."""
+    done = subprocess.run(
+        [sys.executable, "-m", "dagster", "job", "execute", "-m", "assets.definitions", "-j",
+         request.job_name or job_name, "--tags", json.dumps(dict(request.tags))],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_ingestion_and_erasure_runs_on_a_postgres_instance(deployment, sample_documents, sample_records):
+    from assets.definitions import defs as load_defs
+    from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage, PostgresScheduleStorage
+
+    root, env = deployment
+    twelve = sample_documents[:12]
+    ids = sorted(d.doc_id for d in twelve)
+    with dg.DagsterInstance.get() as instance:
+        assert isinstance(instance.run_storage, PostgresRunStorage)
+        assert isinstance(instance.event_log_storage, PostgresEventLogStorage)
+        assert isinstance(instance.schedule_storage, PostgresScheduleStorage)
+        defs = load_defs()
+
+        drop(root / "inbox" / "documents", "batch-1", twelve, sample_records)
+        ingest = tick(instance, defs, "document_inbox")
+        assert len(ingest.run_requests) == 1
+        assert sorted(instance.get_dynamic_partitions("documents")) == ids
+
+    execute(env, ingest.run_requests[0], "document_ingestion")
+
+    doomed = [twelve[3].doc_id, twelve[7].doc_id]
+    erasure_inbox = root / "inbox" / "erasure"
+    erasure_inbox.mkdir(parents=True)
+    (erasure_inbox / "request-1.json").write_text(json.dumps({"doc_ids": doomed, "reason": "test"}))
+    with dg.DagsterInstance.get() as instance:
+        erase = tick(instance, load_defs(), "erasure_inbox")
+        assert len(erase.run_requests) == 1
+    execute(env, erase.run_requests[0], "document_deletion")
+
+    # A fresh connection reads back what the run processes wrote to PostgreSQL.
+    with dg.DagsterInstance.get() as instance:
+        runs = instance.get_run_records()
+        assert sorted(r.dagster_run.job_name for r in runs) == ["document_deletion", "document_ingestion"]
+        assert {r.dagster_run.status for r in runs} == {dg.DagsterRunStatus.SUCCESS}
+        materialized = instance.get_materialized_partitions(dg.AssetKey("forms"))
+        assert materialized >= set(ids)
+        facts = instance.get_latest_materialization_event(dg.AssetKey("facts"))
+        assert facts is not None and facts.run_id in {r.dagster_run.run_id for r in runs}
+        # The store pool's limit is the instance's (default_limit 1), kept in PostgreSQL.
+        assert instance.event_log_storage.get_concurrency_info(STORE_POOL).slot_count == 1
+
+    store = Store(env["LIGHTFOOT_STORE"])
+    survivors = [d for d in twelve if d.doc_id not in doomed]
+    assert sorted(store.read("documents").get_column("doc_id").to_list()) == sorted(d.doc_id for d in survivors)
+    fresh = Store(str(root / "fresh"))
+    pipeline.ingest(fresh, survivors, ReplayExtractor(sample_records), HashingEmbedder(dim=32))
+    assert pipeline.fingerprint(store).digest == pipeline.fingerprint(fresh).digest
