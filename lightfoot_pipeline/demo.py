@@ -6,6 +6,8 @@
 3. Delete a few documents (no model call), then build a fresh index of the survivors in a scratch
    store and show that the two fingerprints are equal.
 4. Put the deleted documents back, so the store again holds the whole sample.
+5. Export a serving snapshot and retrieve passages for sample questions: no model call (answers
+   would need a language-model endpoint, and the demo never calls one).
 """
 
 from __future__ import annotations
@@ -89,9 +91,56 @@ def run_demo(args) -> int:
                                embedder, settings)
     print(f"re-added {restored.documents} documents with {restored.model_calls} model calls; "
           f"store fingerprint {pipeline.fingerprint(store).digest[:32]}")
+
+    _section("5. serve: export a snapshot and retrieve with no model call")
+    _show_retrieval(store, embedder, dataset)
     print("\nNext: `lightfoot status`, `lightfoot delete DOC_ID --erase`, "
-          "`lightfoot audit-deletion --fraction 0.1 --out audit.json`.")
+          "`lightfoot audit-deletion --fraction 0.1 --out audit.json`, `lightfoot query \"…\"`, `lightfoot serve`.")
     return 0 if equal else 1
+
+
+def _show_retrieval(store: Store, embedder, dataset: Path, n_questions: int = 2) -> None:
+    from lightfoot_pipeline.answer import build_answerer
+    from lightfoot_pipeline.dataset import default_questions_file, load_questions
+    from lightfoot_pipeline.rerank import load_reranker
+    from lightfoot_pipeline.serve import QueryService
+    from lightfoot_pipeline.snapshot import export_snapshot
+
+    started = time.perf_counter()
+    info = export_snapshot(store, embedder)
+    edges = info.counts["edges"]
+    print(f"snapshot {info.snapshot_id}: {info.counts['nodes']:,} nodes ({info.counts['entities']:,} entities, "
+          f"{info.counts['passages']:,} passages); {edges['mention']:,} mention, {edges['fact']:,} fact and "
+          f"{edges['synonym']:,} synonym edges; {time.perf_counter() - started:.1f}s")
+    reranker, reranker_status = load_reranker(None)
+    _, answer_status = build_answerer()
+    service = QueryService(store, embedder, reranker, reranker_status)
+    service.refresh()
+    questions_file = default_questions_file(dataset)
+    questions = load_questions(questions_file)[:n_questions] if questions_file else []
+    if not questions:
+        print("the dataset has no questions file to try")
+    for question in questions:
+        result = service.query(question.question, top_k=3, answer=False)
+        gold = set(question.gold_doc_ids)
+        print(f"Q: {question.question}")
+        print(f"   expected answer: {question.answer}; gold passages: {', '.join(sorted(gold)) or 'none given'}")
+        for passage in result["passages"]:
+            mark = "*" if passage["doc_id"] in gold else " "
+            text = " ".join(passage["text"].split())
+            print(f"  {mark}{passage['rank']}. [{passage['doc_id']}] {passage['title']}: {text[:110]}"
+                  + ("…" if len(text) > 110 else ""))
+        latency = result["latency_ms"]
+        print(f"   retrieval {latency['retrieval']:.0f} ms (embed {latency['embed']:.0f}, PageRank "
+              f"{latency['pagerank']:.0f}, {result['pagerank']['iterations']} iterations); no model call")
+    print("(* = a gold passage)")
+    if reranker_status.state != "available":
+        print(f"reranking: {reranker_status.state} ({reranker_status.reason}); PageRank order shown")
+    if answer_status.startswith("available"):
+        print(f"answers: `lightfoot query` would ask {answer_status.removeprefix('available: ')}")
+    else:
+        print("answers: need a language-model endpoint (set OPENAI_BASE_URL, and OPENAI_API_KEY if it needs one); "
+              "retrieval above needed none")
 
 
 def _show_entities(store: Store) -> None:

@@ -81,6 +81,7 @@ def test_demo_with_the_hashing_embedder(tmp_path):
     result = run_cli("demo", "--store", str(tmp_path / "demo"), "--embedder", "hashing")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "identical: yes" in result.stdout and "0 model calls" in result.stdout
+    assert "== 5. serve" in result.stdout and "no model call" in result.stdout.split("== 5. serve")[1]
 
 
 @pytest.mark.slow
