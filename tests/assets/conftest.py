@@ -9,6 +9,7 @@ executes a requested run in process.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,7 +107,9 @@ class Harness:
         )
 
 
+@functools.lru_cache(maxsize=1)
 def shipped_definitions() -> dg.Definitions:
+    """What ``assets.definitions`` loads (loaded once per session)."""
     from assets.definitions import defs
 
     return defs()
@@ -147,9 +150,18 @@ def lightfoot(tmp_path, monkeypatch):
 
 @pytest.fixture
 def lightfoot_on_disk(tmp_path, monkeypatch):
-    """The harness on a temporary instance with storage on disk (schedule contexts need one)."""
-    with dg.instance_for_test() as instance:
+    """The harness on a temporary instance with storage on disk (schedule contexts need one).
+
+    The instance is not entered as a context manager: entering one makes its storage Dagster's
+    current one for everything loaded afterwards, in later tests too.
+    """
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
         yield _harness(tmp_path, monkeypatch, instance)
+    finally:
+        instance.dispose()
 
 
 @pytest.fixture(scope="session")

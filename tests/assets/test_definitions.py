@@ -122,7 +122,10 @@ def test_instance_files_are_valid_dagster_configuration(tmp_path, monkeypatch):
     home = tmp_path / "local"
     home.mkdir()
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
-    with dg.DagsterInstance.from_config(str(home)) as instance:
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
         assert "Sqlite" in type(instance.run_storage).__name__
         instance.add_dynamic_partitions("documents", ["doc-1"])
+    finally:
+        instance.dispose()
     assert any(p.suffix == ".db" for p in home.rglob("*")), "the SQLite files live under DAGSTER_HOME"
