@@ -1,0 +1,151 @@
+"""Resources: recorded extractions where a document has one, a real OpenAI-protocol endpoint for
+the rest (a server on loopback), and the partition helpers."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import polars as pl
+import pytest
+
+from assets.partitions import invalid_key_reason, key_ranges
+from assets.resources import ExtractorResource, InboxResource, StoreResource
+
+ANSWER = {"entities": [{"name": "Oslo", "type": "location", "description": "a city"}],
+          "facts": [["Oslo", "capital of", "Norway", "Oslo is the capital of Norway"]]}
+
+
+@pytest.fixture
+def endpoint():
+    """A chat-completions endpoint on 127.0.0.1 that answers every request with ANSWER."""
+    requests: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+            requests.append({"path": self.path, "auth": self.headers.get("authorization"), "body": body})
+            payload = json.dumps({
+                "id": f"chatcmpl-{len(requests)}", "object": "chat.completion", "created": int(time.time()),
+                "model": body.get("model"),
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": json.dumps(ANSWER)}}],
+                "usage": {"prompt_tokens": 500, "completion_tokens": 50, "total_tokens": 550},
+            }).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", requests
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_auto_mode_replays_recordings_and_asks_the_model_for_the_rest(
+    lightfoot, twenty, sample_records, endpoint, monkeypatch
+):
+    url, requests = endpoint
+    monkeypatch.setenv("LIGHTFOOT_LLM_PRICE_IN", "0.10")  # USD per million tokens
+    monkeypatch.setenv("LIGHTFOOT_LLM_PRICE_OUT", "0.32")
+    lightfoot.resources["extractor"] = ExtractorResource(
+        mode="auto", base_url=url, model="test-model", api_key="sk-test-secret"
+    )
+    lightfoot.defs = lightfoot.defs.__class__(
+        assets=lightfoot.defs.assets, asset_checks=lightfoot.defs.asset_checks, jobs=lightfoot.defs.jobs,
+        sensors=lightfoot.defs.sensors, schedules=lightfoot.defs.schedules, resources=lightfoot.resources,
+    )
+    recorded, asked = twenty[0], twenty[1]
+    lightfoot.drop_documents("mixed", [recorded, asked], {recorded.doc_id: sample_records[recorded.doc_id]})
+    result = lightfoot.run(lightfoot.tick("document_inbox").run_requests[0])
+    assert result.success
+    assert len(requests) == 1 and requests[0]["path"] == "/v1/chat/completions"
+    assert requests[0]["auth"] == "Bearer sk-test-secret"
+    assert asked.text[:40] in json.dumps(requests[0]["body"])
+    extractions = lightfoot.store().read("extractions").sort("doc_id")
+    assert extractions.get_column("status").to_list() == ["ok", "ok"]
+    by_doc = dict(zip(extractions.get_column("doc_id").to_list(), extractions.get_column("extractor").to_list()))
+    assert by_doc[recorded.doc_id].startswith("replay:") and by_doc[asked.doc_id] == "openai:test-model"
+    metadata = next(e.event_specific_data.materialization.metadata for e in result.get_asset_materialization_events()
+                    if e.event_specific_data.materialization.asset_key.to_user_string() == "extractions")
+    assert metadata["model_calls"].value == 1
+    assert metadata["tokens_in"].value == 500 and metadata["tokens_out"].value == 50
+    assert metadata["cost_usd"].value == pytest.approx((500 * 0.10 + 50 * 0.32) / 1e6, abs=1e-6)
+    forms = lightfoot.store().read("forms").filter(pl.col("doc_id") == asked.doc_id)
+    assert "oslo" in forms.get_column("name").to_list()
+
+
+def test_an_unusable_model_fails_the_passages_with_the_reason(lightfoot, twenty):
+    from lightfoot_pipeline.passages import split_passages
+    from lightfoot_pipeline.settings import IndexSettings
+
+    store = StoreResource(uri=lightfoot.store_uri).open()
+    extractor = ExtractorResource(mode="auto", base_url="http://127.0.0.1:9/v1", model="nobody", api_key="k")
+    passages = split_passages(twenty[0], 4000)
+    outcomes = extractor.get(store, IndexSettings(), {}, "run-1").extract(passages)
+    assert [o.status for o in outcomes] == ["failed"]
+    assert outcomes[0].reason
+
+
+def test_replay_mode_never_calls_a_model(lightfoot, twenty, sample_records):
+    from lightfoot_pipeline.passages import split_passages
+    from lightfoot_pipeline.settings import IndexSettings
+
+    store = StoreResource(uri=lightfoot.store_uri).open()
+    recorded = {twenty[0].doc_id: sample_records[twenty[0].doc_id]}
+    passages = [*split_passages(twenty[0], 4000), *split_passages(twenty[1], 4000)]
+    outcomes = ExtractorResource(mode="replay").get(store, IndexSettings(), recorded, "run-1").extract(passages)
+    assert [o.status for o in outcomes] == ["ok", "failed"]
+    assert "replay mode" in outcomes[1].reason and outcomes[1].model_calls == 0
+
+
+def test_a_bad_extractor_mode_is_refused():
+    import dagster as dg
+
+    with pytest.raises(dg.Failure, match="auto, replay or openai"):
+        ExtractorResource(mode="gpt").get(None, None, {}, "run")
+
+
+def test_inbox_defaults_sit_beside_a_local_store_and_under_a_remote_one(tmp_path, monkeypatch):
+    from lightfoot_pipeline.store import Store
+
+    for name in ("LIGHTFOOT_INBOX", "LIGHTFOOT_ERASURE_INBOX"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    local = InboxResource().document_inbox(Store(str(tmp_path / "store")))
+    assert local.uri == str(tmp_path / ".lightfoot" / "inbox" / "documents")
+    monkeypatch.setenv("LIGHTFOOT_ERASURE_INBOX", str(tmp_path / "requests"))
+    assert InboxResource().erasure_inbox(Store(str(tmp_path / "store"))).uri == str(tmp_path / "requests")
+    remote = Store("s3://bucket/lightfoot", storage_options={"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "a",
+                                                              "AWS_SECRET_ACCESS_KEY": "b"})
+    monkeypatch.delenv("LIGHTFOOT_ERASURE_INBOX")
+    assert InboxResource().erasure_inbox(remote).uri == "s3://bucket/lightfoot/inbox/erasure"
+
+
+def test_key_ranges_cover_exactly_the_wanted_keys():
+    order = ["a", "b", "c", "d", "e", "f"]
+    assert key_ranges(order, ["b", "c", "d"]) == [("b", "d")]
+    assert key_ranges(order, ["f", "a", "c", "b"]) == [("a", "c"), ("f", "f")]
+    assert key_ranges(order, []) == []
+    for wanted in (["a"], ["a", "f"], ["b", "d", "f"], order):
+        covered = [k for first, last in key_ranges(order, wanted) for k in order[order.index(first):order.index(last) + 1]]
+        assert sorted(covered) == sorted(wanted)
+
+
+def test_partition_keys_cannot_hold_a_range_marker():
+    assert invalid_key_reason("musique-0001") is None
+    assert "'...'" in invalid_key_reason("a...b")
+    assert invalid_key_reason("a..b") is None
