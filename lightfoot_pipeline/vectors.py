@@ -67,7 +67,13 @@ class VectorCache:
             return db.open_table(self.table_name)
         if not create:
             return None
-        return db.create_table(self.table_name, schema=self._schema)
+        try:
+            return db.create_table(self.table_name, schema=self._schema)
+        except ValueError:
+            # Another writer created it since the listing (on object stores nothing serialises them).
+            if self.table_name in lance_table_names(db):
+                return db.open_table(self.table_name)
+            raise
 
     def _stored(self, keys: set[str]) -> dict[str, np.ndarray]:
         table = self._table(create=False)

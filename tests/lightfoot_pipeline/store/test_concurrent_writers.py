@@ -178,3 +178,36 @@ def test_racing_ingests_lose_no_document(where, object_store, tmp_path, sample_d
     fresh = Store(str(tmp_path / "fresh"))
     pipeline.ingest(fresh, [d for part in slices for d in part], extractor, hashing_embedder, SETTINGS)
     assert pipeline.fingerprint(store).digest == pipeline.fingerprint(fresh).digest
+
+
+def test_two_writers_creating_the_same_vector_cache_both_store_their_vectors(object_store, monkeypatch,
+                                                                             hashing_embedder):
+    """Both writers list the LanceDB tables before either creates the cache; both must then add
+    their vectors to the one table (the loser of the creation opens the winner's)."""
+    import lightfoot_pipeline.vectors as vectors
+
+    store = Store(object_store.uri("vectors"))
+    listed = threading.Barrier(2, timeout=60)
+    real = vectors.lance_table_names
+    first_call = threading.local()
+
+    def listing_before_either_creates(db):
+        names = real(db)
+        if not getattr(first_call, "done", False):
+            first_call.done = True
+            listed.wait()
+        return names
+
+    monkeypatch.setattr(vectors, "lance_table_names", listing_before_either_creates)
+    texts = [["alpha", "beta"], ["gamma", "delta"]]
+
+    def writer(i: int):
+        return lambda: vectors.VectorCache(Store(store.uri), "name", hashing_embedder).vectors(texts[i]).shape
+
+    results = race([writer(0), writer(1)])
+
+    assert results == [(2, hashing_embedder.dim)] * 2, results
+    monkeypatch.setattr(vectors, "lance_table_names", real)
+    cache = vectors.VectorCache(store, "name", hashing_embedder)
+    stored = cache.stored_vectors(["alpha", "beta", "gamma", "delta"])
+    assert all(v is not None for v in stored)
