@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lightfoot_pipeline.dataset import DatasetError, bundled_sample_dir, has_recorded_extractions, load_corpus
 from lightfoot_pipeline.cli_query import add_query_commands
+from lightfoot_pipeline.cli_eval import add_eval_commands
 from lightfoot_pipeline.llm import LLMError
 from lightfoot_pipeline.settings import IndexSettings
 
@@ -248,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_audit_deletion)
 
     add_query_commands(sub, common)  # snapshot, query, serve, eval
+    add_eval_commands(sub, common)  # eval-deletion, report, compare
     return parser
 
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from lightfoot_pipeline.dataset import DatasetError, default_questions_file, load_questions
+from lightfoot_pipeline.cli_eval import add_run_options
 
 PREVIEW_CHARS = 160
 
@@ -144,6 +145,13 @@ def cmd_serve(args) -> int:
 
 @_reports_errors
 def cmd_eval(args) -> int:
+    if args.run_dir or args.answer or args.dry_run:
+        from lightfoot_pipeline.cli_eval import cmd_eval_run
+
+        return cmd_eval_run(args)  # every mode and baseline side by side, kept in a run directory
+    if args.out is None:
+        print("error: --out OUT.json (or --run-dir DIR) is required", file=sys.stderr)
+        return 2
     from lightfoot_pipeline.embedder import load_embedder
     from lightfoot_pipeline.evaluate import ensure_dataset_indexed, evaluate_recall
     from lightfoot_pipeline.progress import Progress
@@ -214,7 +222,8 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("eval", parents=[common], help="recall@2/5/10 of dense, lightfoot and lightfoot+rerank")
     p.add_argument("--dataset", required=True, help="dataset directory (built into --store first if needed)")
     p.add_argument("--questions", default=None, help="questions file (default: the dataset's questions*.jsonl)")
-    p.add_argument("--out", required=True, help="where to write the JSON result")
+    p.add_argument("--out", default=None, help="where to write the JSON result (required without --run-dir)")
     p.add_argument("--embedder", default=None, help=embedder_help + "; the packaged MiniLM for a new store")
     p.add_argument("--reranker", default=None, help=reranker_help)
+    add_run_options(p)  # --run-dir, --modes, --answer, --dry-run (cli_eval.py)
     p.set_defaults(func=cmd_eval)
