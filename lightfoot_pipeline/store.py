@@ -34,9 +34,9 @@ by default (it no longer has a DynamoDB locking provider). So:
   table writes were never logged, so readers never see them and the next transaction's recovery
   undoes them.
 
-The guarantee needs a store that honours conditional PUTs (AWS S3, MinIO, Cloudflare R2 and
-most current S3-compatible servers do); on one that ignores them two writers can both create the
-same version, so keep a single writer there (the orchestrator's pool). deltalake 1.6 ignores the
+The guarantee needs a store that honours conditional PUTs (AWS S3 since August 2024, MinIO and
+Cloudflare R2 do; check any other S3-compatible server); on one that ignores them two writers can
+both create the same version, so keep a single writer there (the orchestrator's pool). deltalake 1.6 ignores the
 old ``AWS_S3_LOCKING_PROVIDER=dynamodb`` setting, so the store does not pass it on.
 
 **Vacuum beside writers.** Vacuum (run by erasure) deletes at once the files that commits
