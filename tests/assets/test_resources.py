@@ -1,5 +1,5 @@
 """Resources: recorded extractions where a document has one, a real OpenAI-protocol endpoint for
-the rest (a server on loopback), and the partition helpers."""
+the rest (a server on loopback), and where the inboxes are."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import polars as pl
 import pytest
 
-from assets.partitions import invalid_key_reason, key_ranges
 from assets.resources import ExtractorResource, InboxResource, StoreResource
 
 ANSWER = {"entities": [{"name": "Oslo", "type": "location", "description": "a city"}],
@@ -133,19 +132,3 @@ def test_inbox_defaults_sit_beside_a_local_store_and_under_a_remote_one(tmp_path
                                                               "AWS_SECRET_ACCESS_KEY": "b"})
     monkeypatch.delenv("LIGHTFOOT_ERASURE_INBOX")
     assert InboxResource().erasure_inbox(remote).uri == "s3://bucket/lightfoot/inbox/erasure"
-
-
-def test_key_ranges_cover_exactly_the_wanted_keys():
-    order = ["a", "b", "c", "d", "e", "f"]
-    assert key_ranges(order, ["b", "c", "d"]) == [("b", "d")]
-    assert key_ranges(order, ["f", "a", "c", "b"]) == [("a", "c"), ("f", "f")]
-    assert key_ranges(order, []) == []
-    for wanted in (["a"], ["a", "f"], ["b", "d", "f"], order):
-        covered = [k for first, last in key_ranges(order, wanted) for k in order[order.index(first):order.index(last) + 1]]
-        assert sorted(covered) == sorted(wanted)
-
-
-def test_partition_keys_cannot_hold_a_range_marker():
-    assert invalid_key_reason("musique-0001") is None
-    assert "'...'" in invalid_key_reason("a...b")
-    assert invalid_key_reason("a..b") is None
