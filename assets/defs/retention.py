@@ -9,7 +9,6 @@ removes the documents' text from history; and only then, with everything downstr
 partition key removed.
 """
 
-import datetime as dt
 import json
 from collections import defaultdict
 
@@ -27,7 +26,7 @@ from lightfoot_pipeline.dataset import DatasetError
 from lightfoot_pipeline.documents import tombstone_documents
 from lightfoot_pipeline.erase import erase_history
 from lightfoot_pipeline.inbox import Inbox
-from lightfoot_pipeline.landing import DeletionRequest, Landing, read_json, utc_now, open_filesystem
+from lightfoot_pipeline.landing import DeletionRequest, Landing, open_filesystem, utc_now
 from lightfoot_pipeline.retention import PolicyError, RetentionPolicy, due_documents
 from lightfoot_pipeline.store import Store
 from lightfoot_pipeline.tables import DOCUMENTS as DOCUMENTS_TABLE
@@ -111,8 +110,9 @@ def tombstones(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Ma
 def erasures(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     """Hard erasure: the text of deleted documents that asked for it, removed from everything the
     store keeps — old table versions and log entries, extraction-cache entries, cached vectors,
-    landed copies and serving snapshots. Runs after the graph no longer holds their names; a
-    published snapshot that still holds them is replaced by a fresh export first."""
+    landed copies and serving snapshots. Runs after the graph no longer holds their names (and,
+    like the serving export, waits while a blocking check on the graph fails); a published
+    snapshot that still holds them is replaced by a fresh export first."""
     lightfoot = store.open()
     log = lightfoot.read(TOMBSTONES_TABLE.name)
     live = set(lightfoot.read(DOCUMENTS_TABLE.name, columns=["doc_id"]).get_column("doc_id").to_list())
