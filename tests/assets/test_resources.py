@@ -87,16 +87,18 @@ def test_auto_mode_replays_recordings_and_asks_the_model_for_the_rest(
     assert "oslo" in forms.get_column("name").to_list()
 
 
-def test_an_unusable_model_fails_the_passages_with_the_reason(lightfoot, twenty):
+def test_an_unusable_model_fails_the_passages_with_the_reason(lightfoot, twenty, monkeypatch):
     from lightfoot_pipeline.passages import split_passages
     from lightfoot_pipeline.settings import IndexSettings
+
+    monkeypatch.setenv("LIGHTFOOT_LLM_MAX_RETRIES", "0")  # nothing listens there; no point waiting
 
     store = StoreResource(uri=lightfoot.store_uri).open()
     extractor = ExtractorResource(mode="auto", base_url="http://127.0.0.1:9/v1", model="nobody", api_key="k")
     passages = split_passages(twenty[0], 4000)
     outcomes = extractor.get(store, IndexSettings(), {}, "run-1").extract(passages)
     assert [o.status for o in outcomes] == ["failed"]
-    assert outcomes[0].reason
+    assert "cannot reach http://127.0.0.1:9/v1" in outcomes[0].reason
 
 
 def test_replay_mode_never_calls_a_model(lightfoot, twenty, sample_records):
