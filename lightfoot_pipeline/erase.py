@@ -30,7 +30,7 @@ from lightfoot_pipeline.landing import Landing
 from lightfoot_pipeline.snapshot import erase_from_snapshots
 from lightfoot_pipeline.store import Store
 from lightfoot_pipeline.tables import ALIASES, EXTRACTIONS, FACTS, PASSAGES, TOMBSTONES
-from lightfoot_pipeline.vectors import VectorCache, cleanup_vector_history
+from lightfoot_pipeline.vectors import cleanup_vector_history, purge_vector_caches
 
 
 @dataclass
@@ -61,14 +61,9 @@ def live_vector_texts(store: Store) -> dict[str, list[str]]:
 def erase_history(store: Store, doc_ids: Sequence[str]) -> EraseReport:
     report = EraseReport(documents=sorted(doc_ids))
     manifest = store.manifest()
-    config = manifest.config
     live_keys = store.read(EXTRACTIONS.name, manifest, columns=["cache_key"]).get_column("cache_key").to_list()
     report.cache_entries_purged = ExtractionCache(store).purge_except(k for k in live_keys if k)
-    if config.get("embedder"):
-        for kind, texts in live_vector_texts(store).items():
-            for model_id, dim in _models_for(config, kind):
-                cache = VectorCache.for_model(store, kind, model_id, dim)
-                report.vectors_purged[f"{kind}:{model_id}"] = cache.purge(texts)
+    report.vectors_purged = purge_vector_caches(store, live_vector_texts(store))
     now = dt.datetime.now(dt.timezone.utc)
     if doc_ids:
         with store.transaction() as tx:
@@ -89,13 +84,3 @@ def erase_history(store: Store, doc_ids: Sequence[str]) -> EraseReport:
     cleanup_vector_history(store)
     report.erased_at = now.isoformat()
     return report
-
-
-def _models_for(config: dict, kind: str) -> list[tuple[str, int]]:
-    """Models whose caches of this kind the store may hold: the index embedder, plus any recorded."""
-    models = [(config["embedder"], int(config["dim"]))]
-    for extra in config.get("vector_models", {}).get(kind, []):
-        pair = (extra["model"], int(extra["dim"]))
-        if pair not in models:
-            models.append(pair)
-    return models

@@ -115,17 +115,25 @@ class VectorCache:
             out[i] = found[key]
         return out
 
-    def purge(self, keep_texts: Sequence[str]) -> int:
-        """Delete every cached vector whose text is not in keep_texts; returns how many."""
-        table = self._table(create=False)
-        if table is None:
-            return 0
-        keep = {text_key(t) for t in keep_texts}
+def purge_vector_caches(store, keep_texts_by_kind: dict[str, Sequence[str]]) -> dict[str, int]:
+    """Delete, from every cache table of every model, the vectors no live text uses.
+
+    Works from the tables present in LanceDB (``<kind>__<model>``), so caches of a model the
+    store no longer records are purged too. A kind with no live texts is emptied.
+    """
+    db = store.lance()
+    keep_keys = {kind: {text_key(t) for t in texts} for kind, texts in keep_texts_by_kind.items()}
+    purged: dict[str, int] = {}
+    for name in lance_table_names(db):
+        kind = name.split("__", 1)[0]
+        keep = keep_keys.get(kind, set())
+        table = db.open_table(name)
         stale = [k for k in table.to_arrow().column("key").to_pylist() if k not in keep]
         for start in range(0, len(stale), 1000):
             quoted = ", ".join(f"'{k}'" for k in stale[start : start + 1000])
             table.delete(f"key IN ({quoted})")
-        return len(stale)
+        purged[name] = len(stale)
+    return purged
 
 
 class _Unloaded:
