@@ -124,7 +124,17 @@ def recall_at_k(
         warnings.simplefilter("ignore")  # numba's type-safety notes about its own casts
         evaluate(qrels, run, metrics, return_mean=False, save_results_in_run=True)
     # ranx keeps each question's score under its id; read them back in the order of ``gold``
-    return {m: np.array([float(run.scores[m][qid]) for qid in qids]) for m in metrics}
+    scores = {m: np.array([float(run.scores[m][qid]) for qid in qids]) for m in metrics}
+    # ranx runs compiled (and disk-cached) numba kernels; a figure that disagrees with the
+    # definition must stop the run rather than reach a table, so check every score (cheap: sets)
+    for k, metric in zip(ks, metrics):
+        expected = np.array([len(set(gold[qid]).intersection(distinct(rankings[qid])[:k])) / len(set(gold[qid]))
+                             for qid in qids])
+        if not np.allclose(scores[metric], expected):
+            wrong = int(np.sum(~np.isclose(scores[metric], expected)))
+            raise RuntimeError(f"ranx computed {metric} differently from its definition for {wrong} of {len(qids)} "
+                               "questions; clear numba's cache (__pycache__ of ranx) and run again")
+    return scores
 
 
 # -- significance ---------------------------------------------------------------------------------
