@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -74,7 +74,6 @@ class EvaluationOutcome:
     spend: AnswerSpend | None = None
     run_dir: Path | None = None
     dry_run: bool = False
-    summary: dict = field(default_factory=dict)
 
 
 def evaluate_store(store: Store, embedder: Embedder, questions, modes: Sequence[Mode], *,
@@ -157,9 +156,9 @@ def run_evaluation(
             echo(f"the estimate passes the budget: the run stops answering at ${answers.budget_usd:g}")
         outcome.spend = answer_rows(answered, answers.answerer, budget_usd=answers.budget_usd,
                                     progress=progress_factory("answers"))
-        charge_answers(store, answered, answers.answerer, outcome)
+        ledger_run_id = charge_answers(store, answered, answers.answerer)
         config["answers"] = {**answers.describe(), "estimate": outcome.estimate.as_dict(),
-                             "spend": outcome.spend.as_dict(), "ledger_run_id": outcome.config.get("ledger_run_id")}
+                             "spend": outcome.spend.as_dict(), "ledger_run_id": ledger_run_id}
     if run_dir is not None:
         rows = [{"phase": EVAL, "evidence": None, **r.row()} for r in results]
         outcome.run_dir = write_run(run_dir, config, results_frame(rows, ks), overwrite=overwrite)
@@ -176,9 +175,11 @@ def _pricing(answers: AnswerOptions) -> tuple[str, tuple[float, float, str]]:
     return settings.model, settings.prices()
 
 
-def charge_answers(store: Store, answered: Sequence[QuestionResult], answerer: Answerer,
-                   outcome: EvaluationOutcome) -> None:
-    """Every answer call goes into the store's cost ledger (purpose ``answer``), as extraction calls do."""
+def charge_answers(store: Store, answered: Sequence[QuestionResult], answerer: Answerer) -> str:
+    """Every answer call goes into the store's cost ledger (purpose ``answer``), as extraction calls do.
+
+    Returns the ledger's run id (``lightfoot cost --run RUN_ID`` shows the run).
+    """
     run_id = ledger.new_run_id("eval")
     price_in, price_out, source = answerer.client.settings.prices()
     charges = [
@@ -191,7 +192,7 @@ def charge_answers(store: Store, answered: Sequence[QuestionResult], answerer: A
         for r in answered if r.answer is not None
     ]
     ledger.record(store, charges)
-    outcome.config["ledger_run_id"] = run_id
+    return run_id
 
 
 def legacy_result(outcome: EvaluationOutcome) -> dict:
