@@ -92,7 +92,8 @@ class SentenceTransformerEmbedder:
         self.batch_tokens = batch_tokens
         self.dim = int(self._model.get_embedding_dimension())
         self.max_length = int(self._model.max_seq_length or 256)
-        self.model_id = f"{label}@{_weights_tag(location)}"
+        # The batch geometry is part of the id: a vector's last bits may depend on its batch's shape.
+        self.model_id = f"{label}@{_weights_tag(location)}-t{batch_tokens}"
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         import torch
