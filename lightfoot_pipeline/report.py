@@ -341,8 +341,9 @@ def deletion_section(run: Run, metrics: Sequence[str], headline: str, out_dir: P
         ["questions", f"{d['questions']['intact']} with intact evidence, {d['questions']['deleted']} with deleted evidence"],
     ])
     lines += ["### Recall by evidence group, before and after the deletion", ""]
+    recall = {mode: d["recall"][mode] for mode in run.modes if mode in d["recall"]}  # in the run's order
     rows = []
-    for mode, groups in d["recall"].items():
+    for mode, groups in recall.items():
         for group in ("intact", "deleted"):
             phases = groups.get(group)
             if not phases:
@@ -355,7 +356,7 @@ def deletion_section(run: Run, metrics: Sequence[str], headline: str, out_dir: P
               "deletion counts the deleted gold documents as missed. *fresh* is the same questions on a fresh "
               "build of the survivors.", ""]
     changes = []
-    for mode in d["recall"]:
+    for mode in recall:
         for group in ("intact", "deleted"):
             before = run.results.filter((pl.col("phase") == "before") & (pl.col("mode") == mode)
                                         & (pl.col("evidence") == group)).select("qid", pl.col(headline).alias("score"))
@@ -371,6 +372,6 @@ def deletion_section(run: Run, metrics: Sequence[str], headline: str, out_dir: P
                             f"[{result.low:+.3f}, {result.high:+.3f}]", "yes" if result.significant else "no"])
     lines += [f"### Change in {headline} (after − before, paired bootstrap 95% intervals)", ""]
     lines += _table(["mode", "evidence", "questions", "change", "95% interval", "significant"], changes)
-    plot_deletion(d["recall"], headline, out_dir / PLOT_DELETION)
+    plot_deletion(recall, headline, out_dir / PLOT_DELETION)
     lines += [f"![recall of evidence-deleted vs intact questions]({PLOT_DELETION})", ""]
     return lines
