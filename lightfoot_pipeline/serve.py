@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from lightfoot_pipeline.answer import Answerer, build_answerer
 from lightfoot_pipeline.embedder import Embedder, load_embedder
 from lightfoot_pipeline.rerank import Reranker, RerankerStatus, load_reranker
-from lightfoot_pipeline.retrieve import RetrievalError, RetrievalSettings, Retriever
+from lightfoot_pipeline.retrieve import RetrievalError, RetrievalSettings, Retriever, one_thread_per_query
 from lightfoot_pipeline.snapshot import (
     Snapshot, SnapshotError, embedder_for_models, export_snapshot, latest_snapshot, load_snapshot,
 )
@@ -217,6 +217,7 @@ def open_service(store: Store, *, embedder_spec: str | None = None, reranker_spe
         export_snapshot(store, embedder)
     reranker, status = load_reranker(reranker_spec)
     answerer, answer_status = build_answerer() if answers else (None, "answers were turned off")
+    one_thread_per_query()
     service = QueryService(store, embedder, reranker, status, answerer, answer_status)
     if not service.refresh():
         raise SnapshotError(service.last_reload_error or f"no snapshot to serve under {store.uri}")
