@@ -19,7 +19,6 @@ from pathlib import Path
 
 from lightfoot_pipeline.dataset import DatasetError, bundled_sample_dir, default_questions_file
 
-EMBEDDER_HELP = "embedding model name or path, or hashing[:DIM] (default: the index's; the packaged MiniLM for a new store)"
 RERANKER_HELP = ("cross-encoder name or path (default: $LIGHTFOOT_RERANKER, else BAAI/bge-reranker-base); "
                  "none turns reranking off")
 
@@ -154,7 +153,8 @@ def cmd_eval_deletion(args) -> int:
           f"{d['model_calls']} model calls; fingerprint equal to a fresh build of the survivors: "
           f"{str(d['fingerprint_equal']).lower()}; rankings equal: {str(d['rankings_equal_fresh']).lower()}; "
           f"rankings naming a deleted document: {len(d['leaks'])}")
-    print(f"questions: {d['questions']['intact']} with intact evidence, {d['questions']['deleted']} with deleted evidence")
+    print(f"questions: {d['questions']['intact']} with intact evidence, "
+          f"{d['questions']['deleted']} with deleted evidence")
     for mode, groups in d["recall"].items():
         for group, phases in groups.items():
             for phase in ("before", "after"):

@@ -28,7 +28,9 @@ import numpy as np
 
 from lightfoot_pipeline import pipeline
 from lightfoot_pipeline.audit import choose_deletions
-from lightfoot_pipeline.dataset import DatasetError, has_recorded_extractions, load_corpus, load_questions, load_recorded_extractions
+from lightfoot_pipeline.dataset import (
+    DatasetError, has_recorded_extractions, load_corpus, load_questions, load_recorded_extractions,
+)
 from lightfoot_pipeline.embedder import Embedder
 from lightfoot_pipeline.eval_run import Echo, evaluate_store, snapshot_record
 from lightfoot_pipeline.extraction import ReplayExtractor
@@ -157,7 +159,8 @@ def run_deletion_audit(
         build_seconds = round(time.perf_counter() - started, 3)
         echo(f"built {len(documents)} documents in {build_seconds}s with {built.model_calls} model calls")
         before, snapshot = evaluate_store(full, counting, questions, chosen, reranker=reranker,
-                                          reranker_status=reranker_status, ks=ks, progress=progress_factory("before"))
+                                          reranker_status=reranker_status, ks=ks,
+                                          progress=lambda: progress_factory("before"))
         cost = index_cost(full, {"seconds": build_seconds, "model_calls": built.model_calls})
 
         embeds_before = counting.calls
@@ -167,7 +170,7 @@ def run_deletion_audit(
         echo(f"deleted {len(deleted.deleted)} of {len(documents)} documents in {deleted.seconds:.2f}s with "
              f"{model_calls[0]} model calls and {embedder_calls} embedder calls")
         after, _ = evaluate_store(full, counting, questions, chosen, reranker=reranker,
-                                  reranker_status=reranker_status, ks=ks, progress=progress_factory("after"))
+                                  reranker_status=reranker_status, ks=ks, progress=lambda: progress_factory("after"))
 
         survivors = [d for d in documents if d.doc_id not in doomed_set]
         started = time.perf_counter()
@@ -175,7 +178,7 @@ def run_deletion_audit(
         fresh_seconds = round(time.perf_counter() - started, 3)
         mine, theirs = pipeline.fingerprint(full), pipeline.fingerprint(fresh)
         rebuilt, _ = evaluate_store(fresh, counting, questions, chosen, reranker=reranker,
-                                    reranker_status=reranker_status, ks=ks, progress=progress_factory("fresh"))
+                                    reranker_status=reranker_status, ks=ks, progress=lambda: progress_factory("fresh"))
     except BaseException:
         if made_scratch:
             remove_tree(scratch)
@@ -183,7 +186,8 @@ def run_deletion_audit(
     split = evidence_split(before.results, doomed_set)
     leaks = sorted({(r.mode, r.qid) for r in after.results if doomed_set.intersection(r.ranked_doc_ids)})
     after_rankings = {(r.mode, r.qid): r.ranked_chunk_ids for r in after.results}
-    differing = sorted((r.mode, r.qid) for r in rebuilt.results if after_rankings.get((r.mode, r.qid)) != r.ranked_chunk_ids)
+    differing = sorted((r.mode, r.qid) for r in rebuilt.results
+                       if after_rankings.get((r.mode, r.qid)) != r.ranked_chunk_ids)
     rows = [{"phase": phase, "evidence": split[r.qid], **r.row()}
             for phase, result in ((BEFORE, before), (AFTER, after), (FRESH, rebuilt)) for r in result.results]
     metrics = [f"recall@{k}" for k in sorted(set(ks))]

@@ -78,13 +78,19 @@ class EvaluationOutcome:
 
 def evaluate_store(store: Store, embedder: Embedder, questions, modes: Sequence[Mode], *,
                    reranker: Reranker | None = None, reranker_status: RerankerStatus | None = None,
-                   ks: Sequence[int] = K_VALUES, progress=None) -> tuple[PhaseResult, Snapshot]:
-    """Snapshot the store's committed state and run every mode on it."""
+                   ks: Sequence[int] = K_VALUES,
+                   progress: Callable[[], Callable[[int, int], None] | None] | None = None,
+                   ) -> tuple[PhaseResult, Snapshot]:
+    """Snapshot the store's committed state and run every mode on it.
+
+    ``progress`` makes the per-question progress callback once the snapshot is loaded (so that
+    its rate counts questions only).
+    """
     started = time.perf_counter()
     info = export_snapshot(store, embedder)
     snapshot = load_snapshot(store, info.snapshot_id)
     results = run_questions(snapshot, embedder, questions, modes, reranker=reranker,
-                            reranker_status=reranker_status, ks=ks, progress=progress)
+                            reranker_status=reranker_status, ks=ks, progress=progress() if progress else None)
     return PhaseResult(info=info, results=results, seconds=round(time.perf_counter() - started, 3)), snapshot
 
 
@@ -116,7 +122,8 @@ def run_evaluation(
         echo(f"built {build['documents']} documents into {store.uri} in {build['seconds']}s "
              f"with {build['model_calls']} model calls")
     phase, snapshot = evaluate_store(store, embedder, questions, chosen, reranker=reranker,
-                                     reranker_status=reranker_status, ks=ks, progress=progress_factory("questions"))
+                                     reranker_status=reranker_status, ks=ks,
+                                     progress=lambda: progress_factory("questions"))
     results = phase.results
     config = {
         "kind": EVAL,

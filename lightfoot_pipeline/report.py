@@ -24,6 +24,7 @@ import numpy as np
 import polars as pl
 
 from lightfoot_pipeline.harness import BASELINES, DENSE, HIPPORAG2, LIGHTFOOT, LIGHTFOOT_RERANK
+from lightfoot_pipeline.metrics import paired_bootstrap
 from lightfoot_pipeline.runs import Run, RunError, compare_modes, load_run
 
 REPORT_FILE = "report.md"
@@ -275,7 +276,8 @@ def answers_section(run: Run, phase: str) -> list[str]:
     answers = run.config.get("answers")
     frame = run.results.filter(pl.col("phase") == phase)
     if not answers:
-        return ["## Answers", "", "This run asked no answers (retrieval only; `lightfoot eval --answer` adds them).", ""]
+        return ["## Answers", "",
+                "This run asked no answers (retrieval only; `lightfoot eval --answer` adds them).", ""]
     lines = ["## Answers", ""]
     rows = []
     for mode in run.modes:
@@ -301,25 +303,28 @@ def answers_section(run: Run, phase: str) -> list[str]:
             both = a_scores.join(b_scores, on="qid", suffix="_b").drop_nulls()
             if both.height == 0:
                 continue
-            from lightfoot_pipeline.metrics import paired_bootstrap
-
             result = paired_bootstrap(both.get_column("score").to_numpy(), both.get_column("score_b").to_numpy())
             compared.append([f"{a} − {b}", metric.upper(), both.height, f"{result.difference:+.3f}",
                              f"[{result.low:+.3f}, {result.high:+.3f}]", "yes" if result.significant else "no"])
     if compared:
         lines += _table(["comparison", "metric", "questions", "difference", "95% interval", "significant"], compared)
-    spend = answers.get("spend") or {}
-    estimate = answers.get("estimate") or {}
-    budget = answers.get("budget_usd")
-    prices = answers.get("prices") or [0, 0, "unpriced"]
-    lines += [f"**Cost**: {spend.get('calls', 0)} calls to `{answers.get('model')}` at {answers.get('endpoint')}, "
-              f"{spend.get('tokens_in', 0):,} tokens in and {spend.get('tokens_out', 0):,} out, "
-              f"${spend.get('cost_usd', 0.0):.4f} at ${prices[0]:g}/${prices[1]:g} per million tokens ({prices[2]}); "
-              f"budget {'$%g' % budget if budget is not None else 'none'}"
-              f"{', reached: ' + str(spend.get('skipped', 0)) + ' calls skipped' if spend.get('stopped_by_budget') else ''}; "
-              f"estimated beforehand at ${estimate.get('cost_usd', 0.0):.4f} "
-              f"(at most ${estimate.get('cost_usd_max', 0.0):.4f}).", ""]
+    lines += [cost_line(answers), ""]
     return lines
+
+
+def cost_line(answers: dict) -> str:
+    """What the answers cost, against the budget and the estimate made before the run."""
+    spend, estimate = answers.get("spend") or {}, answers.get("estimate") or {}
+    budget = answers.get("budget_usd")
+    price_in, price_out, source = answers.get("prices") or [0.0, 0.0, "unpriced"]
+    capped = f"budget ${budget:g}" if budget is not None else "no budget cap"
+    if spend.get("stopped_by_budget"):
+        capped += f", reached: {spend.get('skipped', 0)} calls skipped"
+    return (f"**Cost**: {spend.get('calls', 0)} calls to `{answers.get('model')}` at {answers.get('endpoint')}, "
+            f"{spend.get('tokens_in', 0):,} tokens in and {spend.get('tokens_out', 0):,} out, "
+            f"${spend.get('cost_usd', 0.0):.4f} at ${price_in:g}/${price_out:g} per million tokens ({source}); "
+            f"{capped}; estimated beforehand at ${estimate.get('cost_usd', 0.0):.4f} "
+            f"(at most ${estimate.get('cost_usd_max', 0.0):.4f}).")
 
 
 def deletion_section(run: Run, metrics: Sequence[str], headline: str, out_dir: Path) -> list[str]:
@@ -328,17 +333,19 @@ def deletion_section(run: Run, metrics: Sequence[str], headline: str, out_dir: P
         return ["## Deletion audit", "", f"{run.path} is a deletion audit without its deletion.json.", ""]
     lines = ["## Deletion audit", ""]
     lines += _table(["", ""], [
-        ["documents deleted", f"{d['deleted_docs']:,} of {d['documents']:,} (fraction {d['fraction']}, seed {d['seed']}); "
-                              f"{d['passages_removed']:,} passages"],
+        ["documents deleted", f"{d['deleted_docs']:,} of {d['documents']:,} (fraction {d['fraction']}, "
+                              f"seed {d['seed']}); {d['passages_removed']:,} passages"],
         ["deletion time", f"{d['delete_seconds']:.3f} s"],
         ["model calls during the deletion", f"{d['model_calls']} (embedder calls: {d['embedder_calls']})"],
-        ["fresh build of the survivors", f"{d['fresh_build_seconds']:.1f} s, {d['fresh_build_model_calls']} model calls"],
+        ["fresh build of the survivors",
+         f"{d['fresh_build_seconds']:.1f} s, {d['fresh_build_model_calls']} model calls"],
         ["fingerprint equal to the fresh build", "yes" if d["fingerprint_equal"] else
          f"**no**: tables differing {d['tables_differing']}"],
         ["rankings equal to the fresh build's", "yes, every mode and question" if d["rankings_equal_fresh"] else
          f"**no**: {len(d['rankings_differing_fresh'])} (mode, question) pairs differ"],
         ["rankings naming a deleted document after the deletion", str(len(d["leaks"]))],
-        ["questions", f"{d['questions']['intact']} with intact evidence, {d['questions']['deleted']} with deleted evidence"],
+        ["questions", f"{d['questions']['intact']} with intact evidence, "
+                      f"{d['questions']['deleted']} with deleted evidence"],
     ])
     lines += ["### Recall by evidence group, before and after the deletion", ""]
     recall = {mode: d["recall"][mode] for mode in run.modes if mode in d["recall"]}  # in the run's order
@@ -365,8 +372,6 @@ def deletion_section(run: Run, metrics: Sequence[str], headline: str, out_dir: P
             both = after.join(before, on="qid", suffix="_b")
             if both.height == 0:
                 continue
-            from lightfoot_pipeline.metrics import paired_bootstrap
-
             result = paired_bootstrap(both.get_column("score").to_numpy(), both.get_column("score_b").to_numpy())
             changes.append([mode, group, both.height, f"{result.difference:+.3f}",
                             f"[{result.low:+.3f}, {result.high:+.3f}]", "yes" if result.significant else "no"])

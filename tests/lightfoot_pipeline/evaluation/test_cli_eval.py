@@ -88,24 +88,24 @@ def test_eval_deletion_and_its_report(small_dataset, tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.minilm
-def test_the_bundled_sample_end_to_end_with_minilm(sample_dir, tmp_path, capsys):
-    """The whole sample with the packaged MiniLM: eval with the baselines, the deletion audit, reports."""
-    eval_dir, audit_dir = tmp_path / "eval", tmp_path / "audit"
-    assert main(["eval", "--store", str(tmp_path / "store"), "--dataset", str(sample_dir), "--run-dir",
-                 str(eval_dir), "--reranker", "none"]) == 0
+def test_the_bundled_sample_deletion_audit_with_minilm(sample_dir, tmp_path, capsys):
+    """The whole sample with the packaged MiniLM: every mode before and after deleting 10%, and the report.
+
+    The phase before the deletion is a full evaluation of the sample (the same store `lightfoot eval`
+    builds), so this one run checks the baselines' figures too.
+    """
+    audit_dir = tmp_path / "audit"
     assert main(["eval-deletion", "--dataset", str(sample_dir), "--run-dir", str(audit_dir),
                  "--reranker", "none", "--fraction", "0.1", "--seed", "0"]) == 0
-    assert main(["report", str(eval_dir)]) == 0 and main(["report", str(audit_dir)]) == 0
+    assert main(["report", str(audit_dir)]) == 0
     capsys.readouterr()
-    evaluation, audit = load_run(eval_dir), load_run(audit_dir)
-    means = {mode: evaluation.scores(mode, "recall@5").get_column("score").mean() for mode in evaluation.modes}
+    audit = load_run(audit_dir)
+    means = {mode: audit.scores(mode, "recall@5", "before").get_column("score").mean() for mode in audit.modes}
     # the sample's README: dense-only recall@5 .618 with this embedder; the graph adds to it
     assert means["dense"] == pytest.approx(0.618, abs=0.005)
-    assert means["lightfoot"] > means["dense"]
+    assert means["lightfoot"] > means["dense"] and means["hipporag2"] > means["dense"]
     d = audit.deletion
-    assert d["deleted_docs"] == 189 and d["model_calls"] == 0
+    assert d["deleted_docs"] == 189 and d["model_calls"] == 0 and d["embedder_calls"] == 0
     assert d["fingerprint_equal"] and d["rankings_equal_fresh"] and not d["leaks"]
-    # the store before the deletion is the evaluation's store: the same rankings
-    before = audit.results.filter(audit.results["phase"] == "before").select("mode", "qid", "ranked_chunk_ids")
-    mine = evaluation.results.select("mode", "qid", "ranked_chunk_ids")
-    assert before.sort(["mode", "qid"]).equals(mine.sort(["mode", "qid"]))
+    text = (audit_dir / "report.md").read_text()
+    assert "| fingerprint equal to the fresh build | yes |" in text
