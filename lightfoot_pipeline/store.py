@@ -175,7 +175,7 @@ class Store:
         log = self._open(self.path("_lightfoot", "store_log"))
         if log is None:
             return Manifest()
-        rows = pl.from_arrow(log.to_pyarrow_table())
+        rows = self._read_log_rows(log)
         if rows.height == 0:
             return Manifest(log_version=log.version())
         last = rows.sort("seq").row(-1, named=True)
@@ -187,6 +187,12 @@ class Store:
             committed_at=last["committed_at"],
             log_version=log.version(),
         )
+
+    def _read_log_rows(self, log: DeltaTable) -> pl.DataFrame:
+        if self.is_remote:
+            return pl.from_arrow(log.to_pyarrow_table())  # type: ignore[return-value]
+        files = log.file_uris()
+        return pl.read_parquet(files) if files else pl.from_arrow(LOG_SCHEMA.empty_table())  # type: ignore[return-value]
 
     def history(self) -> pl.DataFrame:
         log = self._open(self.path("_lightfoot", "store_log"))
