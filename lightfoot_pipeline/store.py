@@ -145,6 +145,9 @@ class Store:
         options.update(storage_options or {})
         self.storage_options = options
         self.n_buckets = n_buckets
+        # Table versions are immutable, so a version read (or written) once in this process is
+        # kept and reused: a process that runs several operations reads each table once.
+        self._frames: dict[str, tuple[int, pl.DataFrame]] = {}
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
@@ -219,10 +222,18 @@ class Store:
         wanted = columns or [*spec.columns, BUCKET]
         if version is None:
             return spec.empty().select(wanted)
+        cached = self._frames.get(name)
+        if cached is not None and cached[0] == version:
+            return cached[1].select(wanted)
         table = self._open(self.table_uri(name), version)
         if table is None:
             raise StoreError(f"table {name!r} is in the store log at version {version} but missing on storage")
-        return _typed(self._read_files(table, spec), spec).select(wanted)
+        frame = _typed(self._read_files(table, spec), spec)
+        self._remember(name, version, frame)
+        return frame.select(wanted)
+
+    def _remember(self, name: str, version: int, frame: pl.DataFrame) -> None:
+        self._frames[name] = (version, frame.select([*spec_for(name).columns, BUCKET]))
 
     def _read_files(self, table: DeltaTable, spec: TableSpec) -> pl.DataFrame:
         """The table's current data files. Local tables are read straight from their Parquet files
@@ -509,6 +520,8 @@ class Transaction:
         manifest = self.store._append_log(
             self.manifest.seq + 1, operation, versions, details, read_at=self.manifest.log_version
         )
+        for name in written:
+            self.store._remember(name, versions[name], self._working[name])
         self.manifest = manifest
         self._original = dict(self._working)
         self._touched = {name: set() for name in self._working}
