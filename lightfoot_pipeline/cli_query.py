@@ -156,7 +156,7 @@ def cmd_eval(args) -> int:
     from lightfoot_pipeline.evaluate import ensure_dataset_indexed, evaluate_recall
     from lightfoot_pipeline.progress import Progress
     from lightfoot_pipeline.rerank import load_reranker
-    from lightfoot_pipeline.retrieve import Retriever
+    from lightfoot_pipeline.retrieve import Retriever, one_thread_per_query
     from lightfoot_pipeline.serve import resolve_embedder
     from lightfoot_pipeline.snapshot import export_snapshot, load_snapshot
 
@@ -174,6 +174,7 @@ def cmd_eval(args) -> int:
     info = export_snapshot(store, embedder)
     reranker, status = load_reranker(args.reranker)
     retriever = Retriever(load_snapshot(store, info.snapshot_id), embedder, reranker, status)
+    one_thread_per_query()  # retrieval timed as the query service runs it
     result = evaluate_recall(retriever, questions, progress=Progress("questions"))
     result["run"].update(dataset=str(dataset), questions=str(questions_file), build=build)
     out = Path(args.out)
