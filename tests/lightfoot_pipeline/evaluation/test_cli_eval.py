@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import polars as pl
 import pytest
 
 from lightfoot_pipeline.cli import main
@@ -71,6 +72,24 @@ def test_eval_refuses_answers_without_an_endpoint_and_runs_without_a_destination
     assert "language-model endpoint" in capsys.readouterr().err
     assert main(["eval", "--store", cli_store, "--dataset", str(small_dataset), "--reranker", "none"]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_eval_answers_through_the_configured_endpoint(cli_store, small_dataset, tmp_path, no_endpoint,
+                                                      monkeypatch, chat_server, capsys):
+    monkeypatch.setenv("OPENAI_BASE_URL", chat_server.base_url)
+    monkeypatch.setenv("LIGHTFOOT_LLM_MODEL", "gpt-4o-mini")
+    chat_server.script(lambda request: chat_server.Reply(content='{"answer": "Avery County"}', usage=(1000, 6)))
+    run_dir = tmp_path / "answered"
+    code = main(["eval", "--store", cli_store, "--dataset", str(small_dataset), "--embedder", "hashing:32",
+                 "--reranker", "none", "--run-dir", str(run_dir), "--answer", "--answer-modes", "lightfoot",
+                 "--answer-budget", "0.5"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "answering: 8 answer calls to gpt-4o-mini" in captured.err
+    assert "answers: 8 calls, 0 failed, 0 skipped by the budget" in captured.out and "of $0.5" in captured.out
+    assert chat_server.count == 8
+    answered = load_run(run_dir).results.filter(pl.col("mode") == "lightfoot")
+    assert answered.get_column("em").to_list().count(1.0) == 1  # "Avery County" answers one question
 
 
 def test_eval_deletion_and_its_report(small_dataset, tmp_path, capsys):
