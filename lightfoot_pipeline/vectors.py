@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import logging
 import re
+import time
 from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from lightfoot_pipeline.embedder import Embedder
+
+log = logging.getLogger(__name__)
 
 
 def lance_table_names(db) -> list[str]:
@@ -88,6 +92,26 @@ class VectorCache:
         matrix = flat.reshape(len(wanted), self.embedder.dim).astype(np.float32)
         return {stored_keys[i]: matrix[j] for j, i in enumerate(wanted)}
 
+    def _add(self, batch: pa.Table, attempts: int = 5) -> None:
+        """Append vectors, surviving a concurrent writer: on object stores two writers can race to
+        create the table (the later creation replaces the earlier one) or commit at once (LanceDB
+        refuses one). The batch is added until every one of its keys is in the table."""
+        wanted = set(batch.column("key").to_pylist())
+        for attempt in range(attempts):
+            try:
+                table = self._table(create=True)
+                table.add(batch)
+            except (RuntimeError, OSError) as err:
+                if attempt == attempts - 1:
+                    raise
+                log.info("vector cache %s: append conflicted (%s); retrying", self.table_name, err)
+            else:
+                present = set(table.search().select(["key"]).limit(None).to_arrow().column("key").to_pylist())
+                if wanted <= present:
+                    return
+            time.sleep(0.05 * (2 ** attempt))
+        raise RuntimeError(f"vector cache {self.table_name}: vectors could not be stored after {attempts} attempts")
+
     def vectors(self, texts: Sequence[str]) -> np.ndarray:
         """(len(texts), dim) vectors: cached ones read, missing ones embedded and stored."""
         keys = [text_key(t) for t in texts]
@@ -108,7 +132,7 @@ class VectorCache:
                 },
                 schema=self._schema,
             )
-            self._table(create=True).add(batch)
+            self._add(batch)
             found.update(zip(missing.keys(), computed))
         out = np.zeros((len(texts), self.embedder.dim), dtype=np.float32)
         for i, key in enumerate(keys):
