@@ -56,6 +56,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -75,6 +76,8 @@ TABLE_CONFIGURATION = {
 }
 # Every commit of a store transaction lands on the exact version it was computed from, or fails.
 EXACT_VERSION = CommitProperties(max_commit_retries=0)
+# Tables written at once by one commit.
+WRITE_THREADS = 4
 # A data file that no table version references is either left over from a failed commit or the
 # upload of a commit still in flight (journal appends run beside everything, and on object stores
 # so may another writer), so vacuum leaves unreferenced files younger than this alone. The files
@@ -510,12 +513,21 @@ class Transaction:
                 f"store changed while this {operation} ran (read seq {self.manifest.seq}, now {current.seq})"
             )
         versions = dict(self.manifest.versions)
-        written = {}
-        for name, buckets in sorted(self.pending().items()):
-            spec = spec_for(name)
+        pending = sorted(self.pending().items())
+        written = {name: len(buckets) for name, buckets in pending}
+        # The first table is written alone: of two writers racing on the same tables, the one that
+        # loses it stops there. The rest are independent until the log row names them and are written
+        # in parallel (delta-rs releases the GIL); a failure leaves the log untouched.
+        def write(name: str, buckets: list[int]) -> int:
             rows = self._working[name].filter(pl.col(BUCKET).is_in(buckets))
-            versions[name] = self._write_table(spec, rows, buckets)
-            written[name] = len(buckets)
+            return self._write_table(spec_for(name), rows, buckets)
+
+        if pending:
+            versions[pending[0][0]] = write(*pending[0])
+        with ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="commit") as pool:
+            futures = {name: pool.submit(write, name, buckets) for name, buckets in pending[1:]}
+            for name, future in futures.items():
+                versions[name] = future.result()
         details = {**(details or {}), "buckets_written": written, "config": self.config}
         manifest = self.store._append_log(
             self.manifest.seq + 1, operation, versions, details, read_at=self.manifest.log_version
