@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 CORPUS_FILE = "corpus.jsonl"
 EXTRACTIONS_FILE = "extractions.jsonl"
@@ -52,15 +52,20 @@ def bundled_sample_dir() -> Path:
     return Path(str(resources.files("lightfoot_pipeline") / "data" / "musique-sample"))
 
 
+def parse_json_lines(lines: Iterable[str], where: str) -> Iterator[tuple[int, object]]:
+    """(line number, value) of every non-blank JSON line; a DatasetError names the bad line."""
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DatasetError(f"{where}:{number}: not valid JSON ({err.msg})") from err
+
+
 def _json_lines(path: Path) -> Iterator[tuple[int, object]]:
     with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield number, json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DatasetError(f"{path}:{number}: not valid JSON ({err.msg})") from err
+        yield from parse_json_lines(handle, str(path))
 
 
 def parse_document(row: object, where: str = "document") -> Document:

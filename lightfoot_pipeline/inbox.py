@@ -29,7 +29,7 @@ from typing import Iterator
 
 import pyarrow.fs as pafs
 
-from lightfoot_pipeline.dataset import CORPUS_FILE, EXTRACTIONS_FILE, DatasetError, parse_document
+from lightfoot_pipeline.dataset import CORPUS_FILE, EXTRACTIONS_FILE, DatasetError, parse_document, parse_json_lines
 from lightfoot_pipeline.landing import DeletionRequest, LandedDocument, utc_now, open_filesystem
 
 REJECTED_DIR = "rejected"
@@ -84,13 +84,7 @@ class Inbox:
     def _lines(self, path: str) -> Iterator[tuple[int, object]]:
         with self.fs.open_input_stream(path) as stream:
             text = stream.read().decode("utf-8")
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                yield number, json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DatasetError(f"{path}:{number}: not valid JSON ({err.msg})") from err
+        yield from parse_json_lines(text.splitlines(), path)
 
     def _whole(self, path: str) -> object:
         with self.fs.open_input_stream(path) as stream:

@@ -45,7 +45,7 @@ from lightfoot_pipeline.embedder import Embedder, EmbedderUnavailable, HashingEm
 from lightfoot_pipeline.facts import fact_text
 from lightfoot_pipeline.graph import RetrievalGraph, build_adjacency
 from lightfoot_pipeline.pipeline import fingerprint
-from lightfoot_pipeline.store import Manifest, Store, StoreError
+from lightfoot_pipeline.store import Manifest, Store, StoreError, local_file_lock
 from lightfoot_pipeline.tables import ALIASES, ENTITIES, FACT_SOURCES, FACTS, MENTIONS, PASSAGES, SYNONYM_EDGES
 from lightfoot_pipeline.vectors import VectorCache
 
@@ -156,22 +156,10 @@ class _Location:
             raise SnapshotError(f"the snapshot pointer {self.uri_base}/{POINTER} names no valid snapshot: {payload!r}")
         return snapshot_id
 
-    @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
+    def lock(self) -> contextlib.AbstractContextManager[None]:
         """One snapshot writer at a time (local stores; on object stores the orchestrator's pool)."""
         root = self.store.local_root()
-        if root is None:
-            yield
-            return
-        import fcntl
-
-        (root / "_lightfoot").mkdir(parents=True, exist_ok=True)
-        with open(root / "_lightfoot" / "snapshot.lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        return contextlib.nullcontext() if root is None else local_file_lock(root / "_lightfoot" / "snapshot.lock")
 
 
 def _remote_filesystem(uri: str, options: dict[str, str]) -> tuple[pafs.FileSystem, str]:

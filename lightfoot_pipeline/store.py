@@ -292,25 +292,9 @@ class Store:
             manifest, heads = self._recover()
             yield Transaction(self, manifest, heads)
 
-    @contextlib.contextmanager
-    def _lock(self) -> Iterator[None]:
+    def _lock(self) -> contextlib.AbstractContextManager[None]:
         root = self.local_root()
-        if root is None:
-            yield
-            return
-        import fcntl
-
-        (root / "_lightfoot").mkdir(parents=True, exist_ok=True)
-        with open(root / "_lightfoot" / "writer.lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
-    def recover(self) -> Manifest:
-        """Undo table writes that a crashed commit left beyond the store log; return the state."""
-        return self._recover()[0]
+        return contextlib.nullcontext() if root is None else local_file_lock(root / "_lightfoot" / "writer.lock")
 
     def _recover(self) -> tuple[Manifest, dict[str, int]]:
         """The state, and each existing table's version once it holds exactly the logged content.
@@ -558,6 +542,20 @@ class Transaction:
                             commit_properties=EXACT_VERSION)
         self._heads[spec.name] = table.version()
         return table.version()
+
+
+@contextlib.contextmanager
+def local_file_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on a local file, held for the block (released if the process dies)."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @contextlib.contextmanager
