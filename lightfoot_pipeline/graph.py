@@ -27,6 +27,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 
+from lightfoot_pipeline.rowsplit import RowSplit
+
 DAMPING = 0.9
 # L1 change between successive iterates at which the walk stops (the scores sum to 1; the error is
 # at most damping / (1 - damping) times this). Measured against a walk run to 1e-9, it gives the
@@ -103,12 +105,12 @@ class RetrievalGraph:
         # Pᵀ = A D⁻¹ (column j scaled by 1/deg j), kept as CSR so each step is one CSR product.
         self._walk = (ordered @ sp.diags(inverse)).tocsr().astype(np.float64)  # (N, N)
         self._walk.sort_indices()
-        self._damped: dict[float, sp.csr_matrix] = {}  # damping -> damping · Pᵀ
+        self._damped: dict[float, RowSplit] = {}  # damping -> damping · Pᵀ, split by rows
 
-    def _damped_walk(self, damping: float) -> sp.csr_matrix:
+    def _damped_walk(self, damping: float) -> RowSplit:
         walk = self._damped.get(damping)
         if walk is None:
-            walk = (self._walk * damping).tocsr()
+            walk = RowSplit((self._walk * damping).tocsr())
             self._damped[damping] = walk
         return walk
 
@@ -139,7 +141,7 @@ class RetrievalGraph:
         iterations = 0
         while iterations < max_iterations:
             iterations += 1
-            x_next = walk @ x  # (N, N) x (N,) -> (N,): one step of the walk
+            x_next = walk.matvec(x)  # (N, N) x (N,) -> (N,): one step of the walk
             x_next += restart
             if self._dangling.size:
                 stranded = x[self._dangling].sum()  # walkers on edgeless nodes jump back to the seeds

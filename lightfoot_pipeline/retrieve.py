@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from lightfoot_pipeline.embedder import Embedder
+from lightfoot_pipeline.rowsplit import RowSplit
 from lightfoot_pipeline.graph import DAMPING, TOLERANCE
 from lightfoot_pipeline.rerank import RRF_K, Reranker, RerankerStatus, reciprocal_rank_fusion
 from lightfoot_pipeline.snapshot import Snapshot
@@ -123,14 +124,16 @@ def top_indices(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 def one_thread_per_query() -> None:
-    """Run a query's numerical work on one thread (process-wide; call it in serving processes).
+    """Keep BLAS and torch on one thread each (process-wide; call it in serving processes); the
+    large products are split over two threads by the project itself (rowsplit.py).
 
     A query is small: one short text through the embedder, two matrix-vector products, a sparse
-    walk. Spreading it over both cores gains little, and the BLAS library's idle worker threads
-    spin while they wait for work, taking the core from the sparse walk. Measured on the 2-core
-    machine under load, one thread each for BLAS and torch halved the p50 latency at MuSiQue scale
-    (75 -> 39 ms) and more than halved it on the sample (62 -> 25 ms). Concurrent queries use the
-    other cores.
+    walk. The BLAS library's idle worker threads spin while they wait for work, taking the core
+    from the sparse walk: measured on the 2-core machine under load, one thread each for BLAS and
+    torch halved the p50 latency at MuSiQue scale (75 -> 39 ms) and more than halved it on the
+    sample (62 -> 25 ms). Splitting the memory-bound products by rows over two threads of our own,
+    which sleep rather than spin between products, then brought the MuSiQue-scale p50 on an idle
+    machine from 37 to 26 ms.
     """
     from threadpoolctl import threadpool_limits
 
@@ -164,6 +167,8 @@ class Retriever:
         else:
             self.reranker_status = reranker_status or RerankerStatus("disabled", None, "no reranker configured")
         self.settings = settings or RetrievalSettings()
+        self._passage_scores = RowSplit(snapshot.passage_vectors)  # (#passages, dim)
+        self._fact_scores = RowSplit(snapshot.fact_vectors)  # (#facts, dim)
 
     def warm_up(self) -> None:
         """Build the snapshot's lookup arrays and run the embedder once, before the first query."""
@@ -181,13 +186,13 @@ class Retriever:
 
     def dense_scores(self, vector: np.ndarray) -> np.ndarray:
         # (#passages, dim) x (dim,) -> (#passages,)
-        return self.snapshot.passage_vectors @ vector
+        return self._passage_scores.matvec(vector)
 
     def similar_facts(self, vector: np.ndarray, k: int) -> list[FactHit]:
         snap = self.snapshot
         if snap.facts.height == 0:
             return []
-        scores = snap.fact_vectors @ vector  # (#facts, dim) x (dim,) -> (#facts,)
+        scores = self._fact_scores.matvec(vector)  # (#facts, dim) x (dim,) -> (#facts,)
         hits = []
         for index in top_indices(scores, k):
             row = snap.facts.row(int(index), named=True)
