@@ -72,12 +72,34 @@ class VectorCache:
         if not create:
             return None
         try:
-            return db.create_table(self.table_name, schema=self._schema)
+            table = db.create_table(self.table_name, schema=self._schema)
         except ValueError:
             # Another writer created it since the listing (on object stores nothing serialises them).
             if self.table_name in lance_table_names(db):
                 return db.open_table(self.table_name)
             raise
+        self._restore_replaced(table)
+        return table
+
+    def _restore_replaced(self, table) -> None:
+        """Undo a creation that replaced another writer's table.
+
+        On an object store two writers can both find no table and both create it. LanceDB then
+        commits the later creation as a new, empty version on top of the earlier writer's, whose
+        vectors (already verified by that writer) would be gone from the latest version. A
+        creation that did not land as version 1 therefore adds back the rows of the version it
+        replaced.
+        """
+        created = table.version
+        if created <= 1:
+            return
+        previous = self.store.lance().open_table(self.table_name)
+        previous.checkout(created - 1)
+        replaced = previous.to_arrow()
+        if replaced.num_rows:
+            log.info("vector cache %s: creation replaced %d vectors of another writer; restoring them",
+                     self.table_name, replaced.num_rows)
+            table.add(replaced.select(["key", "vector"]).cast(self._schema))
 
     def _stored(self, keys: set[str]) -> dict[str, np.ndarray]:
         table = self._table(create=False)
