@@ -22,6 +22,21 @@ from lightfoot_pipeline.dataset import CORPUS_FILE, EXTRACTIONS_FILE
 HASHING = "hashing:32"
 
 
+@pytest.fixture(autouse=True)
+def no_dagster_state_storage_left_behind():
+    """Every test starts and ends with no current definitions-state storage.
+
+    Entering an instance makes its state storage Dagster's current one (a context variable), and a
+    schedule or sensor context built in a test enters an instance that nobody exits. Left set, the
+    storage of a disposed instance is what the next test's definitions load against, which fails
+    once the instance is garbage collected ("undefined DagsterInstance weakref").
+    """
+    from dagster._core.storage.defs_state.base import set_defs_state_storage
+
+    with set_defs_state_storage(None):
+        yield
+
+
 def write_dataset(folder: Path, documents, records: dict[str, dict]) -> Path:
     """A dataset directory (corpus.jsonl and extractions.jsonl), written under a hidden name and
     then renamed, the way a drop should arrive in an inbox."""
@@ -150,11 +165,7 @@ def lightfoot(tmp_path, monkeypatch):
 
 @pytest.fixture
 def lightfoot_on_disk(tmp_path, monkeypatch):
-    """The harness on a temporary instance with storage on disk (schedule contexts need one).
-
-    The instance is not entered as a context manager: entering one makes its storage Dagster's
-    current one for everything loaded afterwards, in later tests too.
-    """
+    """The harness on a temporary instance with storage on disk (schedule contexts need one)."""
     home = tmp_path / "dagster_home"
     home.mkdir()
     instance = dg.DagsterInstance.from_config(str(home))
