@@ -16,14 +16,14 @@ from typing import Callable, Sequence
 import dagster as dg
 from pydantic import Field
 
-from lightfoot_pipeline.embedder import Embedder, load_embedder
-from lightfoot_pipeline.extraction.outcome import ExtractionOutcome, Extractor, ProgressCallback
-from lightfoot_pipeline.extraction.replay import ReplayExtractor
-from lightfoot_pipeline.inbox import Inbox
-from lightfoot_pipeline.landing import Landing
-from lightfoot_pipeline.passages import Passage
+from lightfoot_pipeline.models.embedder import Embedder, load_embedder
+from lightfoot_pipeline.ingest.extraction.outcome import ExtractionOutcome, Extractor, ProgressCallback
+from lightfoot_pipeline.ingest.extraction.replay import ReplayExtractor
+from lightfoot_pipeline.ingest.inbox import Inbox
+from lightfoot_pipeline.ingest.landing import Landing
+from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.store import Store
+from lightfoot_pipeline.store.store import Store
 
 DEFAULT_DOCUMENT_INBOX = ".lightfoot/inbox/documents"
 DEFAULT_ERASURE_INBOX = ".lightfoot/inbox/erasure"
@@ -87,8 +87,8 @@ class ExtractorResource(dg.ConfigurableResource):
         return RecordedOrModelExtractor({} if self.mode == "openai" else recorded, model)
 
     def _model_extractor(self, store: Store, settings: IndexSettings, run_id: str) -> Extractor:
-        from lightfoot_pipeline.extraction.openai_extractor import build_openai_extractor
-        from lightfoot_pipeline.llm import LLMSettings
+        from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
+        from lightfoot_pipeline.models.llm import LLMSettings
 
         overrides = {k: v for k, v in {"base_url": self.base_url, "model": self.model, "api_key": self.api_key}.items() if v}
         return build_openai_extractor(store, settings, llm_settings=LLMSettings.from_env(**overrides), run_id=run_id)

@@ -38,15 +38,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import synthetic_documents_and_records  # noqa: E402
 
 from lightfoot_pipeline import pipeline  # noqa: E402
-from lightfoot_pipeline.embedder import HashingEmbedder  # noqa: E402
-from lightfoot_pipeline.extraction import ReplayExtractor  # noqa: E402
-from lightfoot_pipeline.links import links_between, links_within  # noqa: E402
-from lightfoot_pipeline.retrieve import Retriever  # noqa: E402
+from lightfoot_pipeline.models.embedder import HashingEmbedder  # noqa: E402
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor  # noqa: E402
+from lightfoot_pipeline.index.links import links_between, links_within  # noqa: E402
+from lightfoot_pipeline.serving.retrieve import Retriever  # noqa: E402
 from lightfoot_pipeline.settings import IndexSettings  # noqa: E402
-from lightfoot_pipeline.snapshot import export_snapshot, load_snapshot  # noqa: E402
-from lightfoot_pipeline.store import Store  # noqa: E402
-from lightfoot_pipeline.tables import ALIASES, FACTS  # noqa: E402
-from lightfoot_pipeline.vectors import VectorCache  # noqa: E402
+from lightfoot_pipeline.serving.snapshot import export_snapshot, load_snapshot  # noqa: E402
+from lightfoot_pipeline.store.store import Store  # noqa: E402
+from lightfoot_pipeline.store.tables import ALIASES, FACTS  # noqa: E402
+from lightfoot_pipeline.store.vectors import VectorCache  # noqa: E402
 
 
 def timed(fn, *args, **kwargs):

@@ -39,13 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import synthetic_documents_and_records  # noqa: E402
 
 from lightfoot_pipeline import pipeline  # noqa: E402
-from lightfoot_pipeline.dataset import bundled_sample_dir, load_questions  # noqa: E402
-from lightfoot_pipeline.embedder import HashingEmbedder, SentenceTransformerEmbedder  # noqa: E402
-from lightfoot_pipeline.evaluate import ensure_dataset_indexed  # noqa: E402
-from lightfoot_pipeline.extraction import ReplayExtractor  # noqa: E402
-from lightfoot_pipeline.retrieve import Retriever, one_thread_per_query  # noqa: E402
-from lightfoot_pipeline.snapshot import export_snapshot, load_snapshot  # noqa: E402
-from lightfoot_pipeline.store import Store  # noqa: E402
+from lightfoot_pipeline.ingest.dataset import bundled_sample_dir, load_questions  # noqa: E402
+from lightfoot_pipeline.models.embedder import HashingEmbedder, SentenceTransformerEmbedder  # noqa: E402
+from lightfoot_pipeline.evaluation.evaluate import ensure_dataset_indexed  # noqa: E402
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor  # noqa: E402
+from lightfoot_pipeline.serving.retrieve import Retriever, one_thread_per_query  # noqa: E402
+from lightfoot_pipeline.serving.snapshot import export_snapshot, load_snapshot  # noqa: E402
+from lightfoot_pipeline.store.store import Store  # noqa: E402
 
 MUSIQUE_PASSAGES = 11402
 WARM_UP = 5

@@ -33,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import synthetic_documents_and_records  # noqa: E402
 
 from lightfoot_pipeline import pipeline  # noqa: E402
-from lightfoot_pipeline.embedder import HashingEmbedder  # noqa: E402
-from lightfoot_pipeline.extraction import ReplayExtractor  # noqa: E402
+from lightfoot_pipeline.models.embedder import HashingEmbedder  # noqa: E402
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor  # noqa: E402
 from lightfoot_pipeline.settings import IndexSettings  # noqa: E402
-from lightfoot_pipeline.store import Store  # noqa: E402
+from lightfoot_pipeline.store.store import Store  # noqa: E402
 
 
 def peak_rss_mb() -> float:

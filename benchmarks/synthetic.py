@@ -18,7 +18,7 @@ import json
 
 import numpy as np
 
-from lightfoot_pipeline.dataset import Document
+from lightfoot_pipeline.ingest.dataset import Document
 
 SYLLABLES = (
     "ka ri to mel an sor vi den la quo bar ten ush pol gra fen mar cor lin sta ber nov alt rek "

@@ -24,13 +24,13 @@ from typing import Sequence
 
 import polars as pl
 
-from lightfoot_pipeline.extraction.cache import ExtractionCache
-from lightfoot_pipeline.facts import fact_text
-from lightfoot_pipeline.landing import Landing
-from lightfoot_pipeline.snapshot import erase_from_snapshots
-from lightfoot_pipeline.store import Store
-from lightfoot_pipeline.tables import ALIASES, EXTRACTIONS, FACTS, PASSAGES, TOMBSTONES
-from lightfoot_pipeline.vectors import cleanup_vector_history, purge_vector_caches
+from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache
+from lightfoot_pipeline.index.facts import fact_text
+from lightfoot_pipeline.ingest.landing import Landing
+from lightfoot_pipeline.serving.snapshot import erase_from_snapshots
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.tables import ALIASES, EXTRACTIONS, FACTS, PASSAGES, TOMBSTONES
+from lightfoot_pipeline.store.vectors import cleanup_vector_history, purge_vector_caches
 
 
 @dataclass

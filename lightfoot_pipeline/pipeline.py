@@ -15,19 +15,20 @@ from typing import Sequence
 
 import polars as pl
 
-from lightfoot_pipeline.dataset import Document
-from lightfoot_pipeline.documents import (
+from lightfoot_pipeline.erase import erase_history
+from lightfoot_pipeline.ingest.dataset import Document
+from lightfoot_pipeline.index.documents import (
     TombstoneReport, derive_forms, document_passages, record_extractions, tombstone_documents,
     upsert_documents,
 )
-from lightfoot_pipeline.embedder import Embedder
-from lightfoot_pipeline.extraction.outcome import OK, Extractor, ProgressCallback
-from lightfoot_pipeline.fingerprint import Fingerprint, digest_frame, fingerprint_tables
-from lightfoot_pipeline.reconcile import GraphChange, reconcile_graph
+from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.ingest.extraction.outcome import OK, Extractor, ProgressCallback
+from lightfoot_pipeline.store.fingerprint import fingerprint as fingerprint  # re-exported: an operation on a store
+from lightfoot_pipeline.index.reconcile import GraphChange, reconcile_graph
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.store import Manifest, Store, Transaction
-from lightfoot_pipeline.tables import ALIASES, DOCUMENTS, EXTRACTIONS, INDEX_TABLES, PASSAGES, with_buckets
-from lightfoot_pipeline.vectors import VectorCache
+from lightfoot_pipeline.store.store import Manifest, Store, Transaction
+from lightfoot_pipeline.store.tables import DOCUMENTS, EXTRACTIONS, INDEX_TABLES, PASSAGES, with_buckets
+from lightfoot_pipeline.store.vectors import VectorCache
 
 
 class IndexConfigError(RuntimeError):
@@ -169,8 +170,6 @@ def delete(
     )
     report.seconds = time.perf_counter() - started
     if erase:
-        from lightfoot_pipeline.erase import erase_history
-
         report.erase = erase_history(store, tombstone.deleted).as_dict()
     return report
 
@@ -194,24 +193,6 @@ def rebuild(source: Store, target: Store, embedder: Embedder, settings: IndexSet
         change = reconcile_graph(tx, settings, name_vector_cache(target, embedder))
         tx.commit("rebuild", {"source": source.uri, "source_seq": manifest.seq})
     return change
-
-
-def fingerprint(store: Store, manifest: Manifest | None = None, include_vectors: bool = True) -> Fingerprint:
-    """The store's fingerprint: every index table and, optionally, the live name vectors."""
-    manifest = manifest or store.manifest()
-    frames = {spec.name: store.read(spec.name, manifest) for spec in INDEX_TABLES}
-    result = fingerprint_tables(frames, list(INDEX_TABLES))
-    if include_vectors:
-        names = sorted(frames[ALIASES.name].get_column("name").unique().to_list())
-        if not names:
-            result.tables["name_vectors"] = digest_frame(pl.DataFrame(), [])
-            return result
-        cache = VectorCache.for_model(store, "name", manifest.config["embedder"], manifest.config["dim"])
-        vectors = cache.stored_vectors(names)
-        frame = pl.DataFrame({"name": names, "vector": [v.tolist() if v is not None else None for v in vectors]},
-                             schema={"name": pl.String, "vector": pl.List(pl.Float32)})
-        result.tables["name_vectors"] = digest_frame(frame, ["name", "vector"])
-    return result
 
 
 def counts(store: Store, manifest: Manifest | None = None) -> dict[str, int]:

@@ -20,10 +20,10 @@ from pydantic import Field
 from assets.keys import ENTITIES, EXTRACTIONS, FACTS, GRAPH_ASSETS, NAME_LINKS, NAME_VECTORS, REBUILD_CHECK, SYNONYM_EDGES
 from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline import pipeline
-from lightfoot_pipeline.extraction.outcome import FAILED, OK
-from lightfoot_pipeline.reconcile import name_statistics
-from lightfoot_pipeline.store import Store
-from lightfoot_pipeline.tables import (
+from lightfoot_pipeline.ingest.extraction.outcome import FAILED, OK
+from lightfoot_pipeline.index.reconcile import name_statistics
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.tables import (
     ALIASES, DOCUMENTS, ENTITIES as ENTITIES_TABLE, EXTRACTIONS as EXTRACTIONS_TABLE, FACT_SOURCES,
     FACTS as FACTS_TABLE, FORMS, MENTIONS, PASSAGES, SYNONYM_EDGES as SYNONYM_EDGES_TABLE,
 )

@@ -15,13 +15,13 @@ from assets.keys import DOCUMENTS_GROUP, EXTRACTIONS, PASSAGES
 from assets.partitions import DOCUMENTS
 from assets.provenance import STORE_POOL, commit_if_changed, store_metadata
 from assets.resources import ExtractorResource, StoreResource
-from lightfoot_pipeline.documents import derive_forms, record_extractions
-from lightfoot_pipeline.extraction.outcome import OK
-from lightfoot_pipeline.landing import Landing
-from lightfoot_pipeline.passages import Passage
-from lightfoot_pipeline.tables import EXTRACTIONS as EXTRACTIONS_TABLE
-from lightfoot_pipeline.tables import FACT_SOURCES, FORMS
-from lightfoot_pipeline.tables import PASSAGES as PASSAGES_TABLE
+from lightfoot_pipeline.index.documents import derive_forms, record_extractions
+from lightfoot_pipeline.ingest.extraction.outcome import OK
+from lightfoot_pipeline.ingest.landing import Landing
+from lightfoot_pipeline.ingest.passages import Passage
+from lightfoot_pipeline.store.tables import EXTRACTIONS as EXTRACTIONS_TABLE
+from lightfoot_pipeline.store.tables import FACT_SOURCES, FORMS
+from lightfoot_pipeline.store.tables import PASSAGES as PASSAGES_TABLE
 
 
 @dg.asset(

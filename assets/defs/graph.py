@@ -15,13 +15,13 @@ from assets.keys import (
 from assets.provenance import STORE_POOL, commit_if_changed, store_metadata, table_rows
 from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline import pipeline
-from lightfoot_pipeline.reconcile import EmbedderRequired, GraphChange, reconcile_graph
-from lightfoot_pipeline.tables import ALIASES, MENTIONS, TableSpec
-from lightfoot_pipeline.tables import ENTITIES as ENTITIES_TABLE
-from lightfoot_pipeline.tables import FACT_SOURCES as FACT_SOURCES_TABLE
-from lightfoot_pipeline.tables import FACTS as FACTS_TABLE
-from lightfoot_pipeline.tables import NAME_LINKS as NAME_LINKS_TABLE
-from lightfoot_pipeline.tables import SYNONYM_EDGES as SYNONYM_EDGES_TABLE
+from lightfoot_pipeline.index.reconcile import EmbedderRequired, GraphChange, reconcile_graph
+from lightfoot_pipeline.store.tables import ALIASES, MENTIONS, TableSpec
+from lightfoot_pipeline.store.tables import ENTITIES as ENTITIES_TABLE
+from lightfoot_pipeline.store.tables import FACT_SOURCES as FACT_SOURCES_TABLE
+from lightfoot_pipeline.store.tables import FACTS as FACTS_TABLE
+from lightfoot_pipeline.store.tables import NAME_LINKS as NAME_LINKS_TABLE
+from lightfoot_pipeline.store.tables import SYNONYM_EDGES as SYNONYM_EDGES_TABLE
 
 _EAGER = dg.AutomationCondition.eager()
 

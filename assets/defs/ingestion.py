@@ -18,14 +18,14 @@ from assets.keys import (
 from assets.partitions import DOCUMENTS, invalid_key_reason, key_ranges, range_tags
 from assets.provenance import STORE_POOL, commit_if_changed, store_metadata
 from assets.resources import InboxResource, StoreResource
-from lightfoot_pipeline.dataset import DatasetError
-from lightfoot_pipeline.documents import upsert_documents
-from lightfoot_pipeline.inbox import Inbox
-from lightfoot_pipeline.landing import Landing
-from lightfoot_pipeline.store import Store
-from lightfoot_pipeline.tables import DOCUMENTS as DOCUMENTS_TABLE
-from lightfoot_pipeline.tables import PASSAGES as PASSAGES_TABLE
-from lightfoot_pipeline.tables import TOMBSTONES as TOMBSTONES_TABLE
+from lightfoot_pipeline.ingest.dataset import DatasetError
+from lightfoot_pipeline.index.documents import upsert_documents
+from lightfoot_pipeline.ingest.inbox import Inbox
+from lightfoot_pipeline.ingest.landing import Landing
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.tables import DOCUMENTS as DOCUMENTS_TABLE
+from lightfoot_pipeline.store.tables import PASSAGES as PASSAGES_TABLE
+from lightfoot_pipeline.store.tables import TOMBSTONES as TOMBSTONES_TABLE
 
 
 @dg.asset(

@@ -22,16 +22,16 @@ from assets.keys import (
 from assets.partitions import DOCUMENTS
 from assets.provenance import STORE_POOL, commit_if_changed, store_metadata
 from assets.resources import InboxResource, StoreResource
-from lightfoot_pipeline.dataset import DatasetError
-from lightfoot_pipeline.documents import tombstone_documents
+from lightfoot_pipeline.ingest.dataset import DatasetError
+from lightfoot_pipeline.index.documents import tombstone_documents
 from lightfoot_pipeline.erase import erase_history
-from lightfoot_pipeline.inbox import Inbox
-from lightfoot_pipeline.landing import DeletionRequest, Landing, open_filesystem, utc_now
-from lightfoot_pipeline.retention import PolicyError, RetentionPolicy, due_documents
-from lightfoot_pipeline.store import Store
-from lightfoot_pipeline.tables import DOCUMENTS as DOCUMENTS_TABLE
-from lightfoot_pipeline.tables import GRAPH_QUEUE
-from lightfoot_pipeline.tables import TOMBSTONES as TOMBSTONES_TABLE
+from lightfoot_pipeline.ingest.inbox import Inbox
+from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing, open_filesystem, utc_now
+from lightfoot_pipeline.ingest.retention import PolicyError, RetentionPolicy, due_documents
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.tables import DOCUMENTS as DOCUMENTS_TABLE
+from lightfoot_pipeline.store.tables import GRAPH_QUEUE
+from lightfoot_pipeline.store.tables import TOMBSTONES as TOMBSTONES_TABLE
 
 TOMBSTONED = "tombstoned"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from lightfoot_pipeline.dataset import CORPUS_FILE, EXTRACTIONS_FILE
+from lightfoot_pipeline.ingest.dataset import CORPUS_FILE, EXTRACTIONS_FILE
 
 HASHING = "hashing:32"
 
@@ -77,7 +77,7 @@ class Harness:
         return self.root / "inbox" / "erasure"
 
     def store(self):
-        from lightfoot_pipeline.store import Store
+        from lightfoot_pipeline.store.store import Store
 
         return Store(self.store_uri)
 

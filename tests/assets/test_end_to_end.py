@@ -7,11 +7,11 @@ import dagster as dg
 import polars as pl
 
 from lightfoot_pipeline import pipeline
-from lightfoot_pipeline.embedder import HashingEmbedder
-from lightfoot_pipeline.extraction import ReplayExtractor
-from lightfoot_pipeline.landing import Landing
-from lightfoot_pipeline.snapshot import load_snapshot
-from lightfoot_pipeline.store import Store
+from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.ingest.landing import Landing
+from lightfoot_pipeline.serving.snapshot import load_snapshot
+from lightfoot_pipeline.store.store import Store
 
 
 def materializations(result, asset: str) -> list[dg.AssetMaterialization]:

@@ -28,10 +28,10 @@ import dagster as dg
 import pytest
 
 from lightfoot_pipeline import pipeline
-from lightfoot_pipeline.dataset import CORPUS_FILE, EXTRACTIONS_FILE
-from lightfoot_pipeline.embedder import HashingEmbedder
-from lightfoot_pipeline.extraction import ReplayExtractor
-from lightfoot_pipeline.store import Store
+from lightfoot_pipeline.ingest.dataset import CORPUS_FILE, EXTRACTIONS_FILE
+from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.store.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 STORE_POOL = "lightfoot_store"

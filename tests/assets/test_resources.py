@@ -88,7 +88,7 @@ def test_auto_mode_replays_recordings_and_asks_the_model_for_the_rest(
 
 
 def test_an_unusable_model_fails_the_passages_with_the_reason(lightfoot, twenty, monkeypatch):
-    from lightfoot_pipeline.passages import split_passages
+    from lightfoot_pipeline.ingest.passages import split_passages
     from lightfoot_pipeline.settings import IndexSettings
 
     monkeypatch.setenv("LIGHTFOOT_LLM_MAX_RETRIES", "0")  # nothing listens there; no point waiting
@@ -102,7 +102,7 @@ def test_an_unusable_model_fails_the_passages_with_the_reason(lightfoot, twenty,
 
 
 def test_replay_mode_never_calls_a_model(lightfoot, twenty, sample_records):
-    from lightfoot_pipeline.passages import split_passages
+    from lightfoot_pipeline.ingest.passages import split_passages
     from lightfoot_pipeline.settings import IndexSettings
 
     store = StoreResource(uri=lightfoot.store_uri).open()
@@ -121,7 +121,7 @@ def test_a_bad_extractor_mode_is_refused():
 
 
 def test_inbox_defaults_sit_beside_a_local_store_and_under_a_remote_one(tmp_path, monkeypatch):
-    from lightfoot_pipeline.store import Store
+    from lightfoot_pipeline.store.store import Store
 
     for name in ("LIGHTFOOT_INBOX", "LIGHTFOOT_ERASURE_INBOX"):
         monkeypatch.delenv(name, raising=False)

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lightfoot_pipeline import pipeline
-from lightfoot_pipeline.dataset import Document
-from lightfoot_pipeline.extraction import ReplayExtractor
+from lightfoot_pipeline.ingest.dataset import Document
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 
 CANARY = "Quorvexian-canary-41b7"
 

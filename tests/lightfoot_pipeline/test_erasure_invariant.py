@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from lightfoot_pipeline import pipeline
-from lightfoot_pipeline.dataset import Document
-from lightfoot_pipeline.embedder import HashingEmbedder
-from lightfoot_pipeline.extraction import ReplayExtractor
-from lightfoot_pipeline.store import Store
-from lightfoot_pipeline.tables import INDEX_TABLES
+from lightfoot_pipeline.ingest.dataset import Document
+from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.tables import INDEX_TABLES
 
 EMBEDDER = HashingEmbedder(dim=32)
 # Base names with near-duplicate spellings: they link at the synonym threshold, some at the entity one.
@@ -133,7 +133,7 @@ def test_full_reconcile_finds_nothing_to_change(tmp_path):
     ])
     store = build(tmp_path, "s", [documents[:8], documents[8:]], records)
     pipeline.delete(store, ["doc-03", "doc-09"])
-    from lightfoot_pipeline.reconcile import reconcile_graph
+    from lightfoot_pipeline.index.reconcile import reconcile_graph
     from lightfoot_pipeline.settings import IndexSettings
 
     with store.transaction() as tx:
@@ -172,7 +172,7 @@ def test_invariant_with_the_packaged_minilm_on_a_sample_slice(tmp_path, sample_d
     fresh = Store(str(tmp_path / "fresh"))
     survivors = [d for d in documents if d.doc_id not in doomed]
     # A second embedder instance, in reverse order and two batches: vectors must not depend on batches.
-    from lightfoot_pipeline.embedder import SentenceTransformerEmbedder
+    from lightfoot_pipeline.models.embedder import SentenceTransformerEmbedder
 
     other = SentenceTransformerEmbedder()
     pipeline.ingest(fresh, survivors[::-1][:20], ReplayExtractor(sample_records), other)

@@ -6,7 +6,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from lightfoot_pipeline.tables import EXTRACTIONS, FACTS, MENTIONS, with_buckets
+from lightfoot_pipeline.store.tables import EXTRACTIONS, FACTS, MENTIONS, with_buckets
 
 
 @pytest.fixture

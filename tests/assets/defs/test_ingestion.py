@@ -10,10 +10,10 @@ import dagster as dg
 import polars as pl
 
 from lightfoot_pipeline import pipeline
-from lightfoot_pipeline.embedder import HashingEmbedder
-from lightfoot_pipeline.extraction import ReplayExtractor
-from lightfoot_pipeline.landing import LandedDocument, Landing, utc_now
-from lightfoot_pipeline.store import Store
+from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.ingest.landing import LandedDocument, Landing, utc_now
+from lightfoot_pipeline.store.store import Store
 
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 

@@ -10,7 +10,7 @@ import dagster as dg
 import pytest
 
 from lightfoot_pipeline import pipeline
-from lightfoot_pipeline.landing import LandedDocument, Landing, utc_now
+from lightfoot_pipeline.ingest.landing import LandedDocument, Landing, utc_now
 
 
 def ingest_through_the_inbox(lightfoot, documents, records) -> None:
@@ -147,7 +147,7 @@ def test_the_retention_schedule_erases_documents_past_their_date(lightfoot_on_di
 
 def test_a_bad_policy_file_fails_the_schedule_with_its_reason(lightfoot_on_disk, tmp_path):
     from assets.resources import InboxResource
-    from lightfoot_pipeline.retention import PolicyError
+    from lightfoot_pipeline.ingest.retention import PolicyError
 
     (tmp_path / "bad.json").write_text('{"rules": [{"keep_days": "ten"}]}')
     resources = {**lightfoot_on_disk.resources, "inbox": InboxResource(retention_policy=str(tmp_path / "bad.json"))}

@@ -44,7 +44,7 @@ def small_dataset(tmp_path_factory, sample_dir) -> Path:
 
 @pytest.fixture(scope="session")
 def small_questions(small_dataset):
-    from lightfoot_pipeline.dataset import load_questions
+    from lightfoot_pipeline.ingest.dataset import load_questions
 
     return load_questions(small_dataset / "questions-dev.jsonl")
 
@@ -53,10 +53,10 @@ def small_questions(small_dataset):
 def small_index(tmp_path_factory, small_dataset, hashing_embedder):
     """(store, snapshot) of the slice: built once, read by every test (tests must not write to it)."""
     from lightfoot_pipeline import pipeline
-    from lightfoot_pipeline.dataset import load_corpus, load_recorded_extractions
-    from lightfoot_pipeline.extraction import ReplayExtractor
-    from lightfoot_pipeline.snapshot import export_snapshot, load_snapshot
-    from lightfoot_pipeline.store import Store
+    from lightfoot_pipeline.ingest.dataset import load_corpus, load_recorded_extractions
+    from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+    from lightfoot_pipeline.serving.snapshot import export_snapshot, load_snapshot
+    from lightfoot_pipeline.store.store import Store
 
     store = Store(str(tmp_path_factory.mktemp("small-index") / "store"))
     pipeline.ingest(store, load_corpus(small_dataset), ReplayExtractor(load_recorded_extractions(small_dataset)),
@@ -67,7 +67,7 @@ def small_index(tmp_path_factory, small_dataset, hashing_embedder):
 
 def audit_seed(doc_ids: list[str], questions, fraction: float) -> int:
     """The first seed whose deletions take evidence from some questions and leave others intact."""
-    from lightfoot_pipeline.audit import choose_deletions
+    from lightfoot_pipeline.evaluation.audit import choose_deletions
 
     for seed in range(200):
         doomed = set(choose_deletions(doc_ids, fraction, seed))
@@ -80,8 +80,8 @@ def audit_seed(doc_ids: list[str], questions, fraction: float) -> int:
 @pytest.fixture(scope="session")
 def small_audit(tmp_path_factory, small_dataset, small_questions, hashing_embedder):
     """The deletion audit of the slice (10%), kept as a run directory; its stores kept in work/."""
-    from lightfoot_pipeline.dataset import load_corpus
-    from lightfoot_pipeline.deletion_audit import run_deletion_audit
+    from lightfoot_pipeline.ingest.dataset import load_corpus
+    from lightfoot_pipeline.evaluation.deletion_audit import run_deletion_audit
 
     base = tmp_path_factory.mktemp("small-audit")
     seed = audit_seed([d.doc_id for d in load_corpus(small_dataset)], small_questions, 0.1)

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from lightfoot_pipeline.cli import main
-from lightfoot_pipeline.runs import load_run
+from lightfoot_pipeline.evaluation.runs import load_run
 
 ENDPOINT_VARIABLES = ("OPENAI_BASE_URL", "LIGHTFOOT_LLM_BASE_URL", "OPENAI_API_KEY", "LIGHTFOOT_LLM_API_KEY",
                       "LIGHTFOOT_LLM_MODEL", "OPENAI_MODEL", "LIGHTFOOT_LLM_PRICE_IN", "LIGHTFOOT_LLM_PRICE_OUT")

@@ -8,12 +8,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from lightfoot_pipeline.deletion_audit import (
+from lightfoot_pipeline.evaluation.deletion_audit import (
     CountingEmbedder, counting_model_calls, evidence_split, group_recalls,
 )
-from lightfoot_pipeline.harness import QuestionResult
-from lightfoot_pipeline.llm import LLMClient, LLMSettings
-from lightfoot_pipeline.runs import load_run
+from lightfoot_pipeline.evaluation.harness import QuestionResult
+from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
+from lightfoot_pipeline.evaluation.runs import load_run
 
 
 def result(qid: str, gold: list[str], mode: str = "lightfoot") -> QuestionResult:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from lightfoot_pipeline import ledger, pipeline
-from lightfoot_pipeline.answer import Answerer
-from lightfoot_pipeline.eval_run import AnswerOptions, legacy_result, run_evaluation
-from lightfoot_pipeline.harness import HarnessError
-from lightfoot_pipeline.llm import LLMClient, LLMSettings
-from lightfoot_pipeline.report import write_report
-from lightfoot_pipeline.runs import load_run
-from lightfoot_pipeline.store import Store
+from lightfoot_pipeline import pipeline
+from lightfoot_pipeline.store import ledger
+from lightfoot_pipeline.serving.answer import Answerer
+from lightfoot_pipeline.evaluation.eval_run import AnswerOptions, legacy_result, run_evaluation
+from lightfoot_pipeline.evaluation.harness import HarnessError
+from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
+from lightfoot_pipeline.evaluation.report import write_report
+from lightfoot_pipeline.evaluation.runs import load_run
+from lightfoot_pipeline.store.store import Store
 
 
 @pytest.fixture(scope="module")

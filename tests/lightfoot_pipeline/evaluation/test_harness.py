@@ -8,15 +8,15 @@ import math
 import numpy as np
 import pytest
 
-from lightfoot_pipeline.answer import Answerer
-from lightfoot_pipeline.evaluate import evaluate_recall
-from lightfoot_pipeline.harness import (
+from lightfoot_pipeline.serving.answer import Answerer
+from lightfoot_pipeline.evaluation.evaluate import evaluate_recall
+from lightfoot_pipeline.evaluation.harness import (
     DENSE, HIPPORAG2, LIGHTFOOT, LIGHTFOOT_RERANK, HarnessError, answer_messages, answer_rows,
     estimate_answer_cost, run_questions, select_modes, standard_modes,
 )
-from lightfoot_pipeline.llm import LLMClient, LLMSettings
-from lightfoot_pipeline.metrics import exact_match, token_f1
-from lightfoot_pipeline.retrieve import Retriever
+from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
+from lightfoot_pipeline.evaluation.metrics import exact_match, token_f1
+from lightfoot_pipeline.serving.retrieve import Retriever
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from lightfoot_pipeline.evaluate import recall_at
-from lightfoot_pipeline.metrics import (
+from lightfoot_pipeline.evaluation.evaluate import recall_at
+from lightfoot_pipeline.evaluation.metrics import (
     exact_match, normalize_answer, paired_bootstrap, recall_at_k, token_f1,
 )
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from lightfoot_pipeline.report import PLOT_COST, PLOT_DELETION, PLOT_RECALL, write_report
-from lightfoot_pipeline.runs import RunError
+from lightfoot_pipeline.evaluation.report import PLOT_COST, PLOT_DELETION, PLOT_RECALL, write_report
+from lightfoot_pipeline.evaluation.runs import RunError
 
 
 def assert_real_png(path):

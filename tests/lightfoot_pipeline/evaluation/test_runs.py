@@ -7,7 +7,7 @@ import json
 import polars as pl
 import pytest
 
-from lightfoot_pipeline.runs import (
+from lightfoot_pipeline.evaluation.runs import (
     RESULTS_FILE, RUN_FILE, RunError, compare_modes, compare_runs, load_run, results_frame, write_run,
 )
 

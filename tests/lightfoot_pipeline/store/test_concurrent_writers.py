@@ -17,12 +17,12 @@ import polars as pl
 import pytest
 
 from lightfoot_pipeline import pipeline
-from lightfoot_pipeline.dataset import Document
-from lightfoot_pipeline.documents import upsert_documents
-from lightfoot_pipeline.extraction import ReplayExtractor
+from lightfoot_pipeline.ingest.dataset import Document
+from lightfoot_pipeline.index.documents import upsert_documents
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.store import ConcurrentCommitError, Store, Transaction
-from lightfoot_pipeline.tables import DOCUMENTS, PASSAGES, with_buckets
+from lightfoot_pipeline.store.store import ConcurrentCommitError, Store, Transaction
+from lightfoot_pipeline.store.tables import DOCUMENTS, PASSAGES, with_buckets
 
 SETTINGS = IndexSettings()
 
@@ -184,7 +184,7 @@ def test_two_writers_creating_the_same_vector_cache_both_store_their_vectors(obj
                                                                              hashing_embedder):
     """Both writers list the LanceDB tables before either creates the cache; both must then add
     their vectors to the one table (the loser of the creation opens the winner's)."""
-    import lightfoot_pipeline.vectors as vectors
+    import lightfoot_pipeline.store.vectors as vectors
 
     store = Store(object_store.uri("vectors"))
     listed = threading.Barrier(2, timeout=60)

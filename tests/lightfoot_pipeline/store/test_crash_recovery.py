@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from lightfoot_pipeline import pipeline
-from lightfoot_pipeline.dataset import Document
-from lightfoot_pipeline.extraction import ReplayExtractor
-from lightfoot_pipeline.store import Store, Transaction
+from lightfoot_pipeline.ingest.dataset import Document
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.store.store import Store, Transaction
 
 RECORDS = {
     f"d{i}": {"entities": [{"name": f"Person {i % 3}", "type": "person"}, {"name": "Copenhagen"}],

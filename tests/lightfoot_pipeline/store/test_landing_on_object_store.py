@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from lightfoot_pipeline.dataset import Document
-from lightfoot_pipeline.inbox import Inbox
-from lightfoot_pipeline.landing import DeletionRequest, LandedDocument, Landing, utc_now
-from lightfoot_pipeline.store import Store
+from lightfoot_pipeline.ingest.dataset import Document
+from lightfoot_pipeline.ingest.inbox import Inbox
+from lightfoot_pipeline.ingest.landing import DeletionRequest, LandedDocument, Landing, utc_now
+from lightfoot_pipeline.store.store import Store
 
 
 def test_landed_documents_and_requests_live_under_the_store_prefix(object_store):

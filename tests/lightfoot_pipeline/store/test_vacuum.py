@@ -9,9 +9,9 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from lightfoot_pipeline import pipeline
-from lightfoot_pipeline.extraction import ReplayExtractor
-from lightfoot_pipeline.store import Store
-from lightfoot_pipeline.tables import PASSAGES
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.tables import PASSAGES
 
 
 def data_files(store: Store, table: str) -> set[Path]:

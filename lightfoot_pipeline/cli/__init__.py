@@ -1,0 +1,268 @@
+"""The ``lightfoot`` command line.
+
+Every command takes ``--store URI`` (default ``$LIGHTFOOT_STORE``, else ``.lightfoot/store``).
+Each command's work lives in the engine; this module only parses arguments and prints results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from lightfoot_pipeline.ingest.dataset import DatasetError, bundled_sample_dir, has_recorded_extractions, load_corpus
+from lightfoot_pipeline.cli.query import add_query_commands
+from lightfoot_pipeline.cli.evaluation import add_eval_commands
+from lightfoot_pipeline.models.llm import LLMError
+from lightfoot_pipeline.settings import IndexSettings
+
+
+def _store(args):
+    from lightfoot_pipeline.store.store import Store
+
+    return Store(args.store)
+
+
+def _print_json(payload) -> None:
+    json.dump(payload, sys.stdout, indent=2, sort_keys=True, default=str)
+    sys.stdout.write("\n")
+
+
+def make_extractor(kind: str | None, dataset_dir: Path | None, store, settings: IndexSettings):
+    """The extractor a command asked for: ``replay`` (recorded output) or ``openai`` (a live model)."""
+    if kind is None:
+        kind = "replay" if dataset_dir is not None and has_recorded_extractions(dataset_dir) else "openai"
+    if kind == "replay":
+        from lightfoot_pipeline.ingest.dataset import load_recorded_extractions
+        from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+
+        if dataset_dir is None or not has_recorded_extractions(dataset_dir):
+            raise SystemExit("error: --extractor replay needs a dataset with extractions.jsonl")
+        return ReplayExtractor(load_recorded_extractions(dataset_dir), entity_types=None)
+    if kind == "openai":
+        from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
+
+        return build_openai_extractor(store, settings)
+    raise SystemExit(f"error: unknown extractor {kind!r} (choose replay or openai)")
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+
+def cmd_ingest(args) -> int:
+    from lightfoot_pipeline import pipeline
+    from lightfoot_pipeline.models.embedder import load_embedder
+    from lightfoot_pipeline.cli.progress import Progress
+
+    settings = IndexSettings()
+    dataset = Path(args.dataset)
+    documents = load_corpus(dataset)
+    store = _store(args)
+    extractor = make_extractor(args.extractor, dataset, store, settings)
+    embedder = load_embedder(args.embedder)
+    progress = None if args.json else Progress("extracting")
+    report = pipeline.ingest(store, documents, extractor, embedder, settings, progress=progress)
+    if args.json:
+        _print_json(report.as_dict())
+    else:
+        print(f"ingested {report.documents} documents ({report.passages} passages) into {store.uri}")
+        print(f"  extracted {report.extracted}, already extracted {report.already_extracted}, failed {report.failed}")
+        print(f"  model calls {report.model_calls}, tokens in/out {report.tokens_in}/{report.tokens_out}, "
+              f"cost ${report.cost_usd:.4f}")
+        if report.model_calls and getattr(extractor, "run_id", None):
+            print(f"  cost ledger run {extractor.run_id} (see: lightfoot cost --run {extractor.run_id})")
+        for key, count in sorted(report.validation.items()):
+            print(f"  record {key}: {count}")
+        for chunk_id, reason in report.failures[:10]:
+            print(f"  failed {chunk_id}: {reason}")
+        g = report.graph
+        print(f"  names +{g.names_added} -{g.names_removed} ~{g.names_changed}; "
+              f"entities {g.entities_before} -> {g.entities_after}; synonym edges {g.synonym_edges_after}; "
+              f"facts {g.facts_after}")
+        print(f"  store commit {report.seq} in {report.seconds:.1f}s")
+    return 1 if report.failed else 0
+
+
+def cmd_delete(args) -> int:
+    from lightfoot_pipeline import pipeline
+
+    store = _store(args)
+    if not store.exists():
+        print(f"error: no store at {store.uri}", file=sys.stderr)
+        return 2
+    report = pipeline.delete(store, args.doc_ids, erase=args.erase, reason=args.reason or "requested on the command line")
+    if args.json:
+        _print_json(report.as_dict())
+    else:
+        print(f"deleted {len(report.deleted)} documents ({report.passages_removed} passages) in {report.seconds:.2f}s, "
+              f"0 model calls")
+        if report.not_found:
+            print(f"  not in the store: {', '.join(report.not_found)}")
+        g = report.graph
+        print(f"  names removed {g.names_removed}, changed {g.names_changed}; entities recomputed "
+              f"{g.entities_recomputed}; entities {g.entities_before} -> {g.entities_after}")
+        if report.erase:
+            print(f"  erased: {report.erase['cache_entries_purged']} cache entries, "
+                  f"{sum(report.erase['vectors_purged'].values())} vectors, "
+                  f"{sum(report.erase['files_vacuumed'].values())} files vacuumed")
+    return 1 if report.not_found and not report.deleted else 0
+
+
+def cmd_status(args) -> int:
+    from lightfoot_pipeline import pipeline
+
+    store = _store(args)
+    manifest = store.manifest()
+    if manifest.seq == 0:
+        print(f"no store at {store.uri}")
+        return 1
+    fp = pipeline.fingerprint(store, manifest)
+    payload = {
+        "store": store.uri,
+        "commit": manifest.seq,
+        "operation": manifest.operation,
+        "committed_at": manifest.committed_at,
+        "config": manifest.config,
+        "fingerprint": fp.digest,
+        "counts": fp.counts(),
+    }
+    if args.json:
+        _print_json(payload)
+    else:
+        print(f"store {store.uri}: commit {manifest.seq} ({manifest.operation}, {manifest.committed_at})")
+        print(f"  embedder {manifest.config.get('embedder')}; fingerprint {fp.digest[:16]}")
+        for name, rows in fp.counts().items():
+            print(f"  {name:<14} {rows:>9,}")
+    return 0
+
+
+def cmd_audit_deletion(args) -> int:
+    from lightfoot_pipeline.evaluation.audit import audit_deletion
+    from lightfoot_pipeline.models.embedder import DEFAULT_EMBEDDER, load_embedder
+    from lightfoot_pipeline.store.store import Store
+
+    spec = args.embedder or DEFAULT_EMBEDDER
+    store = Store(args.store) if args.store else _scratch_store("audit")
+    result = audit_deletion(Path(args.dataset), store, load_embedder(spec), spec, args.fraction, args.seed)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
+    print(f"deleted {result['deleted_docs']} of {result['deleted_docs'] + result['surviving_docs']} documents in "
+          f"{result['delete_seconds']}s with {result['model_calls']} model calls; fresh build of the survivors "
+          f"in {result['rebuild_seconds']}s; fingerprint_equal={str(result['fingerprint_equal']).lower()}")
+    print(f"wrote {args.out}")
+    return 0 if result["fingerprint_equal"] else 1
+
+
+def _scratch_store(label: str):
+    import tempfile
+
+    from lightfoot_pipeline.store.store import Store
+
+    return Store(tempfile.mkdtemp(prefix=f"lightfoot-{label}-") + "/store")
+
+
+def cmd_cost(args) -> int:
+    from lightfoot_pipeline.store import ledger
+
+    store = _store(args)
+    payload = {"store": store.uri, "totals": ledger.totals(store, args.run)}
+    if args.run is None:
+        payload["runs"] = ledger.by_run(store)
+    if args.by_document:
+        payload["documents"] = ledger.by_document(store, args.run)
+    if args.json:
+        _print_json(payload)
+        return 0
+    t = payload["totals"]
+    scope = f"run {args.run}" if args.run else f"{t['runs']} runs"
+    print(f"model calls in {store.uri} ({scope}): {t['calls']} calls ({t['attempts']} requests, "
+          f"{t['failed_calls']} failed), tokens in/out {t['tokens_in']:,}/{t['tokens_out']:,}, "
+          f"cost ${t['cost_usd']:.4f}")
+    if t["unpriced_calls"]:
+        print(f"  {t['unpriced_calls']} calls to models with no known price (set LIGHTFOOT_LLM_PRICE_IN/_OUT)")
+    if t["estimated_usage_calls"]:
+        print(f"  {t['estimated_usage_calls']} calls without reported usage: their tokens are estimated")
+    for run in payload.get("runs", []):
+        print(f"  {run['run_id']}  {run['started_at']:%Y-%m-%d %H:%M}  {run['models']}  {run['calls']} calls, "
+              f"{run['tokens_in']:,}/{run['tokens_out']:,} tokens, ${run['cost_usd']:.4f}")
+    for doc in payload.get("documents", []):
+        print(f"  {doc['doc_id']}  {doc['calls']} calls, {doc['tokens_in']:,}/{doc['tokens_out']:,} tokens, "
+              f"${doc['cost_usd']:.6f}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from lightfoot_pipeline.cli.demo import run_demo
+
+    return run_demo(args)
+
+
+# -- parser -----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", default=argparse.SUPPRESS, help="store root: a path or s3://bucket/prefix "
+                        "(default: $LIGHTFOOT_STORE, else .lightfoot/store)")
+    parser = argparse.ArgumentParser(prog="lightfoot", description=__doc__.splitlines()[0], parents=[common])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("demo", parents=[common], help="build the bundled sample, delete some documents, verify")
+    p.add_argument("--dataset", default=None, help="dataset directory (default: the bundled MuSiQue sample)")
+    p.add_argument("--embedder", default=None, help="embedding model name or path, or hashing[:DIM]")
+    p.add_argument("--delete", type=int, default=5, help="how many documents to delete (default 5)")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("ingest", parents=[common], help="add a dataset's documents to the store")
+    p.add_argument("--dataset", required=True, help="directory with corpus.jsonl (and extractions.jsonl)")
+    p.add_argument("--extractor", choices=["replay", "openai"], default=None,
+                   help="replay recorded extractions (default when the dataset has them) or call a model")
+    p.add_argument("--embedder", default=None, help="embedding model name or path, or hashing[:DIM]")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("delete", parents=[common], help="delete documents (no model call)")
+    p.add_argument("doc_ids", nargs="+", metavar="DOC_ID")
+    p.add_argument("--erase", action="store_true", help="also remove their text from history and caches")
+    p.add_argument("--reason", default=None, help="why (recorded in the deletion log)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_delete)
+
+    p = sub.add_parser("status", parents=[common], help="table counts, fingerprint and config of the store")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("cost", parents=[common], help="model calls, tokens and cost, per run and per document")
+    p.add_argument("--run", default=None, metavar="RUN_ID", help="only this run")
+    p.add_argument("--by-document", action="store_true", help="also list the cost of each document")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_cost)
+
+    p = sub.add_parser("audit-deletion", parents=[common],
+                       help="delete a seeded fraction and compare with a fresh build of the survivors")
+    p.add_argument("--dataset", default=str(bundled_sample_dir()))
+    p.add_argument("--fraction", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+    p.add_argument("--embedder", default=None)
+    p.set_defaults(func=cmd_audit_deletion)
+
+    add_query_commands(sub, common)  # snapshot, query, serve, eval
+    add_eval_commands(sub, common)  # eval-deletion, report, compare
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not hasattr(args, "store"):
+        args.store = None
+    try:
+        return int(args.func(args) or 0)
+    except DatasetError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except LLMError as err:
+        print(f"error: model endpoint: {err}", file=sys.stderr)
+        return 2
+

@@ -1,0 +1,245 @@
+"""The evaluation commands of the ``lightfoot`` command line: eval runs, the deletion audit, reports.
+
+- ``lightfoot eval … --run-dir DIR [--answer [--answer-budget USD] [--dry-run]]``: every mode side
+  by side on one snapshot, kept in DIR (eval_run.py, runs.py);
+- ``lightfoot eval-deletion --run-dir DIR [--fraction 0.1 --seed 0]``: the deletion audit with
+  retrieval before and after (deletion_audit.py);
+- ``lightfoot report RUN_DIR``: RUN_DIR/report.md with tables and plots (report.py);
+- ``lightfoot compare RUN_A RUN_B``: paired bootstrap intervals between two runs.
+
+Like cli.py, this module parses arguments and prints results; the work is in the modules named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from lightfoot_pipeline.ingest.dataset import DatasetError, bundled_sample_dir, default_questions_file
+
+RERANKER_HELP = ("cross-encoder name or path (default: $LIGHTFOOT_RERANKER, else BAAI/bge-reranker-base); "
+                 "none turns reranking off")
+
+
+def _err(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def _questions_file(dataset: Path, questions: str | None) -> Path:
+    chosen = Path(questions) if questions else default_questions_file(dataset)
+    if chosen is None:
+        raise DatasetError(f"{dataset} has no questions*.jsonl; name a file with --questions")
+    return chosen
+
+
+def _ks(text: str) -> list[int]:
+    try:
+        ks = sorted({int(k) for k in text.split(",") if k.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"k values are comma-separated integers, got {text!r}") from None
+    if not ks or ks[0] < 1:
+        raise argparse.ArgumentTypeError(f"k values must be positive integers, got {text!r}")
+    return ks
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def print_recall_table(results, metrics: list[str]) -> None:
+    from lightfoot_pipeline.evaluation.harness import mean_recalls
+
+    for mode, recalls in mean_recalls(results).items():
+        print(f"  {mode:<18} " + "  ".join(f"{m} {recalls[m]:.3f}" for m in metrics))
+
+
+def print_significance(rows: list[list[str]]) -> None:
+    for comparison, metric, difference, interval, significant in rows:
+        print(f"  {comparison:<30} {metric:<10} {difference:>7} {interval:<18} significant: {significant}")
+
+
+def cmd_eval_run(args) -> int:
+    """``lightfoot eval`` with --run-dir, --answer or --dry-run: the harness path."""
+    from lightfoot_pipeline.models.embedder import load_embedder
+    from lightfoot_pipeline.evaluation.eval_run import AnswerOptions, legacy_result, run_evaluation
+    from lightfoot_pipeline.evaluation.harness import HarnessError
+    from lightfoot_pipeline.cli.progress import Progress
+    from lightfoot_pipeline.evaluation.report import significance_rows
+    from lightfoot_pipeline.serving.rerank import load_reranker
+    from lightfoot_pipeline.evaluation.runs import RunError, load_run
+    from lightfoot_pipeline.serving.serve import resolve_embedder
+    from lightfoot_pipeline.store.store import Store
+
+    dataset = Path(args.dataset)
+    questions_file = _questions_file(dataset, args.questions)
+    if args.run_dir is None and args.out is None and not args.dry_run:
+        return _err("say where the run goes: --run-dir DIR (and/or --out OUT.json)")
+    store = Store(args.store)
+    embedder = load_embedder(args.embedder) if args.embedder or not store.exists() else resolve_embedder(store)
+    reranker, status = load_reranker(args.reranker)
+    answers = None
+    if args.answer or args.dry_run:
+        from lightfoot_pipeline.serving.answer import build_answerer
+
+        answerer, why = build_answerer()
+        if answerer is None and not args.dry_run:
+            return _err(why)
+        answers = AnswerOptions(answerer=answerer, budget_usd=None if args.no_budget else args.answer_budget,
+                                dry_run=args.dry_run, modes=_names(args.answer_modes) if args.answer_modes else None)
+    try:
+        outcome = run_evaluation(
+            store, dataset, questions_file, embedder, reranker=reranker, reranker_status=status,
+            modes=_names(args.modes) if args.modes else None, ks=args.k, answers=answers,
+            run_dir=Path(args.run_dir) if args.run_dir else None, overwrite=args.overwrite,
+            echo=lambda line: print(line, file=sys.stderr), progress_factory=Progress,
+        )
+    except (HarnessError, RunError) as err:
+        return _err(str(err))
+    if outcome.dry_run:
+        print("dry run: no model was called and nothing was written")
+        return 0
+    metrics = [f"recall@{k}" for k in sorted(set(args.k))]
+    snap = outcome.config["snapshots"]["eval"]
+    print(f"{outcome.config['n_questions']} questions, snapshot {snap['snapshot_id']}, embedder "
+          f"{outcome.config['embedder']}")
+    print_recall_table(outcome.results, metrics)
+    if status.state != "available":
+        print(f"  (lightfoot+rerank not run: cross-encoder {status.state}: {status.reason})")
+    if outcome.spend is not None:
+        s = outcome.spend
+        print(f"answers: {s.calls} calls, {s.failed} failed, {s.skipped} skipped by the budget; tokens in/out "
+              f"{s.tokens_in:,}/{s.tokens_out:,}; ${s.cost_usd:.4f}"
+              + (f" of ${s.budget_usd:g}" if s.budget_usd is not None else ""))
+    if outcome.run_dir is not None:
+        run = load_run(outcome.run_dir)
+        print("paired bootstrap 95% intervals:")
+        print_significance(significance_rows(run, "eval", [m for m in metrics if m == "recall@5"] or metrics[-1:]))
+        print(f"wrote the run to {outcome.run_dir}; `lightfoot report {outcome.run_dir}` writes its report")
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(legacy_result(outcome), indent=2, sort_keys=True, default=str) + "\n")
+        print(f"wrote {out}")
+    return 0
+
+
+def cmd_eval_deletion(args) -> int:
+    from lightfoot_pipeline.evaluation.deletion_audit import run_deletion_audit
+    from lightfoot_pipeline.models.embedder import DEFAULT_EMBEDDER, load_embedder
+    from lightfoot_pipeline.evaluation.harness import HarnessError
+    from lightfoot_pipeline.cli.progress import Progress
+    from lightfoot_pipeline.serving.rerank import load_reranker
+    from lightfoot_pipeline.evaluation.runs import RunError
+
+    dataset = Path(args.dataset)
+    questions_file = _questions_file(dataset, args.questions)
+    embedder = load_embedder(args.embedder or DEFAULT_EMBEDDER)
+    reranker, status = load_reranker(args.reranker)
+    try:
+        outcome = run_deletion_audit(
+            dataset, questions_file, embedder, reranker=reranker, reranker_status=status, fraction=args.fraction,
+            seed=args.seed, modes=_names(args.modes) if args.modes else None, ks=args.k,
+            work_dir=Path(args.work_dir) if args.work_dir else None, run_dir=Path(args.run_dir),
+            overwrite=args.overwrite, echo=lambda line: print(line, file=sys.stderr), progress_factory=Progress,
+        )
+    except (HarnessError, RunError, ValueError) as err:
+        return _err(str(err))
+    d = outcome.deletion
+    metrics = [f"recall@{k}" for k in sorted(set(args.k))]
+    print(f"deleted {d['deleted_docs']} of {d['documents']} documents in {d['delete_seconds']}s with "
+          f"{d['model_calls']} model calls; fingerprint equal to a fresh build of the survivors: "
+          f"{str(d['fingerprint_equal']).lower()}; rankings equal: {str(d['rankings_equal_fresh']).lower()}; "
+          f"rankings naming a deleted document: {len(d['leaks'])}")
+    print(f"questions: {d['questions']['intact']} with intact evidence, "
+          f"{d['questions']['deleted']} with deleted evidence")
+    for mode, groups in d["recall"].items():
+        for group, phases in groups.items():
+            for phase in ("before", "after"):
+                if phase in phases:
+                    print(f"  {mode:<18} {group:<8} {phase:<7} "
+                          + "  ".join(f"{m} {phases[phase][m]:.3f}" for m in metrics))
+    print(f"wrote the run to {outcome.run_dir}; `lightfoot report {outcome.run_dir}` writes its report")
+    exact = d["fingerprint_equal"] and d["rankings_equal_fresh"] and not d["leaks"]
+    return 0 if exact else 1
+
+
+def cmd_report(args) -> int:
+    from lightfoot_pipeline.evaluation.report import write_report
+    from lightfoot_pipeline.evaluation.runs import RunError
+
+    try:
+        path = write_report(Path(args.run_dir))
+    except RunError as err:
+        return _err(str(err))
+    pngs = sorted(p.name for p in path.parent.glob("*.png"))
+    print(f"wrote {path} with {', '.join(pngs)}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from lightfoot_pipeline.evaluation.runs import RunError, compare_runs, load_run
+
+    try:
+        a, b = load_run(args.run_a), load_run(args.run_b)
+        modes = _names(args.modes) if args.modes else [m for m in a.modes if m in b.modes]
+        metrics = _names(args.metric) if args.metric else [m for m in a.metrics if m in b.metrics]
+        if not modes:
+            return _err(f"the runs share no mode ({a.modes} vs {b.modes}); name them with --modes")
+        print(f"{a.path} − {b.path} (paired bootstrap 95% intervals over the same questions)")
+        for mode in modes:
+            for metric in metrics:
+                r = compare_runs(a, b, mode, metric, phase_a=args.phase_a, phase_b=args.phase_b)
+                print(f"  {mode:<18} {metric:<10} {r.mean_a:.3f} vs {r.mean_b:.3f}  difference {r.difference:+.3f} "
+                      f"[{r.low:+.3f}, {r.high:+.3f}]  significant: {'yes' if r.significant else 'no'}  (n={r.n})")
+    except RunError as err:
+        return _err(str(err))
+    return 0
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """Options of ``lightfoot eval`` that keep the run and answer through the model."""
+    p.add_argument("--run-dir", default=None, help="keep the run here: results.parquet, run.json (see runs.py)")
+    p.add_argument("--modes", default=None,
+                   help="comma-separated modes (default: dense, lightfoot, lightfoot+rerank when available, hipporag2)")
+    p.add_argument("--k", type=_ks, default=[2, 5, 10], help="recall cut-offs, comma-separated (default 2,5,10)")
+    p.add_argument("--answer", action="store_true", help="answer every question through the model endpoint")
+    p.add_argument("--answer-budget", type=float, default=1.0, help="stop answering at this many USD (default 1.0)")
+    p.add_argument("--no-budget", action="store_true", help="answer with no budget cap")
+    p.add_argument("--answer-modes", default=None, help="comma-separated modes to answer for (default: all)")
+    p.add_argument("--dry-run", action="store_true", help="print what the answers would cost, call nothing")
+    p.add_argument("--overwrite", action="store_true", help="replace a run already in --run-dir")
+
+
+def add_eval_commands(sub, common: argparse.ArgumentParser) -> None:
+    """The eval-deletion, report and compare subcommands."""
+    p = sub.add_parser("eval-deletion", parents=[common],
+                       help="deletion audit with retrieval: recall of intact and deleted-evidence questions, "
+                            "before and after deleting a seeded fraction")
+    p.add_argument("--dataset", default=str(bundled_sample_dir()), help="dataset with recorded extractions")
+    p.add_argument("--questions", default=None, help="questions file (default: the dataset's questions*.jsonl)")
+    p.add_argument("--fraction", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--run-dir", required=True, help="keep the run here")
+    p.add_argument("--modes", default=None, help="comma-separated modes (default: all)")
+    p.add_argument("--k", type=_ks, default=[2, 5, 10], help="recall cut-offs (default 2,5,10)")
+    p.add_argument("--embedder", default=None, help="embedding model name or path, or hashing[:DIM] (default MiniLM)")
+    p.add_argument("--reranker", default=None, help=RERANKER_HELP)
+    p.add_argument("--work-dir", default=None, help="where to build the stores (default: a temporary directory)")
+    p.add_argument("--overwrite", action="store_true", help="replace a run already in --run-dir")
+    p.set_defaults(func=cmd_eval_deletion)
+
+    p = sub.add_parser("report", parents=[common], help="write RUN_DIR/report.md with tables and PNG plots")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("compare", parents=[common], help="paired bootstrap intervals between two runs")
+    p.add_argument("run_a", metavar="RUN_A")
+    p.add_argument("run_b", metavar="RUN_B")
+    p.add_argument("--modes", default=None, help="comma-separated modes (default: those both runs have)")
+    p.add_argument("--metric", default=None, help="comma-separated metrics: recall@k, em, f1 (default: recall@k)")
+    p.add_argument("--phase-a", default=None, help="phase of RUN_A (default: its first, e.g. eval or before)")
+    p.add_argument("--phase-b", default=None, help="phase of RUN_B")
+    p.set_defaults(func=cmd_compare)

@@ -1,0 +1,396 @@
+"""The evaluation harness: every question through every retrieval mode on one snapshot.
+
+The modes run side by side in one process, on the same snapshot and question vectors, so every
+comparison is paired question by question:
+
+- ``dense``: passages by the cosine of their vector with the question's, no graph (baseline);
+- ``lightfoot``: the paper's retrieval (retrieve.py) in PageRank order;
+- ``lightfoot+rerank``: the same, reranked by the cross-encoder and fused by RRF (only when a
+  cross-encoder is available);
+- ``hipporag2``: a HippoRAG 2-style configuration of the same graph (baseline): damping 0.5,
+  every passage seeded at 0.05 × its min–max scaled similarity, the entities of the top 5 facts
+  seeded, no reranker.
+
+Each (mode, question) gives one row: the ranked documents and passages, recall@k (metrics.py, by
+ranx) and the retrieval time. :func:`answer_rows` then sends the top passages (and, for the
+Lightfoot modes, the top facts) to the answer model with a budget cap, and scores exact match and
+token F1; :func:`estimate_answer_cost` says what that would cost before a call is made.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable, Sequence
+
+import numpy as np
+
+from lightfoot_pipeline.serving.answer import MAX_TOKENS, SYSTEM_PROMPT, Answer, Answerer, render_prompt
+from lightfoot_pipeline.ingest.dataset import Question
+from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.evaluation.metrics import distinct, exact_match, recall_at_k, token_f1
+from lightfoot_pipeline.serving.rerank import Reranker, RerankerStatus
+from lightfoot_pipeline.serving.retrieve import FactHit, PassageHit, Retriever, RetrievalSettings, top_indices
+from lightfoot_pipeline.serving.snapshot import Snapshot
+
+K_VALUES = (2, 5, 10)
+DEPTH = 30  # ranked passages kept per (mode, question)
+ANSWER_PASSAGES = 10
+ANSWER_FACTS = 10
+# Tokens an answer typically takes ({"answer": "..."} with a short span); the ceiling is max_tokens.
+TYPICAL_ANSWER_TOKENS = 16
+# Characters per token assumed by the estimates: 4 for the estimate, 3 for the budget reservation
+# (a prompt of names and numbers tokenises denser than prose).
+CHARS_PER_TOKEN = 4.0
+RESERVE_CHARS_PER_TOKEN = 3.0
+
+DENSE, LIGHTFOOT, LIGHTFOOT_RERANK, HIPPORAG2 = "dense", "lightfoot", "lightfoot+rerank", "hipporag2"
+BASELINES = (DENSE, HIPPORAG2)
+
+
+class HarnessError(RuntimeError):
+    """The evaluation cannot run as asked (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One retrieval configuration evaluated side by side with the others."""
+
+    name: str
+    description: str
+    graph: bool  # False: dense cosine ranking only
+    settings: RetrievalSettings | None = None
+    all_passages_seeded: bool = False  # seed every passage (seed_passages = the snapshot's count)
+    rerank: bool = False
+    answer_facts: int = 0  # facts given to the answer model with the passages
+
+    def settings_for(self, snapshot: Snapshot) -> RetrievalSettings | None:
+        if self.settings is None or not self.all_passages_seeded:
+            return self.settings
+        return replace(self.settings, seed_passages=max(1, snapshot.passages.height))
+
+    def as_dict(self, snapshot: Snapshot | None = None) -> dict:
+        settings = self.settings_for(snapshot) if snapshot is not None else self.settings
+        return {
+            "name": self.name, "description": self.description, "graph": self.graph, "rerank": self.rerank,
+            "all_passages_seeded": self.all_passages_seeded, "answer_facts": self.answer_facts,
+            "retrieval": asdict(settings) if settings is not None else None,
+        }
+
+
+def standard_modes(reranker_available: bool) -> list[Mode]:
+    """Lightfoot (with the reranker when there is one) and the two baselines."""
+    modes = [
+        Mode(DENSE, "dense-only: passages by cosine similarity with the question", graph=False),
+        Mode(LIGHTFOOT, "Lightfoot: fact- and passage-seeded PageRank (damping 0.9, top-2 facts, 100 passages)",
+             graph=True, settings=RetrievalSettings(), answer_facts=ANSWER_FACTS),
+    ]
+    if reranker_available:
+        modes.append(Mode(LIGHTFOOT_RERANK, "Lightfoot with cross-encoder reranking fused by RRF (k=60)",
+                          graph=True, settings=RetrievalSettings(), rerank=True, answer_facts=ANSWER_FACTS))
+    modes.append(Mode(
+        HIPPORAG2, "HippoRAG 2-style on the same graph: damping 0.5, every passage seeded at 0.05 x its "
+        "min-max similarity, top-5 facts, no reranker",
+        graph=True, settings=RetrievalSettings(top_facts=5, passage_seed_weight=0.05, damping=0.5),
+        all_passages_seeded=True,
+    ))
+    return modes
+
+
+def select_modes(modes: Sequence[Mode], names: Sequence[str] | None) -> list[Mode]:
+    if not names:
+        return list(modes)
+    known = {m.name: m for m in modes}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise HarnessError(f"unknown or unavailable modes {unknown}; this run has {sorted(known)}")
+    return [known[n] for n in names]
+
+
+@dataclass
+class QuestionResult:
+    """One mode's retrieval for one question (one row of a run's table)."""
+
+    mode: str
+    qid: str
+    question: str
+    gold_doc_ids: list[str]
+    gold_answers: list[str]
+    ranked_doc_ids: list[str]  # distinct documents, best first
+    ranked_chunk_ids: list[str]  # passages, best first (up to DEPTH)
+    recall: dict[str, float | None]
+    retrieval_ms: float
+    order: str
+    hits: list[PassageHit] = field(default_factory=list, repr=False)
+    facts: list[FactHit] = field(default_factory=list, repr=False)
+    answer: Answer | None = None
+    answer_status: str = "not asked"  # "answered", "failed: …", "skipped: …", "not asked"
+
+    def row(self) -> dict:
+        a = self.answer
+        golds = self.gold_answers
+        prediction = a.answer if a is not None else None
+        answered = a is not None and a.error is None and prediction is not None
+        return {
+            "mode": self.mode,
+            "qid": self.qid,
+            "question": self.question,
+            "gold_doc_ids": list(self.gold_doc_ids),
+            "gold_answers": list(golds),
+            "ranked_doc_ids": list(self.ranked_doc_ids),
+            "ranked_chunk_ids": list(self.ranked_chunk_ids),
+            **{k: v for k, v in self.recall.items()},
+            "retrieval_ms": self.retrieval_ms,
+            "order": self.order,
+            "answer_status": self.answer_status,
+            "prediction": prediction,
+            "em": exact_match(prediction, golds) if answered and golds else None,
+            "f1": token_f1(prediction, golds) if answered and golds else None,
+            "answer_tokens_in": a.tokens_in if a is not None else None,
+            "answer_tokens_out": a.tokens_out if a is not None else None,
+            "answer_cost_usd": a.cost_usd if a is not None else None,
+            "answer_error": a.error if a is not None else None,
+        }
+
+
+def gold_answers(question: Question) -> list[str]:
+    return [a for a in (question.answer, *question.answer_aliases) if a and a.strip()]
+
+
+def make_retrievers(snapshot: Snapshot, embedder: Embedder, modes: Sequence[Mode], reranker: Reranker | None,
+                    reranker_status: RerankerStatus | None) -> dict[str, Retriever]:
+    retrievers = {}
+    for mode in modes:
+        if not mode.graph:
+            continue
+        if mode.rerank and reranker is None:
+            raise HarnessError(f"mode {mode.name} needs a cross-encoder, and none is available")
+        retrievers[mode.name] = Retriever(snapshot, embedder, reranker if mode.rerank else None,
+                                          reranker_status, settings=mode.settings_for(snapshot))
+    return retrievers
+
+
+def run_questions(
+    snapshot: Snapshot,
+    embedder: Embedder,
+    questions: Sequence[Question],
+    modes: Sequence[Mode],
+    *,
+    reranker: Reranker | None = None,
+    reranker_status: RerankerStatus | None = None,
+    ks: Sequence[int] = K_VALUES,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[QuestionResult]:
+    """Retrieval of every mode for every question that names gold documents; recall@k by ranx."""
+    ks = sorted(set(int(k) for k in ks))
+    if not ks or ks[0] < 1:
+        raise HarnessError(f"k values must be positive, got {ks}")
+    if not modes:
+        raise HarnessError("no modes to evaluate")
+    scored = [q for q in questions if q.gold_doc_ids]
+    if not scored:
+        raise HarnessError("none of the questions names gold documents (gold_doc_ids): nothing to score")
+    qids = [q.qid for q in scored]
+    if len(set(qids)) != len(qids):
+        raise HarnessError("question ids (qid) repeat; runs are compared question by question, so they must be unique")
+    retrievers = make_retrievers(snapshot, embedder, modes, reranker, reranker_status)
+    any_retriever = next(iter(retrievers.values()), None) or Retriever(snapshot, embedder)
+    depth = max(DEPTH, ks[-1])
+    results: list[QuestionResult] = []
+    for done, question in enumerate(scored, start=1):
+        clock = time.perf_counter()
+        vector = any_retriever.question_vector(question.question)
+        embed_ms = (time.perf_counter() - clock) * 1000.0
+        for mode in modes:
+            clock = time.perf_counter()
+            facts: list[FactHit] = []
+            if mode.graph:
+                retrieval = retrievers[mode.name].retrieve(question.question, rerank=mode.rerank, vector=vector)
+                hits, order = retrieval.passages[:depth], retrieval.order
+                if mode.answer_facts:
+                    facts = retrievers[mode.name].similar_facts(vector, mode.answer_facts)
+            else:
+                dense = any_retriever.dense_scores(vector)
+                hits = [_dense_hit(snapshot, int(i), rank, float(dense[i]))
+                        for rank, i in enumerate(top_indices(dense, depth), start=1)]
+                order = "dense"
+            elapsed = embed_ms + (time.perf_counter() - clock) * 1000.0
+            results.append(QuestionResult(
+                mode=mode.name, qid=question.qid, question=question.question,
+                gold_doc_ids=list(question.gold_doc_ids), gold_answers=gold_answers(question),
+                ranked_doc_ids=distinct([h.doc_id for h in hits]), ranked_chunk_ids=[h.chunk_id for h in hits],
+                recall={}, retrieval_ms=round(elapsed, 3), order=order, hits=hits, facts=facts,
+            ))
+        if progress is not None:
+            progress(done, len(scored))
+    gold = {q.qid: list(q.gold_doc_ids) for q in scored}
+    for mode in modes:
+        mine = [r for r in results if r.mode == mode.name]
+        scores = recall_at_k({r.qid: r.ranked_doc_ids for r in mine}, gold, ks)
+        for i, r in enumerate(mine):
+            r.recall = {metric: float(values[i]) for metric, values in scores.items()}
+    return results
+
+
+def _dense_hit(snapshot: Snapshot, index: int, rank: int, score: float) -> PassageHit:
+    row = snapshot.passages.row(index, named=True)
+    return PassageHit(rank=rank, chunk_id=row["chunk_id"], doc_id=row["doc_id"], title=row["title"] or "",
+                      text=row["text"], pagerank_rank=rank, pagerank_score=score, dense_score=score)
+
+
+# -- answers ------------------------------------------------------------------------------------
+
+
+def answer_messages(result: QuestionResult, n_passages: int = ANSWER_PASSAGES) -> list[dict]:
+    """The messages the answerer sends for one (mode, question) (answer.py's prompt)."""
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": render_prompt(result.question, result.facts, result.hits[:n_passages])},
+    ]
+
+
+def _prompt_chars(result: QuestionResult) -> int:
+    return sum(len(m["content"]) for m in answer_messages(result))
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """What an answer run would cost, before it starts."""
+
+    calls: int
+    model: str
+    price_in_per_mtok: float
+    price_out_per_mtok: float
+    price_source: str
+    tokens_in: int  # prompt characters / 4
+    tokens_out_typical: int
+    tokens_out_max: int
+    cost_usd: float  # tokens_in and the typical answer length at the prices
+    cost_usd_max: float  # tokens_in at 3 characters a token and max_tokens answers
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str:
+        priced = (f"${self.price_in_per_mtok:g}/${self.price_out_per_mtok:g} per million tokens in/out "
+                  f"({self.price_source})" if self.price_source != "unpriced"
+                  else "no known price (set LIGHTFOOT_LLM_PRICE_IN/_OUT)")
+        return (f"{self.calls} answer calls to {self.model}: about {self.tokens_in:,} tokens in and "
+                f"{self.tokens_out_typical:,} out (at most {self.tokens_out_max:,}); {priced}: "
+                f"about ${self.cost_usd:.4f}, at most ${self.cost_usd_max:.4f}")
+
+
+def estimate_answer_cost(results: Sequence[QuestionResult], model: str, prices: tuple[float, float, str],
+                         max_tokens: int = MAX_TOKENS) -> CostEstimate:
+    price_in, price_out, source = prices
+    chars = [_prompt_chars(r) for r in results]
+    tokens_in = sum(math.ceil(c / CHARS_PER_TOKEN) for c in chars)
+    reserve_in = sum(math.ceil(c / RESERVE_CHARS_PER_TOKEN) for c in chars)
+    calls = len(results)
+    typical = calls * TYPICAL_ANSWER_TOKENS
+    ceiling = calls * max_tokens
+    return CostEstimate(
+        calls=calls, model=model, price_in_per_mtok=price_in, price_out_per_mtok=price_out, price_source=source,
+        tokens_in=tokens_in, tokens_out_typical=typical, tokens_out_max=ceiling,
+        cost_usd=round((tokens_in * price_in + typical * price_out) / 1e6, 6),
+        cost_usd_max=round((reserve_in * price_in + ceiling * price_out) / 1e6, 6),
+    )
+
+
+@dataclass
+class AnswerSpend:
+    """What an answer run made and paid, and whether the budget stopped it."""
+
+    budget_usd: float | None
+    calls: int = 0
+    failed: int = 0
+    skipped: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    stopped_by_budget: bool = False
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def answer_rows(
+    results: Sequence[QuestionResult],
+    answerer: Answerer,
+    *,
+    budget_usd: float | None,
+    progress: Callable[[int, int], None] | None = None,
+) -> AnswerSpend:
+    """Answer each (mode, question) through the model, never letting the spend pass the budget.
+
+    Before a call, its worst case (the prompt at 3 characters a token and a full ``max_tokens``
+    answer) is reserved against the budget; a call that does not fit is skipped, with the reason
+    recorded on its row, and so is every call after it. Calls run ``concurrency`` at a time (the client's setting).
+    """
+    if budget_usd is not None and budget_usd < 0:
+        raise HarnessError(f"the budget must not be negative, got {budget_usd}")
+    price_in, price_out, _ = answerer.client.settings.prices()
+    spend = AnswerSpend(budget_usd=budget_usd)
+    lock = threading.Lock()
+    reserved = 0.0
+    started = time.perf_counter()
+    done = 0
+
+    def worst_case(result: QuestionResult) -> float:
+        tokens_in = math.ceil(_prompt_chars(result) / RESERVE_CHARS_PER_TOKEN)
+        return (tokens_in * price_in + answerer.max_tokens * price_out) / 1e6
+
+    def one(result: QuestionResult) -> None:
+        nonlocal reserved, done
+        hold = worst_case(result)
+        with lock:
+            over = budget_usd is not None and spend.cost_usd + reserved + hold > budget_usd
+            if spend.stopped_by_budget or over:  # once the cap stops one call, the rest stop too
+                spend.skipped += 1
+                spend.stopped_by_budget = True
+                result.answer_status = f"skipped: the budget cap of ${budget_usd:g} was reached"
+                done += 1
+                if progress is not None:
+                    progress(done, len(results))
+                return
+            reserved += hold
+        try:
+            answer = answerer.answer(result.question, result.facts, result.hits[:answerer.n_passages])
+        finally:
+            with lock:
+                reserved -= hold
+        with lock:
+            result.answer = answer
+            spend.calls += 1
+            spend.tokens_in += answer.tokens_in
+            spend.tokens_out += answer.tokens_out
+            spend.cost_usd += answer.cost_usd
+            if answer.error:
+                spend.failed += 1
+                result.answer_status = f"failed: {answer.error}"
+            else:
+                result.answer_status = "answered"
+            done += 1
+            if progress is not None:
+                progress(done, len(results))
+
+    workers = max(1, int(answerer.client.settings.concurrency))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(one, results))
+    spend.cost_usd = round(spend.cost_usd, 8)
+    spend.seconds = round(time.perf_counter() - started, 3)
+    return spend
+
+
+def mean_recalls(results: Sequence[QuestionResult]) -> dict[str, dict[str, float]]:
+    """Mean recall@k by mode (in the order the modes appear)."""
+    out: dict[str, dict[str, float]] = {}
+    for mode in dict.fromkeys(r.mode for r in results):
+        mine = [r for r in results if r.mode == mode]
+        metrics = list(mine[0].recall)
+        out[mode] = {m: round(float(np.mean([r.recall[m] for r in mine])), 4) for m in metrics}
+    return out

@@ -1,0 +1,204 @@
+"""The per-document stage: documents, passages, extractions, forms and fact assertions.
+
+Each function rewrites the rows of a set of documents in the per-document tables of a
+transaction and leaves every other document's rows as they are. Re-running a function on the
+same input stages the same rows, so nothing is written: the stage is idempotent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import polars as pl
+
+from lightfoot_pipeline.ingest.dataset import Document
+from lightfoot_pipeline.ingest.extraction.outcome import OK, ExtractionOutcome, issues_to_json, record_from_json, record_to_json
+from lightfoot_pipeline.index.forms import fact_sources_frame, forms_frame, forms_of
+from lightfoot_pipeline.ingest.passages import Passage, split_passages, text_hash
+from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.store.store import Transaction
+from lightfoot_pipeline.store.tables import (
+    DOCUMENTS, EXTRACTIONS, FACT_SOURCES, FORMS, GRAPH_QUEUE, PASSAGES, PER_DOCUMENT_TABLES, TOMBSTONES, TableSpec,
+    with_buckets,
+)
+
+
+def _doc_mask(frame: pl.DataFrame, doc_ids: list[str]) -> pl.Series:
+    return frame.get_column("doc_id").is_in(doc_ids)
+
+
+def _replace_rows(tx: Transaction, spec: TableSpec, doc_ids: Iterable[str], rows: pl.DataFrame) -> None:
+    """Stage ``rows`` as the whole content of ``doc_ids`` in a per-document table."""
+    ids = sorted(set(doc_ids))
+    current = tx.table(spec.name)
+    mask = _doc_mask(current, ids)
+    fresh = with_buckets(rows, spec, tx.n_buckets) if rows.height else None
+    if spec in (FORMS, FACT_SOURCES):
+        old = current.filter(mask).select(spec.columns)
+        new = fresh.select(spec.columns) if fresh is not None else old.clear()
+        _enqueue(tx, spec, pl.concat([old.join(new, on=spec.columns, how="anti", nulls_equal=True),
+                                      new.join(old, on=spec.columns, how="anti", nulls_equal=True)]))
+    tx.update(spec.name, remove=mask, add=fresh)
+
+
+def _enqueue(tx: Transaction, spec: TableSpec, changed: pl.DataFrame) -> None:
+    """Queue the names (for forms) or facts (for fact assertions) whose passages changed."""
+    if changed.height == 0:
+        return
+    if spec is FORMS:
+        items = changed.select(pl.lit("name").alias("kind"), "type", pl.col("name").alias("key"))
+    else:
+        items = changed.select(pl.lit("fact").alias("kind"), pl.lit("").alias("type"), pl.col("fact_id").alias("key"))
+    queue = tx.table(GRAPH_QUEUE.name)
+    items = items.unique().join(queue.select(GRAPH_QUEUE.columns), on=GRAPH_QUEUE.columns, how="anti")
+    if items.height:
+        tx.update(GRAPH_QUEUE.name, add=with_buckets(items, GRAPH_QUEUE, tx.n_buckets))
+
+
+def document_passages(documents: Sequence[Document], settings: IndexSettings) -> list[Passage]:
+    return [p for d in documents for p in split_passages(d, settings.max_passage_chars)]
+
+
+def upsert_documents(tx: Transaction, documents: Sequence[Document], settings: IndexSettings) -> list[Passage]:
+    """Stage documents and their passages; drop derived rows of passages that no longer exist."""
+    passages = document_passages(documents, settings)
+    by_doc: dict[str, int] = {}
+    for p in passages:
+        by_doc[p.doc_id] = by_doc.get(p.doc_id, 0) + 1
+    doc_rows = pl.DataFrame(
+        [
+            {
+                "doc_id": d.doc_id,
+                "title": d.title,
+                "source": d.source,
+                "content_hash": text_hash(f"{d.title}\x00{d.text}"),
+                "n_passages": by_doc.get(d.doc_id, 0),
+                "retention_until": d.retention_until,
+            }
+            for d in documents
+        ],
+        schema={"doc_id": pl.String, "title": pl.String, "source": pl.String, "content_hash": pl.String,
+                "n_passages": pl.Int64, "retention_until": pl.Date},
+    )
+    passage_rows = pl.DataFrame(
+        [
+            {"chunk_id": p.chunk_id, "doc_id": p.doc_id, "ordinal": p.ordinal, "title": p.title, "text": p.text,
+             "text_hash": text_hash(p.text)}
+            for p in passages
+        ],
+        schema={"chunk_id": pl.String, "doc_id": pl.String, "ordinal": pl.Int64, "title": pl.String,
+                "text": pl.String, "text_hash": pl.String},
+    )
+    doc_ids = [d.doc_id for d in documents]
+    _replace_rows(tx, DOCUMENTS, doc_ids, doc_rows)
+    _replace_rows(tx, PASSAGES, doc_ids, passage_rows)
+    live_chunks = passage_rows.get_column("chunk_id").to_list()
+    for spec in (EXTRACTIONS, FORMS, FACT_SOURCES):
+        table = tx.table(spec.name)
+        stale = _doc_mask(table, doc_ids) & ~table.get_column("chunk_id").is_in(live_chunks)
+        if stale.any():
+            if spec is not EXTRACTIONS:
+                _enqueue(tx, spec, table.filter(stale))
+            tx.update(spec.name, remove=stale)
+    return passages
+
+
+def passages_to_extract(tx: Transaction, passages: Sequence[Passage]) -> list[Passage]:
+    """Passages with no successful extraction yet (failed ones are tried again)."""
+    done = set(tx.table(EXTRACTIONS.name).filter(pl.col("status") == OK).get_column("chunk_id").to_list())
+    return [p for p in passages if p.chunk_id not in done]
+
+
+def record_extractions(tx: Transaction, outcomes: Sequence[ExtractionOutcome]) -> None:
+    """Stage one extraction row per outcome, replacing earlier rows of the same passages."""
+    if not outcomes:
+        return
+    rows = []
+    for o in outcomes:
+        record = o.record
+        issues = record.issues if record is not None else []
+        rows.append(
+            {
+                "chunk_id": o.chunk_id,
+                "doc_id": o.doc_id,
+                "status": o.status,
+                "reason": o.reason,
+                "extractor": o.extractor,
+                "cache_key": o.cache_key,
+                "n_entities": len(record.entities) if record else 0,
+                "n_facts": len(record.facts) if record else 0,
+                "n_repaired": sum(1 for i in issues if i.action == "repaired"),
+                "n_dropped": sum(1 for i in issues if i.action == "dropped"),
+                "n_flagged": sum(1 for i in issues if i.action == "flagged"),
+                "issues": issues_to_json(issues),
+                "record": record_to_json(record) if record is not None and o.status == OK else None,
+                # The model's raw answer is kept only when it could not be used, for diagnosis.
+                "raw_output": o.raw_output if o.status != OK else None,
+            }
+        )
+    frame = pl.DataFrame(rows, schema=pl.from_arrow(EXTRACTIONS.schema.empty_table()).schema)
+    chunk_ids = frame.get_column("chunk_id").to_list()
+    table = tx.table(EXTRACTIONS.name)
+    tx.update(EXTRACTIONS.name, remove=table.get_column("chunk_id").is_in(chunk_ids),
+              add=with_buckets(frame, EXTRACTIONS, tx.n_buckets))
+
+
+def derive_forms(tx: Transaction, doc_ids: Iterable[str]) -> tuple[int, int]:
+    """Stage forms and fact assertions of the documents from their stored extractions."""
+    ids = sorted(set(doc_ids))
+    extractions = tx.table(EXTRACTIONS.name).filter(pl.col("doc_id").is_in(ids) & (pl.col("status") == OK))
+    form_rows: list[dict] = []
+    fact_rows: list[dict] = []
+    for row in extractions.select("chunk_id", "doc_id", "record").iter_rows(named=True):
+        forms, facts = forms_of(row["chunk_id"], row["doc_id"], record_from_json(row["record"]))
+        form_rows.extend(forms)
+        fact_rows.extend(facts)
+    _replace_rows(tx, FORMS, ids, forms_frame(form_rows))
+    _replace_rows(tx, FACT_SOURCES, ids, fact_sources_frame(fact_rows))
+    return len(form_rows), len(fact_rows)
+
+
+@dataclass
+class TombstoneReport:
+    deleted: list[str] = field(default_factory=list)
+    not_found: list[str] = field(default_factory=list)
+    chunk_ids: list[str] = field(default_factory=list)
+    cache_keys: list[str] = field(default_factory=list)
+
+
+def tombstone_documents(
+    tx: Transaction, doc_ids: Iterable[str], *, reason: str = "", erase: bool = False,
+    now: dt.datetime | None = None,
+) -> TombstoneReport:
+    """Remove documents' rows from every per-document table and log the deletion."""
+    ids = sorted(set(doc_ids))
+    live = set(tx.table(DOCUMENTS.name).filter(pl.col("doc_id").is_in(ids)).get_column("doc_id").to_list())
+    report = TombstoneReport(deleted=[d for d in ids if d in live], not_found=[d for d in ids if d not in live])
+    if not report.deleted:
+        return report
+    extractions = tx.table(EXTRACTIONS.name).filter(pl.col("doc_id").is_in(report.deleted))
+    report.chunk_ids = sorted(tx.table(PASSAGES.name).filter(pl.col("doc_id").is_in(report.deleted))
+                              .get_column("chunk_id").to_list())
+    report.cache_keys = sorted(k for k in extractions.get_column("cache_key").to_list() if k)
+    for spec in PER_DOCUMENT_TABLES:
+        table = tx.table(spec.name)
+        mask = _doc_mask(table, report.deleted)
+        if spec in (FORMS, FACT_SOURCES):
+            _enqueue(tx, spec, table.filter(mask))
+        tx.update(spec.name, remove=mask)
+    when = now or dt.datetime.now(dt.timezone.utc)
+    log = pl.DataFrame(
+        {
+            "doc_id": report.deleted,
+            "requested_at": [when] * len(report.deleted),
+            "reason": [reason] * len(report.deleted),
+            "erase": [erase] * len(report.deleted),
+            "erased_at": [None] * len(report.deleted),
+        },
+        schema={"doc_id": pl.String, "requested_at": pl.Datetime("us", "UTC"), "reason": pl.String,
+                "erase": pl.Boolean, "erased_at": pl.Datetime("us", "UTC")},
+    )
+    tx.update(TOMBSTONES.name, add=with_buckets(log, TOMBSTONES, tx.n_buckets))
+    return report

@@ -1,0 +1,266 @@
+"""Extraction by a language model behind an OpenAI-compatible endpoint: one call per new passage.
+
+For a batch of passages the extractor
+
+1. looks every passage up in the extraction cache (model + prompt hash + schema hash + passage
+   text hash): a cached answer is parsed again and costs no request, so a rebuild, a re-run after
+   a crash or a second ingestion of the same text makes no call;
+2. sends one request per remaining distinct text, ``concurrency`` at a time (retries, timeouts
+   and output-mode fallback are the client's, :mod:`lightfoot_pipeline.models.llm`);
+3. parses each answer tolerantly (:mod:`.parse`) and validates it against its passage;
+4. writes usable answers to the cache and every call to the cost ledger as the answers arrive
+   (batched for at most ``flush_seconds``), so a crash loses nothing that was paid for.
+
+Every passage gets exactly one outcome: a record, or a failure with its reason (and the raw answer
+when there was one). A failure never aborts the batch. When the endpoint refuses the credentials
+or does not know the model, or stays unreachable, the passages not yet sent fail with that reason
+instead of each trying in turn.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Sequence
+
+from lightfoot_pipeline.store import ledger
+from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache, cache_key_for
+from lightfoot_pipeline.ingest.extraction.outcome import OK, ExtractionOutcome, ProgressCallback
+from lightfoot_pipeline.ingest.extraction.parse import MAX_ANSWER_CHARS, ParsedAnswer, parse_answer
+from lightfoot_pipeline.ingest.extraction.prompt import ExtractionPrompt
+from lightfoot_pipeline.models.llm import Completion, LLMClient, LLMError, LLMSettings
+from lightfoot_pipeline.ingest.passages import Passage
+from lightfoot_pipeline.settings import IndexSettings
+
+log = logging.getLogger(__name__)
+
+# Errors after which no further passage is sent in this run: every call would fail the same way.
+FATAL_KINDS = frozenset({"auth", "not_found", "config"})
+PURPOSE = "extract"
+
+
+@dataclass
+class _Answer:
+    completion: Completion | None = None
+    error: LLMError | None = None
+
+
+class OpenAIExtractor:
+    def __init__(
+        self,
+        store,
+        client: LLMClient,
+        prompt: ExtractionPrompt | None = None,
+        *,
+        run_id: str | None = None,
+        flush_seconds: float = 1.0,
+        flush_rows: int = 64,
+        stop_after_unreachable: int = 3,
+    ) -> None:
+        self.store = store
+        self.client = client
+        self.prompt = prompt or ExtractionPrompt()
+        self.model = client.settings.model
+        self.name = f"openai:{self.model}"
+        self.run_id = run_id or ledger.new_run_id("extract")
+        self.cache = ExtractionCache(store)
+        self.flush_seconds = flush_seconds
+        self.flush_rows = flush_rows
+        self.stop_after_unreachable = stop_after_unreachable
+        self.price_in, self.price_out, self.price_source = client.settings.prices()
+
+    def __repr__(self) -> str:
+        return f"OpenAIExtractor(model={self.model!r}, run_id={self.run_id!r})"
+
+    def cache_key(self, passage: Passage) -> str:
+        return cache_key_for(self.model, self.prompt.prompt_hash, self.prompt.schema_hash,
+                             self.prompt.text_hash(passage))
+
+    # -- the batch ---------------------------------------------------------------------------
+
+    def extract(
+        self, passages: Sequence[Passage], progress: ProgressCallback | None = None, run_id: str | None = None,
+    ) -> list[ExtractionOutcome]:
+        run_id = run_id or self.run_id
+        total = len(passages)
+        outcomes: list[ExtractionOutcome | None] = [None] * total
+        keys = [self.cache_key(p) for p in passages]
+        cached = self.cache.lookup(keys) if passages else {}
+        pending: dict[str, list[int]] = {}  # cache key -> positions of the passages with that text
+        for i, (passage, key) in enumerate(zip(passages, keys)):
+            hit = cached.get(key)
+            if hit is not None:
+                parsed = self._parse(hit["output"], passage, truncated=False)
+                if parsed.ok:
+                    outcomes[i] = self._outcome(passage, key, parsed, hit["output"])
+                    continue
+            pending.setdefault(key, []).append(i)
+        done = total - sum(len(v) for v in pending.values())
+        if progress is not None and done:
+            progress(done, total)
+        if pending:
+            self._call_all(passages, pending, outcomes, run_id, progress, done)
+        assert all(o is not None for o in outcomes)
+        return outcomes  # type: ignore[return-value]
+
+    def _call_all(self, passages, pending, outcomes, run_id, progress, done) -> None:
+        total = len(passages)
+        queue = list(pending.items())
+        cache_rows: list[dict] = []
+        charges: list[ledger.Charge] = []
+        last_flush = time.monotonic()
+        stopped: str | None = None
+        unreachable_streak = 0
+        workers = self.client.settings.concurrency
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="extract")
+        in_flight: dict[Future, tuple[str, list[int]]] = {}
+        finished_cleanly = False
+        try:
+            while queue or in_flight:
+                # No more in flight than workers: a stop then sends nothing further.
+                while queue and not stopped and len(in_flight) < workers:
+                    key, positions = queue.pop(0)
+                    future = pool.submit(self._ask, passages[positions[0]])
+                    in_flight[future] = (key, positions)
+                if not in_flight:
+                    break
+                ready, _ = wait(list(in_flight), timeout=max(self.flush_seconds, 0.05), return_when=FIRST_COMPLETED)
+                for future in ready:
+                    key, positions = in_flight.pop(future)
+                    answer: _Answer = future.result()
+                    first = passages[positions[0]]
+                    outcome, charge, cache_row = self._settle(first, key, answer, run_id)
+                    charges.append(charge)
+                    if cache_row is not None:
+                        cache_rows.append(cache_row)
+                    for n, i in enumerate(positions):
+                        outcomes[i] = outcome if n == 0 else self._shared(passages[i], outcome)
+                    done += len(positions)
+                    if answer.error is not None:
+                        unreachable_streak = unreachable_streak + 1 if answer.error.kind == "unreachable" else 0
+                        if answer.error.kind in FATAL_KINDS or unreachable_streak >= self.stop_after_unreachable:
+                            stopped = stopped or str(answer.error)
+                    else:
+                        unreachable_streak = 0
+                    if progress is not None:
+                        progress(done, total)
+                due = time.monotonic() - last_flush >= self.flush_seconds
+                if charges and (due or len(charges) >= self.flush_rows):
+                    self._flush(cache_rows, charges)
+                    last_flush = time.monotonic()
+            finished_cleanly = True
+        finally:
+            # Whatever happened, keep every answer already paid for.
+            self._flush(cache_rows, charges)
+            pool.shutdown(wait=finished_cleanly, cancel_futures=True)
+        for key, positions in queue:
+            for i in positions:
+                outcomes[i] = ExtractionOutcome.failed(
+                    passages[i], f"not attempted: an earlier call in this run failed with {stopped}",
+                    extractor=self.name, cache_key=key,
+                )
+                done += 1
+        if queue and progress is not None:
+            progress(done, total)
+
+    def _flush(self, cache_rows: list[dict], charges: list[ledger.Charge]) -> None:
+        if cache_rows:
+            self.cache.put(list(cache_rows))
+            cache_rows.clear()
+        if charges:
+            ledger.record(self.store, list(charges))
+            charges.clear()
+
+    # -- one passage -------------------------------------------------------------------------
+
+    def _ask(self, passage: Passage) -> _Answer:
+        """One model call (with the client's retries); never raises."""
+        try:
+            completion = self.client.complete(
+                self.prompt.messages(passage), json_schema=self.prompt.schema, max_tokens=self.prompt.max_output_tokens,
+            )
+            return _Answer(completion=completion)
+        except LLMError as err:
+            return _Answer(error=err)
+        except Exception as err:  # a failure of one call must not abort the batch
+            log.exception("unexpected error extracting %s", passage.chunk_id)
+            return _Answer(error=LLMError("unexpected", f"{type(err).__name__}: {err}", attempts=1))
+
+    def _parse(self, text: str | None, passage: Passage, truncated: bool) -> ParsedAnswer:
+        return parse_answer(
+            text, passage.retrieval_text, entity_types=self.prompt.entity_types,
+            max_entities=self.prompt.max_entities, max_facts=self.prompt.max_facts,
+            description_words=self.prompt.description_words, truncated=truncated,
+        )
+
+    def _settle(self, passage: Passage, key: str, answer: _Answer, run_id: str):
+        """The outcome, the ledger charge and the cache row (None unless usable) of one answer."""
+        base = dict(run_id=run_id, purpose=PURPOSE, model=self.model, price_in_per_mtok=self.price_in,
+                    price_out_per_mtok=self.price_out, price_source=self.price_source, doc_id=passage.doc_id,
+                    chunk_id=passage.chunk_id, cache_key=key)
+        if answer.error is not None:
+            err = answer.error
+            charge = ledger.Charge(status="error", error_kind=err.kind, attempts=max(err.attempts, 1),
+                                   tokens_in=0, tokens_out=0, **base)
+            reason = f"model call failed after {max(err.attempts, 1)} attempt(s): {err}"
+            outcome = ExtractionOutcome.failed(passage, reason, extractor=self.name, cache_key=key,
+                                               model_calls=max(err.attempts, 1))
+            return outcome, charge, None
+        completion = answer.completion
+        assert completion is not None
+        parsed = self._parse(completion.text, passage, truncated=completion.truncated)
+        charge = ledger.Charge(
+            status="ok" if parsed.ok else "unusable", attempts=completion.attempts, tokens_in=completion.tokens_in,
+            tokens_out=completion.tokens_out, seconds=completion.seconds, usage_reported=completion.usage_reported,
+            **base,
+        )
+        calls = dict(model_calls=completion.attempts, tokens_in=completion.tokens_in,
+                     tokens_out=completion.tokens_out, cost_usd=charge.cost_usd)
+        if not parsed.ok:
+            outcome = ExtractionOutcome.failed(passage, parsed.reason, extractor=self.name, cache_key=key,
+                                               raw_output=completion.text[:MAX_ANSWER_CHARS], **calls)
+            return outcome, charge, None
+        outcome = self._outcome(passage, key, parsed, completion.text, **calls)
+        cache_row = {
+            "cache_key": key, "model": self.model, "prompt_hash": self.prompt.prompt_hash,
+            "schema_hash": self.prompt.schema_hash, "text_hash": self.prompt.text_hash(passage),
+            "output": completion.text[:MAX_ANSWER_CHARS], "tokens_in": completion.tokens_in,
+            "tokens_out": completion.tokens_out,
+        }
+        return outcome, charge, cache_row
+
+    def _outcome(self, passage: Passage, key: str, parsed: ParsedAnswer, text: str, **calls) -> ExtractionOutcome:
+        return ExtractionOutcome(
+            chunk_id=passage.chunk_id, doc_id=passage.doc_id, status=OK, record=parsed.record,
+            extractor=self.name, cache_key=key, raw_output=text, **calls,
+        )
+
+    def _shared(self, passage: Passage, outcome: ExtractionOutcome) -> ExtractionOutcome:
+        """The outcome of a passage whose text another passage of the batch was extracted for."""
+        if outcome.status != OK:
+            return ExtractionOutcome.failed(passage, outcome.reason, extractor=self.name, cache_key=outcome.cache_key,
+                                            raw_output=outcome.raw_output)
+        parsed = self._parse(outcome.raw_output, passage, truncated=False)
+        return self._outcome(passage, outcome.cache_key, parsed, outcome.raw_output or "")
+
+
+def build_openai_extractor(
+    store,
+    settings: IndexSettings | None = None,
+    *,
+    llm_settings: LLMSettings | None = None,
+    client=None,
+    run_id: str | None = None,
+    prompt: ExtractionPrompt | None = None,
+) -> OpenAIExtractor:
+    """The extractor for ``--extractor openai``: endpoint, model and key from the environment."""
+    settings = settings or IndexSettings()
+    if llm_settings is None:
+        try:
+            llm_settings = LLMSettings.from_env()
+        except ValueError as err:
+            raise LLMError("config", str(err)) from None
+    prompt = prompt or ExtractionPrompt(entity_types=tuple(settings.entity_types))
+    return OpenAIExtractor(store, LLMClient(llm_settings, client), prompt, run_id=run_id)

@@ -1,0 +1,70 @@
+"""What an extractor returns for each passage, and how a validated record is stored."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence
+
+from lightfoot_pipeline.ingest.passages import Passage
+from lightfoot_pipeline.ingest.records import Entity, Fact, Issue, ValidatedRecord
+
+OK = "ok"
+FAILED = "failed"
+
+
+@dataclass
+class ExtractionOutcome:
+    """One passage's extraction: a validated record, or a failure with its reason."""
+
+    chunk_id: str
+    doc_id: str
+    status: str  # "ok" or "failed"
+    record: ValidatedRecord | None = None
+    reason: str = ""
+    extractor: str = ""
+    cache_key: str = ""
+    model_calls: int = 0  # requests sent to a model for this passage (0 when replayed or cached)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    raw_output: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def failed(cls, passage: Passage, reason: str, **extra) -> "ExtractionOutcome":
+        return cls(chunk_id=passage.chunk_id, doc_id=passage.doc_id, status=FAILED, reason=reason, **extra)
+
+
+ProgressCallback = Callable[[int, int], None]
+
+
+class Extractor(Protocol):
+    """Turns passages into outcomes: exactly one outcome per passage, in the same order."""
+
+    name: str
+
+    def extract(self, passages: Sequence[Passage], progress: ProgressCallback | None = None) -> list[ExtractionOutcome]:
+        ...
+
+
+def record_to_json(record: ValidatedRecord) -> str:
+    return json.dumps(
+        {
+            "entities": [[e.name, e.type, e.description] for e in record.entities],
+            "facts": [[f.subject, f.predicate, f.object, f.evidence, f.evidence_verified] for f in record.facts],
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def record_from_json(text: str) -> ValidatedRecord:
+    data = json.loads(text)
+    return ValidatedRecord(
+        entities=[Entity(name, type_, description) for name, type_, description in data["entities"]],
+        facts=[Fact(s, p, o, evidence, verified) for s, p, o, evidence, verified in data["facts"]],
+    )
+
+
+def issues_to_json(issues: list[Issue]) -> str:
+    return json.dumps([[i.action, i.item, i.reason, i.detail] for i in issues], ensure_ascii=False)

@@ -1,0 +1,211 @@
+"""Inboxes: a folder (or object-store prefix) where people drop documents or erasure requests.
+
+A **document inbox** takes
+
+- ``NAME.jsonl``: one document per line, ``{doc_id, title, text, retention_until?, source?}``,
+  optionally with the recorded extraction of the document under ``extraction``
+  (``{entities, facts}``, as in a dataset's extractions.jsonl);
+- ``NAME.json``: one such document, or a list of them;
+- ``NAME/``: a dataset directory (``corpus.jsonl`` and optionally ``extractions.jsonl``, the
+  layout ``lightfoot ingest --dataset`` reads). A directory is ready once it has corpus.jsonl.
+
+An **erasure inbox** takes
+
+- ``NAME.txt``: one document id per line (blank lines and ``#`` comments skipped);
+- ``NAME.json`` / ``NAME.jsonl``: ``{doc_id | doc_ids, reason?, erase?}`` objects.
+
+An erasure request erases history too unless it says ``"erase": false``.
+
+Names starting with ``.`` or ``_`` and names ending in ``.tmp`` or ``.part`` are not read: write
+a drop under such a name and rename it when it is complete. A drop that cannot be read moves to
+``rejected/`` beside a ``NAME.reason.txt`` that says why; nothing of it is ingested.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow.fs as pafs
+
+from lightfoot_pipeline.ingest.dataset import CORPUS_FILE, EXTRACTIONS_FILE, DatasetError, parse_document, parse_json_lines
+from lightfoot_pipeline.ingest.landing import DeletionRequest, LandedDocument, utc_now, open_filesystem
+
+REJECTED_DIR = "rejected"
+_NOT_READY_SUFFIXES = (".tmp", ".part")
+
+
+@dataclass(frozen=True)
+class InboxItem:
+    """One drop in an inbox."""
+
+    path: str
+    name: str
+    is_dir: bool
+    size: int
+    mtime_ns: int
+
+    @property
+    def signature(self) -> str:
+        """Changes when the drop is replaced or rewritten."""
+        return f"{self.name}:{self.size}:{self.mtime_ns}"
+
+
+class Inbox:
+    def __init__(self, uri: str, storage_options: dict[str, str] | None = None) -> None:
+        self.uri = uri.rstrip("/")
+        self.fs, self.root = open_filesystem(self.uri, storage_options)
+
+    def __repr__(self) -> str:
+        return f"Inbox({self.uri!r})"
+
+    # -- listing ---------------------------------------------------------------------------
+
+    def items(self) -> list[InboxItem]:
+        """Drops ready to be read, in name order."""
+        infos = self.fs.get_file_info(pafs.FileSelector(self.root, recursive=False, allow_not_found=True))
+        items = []
+        for info in sorted(infos, key=lambda i: i.base_name):
+            name = info.base_name
+            if name.startswith((".", "_")) or name.endswith(_NOT_READY_SUFFIXES) or name == REJECTED_DIR:
+                continue
+            if info.type == pafs.FileType.Directory:
+                corpus = self.fs.get_file_info(f"{info.path}/{CORPUS_FILE}")
+                if corpus.type != pafs.FileType.File:
+                    continue  # still being written
+                items.append(InboxItem(info.path, name, True, corpus.size or 0, corpus.mtime_ns or 0))
+            elif info.type == pafs.FileType.File:
+                items.append(InboxItem(info.path, name, False, info.size or 0, info.mtime_ns or 0))
+        return items
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _lines(self, path: str) -> Iterator[tuple[int, object]]:
+        with self.fs.open_input_stream(path) as stream:
+            text = stream.read().decode("utf-8")
+        yield from parse_json_lines(text.splitlines(), path)
+
+    def _whole(self, path: str) -> object:
+        with self.fs.open_input_stream(path) as stream:
+            text = stream.read().decode("utf-8")
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as err:
+            raise DatasetError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from err
+
+    def read_documents(self, item: InboxItem) -> list[LandedDocument]:
+        """The documents of a drop, or a DatasetError that says what is wrong with it."""
+        origin = f"{self.uri}/{item.name}"
+        landed_at = utc_now()
+        if item.is_dir:
+            rows = list(self._lines(f"{item.path}/{CORPUS_FILE}"))
+            where = f"{item.path}/{CORPUS_FILE}"
+            recorded = self._recorded_extractions(f"{item.path}/{EXTRACTIONS_FILE}")
+        elif item.name.endswith(".jsonl"):
+            rows = list(self._lines(item.path))
+            where = item.path
+            recorded = {}
+        elif item.name.endswith(".json"):
+            whole = self._whole(item.path)
+            rows = list(enumerate(whole if isinstance(whole, list) else [whole], start=1))
+            where = item.path
+            recorded = {}
+        else:
+            raise DatasetError(f"{item.path}: not a .jsonl or .json document file, nor a dataset directory")
+        documents: list[LandedDocument] = []
+        seen: dict[str, int] = {}
+        for number, row in rows:
+            document = parse_document(row, where=f"{where}:{number}")
+            if document.doc_id in seen:
+                raise DatasetError(f"{where}:{number}: doc_id {document.doc_id!r} already on line {seen[document.doc_id]}")
+            seen[document.doc_id] = number
+            extraction = row.get("extraction") if isinstance(row, dict) else None
+            if extraction is not None and not isinstance(extraction, (dict, list)):
+                raise DatasetError(f"{where}:{number}: extraction must be an object or a list of objects")
+            extraction = extraction if extraction is not None else recorded.get(document.doc_id)
+            documents.append(LandedDocument(document, extraction, landed_at, origin))
+        if not documents:
+            raise DatasetError(f"{where}: no documents")
+        return documents
+
+    def _recorded_extractions(self, path: str) -> dict[str, dict]:
+        if self.fs.get_file_info(path).type != pafs.FileType.File:
+            return {}
+        records: dict[str, dict] = {}
+        for number, row in self._lines(path):
+            if not isinstance(row, dict) or not isinstance(row.get("doc_id"), str):
+                raise DatasetError(f"{path}:{number}: expected an object with a string doc_id")
+            if row["doc_id"] in records:
+                raise DatasetError(f"{path}:{number}: a second extraction for {row['doc_id']!r}")
+            records[row["doc_id"]] = row
+        return records
+
+    def read_requests(self, item: InboxItem) -> list[DeletionRequest]:
+        """The deletion requests of a drop in an erasure inbox."""
+        origin = f"{self.uri}/{item.name}"
+        now = utc_now()
+        if item.is_dir:
+            raise DatasetError(f"{item.path}: a folder; erasure requests are .txt, .json or .jsonl files")
+        if item.name.endswith(".txt"):
+            with self.fs.open_input_stream(item.path) as stream:
+                lines = stream.read().decode("utf-8").splitlines()
+            ids = [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+            requests = [DeletionRequest(doc_id, f"erasure request {item.name}", True, now, origin) for doc_id in ids]
+        elif item.name.endswith((".json", ".jsonl")):
+            if item.name.endswith(".jsonl"):
+                objects = list(self._lines(item.path))
+            else:
+                whole = self._whole(item.path)
+                objects = list(enumerate(whole if isinstance(whole, list) else [whole], start=1))
+            requests = []
+            for number, row in objects:
+                requests.extend(_requests_from_object(row, f"{item.path}:{number}", item.name, now, origin))
+        else:
+            raise DatasetError(f"{item.path}: not a .txt, .json or .jsonl erasure request")
+        if not requests:
+            raise DatasetError(f"{item.path}: names no document")
+        return requests
+
+    # -- after reading ---------------------------------------------------------------------
+
+    def remove(self, item: InboxItem) -> None:
+        """Delete a drop once what it holds is safely landed."""
+        if item.is_dir:
+            self.fs.delete_dir(item.path)
+        else:
+            self.fs.delete_file(item.path)
+
+    def reject(self, item: InboxItem, reason: str) -> str:
+        """Move a drop to rejected/ with a file saying why; returns where it went."""
+        folder = f"{self.root}/{REJECTED_DIR}"
+        self.fs.create_dir(folder, recursive=True)
+        stamp = utc_now().strftime("%Y%m%dT%H%M%S%fZ")
+        target = f"{folder}/{stamp}-{item.name}"
+        if item.is_dir:
+            for info in self.fs.get_file_info(pafs.FileSelector(item.path, recursive=True)):
+                if info.type == pafs.FileType.File:
+                    relative = info.path[len(item.path) + 1 :]
+                    self.fs.create_dir(f"{target}/{relative}".rsplit("/", 1)[0], recursive=True)
+                    self.fs.move(info.path, f"{target}/{relative}")
+            self.fs.delete_dir(item.path)
+        else:
+            self.fs.move(item.path, target)
+        with self.fs.open_output_stream(f"{target}.reason.txt") as stream:
+            stream.write((reason.rstrip() + "\n").encode("utf-8"))
+        return target
+
+
+def _requests_from_object(row: object, where: str, name: str, now, origin: str) -> list[DeletionRequest]:
+    if not isinstance(row, dict):
+        raise DatasetError(f"{where}: expected an object with doc_id or doc_ids")
+    ids = row.get("doc_ids") if "doc_ids" in row else [row.get("doc_id")]
+    if not isinstance(ids, list) or not ids or not all(isinstance(d, str) and d.strip() for d in ids):
+        raise DatasetError(f"{where}: doc_id must be a non-empty string (or doc_ids a list of them)")
+    erase = row.get("erase", True)
+    if not isinstance(erase, bool):
+        raise DatasetError(f"{where}: erase must be true or false")
+    reason = row.get("reason") or f"erasure request {name}"
+    if not isinstance(reason, str):
+        raise DatasetError(f"{where}: reason must be a string")
+    return [DeletionRequest(d.strip(), reason, erase, now, origin) for d in ids]

@@ -1,0 +1,264 @@
+"""The landing area: documents and deletion requests kept under the store root until acted on.
+
+Documents that arrive through an inbox (see inbox.py) are copied here, one file per document,
+so that every later step — the first ingestion, a re-run, a backfill of one document — reads the
+same text by document id. Deletion requests wait here until a deletion has applied them.
+
+Layout under the store root (a local path or an object-store prefix)::
+
+    landing/documents/<key>.json   {document, extraction?, landed_at, origin}
+    landing/requests/<key>.json    {doc_id, reason, erase, requested_at, origin}
+
+``<key>`` is the document id, percent-encoded (with a ``d-`` prefix, so no id can name ``.`` or
+``..``), or a hash of it when the encoded id would be too long for a file name.
+
+A landed copy holds the document's text, so it goes when the document does: deleting a
+document removes its copy (``forget``), and hard erasure removes it too.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import urllib.parse
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import pyarrow.fs as pafs
+
+from lightfoot_pipeline.ingest.dataset import Document, DatasetError, parse_document
+
+LANDING_DIR = "landing"
+DOCUMENTS_DIR = "documents"
+REQUESTS_DIR = "requests"
+_MAX_KEY_CHARS = 180
+
+
+@dataclass(frozen=True)
+class LandedDocument:
+    """A document as it arrived, with the recorded extraction that came with it, if any."""
+
+    document: Document
+    extraction: dict | list | None = None
+    landed_at: dt.datetime | None = None
+    origin: str = ""
+
+    @property
+    def doc_id(self) -> str:
+        return self.document.doc_id
+
+    def as_json(self) -> dict:
+        doc = self.document
+        return {
+            "document": {
+                "doc_id": doc.doc_id,
+                "title": doc.title,
+                "text": doc.text,
+                "retention_until": doc.retention_until.isoformat() if doc.retention_until else None,
+                "source": doc.source,
+            },
+            "extraction": self.extraction,
+            "landed_at": (self.landed_at or utc_now()).isoformat(),
+            "origin": self.origin,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict, where: str) -> "LandedDocument":
+        if not isinstance(data, dict) or "document" not in data:
+            raise DatasetError(f"{where}: not a landed document")
+        return cls(
+            document=parse_document(data["document"], where),
+            extraction=data.get("extraction"),
+            landed_at=_parse_time(data.get("landed_at")),
+            origin=str(data.get("origin") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class DeletionRequest:
+    """A request to delete a document: why, and whether to erase its history too."""
+
+    doc_id: str
+    reason: str
+    erase: bool = True
+    requested_at: dt.datetime | None = None
+    origin: str = ""
+
+    def as_json(self) -> dict:
+        return {
+            "doc_id": self.doc_id,
+            "reason": self.reason,
+            "erase": self.erase,
+            "requested_at": (self.requested_at or utc_now()).isoformat(),
+            "origin": self.origin,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict, where: str) -> "DeletionRequest":
+        if not isinstance(data, dict) or not isinstance(data.get("doc_id"), str) or not data["doc_id"]:
+            raise DatasetError(f"{where}: a deletion request needs a doc_id")
+        return cls(
+            doc_id=data["doc_id"],
+            reason=str(data.get("reason") or ""),
+            erase=bool(data.get("erase", True)),
+            requested_at=_parse_time(data.get("requested_at")),
+            origin=str(data.get("origin") or ""),
+        )
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _parse_time(value) -> dt.datetime | None:
+    if not value:
+        return None
+    parsed = dt.datetime.fromisoformat(str(value))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+
+
+def file_key(doc_id: str) -> str:
+    """The file name (without extension) that holds a document id's entry."""
+    quoted = urllib.parse.quote(doc_id, safe="")
+    if len(quoted) <= _MAX_KEY_CHARS:
+        return f"d-{quoted}"
+    return "h-" + hashlib.sha256(doc_id.encode("utf-8")).hexdigest()
+
+
+def open_filesystem(uri: str, storage_options: dict[str, str] | None = None) -> tuple[pafs.FileSystem, str]:
+    """A filesystem and the path within it for a local path or an object-store URI.
+
+    Object-store credentials come from ``storage_options`` (the keys the store takes:
+    AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL,
+    AWS_ALLOW_HTTP), else from the environment.
+    """
+    if uri.startswith("s3://") and storage_options:
+        options = {k.upper(): v for k, v in storage_options.items()}
+        endpoint = options.get("AWS_ENDPOINT_URL")
+        scheme = "https"
+        if endpoint and "://" in endpoint:
+            scheme, _, endpoint = endpoint.partition("://")
+        if str(options.get("AWS_ALLOW_HTTP", "")).lower() in {"1", "true", "yes"}:
+            scheme = "http"
+        fs = pafs.S3FileSystem(
+            access_key=options.get("AWS_ACCESS_KEY_ID"),
+            secret_key=options.get("AWS_SECRET_ACCESS_KEY"),
+            session_token=options.get("AWS_SESSION_TOKEN"),
+            region=options.get("AWS_REGION"),
+            endpoint_override=endpoint,
+            scheme=scheme,
+        )
+        return fs, uri.removeprefix("s3://").rstrip("/")
+    if "://" in uri and not uri.startswith("file://"):
+        fs, path = pafs.FileSystem.from_uri(uri)
+        return fs, path.rstrip("/")
+    return pafs.LocalFileSystem(), uri.removeprefix("file://").rstrip("/")
+
+
+def read_json(fs: pafs.FileSystem, path: str):
+    with fs.open_input_stream(path) as stream:
+        return json.loads(stream.read().decode("utf-8"))
+
+
+def write_json(fs: pafs.FileSystem, path: str, payload) -> None:
+    """Write a JSON file whole: to a temporary name first, then moved into place."""
+    data = json.dumps(payload, ensure_ascii=False, sort_keys=True).encode("utf-8")
+    parent = path.rsplit("/", 1)[0]
+    fs.create_dir(parent, recursive=True)
+    temporary = f"{parent}/.tmp-{hashlib.sha1(path.encode()).hexdigest()[:12]}-{utc_now().timestamp():.6f}"
+    with fs.open_output_stream(temporary) as stream:
+        stream.write(data)
+    fs.move(temporary, path)
+
+
+def delete_quietly(fs: pafs.FileSystem, path: str) -> bool:
+    """Delete a file; False when it was not there."""
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _json_files(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
+    infos = fs.get_file_info(pafs.FileSelector(folder, recursive=False, allow_not_found=True))
+    return sorted(
+        (i for i in infos if i.type == pafs.FileType.File and i.base_name.endswith(".json")
+         and not i.base_name.startswith(".")),
+        key=lambda i: i.path,
+    )
+
+
+class Landing:
+    """The landing area of one store."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.fs, root = open_filesystem(store.uri, store.storage_options)
+        self.root = f"{root}/{LANDING_DIR}"
+
+    def _path(self, folder: str, doc_id: str) -> str:
+        return f"{self.root}/{folder}/{file_key(doc_id)}.json"
+
+    # -- documents -------------------------------------------------------------------------
+
+    def put_documents(self, items: Sequence[LandedDocument]) -> None:
+        for item in items:
+            write_json(self.fs, self._path(DOCUMENTS_DIR, item.doc_id), item.as_json())
+
+    def documents(self, doc_ids: Iterable[str]) -> dict[str, LandedDocument]:
+        """The landed copies of these documents (ids with no copy are left out)."""
+        found: dict[str, LandedDocument] = {}
+        for doc_id in sorted(set(doc_ids)):
+            path = self._path(DOCUMENTS_DIR, doc_id)
+            try:
+                data = read_json(self.fs, path)
+            except FileNotFoundError:
+                continue
+            landed = LandedDocument.from_json(data, path)
+            if landed.doc_id != doc_id:
+                raise DatasetError(f"{path}: holds document {landed.doc_id!r}, expected {doc_id!r}")
+            found[doc_id] = landed
+        return found
+
+    def landed_ids(self) -> list[str]:
+        """Every document id with a landed copy."""
+        ids = []
+        for info in _json_files(self.fs, f"{self.root}/{DOCUMENTS_DIR}"):
+            stem = info.base_name.removesuffix(".json")
+            if stem.startswith("d-"):
+                ids.append(urllib.parse.unquote(stem[2:]))
+            else:  # a hashed key: the id is only inside the file
+                ids.append(LandedDocument.from_json(read_json(self.fs, info.path), info.path).doc_id)
+        return sorted(ids)
+
+    def forget(self, doc_ids: Iterable[str]) -> int:
+        """Delete the landed copies (the text) of these documents; returns how many there were."""
+        return sum(delete_quietly(self.fs, self._path(DOCUMENTS_DIR, d)) for d in sorted(set(doc_ids)))
+
+    # -- deletion requests -----------------------------------------------------------------
+
+    def request_deletions(self, requests: Sequence[DeletionRequest]) -> None:
+        """Record requests; a later request for the same document replaces an earlier one,
+        except that a request to erase is never downgraded to one that keeps history."""
+        pending = {r.doc_id: r for r in self.deletion_requests()}
+        for request in requests:
+            earlier = pending.get(request.doc_id)
+            if earlier is not None and earlier.erase and not request.erase:
+                request = DeletionRequest(request.doc_id, request.reason, True, request.requested_at, request.origin)
+            write_json(self.fs, self._path(REQUESTS_DIR, request.doc_id), request.as_json())
+            pending[request.doc_id] = request
+
+    def deletion_requests(self) -> list[DeletionRequest]:
+        """Pending requests, oldest first."""
+        requests = [
+            DeletionRequest.from_json(read_json(self.fs, info.path), info.path)
+            for info in _json_files(self.fs, f"{self.root}/{REQUESTS_DIR}")
+        ]
+        epoch = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+        return sorted(requests, key=lambda r: (r.requested_at or epoch, r.doc_id))
+
+    def resolve_requests(self, doc_ids: Iterable[str]) -> int:
+        """Remove the requests of these documents once a deletion has applied them."""
+        return sum(delete_quietly(self.fs, self._path(REQUESTS_DIR, d)) for d in sorted(set(doc_ids)))

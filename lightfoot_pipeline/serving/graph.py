@@ -1,0 +1,160 @@
+"""The retrieval graph: entity and passage nodes in one sparse matrix, and Personalized PageRank.
+
+Nodes are numbered entities first, then passages: node ``i < n_entities`` is entity ``i``, node
+``n_entities + j`` is passage ``j``. The adjacency matrix ``A`` is symmetric (the graph is
+undirected) and holds
+
+- passage–entity edges of weight 1, one per mention;
+- entity–entity edges weighted by the number of facts linking the pair (either direction);
+- entity–entity synonym edges weighted by the similarity of their closest member names.
+
+A pair with both a fact edge and a synonym edge gets the sum of the two weights.
+
+Personalized PageRank walks the row-normalised matrix ``P = D⁻¹ A``: with probability ``damping``
+the walker follows an edge, otherwise it jumps back to the seed distribution ``s``; a walker on a
+node with no edges jumps back to ``s`` as well. The scores are the fixed point of
+
+    x = (1 - damping) · s + damping · (x P + (mass on edgeless nodes) · s)
+
+found by power iteration until the L1 change of ``x`` between two steps is below the tolerance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+from lightfoot_pipeline.serving.rowsplit import RowSplit
+
+DAMPING = 0.9
+# L1 change between successive iterates at which the walk stops (the scores sum to 1; the error is
+# at most damping / (1 - damping) times this). Measured against a walk run to 1e-9, it gives the
+# same top 10 passages in the same order for every question of the bundled sample's dev set and of
+# a synthetic MuSiQue-scale corpus, in 40 to 45 iterations.
+TOLERANCE = 1e-4
+MAX_ITERATIONS = 200
+
+
+def build_adjacency(
+    n_entities: int,
+    n_passages: int,
+    mentions: tuple[np.ndarray, np.ndarray],
+    fact_pairs: tuple[np.ndarray, np.ndarray, np.ndarray],
+    synonym_pairs: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> sp.csr_matrix:
+    """The symmetric (N, N) adjacency matrix, N = n_entities + n_passages.
+
+    ``mentions`` is (entity index, passage index); ``fact_pairs`` and ``synonym_pairs`` are
+    (entity index, entity index, weight), each unordered pair once.
+    """
+    n = n_entities + n_passages
+    m_entity, m_passage = (np.asarray(a, dtype=np.int64) for a in mentions)
+    f_a, f_b, f_w = (np.asarray(a) for a in fact_pairs)
+    s_a, s_b, s_w = (np.asarray(a) for a in synonym_pairs)
+    rows = np.concatenate([m_entity, n_entities + m_passage, f_a, f_b, s_a, s_b]).astype(np.int64)
+    cols = np.concatenate([n_entities + m_passage, m_entity, f_b, f_a, s_b, s_a]).astype(np.int64)
+    weights = np.concatenate([
+        np.ones(2 * len(m_entity), dtype=np.float64),
+        np.asarray(f_w, dtype=np.float64), np.asarray(f_w, dtype=np.float64),
+        np.asarray(s_w, dtype=np.float64), np.asarray(s_w, dtype=np.float64),
+    ])
+    if rows.size and (rows.min() < 0 or rows.max() >= n or cols.min() < 0 or cols.max() >= n):
+        raise ValueError(f"edge endpoint outside the {n} nodes of the graph")
+    if rows.size and np.any(rows == cols):
+        raise ValueError("the retrieval graph has no self-loops; an edge joins a node to itself")
+    if weights.size and not np.all(weights > 0):
+        raise ValueError("edge weights must be positive")
+    # Duplicate (row, col) entries are summed by the conversion to CSR.
+    adjacency = sp.coo_matrix((weights, (rows, cols)), shape=(n, n)).tocsr()
+    adjacency.sum_duplicates()
+    adjacency.sort_indices()
+    return adjacency
+
+
+@dataclass(frozen=True)
+class PageRankResult:
+    scores: np.ndarray  # (N,) sums to 1
+    iterations: int
+    delta: float  # L1 change at the last step
+    converged: bool
+
+
+class RetrievalGraph:
+    """The walk operator of an adjacency matrix, prepared once and used for every query."""
+
+    def __init__(self, adjacency: sp.csr_matrix, n_entities: int) -> None:
+        if adjacency.shape[0] != adjacency.shape[1]:
+            raise ValueError(f"adjacency must be square, got {adjacency.shape}")
+        self.n_nodes = adjacency.shape[0]
+        self.n_entities = n_entities
+        self.n_passages = self.n_nodes - n_entities
+        # The walk runs on the nodes in reverse Cuthill–McKee order: it keeps each node's neighbours
+        # close together, so a product reads x with fewer cache misses (about a third faster at
+        # MuSiQue scale). Seeds go in and scores come out in node order.
+        self._order = reverse_cuthill_mckee(adjacency.tocsr(), symmetric_mode=True)  # position -> node
+        ordered = adjacency.tocsr()[self._order][:, self._order]
+        degree = np.asarray(ordered.sum(axis=1)).ravel()  # (N,)
+        dangling = degree == 0
+        self._dangling = np.flatnonzero(dangling)  # positions with no edge: their walkers jump back to the seeds
+        inverse = np.zeros_like(degree)
+        inverse[~dangling] = 1.0 / degree[~dangling]
+        # The walk applied to a column vector: x_next = Pᵀ x with P = D⁻¹ A. A is symmetric, so
+        # Pᵀ = A D⁻¹ (column j scaled by 1/deg j), kept as CSR so each step is one CSR product.
+        self._walk = (ordered @ sp.diags(inverse)).tocsr().astype(np.float64)  # (N, N)
+        self._walk.sort_indices()
+        self._damped: dict[float, RowSplit] = {}  # damping -> damping · Pᵀ, split by rows
+
+    def _damped_walk(self, damping: float) -> RowSplit:
+        walk = self._damped.get(damping)
+        if walk is None:
+            walk = RowSplit((self._walk * damping).tocsr())
+            self._damped[damping] = walk
+        return walk
+
+    def personalized_pagerank(
+        self,
+        seeds: np.ndarray,
+        damping: float = DAMPING,
+        tolerance: float = TOLERANCE,
+        max_iterations: int = MAX_ITERATIONS,
+    ) -> PageRankResult:
+        """PPR scores of every node for seed weights ``seeds`` (N,), normalised here to sum 1."""
+        if not 0.0 < damping < 1.0:
+            raise ValueError(f"damping must be in (0, 1), got {damping}")
+        s = np.asarray(seeds, dtype=np.float64).ravel()  # (N,)
+        if s.shape[0] != self.n_nodes:
+            raise ValueError(f"seed vector has {s.shape[0]} entries for a graph of {self.n_nodes} nodes")
+        if np.any(s < 0) or not np.isfinite(s).all():
+            raise ValueError("seed weights must be finite and non-negative")
+        total = s.sum()
+        if total <= 0:
+            raise ValueError("seed weights are all zero: nothing to personalise the walk with")
+        s = s[self._order] / total  # (N,) in walk order
+        walk = self._damped_walk(damping)  # (N, N): damping · Pᵀ
+        restart = (1.0 - damping) * s  # (N,)
+        x = s.copy()
+        change = np.empty_like(x)
+        delta = np.inf
+        iterations = 0
+        while iterations < max_iterations:
+            iterations += 1
+            x_next = walk.matvec(x)  # (N, N) x (N,) -> (N,): one step of the walk
+            x_next += restart
+            if self._dangling.size:
+                stranded = x[self._dangling].sum()  # walkers on edgeless nodes jump back to the seeds
+                x_next += (damping * stranded) * s
+            np.subtract(x_next, x, out=change)
+            delta = float(np.abs(change, out=change).sum())
+            x = x_next
+            if delta < tolerance:
+                break
+        scores = np.empty_like(x)
+        scores[self._order] = x  # back to node order
+        return PageRankResult(scores=scores, iterations=iterations, delta=delta, converged=delta < tolerance)
+
+    def passage_scores(self, scores: np.ndarray) -> np.ndarray:
+        """The passage part of a node vector: (N,) -> (#passages,)."""
+        return scores[self.n_entities:]

@@ -1,0 +1,6 @@
+"""Where the index lives: Delta tables and LanceDB vectors under one root, committed together.
+
+``store`` (commits, reads, recovery), ``tables`` (one schema per concept), ``fingerprint`` (the
+order-independent hash that proves two indexes equal), ``vectors`` (vector caches) and ``ledger``
+(the cost of every model call).
+"""

@@ -1,0 +1,198 @@
+"""Vector caches in LanceDB: a vector is computed once per (model, text) and kept.
+
+Each cache is a LanceDB table named after its kind and model (``name__<model>``), with rows
+``(key, vector)`` where ``key`` is a hash of the text. The text itself is never stored here: the
+index tables hold it, and erasing a document purges its keys. Deletes name keys only, so no text
+reaches LanceDB's transaction files either.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import re
+import time
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from lightfoot_pipeline.models.embedder import Embedder
+
+log = logging.getLogger(__name__)
+
+
+def lance_table_names(db) -> list[str]:
+    """Every table of a LanceDB connection, following pagination."""
+    names: list[str] = []
+    token = None
+    while True:
+        response = db.list_tables(page_token=token)
+        names.extend(response.tables)
+        token = response.page_token
+        if not token:
+            return names
+
+
+def text_key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def _slug(model_id: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", model_id.casefold()).strip("_")
+
+
+class VectorCache:
+    def __init__(self, store, kind: str, embedder: Embedder) -> None:
+        self.store = store
+        self.kind = kind
+        self.embedder = embedder
+        self.table_name = f"{kind}__{_slug(embedder.model_id)}"
+        self.computed = 0
+
+    @classmethod
+    def for_model(cls, store, kind: str, model_id: str, dim: int) -> "VectorCache":
+        """A cache to read or purge without loading the model (embedding through it fails)."""
+        return cls(store, kind, _Unloaded(model_id, dim))
+
+    def stored_vectors(self, texts: Sequence[str]) -> list[np.ndarray | None]:
+        """Cached vectors of texts, None where a text has none; never embeds."""
+        found = self._stored({text_key(t) for t in texts})
+        return [found.get(text_key(t)) for t in texts]
+
+    @property
+    def _schema(self) -> pa.Schema:
+        return pa.schema([pa.field("key", pa.string()), pa.field("vector", pa.list_(pa.float32(), self.embedder.dim))])
+
+    def _table(self, create: bool):
+        db = self.store.lance()
+        if self.table_name in lance_table_names(db):
+            return db.open_table(self.table_name)
+        if not create:
+            return None
+        try:
+            table = db.create_table(self.table_name, schema=self._schema)
+        except ValueError:
+            # Another writer created it since the listing (on object stores nothing serialises them).
+            if self.table_name in lance_table_names(db):
+                return db.open_table(self.table_name)
+            raise
+        self._restore_replaced(table)
+        return table
+
+    def _restore_replaced(self, table) -> None:
+        """Undo a creation that replaced another writer's table.
+
+        On an object store two writers can both find no table and both create it. LanceDB then
+        commits the later creation as a new, empty version on top of the earlier writer's, whose
+        vectors (already verified by that writer) would be gone from the latest version. A
+        creation that did not land as version 1 therefore adds back the rows of the version it
+        replaced.
+        """
+        created = table.version
+        if created <= 1:
+            return
+        previous = self.store.lance().open_table(self.table_name)
+        previous.checkout(created - 1)
+        replaced = previous.to_arrow()
+        if replaced.num_rows:
+            log.info("vector cache %s: creation replaced %d vectors of another writer; restoring them",
+                     self.table_name, replaced.num_rows)
+            table.add(replaced.select(["key", "vector"]).cast(self._schema))
+
+    def _stored(self, keys: set[str]) -> dict[str, np.ndarray]:
+        table = self._table(create=False)
+        if table is None or not keys:
+            return {}
+        data = table.to_arrow()
+        stored_keys = data.column("key").to_pylist()
+        wanted = [i for i, k in enumerate(stored_keys) if k in keys]
+        if not wanted:
+            return {}
+        flat = data.column("vector").combine_chunks().take(pa.array(wanted)).flatten().to_numpy(zero_copy_only=False)
+        matrix = flat.reshape(len(wanted), self.embedder.dim).astype(np.float32)
+        return {stored_keys[i]: matrix[j] for j, i in enumerate(wanted)}
+
+    def _add(self, batch: pa.Table, attempts: int = 5) -> None:
+        """Append vectors, surviving a concurrent writer: on object stores two writers can race to
+        create the table (the later creation replaces the earlier one) or commit at once (LanceDB
+        refuses one). The batch is added until every one of its keys is in the table."""
+        wanted = set(batch.column("key").to_pylist())
+        for attempt in range(attempts):
+            try:
+                table = self._table(create=True)
+                table.add(batch)
+            except (RuntimeError, OSError) as err:
+                if attempt == attempts - 1:
+                    raise
+                log.info("vector cache %s: append conflicted (%s); retrying", self.table_name, err)
+            else:
+                present = set(table.search().select(["key"]).limit(None).to_arrow().column("key").to_pylist())
+                if wanted <= present:
+                    return
+            time.sleep(0.05 * (2 ** attempt))
+        raise RuntimeError(f"vector cache {self.table_name}: vectors could not be stored after {attempts} attempts")
+
+    def vectors(self, texts: Sequence[str]) -> np.ndarray:
+        """(len(texts), dim) vectors: cached ones read, missing ones embedded and stored."""
+        keys = [text_key(t) for t in texts]
+        found = self._stored(set(keys))
+        missing: dict[str, str] = {}
+        for key, text in zip(keys, texts):
+            if key not in found and key not in missing:
+                missing[key] = text
+        if missing:
+            computed = self.embedder.embed(list(missing.values()))
+            self.computed += len(missing)
+            batch = pa.table(
+                {
+                    "key": list(missing.keys()),
+                    "vector": pa.FixedSizeListArray.from_arrays(
+                        pa.array(computed.reshape(-1), pa.float32()), self.embedder.dim
+                    ),
+                },
+                schema=self._schema,
+            )
+            self._add(batch)
+            found.update(zip(missing.keys(), computed))
+        out = np.zeros((len(texts), self.embedder.dim), dtype=np.float32)
+        for i, key in enumerate(keys):
+            out[i] = found[key]
+        return out
+
+def purge_vector_caches(store, keep_texts_by_kind: dict[str, Sequence[str]]) -> dict[str, int]:
+    """Delete, from every cache table of every model, the vectors no live text uses.
+
+    Works from the tables present in LanceDB (``<kind>__<model>``), so caches of a model the
+    store no longer records are purged too. A kind with no live texts is emptied.
+    """
+    db = store.lance()
+    keep_keys = {kind: {text_key(t) for t in texts} for kind, texts in keep_texts_by_kind.items()}
+    purged: dict[str, int] = {}
+    for name in lance_table_names(db):
+        kind = name.split("__", 1)[0]
+        keep = keep_keys.get(kind, set())
+        table = db.open_table(name)
+        stale = [k for k in table.to_arrow().column("key").to_pylist() if k not in keep]
+        for start in range(0, len(stale), 1000):
+            quoted = ", ".join(f"'{k}'" for k in stale[start : start + 1000])
+            table.delete(f"key IN ({quoted})")
+        purged[name] = len(stale)
+    return purged
+
+
+class _Unloaded:
+    def __init__(self, model_id: str, dim: int) -> None:
+        self.model_id = model_id
+        self.dim = dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        raise RuntimeError(f"embedder {self.model_id!r} is not loaded here; this cache can only be read or purged")
+
+
+def cleanup_vector_history(store) -> None:
+    """Drop every old LanceDB version and unreferenced file (after an erase)."""
+    db = store.lance()
+    for name in lance_table_names(db):
+        db.open_table(name).optimize(cleanup_older_than=dt.timedelta(0), delete_unverified=True)

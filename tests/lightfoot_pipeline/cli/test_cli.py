@@ -1,0 +1,97 @@
+"""The command line on real stores: ingest, status, delete, demo, audit-deletion."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from lightfoot_pipeline.evaluation.audit import write_subset
+from lightfoot_pipeline.cli import main
+
+
+@pytest.fixture
+def small_dataset(tmp_path, sample_documents, sample_dir):
+    keep = {d.doc_id for d in sample_documents[:40]}
+    target = tmp_path / "dataset"
+    write_subset(sample_dir, keep, target)
+    return target
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lightfoot_pipeline.cli", *args], capture_output=True, text=True)
+
+
+def test_ingest_status_delete(tmp_path, small_dataset, capsys):
+    store = str(tmp_path / "store")
+    assert main(["ingest", "--dataset", str(small_dataset), "--store", store, "--embedder", "hashing", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["documents"] == 40 and report["extracted"] == 40 and report["model_calls"] == 0
+    # A second ingest of the same dataset finds everything extracted and commits no change.
+    assert main(["ingest", "--dataset", str(small_dataset), "--store", store, "--embedder", "hashing", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["already_extracted"] == 40 and again["extracted"] == 0
+
+    assert main(["status", "--store", store, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["counts"]["documents"] == 40 and status["config"]["embedder"] == "hashing-3gram-64d"
+
+    assert main(["delete", "musique-0001", "musique-0002", "no-such-doc", "--store", store, "--json"]) == 0
+    deleted = json.loads(capsys.readouterr().out)
+    assert deleted["deleted"] == ["musique-0001", "musique-0002"] and deleted["not_found"] == ["no-such-doc"]
+    assert deleted["model_calls"] == 0
+
+
+def test_store_from_the_environment(tmp_path, small_dataset, monkeypatch, capsys):
+    monkeypatch.setenv("LIGHTFOOT_STORE", str(tmp_path / "env-store"))
+    assert main(["ingest", "--dataset", str(small_dataset), "--embedder", "hashing"]) == 0
+    assert (tmp_path / "env-store" / "tables" / "documents").is_dir()
+
+
+def test_malformed_corpus_is_refused_before_anything_is_written(tmp_path, capsys):
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "corpus.jsonl").write_text('{"doc_id": "a", "text": "ok"}\n{"doc_id": ""}\n')
+    code = main(["ingest", "--dataset", str(tmp_path / "bad"), "--store", str(tmp_path / "s"), "--embedder", "hashing"])
+    assert code == 2 and "corpus.jsonl:2" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_store_keeps_its_embedder(tmp_path, small_dataset, capsys):
+    store = str(tmp_path / "store")
+    assert main(["ingest", "--dataset", str(small_dataset), "--store", store, "--embedder", "hashing"]) == 0
+    result = run_cli("ingest", "--dataset", str(small_dataset), "--store", store, "--embedder", "hashing:16")
+    assert result.returncode != 0 and "name vectors come from" in result.stderr
+
+
+def test_audit_deletion_on_a_slice(tmp_path, small_dataset):
+    out = tmp_path / "audit.json"
+    result = run_cli("audit-deletion", "--dataset", str(small_dataset), "--fraction", "0.1", "--seed", "0",
+                     "--out", str(out), "--embedder", "hashing", "--store", str(tmp_path / "audit-store"))
+    assert result.returncode == 0, result.stderr
+    audit = json.loads(out.read_text())
+    assert audit["fingerprint_equal"] is True and audit["tables_differing"] == []
+    assert audit["deleted_docs"] == 4 and audit["surviving_docs"] == 36 and audit["model_calls"] == 0
+    assert audit["counts_after_delete"] == audit["counts_fresh_store"]
+    assert audit["delete_seconds"] > 0 and audit["rebuild_seconds"] > 0
+
+
+def test_demo_with_the_hashing_embedder(tmp_path):
+    result = run_cli("demo", "--store", str(tmp_path / "demo"), "--embedder", "hashing")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "identical: yes" in result.stdout and "0 model calls" in result.stdout
+    assert "== 5. serve" in result.stdout and "no model call" in result.stdout.split("== 5. serve")[1]
+
+
+@pytest.mark.slow
+@pytest.mark.minilm
+def test_audit_deletion_on_the_whole_sample_with_minilm(tmp_path, sample_dir):
+    """The issue's acceptance run: whole bundled sample, 10%, seed 0, packaged MiniLM."""
+    out = tmp_path / "audit.json"
+    result = run_cli("audit-deletion", "--dataset", str(sample_dir), "--fraction", "0.1", "--seed", "0",
+                     "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    audit = json.loads(out.read_text())
+    assert audit["fingerprint_equal"] is True and audit["model_calls"] == 0
+    assert audit["deleted_docs"] == 189 and audit["surviving_docs"] == 1701

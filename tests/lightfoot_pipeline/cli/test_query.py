@@ -1,0 +1,132 @@
+"""The query-time commands on real stores: snapshot, query, serve, eval."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from lightfoot_pipeline.cli import main
+
+DATA = Path(__file__).parents[1] / "data" / "query-corpus"
+QUESTION = "Who founded the company that makes the Zephyr phone?"
+ENDPOINT_VARIABLES = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "LIGHTFOOT_LLM_BASE_URL", "LIGHTFOOT_LLM_API_KEY")
+
+
+@pytest.fixture
+def no_endpoint(monkeypatch):
+    for name in ENDPOINT_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LIGHTFOOT_RERANKER", "none")
+
+
+@pytest.fixture
+def built(tmp_path, capsys):
+    store = str(tmp_path / "store")
+    assert main(["ingest", "--dataset", str(DATA), "--store", store, "--embedder", "hashing:32", "--json"]) == 0
+    capsys.readouterr()
+    return store
+
+
+def test_query_exports_a_snapshot_and_reports_it_with_a_latency_breakdown(built, capsys, no_endpoint):
+    assert main(["query", QUESTION, "--store", built, "--json", "--top-k", "4", "--no-answer"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert len(result["passages"]) == 4 and {"q-zephyr", "q-orbital"} <= {p["doc_id"] for p in result["passages"]}
+    assert result["snapshot"]["snapshot_id"] and result["snapshot"]["stale"] is False
+    assert result["answer"] is None and result["answer_status"] == "not requested"
+    assert result["reranker"]["state"] == "disabled" and result["order"] == "pagerank"
+    assert {"embed", "seed", "pagerank", "rerank", "retrieval", "total"} <= set(result["latency_ms"])
+
+    assert main(["snapshot", "--store", built, "--json"]) == 0  # nothing changed: the same snapshot
+    assert json.loads(capsys.readouterr().out)["snapshot_id"] == result["snapshot"]["snapshot_id"]
+
+    # Without an endpoint the answer line says what is missing, and retrieval still works.
+    assert main(["query", QUESTION, "--store", built, "--top-k", "2"]) == 0
+    text = capsys.readouterr().out
+    assert f"snapshot {result['snapshot']['snapshot_id']}" in text
+    assert "answers need a language-model endpoint" in text and "OPENAI_BASE_URL" in text
+    assert "   1. [q-" in text and "   3. [" not in text and "latency ms: embed" in text
+
+
+def test_query_answers_through_the_configured_endpoint(built, capsys, chat_server, monkeypatch, no_endpoint):
+    monkeypatch.setenv("OPENAI_BASE_URL", chat_server.base_url)
+    monkeypatch.setenv("LIGHTFOOT_LLM_MODEL", "answer-model")
+    chat_server.queue(chat_server.Reply(content='{"answer": "Mira Kalden"}'))
+    assert main(["query", QUESTION, "--store", built]) == 0
+    assert "answer: Mira Kalden   [answer-model" in capsys.readouterr().out
+    assert chat_server.count == 1
+
+
+def test_a_new_commit_marks_the_served_snapshot_stale(built, capsys, no_endpoint):
+    assert main(["snapshot", "--store", built]) == 0
+    assert "published snapshot" in capsys.readouterr().out
+    assert main(["delete", "q-riga", "--store", built]) == 0
+    capsys.readouterr()
+    assert main(["query", QUESTION, "--store", built, "--no-answer"]) == 0
+    assert "run `lightfoot snapshot` to serve them" in capsys.readouterr().out
+
+
+def test_query_without_an_index_is_a_clear_error(tmp_path, capsys, no_endpoint):
+    assert main(["query", QUESTION, "--store", str(tmp_path / "empty")]) == 2
+    assert "no index at" in capsys.readouterr().err
+
+
+def test_eval_builds_the_store_once_and_writes_the_documented_shape(tmp_path, capsys, no_endpoint):
+    store, out = str(tmp_path / "eval-store"), tmp_path / "eval.json"
+    args = ["eval", "--dataset", str(DATA), "--questions", str(DATA / "questions.jsonl"), "--out", str(out),
+            "--store", store, "--embedder", "hashing:32"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "built 12 documents" in captured.err and "with 0 model calls" in captured.err
+    result = json.loads(out.read_text())
+    assert {"n_questions", "modes", "per_question"} <= set(result)
+    assert result["n_questions"] == 3 and set(result["modes"]) == {"dense", "lightfoot"}
+    assert result["modes"]["lightfoot"]["recall@5"] == 1.0
+    assert len(result["per_question"]) == 3 and result["per_question"][0]["modes"]["lightfoot"]["ranked"]
+    assert "lightfoot+rerank not run" in captured.out
+    assert main(args) == 0
+    assert "built" not in capsys.readouterr().err
+    assert json.loads(out.read_text())["run"]["build"] == {"built": False, "documents": 0, "model_calls": 0}
+
+
+def test_serve_answers_over_http(built, no_endpoint):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lightfoot_pipeline.cli", "serve", "--store", built, "--port", "0", "--no-answer"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("serving snapshot"), line + process.stderr.read()
+        base = line.split(" on ")[1].split()[0]
+        with urllib.request.urlopen(base + "/health", timeout=30) as response:
+            assert json.loads(response.read())["status"] == "ok"
+        request = urllib.request.Request(base + "/query", data=json.dumps({"question": QUESTION}).encode(),
+                                         method="POST")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = json.loads(response.read())
+        assert body["passages"][0]["doc_id"].startswith("q-") and body["latency_ms"]["total"] > 0
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.minilm
+def test_eval_on_the_bundled_sample_reaches_the_papers_recall(tmp_path, sample_dir, no_endpoint):
+    """The issue's acceptance run: dev questions, recorded extractions, packaged MiniLM."""
+    out = tmp_path / "eval.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "lightfoot_pipeline.cli", "eval", "--dataset", str(sample_dir),
+         "--questions", str(sample_dir / "questions-dev.jsonl"), "--out", str(out), "--store", str(tmp_path / "s")],
+        capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["n_questions"] == 50
+    lightfoot, dense = report["modes"]["lightfoot"], report["modes"]["dense"]
+    assert lightfoot["recall@5"] >= 0.74 and lightfoot["recall@10"] >= 0.79
+    assert dense["recall@5"] == pytest.approx(0.62, abs=0.03) and dense["recall@10"] == pytest.approx(0.69, abs=0.03)
+    assert lightfoot["recall@5"] > dense["recall@5"] and lightfoot["recall@10"] > dense["recall@10"]
+    assert report["run"]["build"]["model_calls"] == 0

@@ -1,0 +1,126 @@
+"""Inboxes: what a drop may be, and what happens to one that cannot be read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lightfoot_pipeline.ingest.dataset import DatasetError
+from lightfoot_pipeline.ingest.inbox import Inbox
+
+
+@pytest.fixture
+def inbox(tmp_path):
+    (tmp_path / "in").mkdir()
+    return Inbox(str(tmp_path / "in"))
+
+
+def test_ready_items_skip_hidden_partial_and_rejected(inbox, tmp_path):
+    root = tmp_path / "in"
+    (root / "a.jsonl").write_text("{}\n")
+    (root / ".b.jsonl").write_text("{}\n")
+    (root / "_c.jsonl").write_text("{}\n")
+    (root / "d.jsonl.part").write_text("{}\n")
+    (root / "rejected").mkdir()
+    (root / "writing").mkdir()  # a dataset folder without corpus.jsonl yet
+    (root / "ready").mkdir()
+    (root / "ready" / "corpus.jsonl").write_text("{}\n")
+    assert [i.name for i in inbox.items()] == ["a.jsonl", "ready"]
+    assert [i.is_dir for i in inbox.items()] == [False, True]
+
+
+def test_document_files_and_dataset_folders(inbox, tmp_path):
+    root = tmp_path / "in"
+    record = {"entities": [{"name": "Oslo", "type": "location"}], "facts": []}
+    (root / "one.jsonl").write_text(
+        json.dumps({"doc_id": "d1", "title": "T", "text": "Oslo.", "extraction": record}) + "\n\n"
+        + json.dumps({"doc_id": "d2", "text": "Bergen.", "retention_until": "2027-01-01"}) + "\n"
+    )
+    (root / "two.json").write_text(json.dumps([{"doc_id": "d3", "text": "Three."}]))
+    (root / "set").mkdir()
+    (root / "set" / "corpus.jsonl").write_text(json.dumps({"doc_id": "d4", "text": "Four."}) + "\n")
+    (root / "set" / "extractions.jsonl").write_text(json.dumps({"doc_id": "d4", "entities": [], "facts": []}) + "\n")
+    by_name = {i.name: inbox.read_documents(i) for i in inbox.items()}
+    assert [d.doc_id for d in by_name["one.jsonl"]] == ["d1", "d2"]
+    assert by_name["one.jsonl"][0].extraction == record
+    assert by_name["one.jsonl"][1].document.retention_until.isoformat() == "2027-01-01"
+    assert [d.doc_id for d in by_name["two.json"]] == ["d3"]
+    assert by_name["set"][0].extraction == {"doc_id": "d4", "entities": [], "facts": []}
+    assert all(d.origin.endswith(name) for name, docs in by_name.items() for d in docs)
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("bad.jsonl", '{"doc_id": "a", "text": "x"}\nnot json\n', "bad.jsonl:2: not valid JSON"),
+        ("dup.jsonl", '{"doc_id": "a", "text": "x"}\n{"doc_id": "a", "text": "y"}\n', "already on line 1"),
+        ("empty.jsonl", "\n", "no documents"),
+        ("notext.jsonl", '{"doc_id": "a", "text": ""}\n', "has no text"),
+        ("notes.csv", "a,b\n", "not a .jsonl or .json document file"),
+    ],
+)
+def test_unreadable_drops_say_why(inbox, tmp_path, name, content, message):
+    (tmp_path / "in" / name).write_text(content)
+    (item,) = inbox.items()
+    with pytest.raises(DatasetError, match=message):
+        inbox.read_documents(item)
+
+
+def test_reject_moves_the_drop_aside_with_its_reason(inbox, tmp_path):
+    root = tmp_path / "in"
+    (root / "bad.jsonl").write_text("oops\n")
+    (root / "set").mkdir()
+    (root / "set" / "corpus.jsonl").write_text("oops\n")
+    for item in inbox.items():
+        inbox.reject(item, f"{item.name} is broken")
+    assert inbox.items() == []
+    rejected = sorted(p.name for p in (root / "rejected").iterdir())
+    assert len(rejected) == 4
+    reasons = sorted(p.read_text() for p in (root / "rejected").glob("*.reason.txt"))
+    assert reasons == ["bad.jsonl is broken\n", "set is broken\n"]
+    folder = next(p for p in (root / "rejected").iterdir() if p.is_dir())
+    assert (folder / "corpus.jsonl").read_text() == "oops\n"
+
+
+def test_remove_deletes_files_and_folders(inbox, tmp_path):
+    root = tmp_path / "in"
+    (root / "a.jsonl").write_text("{}\n")
+    (root / "set").mkdir()
+    (root / "set" / "corpus.jsonl").write_text("{}\n")
+    for item in inbox.items():
+        inbox.remove(item)
+    assert list(root.iterdir()) == []
+
+
+def test_erasure_requests_in_each_format(inbox, tmp_path):
+    root = tmp_path / "in"
+    (root / "ids.txt").write_text("# erase these\ndoc-1\n\n  doc-2  \n")
+    (root / "one.json").write_text(json.dumps({"doc_id": "doc-3", "reason": "gdpr", "erase": False}))
+    (root / "many.jsonl").write_text(json.dumps({"doc_ids": ["doc-4", "doc-5"]}) + "\n")
+    found = {i.name: inbox.read_requests(i) for i in inbox.items()}
+    assert [(r.doc_id, r.erase) for r in found["ids.txt"]] == [("doc-1", True), ("doc-2", True)]
+    assert found["ids.txt"][0].reason == "erasure request ids.txt"
+    assert [(r.doc_id, r.erase, r.reason) for r in found["one.json"]] == [("doc-3", False, "gdpr")]
+    assert [r.doc_id for r in found["many.jsonl"]] == ["doc-4", "doc-5"]
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("blank.txt", "# nothing\n", "names no document"),
+        ("bad.json", json.dumps({"doc_ids": []}), "doc_id must be a non-empty string"),
+        ("erase.json", json.dumps({"doc_id": "a", "erase": "yes"}), "erase must be true or false"),
+        ("list.json", json.dumps(["a"]), "expected an object"),
+        ("sheet.xlsx", "x", "not a .txt, .json or .jsonl erasure request"),
+    ],
+)
+def test_unreadable_erasure_requests_say_why(inbox, tmp_path, name, content, message):
+    (tmp_path / "in" / name).write_text(content)
+    (item,) = inbox.items()
+    with pytest.raises(DatasetError, match=message):
+        inbox.read_requests(item)
+
+
+def test_a_missing_inbox_is_empty(tmp_path):
+    assert Inbox(str(tmp_path / "nowhere")).items() == []
