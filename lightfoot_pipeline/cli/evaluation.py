@@ -7,7 +7,7 @@
 - ``lightfoot report RUN_DIR``: RUN_DIR/report.md with tables and plots (report.py);
 - ``lightfoot compare RUN_A RUN_B``: paired bootstrap intervals between two runs.
 
-Like cli.py, this module parses arguments and prints results; the work is in the modules named.
+Like cli/__init__.py, this module parses arguments and prints results; the work is in the modules named.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The query-time commands of the ``lightfoot`` command line: snapshot, query, serve, eval.
 
-Like cli.py, this module parses arguments and prints results; the work is in snapshot.py,
+Like cli/__init__.py, this module parses arguments and prints results; the work is in snapshot.py,
 retrieve.py, answer.py, serve.py and evaluate.py.
 """
 
@@ -226,5 +226,5 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="where to write the JSON result (required without --run-dir)")
     p.add_argument("--embedder", default=None, help=embedder_help + "; the packaged MiniLM for a new store")
     p.add_argument("--reranker", default=None, help=reranker_help)
-    add_run_options(p)  # --run-dir, --modes, --answer, --dry-run (cli_eval.py)
+    add_run_options(p)  # --run-dir, --modes, --answer, --dry-run (evaluation.py)
     p.set_defaults(func=cmd_eval)
