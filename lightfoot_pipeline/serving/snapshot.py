@@ -32,7 +32,7 @@ import logging
 import re
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import polars as pl

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 
-import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 

@@ -182,7 +182,7 @@ def test_erase_from_snapshots_leaves_snapshots_without_the_documents(store, hash
     build(store, hashing_embedder, ["d-ada", "d-babbage"])
     older = export_snapshot(store, hashing_embedder)
     build(store, hashing_embedder, ["d-ada", "d-babbage", "d-paris"])
-    newer = export_snapshot(store, hashing_embedder)
+    export_snapshot(store, hashing_embedder)
     assert erase_from_snapshots(store, ["d-paris"]) == 1  # only the newer holds it
     # The published one had to go. The store still holds d-paris (nothing was deleted here), so
     # no replacement can be made without it: nothing is published until the next export.

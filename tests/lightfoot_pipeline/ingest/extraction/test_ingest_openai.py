@@ -10,7 +10,6 @@ import polars as pl
 
 from lightfoot_pipeline import cli, pipeline
 from lightfoot_pipeline.store import ledger
-from lightfoot_pipeline.ingest.dataset import load_corpus
 from lightfoot_pipeline.ingest.extraction.cache import EXTRACTION_CACHE
 from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
 from lightfoot_pipeline.models.llm import LLMSettings
