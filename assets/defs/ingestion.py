@@ -144,7 +144,8 @@ def take_in(inbox: Inbox, landing: Landing, log) -> Intake:
         try:
             inbox.remove(item)
         except OSError as err:
-            log.warning(f"landed {item.name} but could not remove it from the inbox ({err}); it will not be landed again")
+            log.warning(f"landed {item.name} but could not remove it from the inbox ({err}); "
+                        "it will not be landed again")
     return intake
 
 
@@ -288,7 +289,7 @@ def hourly_ingestion(
     known = set(order)
     new = [d for d in wanted if d not in known]
     stamp = context.scheduled_execution_time.strftime("%Y%m%dT%H%M")
-    requests = ingestion_requests([*order, *new], wanted, f"hourly-{stamp}", {TRIGGER_TAG: "schedule"}) if wanted else []
+    requests = ingestion_requests([*order, *new], wanted, f"hourly-{stamp}", {TRIGGER_TAG: "schedule"})
     if drops.new_partitions or new:
         context.instance.add_dynamic_partitions(DOCUMENTS.name, [*drops.new_partitions, *new])
     return [*drops.requests, *requests]

@@ -251,9 +251,9 @@ def erasure_inbox(
     why = (f"attempt {runs.attempt} after failed or canceled runs {', '.join(runs.failed)}" if runs.failed
            else f"attempt {runs.attempt}: no run of it in the instance")
     example = ", ".join(f"{d} ({reason})" for d, reason in sorted(outstanding.items())[:3])
+    more = f"; {len(needed) - 1} more requests pending, applied by the same run" if len(needed) > 1 else ""
     context.log.info(f"{'; '.join(news)}; requesting a deletion run for request {receipt.receipt_id} from "
-                     f"{receipt.origin}, {why}; outstanding: {example}"
-                     + (f"; {len(needed) - 1} more requests pending, applied by the same run" if len(needed) > 1 else ""))
+                     f"{receipt.origin}, {why}; outstanding: {example}{more}")
     return dg.SensorResult(run_requests=[dg.RunRequest(
         run_key=receipt_run_key("erasure", receipt, runs.attempt),
         tags={TRIGGER_TAG: "erasure-inbox", **receipt_tags(receipt, runs.attempt)},

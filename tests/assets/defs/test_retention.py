@@ -108,7 +108,8 @@ def test_a_request_whose_run_was_dropped_is_asked_again(lightfoot, twenty, sampl
     erase(lightfoot, again)
     assert live_ids(lightfoot) == [docs[1].doc_id]
     erased = lightfoot.store().read("tombstones")
-    assert erased.get_column("doc_id").to_list() == [docs[0].doc_id] and erased.get_column("erased_at").null_count() == 0
+    assert erased.get_column("doc_id").to_list() == [docs[0].doc_id]
+    assert erased.get_column("erased_at").null_count() == 0
     # The same key asked once more is dropped as a duplicate, and the receipt is settled by its run.
     assert launch(lightfoot, again, "erasure_inbox", "document_deletion") == [None]
     settled = lightfoot.tick("erasure_inbox")
