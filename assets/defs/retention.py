@@ -184,6 +184,7 @@ def take_requests(inbox: Inbox, landing: Landing, log) -> tuple[list[Receipt], d
 
 
 def _deletion_runs_in_flight(instance: dg.DagsterInstance) -> list[str]:
+    """Deletion runs queued, starting, running or being canceled, whoever asked for them."""
     records = instance.get_run_records(dg.RunsFilter(job_name=DELETION_JOB, statuses=IN_FLIGHT), limit=5)
     return [r.dagster_run.run_id for r in records]
 
@@ -201,8 +202,8 @@ def erasure_inbox(
 
     - its run succeeded: the receipt is done. The sensor settles it, not a job step: a successful
       deletion run has applied every request landed before it started, so no step needs to know
-      which receipts it served, and a run started any other way (the launchpad, a re-execution
-      with its tags) counts too;
+      which receipts it served, and a re-execution from the UI (which keeps the run's tags)
+      counts like the run itself;
     - its run is queued or running: it waits;
     - otherwise, if its documents are already deleted, and erased where asked (by a run asked for
       another receipt, the retention schedule or ``lightfoot delete``), it is done;
