@@ -341,6 +341,36 @@ def test_the_retention_schedule_erases_documents_past_their_date(lightfoot_on_di
     assert erased.get_column("erased_at").null_count() == 0 and erased.height == 2
 
 
+def test_a_failed_retention_run_is_asked_again_by_the_erasure_sensor(
+    lightfoot_on_disk, twenty, sample_records, monkeypatch
+):
+    import assets.defs.retention as retention
+
+    lightfoot = lightfoot_on_disk
+    expired = dataclasses.replace(twenty[0], retention_until=dt.date(2026, 3, 1))
+    ingest_through_the_inbox(lightfoot, [expired, twenty[1]], sample_records)
+    schedule = lightfoot.defs.resolve_schedule_def("retention_schedule")
+    context = dg.build_schedule_context(instance=lightfoot.instance, resources=lightfoot.resources,
+                                        scheduled_execution_time=dt.datetime(2026, 3, 2, 3, 0, tzinfo=dt.timezone.utc))
+    (request,) = schedule.evaluate_tick(context).run_requests
+    (receipt,) = Landing(lightfoot.store()).pending_receipts("erasure")
+    assert receipt.origin == "retention schedule 2026-03-02" and receipt.erase_ids == (expired.doc_id,)
+    assert request.tags["lightfoot/erasure-request"] == receipt.receipt_id
+
+    with monkeypatch.context() as patch:
+        patch.setattr(retention, "erase_history", lambda *args: (_ for _ in ()).throw(OSError("storage is down")))
+        assert not lightfoot.run(request, "document_deletion").success
+    assert live_ids(lightfoot) == [twenty[1].doc_id]  # deleted, but its history is not erased
+
+    tick = lightfoot.tick("erasure_inbox")
+    (retry,) = tick.run_requests
+    assert retry.run_key == f"erasure-{receipt.receipt_id}-1"
+    erase(lightfoot, tick)
+    assert lightfoot.store().read("tombstones").get_column("erased_at").null_count() == 0
+    assert lightfoot.tick("erasure_inbox").run_requests == []
+    assert Landing(lightfoot.store()).receipt("erasure", receipt.receipt_id).is_done
+
+
 def test_a_bad_policy_file_fails_the_schedule_with_its_reason(lightfoot_on_disk, tmp_path):
     from assets.resources import InboxResource
     from lightfoot_pipeline.retention import PolicyError
