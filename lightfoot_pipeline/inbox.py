@@ -19,6 +19,10 @@ An erasure request erases history too unless it says ``"erase": false``.
 Names starting with ``.`` or ``_`` and names ending in ``.tmp`` or ``.part`` are not read: write
 a drop under such a name and rename it when it is complete. A drop that cannot be read moves to
 ``rejected/`` beside a ``NAME.reason.txt`` that says why; nothing of it is ingested.
+
+A drop that is taken leaves a receipt in the landing area (landing.py), identified by the drop
+(``source``) and what it holds, so that a drop is never taken twice and its run can be found and
+asked again until one has succeeded.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Iterator
 import pyarrow.fs as pafs
 
 from lightfoot_pipeline.dataset import CORPUS_FILE, EXTRACTIONS_FILE, DatasetError, parse_document, parse_json_lines
-from lightfoot_pipeline.landing import DeletionRequest, LandedDocument, utc_now, open_filesystem
+from lightfoot_pipeline.landing import DeletionRequest, LandedDocument, Receipt, utc_now, open_filesystem
 
 REJECTED_DIR = "rejected"
 _NOT_READY_SUFFIXES = (".tmp", ".part")
@@ -166,6 +170,22 @@ class Inbox:
         if not requests:
             raise DatasetError(f"{item.path}: names no document")
         return requests
+
+    # -- receipts --------------------------------------------------------------------------
+
+    def source(self, item: InboxItem) -> dict:
+        """What identifies a drop: this inbox, the drop's name, size and modification time. A drop
+        rewritten or dropped again under the same name is a new drop; the same file seen again
+        (one that could not be removed) is not."""
+        return {"inbox": self.uri, "name": item.name, "size": item.size, "mtime_ns": item.mtime_ns}
+
+    def deletion_receipt(self, item: InboxItem, requests: list[DeletionRequest]) -> Receipt:
+        """The receipt of an erasure-request drop (see landing.py)."""
+        return Receipt.for_deletions(self.source(item), requests, f"{self.uri}/{item.name}")
+
+    def document_receipt(self, item: InboxItem, documents: list[LandedDocument]) -> Receipt:
+        """The receipt of a document drop (see landing.py)."""
+        return Receipt.for_documents(self.source(item), [d.doc_id for d in documents], f"{self.uri}/{item.name}")
 
     # -- after reading ---------------------------------------------------------------------
 

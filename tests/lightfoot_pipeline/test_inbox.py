@@ -124,3 +124,32 @@ def test_unreadable_erasure_requests_say_why(inbox, tmp_path, name, content, mes
 
 def test_a_missing_inbox_is_empty(tmp_path):
     assert Inbox(str(tmp_path / "nowhere")).items() == []
+
+
+def test_a_drop_is_known_by_its_name_size_time_and_what_it_asks(inbox, tmp_path):
+    import os
+
+    root = tmp_path / "in"
+    body = json.dumps({"doc_ids": ["doc-1"], "reason": "gdpr"})
+    (root / "monday.json").write_text(body)
+    (root / "tuesday.json").write_text(body)
+    os.utime(root / "tuesday.json", ns=(os.stat(root / "monday.json").st_mtime_ns,) * 2)
+    items = {i.name: i for i in inbox.items()}
+    monday, tuesday = (inbox.deletion_receipt(items[n], inbox.read_requests(items[n]))
+                       for n in ("monday.json", "tuesday.json"))
+    assert monday.doc_ids == tuesday.doc_ids == ("doc-1",)
+    assert monday.receipt_id != tuesday.receipt_id, "the same content in two files is two requests"
+    assert monday.origin == f"{inbox.uri}/monday.json"
+    seen_again = inbox.deletion_receipt(items["monday.json"], inbox.read_requests(items["monday.json"]))
+    assert seen_again.receipt_id == monday.receipt_id, "the same file read twice is one request"
+
+    os.utime(root / "monday.json", ns=(1, 1))
+    (rewritten,) = [i for i in inbox.items() if i.name == "monday.json"]
+    assert inbox.source(rewritten)["mtime_ns"] == 1
+    assert inbox.deletion_receipt(rewritten, inbox.read_requests(rewritten)).receipt_id != monday.receipt_id
+
+    rows = [{"doc_id": "b", "text": "x"}, {"doc_id": "a", "text": "y"}]
+    (root / "docs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (drop,) = [i for i in inbox.items() if i.name == "docs.jsonl"]
+    receipt = inbox.document_receipt(drop, inbox.read_documents(drop))
+    assert receipt.kind == "documents" and receipt.doc_ids == ("a", "b") and receipt.erase_ids == ()
