@@ -12,10 +12,16 @@ happened to the sensor's cursor or the daemon, and its state follows from those 
 
 Run keys come from the receipt id and the attempt, never from a counter, so no two receipts
 share one and a retry never reuses a key that Dagster would drop as a duplicate.
+
+A receipt whose runs keep failing backs off: the first failure is retried at the next tick, and
+each further one doubles the wait after the last failed run ended (one minute after the second,
+two after the third, …, at most an hour), so a request that cannot succeed (a broken store, a
+bad deployment) leaves a failed run an hour in the instance rather than one every tick.
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -26,6 +32,8 @@ from lightfoot_pipeline.landing import ERASURE, INGESTION, Receipt
 
 ATTEMPT_TAG = "lightfoot/attempt"
 RECEIPT_TAGS = {ERASURE: "lightfoot/erasure-request", INGESTION: "lightfoot/inbox-drop"}
+RETRY_BACKOFF_S = 60.0  # the wait after the second failure; doubled after each further one
+RETRY_BACKOFF_MAX_S = 3600.0
 IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
     dg.DagsterRunStatus.CANCELING,
@@ -40,6 +48,11 @@ class ReceiptRuns:
     in_flight: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)  # failed or canceled, in any attempt
     attempt: int = 0  # the attempt a request made now belongs to
+    retry_at: float | None = None  # after repeated failures: no retry before this time (epoch seconds)
+
+    def backing_off(self, now: float | None = None) -> bool:
+        """Whether a retry must wait (see the module docstring)."""
+        return self.retry_at is not None and (time.time() if now is None else now) < self.retry_at
 
 
 def receipt_tags(receipt: Receipt, attempt: int) -> dict[str, str]:
@@ -73,4 +86,19 @@ def receipt_runs(instance: dg.DagsterInstance, receipt: Receipt) -> ReceiptRuns:
     successes = [next((r for r in group if r.is_success), None) for group in ranges.values()]
     succeeded = successes[0].run_id if all(successes) else None
     retry = any(r.is_failure_or_canceled for group in ranges.values() for r in group)
-    return ReceiptRuns(succeeded, in_flight, failed, latest + 1 if retry else latest)
+    return ReceiptRuns(succeeded, in_flight, failed, latest + 1 if retry else latest,
+                       _retry_at(records) if retry else None)
+
+
+def retry_delay_s(failures: int) -> float:
+    """How long after the last failed run a receipt with this many failed attempts waits."""
+    if failures <= 1:
+        return 0.0
+    return min(RETRY_BACKOFF_S * 2 ** (failures - 2), RETRY_BACKOFF_MAX_S)
+
+
+def _retry_at(records: list) -> float | None:
+    failed = [r for r in records if r.dagster_run.is_failure_or_canceled]
+    ended = [r.end_time or r.update_timestamp.timestamp() for r in failed]
+    attempts = len({_attempt(r.dagster_run) for r in failed})
+    return max(ended) + retry_delay_s(attempts) if ended else None

@@ -192,7 +192,7 @@ def drop_runs(instance: dg.DagsterInstance, landing: Landing, trigger: str) -> D
             out.settled.append(landing.settle(receipt, f"run {runs.succeeded} succeeded"))
             continue
         out.pending_ids.update(receipt.doc_ids)
-        if runs.in_flight:
+        if runs.in_flight or runs.backing_off():
             out.waiting.append(receipt)
             continue
         wanted = sorted(landing.landed(receipt.doc_ids))
@@ -241,7 +241,7 @@ def document_inbox(
     if runs.settled:
         news.append(f"{len(runs.settled)} drops ingested")
     if runs.waiting:
-        news.append(f"{len(runs.waiting)} drops waiting for their runs")
+        news.append(f"{len(runs.waiting)} drops waiting for their runs or, after repeated failures, for their next attempt")
     if not runs.requests:
         return dg.SensorResult(skip_reason=dg.SkipReason("; ".join(news)))
     context.log.info(f"{'; '.join(news)}; {len(runs.new_partitions)} new partitions; "

@@ -212,15 +212,15 @@ def erasure_inbox(
 
     One deletion run at a time: while any is queued or running, receipts wait for it, and then the
     oldest receipt that still needs one gets it — the run applies every pending request, so the
-    others are usually settled by the next tick. A receipt whose runs keep failing is asked again on
-    every tick, each failed run left in the instance. Nothing depends on the cursor: resetting it,
+    others are usually settled by the next tick. A receipt whose runs keep failing is asked again
+    with a growing wait (assets/receipts.py), each failed run left in the instance. Nothing depends on the cursor: resetting it,
     restarting the daemon or wiping the instance loses no request and applies none twice.
     """
     lightfoot = store.open()
     landing = Landing(lightfoot)
     box = inbox.erasure_inbox(lightfoot)
     taken, rejected = take_requests(box, landing, context.log)
-    settled, waiting, needed = [], [], []
+    settled, waiting, backing_off, needed = [], [], [], []
     for receipt in landing.pending_receipts(ERASURE):
         runs = receipt_runs(context.instance, receipt)
         if runs.succeeded:
@@ -228,6 +228,8 @@ def erasure_inbox(
             settled.append(receipt)
         elif runs.in_flight:
             waiting.append(receipt)
+        elif runs.backing_off():
+            backing_off.append(receipt)
         elif not (outstanding := landing.outstanding_deletions(receipt)):
             landing.settle(receipt, "its documents were already deleted" + (" and erased" if receipt.erase_ids else ""))
             settled.append(receipt)
@@ -240,6 +242,8 @@ def erasure_inbox(
         news.append(f"rejected {', '.join(sorted(rejected))}")
     if settled:
         news.append(f"{len(settled)} requests done")
+    if backing_off:
+        news.append(f"{len(backing_off)} requests whose runs failed repeatedly wait before their next attempt")
     if not needed:
         if waiting:
             news.append(f"{len(waiting)} requests waiting for their runs")

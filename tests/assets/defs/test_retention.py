@@ -168,6 +168,48 @@ def test_a_failed_run_leaves_the_request_pending_and_the_next_tick_retries_it(
     assert Landing(lightfoot.store()).receipt("erasure", receipt.receipt_id).is_done
 
 
+def test_a_request_whose_runs_keep_failing_waits_longer_before_each_attempt(
+    lightfoot, twenty, sample_records, monkeypatch
+):
+    import assets.defs.retention as retention
+    import assets.receipts as receipts
+
+    docs = twenty[:2]
+    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.drop_erasure_request("gdpr.json", [docs[0].doc_id])
+
+    def store_unavailable(*args, **kwargs):
+        raise OSError("the store is unreachable")
+
+    tick = lightfoot.tick("erasure_inbox")
+    with monkeypatch.context() as patch:
+        patch.setattr(retention, "tombstone_documents", store_unavailable)
+        for _ in range(2):  # the first failure is retried at once, the second is not
+            (failed,) = launch(lightfoot, tick, "erasure_inbox", "document_deletion")
+            assert not failed.success
+            tick = lightfoot.tick("erasure_inbox")
+    assert tick.run_requests == []
+    assert "1 requests whose runs failed repeatedly wait before their next attempt" in tick.skip_message
+    (receipt,) = Landing(lightfoot.store()).pending_receipts("erasure")
+    waited = receipts.receipt_runs(lightfoot.instance, receipt)
+    assert waited.attempt == 2 and waited.backing_off()
+    assert not waited.backing_off(now=waited.retry_at + 1)
+
+    monkeypatch.setattr(receipts.time, "time", lambda: waited.retry_at + 1)  # a minute later
+    retry = lightfoot.tick("erasure_inbox")
+    (request,) = retry.run_requests
+    assert request.run_key == f"erasure-{receipt.receipt_id}-2"
+    erase(lightfoot, retry)
+    assert live_ids(lightfoot) == [docs[1].doc_id]
+
+
+def test_the_wait_after_failures_doubles_up_to_an_hour():
+    from assets.receipts import retry_delay_s
+
+    assert [retry_delay_s(n) for n in (1, 2, 3, 4)] == [0.0, 60.0, 120.0, 240.0]
+    assert retry_delay_s(50) == 3600.0
+
+
 def test_a_request_waits_while_its_run_is_running_and_is_asked_again_once_canceled(lightfoot, twenty, sample_records):
     docs = twenty[:2]
     ingest_through_the_inbox(lightfoot, docs, sample_records)
