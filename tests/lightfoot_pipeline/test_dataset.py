@@ -17,8 +17,8 @@ def test_bundled_sample_loads(sample_documents, sample_records, sample_dir):
         ("{not json", "not valid JSON"),
         (json.dumps({"title": "t", "text": "x"}), "doc_id must be a non-empty string"),
         (json.dumps({"doc_id": "a", "text": "  "}), "has no text"),
-        (json.dumps({"doc_id": "a", "text": "x", "retention_until": "soon"}), "not an ISO date"),
-        (json.dumps({"doc_id": "a'b", "text": "x"}), "quotes or control characters"),
+        (json.dumps({"doc_id": "a", "text": "x", "retention_until": "soon"}), "not an ISO 8601 date"),
+        (json.dumps({"doc_id": "a'b", "text": "x"}), "holds a quote or backslash"),
     ],
 )
 def test_malformed_documents_are_refused_with_line_and_reason(tmp_path, line, message):

@@ -55,7 +55,7 @@ def test_policy_rules_match_by_glob_and_the_earliest_date_wins():
         ('{"rules": {}}', "a list of rules"),
         ('{"rules": [{"doc_id": "a"}]}', "exactly one of delete_after and keep_days"),
         ('{"rules": [{"keep_days": 1, "delete_after": "2026-01-01"}]}', "exactly one"),
-        ('{"rules": [{"delete_after": "soon"}]}', "not an ISO date"),
+        ('{"rules": [{"delete_after": "soon"}]}', "not an ISO 8601 date"),
         ('{"rules": [{"keep_days": -1}]}', "whole number of days"),
         ('{"rules": [{"keep_days": 1, "owner": "x"}]}', "unknown fields"),
         ('{"rules": [{"keep_days": 1, "source": 3}]}', "glob pattern string"),
