@@ -1,6 +1,6 @@
 """Document ids: the one rule that every way in checks.
 
-A doc id is a string of 1 to 256 characters
+A doc id is a string of 1 to 512 characters
 
 - with no whitespace at either end;
 - with no control character (C0, DEL, C1: NUL, tab, newline, ESC, …), no invisible formatting
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import unicodedata
 
-MAX_DOC_ID_CHARS = 256
+MAX_DOC_ID_CHARS = 512
 # Unicode categories no id may hold: controls, formatting characters, line and paragraph
 # separators, surrogates.
 _FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
