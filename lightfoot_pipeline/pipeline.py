@@ -58,7 +58,8 @@ class IngestReport:
     seconds: float = 0.0
 
     def as_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k not in {"graph", "validation", "failures", "ignored_records"}}
+        nested = {"graph", "validation", "failures", "ignored_records"}
+        out = {k: v for k, v in self.__dict__.items() if k not in nested}
         out["graph"] = self.graph.as_dict()
         out["validation"] = dict(sorted(self.validation.items()))
         out["ignored_records"] = dict(sorted(self.ignored_records.items()))
