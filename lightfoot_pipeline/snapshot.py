@@ -576,7 +576,6 @@ def erase_from_snapshots(
         doomed = [i for i in location.snapshot_ids() if _holds_any(location, i, wanted, live)]
     if not doomed:
         return 0
-    fresh_id = None
     if published in doomed:
         info = _read_info(location, published)
         chosen = embedder or embedder_for_models(info.models if info else {})
@@ -586,7 +585,6 @@ def erase_from_snapshots(
             if chosen is None:
                 raise SnapshotError("the published snapshot names no embedder")
             fresh = export_snapshot(store, chosen, keep=max(DEFAULT_KEEP, 1))
-            fresh_id = fresh.snapshot_id
             log.info("exported snapshot %s to replace %s after an erase", fresh.snapshot_id, published)
         except (SnapshotError, StoreError, RuntimeError) as err:
             log.warning("could not export a replacement snapshot (%s); unpublishing %s", err, published)
@@ -596,9 +594,9 @@ def erase_from_snapshots(
     removed = 0
     with location.lock():
         for snapshot_id in location.snapshot_ids():
-            # The fresh export holds the store's passages as they are now, replaced ones included.
-            if snapshot_id in doomed or _holds_any(location, snapshot_id, wanted,
-                                                   None if snapshot_id == fresh_id else live):
+            # Snapshots exported since the first look hold the store's passages as they were then or
+            # later, so only an erased document can make one of them go.
+            if snapshot_id in doomed or _holds_any(location, snapshot_id, wanted):
                 if location.pointer() == snapshot_id:
                     location.clear_pointer()
                 location.remove(snapshot_id)
