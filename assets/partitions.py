@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 import dagster as dg
-from dagster._core.definitions.partitions.utils.base import INVALID_PARTITION_SUBSTRINGS
+
+from lightfoot_pipeline.doc_ids import doc_id_problem
 
 DOCUMENTS = dg.DynamicPartitionsDefinition(name="documents")
 RANGE_START_TAG = "dagster/asset_partition_range_start"
@@ -19,9 +20,9 @@ RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 
 def invalid_key_reason(doc_id: str) -> str | None:
-    """Why a document id cannot be a partition key, or None when it can."""
-    found = [repr(s) for s in INVALID_PARTITION_SUBSTRINGS if s in doc_id]
-    return f"doc_id {doc_id!r} contains {', '.join(found)}, which a partition key cannot hold" if found else None
+    """Why a document id cannot be a partition key, or None when it can: the engine's one rule for
+    doc ids (lightfoot_pipeline.doc_ids), which refuses all that Dagster refuses in a key."""
+    return doc_id_problem(doc_id)
 
 
 def key_ranges(ordered_keys: Sequence[str], wanted: Iterable[str]) -> list[tuple[str, str]]:

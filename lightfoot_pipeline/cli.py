@@ -30,7 +30,8 @@ def _print_json(payload) -> None:
 
 
 def make_extractor(kind: str | None, dataset_dir: Path | None, store, settings: IndexSettings):
-    """The extractor a command asked for: ``replay`` (recorded output) or ``openai`` (a live model)."""
+    """The extractor a command asked for: ``replay`` (recorded output) or ``openai`` (a live model),
+    with the recorded extractions it replays (None for a model)."""
     if kind is None:
         kind = "replay" if dataset_dir is not None and has_recorded_extractions(dataset_dir) else "openai"
     if kind == "replay":
@@ -39,12 +40,20 @@ def make_extractor(kind: str | None, dataset_dir: Path | None, store, settings: 
 
         if dataset_dir is None or not has_recorded_extractions(dataset_dir):
             raise SystemExit("error: --extractor replay needs a dataset with extractions.jsonl")
-        return ReplayExtractor(load_recorded_extractions(dataset_dir), entity_types=None)
+        records = load_recorded_extractions(dataset_dir)
+        extractor = ReplayExtractor(records, entity_types=None, max_entities=settings.max_entities_per_passage,
+                                    max_facts=settings.max_facts_per_passage)
+        return extractor, records
     if kind == "openai":
         from lightfoot_pipeline.extraction.openai_extractor import build_openai_extractor
 
-        return build_openai_extractor(store, settings)
+        return build_openai_extractor(store, settings), None
     raise SystemExit(f"error: unknown extractor {kind!r} (choose replay or openai)")
+
+
+def _listed(ids: list[str], limit: int = 10) -> str:
+    shown = ", ".join(ids[:limit])
+    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -59,14 +68,18 @@ def cmd_ingest(args) -> int:
     dataset = Path(args.dataset)
     documents = load_corpus(dataset)
     store = _store(args)
-    extractor = make_extractor(args.extractor, dataset, store, settings)
+    extractor, recorded = make_extractor(args.extractor, dataset, store, settings)
     embedder = load_embedder(args.embedder)
     progress = None if args.json else Progress("extracting")
-    report = pipeline.ingest(store, documents, extractor, embedder, settings, progress=progress)
+    report = pipeline.ingest(store, documents, extractor, embedder, settings, progress=progress, recorded=recorded)
     if args.json:
         _print_json(report.as_dict())
     else:
-        print(f"ingested {report.documents} documents ({report.passages} passages) into {store.uri}")
+        print(f"ingested {report.ingested} new documents, replaced {report.replaced}, {report.unchanged} unchanged "
+              f"({report.passages} passages) into {store.uri}")
+        if report.replaced:
+            print(f"  replaced (a new version of a stored document): {_listed(report.replaced_doc_ids)}; "
+                  "their earlier text leaves the store's history at the next `lightfoot vacuum` or erase")
         print(f"  extracted {report.extracted}, already extracted {report.already_extracted}, failed {report.failed}")
         print(f"  model calls {report.model_calls}, tokens in/out {report.tokens_in}/{report.tokens_out}, "
               f"cost ${report.cost_usd:.4f}")
@@ -74,6 +87,8 @@ def cmd_ingest(args) -> int:
             print(f"  cost ledger run {extractor.run_id} (see: lightfoot cost --run {extractor.run_id})")
         for key, count in sorted(report.validation.items()):
             print(f"  record {key}: {count}")
+        for reason, count in sorted(report.ignored_records.items()):
+            print(f"  ignored {count} recorded extractions: {reason}")
         for chunk_id, reason in report.failures[:10]:
             print(f"  failed {chunk_id}: {reason}")
         g = report.graph
@@ -86,7 +101,13 @@ def cmd_ingest(args) -> int:
 
 def cmd_delete(args) -> int:
     from lightfoot_pipeline import pipeline
+    from lightfoot_pipeline.doc_ids import doc_id_problem
 
+    problems = [p for p in map(doc_id_problem, args.doc_ids) if p]
+    if problems:
+        for problem in problems:
+            print(f"error: {problem}; no document can have such an id", file=sys.stderr)
+        return 2
     store = _store(args)
     if not store.exists():
         print(f"error: no store at {store.uri}", file=sys.stderr)
@@ -94,19 +115,44 @@ def cmd_delete(args) -> int:
     report = pipeline.delete(store, args.doc_ids, erase=args.erase, reason=args.reason or "requested on the command line")
     if args.json:
         _print_json(report.as_dict())
-    else:
-        print(f"deleted {len(report.deleted)} documents ({report.passages_removed} passages) in {report.seconds:.2f}s, "
-              f"0 model calls")
-        if report.not_found:
-            print(f"  not in the store: {', '.join(report.not_found)}")
-        g = report.graph
-        print(f"  names removed {g.names_removed}, changed {g.names_changed}; entities recomputed "
-              f"{g.entities_recomputed}; entities {g.entities_before} -> {g.entities_after}")
-        if report.erase:
-            print(f"  erased: {report.erase['cache_entries_purged']} cache entries, "
-                  f"{sum(report.erase['vectors_purged'].values())} vectors, "
-                  f"{sum(report.erase['files_vacuumed'].values())} files vacuumed")
-    return 1 if report.not_found and not report.deleted else 0
+        return 0
+    print(f"deleted {len(report.deleted)} documents ({report.passages_removed} passages) in {report.seconds:.2f}s, "
+          f"0 model calls")
+    earlier = set(report.already_deleted)
+    never = [d for d in report.not_found if d not in earlier]
+    if report.already_deleted:
+        print(f"  deleted before: {_listed(report.already_deleted)}"
+              + ("; their history is erased now" if report.erase else ""))
+    if never:
+        print(f"  not in the store, nothing to delete: {_listed(never)}")
+    g = report.graph
+    print(f"  names removed {g.names_removed}, changed {g.names_changed}; entities recomputed "
+          f"{g.entities_recomputed}; entities {g.entities_before} -> {g.entities_after}")
+    if report.erase:
+        _print_erase(report.erase)
+    return 0
+
+
+def _print_erase(erase: dict) -> None:
+    print(f"  erased: {erase['cache_entries_purged']} cache entries, "
+          f"{sum(erase['vectors_purged'].values())} vectors, {erase['snapshots_removed']} snapshots, "
+          f"{sum(erase['files_vacuumed'].values())} files vacuumed")
+
+
+def cmd_vacuum(args) -> int:
+    from lightfoot_pipeline.erase import vacuum
+
+    store = _store(args)
+    if not store.exists():
+        print(f"error: no store at {store.uri}", file=sys.stderr)
+        return 2
+    report = vacuum(store)
+    if args.json:
+        _print_json(report.as_dict())
+        return 0
+    print(f"vacuumed {store.uri}: what no live row uses is gone from history, caches and snapshots")
+    _print_erase(report.as_dict())
+    return 0
 
 
 def cmd_status(args) -> int:
@@ -228,6 +274,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", default=None, help="why (recorded in the deletion log)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_delete)
+
+    p = sub.add_parser("vacuum", parents=[common],
+                       help="remove from history, caches and snapshots what no live row uses (replaced text)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_vacuum)
 
     p = sub.add_parser("status", parents=[common], help="table counts, fingerprint and config of the store")
     p.add_argument("--json", action="store_true")

@@ -27,13 +27,16 @@ asked again until one has succeeded.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Iterator
 
 import pyarrow.fs as pafs
 
-from lightfoot_pipeline.dataset import CORPUS_FILE, EXTRACTIONS_FILE, DatasetError, parse_document, parse_json_lines
+from lightfoot_pipeline.dataset import (
+    CORPUS_FILE, EXTRACTIONS_FILE, DatasetError, parse_document, parse_json_lines, parse_json_value,
+    parse_recorded_extractions, text_lines,
+)
+from lightfoot_pipeline.doc_ids import doc_id_problem
 from lightfoot_pipeline.landing import DeletionRequest, LandedDocument, Receipt, utc_now, open_filesystem
 
 REJECTED_DIR = "rejected"
@@ -87,16 +90,12 @@ class Inbox:
 
     def _lines(self, path: str) -> Iterator[tuple[int, object]]:
         with self.fs.open_input_stream(path) as stream:
-            text = stream.read().decode("utf-8")
-        yield from parse_json_lines(text.splitlines(), path)
+            data = stream.read()
+        yield from parse_json_lines(data.split(b"\n"), path)
 
     def _whole(self, path: str) -> object:
         with self.fs.open_input_stream(path) as stream:
-            text = stream.read().decode("utf-8")
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as err:
-            raise DatasetError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from err
+            return parse_json_value(stream.read(), path)
 
     def read_documents(self, item: InboxItem) -> list[LandedDocument]:
         """The documents of a drop, or a DatasetError that says what is wrong with it."""
@@ -136,14 +135,7 @@ class Inbox:
     def _recorded_extractions(self, path: str) -> dict[str, dict]:
         if self.fs.get_file_info(path).type != pafs.FileType.File:
             return {}
-        records: dict[str, dict] = {}
-        for number, row in self._lines(path):
-            if not isinstance(row, dict) or not isinstance(row.get("doc_id"), str):
-                raise DatasetError(f"{path}:{number}: expected an object with a string doc_id")
-            if row["doc_id"] in records:
-                raise DatasetError(f"{path}:{number}: a second extraction for {row['doc_id']!r}")
-            records[row["doc_id"]] = row
-        return records
+        return parse_recorded_extractions(self._lines(path), path)
 
     def read_requests(self, item: InboxItem) -> list[DeletionRequest]:
         """The deletion requests of a drop in an erasure inbox."""
@@ -153,9 +145,15 @@ class Inbox:
             raise DatasetError(f"{item.path}: a folder; erasure requests are .txt, .json or .jsonl files")
         if item.name.endswith(".txt"):
             with self.fs.open_input_stream(item.path) as stream:
-                lines = stream.read().decode("utf-8").splitlines()
-            ids = [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
-            requests = [DeletionRequest(doc_id, f"erasure request {item.name}", True, now, origin) for doc_id in ids]
+                data = stream.read()
+            requests = []
+            for number, line in text_lines(data, item.path):
+                doc_id = line.strip(" \t")
+                if not doc_id or doc_id.startswith("#"):
+                    continue
+                if problem := doc_id_problem(doc_id):
+                    raise DatasetError(f"{item.path}:{number}: {problem}")
+                requests.append(DeletionRequest(doc_id, f"erasure request {item.name}", True, now, origin))
         elif item.name.endswith((".json", ".jsonl")):
             if item.name.endswith(".jsonl"):
                 objects = list(self._lines(item.path))
@@ -220,12 +218,14 @@ def _requests_from_object(row: object, where: str, name: str, now, origin: str) 
     if not isinstance(row, dict):
         raise DatasetError(f"{where}: expected an object with doc_id or doc_ids")
     ids = row.get("doc_ids") if "doc_ids" in row else [row.get("doc_id")]
-    if not isinstance(ids, list) or not ids or not all(isinstance(d, str) and d.strip() for d in ids):
-        raise DatasetError(f"{where}: doc_id must be a non-empty string (or doc_ids a list of them)")
+    if not isinstance(ids, list) or not ids:
+        raise DatasetError(f"{where}: doc_id must be a non-empty string (or doc_ids a non-empty list of them)")
+    if problem := next(filter(None, map(doc_id_problem, ids)), None):
+        raise DatasetError(f"{where}: {problem}")
     erase = row.get("erase", True)
     if not isinstance(erase, bool):
         raise DatasetError(f"{where}: erase must be true or false")
     reason = row.get("reason") or f"erasure request {name}"
     if not isinstance(reason, str):
         raise DatasetError(f"{where}: reason must be a string")
-    return [DeletionRequest(d.strip(), reason, erase, now, origin) for d in ids]
+    return [DeletionRequest(d, reason, erase, now, origin) for d in ids]

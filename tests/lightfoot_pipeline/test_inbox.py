@@ -58,10 +58,22 @@ def test_document_files_and_dataset_folders(inbox, tmp_path):
         ("empty.jsonl", "\n", "no documents"),
         ("notext.jsonl", '{"doc_id": "a", "text": ""}\n', "has no text"),
         ("notes.csv", "a,b\n", "not a .jsonl or .json document file"),
+        ("latin1.jsonl", b'{"doc_id": "a", "text": "x"}\n{"doc_id": "b", "text": "\xe9"}\n',
+         r"latin1.jsonl:2: not valid UTF-8 \(byte 0xe9 at byte 26\)"),
+        ("latin1.json", b'[{"doc_id": "a",\n  "text": "\xe9"}]', r"latin1.json: not valid UTF-8 \(byte 0xe9 at line 2, byte 12\)"),
+        ("broken.json", '[{"doc_id": "a",\n  "text" "x"}]', r"broken.json: not valid JSON \(.* at line 2 column 10\)"),
+        ("deep.json", "[" * 50_000 + "]" * 50_000, "deep.json: JSON nested deeper than 32 levels"),
+        ("deep.jsonl", '{"doc_id": "a", "text": "x", "extraction": ' + "[" * 40 + "]" * 40 + "}\n",
+         "deep.jsonl:1: JSON nested deeper than 32 levels"),
+        ("records/corpus.jsonl", '{"doc_id": "a", "text": "x"}\n', "extractions.jsonl:1: chunk_ordinal must be"),
     ],
 )
 def test_unreadable_drops_say_why(inbox, tmp_path, name, content, message):
-    (tmp_path / "in" / name).write_text(content)
+    if name.startswith("records/"):
+        (tmp_path / "in" / "records").mkdir()
+        (tmp_path / "in" / "records" / "extractions.jsonl").write_text('{"doc_id": "a", "chunk_ordinal": "x"}\n')
+    path = tmp_path / "in" / name
+    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
     (item,) = inbox.items()
     with pytest.raises(DatasetError, match=message):
         inbox.read_documents(item)
