@@ -49,9 +49,7 @@ def make_extractor(store, server, **overrides):
                   backoff_max_s=0.05, timeout_s=5.0, max_retries=2, concurrency=4,
                   price_in_per_mtok=0.10, price_out_per_mtok=0.32)
     values.update(overrides)
-    extractor = build_openai_extractor(store, llm_settings=LLMSettings(**values), run_id="run-test")
-    extractor.flush_seconds = 0.0
-    return extractor
+    return build_openai_extractor(store, llm_settings=LLMSettings(**values), run_id="run-test")
 
 
 def statuses(outcomes) -> list[str]:
@@ -72,7 +70,8 @@ def test_valid_output_then_a_cached_rebuild_makes_no_request(store, chat_server)
     first = outcomes[0]
     assert [e.name for e in first.record.entities] == ["Warsaw"]
     assert first.record.facts[0].evidence_verified is True
-    assert (first.model_calls, first.tokens_in, first.tokens_out) == (1, 600, 80)
+    assert (first.model_calls, first.retries, first.tokens_in, first.tokens_out) == (1, 0, 600, 80)
+    assert not first.cached
     assert first.cost_usd == pytest.approx(ledger.cost_usd(600, 80, 0.10, 0.32))
     assert {r.response_format for r in chat_server.requests} == {"json_schema"}
 
@@ -80,7 +79,7 @@ def test_valid_output_then_a_cached_rebuild_makes_no_request(store, chat_server)
     again = make_extractor(store, chat_server).extract(batch)  # a new extractor: only the store is shared
     assert chat_server.count == 0
     assert [o.record for o in again] == [o.record for o in outcomes]
-    assert all(o.model_calls == 0 and o.cost_usd == 0 for o in again)
+    assert all(o.model_calls == 0 and o.cost_usd == 0 and o.cached for o in again)
     # The ledger has the three paid calls and nothing for the cached ones.
     assert ledger.totals(store)["calls"] == 3
 
@@ -144,8 +143,11 @@ def test_429_then_success(store, chat_server):
                                                      '"description":"city"}],"facts":[]}'))
     (outcome,) = make_extractor(store, chat_server).extract(passages(["Warsaw"]))
     assert chat_server.count == 2
-    assert outcome.status == "ok" and outcome.model_calls == 2
+    # One call that took two requests: the second is a retry, not another call.
+    assert outcome.status == "ok" and (outcome.model_calls, outcome.retries) == (1, 1)
     assert ledger.read(store).get_column("attempts").to_list() == [2]
+    totals = ledger.totals(store)
+    assert (totals["calls"], totals["retries"], totals["attempts"]) == (1, 1, 2)
     chat_server.reset()
     make_extractor(store, chat_server).extract(passages(["Warsaw"]))
     assert chat_server.count == 0
@@ -171,9 +173,10 @@ def test_500_until_the_retries_give_up_fails_that_passage_only(store, chat_serve
     assert statuses(outcomes) == ["ok", "failed", "ok"]
     failed = outcomes[1]
     assert "after 4 attempt(s)" in failed.reason and "server_error" in failed.reason
-    assert failed.raw_output is None and failed.model_calls == 4
+    assert failed.raw_output is None and (failed.model_calls, failed.retries) == (1, 3)
     rows = ledger.read(store).sort("chunk_id")
     assert rows.get_column("status").to_list() == ["ok", "error", "ok"]
+    assert (ledger.totals(store)["calls"], ledger.totals(store)["retries"]) == (3, 3)
     assert rows.get_column("error_kind").to_list()[1] == "server_error"
     # Only the failed passage is asked again.
     chat_server.reset()
@@ -267,7 +270,6 @@ def test_a_crash_loses_no_answer_already_paid_for(store, chat_server):
             raise Crash
 
     extractor = make_extractor(store, chat_server, concurrency=1)
-    extractor.flush_seconds = 60.0  # no periodic write before the crash: the answers are kept on the way out
     with pytest.raises(Crash):
         extractor.extract(passages(titles), progress=crash_after_three)
     assert chat_server.count == 3
