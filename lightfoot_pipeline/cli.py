@@ -178,18 +178,18 @@ def cmd_cost(args) -> int:
         return 0
     t = payload["totals"]
     scope = f"run {args.run}" if args.run else f"{t['runs']} runs"
-    print(f"model calls in {store.uri} ({scope}): {t['calls']} calls, {t['retries']} retries "
-          f"({t['attempts']} requests), {t['failed_calls']} failed, tokens in/out "
-          f"{t['tokens_in']:,}/{t['tokens_out']:,}, cost ${t['cost_usd']:.4f}")
+    print(f"model calls in {store.uri} ({scope}): {t['calls']} calls (retries {t['retries']}, requests "
+          f"{t['attempts']}, failed {t['failed_calls']}), tokens in/out {t['tokens_in']:,}/{t['tokens_out']:,}, "
+          f"cost ${t['cost_usd']:.4f}")
     if t["unpriced_calls"]:
         print(f"  {t['unpriced_calls']} calls to models with no known price (set LIGHTFOOT_LLM_PRICE_IN/_OUT)")
     if t["estimated_usage_calls"]:
         print(f"  {t['estimated_usage_calls']} calls without reported usage: their tokens are estimated")
     for run in payload.get("runs", []):
-        print(f"  {run['run_id']}  {run['started_at']:%Y-%m-%d %H:%M}  {run['models']}  {run['calls']} calls, "
-              f"{run['retries']} retries, {run['tokens_in']:,}/{run['tokens_out']:,} tokens, ${run['cost_usd']:.4f}")
+        print(f"  {run['run_id']}  {run['started_at']:%Y-%m-%d %H:%M}  {run['models']}  {run['calls']} calls "
+              f"(retries {run['retries']}), {run['tokens_in']:,}/{run['tokens_out']:,} tokens, ${run['cost_usd']:.4f}")
     for doc in payload.get("documents", []):
-        print(f"  {doc['doc_id']}  {doc['calls']} calls, {doc['retries']} retries, "
+        print(f"  {doc['doc_id']}  {doc['calls']} calls (retries {doc['retries']}), "
               f"{doc['tokens_in']:,}/{doc['tokens_out']:,} tokens, ${doc['cost_usd']:.6f}")
     return 0
 

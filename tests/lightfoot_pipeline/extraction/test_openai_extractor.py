@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError
 
 from lightfoot_pipeline import ledger
-from lightfoot_pipeline.extraction.cache import EXTRACTION_CACHE
+from lightfoot_pipeline.extraction.cache import EXTRACTION_CACHE, ExtractionCache
 from lightfoot_pipeline.extraction.openai_extractor import build_openai_extractor
 from lightfoot_pipeline.llm import LLMSettings
 from lightfoot_pipeline.passages import Passage
+from lightfoot_pipeline.store import ConcurrentCommitError, Store
 
 TEXTS = {
     "Warsaw": "Warsaw is the capital of Poland. Marie Curie was born in Warsaw in 1867.",
@@ -295,3 +299,70 @@ def test_progress_is_reported_for_every_passage(store, chat_server):
     assert seen[0] == (2, 4)  # the cached ones at once
     assert seen[-1] == (4, 4)
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_every_answer_is_written_before_another_request_leaves(store, chat_server, concurrency):
+    reader = Store(store.uri)  # what another process, or a rerun after kill -9, would find
+    seen: list[tuple[int, int, int]] = []  # (request number, ledger rows, cache rows) as each request arrives
+
+    def answer(request):
+        seen.append((request.number, ledger.read(reader).height, reader.read_journal(EXTRACTION_CACHE.name).height))
+        return chat_server.Reply(content=good_answer(request))
+
+    chat_server.script(answer)
+    titles = [f"Town {i}" for i in range(10)]
+    outcomes = make_extractor(store, chat_server, concurrency=concurrency).extract(passages(titles))
+    assert statuses(outcomes) == ["ok"] * 10 and chat_server.count == 10
+    for number, charged, cached in seen:
+        # Request n leaves once n - concurrency answers were taken, and those are on storage.
+        assert charged >= number - concurrency and cached >= number - concurrency, seen
+    if concurrency == 1:
+        assert [(c, k) for _, c, k in sorted(seen)] == [(n, n) for n in range(10)]
+
+
+def test_the_small_files_of_the_appends_are_compacted_and_hold_no_text_in_their_log(store, chat_server):
+    chat_server.script(lambda r: chat_server.Reply(content=good_answer(r)))
+    titles = [f"Zyxq town {i}" for i in range(store.n_buckets * 5)]
+    make_extractor(store, chat_server, concurrency=1).extract(passages(titles))
+    for name in (EXTRACTION_CACHE.name, ledger.LLM_LEDGER.name):
+        assert len(DeltaTable(store.journal_uri(name)).file_uris()) <= store.n_buckets
+    assert store.read_journal(EXTRACTION_CACHE.name).height == len(titles)
+    assert ledger.totals(store)["calls"] == len(titles)
+    for log in Path(store.journal_uri(EXTRACTION_CACHE.name), "_delta_log").glob("*.json"):
+        assert "Zyxq" not in log.read_text()  # statistics of the bucket column only, never of answers
+    chat_server.reset()
+    assert statuses(make_extractor(store, chat_server).extract(passages(titles))) == ["ok"] * len(titles)
+    assert chat_server.count == 0
+
+
+def test_a_compaction_that_fails_loses_nothing(store, chat_server, monkeypatch, caplog):
+    def lost_race(name):
+        raise ConcurrentCommitError("another writer committed while this one was compacting")
+
+    monkeypatch.setattr(store, "compact_journal", lost_race)
+    chat_server.script(lambda r: chat_server.Reply(content=good_answer(r)))
+    outcomes = make_extractor(store, chat_server).extract(passages())
+    assert statuses(outcomes) == ["ok"] * 3
+    assert "could not compact the extraction cache" in caplog.text
+    assert store.read_journal(EXTRACTION_CACHE.name).height == 3 and ledger.totals(store)["calls"] == 3
+
+
+def test_a_purge_that_meets_a_compaction_tries_again(store, chat_server, monkeypatch):
+    chat_server.script(lambda r: chat_server.Reply(content=good_answer(r)))
+    extractor = make_extractor(store, chat_server)
+    extractor.extract(passages())
+    deletions = []
+    delete = store.delete_from_journal
+
+    def compacted_meanwhile(name, column, values):
+        deletions.append(list(values))
+        if len(deletions) == 1:
+            raise CommitFailedError("a concurrent transaction removed the files this one read")
+        return delete(name, column, values)
+
+    monkeypatch.setattr(store, "delete_from_journal", compacted_meanwhile)
+    keep = extractor.cache_key(passages()[0])
+    assert ExtractionCache(store).purge_except([keep]) == 2
+    assert len(deletions) == 2
+    assert store.read_journal(EXTRACTION_CACHE.name).get_column("cache_key").to_list() == [keep]
