@@ -93,10 +93,6 @@ class Charge:
     def cost_usd(self) -> float:
         return cost_usd(self.tokens_in, self.tokens_out, self.price_in_per_mtok, self.price_out_per_mtok)
 
-    @property
-    def retries(self) -> int:
-        return max(self.attempts - 1, 0)
-
     def row(self) -> dict:
         return {
             "call_id": uuid.uuid4().hex,

@@ -273,12 +273,13 @@ class Store:
         )
 
     def compact_journal(self, name: str) -> int:
-        """Rewrite a journal table's small appended files into one per bucket, once it has more
-        than JOURNAL_FILES_PER_BUCKET files per bucket; the files removed are deleted once older
-        than ORPHAN_GRACE_HOURS (a reader may still be reading them).
+        """Rewrite a journal table's small appended files into about one per bucket, once it has
+        more than JOURNAL_FILES_PER_BUCKET files per bucket; the files removed are deleted once
+        older than ORPHAN_GRACE_HOURS (a reader may still be reading them).
 
-        Safe beside appenders (compaction commutes with appends); beside a deletion from the same
-        journal one of the two fails with ConcurrentCommitError. Returns the files compacted.
+        Safe beside appenders (compaction commutes with appends). Beside a deletion from the same
+        journal the later of the two fails: this with ConcurrentCommitError, the deletion with
+        deltalake's CommitFailedError. Returns the files compacted.
         """
         table = self._open(self.journal_uri(name))
         if table is None or len(table.file_uris()) <= JOURNAL_FILES_PER_BUCKET * self.n_buckets:

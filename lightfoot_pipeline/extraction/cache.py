@@ -3,8 +3,8 @@
 Keyed by model + prompt hash + schema hash + passage text hash. It is a journal table (append-only,
 read at its latest version, outside the store's commits), so extraction writes each answer to it
 as it arrives and a crashed run loses no answer it has taken (see openai_extractor.py). Those
-appends leave one small file each; :meth:`ExtractionCache.compact` rewrites them into a few
-larger ones. Erasing documents purges their entries.
+appends leave small files; :meth:`ExtractionCache.compact` rewrites them into one per bucket.
+Erasing documents purges their entries.
 """
 
 from __future__ import annotations

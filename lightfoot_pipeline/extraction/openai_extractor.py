@@ -14,10 +14,9 @@ For a batch of passages the extractor
    compacts the small files those appends left (every ``compact_every`` appends in a long run).
 
 So a crash, even ``kill -9``, loses at most the answers of the calls in flight at that moment
-(at most ``concurrency``, and only those whose reply arrived while the process died): every
-answer the extractor has taken is in the cache and the ledger before the next request leaves,
-and a re-run asks only for the passages without a cached answer. The ledger is written first, so
-it never lacks a call whose answer is cached.
+(at most ``concurrency``): every answer the extractor has taken is in the ledger and the cache
+before the next request leaves, and a re-run asks only for the passages without a cached answer.
+The ledger is written first, so it never lacks a call whose answer is cached.
 
 Every passage gets exactly one outcome: a record, or a failure with its reason (and the raw answer
 when there was one). A failure never aborts the batch. When the endpoint refuses the credentials
