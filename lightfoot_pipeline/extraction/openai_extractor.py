@@ -13,10 +13,11 @@ For a batch of passages the extractor
    per second stay within what storage takes, whatever the concurrency), and at the end it
    compacts the small files those appends left (every ``compact_every`` appends in a long run).
 
-So a crash, even ``kill -9``, loses at most the answers of the calls in flight at that moment
-(at most ``concurrency``): every answer the extractor has taken is in the ledger and the cache
-before the next request leaves, and a re-run asks only for the passages without a cached answer.
-The ledger is written first, so it never lacks a call whose answer is cached.
+So ``kill -9`` loses at most the answers of the calls in flight at that moment (at most
+``concurrency``): every answer the extractor has taken is in the ledger and the cache before the
+next request leaves, and a re-run asks only for the passages without a cached answer. An error
+that stops the batch (a failed write, an interrupt) loses none: the calls in flight are awaited
+and kept. The ledger is written first, so it never lacks a call whose answer is cached.
 
 Every passage gets exactly one outcome: a record, or a failure with its reason (and the raw answer
 when there was one). A failure never aborts the batch. When the endpoint refuses the credentials
@@ -167,6 +168,15 @@ class OpenAIExtractor:
                     since_compaction = 0
             finished_cleanly = True
         finally:
+            if not finished_cleanly and in_flight:
+                # The calls in flight run to their end anyway (their threads are joined at exit):
+                # wait for them and keep their answers too, so that an error loses nothing paid.
+                for future in wait(list(in_flight)).done:
+                    key, positions = in_flight.pop(future)
+                    _, charge, cache_row = self._settle(passages[positions[0]], key, future.result(), run_id)
+                    charges.append(charge)
+                    if cache_row is not None:
+                        cache_rows.append(cache_row)
             # Whatever happened, keep every answer already taken (a write that failed is tried again).
             self._write(cache_rows, charges)
             pool.shutdown(wait=finished_cleanly, cancel_futures=True)

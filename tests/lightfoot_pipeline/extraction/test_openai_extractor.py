@@ -285,6 +285,28 @@ def test_a_crash_loses_no_answer_already_paid_for(store, chat_server):
     assert chat_server.count == 5
 
 
+def test_an_error_mid_batch_keeps_the_answers_of_the_calls_in_flight(store, chat_server):
+    # The first four requests are answered at once, the later ones slowly: when the fourth answer
+    # is taken, one or two calls are still in flight.
+    chat_server.script(lambda r: chat_server.Reply(content=good_answer(r), delay=0.0 if r.number <= 4 else 0.3))
+    titles = [f"Town {i}" for i in range(12)]
+
+    def interrupted(done, total):
+        if done >= 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        make_extractor(store, chat_server, concurrency=3).extract(passages(titles), progress=interrupted)
+    sent = chat_server.count
+    assert sent in (5, 6)  # four answered, one or two in flight; nothing was sent after the error
+    # Every request sent was answered, charged and cached: a rerun asks only for the others.
+    assert ledger.totals(store)["calls"] == sent
+    assert store.read_journal(EXTRACTION_CACHE.name).height == sent
+    chat_server.reset()
+    assert statuses(make_extractor(store, chat_server).extract(passages(titles))) == ["ok"] * 12
+    assert chat_server.count == 12 - sent
+
+
 def test_progress_is_reported_for_every_passage(store, chat_server):
     chat_server.script(lambda r: chat_server.Reply(content=good_answer(r)))
     seen: list[tuple[int, int]] = []
