@@ -80,9 +80,11 @@ def cmd_ingest(args) -> int:
         if report.replaced:
             print(f"  replaced (a new version of a stored document): {_listed(report.replaced_doc_ids)}; "
                   "their earlier text leaves the store's history at the next `lightfoot vacuum` or erase")
-        print(f"  extracted {report.extracted}, already extracted {report.already_extracted}, failed {report.failed}")
-        print(f"  model calls {report.model_calls}, tokens in/out {report.tokens_in}/{report.tokens_out}, "
-              f"cost ${report.cost_usd:.4f}")
+        cached = f" ({report.from_cache} from the extraction cache)" if report.from_cache else ""
+        print(f"  extracted {report.extracted}, already extracted {report.already_extracted}{cached}, "
+              f"failed {report.failed}")
+        print(f"  model calls {report.model_calls} (retries {report.retries}), tokens in/out "
+              f"{report.tokens_in}/{report.tokens_out}, cost ${report.cost_usd:.4f}")
         if report.model_calls and getattr(extractor, "run_id", None):
             print(f"  cost ledger run {extractor.run_id} (see: lightfoot cost --run {extractor.run_id})")
         for key, count in sorted(report.validation.items()):
@@ -222,19 +224,19 @@ def cmd_cost(args) -> int:
         return 0
     t = payload["totals"]
     scope = f"run {args.run}" if args.run else f"{t['runs']} runs"
-    print(f"model calls in {store.uri} ({scope}): {t['calls']} calls ({t['attempts']} requests, "
-          f"{t['failed_calls']} failed), tokens in/out {t['tokens_in']:,}/{t['tokens_out']:,}, "
+    print(f"model calls in {store.uri} ({scope}): {t['calls']} calls (retries {t['retries']}, requests "
+          f"{t['attempts']}, failed {t['failed_calls']}), tokens in/out {t['tokens_in']:,}/{t['tokens_out']:,}, "
           f"cost ${t['cost_usd']:.4f}")
     if t["unpriced_calls"]:
         print(f"  {t['unpriced_calls']} calls to models with no known price (set LIGHTFOOT_LLM_PRICE_IN/_OUT)")
     if t["estimated_usage_calls"]:
         print(f"  {t['estimated_usage_calls']} calls without reported usage: their tokens are estimated")
     for run in payload.get("runs", []):
-        print(f"  {run['run_id']}  {run['started_at']:%Y-%m-%d %H:%M}  {run['models']}  {run['calls']} calls, "
-              f"{run['tokens_in']:,}/{run['tokens_out']:,} tokens, ${run['cost_usd']:.4f}")
+        print(f"  {run['run_id']}  {run['started_at']:%Y-%m-%d %H:%M}  {run['models']}  {run['calls']} calls "
+              f"(retries {run['retries']}), {run['tokens_in']:,}/{run['tokens_out']:,} tokens, ${run['cost_usd']:.4f}")
     for doc in payload.get("documents", []):
-        print(f"  {doc['doc_id']}  {doc['calls']} calls, {doc['tokens_in']:,}/{doc['tokens_out']:,} tokens, "
-              f"${doc['cost_usd']:.6f}")
+        print(f"  {doc['doc_id']}  {doc['calls']} calls (retries {doc['retries']}), "
+              f"{doc['tokens_in']:,}/{doc['tokens_out']:,} tokens, ${doc['cost_usd']:.6f}")
     return 0
 
 

@@ -36,6 +36,11 @@ class IndexConfigError(RuntimeError):
 
 @dataclass
 class IngestReport:
+    """What an ingest did. Every passage is counted once: ``extracted`` (by a call or a replayed
+    record in this run), ``already_extracted`` (stored, or answered by the extraction cache:
+    paid for by an earlier run, ``from_cache`` of them) or ``failed``. ``model_calls`` counts the
+    answers asked for and ``retries`` the requests sent again for them, which are not calls."""
+
     documents: int = 0  # given: ingested (new) + replaced + unchanged
     ingested: int = 0  # new doc ids
     replaced: int = 0  # doc ids the store held with other text or metadata: the new version replaces it
@@ -44,9 +49,11 @@ class IngestReport:
     passages: int = 0
     extracted: int = 0
     already_extracted: int = 0
+    from_cache: int = 0
     failed: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)
     model_calls: int = 0
+    retries: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0
@@ -142,11 +149,16 @@ def ingest(
     outcomes = extractor.extract(needed, progress) if needed else []
     for o in outcomes:
         report.model_calls += o.model_calls
+        report.retries += o.retries
         report.tokens_in += o.tokens_in
         report.tokens_out += o.tokens_out
         report.cost_usd += o.cost_usd
         if o.status == OK:
-            report.extracted += 1
+            if o.cached:
+                report.already_extracted += 1
+                report.from_cache += 1
+            else:
+                report.extracted += 1
             if o.record is not None:
                 report.validation.update(o.record.counts())
         else:
@@ -160,8 +172,9 @@ def ingest(
         derive_forms(tx, [d.doc_id for d in documents])
         report.graph = reconcile_graph(tx, settings, name_vector_cache(store, embedder))
         manifest = tx.commit(operation, {"documents": len(documents), "replaced": len(changes.replaced),
-                                         "model_calls": report.model_calls,
-                                         "extracted": report.extracted, "failed": report.failed})
+                                         "model_calls": report.model_calls, "retries": report.retries,
+                                         "extracted": report.extracted, "from_cache": report.from_cache,
+                                         "failed": report.failed})
     report.ingested, report.replaced, report.unchanged = len(changes.new), len(changes.replaced), len(changes.unchanged)
     report.replaced_doc_ids = changes.replaced
     report.seq = manifest.seq
