@@ -12,18 +12,17 @@ from typing import Iterable, Sequence
 
 import dagster as dg
 
+from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
+
 DOCUMENTS = dg.DynamicPartitionsDefinition(name="documents")
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 
 def invalid_key_reason(doc_id: str) -> str | None:
-    """Why a document id cannot be a partition key, or None when it can (Dagster's own check)."""
-    try:
-        dg.StaticPartitionsDefinition([doc_id])
-    except dg.DagsterInvalidDefinitionError as error:
-        return f"doc_id {doc_id!r} cannot be a partition key: {error}"
-    return None
+    """Why a document id cannot be a partition key, or None when it can: the engine's one rule for
+    doc ids (lightfoot_pipeline.ingest.doc_ids), which refuses all that Dagster refuses in a key."""
+    return doc_id_problem(doc_id)
 
 
 def key_ranges(ordered_keys: Sequence[str], wanted: Iterable[str]) -> list[tuple[str, str]]:

@@ -14,6 +14,10 @@ Erasure also removes what history and caches still hold:
 
 and then marks the tombstones as erased. After it, no file under the store root holds the text;
 the tests plant a canary string and search every file for it.
+
+Steps 1-4 keep only what the live rows use, and step 6 also removes snapshots that hold the
+earlier text of a document ingested again: so every erase, and :func:`vacuum` (``lightfoot
+vacuum``, an erase of no document), also purges the text that re-ingesting a document replaced.
 """
 
 from __future__ import annotations
@@ -58,7 +62,17 @@ def live_vector_texts(store: Store) -> dict[str, list[str]]:
     return {"name": names, "passage": passage_texts, "fact": fact_texts}
 
 
+def vacuum(store: Store) -> EraseReport:
+    """Remove from the store's history, caches and snapshots everything no live row uses.
+
+    An erase of no document: the text of documents deleted without an erase, and the earlier text
+    of documents that were ingested again, leaves the store. No tombstone changes.
+    """
+    return erase_history(store, [])
+
+
 def erase_history(store: Store, doc_ids: Sequence[str]) -> EraseReport:
+    """Erase the history of the deleted ``doc_ids`` (and whatever else no live row uses)."""
     report = EraseReport(documents=sorted(doc_ids))
     manifest = store.manifest()
     live_keys = store.read(EXTRACTIONS.name, manifest, columns=["cache_key"]).get_column("cache_key").to_list()
@@ -79,7 +93,8 @@ def erase_history(store: Store, doc_ids: Sequence[str]) -> EraseReport:
             )
             tx.commit("erase", {"documents": len(doc_ids)})
     report.landed_copies_removed = Landing(store).forget(doc_ids)  # documents that came through an inbox
-    report.snapshots_removed = erase_from_snapshots(store, doc_ids)  # serving copies of the text
+    # Serving copies of the text: of the erased documents, and earlier versions of re-ingested ones.
+    report.snapshots_removed = erase_from_snapshots(store, doc_ids, replaced_text=True)
     report.files_vacuumed = store.vacuum()
     cleanup_vector_history(store)
     report.erased_at = now.isoformat()

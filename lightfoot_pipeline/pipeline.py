@@ -11,14 +11,14 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import polars as pl
 
 from lightfoot_pipeline.erase import erase_history
-from lightfoot_pipeline.ingest.dataset import Document
+from lightfoot_pipeline.ingest.dataset import Document, unmatched_records
 from lightfoot_pipeline.index.documents import (
-    TombstoneReport, derive_forms, document_passages, record_extractions, tombstone_documents,
+    TombstoneReport, derive_forms, document_changes, document_passages, record_extractions, tombstone_documents,
     upsert_documents,
 )
 from lightfoot_pipeline.models.embedder import Embedder
@@ -27,7 +27,7 @@ from lightfoot_pipeline.store.fingerprint import fingerprint as fingerprint  # r
 from lightfoot_pipeline.index.reconcile import GraphChange, reconcile_graph
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.store import Manifest, Store, Transaction
-from lightfoot_pipeline.store.tables import DOCUMENTS, EXTRACTIONS, INDEX_TABLES, PASSAGES, with_buckets
+from lightfoot_pipeline.store.tables import DOCUMENTS, EXTRACTIONS, INDEX_TABLES, PASSAGES, TOMBSTONES, with_buckets
 from lightfoot_pipeline.store.vectors import VectorCache
 
 
@@ -37,25 +37,40 @@ class IndexConfigError(RuntimeError):
 
 @dataclass
 class IngestReport:
-    documents: int = 0
+    """What an ingest did. Every passage is counted once: ``extracted`` (by a call or a replayed
+    record in this run), ``already_extracted`` (stored, or answered by the extraction cache:
+    paid for by an earlier run, ``from_cache`` of them) or ``failed``. ``model_calls`` counts the
+    answers asked for and ``retries`` the requests sent again for them, which are not calls."""
+
+    documents: int = 0  # given: ingested (new) + replaced + unchanged
+    ingested: int = 0  # new doc ids
+    replaced: int = 0  # doc ids the store held with other text or metadata: the new version replaces it
+    unchanged: int = 0  # the store held them as given
+    replaced_doc_ids: list[str] = field(default_factory=list)
     passages: int = 0
     extracted: int = 0
     already_extracted: int = 0
+    from_cache: int = 0
     failed: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)
     model_calls: int = 0
+    retries: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0
     validation: Counter = field(default_factory=Counter)
+    # Recorded extractions that match no passage of the documents, by reason (never applied).
+    ignored_records: Counter = field(default_factory=Counter)
     graph: GraphChange = field(default_factory=GraphChange)
     seq: int = 0
     seconds: float = 0.0
 
     def as_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k not in {"graph", "validation", "failures"}}
+        nested = {"graph", "validation", "failures", "ignored_records"}
+        out = {k: v for k, v in self.__dict__.items() if k not in nested}
         out["graph"] = self.graph.as_dict()
         out["validation"] = dict(sorted(self.validation.items()))
+        out["ignored_records"] = dict(sorted(self.ignored_records.items()))
         out["failures"] = [{"chunk_id": c, "reason": r} for c, r in self.failures]
         return out
 
@@ -63,7 +78,8 @@ class IngestReport:
 @dataclass
 class DeleteReport:
     deleted: list[str] = field(default_factory=list)
-    not_found: list[str] = field(default_factory=list)
+    not_found: list[str] = field(default_factory=list)  # not live: nothing to delete
+    already_deleted: list[str] = field(default_factory=list)  # those of not_found that were deleted before
     passages_removed: int = 0
     graph: GraphChange = field(default_factory=GraphChange)
     model_calls: int = 0  # always 0: deletion never calls a model; reported so that it shows
@@ -112,13 +128,21 @@ def ingest(
     settings: IndexSettings | None = None,
     progress: ProgressCallback | None = None,
     operation: str = "ingest",
+    recorded: Mapping[str, dict | list] | None = None,
 ) -> IngestReport:
-    """Add (or update) documents: extract what is new, then update the graph, in one commit."""
+    """Add (or replace) documents: extract what is new, then update the graph, in one commit.
+
+    A document whose id the store holds replaces it; the report counts it as replaced, not
+    ingested. The replaced text leaves the current tables at once and the store's history at the
+    next vacuum (:func:`lightfoot_pipeline.erase.vacuum`). ``recorded``: the recorded extractions the
+    extractor replays, if any; those that match no passage are counted in ``ignored_records``.
+    """
     settings = settings or IndexSettings()
     started = time.perf_counter()
     report = IngestReport(documents=len(documents))
     passages = document_passages(documents, settings)
     report.passages = len(passages)
+    report.ignored_records = unmatched_records(recorded or {}, passages)
     extracted = set(store.read(EXTRACTIONS.name, columns=["chunk_id", "status"])
                     .filter(pl.col("status") == OK).get_column("chunk_id").to_list())
     needed = [p for p in passages if p.chunk_id not in extracted]
@@ -126,11 +150,16 @@ def ingest(
     outcomes = extractor.extract(needed, progress) if needed else []
     for o in outcomes:
         report.model_calls += o.model_calls
+        report.retries += o.retries
         report.tokens_in += o.tokens_in
         report.tokens_out += o.tokens_out
         report.cost_usd += o.cost_usd
         if o.status == OK:
-            report.extracted += 1
+            if o.cached:
+                report.already_extracted += 1
+                report.from_cache += 1
+            else:
+                report.extracted += 1
             if o.record is not None:
                 report.validation.update(o.record.counts())
         else:
@@ -138,12 +167,17 @@ def ingest(
             report.failures.append((o.chunk_id, o.reason))
     with store.transaction() as tx:
         check_config(tx, index_config(embedder.model_id, embedder.dim, settings))
+        changes = document_changes(tx, documents)
         upsert_documents(tx, documents, settings)
         record_extractions(tx, outcomes)
         derive_forms(tx, [d.doc_id for d in documents])
         report.graph = reconcile_graph(tx, settings, name_vector_cache(store, embedder))
-        manifest = tx.commit(operation, {"documents": len(documents), "model_calls": report.model_calls,
-                                         "extracted": report.extracted, "failed": report.failed})
+        manifest = tx.commit(operation, {"documents": len(documents), "replaced": len(changes.replaced),
+                                         "model_calls": report.model_calls, "retries": report.retries,
+                                         "extracted": report.extracted, "from_cache": report.from_cache,
+                                         "failed": report.failed})
+    report.ingested, report.replaced, report.unchanged = len(changes.new), len(changes.replaced), len(changes.unchanged)
+    report.replaced_doc_ids = changes.replaced
     report.seq = manifest.seq
     report.seconds = time.perf_counter() - started
     return report
@@ -157,20 +191,27 @@ def delete(
     erase: bool = False,
     reason: str = "",
 ) -> DeleteReport:
-    """Delete documents: drop their rows, recompute what their names touched. No model call."""
+    """Delete documents: drop their rows, recompute what their names touched. No model call.
+
+    Ids the store does not hold are reported in ``not_found`` (a deletion of what is not there is
+    done already). With ``erase``, the history of the deleted documents is erased, and so is that
+    of ids deleted earlier without an erase (``already_deleted``).
+    """
     settings = settings or IndexSettings()
     started = time.perf_counter()
     with store.transaction() as tx:
         tombstone = tombstone_documents(tx, doc_ids, reason=reason, erase=erase)
         graph = reconcile_graph(tx, settings, None)
+        earlier = tx.table(TOMBSTONES.name).filter(pl.col("doc_id").is_in(tombstone.not_found))
         manifest = tx.commit("delete", {"deleted": len(tombstone.deleted), "erase": erase, "model_calls": 0})
     report = DeleteReport(
         deleted=tombstone.deleted, not_found=tombstone.not_found, passages_removed=len(tombstone.chunk_ids),
+        already_deleted=sorted(set(earlier.get_column("doc_id").to_list())),
         graph=graph, seq=manifest.seq, tombstone=tombstone,
     )
     report.seconds = time.perf_counter() - started
     if erase:
-        report.erase = erase_history(store, tombstone.deleted).as_dict()
+        report.erase = erase_history(store, [*tombstone.deleted, *report.already_deleted]).as_dict()
     return report
 
 

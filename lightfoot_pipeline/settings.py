@@ -30,6 +30,12 @@ DEFAULT_ENTITY_TYPES = (
     GENERIC_TYPE,
 )
 
+# Caps on one passage's extraction record, far above what a real one carries (the extraction
+# prompt asks for at most 12 entities and 12 facts; the bundled sample's largest recorded record
+# has 42 and 57). A record past a cap keeps its first entities or facts and records the drop.
+MAX_ENTITIES_PER_PASSAGE = 100
+MAX_FACTS_PER_PASSAGE = 100
+
 DEFAULT_STORE = ".lightfoot/store"
 STORE_ENV = "LIGHTFOOT_STORE"
 
@@ -47,8 +53,16 @@ class IndexSettings:
     block_rows: int = 2048
     block_cols: int = 8192
     entity_types: tuple[str, ...] = field(default=DEFAULT_ENTITY_TYPES)
+    # Applied when an extraction record is validated, so they shape what is stored as the record,
+    # like entity_types, rather than what is derived from it; not part of shape_of_index.
+    max_entities_per_passage: int = MAX_ENTITIES_PER_PASSAGE
+    max_facts_per_passage: int = MAX_FACTS_PER_PASSAGE
 
     def __post_init__(self) -> None:
+        for name in ("max_entities_per_passage", "max_facts_per_passage"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a whole number from 1, got {value!r}")
         if not 0.0 < self.synonym_threshold <= self.entity_threshold <= 1.0:
             raise ValueError(
                 "thresholds must satisfy 0 < synonym_threshold <= entity_threshold <= 1, got "

@@ -37,7 +37,9 @@ def extractions(
 ) -> dg.MaterializeResult:
     """The validated entities and facts of every passage of a document, or why its extraction failed.
 
-    Passages extracted before are not asked again. Model calls, tokens and cost are in the metadata.
+    Passages extracted before are not asked again, nor are those the extraction cache answers
+    (a run that crashed paid for them). Model calls, their retries (requests sent again, not
+    further calls), tokens and cost are in the metadata.
     """
     keys = sorted(context.partition_keys)
     lightfoot = store.open()
@@ -67,7 +69,8 @@ def extractions(
         kept = [o for o in outcomes if o.chunk_id in live]  # a document deleted meanwhile stays deleted
         record_extractions(tx, kept)
         manifest, changed = commit_if_changed(tx, "extractions", {
-            "passages": len(kept), "model_calls": sum(o.model_calls for o in kept), "run_id": context.run.run_id,
+            "passages": len(kept), "model_calls": sum(o.model_calls for o in kept),
+            "retries": sum(o.retries for o in kept), "run_id": context.run.run_id,
         })
     failures = [o for o in kept if o.status != OK]
     validation: Counter = Counter()
@@ -78,10 +81,13 @@ def extractions(
         lightfoot, manifest, [EXTRACTIONS_TABLE.name], fingerprint=store.report_fingerprint, changed=changed,
         model_calls=sum(o.model_calls for o in outcomes), cost_usd=sum(o.cost_usd for o in outcomes),
     )
+    from_cache = sum(1 for o in kept if o.status == OK and o.cached)
     metadata.update({
         "passages_in_run": dg.MetadataValue.int(stored.height),
-        "extracted": dg.MetadataValue.int(len(kept) - len(failures)),
-        "already_extracted": dg.MetadataValue.int(stored.height - len(needed)),
+        "extracted": dg.MetadataValue.int(len(kept) - len(failures) - from_cache),
+        "already_extracted": dg.MetadataValue.int(stored.height - len(needed) + from_cache),
+        "from_cache": dg.MetadataValue.int(from_cache),
+        "retries": dg.MetadataValue.int(sum(o.retries for o in outcomes)),
         "failed": dg.MetadataValue.int(len(failures)),
         "tokens_in": dg.MetadataValue.int(sum(o.tokens_in for o in outcomes)),
         "tokens_out": dg.MetadataValue.int(sum(o.tokens_out for o in outcomes)),

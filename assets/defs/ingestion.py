@@ -1,12 +1,13 @@
 """Ingestion: the document inbox, the ``passages`` asset, and the ingestion job, sensor and schedule.
 
 A drop in the inbox is read, each of its documents is copied to the landing area under the store
-root, the documents are added as partitions, and one run ingests them all (a range of partitions:
-a single-run backfill). The hourly schedule does the same for anyone who keeps the sensor off, and
-picks up landed documents that no run has ingested yet.
+root beside a receipt for the drop, the documents are added as partitions, and one run ingests the
+drop (a range of partitions: a single-run backfill). The receipt stays pending until a run of the
+drop has succeeded, and a drop whose run failed or never came to exist is asked again. The hourly
+schedule does the same for anyone who keeps the sensor off, and picks up landed documents that no
+run has ingested yet.
 """
 
-import json
 from dataclasses import dataclass, field
 
 import dagster as dg
@@ -17,11 +18,12 @@ from assets.keys import (
 )
 from assets.partitions import DOCUMENTS, invalid_key_reason, key_ranges, range_tags
 from assets.provenance import STORE_POOL, commit_if_changed, store_metadata
+from assets.receipts import receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
 from lightfoot_pipeline.ingest.dataset import DatasetError
 from lightfoot_pipeline.index.documents import upsert_documents
 from lightfoot_pipeline.ingest.inbox import Inbox
-from lightfoot_pipeline.ingest.landing import Landing
+from lightfoot_pipeline.ingest.landing import INGESTION, Landing, Receipt
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENTS as DOCUMENTS_TABLE
 from lightfoot_pipeline.store.tables import PASSAGES as PASSAGES_TABLE
@@ -102,18 +104,19 @@ document_ingestion = dg.define_asset_job(
 class Intake:
     """What one look at the inbox did."""
 
-    doc_ids: list[str] = field(default_factory=list)
-    drops: list[str] = field(default_factory=list)
+    receipts: list[Receipt] = field(default_factory=list)
     rejected: dict[str, str] = field(default_factory=dict)
-    kept: dict[str, str] = field(default_factory=dict)  # landed, but could not be removed from the inbox
+
+    @property
+    def doc_ids(self) -> list[str]:
+        return sorted({d for r in self.receipts for d in r.doc_ids})
 
 
-def take_in(inbox: Inbox, landing: Landing, skip: dict[str, str], log) -> Intake:
-    """Land every ready drop of the inbox (except those in ``skip``, by signature) and remove it."""
+def take_in(inbox: Inbox, landing: Landing, log) -> Intake:
+    """Land every ready drop of the inbox — its documents, then a pending receipt — and remove it.
+    A drop whose receipt already exists (one that could not be removed before) is not landed again."""
     intake = Intake()
     for item in inbox.items():
-        if skip.get(item.name) == item.signature:
-            continue
         try:
             documents = inbox.read_documents(item)
             bad = [reason for d in documents if (reason := invalid_key_reason(d.doc_id))]
@@ -126,68 +129,126 @@ def take_in(inbox: Inbox, landing: Landing, skip: dict[str, str], log) -> Intake
                 log.warning(f"rejected {item.name}: {reason} (moved to {where})")
             except OSError as move_error:
                 log.error(f"rejected {item.name}: {reason}; could not move it aside: {move_error}")
-                intake.kept[item.name] = item.signature
             intake.rejected[item.name] = reason
             continue
-        landing.put_documents(documents)
-        intake.doc_ids.extend(d.doc_id for d in documents)
-        intake.drops.append(item.name)
+        receipt = inbox.document_receipt(item, documents)
+        known = landing.receipt(INGESTION, receipt.receipt_id)
+        if known is None:
+            landing.put_documents(documents)  # before the receipt: a receipt never names documents not landed
+            landing.record(receipt)
+            intake.receipts.append(receipt)
+            log.info(f"landed {len(documents)} documents from {item.name} (drop {receipt.receipt_id})")
+        else:
+            log.info(f"{item.name} was landed before (drop {known.receipt_id}, "
+                     f"{'done: ' + known.outcome if known.is_done else 'pending'}); not landed again")
         try:
             inbox.remove(item)
         except OSError as err:
-            log.warning(f"landed {item.name} but could not remove it from the inbox ({err}); it will not be read again")
-            intake.kept[item.name] = item.signature
-        log.info(f"landed {len(documents)} documents from {item.name}")
-    intake.doc_ids = sorted(set(intake.doc_ids))
+            log.warning(f"landed {item.name} but could not remove it from the inbox ({err}); "
+                        "it will not be landed again")
     return intake
 
 
-def ingestion_requests(
-    instance: dg.DagsterInstance, doc_ids: list[str], run_key: str, trigger: str
-) -> tuple[list[str], list[dg.RunRequest]]:
-    """Partition keys to add, and the runs (as few ranges as the partition order allows) to request."""
-    existing = instance.get_dynamic_partitions(DOCUMENTS.name)
-    known = set(existing)
-    new = [d for d in doc_ids if d not in known]
-    ranges = key_ranges([*existing, *new], doc_ids)
-    requests = [
+def ingestion_requests(order: list[str], doc_ids: list[str], run_key: str, tags: dict[str, str]) -> list[dg.RunRequest]:
+    """The runs over these documents: as few ranges of the partition ``order`` as it allows."""
+    ranges = key_ranges(order, doc_ids)
+    return [
         dg.RunRequest(
             run_key=f"{run_key}-{i}" if len(ranges) > 1 else run_key,
             job_name=INGESTION_JOB,
-            tags={**range_tags(first, last), TRIGGER_TAG: trigger},
+            tags={**range_tags(first, last), **tags},
         )
         for i, (first, last) in enumerate(ranges)
     ]
-    return new, requests
+
+
+@dataclass
+class DropRuns:
+    """What the pending drops of the document inbox need: partitions to add and runs to ask for."""
+
+    new_partitions: list[str] = field(default_factory=list)
+    requests: list[dg.RunRequest] = field(default_factory=list)
+    asked: list[str] = field(default_factory=list)  # one line per drop given runs, saying why
+    settled: list[Receipt] = field(default_factory=list)
+    waiting: list[Receipt] = field(default_factory=list)
+    pending_ids: set[str] = field(default_factory=set)  # documents of drops still pending
+
+
+def drop_runs(instance: dg.DagsterInstance, landing: Landing, trigger: str) -> DropRuns:
+    """Settle each pending drop whose runs succeeded, and ask for runs for each one whose runs
+    failed, were canceled or never came to exist.
+
+    A drop is done when every run of its latest attempt has succeeded (a run that ingests a range
+    of partitions stores, extracts and links its documents and exports the snapshot), or when none
+    of its documents has a landed copy any more (all deleted since). A retry ingests the drop's
+    documents that still have a landed copy, re-adding any partition the instance lacks.
+    """
+    out = DropRuns()
+    order = list(instance.get_dynamic_partitions(DOCUMENTS.name))
+    known = set(order)
+    for receipt in landing.pending_receipts(INGESTION):
+        runs = receipt_runs(instance, receipt)
+        if runs.succeeded:
+            out.settled.append(landing.settle(receipt, f"run {runs.succeeded} succeeded"))
+            continue
+        out.pending_ids.update(receipt.doc_ids)
+        if runs.in_flight or runs.backing_off():
+            out.waiting.append(receipt)
+            continue
+        wanted = sorted(landing.landed(receipt.doc_ids))
+        if not wanted:
+            out.settled.append(landing.settle(receipt, "none of its documents has a landed copy (deleted since)"))
+            continue
+        new = [d for d in wanted if d not in known]
+        order.extend(new)
+        known.update(new)
+        out.new_partitions.extend(new)
+        out.requests.extend(ingestion_requests(
+            order, wanted, receipt_run_key("inbox", receipt, runs.attempt),
+            {TRIGGER_TAG: trigger, **receipt_tags(receipt, runs.attempt)},
+        ))
+        out.asked.append(
+            f"drop {receipt.receipt_id} ({receipt.origin}, {len(wanted)} documents): attempt {runs.attempt}"
+            + (f" after failed or canceled runs {', '.join(runs.failed)}" if runs.failed else "")
+        )
+    return out
 
 
 @dg.sensor(job_name=INGESTION_JOB, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
 def document_inbox(
     context: dg.SensorEvaluationContext, store: StoreResource, inbox: InboxResource
-) -> dg.SensorResult | dg.SkipReason:
-    """Documents dropped in the inbox: landed, added as partitions, and ingested in one run per batch.
+) -> dg.SensorResult:
+    """Documents dropped in the inbox: landed with a receipt, added as partitions, and ingested
+    until a run of each drop has succeeded.
 
-    The cursor counts batches and remembers drops that were landed but could not be removed from
-    the inbox, so that they are not ingested twice.
+    A drop's documents are landed and a pending receipt recorded (its id hashes the drop's name,
+    size, modification time and document ids); then the drop is removed. On every tick each
+    pending drop is looked up in the instance by its tag: done when its runs succeeded, waiting
+    while one is queued or running, and otherwise asked again — after a failed or canceled run, or
+    when its run never came to exist — under a run key made of its receipt id and attempt number.
+    Nothing depends on the cursor: resetting it, restarting the daemon or wiping the instance
+    neither loses a drop nor lands one twice.
     """
-    cursor = json.loads(context.cursor) if context.cursor else {"batch": 0, "kept": {}}
     lightfoot = store.open()
+    landing = Landing(lightfoot)
     box = inbox.document_inbox(lightfoot)
-    intake = take_in(box, Landing(lightfoot), cursor["kept"], context.log)
-    present = {item.name for item in box.items()}
-    kept = {name: sig for name, sig in {**cursor["kept"], **intake.kept}.items() if name in present}
-    if not intake.doc_ids:
-        next_cursor = json.dumps({"batch": cursor["batch"], "kept": kept}, sort_keys=True)
-        message = f"nothing new in {box.uri}" + (f"; rejected {', '.join(intake.rejected)}" if intake.rejected else "")
-        return dg.SensorResult(skip_reason=dg.SkipReason(message), cursor=next_cursor)
-    batch = cursor["batch"] + 1
-    new, requests = ingestion_requests(context.instance, intake.doc_ids, f"inbox-{batch}", "inbox")
-    context.log.info(f"batch {batch}: {len(intake.doc_ids)} documents from {', '.join(intake.drops)}; "
-                     f"{len(new)} new partitions; {len(requests)} run(s)")
+    intake = take_in(box, landing, context.log)
+    runs = drop_runs(context.instance, landing, "inbox")
+    news = [f"landed {len(intake.doc_ids)} documents from {len(intake.receipts)} drops"] if intake.receipts \
+        else [f"nothing new in {box.uri}"]
+    if intake.rejected:
+        news.append(f"rejected {', '.join(sorted(intake.rejected))}")
+    if runs.settled:
+        news.append(f"{len(runs.settled)} drops ingested")
+    if runs.waiting:
+        news.append(f"{len(runs.waiting)} drops waiting for their runs or, after repeated failures, for their next attempt")
+    if not runs.requests:
+        return dg.SensorResult(skip_reason=dg.SkipReason("; ".join(news)))
+    context.log.info(f"{'; '.join(news)}; {len(runs.new_partitions)} new partitions; "
+                     f"{len(runs.requests)} run(s) for " + "; ".join(runs.asked))
     return dg.SensorResult(
-        run_requests=requests,
-        dynamic_partitions_requests=[DOCUMENTS.build_add_request(new)] if new else [],
-        cursor=json.dumps({"batch": batch, "kept": kept}, sort_keys=True),
+        run_requests=runs.requests,
+        dynamic_partitions_requests=[DOCUMENTS.build_add_request(runs.new_partitions)] if runs.new_partitions else [],
     )
 
 
@@ -200,7 +261,8 @@ def document_inbox(
 def hourly_ingestion(
     context: dg.ScheduleEvaluationContext, store: StoreResource, inbox: InboxResource
 ) -> list[dg.RunRequest] | dg.SkipReason:
-    """Every hour: land what is in the inbox, and ingest every landed document the store lacks.
+    """Every hour: land what is in the inbox, ask for the runs its pending drops need (as the
+    sensor does), and ingest every other landed document the store lacks.
 
     Catches what the sensor leaves (the sensor turned off, a run that failed before it stored
     its documents). Skipped while an ingestion run is queued or running.
@@ -216,14 +278,18 @@ def hourly_ingestion(
         return dg.SkipReason(f"an ingestion run ({busy[0].dagster_run.run_id}) is queued or running")
     lightfoot = store.open()
     landing = Landing(lightfoot)
-    take_in(inbox.document_inbox(lightfoot), landing, {}, context.log)
+    take_in(inbox.document_inbox(lightfoot), landing, context.log)
+    drops = drop_runs(context.instance, landing, "schedule")
     live = set(lightfoot.read(DOCUMENTS_TABLE.name, columns=["doc_id"]).get_column("doc_id").to_list())
     awaiting_deletion = {r.doc_id for r in landing.deletion_requests()}
-    wanted = sorted(set(landing.landed_ids()) - live - awaiting_deletion)
-    if not wanted:
-        return dg.SkipReason("every landed document is in the store")
+    wanted = sorted(set(landing.landed_ids()) - live - awaiting_deletion - drops.pending_ids)
+    if not wanted and not drops.requests:
+        return dg.SkipReason("every landed document is in the store or waits for its drop's run")
+    order = [*context.instance.get_dynamic_partitions(DOCUMENTS.name), *drops.new_partitions]
+    known = set(order)
+    new = [d for d in wanted if d not in known]
     stamp = context.scheduled_execution_time.strftime("%Y%m%dT%H%M")
-    new, requests = ingestion_requests(context.instance, wanted, f"hourly-{stamp}", "schedule")
-    if new:
-        context.instance.add_dynamic_partitions(DOCUMENTS.name, new)
-    return requests
+    requests = ingestion_requests([*order, *new], wanted, f"hourly-{stamp}", {TRIGGER_TAG: "schedule"})
+    if drops.new_partitions or new:
+        context.instance.add_dynamic_partitions(DOCUMENTS.name, [*drops.new_partitions, *new])
+    return [*drops.requests, *requests]

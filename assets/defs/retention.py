@@ -9,7 +9,6 @@ removes the documents' text from history; and only then, with everything downstr
 partition key removed.
 """
 
-import json
 from collections import defaultdict
 
 import dagster as dg
@@ -21,12 +20,13 @@ from assets.keys import (
 )
 from assets.partitions import DOCUMENTS
 from assets.provenance import STORE_POOL, commit_if_changed, store_metadata
+from assets.receipts import IN_FLIGHT, receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
 from lightfoot_pipeline.ingest.dataset import DatasetError
 from lightfoot_pipeline.index.documents import tombstone_documents
 from lightfoot_pipeline.erase import erase_history
 from lightfoot_pipeline.ingest.inbox import Inbox
-from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing, open_filesystem, utc_now
+from lightfoot_pipeline.ingest.landing import ERASURE, DeletionRequest, Landing, Receipt, open_filesystem, utc_now
 from lightfoot_pipeline.ingest.retention import PolicyError, RetentionPolicy, due_documents
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENTS as DOCUMENTS_TABLE
@@ -150,14 +150,13 @@ document_deletion = dg.define_asset_job(
 # -- requests ---------------------------------------------------------------------------------
 
 
-def take_requests(inbox: Inbox, landing: Landing, skip: dict[str, str], log) -> tuple[list[DeletionRequest], dict, dict]:
-    """Record every ready request file of the erasure inbox in the landing area, and remove it."""
-    taken: list[DeletionRequest] = []
+def take_requests(inbox: Inbox, landing: Landing, log) -> tuple[list[Receipt], dict[str, str]]:
+    """Record every ready request file of the erasure inbox — its deletion requests in the landing
+    area, then a pending receipt — and remove it. A file whose receipt already exists (one that
+    could not be removed before) is not applied again."""
+    taken: list[Receipt] = []
     rejected: dict[str, str] = {}
-    kept: dict[str, str] = {}
     for item in inbox.items():
-        if skip.get(item.name) == item.signature:
-            continue
         try:
             requests = inbox.read_requests(item)
         except (DatasetError, UnicodeDecodeError, OSError) as err:
@@ -166,43 +165,104 @@ def take_requests(inbox: Inbox, landing: Landing, skip: dict[str, str], log) -> 
                 log.warning(f"rejected {item.name}: {err} (moved to {inbox.reject(item, str(err))})")
             except OSError as move_error:
                 log.error(f"rejected {item.name}: {err}; could not move it aside: {move_error}")
-                kept[item.name] = item.signature
             continue
-        landing.request_deletions(requests)
-        taken.extend(requests)
+        receipt = inbox.deletion_receipt(item, requests)
+        known = landing.receipt(ERASURE, receipt.receipt_id)
+        if known is None:
+            landing.request_deletions(requests)  # before the receipt: a receipt never names requests not recorded
+            landing.record(receipt)
+            taken.append(receipt)
+            log.info(f"{len(requests)} deletion requests from {item.name} (request {receipt.receipt_id})")
+        else:
+            log.info(f"{item.name} was taken before (request {known.receipt_id}, "
+                     f"{'done: ' + known.outcome if known.is_done else 'pending'}); not applied again")
         try:
             inbox.remove(item)
         except OSError as err:
-            log.warning(f"recorded {item.name} but could not remove it ({err}); it will not be read again")
-            kept[item.name] = item.signature
-        log.info(f"{len(requests)} deletion requests from {item.name}")
-    return taken, rejected, kept
+            log.warning(f"recorded {item.name} but could not remove it ({err}); it will not be applied again")
+    return taken, rejected
+
+
+def _deletion_runs_in_flight(instance: dg.DagsterInstance) -> list[str]:
+    """Deletion runs queued, starting, running or being canceled, whoever asked for them."""
+    records = instance.get_run_records(dg.RunsFilter(job_name=DELETION_JOB, statuses=IN_FLIGHT), limit=5)
+    return [r.dagster_run.run_id for r in records]
 
 
 @dg.sensor(job_name=DELETION_JOB, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
 def erasure_inbox(
     context: dg.SensorEvaluationContext, store: StoreResource, inbox: InboxResource
 ) -> dg.SensorResult:
-    """Erasure requests dropped in the erasure inbox: recorded, then applied by one deletion run.
+    """Erasure requests dropped in the erasure inbox: each recorded with a receipt, and applied by
+    deletion runs until one that includes it has succeeded.
 
-    The cursor counts batches and remembers request files that were recorded but could not be
-    removed, so that they are not applied twice.
+    A request file becomes deletion requests in the landing area and a pending receipt whose id
+    hashes the file and what it asks; then the file is removed. On every tick each pending receipt
+    is looked up in the instance by its tag (assets/receipts.py):
+
+    - its run succeeded: the receipt is done. The sensor settles it, not a job step: a successful
+      deletion run has applied every request landed before it started, so no step needs to know
+      which receipts it served, and a re-execution from the UI (which keeps the run's tags)
+      counts like the run itself;
+    - its run is queued or running: it waits;
+    - otherwise, if its documents are already deleted, and erased where asked (by a run asked for
+      another receipt, the retention schedule or ``lightfoot delete``), it is done;
+    - otherwise its run failed, was canceled or never came to exist (dropped as a duplicate, a
+      wiped instance): it gets a run keyed by its receipt id and attempt number.
+
+    One deletion run at a time: while any is queued or running, receipts wait for it, and then the
+    oldest receipt that still needs one gets it — the run applies every pending request, so the
+    others are usually settled by the next tick. A receipt whose runs keep failing is asked again
+    with a growing wait (assets/receipts.py), each failed run left in the instance. Nothing depends on the cursor: resetting it,
+    restarting the daemon or wiping the instance loses no request and applies none twice.
     """
-    cursor = json.loads(context.cursor) if context.cursor else {"batch": 0, "kept": {}}
     lightfoot = store.open()
+    landing = Landing(lightfoot)
     box = inbox.erasure_inbox(lightfoot)
-    taken, rejected, kept_now = take_requests(box, Landing(lightfoot), cursor["kept"], context.log)
-    present = {item.name for item in box.items()}
-    kept = {name: sig for name, sig in {**cursor["kept"], **kept_now}.items() if name in present}
-    if not taken:
-        message = f"no erasure request in {box.uri}" + (f"; rejected {', '.join(rejected)}" if rejected else "")
-        return dg.SensorResult(skip_reason=dg.SkipReason(message),
-                               cursor=json.dumps({"batch": cursor["batch"], "kept": kept}, sort_keys=True))
-    batch = cursor["batch"] + 1
-    return dg.SensorResult(
-        run_requests=[dg.RunRequest(run_key=f"erasure-{batch}", tags={TRIGGER_TAG: "erasure-inbox"})],
-        cursor=json.dumps({"batch": batch, "kept": kept}, sort_keys=True),
-    )
+    taken, rejected = take_requests(box, landing, context.log)
+    settled, waiting, backing_off, needed = [], [], [], []
+    for receipt in landing.pending_receipts(ERASURE):
+        runs = receipt_runs(context.instance, receipt)
+        if runs.succeeded:
+            landing.settle(receipt, f"run {runs.succeeded} succeeded")
+            settled.append(receipt)
+        elif runs.in_flight:
+            waiting.append(receipt)
+        elif runs.backing_off():
+            backing_off.append(receipt)
+        elif not (outstanding := landing.outstanding_deletions(receipt)):
+            landing.settle(receipt, "its documents were already deleted" + (" and erased" if receipt.erase_ids else ""))
+            settled.append(receipt)
+        else:
+            needed.append((receipt, runs, outstanding))
+    for receipt in settled:
+        context.log.info(f"request {receipt.receipt_id} from {receipt.origin} is done")
+    news = [f"took {len(taken)} request files"] if taken else [f"no new request file in {box.uri}"]
+    if rejected:
+        news.append(f"rejected {', '.join(sorted(rejected))}")
+    if settled:
+        news.append(f"{len(settled)} requests done")
+    if backing_off:
+        news.append(f"{len(backing_off)} requests whose runs failed repeatedly wait before their next attempt")
+    if not needed:
+        if waiting:
+            news.append(f"{len(waiting)} requests waiting for their runs")
+        return dg.SensorResult(skip_reason=dg.SkipReason("; ".join(news)))
+    busy = _deletion_runs_in_flight(context.instance)
+    if busy:
+        news.append(f"{len(needed)} requests wait for deletion run {busy[0]} to finish")
+        return dg.SensorResult(skip_reason=dg.SkipReason("; ".join(news)))
+    receipt, runs, outstanding = needed[0]
+    why = (f"attempt {runs.attempt} after failed or canceled runs {', '.join(runs.failed)}" if runs.failed
+           else f"attempt {runs.attempt}: no run of it in the instance")
+    example = ", ".join(f"{d} ({reason})" for d, reason in sorted(outstanding.items())[:3])
+    more = f"; {len(needed) - 1} more requests pending, applied by the same run" if len(needed) > 1 else ""
+    context.log.info(f"{'; '.join(news)}; requesting a deletion run for request {receipt.receipt_id} from "
+                     f"{receipt.origin}, {why}; outstanding: {example}{more}")
+    return dg.SensorResult(run_requests=[dg.RunRequest(
+        run_key=receipt_run_key("erasure", receipt, runs.attempt),
+        tags={TRIGGER_TAG: "erasure-inbox", **receipt_tags(receipt, runs.attempt)},
+    )])
 
 
 def load_policy(location: str | None, store: Store) -> RetentionPolicy:
@@ -226,7 +286,10 @@ def retention_schedule(
     context: dg.ScheduleEvaluationContext, store: StoreResource, inbox: InboxResource
 ) -> dg.RunRequest | dg.SkipReason:
     """Daily: documents past their retention date (``retention_until``, or the policy file) are
-    deleted and their history erased."""
+    deleted and their history erased.
+
+    The day's deletions get a receipt like an erasure request's, and the run carries its tag, so
+    that the ``erasure_inbox`` sensor asks again for a run that failed or never came to exist."""
     lightfoot = store.open()
     landing = Landing(lightfoot)
     policy = load_policy(inbox.policy_path(), lightfoot)
@@ -241,9 +304,14 @@ def retention_schedule(
     if not due:
         return dg.SkipReason(f"no document is past its retention date on {today}")
     now = utc_now()
-    landing.request_deletions([DeletionRequest(d.doc_id, d.reason, True, now, "retention schedule") for d in due])
-    context.log.info(f"{len(due)} documents past their retention date")
-    return dg.RunRequest(run_key=f"retention-{today.isoformat()}", tags={TRIGGER_TAG: "retention"})
+    requests = [DeletionRequest(d.doc_id, d.reason, True, now, "retention schedule") for d in due]
+    receipt = Receipt.for_deletions({"schedule": "retention_schedule", "date": today.isoformat()}, requests,
+                                    f"retention schedule {today.isoformat()}")
+    landing.request_deletions(requests)
+    landing.record(receipt)
+    context.log.info(f"{len(due)} documents past their retention date (request {receipt.receipt_id})")
+    return dg.RunRequest(run_key=f"retention-{today.isoformat()}",
+                         tags={TRIGGER_TAG: "retention", **receipt_tags(receipt, 0)})
 
 
 # -- removing the partitions of deleted documents ---------------------------------------------

@@ -30,7 +30,8 @@ def _print_json(payload) -> None:
 
 
 def make_extractor(kind: str | None, dataset_dir: Path | None, store, settings: IndexSettings):
-    """The extractor a command asked for: ``replay`` (recorded output) or ``openai`` (a live model)."""
+    """The extractor a command asked for: ``replay`` (recorded output) or ``openai`` (a live model),
+    with the recorded extractions it replays (None for a model)."""
     if kind is None:
         kind = "replay" if dataset_dir is not None and has_recorded_extractions(dataset_dir) else "openai"
     if kind == "replay":
@@ -39,12 +40,20 @@ def make_extractor(kind: str | None, dataset_dir: Path | None, store, settings: 
 
         if dataset_dir is None or not has_recorded_extractions(dataset_dir):
             raise SystemExit("error: --extractor replay needs a dataset with extractions.jsonl")
-        return ReplayExtractor(load_recorded_extractions(dataset_dir), entity_types=None)
+        records = load_recorded_extractions(dataset_dir)
+        extractor = ReplayExtractor(records, entity_types=None, max_entities=settings.max_entities_per_passage,
+                                    max_facts=settings.max_facts_per_passage)
+        return extractor, records
     if kind == "openai":
         from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
 
-        return build_openai_extractor(store, settings)
+        return build_openai_extractor(store, settings), None
     raise SystemExit(f"error: unknown extractor {kind!r} (choose replay or openai)")
+
+
+def _listed(ids: list[str], limit: int = 10) -> str:
+    shown = ", ".join(ids[:limit])
+    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -59,21 +68,29 @@ def cmd_ingest(args) -> int:
     dataset = Path(args.dataset)
     documents = load_corpus(dataset)
     store = _store(args)
-    extractor = make_extractor(args.extractor, dataset, store, settings)
+    extractor, recorded = make_extractor(args.extractor, dataset, store, settings)
     embedder = load_embedder(args.embedder)
     progress = None if args.json else Progress("extracting")
-    report = pipeline.ingest(store, documents, extractor, embedder, settings, progress=progress)
+    report = pipeline.ingest(store, documents, extractor, embedder, settings, progress=progress, recorded=recorded)
     if args.json:
         _print_json(report.as_dict())
     else:
-        print(f"ingested {report.documents} documents ({report.passages} passages) into {store.uri}")
-        print(f"  extracted {report.extracted}, already extracted {report.already_extracted}, failed {report.failed}")
-        print(f"  model calls {report.model_calls}, tokens in/out {report.tokens_in}/{report.tokens_out}, "
-              f"cost ${report.cost_usd:.4f}")
+        print(f"ingested {report.ingested} new documents, replaced {report.replaced}, {report.unchanged} unchanged "
+              f"({report.passages} passages) into {store.uri}")
+        if report.replaced:
+            print(f"  replaced (a new version of a stored document): {_listed(report.replaced_doc_ids)}; "
+                  "their earlier text leaves the store's history at the next `lightfoot vacuum` or erase")
+        cached = f" ({report.from_cache} from the extraction cache)" if report.from_cache else ""
+        print(f"  extracted {report.extracted}, already extracted {report.already_extracted}{cached}, "
+              f"failed {report.failed}")
+        print(f"  model calls {report.model_calls} (retries {report.retries}), tokens in/out "
+              f"{report.tokens_in}/{report.tokens_out}, cost ${report.cost_usd:.4f}")
         if report.model_calls and getattr(extractor, "run_id", None):
             print(f"  cost ledger run {extractor.run_id} (see: lightfoot cost --run {extractor.run_id})")
         for key, count in sorted(report.validation.items()):
             print(f"  record {key}: {count}")
+        for reason, count in sorted(report.ignored_records.items()):
+            print(f"  ignored {count} recorded extractions: {reason}")
         for chunk_id, reason in report.failures[:10]:
             print(f"  failed {chunk_id}: {reason}")
         g = report.graph
@@ -86,7 +103,13 @@ def cmd_ingest(args) -> int:
 
 def cmd_delete(args) -> int:
     from lightfoot_pipeline import pipeline
+    from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
 
+    problems = [p for p in map(doc_id_problem, args.doc_ids) if p]
+    if problems:
+        for problem in problems:
+            print(f"error: {problem}; no document can have such an id", file=sys.stderr)
+        return 2
     store = _store(args)
     if not store.exists():
         print(f"error: no store at {store.uri}", file=sys.stderr)
@@ -94,19 +117,44 @@ def cmd_delete(args) -> int:
     report = pipeline.delete(store, args.doc_ids, erase=args.erase, reason=args.reason or "requested on the command line")
     if args.json:
         _print_json(report.as_dict())
-    else:
-        print(f"deleted {len(report.deleted)} documents ({report.passages_removed} passages) in {report.seconds:.2f}s, "
-              f"0 model calls")
-        if report.not_found:
-            print(f"  not in the store: {', '.join(report.not_found)}")
-        g = report.graph
-        print(f"  names removed {g.names_removed}, changed {g.names_changed}; entities recomputed "
-              f"{g.entities_recomputed}; entities {g.entities_before} -> {g.entities_after}")
-        if report.erase:
-            print(f"  erased: {report.erase['cache_entries_purged']} cache entries, "
-                  f"{sum(report.erase['vectors_purged'].values())} vectors, "
-                  f"{sum(report.erase['files_vacuumed'].values())} files vacuumed")
-    return 1 if report.not_found and not report.deleted else 0
+        return 0
+    print(f"deleted {len(report.deleted)} documents ({report.passages_removed} passages) in {report.seconds:.2f}s, "
+          f"0 model calls")
+    earlier = set(report.already_deleted)
+    never = [d for d in report.not_found if d not in earlier]
+    if report.already_deleted:
+        print(f"  deleted before: {_listed(report.already_deleted)}"
+              + ("; their history is erased now" if report.erase else ""))
+    if never:
+        print(f"  not in the store, nothing to delete: {_listed(never)}")
+    g = report.graph
+    print(f"  names removed {g.names_removed}, changed {g.names_changed}; entities recomputed "
+          f"{g.entities_recomputed}; entities {g.entities_before} -> {g.entities_after}")
+    if report.erase:
+        _print_erase(report.erase)
+    return 0
+
+
+def _print_erase(erase: dict) -> None:
+    print(f"  erased: {erase['cache_entries_purged']} cache entries, "
+          f"{sum(erase['vectors_purged'].values())} vectors, {erase['snapshots_removed']} snapshots, "
+          f"{sum(erase['files_vacuumed'].values())} files vacuumed")
+
+
+def cmd_vacuum(args) -> int:
+    from lightfoot_pipeline.erase import vacuum
+
+    store = _store(args)
+    if not store.exists():
+        print(f"error: no store at {store.uri}", file=sys.stderr)
+        return 2
+    report = vacuum(store)
+    if args.json:
+        _print_json(report.as_dict())
+        return 0
+    print(f"vacuumed {store.uri}: what no live row uses is gone from history, caches and snapshots")
+    _print_erase(report.as_dict())
+    return 0
 
 
 def cmd_status(args) -> int:
@@ -176,19 +224,19 @@ def cmd_cost(args) -> int:
         return 0
     t = payload["totals"]
     scope = f"run {args.run}" if args.run else f"{t['runs']} runs"
-    print(f"model calls in {store.uri} ({scope}): {t['calls']} calls ({t['attempts']} requests, "
-          f"{t['failed_calls']} failed), tokens in/out {t['tokens_in']:,}/{t['tokens_out']:,}, "
+    print(f"model calls in {store.uri} ({scope}): {t['calls']} calls (retries {t['retries']}, requests "
+          f"{t['attempts']}, failed {t['failed_calls']}), tokens in/out {t['tokens_in']:,}/{t['tokens_out']:,}, "
           f"cost ${t['cost_usd']:.4f}")
     if t["unpriced_calls"]:
         print(f"  {t['unpriced_calls']} calls to models with no known price (set LIGHTFOOT_LLM_PRICE_IN/_OUT)")
     if t["estimated_usage_calls"]:
         print(f"  {t['estimated_usage_calls']} calls without reported usage: their tokens are estimated")
     for run in payload.get("runs", []):
-        print(f"  {run['run_id']}  {run['started_at']:%Y-%m-%d %H:%M}  {run['models']}  {run['calls']} calls, "
-              f"{run['tokens_in']:,}/{run['tokens_out']:,} tokens, ${run['cost_usd']:.4f}")
+        print(f"  {run['run_id']}  {run['started_at']:%Y-%m-%d %H:%M}  {run['models']}  {run['calls']} calls "
+              f"(retries {run['retries']}), {run['tokens_in']:,}/{run['tokens_out']:,} tokens, ${run['cost_usd']:.4f}")
     for doc in payload.get("documents", []):
-        print(f"  {doc['doc_id']}  {doc['calls']} calls, {doc['tokens_in']:,}/{doc['tokens_out']:,} tokens, "
-              f"${doc['cost_usd']:.6f}")
+        print(f"  {doc['doc_id']}  {doc['calls']} calls (retries {doc['retries']}), "
+              f"{doc['tokens_in']:,}/{doc['tokens_out']:,} tokens, ${doc['cost_usd']:.6f}")
     return 0
 
 
@@ -228,6 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", default=None, help="why (recorded in the deletion log)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_delete)
+
+    p = sub.add_parser("vacuum", parents=[common],
+                       help="remove from history, caches and snapshots what no live row uses (replaced text)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_vacuum)
 
     p = sub.add_parser("status", parents=[common], help="table counts, fingerprint and config of the store")
     p.add_argument("--json", action="store_true")

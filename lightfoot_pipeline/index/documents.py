@@ -61,6 +61,42 @@ def document_passages(documents: Sequence[Document], settings: IndexSettings) ->
     return [p for d in documents for p in split_passages(d, settings.max_passage_chars)]
 
 
+@dataclass
+class DocumentChanges:
+    """What staging a set of documents does to the documents table, by doc_id."""
+
+    new: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)  # stored before with other text or metadata
+    unchanged: list[str] = field(default_factory=list)
+
+
+def document_changes(tx: Transaction, documents: Sequence[Document]) -> DocumentChanges:
+    """Which documents are new, which replace a stored document of the same id, which are the same."""
+    stored = {
+        row["doc_id"]: row
+        for row in tx.table(DOCUMENTS.name)
+        .filter(pl.col("doc_id").is_in([d.doc_id for d in documents]))
+        .select("doc_id", "title", "source", "content_hash", "retention_until")
+        .iter_rows(named=True)
+    }
+    changes = DocumentChanges()
+    for d in documents:
+        row = stored.get(d.doc_id)
+        if row is None:
+            changes.new.append(d.doc_id)
+        elif (row["title"], row["source"], row["content_hash"], row["retention_until"]) == (
+            d.title, d.source, _content_hash(d), d.retention_until
+        ):
+            changes.unchanged.append(d.doc_id)
+        else:
+            changes.replaced.append(d.doc_id)
+    return changes
+
+
+def _content_hash(document: Document) -> str:
+    return text_hash(f"{document.title}\x00{document.text}")
+
+
 def upsert_documents(tx: Transaction, documents: Sequence[Document], settings: IndexSettings) -> list[Passage]:
     """Stage documents and their passages; drop derived rows of passages that no longer exist."""
     passages = document_passages(documents, settings)
@@ -73,7 +109,7 @@ def upsert_documents(tx: Transaction, documents: Sequence[Document], settings: I
                 "doc_id": d.doc_id,
                 "title": d.title,
                 "source": d.source,
-                "content_hash": text_hash(f"{d.title}\x00{d.text}"),
+                "content_hash": _content_hash(d),
                 "n_passages": by_doc.get(d.doc_id, 0),
                 "retention_until": d.retention_until,
             }

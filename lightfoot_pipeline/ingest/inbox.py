@@ -19,18 +19,25 @@ An erasure request erases history too unless it says ``"erase": false``.
 Names starting with ``.`` or ``_`` and names ending in ``.tmp`` or ``.part`` are not read: write
 a drop under such a name and rename it when it is complete. A drop that cannot be read moves to
 ``rejected/`` beside a ``NAME.reason.txt`` that says why; nothing of it is ingested.
+
+A drop that is taken leaves a receipt in the landing area (landing.py), identified by the drop
+(``source``) and what it holds, so that a drop is never taken twice and its run can be found and
+asked again until one has succeeded.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Iterator
 
 import pyarrow.fs as pafs
 
-from lightfoot_pipeline.ingest.dataset import CORPUS_FILE, EXTRACTIONS_FILE, DatasetError, parse_document, parse_json_lines
-from lightfoot_pipeline.ingest.landing import DeletionRequest, LandedDocument, utc_now, open_filesystem
+from lightfoot_pipeline.ingest.dataset import (
+    CORPUS_FILE, EXTRACTIONS_FILE, DatasetError, parse_document, parse_json_lines, parse_json_value,
+    parse_recorded_extractions, text_lines,
+)
+from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
+from lightfoot_pipeline.ingest.landing import DeletionRequest, LandedDocument, Receipt, utc_now, open_filesystem
 
 REJECTED_DIR = "rejected"
 _NOT_READY_SUFFIXES = (".tmp", ".part")
@@ -83,16 +90,12 @@ class Inbox:
 
     def _lines(self, path: str) -> Iterator[tuple[int, object]]:
         with self.fs.open_input_stream(path) as stream:
-            text = stream.read().decode("utf-8")
-        yield from parse_json_lines(text.splitlines(), path)
+            data = stream.read()
+        yield from parse_json_lines(data.split(b"\n"), path)
 
     def _whole(self, path: str) -> object:
         with self.fs.open_input_stream(path) as stream:
-            text = stream.read().decode("utf-8")
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as err:
-            raise DatasetError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from err
+            return parse_json_value(stream.read(), path)
 
     def read_documents(self, item: InboxItem) -> list[LandedDocument]:
         """The documents of a drop, or a DatasetError that says what is wrong with it."""
@@ -132,14 +135,7 @@ class Inbox:
     def _recorded_extractions(self, path: str) -> dict[str, dict]:
         if self.fs.get_file_info(path).type != pafs.FileType.File:
             return {}
-        records: dict[str, dict] = {}
-        for number, row in self._lines(path):
-            if not isinstance(row, dict) or not isinstance(row.get("doc_id"), str):
-                raise DatasetError(f"{path}:{number}: expected an object with a string doc_id")
-            if row["doc_id"] in records:
-                raise DatasetError(f"{path}:{number}: a second extraction for {row['doc_id']!r}")
-            records[row["doc_id"]] = row
-        return records
+        return parse_recorded_extractions(self._lines(path), path)
 
     def read_requests(self, item: InboxItem) -> list[DeletionRequest]:
         """The deletion requests of a drop in an erasure inbox."""
@@ -149,9 +145,15 @@ class Inbox:
             raise DatasetError(f"{item.path}: a folder; erasure requests are .txt, .json or .jsonl files")
         if item.name.endswith(".txt"):
             with self.fs.open_input_stream(item.path) as stream:
-                lines = stream.read().decode("utf-8").splitlines()
-            ids = [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
-            requests = [DeletionRequest(doc_id, f"erasure request {item.name}", True, now, origin) for doc_id in ids]
+                data = stream.read()
+            requests = []
+            for number, line in text_lines(data, item.path):
+                doc_id = line.strip(" \t")
+                if not doc_id or doc_id.startswith("#"):
+                    continue
+                if problem := doc_id_problem(doc_id):
+                    raise DatasetError(f"{item.path}:{number}: {problem}")
+                requests.append(DeletionRequest(doc_id, f"erasure request {item.name}", True, now, origin))
         elif item.name.endswith((".json", ".jsonl")):
             if item.name.endswith(".jsonl"):
                 objects = list(self._lines(item.path))
@@ -166,6 +168,22 @@ class Inbox:
         if not requests:
             raise DatasetError(f"{item.path}: names no document")
         return requests
+
+    # -- receipts --------------------------------------------------------------------------
+
+    def source(self, item: InboxItem) -> dict:
+        """What identifies a drop: this inbox, the drop's name, size and modification time. A drop
+        rewritten or dropped again under the same name is a new drop; the same file seen again
+        (one that could not be removed) is not."""
+        return {"inbox": self.uri, "name": item.name, "size": item.size, "mtime_ns": item.mtime_ns}
+
+    def deletion_receipt(self, item: InboxItem, requests: list[DeletionRequest]) -> Receipt:
+        """The receipt of an erasure-request drop (see landing.py)."""
+        return Receipt.for_deletions(self.source(item), requests, f"{self.uri}/{item.name}")
+
+    def document_receipt(self, item: InboxItem, documents: list[LandedDocument]) -> Receipt:
+        """The receipt of a document drop (see landing.py)."""
+        return Receipt.for_documents(self.source(item), [d.doc_id for d in documents], f"{self.uri}/{item.name}")
 
     # -- after reading ---------------------------------------------------------------------
 
@@ -200,12 +218,14 @@ def _requests_from_object(row: object, where: str, name: str, now, origin: str) 
     if not isinstance(row, dict):
         raise DatasetError(f"{where}: expected an object with doc_id or doc_ids")
     ids = row.get("doc_ids") if "doc_ids" in row else [row.get("doc_id")]
-    if not isinstance(ids, list) or not ids or not all(isinstance(d, str) and d.strip() for d in ids):
-        raise DatasetError(f"{where}: doc_id must be a non-empty string (or doc_ids a list of them)")
+    if not isinstance(ids, list) or not ids:
+        raise DatasetError(f"{where}: doc_id must be a non-empty string (or doc_ids a non-empty list of them)")
+    if problem := next(filter(None, map(doc_id_problem, ids)), None):
+        raise DatasetError(f"{where}: {problem}")
     erase = row.get("erase", True)
     if not isinstance(erase, bool):
         raise DatasetError(f"{where}: erase must be true or false")
     reason = row.get("reason") or f"erasure request {name}"
     if not isinstance(reason, str):
         raise DatasetError(f"{where}: reason must be a string")
-    return [DeletionRequest(d.strip(), reason, erase, now, origin) for d in ids]
+    return [DeletionRequest(d, reason, erase, now, origin) for d in ids]

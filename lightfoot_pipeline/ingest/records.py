@@ -15,6 +15,10 @@ Fact repairs (every other malformed fact is dropped):
 
 Evidence that is not verbatim in the passage keeps its fact but is flagged
 (``evidence_verified = False``).
+
+A record keeps at most ``max_entities`` entities and ``max_facts`` facts (by default the caps in
+:mod:`lightfoot_pipeline.settings`, 100 each); the rest are dropped with the reason
+``over the entity limit`` or ``over the fact limit``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from lightfoot_pipeline.ingest.normalise import clean_surface, normalise_name, normalise_type
+from lightfoot_pipeline.settings import MAX_ENTITIES_PER_PASSAGE, MAX_FACTS_PER_PASSAGE
 
 _PREPOSITIONS = frozenset(
     "of in at on for to with from by since into including as about after before during "
@@ -93,11 +98,13 @@ def validate_record(
     passage_text: str | None = None,
     *,
     entity_types: tuple[str, ...] | None = None,
-    max_entities: int | None = None,
-    max_facts: int | None = None,
+    max_entities: int | None = MAX_ENTITIES_PER_PASSAGE,
+    max_facts: int | None = MAX_FACTS_PER_PASSAGE,
     evidence_fourth: bool = False,
 ) -> ValidatedRecord:
     """Check one record against the schema, repairing what is unambiguous.
+
+    ``max_entities``, ``max_facts``: the caps (None: no cap).
 
     ``evidence_fourth``: the record was written to a schema in which a fact's fourth element is
     always its evidence (a live extraction), so it is read as such rather than guessed at.

@@ -7,6 +7,11 @@ A document's retention date is the earliest of
 
 It is due for deletion (a hard erase) on the first day after that date.
 
+Dates are strict ISO 8601 (:func:`parse_retention_date`): a calendar date ``2026-06-30``, or a
+date and time with its UTC offset ``2026-06-30T18:00:00+02:00`` (``Z`` for UTC), which counts as
+its calendar date in UTC, so a document is never erased before the instant it names. Anything else
+(``2026-06-30 garbage``, a week date, a time without an offset, a number) is refused.
+
 The policy file is JSON::
 
     {"rules": [
@@ -15,7 +20,7 @@ The policy file is JSON::
     ]}
 
 A rule matches a document when every pattern it gives (``doc_id``, ``source``; shell-style globs)
-matches; it gives ``delete_after`` (an ISO date) or ``keep_days`` (counted from the day the
+matches; it gives ``delete_after`` (a date, as above) or ``keep_days`` (counted from the day the
 document landed, so it applies to documents that came through an inbox).
 """
 
@@ -24,10 +29,36 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 import json
+import re
 from dataclasses import dataclass
 from typing import Mapping
 
 import polars as pl
+
+from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
+
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
+_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}:\d{2})", re.ASCII)
+
+
+def parse_retention_date(value: object) -> dt.date:
+    """The date of an ISO 8601 date, or of a date and time with an offset (its UTC date).
+
+    Raises ValueError saying what is wrong with anything else.
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a date: expected an ISO 8601 date string such as '2026-06-30'")
+    try:
+        if _DATE.fullmatch(value):
+            return dt.date.fromisoformat(value)
+        if _DATETIME.fullmatch(value):
+            return dt.datetime.fromisoformat(value).astimezone(dt.timezone.utc).date()
+    except ValueError as err:  # the right shape, but no such day or time (2026-02-30)
+        raise ValueError(f"{value!r} is not a valid date ({err})") from err
+    raise ValueError(
+        f"{value!r} is not an ISO 8601 date: expected YYYY-MM-DD, or YYYY-MM-DDTHH:MM[:SS] with an offset "
+        "(Z or +HH:MM)"
+    )
 
 
 class PolicyError(ValueError):
@@ -86,14 +117,17 @@ def _rule(raw: object, where: str) -> RetentionRule:
     for name in ("doc_id", "source"):
         if name in raw and not isinstance(raw[name], str):
             raise PolicyError(f"{where}: {name} must be a glob pattern string")
+    if "doc_id" in raw and (problem := doc_id_problem(raw["doc_id"])):
+        # What no doc id may hold, a pattern's literal parts cannot match either.
+        raise PolicyError(f"{where}: the pattern can match no document: {problem}")
     if ("delete_after" in raw) == ("keep_days" in raw):
         raise PolicyError(f"{where}: give exactly one of delete_after and keep_days")
     delete_after = None
     if "delete_after" in raw:
         try:
-            delete_after = dt.date.fromisoformat(str(raw["delete_after"]))
+            delete_after = parse_retention_date(raw["delete_after"])
         except ValueError as err:
-            raise PolicyError(f"{where}: delete_after {raw['delete_after']!r} is not an ISO date") from err
+            raise PolicyError(f"{where}: delete_after {err}") from err
     keep_days = raw.get("keep_days")
     if keep_days is not None and (not isinstance(keep_days, int) or isinstance(keep_days, bool) or keep_days < 0):
         raise PolicyError(f"{where}: keep_days must be a whole number of days, not {keep_days!r}")

@@ -6,7 +6,10 @@ needs from it:
 
 - **Retries** with exponential backoff and jitter on 429 (honouring ``Retry-After`` and
   ``retry-after-ms``), on 5xx and on timeouts or dropped connections; never on another 4xx.
-  The ``openai`` client's own retries are off, so the attempt count is exact.
+  The ``openai`` client's own retries are off (also on a client passed in), so every HTTP request
+  is counted: a call is one answer asked for, its ``attempts`` the requests it took, and its
+  ``retries`` the requests after the first (a retry, or a resend in a simpler output mode). The
+  cost ledger and the ingest report count calls and retries apart.
 - **Structured output where the endpoint has it.** With a JSON schema, ``output_mode="auto"``
   asks for ``json_schema`` output, falls back to ``json_object``, then to a plain prompt when the
   endpoint refuses the request format (a 400 or 422), and remembers the mode that worked. A
@@ -67,6 +70,11 @@ class LLMError(RuntimeError):
         self.status = status
         self.attempts = attempts
         self.retry_after = retry_after  # seconds the endpoint asked us to wait, if it said
+
+    @property
+    def retries(self) -> int:
+        """Requests sent again for this call after its first."""
+        return max(self.attempts - 1, 0)
 
 
 @dataclass(frozen=True)
@@ -214,6 +222,11 @@ class Completion:
     def truncated(self) -> bool:
         return self.finish_reason == "length"
 
+    @property
+    def retries(self) -> int:
+        """Requests sent again for this answer after its first (``attempts`` counts them all)."""
+        return max(self.attempts - 1, 0)
+
 
 def _redact_url(url: str) -> str:
     if "@" not in url:
@@ -271,6 +284,8 @@ class LLMClient:
                 timeout=settings.timeout_s,
                 max_retries=0,
             )
+        elif hasattr(client, "with_options"):
+            client = client.with_options(max_retries=0)  # a retry it made itself would go uncounted
         self._client = client
 
     def __repr__(self) -> str:

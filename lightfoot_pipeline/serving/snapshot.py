@@ -18,8 +18,8 @@ Readers follow the pointer, so they see the previous snapshot or the new one, ne
 Older snapshots are pruned after publishing (the newest ``keep`` complete ones stay).
 
 Snapshots hold passage text, so a hard erase must reach them too: :func:`erase_from_snapshots`
-removes every snapshot that holds an erased document, exporting a fresh one first when the
-current one has to go.
+removes every snapshot that holds an erased document, or the earlier text of a document that was
+ingested again, exporting a fresh one first when the current one has to go.
 """
 
 from __future__ import annotations
@@ -518,14 +518,23 @@ def load_snapshot(store: Store, snapshot_id: str | None = None) -> Snapshot:
 # -- erasure ------------------------------------------------------------------------------------
 
 
-def _holds_any(location: _Location, snapshot_id: str, doc_ids: set[str]) -> bool:
+def _holds_any(location: _Location, snapshot_id: str, doc_ids: set[str], live: pl.DataFrame | None = None) -> bool:
+    """Whether a snapshot holds any of ``doc_ids`` or, given the store's ``live`` passages
+    (doc_id, chunk_id, title), a passage of a live document that the store no longer holds as it
+    is: the text that re-ingesting the document replaced."""
     for name in ("passages.parquet", "fact_evidence.parquet"):
         path = location.path(snapshot_id, name)
         if not location.exists(path):
             return True  # cannot tell what an unfinished export holds: treat it as holding them
-        table = pq.read_table(io.BytesIO(location.read_bytes(path)), columns=["doc_id"])
+        replaced_check = live is not None and name == "passages.parquet"
+        columns = ["doc_id", "chunk_id", "title"] if replaced_check else ["doc_id"]
+        table = pq.read_table(io.BytesIO(location.read_bytes(path)), columns=columns)
         if any(d in doc_ids for d in table.column("doc_id").unique().to_pylist()):
             return True
+        if replaced_check:
+            held = pl.from_arrow(table).join(live.select("doc_id").unique(), on="doc_id", how="semi")
+            if held.join(live, on=["doc_id", "chunk_id", "title"], how="anti", nulls_equal=True).height:
+                return True
     return False
 
 
@@ -545,21 +554,26 @@ def embedder_for_models(models: dict) -> Embedder | None:
     return embedder if embedder.model_id == model_id else None
 
 
-def erase_from_snapshots(store: Store, doc_ids: Sequence[str], embedder: Embedder | None = None) -> int:
+def erase_from_snapshots(
+    store: Store, doc_ids: Sequence[str], embedder: Embedder | None = None, *, replaced_text: bool = False
+) -> int:
     """Remove every snapshot that holds any of ``doc_ids``; return how many were removed.
 
-    Called after a hard erase. When the published snapshot must go, a fresh one is exported first
-    (with ``embedder``, else the snapshot's own embedder, else from cached vectors only), so the
-    service keeps a snapshot to answer from. If no fresh one can be made, the pointer is removed
-    with the old snapshot: no snapshot may keep an erased document's text.
+    Called after a hard erase. With ``replaced_text``, also every snapshot that holds a live
+    document's passage in a version the store no longer holds (the text a re-ingest replaced).
+    When the published snapshot must go, a fresh one is exported first (with ``embedder``, else the
+    snapshot's own embedder, else from cached vectors only), so the service keeps a snapshot to
+    answer from. If no fresh one can be made, the pointer is removed with the old snapshot: no
+    snapshot may keep an erased document's text.
     """
     wanted = set(doc_ids)
     location = _Location(store)
-    if not wanted:
+    if not wanted and not replaced_text:
         return 0
+    live = store.read(PASSAGES.name, columns=["doc_id", "chunk_id", "title"]) if replaced_text else None
     with location.lock():
         published = location.pointer()
-        doomed = [i for i in location.snapshot_ids() if _holds_any(location, i, wanted)]
+        doomed = [i for i in location.snapshot_ids() if _holds_any(location, i, wanted, live)]
     if not doomed:
         return 0
     if published in doomed:
@@ -580,6 +594,8 @@ def erase_from_snapshots(store: Store, doc_ids: Sequence[str], embedder: Embedde
     removed = 0
     with location.lock():
         for snapshot_id in location.snapshot_ids():
+            # Snapshots exported since the first look hold the store's passages as they were then or
+            # later, so only an erased document can make one of them go.
             if snapshot_id in doomed or _holds_any(location, snapshot_id, wanted):
                 if location.pointer() == snapshot_id:
                     location.clear_pointer()

@@ -1,9 +1,13 @@
 """The cost ledger: every model call, its tokens and its price, by run and by document.
 
-One row per call (a call is one answer, however many HTTP attempts it took), written as the
-answers arrive, to a journal table beside the store's tables. Rows hold ids and numbers only —
-run, passage, document, cache key, model, tokens, prices — never text, so erasing a document
-leaves nothing of its text here; the rows stay as the record of what was paid.
+One row per call, written as the answers arrive (extraction writes each answer's row before the
+request that follows it is sent), to a journal table beside the store's tables. A call is one
+answer asked for, however many HTTP requests it took: ``attempts`` counts its requests, and its
+retries are the requests after the first (resent after a 429, a 5xx, a timeout or a dropped
+connection, or in a simpler output mode). :func:`totals` and the per-run and per-document sums
+report ``calls`` and ``retries`` apart. Rows hold ids and numbers only — run, passage, document,
+cache key, model, tokens, prices — never text, so erasing a document leaves nothing of its text
+here; the rows stay as the record of what was paid.
 
 Prices are USD per million tokens: the configured ones (``LIGHTFOOT_LLM_PRICE_IN`` /
 ``LIGHTFOOT_LLM_PRICE_OUT``), else the model's list price from ``data/llm_prices.json`` (the
@@ -114,11 +118,16 @@ class Charge:
 
 
 def record(store, charges: list[Charge]) -> None:
-    """Append charges to the ledger (one journal commit for the lot)."""
+    """Append charges to the ledger (one journal commit for the lot, durable when this returns)."""
     if not charges:
         return
     frame = pl.DataFrame([c.row() for c in charges], schema=pl.from_arrow(LLM_LEDGER.schema.empty_table()).schema)
     store.append_journal(LLM_LEDGER.name, with_buckets(frame, LLM_LEDGER, store.n_buckets))
+
+
+def compact(store) -> int:
+    """Rewrite the small files that appends left into a few larger ones; the files compacted."""
+    return store.compact_journal(LLM_LEDGER.name)
 
 
 def read(store, run_id: str | None = None) -> pl.DataFrame:
@@ -128,6 +137,7 @@ def read(store, run_id: str | None = None) -> pl.DataFrame:
 
 _SUMS = [
     pl.len().alias("calls"),
+    (pl.col("attempts") - 1).clip(lower_bound=0).sum().alias("retries"),
     pl.col("attempts").sum().alias("attempts"),
     pl.col("tokens_in").sum().alias("tokens_in"),
     pl.col("tokens_out").sum().alias("tokens_out"),
@@ -139,9 +149,9 @@ _SUMS = [
 
 
 def totals(store, run_id: str | None = None) -> dict:
-    """Calls, attempts, tokens and cost, over the whole ledger or one run."""
+    """Calls, retries, attempts (calls + retries), tokens and cost, over the whole ledger or one run."""
     rows = read(store, run_id)
-    empty = {"calls": 0, "attempts": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0, "failed_calls": 0,
+    empty = {"calls": 0, "retries": 0, "attempts": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0, "failed_calls": 0,
              "unpriced_calls": 0, "estimated_usage_calls": 0}
     out = dict(empty) if rows.height == 0 else {k: v for k, v in rows.select(_SUMS).row(0, named=True).items()}
     out = {k: (float(v) if k == "cost_usd" else int(v)) for k, v in out.items()}

@@ -83,6 +83,8 @@ WRITE_THREADS = 4
 # so may another writer), so vacuum leaves unreferenced files younger than this alone. The files
 # that a commit removed, which hold deleted rows, go at once.
 ORPHAN_GRACE_HOURS = 1
+# Journal appends (an answer at a time) leave small files; compaction waits for this many per bucket.
+JOURNAL_FILES_PER_BUCKET = 4
 LOG_SCHEMA = pa.schema(
     [
         pa.field("seq", pa.int64()),
@@ -269,6 +271,23 @@ class Store:
             configuration=TABLE_CONFIGURATION,
             storage_options=self._options(),
         )
+
+    def compact_journal(self, name: str) -> int:
+        """Rewrite a journal table's small appended files into about one per bucket, once it has
+        more than JOURNAL_FILES_PER_BUCKET files per bucket; the files removed are deleted once
+        older than ORPHAN_GRACE_HOURS (a reader may still be reading them).
+
+        Safe beside appenders (compaction commutes with appends). Beside a deletion from the same
+        journal the later of the two fails: this with ConcurrentCommitError, the deletion with
+        deltalake's CommitFailedError. Returns the files compacted.
+        """
+        table = self._open(self.journal_uri(name))
+        if table is None or len(table.file_uris()) <= JOURNAL_FILES_PER_BUCKET * self.n_buckets:
+            return 0
+        with _conflicts_as(ConcurrentCommitError, f"compacting journal {name}"):
+            metrics = table.optimize.compact()
+        table.vacuum(retention_hours=ORPHAN_GRACE_HOURS, enforce_retention_duration=False, dry_run=False, full=False)
+        return int(metrics.get("numFilesRemoved", 0) or 0)
 
     def delete_from_journal(self, name: str, column: str, values: list[str]) -> int:
         """Delete journal rows whose column is one of values (ids and hashes only, never text)."""

@@ -13,6 +13,7 @@ import hashlib
 import logging
 import re
 import time
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -195,4 +196,9 @@ def cleanup_vector_history(store) -> None:
     """Drop every old LanceDB version and unreferenced file (after an erase)."""
     db = store.lance()
     for name in lance_table_names(db):
-        db.open_table(name).optimize(cleanup_older_than=dt.timedelta(0), delete_unverified=True)
+        with warnings.catch_warnings():
+            # LanceDB warns that a zero age removes every version but the latest. That is the point
+            # here: old versions hold the erased rows. Appends that race with it are retried until
+            # their keys are present (VectorCache._add).
+            warnings.filterwarnings("ignore", message=r"optimize\(cleanup_older_than=0\)", category=UserWarning)
+            db.open_table(name).optimize(cleanup_older_than=dt.timedelta(0), delete_unverified=True)

@@ -1,8 +1,10 @@
 """The extraction cache: a model's answer for a passage text, kept so it is paid for once.
 
 Keyed by model + prompt hash + schema hash + passage text hash. It is a journal table (append-only,
-read at its latest version, outside the store's commits), so extraction can write to it while it
-runs and a crashed run loses no answer it paid for. Erasing documents purges their entries.
+read at its latest version, outside the store's commits), so extraction writes each answer to it
+as it arrives and a crashed run loses no answer it has taken (see openai_extractor.py). Those
+appends leave small files; :meth:`ExtractionCache.compact` rewrites them into one per bucket.
+Erasing documents purges their entries.
 """
 
 from __future__ import annotations
@@ -13,8 +15,14 @@ from typing import Iterable
 
 import polars as pl
 import pyarrow as pa
+from deltalake.exceptions import CommitFailedError
 
+from lightfoot_pipeline.store.store import ConcurrentCommitError
 from lightfoot_pipeline.store.tables import TableSpec, register, with_buckets
+
+# A purge that meets a compaction of the journal (the only other rewrite of it) reads again and
+# tries again, this many times.
+PURGE_TRIES = 5
 
 EXTRACTION_CACHE = register(
     TableSpec(
@@ -64,9 +72,24 @@ class ExtractionCache:
         )
         self.store.append_journal(EXTRACTION_CACHE.name, with_buckets(frame, EXTRACTION_CACHE, self.store.n_buckets))
 
+    def compact(self) -> int:
+        """Rewrite the small files that appends left into a few larger ones; the files compacted."""
+        return self.store.compact_journal(EXTRACTION_CACHE.name)
+
     def purge_except(self, keep_keys: Iterable[str]) -> int:
         """Delete every entry whose key is not in keep_keys (the keys of live passages)."""
         keep = set(keep_keys)
-        stored = self.store.read_journal(EXTRACTION_CACHE.name).get_column("cache_key").unique().to_list()
-        stale = sorted(k for k in stored if k not in keep)
-        return self.store.delete_from_journal(EXTRACTION_CACHE.name, "cache_key", stale)
+        for attempt in range(PURGE_TRIES):
+            stored = self.store.read_journal(EXTRACTION_CACHE.name).get_column("cache_key").unique().to_list()
+            stale = sorted(k for k in stored if k not in keep)
+            try:
+                return self.store.delete_from_journal(EXTRACTION_CACHE.name, "cache_key", stale)
+            except CommitFailedError:
+                # A compaction rewrote the files this deletion read; entries it already deleted
+                # stay deleted, so the next try deletes what is left.
+                if attempt == PURGE_TRIES - 1:
+                    raise ConcurrentCommitError(
+                        f"the extraction cache kept being rewritten while purging it ({PURGE_TRIES} tries); "
+                        "run the erasure again"
+                    ) from None
+        return 0

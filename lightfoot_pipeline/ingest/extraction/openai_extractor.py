@@ -8,8 +8,16 @@ For a batch of passages the extractor
 2. sends one request per remaining distinct text, ``concurrency`` at a time (retries, timeouts
    and output-mode fallback are the client's, :mod:`lightfoot_pipeline.models.llm`);
 3. parses each answer tolerantly (:mod:`.parse`) and validates it against its passage;
-4. writes usable answers to the cache and every call to the cost ledger as the answers arrive
-   (batched for at most ``flush_seconds``), so a crash loses nothing that was paid for.
+4. writes every answer to the cost ledger, then every usable one to the cache, before it sends
+   another request: the answers that arrive together go in one append to each (so the appends
+   per second stay within what storage takes, whatever the concurrency), and at the end it
+   compacts the small files those appends left (every ``compact_every`` appends in a long run).
+
+So ``kill -9`` loses at most the answers of the calls in flight at that moment (at most
+``concurrency``): every answer the extractor has taken is in the ledger and the cache before the
+next request leaves, and a re-run asks only for the passages without a cached answer. An error
+that stops the batch (a failed write, an interrupt) loses none: the calls in flight are awaited
+and kept. The ledger is written first, so it never lacks a call whose answer is cached.
 
 Every passage gets exactly one outcome: a record, or a failure with its reason (and the raw answer
 when there was one). A failure never aborts the batch. When the endpoint refuses the credentials
@@ -20,10 +28,12 @@ instead of each trying in turn.
 from __future__ import annotations
 
 import logging
-import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from functools import partial
 from typing import Sequence
+
+from deltalake.exceptions import DeltaError
 
 from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache, cache_key_for
@@ -33,12 +43,15 @@ from lightfoot_pipeline.ingest.extraction.prompt import ExtractionPrompt
 from lightfoot_pipeline.models.llm import Completion, LLMClient, LLMError, LLMSettings
 from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.store.store import StoreError
 
 log = logging.getLogger(__name__)
 
 # Errors after which no further passage is sent in this run: every call would fail the same way.
 FATAL_KINDS = frozenset({"auth", "not_found", "config"})
 PURPOSE = "extract"
+# Appends to the cache (and as many to the ledger) between two compactions within one batch.
+COMPACT_EVERY = 1000
 
 
 @dataclass
@@ -55,8 +68,7 @@ class OpenAIExtractor:
         prompt: ExtractionPrompt | None = None,
         *,
         run_id: str | None = None,
-        flush_seconds: float = 1.0,
-        flush_rows: int = 64,
+        compact_every: int = COMPACT_EVERY,
         stop_after_unreachable: int = 3,
     ) -> None:
         self.store = store
@@ -66,8 +78,9 @@ class OpenAIExtractor:
         self.name = f"openai:{self.model}"
         self.run_id = run_id or ledger.new_run_id("extract")
         self.cache = ExtractionCache(store)
-        self.flush_seconds = flush_seconds
-        self.flush_rows = flush_rows
+        if compact_every < 1:
+            raise ValueError(f"compact_every must be at least 1, got {compact_every}")
+        self.compact_every = compact_every
         self.stop_after_unreachable = stop_after_unreachable
         self.price_in, self.price_out, self.price_source = client.settings.prices()
 
@@ -94,7 +107,7 @@ class OpenAIExtractor:
             if hit is not None:
                 parsed = self._parse(hit["output"], passage, truncated=False)
                 if parsed.ok:
-                    outcomes[i] = self._outcome(passage, key, parsed, hit["output"])
+                    outcomes[i] = self._outcome(passage, key, parsed, hit["output"], cached=True)
                     continue
             pending.setdefault(key, []).append(i)
         done = total - sum(len(v) for v in pending.values())
@@ -102,6 +115,7 @@ class OpenAIExtractor:
             progress(done, total)
         if pending:
             self._call_all(passages, pending, outcomes, run_id, progress, done)
+            self._compact()
         assert all(o is not None for o in outcomes)
         return outcomes  # type: ignore[return-value]
 
@@ -110,9 +124,9 @@ class OpenAIExtractor:
         queue = list(pending.items())
         cache_rows: list[dict] = []
         charges: list[ledger.Charge] = []
-        last_flush = time.monotonic()
         stopped: str | None = None
         unreachable_streak = 0
+        since_compaction = 0
         workers = self.client.settings.concurrency
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="extract")
         in_flight: dict[Future, tuple[str, list[int]]] = {}
@@ -126,7 +140,7 @@ class OpenAIExtractor:
                     in_flight[future] = (key, positions)
                 if not in_flight:
                     break
-                ready, _ = wait(list(in_flight), timeout=max(self.flush_seconds, 0.05), return_when=FIRST_COMPLETED)
+                ready, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
                 for future in ready:
                     key, positions = in_flight.pop(future)
                     answer: _Answer = future.result()
@@ -144,16 +158,27 @@ class OpenAIExtractor:
                             stopped = stopped or str(answer.error)
                     else:
                         unreachable_streak = 0
-                    if progress is not None:
-                        progress(done, total)
-                due = time.monotonic() - last_flush >= self.flush_seconds
-                if charges and (due or len(charges) >= self.flush_rows):
-                    self._flush(cache_rows, charges)
-                    last_flush = time.monotonic()
+                # Durable before another request leaves: a crash from here on loses none of these.
+                self._write(cache_rows, charges)
+                since_compaction += 1
+                if progress is not None:
+                    progress(done, total)
+                if since_compaction >= self.compact_every:
+                    self._compact()
+                    since_compaction = 0
             finished_cleanly = True
         finally:
-            # Whatever happened, keep every answer already paid for.
-            self._flush(cache_rows, charges)
+            if not finished_cleanly and in_flight:
+                # The calls in flight run to their end anyway (their threads are joined at exit):
+                # wait for them and keep their answers too, so that an error loses nothing paid.
+                for future in wait(list(in_flight)).done:
+                    key, positions = in_flight.pop(future)
+                    _, charge, cache_row = self._settle(passages[positions[0]], key, future.result(), run_id)
+                    charges.append(charge)
+                    if cache_row is not None:
+                        cache_rows.append(cache_row)
+            # Whatever happened, keep every answer already taken (a write that failed is tried again).
+            self._write(cache_rows, charges)
             pool.shutdown(wait=finished_cleanly, cancel_futures=True)
         for key, positions in queue:
             for i in positions:
@@ -165,13 +190,28 @@ class OpenAIExtractor:
         if queue and progress is not None:
             progress(done, total)
 
-    def _flush(self, cache_rows: list[dict], charges: list[ledger.Charge]) -> None:
-        if cache_rows:
-            self.cache.put(list(cache_rows))
-            cache_rows.clear()
+    def _write(self, cache_rows: list[dict], charges: list[ledger.Charge]) -> None:
+        """Append the charges to the ledger, then the usable answers to the cache.
+
+        In that order, so that the ledger never lacks a call whose answer is cached; a crash between
+        the two costs the answers of this one append a second call, which the ledger then shows.
+        """
         if charges:
             ledger.record(self.store, list(charges))
             charges.clear()
+        if cache_rows:
+            self.cache.put(list(cache_rows))
+            cache_rows.clear()
+
+    def _compact(self) -> None:
+        """Compact the cache and the ledger journals; a failure (another writer's rewrite won) is
+        only logged: nothing is lost, and the next compaction does it."""
+        for name, compact in (("extraction cache", self.cache.compact),
+                              ("cost ledger", partial(ledger.compact, self.store))):
+            try:
+                compact()
+            except (StoreError, DeltaError, OSError) as err:
+                log.warning("could not compact the %s: %s", name, err)
 
     # -- one passage -------------------------------------------------------------------------
 
@@ -206,7 +246,7 @@ class OpenAIExtractor:
                                    tokens_in=0, tokens_out=0, **base)
             reason = f"model call failed after {max(err.attempts, 1)} attempt(s): {err}"
             outcome = ExtractionOutcome.failed(passage, reason, extractor=self.name, cache_key=key,
-                                               model_calls=max(err.attempts, 1))
+                                               model_calls=1, retries=err.retries)
             return outcome, charge, None
         completion = answer.completion
         assert completion is not None
@@ -216,7 +256,7 @@ class OpenAIExtractor:
             tokens_out=completion.tokens_out, seconds=completion.seconds, usage_reported=completion.usage_reported,
             **base,
         )
-        calls = dict(model_calls=completion.attempts, tokens_in=completion.tokens_in,
+        calls = dict(model_calls=1, retries=completion.retries, tokens_in=completion.tokens_in,
                      tokens_out=completion.tokens_out, cost_usd=charge.cost_usd)
         if not parsed.ok:
             outcome = ExtractionOutcome.failed(passage, parsed.reason, extractor=self.name, cache_key=key,

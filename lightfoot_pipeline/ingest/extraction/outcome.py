@@ -24,7 +24,9 @@ class ExtractionOutcome:
     reason: str = ""
     extractor: str = ""
     cache_key: str = ""
-    model_calls: int = 0  # requests sent to a model for this passage (0 when replayed or cached)
+    model_calls: int = 0  # answers asked of a model for this passage: 1, or 0 when replayed or cached
+    retries: int = 0  # requests sent again for that call after its first (not further calls)
+    cached: bool = False  # the answer came from the extraction cache: paid for by an earlier run
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0

@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 
 from lightfoot_pipeline.ingest.records import Issue, ValidatedRecord, validate_record
+from lightfoot_pipeline.settings import MAX_ENTITIES_PER_PASSAGE, MAX_FACTS_PER_PASSAGE
 
 # About 20 times the longest valid answer (12 entities and 12 facts at their word limits).
 MAX_ANSWER_CHARS = 32_000
@@ -66,8 +67,8 @@ def parse_answer(
     passage_text: str | None = None,
     *,
     entity_types: tuple[str, ...] | None = None,
-    max_entities: int | None = None,
-    max_facts: int | None = None,
+    max_entities: int | None = MAX_ENTITIES_PER_PASSAGE,
+    max_facts: int | None = MAX_FACTS_PER_PASSAGE,
     description_words: int | None = None,
     truncated: bool = False,
     max_chars: int = MAX_ANSWER_CHARS,

@@ -13,10 +13,13 @@ from typing import Mapping, Sequence
 from lightfoot_pipeline.ingest.extraction.outcome import OK, ExtractionOutcome, ProgressCallback
 from lightfoot_pipeline.ingest.passages import Passage, text_hash
 from lightfoot_pipeline.ingest.records import validate_record
+from lightfoot_pipeline.settings import MAX_ENTITIES_PER_PASSAGE, MAX_FACTS_PER_PASSAGE
 
 
 class ReplayExtractor:
-    def __init__(self, records: Mapping[str, dict | list[dict]], entity_types: tuple[str, ...] | None = None) -> None:
+    def __init__(self, records: Mapping[str, dict | list[dict]], entity_types: tuple[str, ...] | None = None,
+                 max_entities: int = MAX_ENTITIES_PER_PASSAGE, max_facts: int = MAX_FACTS_PER_PASSAGE) -> None:
+        self.caps = {"max_entities": max_entities, "max_facts": max_facts}
         self._records: dict[tuple[str, int], dict] = {}
         for doc_id, value in records.items():
             for record in value if isinstance(value, list) else [value]:
@@ -35,7 +38,7 @@ class ReplayExtractor:
                     ExtractionOutcome.failed(passage, "no recorded extraction for this passage", extractor=self.name)
                 )
             else:
-                validated = validate_record(record, passage.retrieval_text, entity_types=self.entity_types)
+                validated = validate_record(record, passage.retrieval_text, entity_types=self.entity_types, **self.caps)
                 outcomes.append(
                     ExtractionOutcome(
                         chunk_id=passage.chunk_id,

@@ -44,6 +44,64 @@ def test_ingest_status_delete(tmp_path, small_dataset, capsys):
     assert deleted["model_calls"] == 0
 
 
+def test_ingest_reports_replaced_documents_and_ignored_records(tmp_path, small_dataset, capsys):
+    store = str(tmp_path / "store")
+    ingest = ["ingest", "--dataset", str(small_dataset), "--store", store, "--embedder", "hashing"]
+    assert main(ingest) == 0
+    assert capsys.readouterr().out.startswith("ingested 40 new documents, replaced 0, 0 unchanged (40 passages)")
+    corpus = small_dataset / "corpus.jsonl"
+    rows = [json.loads(line) for line in corpus.read_text().splitlines()]
+    rows[1]["text"] += " It was revised later."
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with (small_dataset / "extractions.jsonl").open("a") as records:
+        records.write(json.dumps({"doc_id": "ghost-1", "entities": [], "facts": []}) + "\n")
+        records.write(json.dumps({"doc_id": "ghost-2", "entities": [], "facts": []}) + "\n")
+
+    assert main(ingest) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ingested 0 new documents, replaced 1, 39 unchanged (40 passages)")
+    assert f"  replaced (a new version of a stored document): {rows[1]['doc_id']}; their earlier text" in out
+    assert "  ignored 2 recorded extractions: unknown document\n" in out
+
+    assert main([*ingest, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["ingested"], report["replaced"], report["unchanged"]) == (0, 0, 40)
+    assert report["ignored_records"] == {"unknown document": 2}
+
+
+def test_delete_of_unknown_ids_exits_0_and_says_so(tmp_path, small_dataset, capsys):
+    store = str(tmp_path / "store")
+    assert main(["ingest", "--dataset", str(small_dataset), "--store", store, "--embedder", "hashing"]) == 0
+    capsys.readouterr()
+    assert main(["delete", "no-such-doc", "--store", store]) == 0
+    assert "  not in the store, nothing to delete: no-such-doc\n" in capsys.readouterr().out
+    assert main(["delete", "musique-0001", "--store", store]) == 0
+    assert capsys.readouterr().out.startswith("deleted 1 documents (1 passages)")
+
+    # In a process of its own, to see the console as a user does: nothing on stderr, no warning.
+    done = run_cli("delete", "no-such-doc", "musique-0001", "--erase", "--store", store)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.startswith("deleted 0 documents")
+    assert "  deleted before: musique-0001; their history is erased now\n" in done.stdout
+    assert "  not in the store, nothing to delete: no-such-doc\n" in done.stdout
+    assert "  erased: " in done.stdout
+
+    assert main(["delete", "no-such-doc", "--erase", "--store", store, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["not_found"] == ["no-such-doc"] and report["already_deleted"] == [] and report["erase"]
+
+
+def test_vacuum(tmp_path, small_dataset, capsys):
+    store = str(tmp_path / "store")
+    assert main(["vacuum", "--store", store]) == 2
+    assert "no store at" in capsys.readouterr().err
+    assert main(["ingest", "--dataset", str(small_dataset), "--store", store, "--embedder", "hashing"]) == 0
+    capsys.readouterr()
+    assert main(["vacuum", "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"vacuumed {tmp_path / 'store'}") and "  erased: 0 cache entries, 0 vectors, 0 snapshots" in out
+
+
 def test_store_from_the_environment(tmp_path, small_dataset, monkeypatch, capsys):
     monkeypatch.setenv("LIGHTFOOT_STORE", str(tmp_path / "env-store"))
     assert main(["ingest", "--dataset", str(small_dataset), "--embedder", "hashing"]) == 0

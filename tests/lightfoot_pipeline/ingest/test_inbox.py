@@ -58,10 +58,22 @@ def test_document_files_and_dataset_folders(inbox, tmp_path):
         ("empty.jsonl", "\n", "no documents"),
         ("notext.jsonl", '{"doc_id": "a", "text": ""}\n', "has no text"),
         ("notes.csv", "a,b\n", "not a .jsonl or .json document file"),
+        ("latin1.jsonl", b'{"doc_id": "a", "text": "x"}\n{"doc_id": "b", "text": "\xe9"}\n',
+         r"latin1.jsonl:2: not valid UTF-8 \(byte 0xe9 at byte 26\)"),
+        ("latin1.json", b'[{"doc_id": "a",\n  "text": "\xe9"}]', r"latin1.json: not valid UTF-8 \(byte 0xe9 at line 2, byte 12\)"),
+        ("broken.json", '[{"doc_id": "a",\n  "text" "x"}]', r"broken.json: not valid JSON \(.* at line 2 column 10\)"),
+        ("deep.json", "[" * 50_000 + "]" * 50_000, "deep.json: JSON nested deeper than 32 levels"),
+        ("deep.jsonl", '{"doc_id": "a", "text": "x", "extraction": ' + "[" * 40 + "]" * 40 + "}\n",
+         "deep.jsonl:1: JSON nested deeper than 32 levels"),
+        ("records/corpus.jsonl", '{"doc_id": "a", "text": "x"}\n', "extractions.jsonl:1: chunk_ordinal must be"),
     ],
 )
 def test_unreadable_drops_say_why(inbox, tmp_path, name, content, message):
-    (tmp_path / "in" / name).write_text(content)
+    if name.startswith("records/"):
+        (tmp_path / "in" / "records").mkdir()
+        (tmp_path / "in" / "records" / "extractions.jsonl").write_text('{"doc_id": "a", "chunk_ordinal": "x"}\n')
+    path = tmp_path / "in" / name
+    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
     (item,) = inbox.items()
     with pytest.raises(DatasetError, match=message):
         inbox.read_documents(item)
@@ -124,3 +136,32 @@ def test_unreadable_erasure_requests_say_why(inbox, tmp_path, name, content, mes
 
 def test_a_missing_inbox_is_empty(tmp_path):
     assert Inbox(str(tmp_path / "nowhere")).items() == []
+
+
+def test_a_drop_is_known_by_its_name_size_time_and_what_it_asks(inbox, tmp_path):
+    import os
+
+    root = tmp_path / "in"
+    body = json.dumps({"doc_ids": ["doc-1"], "reason": "gdpr"})
+    (root / "monday.json").write_text(body)
+    (root / "tuesday.json").write_text(body)
+    os.utime(root / "tuesday.json", ns=(os.stat(root / "monday.json").st_mtime_ns,) * 2)
+    items = {i.name: i for i in inbox.items()}
+    monday, tuesday = (inbox.deletion_receipt(items[n], inbox.read_requests(items[n]))
+                       for n in ("monday.json", "tuesday.json"))
+    assert monday.doc_ids == tuesday.doc_ids == ("doc-1",)
+    assert monday.receipt_id != tuesday.receipt_id, "the same content in two files is two requests"
+    assert monday.origin == f"{inbox.uri}/monday.json"
+    seen_again = inbox.deletion_receipt(items["monday.json"], inbox.read_requests(items["monday.json"]))
+    assert seen_again.receipt_id == monday.receipt_id, "the same file read twice is one request"
+
+    os.utime(root / "monday.json", ns=(1, 1))
+    (rewritten,) = [i for i in inbox.items() if i.name == "monday.json"]
+    assert inbox.source(rewritten)["mtime_ns"] == 1
+    assert inbox.deletion_receipt(rewritten, inbox.read_requests(rewritten)).receipt_id != monday.receipt_id
+
+    rows = [{"doc_id": "b", "text": "x"}, {"doc_id": "a", "text": "y"}]
+    (root / "docs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (drop,) = [i for i in inbox.items() if i.name == "docs.jsonl"]
+    receipt = inbox.document_receipt(drop, inbox.read_documents(drop))
+    assert receipt.kind == "documents" and receipt.doc_ids == ("a", "b") and receipt.erase_ids == ()

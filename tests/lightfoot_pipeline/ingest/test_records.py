@@ -1,6 +1,13 @@
+import json
 from collections import Counter
 
+import pytest
+
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.ingest.extraction.parse import parse_answer
+from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.ingest.records import validate_record
+from lightfoot_pipeline.settings import MAX_ENTITIES_PER_PASSAGE, MAX_FACTS_PER_PASSAGE, IndexSettings
 
 PASSAGE = "Houston has an average temperature of 53.1 °F in January. The Bank of Sierra Leone is the central bank."
 
@@ -71,3 +78,41 @@ def test_recorded_sample_counts(sample_documents, sample_records):
     dropped = sum(v for k, v in totals.items() if k.startswith("dropped:fact"))
     assert (repaired, dropped) == (101, 84)
     assert totals["dropped:fact:no object"] == 70
+    # The caps sit far above the recording: none of its records reaches them.
+    assert not any("limit" in key for key in totals)
+    assert max(len(r.get("facts") or []) for r in sample_records.values()) < MAX_FACTS_PER_PASSAGE
+    assert max(len(r.get("entities") or []) for r in sample_records.values()) < MAX_ENTITIES_PER_PASSAGE
+
+
+def test_a_passage_with_ten_thousand_facts_is_capped_with_the_reason():
+    huge = {"entities": [{"name": f"Entity {i}"} for i in range(10_000)],
+            "facts": [[f"Entity {i}", "precedes", f"Entity {i + 1}"] for i in range(10_000)]}
+    result = validate_record(huge, PASSAGE)
+    assert len(result.entities) == MAX_ENTITIES_PER_PASSAGE and len(result.facts) == MAX_FACTS_PER_PASSAGE
+    assert result.facts[-1].subject == f"Entity {MAX_FACTS_PER_PASSAGE - 1}"  # the first ones are kept
+    assert result.counts() == Counter({"dropped:entity:over the entity limit": 1, "dropped:fact:over the fact limit": 1})
+    detail = {i.reason: i.detail for i in result.issues}
+    assert detail["over the fact limit"] == f"{10_000 - MAX_FACTS_PER_PASSAGE} past {MAX_FACTS_PER_PASSAGE}"
+    assert len(validate_record(huge, PASSAGE, max_entities=None, max_facts=None).facts) == 10_000
+
+
+def test_the_caps_are_settings_that_reach_the_replayed_records():
+    settings = IndexSettings(max_entities_per_passage=2, max_facts_per_passage=3)
+    record = {"entities": [{"name": n} for n in ("A", "B", "C")], "facts": [["A", "is", f"B{i}"] for i in range(5)]}
+    extractor = ReplayExtractor({"d": record}, max_entities=settings.max_entities_per_passage,
+                                max_facts=settings.max_facts_per_passage)
+    (outcome,) = extractor.extract([Passage("c", "d", 0, "", "A is B.")])
+    assert (len(outcome.record.entities), len(outcome.record.facts)) == (2, 3)
+    assert outcome.record.counts()["dropped:fact:over the fact limit"] == 1
+    (default,) = ReplayExtractor({"d": record}).extract([Passage("c", "d", 0, "", "A is B.")])
+    assert (len(default.record.entities), len(default.record.facts)) == (3, 5)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="max_facts_per_passage must be a whole number"):
+            IndexSettings(max_facts_per_passage=bad)
+
+
+def test_a_model_answer_is_capped_too():
+    answer = json.dumps({"entities": [], "facts": [[f"S{i}", "p", f"O{i}"] for i in range(150)]})
+    parsed = parse_answer(answer)
+    assert len(parsed.record.facts) == MAX_FACTS_PER_PASSAGE
+    assert parsed.record.counts()["dropped:fact:over the fact limit"] == 1

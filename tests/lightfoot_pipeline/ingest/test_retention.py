@@ -8,7 +8,7 @@ import json
 import polars as pl
 import pytest
 
-from lightfoot_pipeline.ingest.retention import PolicyError, RetentionPolicy, due_documents
+from lightfoot_pipeline.ingest.retention import PolicyError, RetentionPolicy, due_documents, parse_retention_date
 
 TODAY = dt.date(2026, 6, 15)
 
@@ -55,7 +55,7 @@ def test_policy_rules_match_by_glob_and_the_earliest_date_wins():
         ('{"rules": {}}', "a list of rules"),
         ('{"rules": [{"doc_id": "a"}]}', "exactly one of delete_after and keep_days"),
         ('{"rules": [{"keep_days": 1, "delete_after": "2026-01-01"}]}', "exactly one"),
-        ('{"rules": [{"delete_after": "soon"}]}', "not an ISO date"),
+        ('{"rules": [{"delete_after": "soon"}]}', "not an ISO 8601 date"),
         ('{"rules": [{"keep_days": -1}]}', "whole number of days"),
         ('{"rules": [{"keep_days": 1, "owner": "x"}]}', "unknown fields"),
         ('{"rules": [{"keep_days": 1, "source": 3}]}', "glob pattern string"),
@@ -64,3 +64,48 @@ def test_policy_rules_match_by_glob_and_the_earliest_date_wins():
 def test_a_bad_policy_says_where_and_why(text, message):
     with pytest.raises(PolicyError, match=message):
         RetentionPolicy.parse(text, "policy.json")
+
+
+@pytest.mark.parametrize(
+    "value, date",
+    [
+        ("2026-06-30", dt.date(2026, 6, 30)),
+        ("2026-06-30T10:00Z", dt.date(2026, 6, 30)),
+        ("2026-06-30T23:59:59.999999+00:00", dt.date(2026, 6, 30)),
+        ("2026-07-01T01:30:00+02:00", dt.date(2026, 6, 30)),  # its instant is 2026-06-30T23:30Z
+        ("2026-06-30T22:00:00-05:00", dt.date(2026, 7, 1)),  # and this one 2026-07-01T03:00Z
+    ],
+)
+def test_retention_dates_are_iso_dates_or_datetimes_with_an_offset(value, date):
+    assert parse_retention_date(value) == date
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("2024-01-01 garbage", "not an ISO 8601 date"),
+        ("2024-01-01garbage", "not an ISO 8601 date"),
+        ("2024-01-01\n", "not an ISO 8601 date"),
+        (" 2024-01-01", "not an ISO 8601 date"),
+        ("20240101", "not an ISO 8601 date"),
+        ("2024-W01-1", "not an ISO 8601 date"),
+        ("2024-01-01T10:00:00", "not an ISO 8601 date"),  # no offset: which day it ends is unknown
+        ("2024-01-01 10:00:00+00:00", "not an ISO 8601 date"),
+        ("２０２４-０１-０１", "not an ISO 8601 date"),
+        ("2024-02-30", "not a valid date"),
+        ("2024-01-01T25:00Z", "not a valid date"),
+        ("soon", "not an ISO 8601 date"),
+        (20240101, "not a date"),
+        (["2024-01-01"], "not a date"),
+    ],
+)
+def test_anything_else_is_refused_with_the_reason(value, message):
+    with pytest.raises(ValueError, match=message):
+        parse_retention_date(value)
+
+
+def test_a_policy_date_is_read_as_strictly():
+    with pytest.raises(PolicyError, match="policy.json: rule 1: delete_after '2026-06-30 later' is not an ISO 8601"):
+        RetentionPolicy.parse('{"rules": [{"delete_after": "2026-06-30 later"}]}', "policy.json")
+    (rule,) = RetentionPolicy.parse('{"rules": [{"delete_after": "2026-06-30T23:00:00-02:00"}]}').rules
+    assert rule.delete_after == dt.date(2026, 7, 1)

@@ -98,7 +98,7 @@ def test_429_is_retried_after_the_wait_the_server_asks_for(chat_server):
     started = time.monotonic()
     completion = client_for(chat_server).complete(HELLO, json_schema=SCHEMA)
     assert chat_server.count == 2
-    assert completion.attempts == 2
+    assert (completion.attempts, completion.retries) == (2, 1)  # one call, retried once
     assert time.monotonic() - started >= 0.3
 
 
@@ -108,8 +108,22 @@ def test_5xx_is_retried_until_the_retries_give_up(chat_server):
         client_for(chat_server, max_retries=2).complete(HELLO)
     assert caught.value.kind == "server_error"
     assert caught.value.status == 500
-    assert caught.value.attempts == 3
+    assert (caught.value.attempts, caught.value.retries) == (3, 2)
     assert chat_server.count == 3
+
+
+def test_a_client_passed_in_makes_no_retry_of_its_own(chat_server):
+    import openai
+
+    chat_server.queue(chat_server.Reply(status=500))
+    own_retries = openai.OpenAI(base_url=chat_server.base_url, api_key=SECRET, max_retries=5)
+    settings = LLMSettings(base_url=chat_server.base_url, api_key=SECRET, model="test-model", backoff_s=0.01,
+                           max_retries=1)
+    with pytest.raises(LLMError) as caught:
+        LLMClient(settings, own_retries).complete(HELLO)
+    # Every request is one the client counted: two, not six from the openai client's own retries.
+    assert chat_server.count == 2
+    assert (caught.value.attempts, caught.value.retries) == (2, 1)
 
 
 def test_other_4xx_is_not_retried(chat_server):

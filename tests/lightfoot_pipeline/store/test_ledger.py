@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 
 from lightfoot_pipeline.store import ledger
 
@@ -29,6 +30,7 @@ def test_totals_per_run_and_per_document(store):
                           charge("run-b", None, 300, 30, purpose="answer", chunk_id=None)])
     everything = ledger.totals(store)
     assert (everything["calls"], everything["attempts"], everything["runs"], everything["documents"]) == (5, 10, 2, 2)
+    assert everything["retries"] == 5  # 4 of the timed-out call and 1 of run-b's: not calls
     assert (everything["tokens_in"], everything["tokens_out"]) == (7800, 730)
     assert everything["cost_usd"] == pytest.approx(ledger.cost_usd(7800, 730, 0.10, 0.32))
     assert everything["failed_calls"] == 1
@@ -38,14 +40,29 @@ def test_totals_per_run_and_per_document(store):
     runs = ledger.by_run(store)
     assert [r["run_id"] for r in runs] == ["run-a", "run-b"]
     assert [r["calls"] for r in runs] == [3, 2]
+    assert [r["retries"] for r in runs] == [4, 1]
     docs = {d["doc_id"]: d for d in ledger.by_document(store)}
     assert set(docs) == {"d1", "d2"}  # the answer call has no document
-    assert (docs["d1"]["calls"], docs["d1"]["tokens_in"]) == (2, 5000)
+    assert (docs["d1"]["calls"], docs["d1"]["retries"], docs["d1"]["tokens_in"]) == (2, 1, 5000)
+    assert (docs["d2"]["calls"], docs["d2"]["retries"]) == (2, 4)
     assert {d["doc_id"] for d in ledger.by_document(store, "run-b")} == {"d1"}
+
+
+def test_every_charge_is_durable_once_recorded_and_compaction_keeps_them(store):
+    for i in range(store.n_buckets * 5):  # one append per answer, as extraction writes them
+        ledger.record(store, [charge("run-a", f"d{i}", 100, 10, attempts=1 + i % 2)])
+    appended = len(DeltaTable(store.journal_uri(ledger.LLM_LEDGER.name)).file_uris())
+    assert appended > store.n_buckets * 4
+    assert appended - store.n_buckets <= ledger.compact(store) <= appended  # a bucket's lone file stays as it is
+    assert len(DeltaTable(store.journal_uri(ledger.LLM_LEDGER.name)).file_uris()) <= store.n_buckets
+    totals = ledger.totals(store)
+    assert (totals["calls"], totals["retries"]) == (store.n_buckets * 5, store.n_buckets * 5 // 2)
+    assert ledger.compact(store) == 0  # nothing small left to compact
 
 
 def test_an_empty_ledger(store):
     assert ledger.totals(store)["calls"] == 0
+    assert ledger.totals(store)["retries"] == 0
     assert ledger.by_run(store) == [] and ledger.by_document(store) == []
 
 

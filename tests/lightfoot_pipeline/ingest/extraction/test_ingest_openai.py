@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import threading
 import zlib
 from pathlib import Path
 
 import polars as pl
+from deltalake import DeltaTable
 
 from lightfoot_pipeline import cli, pipeline
 from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.ingest.extraction.cache import EXTRACTION_CACHE
 from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
 from lightfoot_pipeline.models.llm import LLMSettings
+from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import EXTRACTIONS
+
+REPO = Path(pipeline.__file__).resolve().parents[1]
 
 
 def passage_of(request) -> tuple[str, str]:
@@ -134,7 +143,110 @@ def test_cli_ingest_twice_makes_no_request_the_second_time(tmp_path, monkeypatch
     assert abs(cost["totals"]["cost_usd"] - ledger.cost_usd(40 * 650, 40 * 85, 0.10, 0.32)) < 1e-9
     assert len(cost["runs"]) == 1 and len(cost["documents"]) == 40
     assert cli.main(["cost", "--store", store_path]) == 0
-    assert "40 calls" in capsys.readouterr().out
+    assert "40 calls (retries 0, requests 40, failed 0)" in capsys.readouterr().out
+
+
+def test_kill_9_mid_ingest_loses_no_answer_and_the_rerun_asks_only_for_the_rest(
+    tmp_path, monkeypatch, capsys, chat_server, sample_documents,
+):
+    documents = sample_documents[:120]
+    dataset = write_dataset(tmp_path / "dataset", documents)
+    store_path = str(tmp_path / "store")
+    concurrency, answered = 4, 50
+    argv = ["ingest", "--dataset", str(dataset), "--extractor", "openai", "--embedder", "hashing",
+            "--store", store_path]
+    env = {**os.environ, "OPENAI_BASE_URL": chat_server.base_url, "OPENAI_API_KEY": "sk-kill-test",
+           "LIGHTFOOT_LLM_CONCURRENCY": str(concurrency), "LIGHTFOOT_LLM_BACKOFF_S": "0.01",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    child: dict[str, int] = {}
+    release = threading.Event()
+
+    def answer(request):
+        # The first `answered` requests get answers; the rest wait, unanswered. A slot sends its
+        # next request only once the answers taken before it are written, so when request
+        # answered + concurrency arrives every answer sent is in the cache: kill -9 the ingest then.
+        if request.number <= answered:
+            return chat_server.Reply(content=answer_for(request, chat_server), usage=(600, 80))
+        if request.number == answered + concurrency:
+            os.kill(child["pid"], signal.SIGKILL)
+        release.wait(60)
+        return chat_server.Reply(status=503)
+
+    chat_server.script(answer)
+    process = subprocess.Popen([sys.executable, "-m", "lightfoot_pipeline.cli", *argv], env=env, cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child["pid"] = process.pid
+    try:
+        out, err = process.communicate(timeout=180)
+    finally:
+        release.set()
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == -signal.SIGKILL, err.decode()[-2000:]
+    assert chat_server.count == answered + concurrency
+
+    store = Store(store_path)
+    assert store.manifest().seq == 0  # the ingest died before its commit
+    assert store.read_journal(EXTRACTION_CACHE.name).height == answered  # every answer sent was kept
+    paid = ledger.totals(store)
+    assert (paid["calls"], paid["retries"], paid["tokens_in"]) == (answered, 0, answered * 600)
+
+    # The rerun asks only for the passages that got no answer, and says what it found cached.
+    chat_server.reset()
+    chat_server.script(lambda r: chat_server.Reply(content=answer_for(r, chat_server), usage=(600, 80)))
+    for name, value in env.items():
+        if name.startswith(("OPENAI_", "LIGHTFOOT_LLM_")):
+            monkeypatch.setenv(name, value)
+    assert cli.main(argv) == 0
+    rerun = capsys.readouterr().out
+    assert chat_server.count == len(documents) - answered
+    assert (f"extracted {len(documents) - answered}, already extracted {answered} "
+            f"({answered} from the extraction cache), failed 0") in rerun
+    assert f"model calls {len(documents) - answered} (retries 0)" in rerun
+    assert store.read(EXTRACTIONS.name).filter(pl.col("status") == "ok").height == len(documents)
+    paid = ledger.totals(store)
+    assert (paid["calls"], paid["retries"], paid["runs"]) == (len(documents), 0, 2)
+    assert paid["tokens_in"] == len(documents) * 600
+    # The small files of those appends (one an answer or so) were compacted: one per bucket.
+    for table in (EXTRACTION_CACHE.name, ledger.LLM_LEDGER.name):
+        assert len(DeltaTable(store.journal_uri(table)).file_uris()) <= store.n_buckets
+    assert store.read_journal(EXTRACTION_CACHE.name).height == len(documents)
+
+
+def test_a_retried_http_error_is_a_retry_not_a_call(tmp_path, monkeypatch, capsys, chat_server, sample_documents):
+    documents = sample_documents[:12]
+    dataset = write_dataset(tmp_path / "dataset", documents)
+    unlucky = documents[3].title
+    failed_once: set[str] = set()
+    lock = threading.Lock()
+
+    def answer(request):
+        title = passage_of(request)[0]
+        with lock:
+            first_time = title == unlucky and title not in failed_once
+            failed_once.add(title)
+        if first_time:
+            return chat_server.Reply(status=500)
+        return chat_server.Reply(content=answer_for(request, chat_server), usage=(600, 80))
+
+    chat_server.script(answer)
+    monkeypatch.setenv("OPENAI_BASE_URL", chat_server.base_url)
+    monkeypatch.setenv("LIGHTFOOT_LLM_BACKOFF_S", "0.01")
+    store_path = str(tmp_path / "store")
+    argv = ["ingest", "--dataset", str(dataset), "--extractor", "openai", "--embedder", "hashing",
+            "--store", store_path, "--json"]
+    assert cli.main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert chat_server.count == 13  # twelve calls, one of them sent twice
+    assert (report["model_calls"], report["retries"], report["extracted"]) == (12, 1, 12)
+    assert cli.main(["cost", "--store", store_path, "--json", "--by-document"]) == 0
+    cost = json.loads(capsys.readouterr().out)
+    assert (cost["totals"]["calls"], cost["totals"]["retries"], cost["totals"]["attempts"]) == (12, 1, 13)
+    assert (cost["runs"][0]["calls"], cost["runs"][0]["retries"]) == (12, 1)
+    retried = [d for d in cost["documents"] if d["retries"]]
+    assert [d["doc_id"] for d in retried] == [documents[3].doc_id] and retried[0]["calls"] == 1
+    assert cli.main(["cost", "--store", store_path]) == 0
+    assert "12 calls (retries 1, requests 13, failed 0)" in capsys.readouterr().out
 
 
 def test_cli_reports_a_missing_endpoint_clearly(tmp_path, monkeypatch, capsys, sample_documents):

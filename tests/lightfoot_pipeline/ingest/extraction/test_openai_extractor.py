@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError
 
 from lightfoot_pipeline.store import ledger
-from lightfoot_pipeline.ingest.extraction.cache import EXTRACTION_CACHE
+from lightfoot_pipeline.ingest.extraction.cache import EXTRACTION_CACHE, ExtractionCache
 from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
 from lightfoot_pipeline.models.llm import LLMSettings
 from lightfoot_pipeline.ingest.passages import Passage
+from lightfoot_pipeline.store.store import ConcurrentCommitError, Store
 
 TEXTS = {
     "Warsaw": "Warsaw is the capital of Poland. Marie Curie was born in Warsaw in 1867.",
@@ -49,9 +53,7 @@ def make_extractor(store, server, **overrides):
                   backoff_max_s=0.05, timeout_s=5.0, max_retries=2, concurrency=4,
                   price_in_per_mtok=0.10, price_out_per_mtok=0.32)
     values.update(overrides)
-    extractor = build_openai_extractor(store, llm_settings=LLMSettings(**values), run_id="run-test")
-    extractor.flush_seconds = 0.0
-    return extractor
+    return build_openai_extractor(store, llm_settings=LLMSettings(**values), run_id="run-test")
 
 
 def statuses(outcomes) -> list[str]:
@@ -72,7 +74,8 @@ def test_valid_output_then_a_cached_rebuild_makes_no_request(store, chat_server)
     first = outcomes[0]
     assert [e.name for e in first.record.entities] == ["Warsaw"]
     assert first.record.facts[0].evidence_verified is True
-    assert (first.model_calls, first.tokens_in, first.tokens_out) == (1, 600, 80)
+    assert (first.model_calls, first.retries, first.tokens_in, first.tokens_out) == (1, 0, 600, 80)
+    assert not first.cached
     assert first.cost_usd == pytest.approx(ledger.cost_usd(600, 80, 0.10, 0.32))
     assert {r.response_format for r in chat_server.requests} == {"json_schema"}
 
@@ -80,7 +83,7 @@ def test_valid_output_then_a_cached_rebuild_makes_no_request(store, chat_server)
     again = make_extractor(store, chat_server).extract(batch)  # a new extractor: only the store is shared
     assert chat_server.count == 0
     assert [o.record for o in again] == [o.record for o in outcomes]
-    assert all(o.model_calls == 0 and o.cost_usd == 0 for o in again)
+    assert all(o.model_calls == 0 and o.cost_usd == 0 and o.cached for o in again)
     # The ledger has the three paid calls and nothing for the cached ones.
     assert ledger.totals(store)["calls"] == 3
 
@@ -144,8 +147,11 @@ def test_429_then_success(store, chat_server):
                                                      '"description":"city"}],"facts":[]}'))
     (outcome,) = make_extractor(store, chat_server).extract(passages(["Warsaw"]))
     assert chat_server.count == 2
-    assert outcome.status == "ok" and outcome.model_calls == 2
+    # One call that took two requests: the second is a retry, not another call.
+    assert outcome.status == "ok" and (outcome.model_calls, outcome.retries) == (1, 1)
     assert ledger.read(store).get_column("attempts").to_list() == [2]
+    totals = ledger.totals(store)
+    assert (totals["calls"], totals["retries"], totals["attempts"]) == (1, 1, 2)
     chat_server.reset()
     make_extractor(store, chat_server).extract(passages(["Warsaw"]))
     assert chat_server.count == 0
@@ -171,9 +177,10 @@ def test_500_until_the_retries_give_up_fails_that_passage_only(store, chat_serve
     assert statuses(outcomes) == ["ok", "failed", "ok"]
     failed = outcomes[1]
     assert "after 4 attempt(s)" in failed.reason and "server_error" in failed.reason
-    assert failed.raw_output is None and failed.model_calls == 4
+    assert failed.raw_output is None and (failed.model_calls, failed.retries) == (1, 3)
     rows = ledger.read(store).sort("chunk_id")
     assert rows.get_column("status").to_list() == ["ok", "error", "ok"]
+    assert (ledger.totals(store)["calls"], ledger.totals(store)["retries"]) == (3, 3)
     assert rows.get_column("error_kind").to_list()[1] == "server_error"
     # Only the failed passage is asked again.
     chat_server.reset()
@@ -267,7 +274,6 @@ def test_a_crash_loses_no_answer_already_paid_for(store, chat_server):
             raise Crash
 
     extractor = make_extractor(store, chat_server, concurrency=1)
-    extractor.flush_seconds = 60.0  # no periodic write before the crash: the answers are kept on the way out
     with pytest.raises(Crash):
         extractor.extract(passages(titles), progress=crash_after_three)
     assert chat_server.count == 3
@@ -277,6 +283,28 @@ def test_a_crash_loses_no_answer_already_paid_for(store, chat_server):
     outcomes = make_extractor(store, chat_server, concurrency=1).extract(passages(titles))
     assert statuses(outcomes) == ["ok"] * 8
     assert chat_server.count == 5
+
+
+def test_an_error_mid_batch_keeps_the_answers_of_the_calls_in_flight(store, chat_server):
+    # The first four requests are answered at once, the later ones slowly: when the fourth answer
+    # is taken, one or two calls are still in flight.
+    chat_server.script(lambda r: chat_server.Reply(content=good_answer(r), delay=0.0 if r.number <= 4 else 0.3))
+    titles = [f"Town {i}" for i in range(12)]
+
+    def interrupted(done, total):
+        if done >= 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        make_extractor(store, chat_server, concurrency=3).extract(passages(titles), progress=interrupted)
+    sent = chat_server.count
+    assert sent in (5, 6)  # four answered, one or two in flight; nothing was sent after the error
+    # Every request sent was answered, charged and cached: a rerun asks only for the others.
+    assert ledger.totals(store)["calls"] == sent
+    assert store.read_journal(EXTRACTION_CACHE.name).height == sent
+    chat_server.reset()
+    assert statuses(make_extractor(store, chat_server).extract(passages(titles))) == ["ok"] * 12
+    assert chat_server.count == 12 - sent
 
 
 def test_progress_is_reported_for_every_passage(store, chat_server):
@@ -293,3 +321,70 @@ def test_progress_is_reported_for_every_passage(store, chat_server):
     assert seen[0] == (2, 4)  # the cached ones at once
     assert seen[-1] == (4, 4)
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_every_answer_is_written_before_another_request_leaves(store, chat_server, concurrency):
+    reader = Store(store.uri)  # what another process, or a rerun after kill -9, would find
+    seen: list[tuple[int, int, int]] = []  # (request number, ledger rows, cache rows) as each request arrives
+
+    def answer(request):
+        seen.append((request.number, ledger.read(reader).height, reader.read_journal(EXTRACTION_CACHE.name).height))
+        return chat_server.Reply(content=good_answer(request))
+
+    chat_server.script(answer)
+    titles = [f"Town {i}" for i in range(10)]
+    outcomes = make_extractor(store, chat_server, concurrency=concurrency).extract(passages(titles))
+    assert statuses(outcomes) == ["ok"] * 10 and chat_server.count == 10
+    for number, charged, cached in seen:
+        # Request n leaves once n - concurrency answers were taken, and those are on storage.
+        assert charged >= number - concurrency and cached >= number - concurrency, seen
+    if concurrency == 1:
+        assert [(c, k) for _, c, k in sorted(seen)] == [(n, n) for n in range(10)]
+
+
+def test_the_small_files_of_the_appends_are_compacted_and_hold_no_text_in_their_log(store, chat_server):
+    chat_server.script(lambda r: chat_server.Reply(content=good_answer(r)))
+    titles = [f"Zyxq town {i}" for i in range(store.n_buckets * 5)]
+    make_extractor(store, chat_server, concurrency=1).extract(passages(titles))
+    for name in (EXTRACTION_CACHE.name, ledger.LLM_LEDGER.name):
+        assert len(DeltaTable(store.journal_uri(name)).file_uris()) <= store.n_buckets
+    assert store.read_journal(EXTRACTION_CACHE.name).height == len(titles)
+    assert ledger.totals(store)["calls"] == len(titles)
+    for log in Path(store.journal_uri(EXTRACTION_CACHE.name), "_delta_log").glob("*.json"):
+        assert "Zyxq" not in log.read_text()  # statistics of the bucket column only, never of answers
+    chat_server.reset()
+    assert statuses(make_extractor(store, chat_server).extract(passages(titles))) == ["ok"] * len(titles)
+    assert chat_server.count == 0
+
+
+def test_a_compaction_that_fails_loses_nothing(store, chat_server, monkeypatch, caplog):
+    def lost_race(name):
+        raise ConcurrentCommitError("another writer committed while this one was compacting")
+
+    monkeypatch.setattr(store, "compact_journal", lost_race)
+    chat_server.script(lambda r: chat_server.Reply(content=good_answer(r)))
+    outcomes = make_extractor(store, chat_server).extract(passages())
+    assert statuses(outcomes) == ["ok"] * 3
+    assert "could not compact the extraction cache" in caplog.text
+    assert store.read_journal(EXTRACTION_CACHE.name).height == 3 and ledger.totals(store)["calls"] == 3
+
+
+def test_a_purge_that_meets_a_compaction_tries_again(store, chat_server, monkeypatch):
+    chat_server.script(lambda r: chat_server.Reply(content=good_answer(r)))
+    extractor = make_extractor(store, chat_server)
+    extractor.extract(passages())
+    deletions = []
+    delete = store.delete_from_journal
+
+    def compacted_meanwhile(name, column, values):
+        deletions.append(list(values))
+        if len(deletions) == 1:
+            raise CommitFailedError("a concurrent transaction removed the files this one read")
+        return delete(name, column, values)
+
+    monkeypatch.setattr(store, "delete_from_journal", compacted_meanwhile)
+    keep = extractor.cache_key(passages()[0])
+    assert ExtractionCache(store).purge_except([keep]) == 2
+    assert len(deletions) == 2
+    assert store.read_journal(EXTRACTION_CACHE.name).get_column("cache_key").to_list() == [keep]

@@ -1,0 +1,104 @@
+"""The runs of a receipt: what the instance holds of the runs asked for one taken drop.
+
+A run asked for a receipt (see lightfoot_pipeline/landing.py) carries the receipt's id, under a
+tag that names its kind, and the attempt number. The receipt is found again by that tag whatever
+happened to the sensor's cursor or the daemon, and its state follows from those runs:
+
+- **succeeded**: each run of its latest attempt (one per partition range) has succeeded;
+- **in flight**: one is queued, starting, running or being canceled;
+- otherwise it needs a run: attempt 0 when it has none (never asked, dropped, or the instance
+  wiped), the next attempt after a failed or canceled one, the same attempt when its run was
+  created but never launched (the daemon then launches that run, found by its run key).
+
+Run keys come from the receipt id and the attempt, never from a counter, so no two receipts
+share one and a retry never reuses a key that Dagster would drop as a duplicate.
+
+A receipt whose runs keep failing backs off: the first failure is retried at the next tick, and
+each further one doubles the wait after the last failed run ended (one minute after the second,
+two after the third, …, at most an hour), so a request that cannot succeed (a broken store, a
+bad deployment) leaves a failed run an hour in the instance rather than one every tick.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import dagster as dg
+
+from assets.partitions import RANGE_END_TAG, RANGE_START_TAG
+from lightfoot_pipeline.ingest.landing import ERASURE, INGESTION, Receipt
+
+ATTEMPT_TAG = "lightfoot/attempt"
+RECEIPT_TAGS = {ERASURE: "lightfoot/erasure-request", INGESTION: "lightfoot/inbox-drop"}
+RETRY_BACKOFF_S = 60.0  # the wait after the second failure; doubled after each further one
+RETRY_BACKOFF_MAX_S = 3600.0
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
+
+
+@dataclass(frozen=True)
+class ReceiptRuns:
+    """What the instance holds of the runs asked for one receipt."""
+
+    succeeded: str | None = None  # a successful run of the latest attempt, when each of its ranges succeeded
+    in_flight: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # failed or canceled, in any attempt
+    attempt: int = 0  # the attempt a request made now belongs to
+    retry_at: float | None = None  # after repeated failures: no retry before this time (epoch seconds)
+
+    def backing_off(self, now: float | None = None) -> bool:
+        """Whether a retry must wait (see the module docstring)."""
+        return self.retry_at is not None and (time.time() if now is None else now) < self.retry_at
+
+
+def receipt_tags(receipt: Receipt, attempt: int) -> dict[str, str]:
+    return {RECEIPT_TAGS[receipt.kind]: receipt.receipt_id, ATTEMPT_TAG: str(attempt)}
+
+
+def receipt_run_key(prefix: str, receipt: Receipt, attempt: int) -> str:
+    return f"{prefix}-{receipt.receipt_id}-{attempt}"
+
+
+def _attempt(run: dg.DagsterRun) -> int:
+    try:
+        return int(run.tags.get(ATTEMPT_TAG, "0"))
+    except ValueError:
+        return 0
+
+
+def receipt_runs(instance: dg.DagsterInstance, receipt: Receipt) -> ReceiptRuns:
+    """The runs tagged with this receipt, and what they make of it."""
+    records = instance.get_run_records(dg.RunsFilter(tags={RECEIPT_TAGS[receipt.kind]: receipt.receipt_id}))
+    runs = [r.dagster_run for r in records]
+    if not runs:
+        return ReceiptRuns()
+    in_flight = sorted(r.run_id for r in runs if r.status in IN_FLIGHT)
+    failed = sorted(r.run_id for r in runs if r.is_failure_or_canceled)
+    latest = max(_attempt(r) for r in runs)
+    ranges: dict[tuple, list[dg.DagsterRun]] = defaultdict(list)
+    for run in runs:
+        if _attempt(run) == latest:
+            ranges[(run.tags.get(RANGE_START_TAG), run.tags.get(RANGE_END_TAG))].append(run)
+    successes = [next((r for r in group if r.is_success), None) for group in ranges.values()]
+    succeeded = successes[0].run_id if all(successes) else None
+    retry = any(r.is_failure_or_canceled for group in ranges.values() for r in group)
+    return ReceiptRuns(succeeded, in_flight, failed, latest + 1 if retry else latest,
+                       _retry_at(records) if retry else None)
+
+
+def retry_delay_s(failures: int) -> float:
+    """How long after the last failed run a receipt with this many failed attempts waits."""
+    if failures <= 1:
+        return 0.0
+    return min(RETRY_BACKOFF_S * 2 ** (failures - 2), RETRY_BACKOFF_MAX_S)
+
+
+def _retry_at(records: list) -> float | None:
+    failed = [r for r in records if r.dagster_run.is_failure_or_canceled]
+    ended = [r.end_time or r.update_timestamp.timestamp() for r in failed]
+    attempts = len({_attempt(r.dagster_run) for r in failed})
+    return max(ended) + retry_delay_s(attempts) if ended else None
