@@ -14,8 +14,12 @@ endpoints answer HEAD too, and query strings are ignored.
 What bounds the service (:class:`HttpLimits`):
 
 - **Bodies**: a ``Content-Length`` above ``max_body_bytes`` gets 413 before a byte of the body is
-  read; a chunked body is counted as it arrives and cut at the limit (413); the connection is
-  then closed, so the rest is never read. A body must arrive within ``body_timeout_s`` (408).
+  read; a chunked body is counted as it arrives and cut at the limit (413). A response sent
+  before the body was read (413, 401, 404, 408) closes the connection, lingering: the server
+  half-closes, so the client reads the response to its end, and drops unparsed whatever the
+  client still sends, for at most ``LINGER_S`` or ``LINGER_BYTES``, before it closes for good.
+  (Closed at once, the unread bytes would make the kernel reset the connection, and a client
+  still sending would lose the response.) A body must arrive within ``body_timeout_s`` (408).
   An invalid ``Content-Length`` (negative, not a number) gets 400 from the HTTP parser (h11).
 - **Headers**: at most 16 KiB (h11; 400 beyond), and they must be complete within
   ``header_timeout_s`` of a connection's first byte (or of its opening), else the connection is
@@ -27,7 +31,8 @@ What bounds the service (:class:`HttpLimits`):
 - **Work**: retrieval runs in a pool of ``workers`` threads, with at most ``queue`` queries
   waiting for one; a query beyond that gets 503 with ``Retry-After`` at once, rather than piling
   up. Answer calls (seconds each) have a pool of their own, the model client's concurrency wide,
-  so that they never hold the retrieval workers.
+  so that they never hold the retrieval workers. The worker threads run at a lower scheduling
+  priority (``worker_nice``) than the event loop.
 - **Malformed requests** get 400 with the reason: invalid JSON or UTF-8, lone surrogates, nesting
   too deep to parse, unknown fields, values of the wrong type or range.
 
@@ -38,9 +43,12 @@ worker threads, so ``/health`` answers within milliseconds while every worker is
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
+import os
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -48,6 +56,7 @@ from typing import Callable
 
 import anyio
 import anyio.to_thread
+import h11
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -66,6 +75,14 @@ log = logging.getLogger(__name__)
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8410
 MAX_HEADER_BYTES = 16 * 1024
+# How long, and how much of a refused body, a closing connection still takes (and drops) so that
+# the client can read the refusal before the close resets the connection.
+LINGER_S = 2.0
+LINGER_BYTES = 64 * 1024 * 1024
+# How long a thread holding the GIL keeps it while another waits (Python's default is 5 ms): the
+# event loop waits for the GIL at every step of a request, so a retrieval thread's Python code
+# would add up to this much to each step of a /health probe.
+SWITCH_INTERVAL_S = 0.001
 OPEN_PATHS = frozenset({"/health"})  # answered without a token
 REALM = "lightfoot"
 
@@ -84,11 +101,14 @@ class HttpLimits:
     body_timeout_s: float = 10.0
     keep_alive_s: float = 5.0
     backlog: int = 1024
+    worker_nice: int = 5  # scheduling priority of the worker threads, below the event loop's (Linux)
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "workers", "answer_workers", "max_connections", "backlog"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not 0 <= self.worker_nice <= 19:
+            raise ValueError(f"worker_nice must be from 0 to 19, got {self.worker_nice}")
         for name in ("queue", "answer_queue"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
@@ -196,14 +216,31 @@ def _may_have_body(scope) -> bool:
 # -- work pools ----------------------------------------------------------------------------------
 
 
+_thread_state = threading.local()
+
+
+def _lower_priority(nice: int) -> None:
+    """Lower the calling thread's scheduling priority to ``nice`` once (Linux: per thread; elsewhere
+    a no-op). The event loop's thread stays at the process's priority, so the kernel runs it first
+    when a connection or a /health probe arrives while the workers compute."""
+    if getattr(_thread_state, "nice", 0) >= nice:
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+    except (AttributeError, OSError):
+        pass
+    _thread_state.nice = nice
+
+
 class WorkPool:
     """At most ``workers`` calls run at once, each in a thread; at most ``queue`` more wait; a call
     beyond that is refused at once (503). Used from the event loop only, so the count needs no lock."""
 
-    def __init__(self, name: str, workers: int, queue: int) -> None:
+    def __init__(self, name: str, workers: int, queue: int, nice: int = 0) -> None:
         self.name = name
         self.workers = workers
         self.bound = workers + queue
+        self.nice = nice
         self.limiter: anyio.CapacityLimiter | None = None  # made in the server's event loop
         self.active = 0  # running or waiting
 
@@ -215,9 +252,14 @@ class WorkPool:
             self.limiter = anyio.CapacityLimiter(self.workers)
         self.active += 1
         try:
-            return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+            return await anyio.to_thread.run_sync(self._call, fn, args, limiter=self.limiter)
         finally:
             self.active -= 1
+
+    def _call(self, fn: Callable, args: tuple):
+        if self.nice:
+            _lower_priority(self.nice)
+        return fn(*args)
 
 
 # -- the application -----------------------------------------------------------------------------
@@ -251,8 +293,8 @@ class TokenAuth:
 def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLimits | None = None) -> Starlette:
     """The ASGI application over a service."""
     limits = limits or HttpLimits()
-    retrieval = WorkPool("retrieval", limits.workers, limits.queue)
-    answers = WorkPool("answer", limits.answer_workers, limits.answer_queue)
+    retrieval = WorkPool("retrieval", limits.workers, limits.queue, limits.worker_nice)
+    answers = WorkPool("answer", limits.answer_workers, limits.answer_queue, limits.worker_nice)
 
     def retrieve_and_encode(arguments: dict) -> tuple[bytes | None, dict, object]:
         payload, pending = service.retrieve(**arguments)
@@ -317,18 +359,70 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
 # -- the server ----------------------------------------------------------------------------------
 
 
+class LingeringTransport:
+    """A connection's transport whose ``close`` lingers while a request body is still arriving.
+
+    It half-closes at once (the client sees the response end), then drops what the client still
+    sends, unparsed, and closes for good after ``LINGER_S``, after ``LINGER_BYTES``, or when the
+    client closes its side. Everything else goes to the transport itself.
+    """
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop,
+                 body_unread: Callable[[], bool]) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._body_unread = body_unread
+        self._timer: asyncio.TimerHandle | None = None
+        self.lingering = False
+        self.dropped = 0
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+    def is_closing(self) -> bool:
+        return self.lingering or self._transport.is_closing()
+
+    def close(self) -> None:
+        if self.lingering or self._transport.is_closing():
+            return
+        if not self._body_unread() or not self._transport.can_write_eof():
+            self._transport.close()
+            return
+        self.lingering = True
+        self._transport.write_eof()
+        self._transport.resume_reading()
+        self._timer = self._loop.call_later(LINGER_S, self.finish)
+
+    def drop(self, data: bytes) -> None:
+        self.dropped += len(data)
+        if self.dropped > LINGER_BYTES:
+            self.finish()
+
+    def finish(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._transport.is_closing():
+            self._transport.close()
+
+
 def protocol_with_header_timeout(header_timeout_s: float) -> type[asyncio.Protocol]:
     """uvicorn's h11 protocol, closing a connection whose request headers are not complete within
-    ``header_timeout_s`` of its opening or of the request's first byte (a slowloris client)."""
+    ``header_timeout_s`` of its opening or of the request's first byte (a slowloris client), and
+    closing with a linger (:class:`LingeringTransport`)."""
 
-    class HeaderTimeoutH11(H11Protocol):
+    class BoundedH11(H11Protocol):
         def connection_made(self, transport) -> None:
-            super().connection_made(transport)
+            lingering = LingeringTransport(transport, self.loop, lambda: self.conn.their_state is h11.SEND_BODY)
+            super().connection_made(lingering)
             self._header_timer: asyncio.TimerHandle | None = None
             self._seen_cycle = None
             self._arm_header_timer()
 
         def data_received(self, data: bytes) -> None:
+            if self.transport.lingering:
+                self.transport.drop(data)
+                return
             try:
                 super().data_received(data)
             except ValueError:  # a header h11 validates but cannot convert (a 5,000-digit length)
@@ -340,8 +434,14 @@ def protocol_with_header_timeout(header_timeout_s: float) -> type[asyncio.Protoc
             elif (self.cycle is None or self.cycle.response_complete) and self._header_timer is None:
                 self._arm_header_timer()  # the first bytes of a next request on a kept-alive connection
 
+        def eof_received(self) -> bool | None:
+            if self.transport.lingering:
+                self.transport.finish()
+            return super().eof_received()
+
         def connection_lost(self, exc) -> None:
             self._cancel_header_timer()
+            self.transport.finish()
             super().connection_lost(exc)
 
         def _arm_header_timer(self) -> None:
@@ -358,11 +458,11 @@ def protocol_with_header_timeout(header_timeout_s: float) -> type[asyncio.Protoc
             if waiting and not self.transport.is_closing():
                 self.transport.close()
 
-    return HeaderTimeoutH11
+    return BoundedH11
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening-ready TCP socket on (host, port); port 0 takes a free one."""
+    """A TCP socket bound to (host, port); port 0 takes a free one."""
     family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                                          flags=socket.AI_PASSIVE)[0]
     sock = socket.socket(family, kind, proto)
@@ -383,6 +483,7 @@ class QueryServer:
         self.service = service
         self.limits = limits or HttpLimits()
         self.socket = bind(host, port)
+        self.socket.listen(self.limits.backlog)  # connections wait in the backlog until uvicorn starts
         config = uvicorn.Config(
             make_app(service, tokens, self.limits),
             http=protocol_with_header_timeout(self.limits.header_timeout_s),
@@ -412,12 +513,23 @@ class QueryServer:
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def serve_forever(self) -> None:
-        """Serve until SIGINT or SIGTERM (in the main thread) or :meth:`stop`."""
+        """Serve until SIGINT or SIGTERM (in the main thread) or :meth:`stop`, as the process's work.
+
+        What is loaded by now (the models, the snapshot: half a million objects) is moved out of
+        the garbage collector's sight first (``gc.freeze``): a full collection over it takes about
+        300 ms with the GIL held, and under load one would stall every request for that long.
+        """
+        gc.collect()
+        gc.freeze()
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        self._run()
+
+    def _run(self) -> None:
         self._server.run(sockets=[self.socket])
 
     def start(self, timeout_s: float = 30.0) -> "QueryServer":
         """Serve from a background thread; returns once the server accepts connections."""
-        self._thread = threading.Thread(target=self.serve_forever, name="query-server", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="query-server", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + timeout_s
         while not self._server.started and self._thread.is_alive() and time.monotonic() < deadline:
