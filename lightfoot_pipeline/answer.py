@@ -206,6 +206,13 @@ class AnswerBudget:
             self.held_usd += worst_case_usd
             return True
 
+    def spent(self) -> bool:
+        """Whether the budget refuses every call now; asking counts as a refused call when it does."""
+        with self._lock:
+            if self.exhausted:
+                self.refused += 1
+            return self.exhausted
+
     def settle(self, worst_case_usd: float, cost_usd: float) -> None:
         """Release a call's hold and charge what it cost."""
         with self._lock:

@@ -189,7 +189,7 @@ class QueryService:
             payload["answer_status"] = "not requested"
         elif self.answerer is None:
             payload["answer_status"] = self.answer_status
-        elif self.budget.exhausted:
+        elif self.budget.spent():
             payload["answer_status"] = self._budget_spent()
         else:
             facts = retriever.similar_facts(vector, self.answerer.n_facts)
