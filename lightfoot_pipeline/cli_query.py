@@ -161,9 +161,11 @@ def cmd_serve(args) -> int:
         answers = args.answers or _env_flag(SERVE_ANSWERS_ENV)
         budget = _serve_budget(args)
         AnswerBudget(budget)  # refuses a negative or infinite budget before anything loads
-        limits = HttpLimits(max_body_bytes=args.max_body_bytes, workers=args.workers, queue=args.queue,
+        limits = HttpLimits(max_body_bytes=args.max_body_bytes, queue=args.queue,
                             max_connections=args.max_connections, header_timeout_s=args.header_timeout,
                             body_timeout_s=args.body_timeout, keep_alive_s=args.keep_alive)
+        if args.workers is not None:
+            limits = dataclasses.replace(limits, workers=args.workers)
     except (AuthConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -311,7 +313,7 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--answer-budget-usd", type=float, default=None,
                    help=f"most this process spends on answers (default: ${SERVE_BUDGET_ENV}, else 1.00)")
     p.add_argument("--max-body-bytes", type=int, default=64 * 1024, help="largest request body (default 65536)")
-    p.add_argument("--workers", type=int, default=2, help="retrieval threads (default 2)")
+    p.add_argument("--workers", type=int, default=None, help="retrieval threads (default: one per CPU)")
     p.add_argument("--queue", type=int, default=64, help="queries waiting for a thread before 503 (default 64)")
     p.add_argument("--max-connections", type=int, default=1000,
                    help="open connections before new requests get 503 (default 1000)")

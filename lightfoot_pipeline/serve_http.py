@@ -51,7 +51,7 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import anyio
@@ -78,7 +78,7 @@ MAX_HEADER_BYTES = 16 * 1024
 # How long, and how much of a refused body, a closing connection still takes (and drops) so that
 # the client can read the refusal before the close resets the connection.
 LINGER_S = 2.0
-LINGER_BYTES = 64 * 1024 * 1024
+LINGER_BYTES = 16 * 1024 * 1024
 # How long a thread holding the GIL keeps it while another waits (Python's default is 5 ms): the
 # event loop waits for the GIL at every step of a request, so a retrieval thread's Python code
 # would add up to this much to each step of a /health probe.
@@ -92,7 +92,7 @@ class HttpLimits:
     """The bounds of one server (see the module docstring)."""
 
     max_body_bytes: int = 64 * 1024
-    workers: int = 2  # retrieval threads: queries computed at once
+    workers: int = field(default_factory=lambda: os.cpu_count() or 2)  # retrieval threads: queries at once
     queue: int = 64  # queries waiting for a retrieval thread before 503
     answer_workers: int = 8  # answer calls at once (the model client's concurrency)
     answer_queue: int = 64  # answer calls waiting before 503
