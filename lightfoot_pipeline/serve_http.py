@@ -336,7 +336,10 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
         return json_response(200 if payload["status"] == "ok" else 503, payload)
 
     async def snapshot(request: Request) -> Response:
-        return json_response(200, await anyio.to_thread.run_sync(service.snapshot_info))
+        try:
+            return json_response(200, await retrieval.run(service.snapshot_info))  # reads the store
+        except HttpError as err:
+            return json_response(err.status, {"error": str(err)}, err.headers)
 
     async def http_error(request: Request, err: HTTPException) -> Response:
         message = {404: f"no such resource {request.url.path}; try POST /query, GET /status, GET /snapshot, "
