@@ -171,7 +171,7 @@ def cmd_serve(args) -> int:
         return 2
     store = _store(args)
     service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker, answers=answers,
-                           answer_budget_usd=budget,
+                           answer_budget_usd=budget, ledger_prefix="serve",
                            answers_off_reason=f"answers are off on this service (start it with --answers "
                                               f"or {SERVE_ANSWERS_ENV}=1)")
     if service.answerer is not None:

@@ -72,13 +72,14 @@ class QueryService:
 
     ``answer_status`` says why there are no answers when ``answerer`` is None. ``budget`` caps
     what answers spend (None: no cap, for one-off queries); ``charge_ledger`` writes every answer
-    call to the store's cost ledger.
+    call to the store's cost ledger, under one run whose id starts with ``ledger_prefix``.
     """
 
     def __init__(self, store: Store, embedder: Embedder, reranker: Reranker | None = None,
                  reranker_status: RerankerStatus | None = None, answerer: Answerer | None = None,
                  answer_status: str = "", settings: RetrievalSettings | None = None,
-                 budget: AnswerBudget | None = None, charge_ledger: bool = True) -> None:
+                 budget: AnswerBudget | None = None, charge_ledger: bool = True,
+                 ledger_prefix: str = "query") -> None:
         self.store = store
         self.embedder = embedder
         self.reranker = reranker
@@ -88,7 +89,7 @@ class QueryService:
         self.settings = settings or RetrievalSettings()
         self.budget = budget or AnswerBudget(None)
         self.charge_ledger = charge_ledger
-        self.ledger_run_id = ledger.new_run_id("serve")
+        self.ledger_run_id = ledger.new_run_id(ledger_prefix)
         self.ledger_errors = 0
         self._serving: _Serving | None = None
         self._reload_lock = threading.Lock()  # one load at a time; queries never take it
@@ -296,10 +297,11 @@ def resolve_embedder(store: Store, spec: str | None = None) -> Embedder:
 
 def open_service(store: Store, *, embedder_spec: str | None = None, reranker_spec: str | None = None,
                  answers: bool = True, answer_budget_usd: float | None = None,
-                 answers_off_reason: str = "answers were turned off") -> QueryService:
+                 answers_off_reason: str = "answers were turned off", ledger_prefix: str = "query") -> QueryService:
     """A service on the store's published snapshot (exporting one first if there is none).
 
-    ``answer_budget_usd`` caps what the service's answer calls spend (None: no cap).
+    ``answer_budget_usd`` caps what the service's answer calls spend (None: no cap); each call is
+    in the cost ledger under a run named from ``ledger_prefix``.
     """
     if not store.exists():
         raise SnapshotError(f"no index at {store.uri}: run `lightfoot ingest` first")
@@ -311,7 +313,7 @@ def open_service(store: Store, *, embedder_spec: str | None = None, reranker_spe
     answerer, answer_status = build_answerer() if answers else (None, answers_off_reason)
     one_thread_per_query()
     service = QueryService(store, embedder, reranker, status, answerer, answer_status,
-                           budget=AnswerBudget(answer_budget_usd))
+                           budget=AnswerBudget(answer_budget_usd), ledger_prefix=ledger_prefix)
     if not service.refresh():
         raise SnapshotError(service.last_reload_error or f"no snapshot to serve under {store.uri}")
     return service

@@ -63,6 +63,11 @@ def test_query_answers_through_the_configured_endpoint(built, capsys, chat_serve
     assert main(["query", QUESTION, "--store", built]) == 0
     assert "answer: Mira Kalden   [answer-model" in capsys.readouterr().out
     assert chat_server.count == 1
+    from lightfoot_pipeline import ledger
+    from lightfoot_pipeline.store import Store
+
+    (row,) = ledger.read(Store(built)).to_dicts()  # the answer call is paid for, so it is recorded
+    assert row["purpose"] == "answer" and row["run_id"].startswith("query-") and row["model"] == "answer-model"
 
 
 def test_a_new_commit_marks_the_served_snapshot_stale(built, capsys, no_endpoint):
