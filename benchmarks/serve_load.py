@@ -4,9 +4,10 @@
                                     [--clients 32] [--stalled 200] [--bodies 10] [--body-mb 100]
                                     [--workers 2] [--json OUT.json]
 
-It starts ``lightfoot serve`` on 127.0.0.1 (a free port, a random token, answers off, no
-reranker) over the bundled sample (built into ``--store`` first if the store lacks it: recorded
-extractions, no model call), warms it up, and then, all at once:
+It first times the service's query path without HTTP (``retrieval_alone``: two threads in this
+process), for comparison. Then it starts ``lightfoot serve`` on 127.0.0.1 (a free port, a random
+token, answers off, no reranker) over the bundled sample (built into ``--store`` first if the
+store lacks it: recorded extractions, no model call), warms it up, and then, all at once:
 
 - ``--clients`` clients send ``--requests`` authenticated retrieval queries (the sample's dev
   questions) over kept-alive connections, as fast as they are answered;
@@ -15,14 +16,16 @@ extractions, no model call), warms it up, and then, all at once:
   whole run;
 - ``--bodies`` clients each send a body of ``--body-mb`` MB (half with ``Content-Length``, half
   chunked), as fast as the server takes it;
-- a prober asks ``GET /health`` every 50 ms on a fresh connection, and sends unauthenticated and
-  wrongly authenticated queries.
+- a prober, in a process of its own, asks ``GET /health`` every 50 ms on a fresh connection and
+  reads the server's RSS; a second one probes a trivial asyncio server in another process, to
+  show what the machine's own scheduling adds;
+- unauthenticated and wrongly authenticated queries are sent.
 
 It checks that every authenticated query got 200, every unauthenticated one 401, every big body
 413 (or a closed connection) without the server reading it, ``/health`` answered within 50 ms
 (p99 and the slowest probe), and the server's RSS after the load (and at its peak) within 200 MB
-of its idle RSS. It prints requests/s, p50/p95 latency and the RSS figures, writes them with
-``--json``, and exits 1 if a check failed. Everything runs on loopback and stops by itself
+of its idle RSS. It prints requests/s, p50/p95 latency, the server's CPU time a request and the
+RSS figures, writes them with ``--json``, and exits 1 if a check failed. Everything runs on loopback and stops by itself
 (``--timeout``, default 600 s).
 """
 
