@@ -25,8 +25,8 @@ It checks that every authenticated query got 200, every unauthenticated one 401,
 413 (or a closed connection) without the server reading it, ``/health`` answered within 50 ms
 (p99 and the slowest probe), and the server's RSS after the load (and at its peak) within 200 MB
 of its idle RSS. It prints requests/s, p50/p95 latency, the server's CPU time a request and the
-RSS figures, writes them with ``--json``, and exits 1 if a check failed. Everything runs on loopback and stops by itself
-(``--timeout``, default 600 s).
+RSS figures, writes them with ``--json``, and exits 1 if a check failed. Everything runs on
+loopback and stops by itself (``--timeout``, default 600 s).
 """
 
 from __future__ import annotations
