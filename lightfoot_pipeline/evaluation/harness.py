@@ -28,7 +28,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from lightfoot_pipeline.serving.answer import MAX_TOKENS, SYSTEM_PROMPT, Answer, Answerer, render_prompt
+from lightfoot_pipeline.serving.answer import (
+    MAX_TOKENS, RESERVE_CHARS_PER_TOKEN, SYSTEM_PROMPT, Answer, AnswerBudget, Answerer, render_prompt,
+)
 from lightfoot_pipeline.ingest.dataset import Question
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.evaluation.metrics import distinct, exact_match, recall_at_k, token_f1
@@ -42,10 +44,8 @@ ANSWER_PASSAGES = 10
 ANSWER_FACTS = 10
 # Tokens an answer typically takes ({"answer": "..."} with a short span); the ceiling is max_tokens.
 TYPICAL_ANSWER_TOKENS = 16
-# Characters per token assumed by the estimates: 4 for the estimate, 3 for the budget reservation
-# (a prompt of names and numbers tokenises denser than prose).
+# Characters per token assumed by the estimate (the budget reserves at answer.RESERVE_CHARS_PER_TOKEN).
 CHARS_PER_TOKEN = 4.0
-RESERVE_CHARS_PER_TOKEN = 3.0
 
 DENSE, LIGHTFOOT, LIGHTFOOT_RERANK, HIPPORAG2 = "dense", "lightfoot", "lightfoot+rerank", "hipporag2"
 BASELINES = (DENSE, HIPPORAG2)
@@ -328,41 +328,36 @@ def answer_rows(
     """Answer each (mode, question) through the model, never letting the spend pass the budget.
 
     Before a call, its worst case (the prompt at 3 characters a token and a full ``max_tokens``
-    answer) is reserved against the budget; a call that does not fit is skipped, with the reason
-    recorded on its row, and so is every call after it. Calls run ``concurrency`` at a time (the client's setting).
+    answer) is reserved against the budget (answer.AnswerBudget); a call that does not fit is
+    skipped, with the reason recorded on its row, and so is every call after it. Calls run
+    ``concurrency`` at a time (the client's setting).
     """
     if budget_usd is not None and budget_usd < 0:
         raise HarnessError(f"the budget must not be negative, got {budget_usd}")
-    price_in, price_out, _ = answerer.client.settings.prices()
+    budget = AnswerBudget(budget_usd)
     spend = AnswerSpend(budget_usd=budget_usd)
     lock = threading.Lock()
-    reserved = 0.0
     started = time.perf_counter()
     done = 0
 
-    def worst_case(result: QuestionResult) -> float:
-        tokens_in = math.ceil(_prompt_chars(result) / RESERVE_CHARS_PER_TOKEN)
-        return (tokens_in * price_in + answerer.max_tokens * price_out) / 1e6
-
     def one(result: QuestionResult) -> None:
-        nonlocal reserved, done
-        hold = worst_case(result)
-        with lock:
-            over = budget_usd is not None and spend.cost_usd + reserved + hold > budget_usd
-            if spend.stopped_by_budget or over:  # once the cap stops one call, the rest stop too
+        nonlocal done
+        messages = answerer.messages(result.question, result.facts, result.hits)
+        hold = answerer.worst_case_usd(messages)
+        if not budget.reserve(hold):  # once the cap stops one call, the rest stop too
+            with lock:
                 spend.skipped += 1
                 spend.stopped_by_budget = True
                 result.answer_status = f"skipped: the budget cap of ${budget_usd:g} was reached"
                 done += 1
                 if progress is not None:
                     progress(done, len(results))
-                return
-            reserved += hold
+            return
+        answer = None
         try:
-            answer = answerer.answer(result.question, result.facts, result.hits[:answerer.n_passages])
+            answer = answerer.ask(messages)
         finally:
-            with lock:
-                reserved -= hold
+            budget.settle(hold, answer.cost_usd if answer is not None else 0.0)
         with lock:
             result.answer = answer
             spend.calls += 1

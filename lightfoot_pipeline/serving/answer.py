@@ -8,12 +8,19 @@ retrieval: the ranked passages never depend on it.
 
 The model is reached through the project's OpenAI-compatible client (llm.py); an endpoint that
 cannot be reached gives an :class:`Answer` with the error, never an exception from here.
+
+:class:`AnswerBudget` caps what answer calls may spend: each call's worst case (the prompt at
+three characters a token and a full ``max_tokens`` reply) is reserved before the call is made,
+so concurrent calls can never together pass the cap. ``eval --answer`` and ``lightfoot serve``
+both spend through it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
+import threading
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
@@ -24,6 +31,9 @@ N_FACTS = 10
 N_PASSAGES = 10
 MAX_TOKENS = 200
 MAX_EVIDENCE = 2  # evidence quotes shown per fact
+# Characters per token assumed when reserving a call's worst case (a prompt of names and numbers
+# tokenises denser than prose, which runs at about 4).
+RESERVE_CHARS_PER_TOKEN = 3.0
 
 ANSWER_SCHEMA = {
     "title": "answer",
@@ -55,6 +65,9 @@ class Answer:
     output_mode: str | None = None
     parsed: bool = False  # the reply was the JSON asked for (else the answer is its first line)
     error: str | None = None
+    error_kind: str | None = None  # LLMError.kind when the call failed
+    attempts: int = 0  # HTTP attempts the call took (retries included)
+    usage_reported: bool = True  # False: the endpoint sent no usage and the tokens are estimated
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -121,15 +134,30 @@ class Answerer:
     def model(self) -> str:
         return self.client.settings.model
 
-    def answer(self, question: str, facts: Sequence[FactHit], passages: Sequence[PassageHit]) -> Answer:
-        messages = [
+    def messages(self, question: str, facts: Sequence[FactHit], passages: Sequence[PassageHit]) -> list[dict]:
+        """The system prompt and the user message for one question."""
+        return [
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": render_prompt(question, facts[: self.n_facts], passages[: self.n_passages])},
         ]
+
+    def worst_case_usd(self, messages: Sequence[dict]) -> float:
+        """The most a call with these messages can cost: the prompt at three characters a token
+        and a reply of ``max_tokens``, at the configured (or list) prices."""
+        price_in, price_out, _ = self.client.settings.prices()
+        tokens_in = math.ceil(sum(len(m["content"]) for m in messages) / RESERVE_CHARS_PER_TOKEN)
+        return (tokens_in * price_in + self.max_tokens * price_out) / 1e6
+
+    def answer(self, question: str, facts: Sequence[FactHit], passages: Sequence[PassageHit]) -> Answer:
+        return self.ask(self.messages(question, facts, passages))
+
+    def ask(self, messages: list[dict]) -> Answer:
+        """One call with messages from :meth:`messages`; failures come back as the Answer's error."""
         try:
             completion = self.client.complete(messages, json_schema=ANSWER_SCHEMA, max_tokens=self.max_tokens)
         except LLMError as err:
-            return Answer(answer=None, model=self.model, error=str(err))
+            return Answer(answer=None, model=self.model, error=str(err), error_kind=err.kind,
+                          attempts=max(err.attempts, 1))
         price_in, price_out, _ = self.client.settings.prices()
         text, parsed = parse_answer(completion.text)
         return Answer(
@@ -142,7 +170,60 @@ class Answerer:
             output_mode=completion.mode,
             parsed=parsed,
             error=None if text else "the model returned no answer",
+            attempts=completion.attempts,
+            usage_reported=completion.usage_reported,
         )
+
+
+class AnswerBudget:
+    """A cap in USD on what answer calls spend, shared by the threads that make them.
+
+    :meth:`reserve` holds a call's worst case before the call; a call whose worst case does not
+    fit beside what is spent and held is refused, and from then on every call is refused (the
+    budget is spent). :meth:`settle` releases the hold and charges what the call cost. A budget
+    of ``None`` refuses nothing and only counts.
+    """
+
+    def __init__(self, limit_usd: float | None) -> None:
+        if limit_usd is not None and not (math.isfinite(limit_usd) and limit_usd >= 0):
+            raise ValueError(f"the budget must be a non-negative number of USD, got {limit_usd}")
+        self.limit_usd = limit_usd
+        self.spent_usd = 0.0
+        self.held_usd = 0.0
+        self.calls = 0
+        self.refused = 0
+        self.exhausted = False
+        self._lock = threading.Lock()
+
+    def reserve(self, worst_case_usd: float) -> bool:
+        """Hold ``worst_case_usd`` for a call about to be made; False: the call must not be made."""
+        with self._lock:
+            over = self.limit_usd is not None and self.spent_usd + self.held_usd + worst_case_usd > self.limit_usd
+            if self.exhausted or over:
+                self.exhausted = True
+                self.refused += 1
+                return False
+            self.held_usd += worst_case_usd
+            return True
+
+    def spent(self) -> bool:
+        """Whether the budget refuses every call now; asking counts as a refused call when it does."""
+        with self._lock:
+            if self.exhausted:
+                self.refused += 1
+            return self.exhausted
+
+    def settle(self, worst_case_usd: float, cost_usd: float) -> None:
+        """Release a call's hold and charge what it cost."""
+        with self._lock:
+            self.held_usd = max(0.0, self.held_usd - worst_case_usd)
+            self.spent_usd += cost_usd
+            self.calls += 1
+
+    def as_dict(self) -> dict:
+        with self._lock:
+            return {"budget_usd": self.limit_usd, "spent_usd": round(self.spent_usd, 8), "calls": self.calls,
+                    "refused": self.refused, "exhausted": self.exhausted}
 
 
 def build_answerer(environ: dict | None = None) -> tuple[Answerer | None, str]:

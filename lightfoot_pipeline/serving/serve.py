@@ -5,31 +5,34 @@ thread polls the store's ``snapshots/latest`` pointer; when it names a new snaps
 loads it in the background and then swaps the reference in one assignment. A query takes the
 reference once when it starts, so it runs entirely on one snapshot, and queries keep being
 answered from the old snapshot until the new one has loaded. A snapshot that fails to load is
-reported (``GET /health``) and the service stays on the one it has.
+reported (``status``) and the service stays on the one it has.
 
-HTTP (JSON in and out)::
+A query runs in two steps, so that a server can give each its own worker pool: :meth:`QueryService.retrieve`
+ranks the passages (local work, milliseconds) and, when an answer is wanted, :meth:`QueryService.answer`
+calls the language model (seconds). Every answer call first reserves its worst case against the
+service's :class:`~lightfoot_pipeline.serving.answer.AnswerBudget` and is written to the cost ledger
+(purpose ``answer``, one ledger run per service process); once the budget is spent, queries
+still get their passages and the answer says why it is missing.
 
-    POST /query     {"question": "...", "top_k": 10, "answer": true, "rerank": true}
-    GET  /health    status, the snapshot being served, the last reload error if any
-    GET  /snapshot  the served snapshot's manifest and the published one's id
-
+The HTTP side is serve_http.py (Starlette under uvicorn) and its authentication serve_auth.py.
 Every query result names the snapshot that served it and gives a latency breakdown in ms.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from lightfoot_pipeline.serving.answer import Answerer, build_answerer
+from lightfoot_pipeline.store import ledger
+from lightfoot_pipeline.serving.answer import Answer, AnswerBudget, Answerer, build_answerer
 from lightfoot_pipeline.models.embedder import Embedder, load_embedder
 from lightfoot_pipeline.serving.rerank import Reranker, RerankerStatus, load_reranker
-from lightfoot_pipeline.serving.retrieve import RetrievalError, RetrievalSettings, Retriever, one_thread_per_query
+from lightfoot_pipeline.serving.retrieve import (
+    FactHit, PassageHit, RetrievalError, RetrievalSettings, Retriever, one_thread_per_query,
+)
 from lightfoot_pipeline.serving.snapshot import (
     Snapshot, SnapshotError, embedder_for_models, export_snapshot, latest_snapshot, load_snapshot,
 )
@@ -37,11 +40,10 @@ from lightfoot_pipeline.store.store import Store
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8410
 DEFAULT_TOP_K = 10
 MAX_TOP_K = 30  # the passages PageRank keeps (RetrievalSettings.candidates)
 MAX_QUESTION_CHARS = 4000
+DEFAULT_ANSWER_BUDGET_USD = 1.0
 
 
 class NoSnapshotLoaded(RuntimeError):
@@ -55,19 +57,40 @@ class _Serving:
     loaded_at: str
 
 
+@dataclass
+class PendingAnswer:
+    """What :meth:`QueryService.answer` needs after retrieval: the question and its context."""
+
+    question: str
+    facts: list[FactHit]
+    passages: list[PassageHit]
+    started: float  # perf_counter at the start of the query
+
+
 class QueryService:
-    """Retrieval (and answers, when a model endpoint is configured) over the published snapshot."""
+    """Retrieval (and answers, when a model endpoint is configured) over the published snapshot.
+
+    ``answer_status`` says why there are no answers when ``answerer`` is None. ``budget`` caps
+    what answers spend (None: no cap, for one-off queries); ``charge_ledger`` writes every answer
+    call to the store's cost ledger, under one run whose id starts with ``ledger_prefix``.
+    """
 
     def __init__(self, store: Store, embedder: Embedder, reranker: Reranker | None = None,
                  reranker_status: RerankerStatus | None = None, answerer: Answerer | None = None,
-                 answer_status: str = "", settings: RetrievalSettings | None = None) -> None:
+                 answer_status: str = "", settings: RetrievalSettings | None = None,
+                 budget: AnswerBudget | None = None, charge_ledger: bool = True,
+                 ledger_prefix: str = "query") -> None:
         self.store = store
         self.embedder = embedder
         self.reranker = reranker
         self.reranker_status = reranker_status
         self.answerer = answerer
-        self.answer_status = answer_status or ("available" if answerer else "no answer model configured")
+        self.answer_status = "available" if answerer else (answer_status or "no answer model configured")
         self.settings = settings or RetrievalSettings()
+        self.budget = budget or AnswerBudget(None)
+        self.charge_ledger = charge_ledger
+        self.ledger_run_id = ledger.new_run_id(ledger_prefix)
+        self.ledger_errors = 0
         self._serving: _Serving | None = None
         self._reload_lock = threading.Lock()  # one load at a time; queries never take it
         self._stop = threading.Event()
@@ -128,6 +151,16 @@ class QueryService:
     # -- queries ---------------------------------------------------------------------------------
 
     def query(self, question: str, *, top_k: int = DEFAULT_TOP_K, answer: bool = True, rerank: bool = True) -> dict:
+        """Retrieval and, when asked and available, the answer: :meth:`retrieve` then :meth:`answer`."""
+        payload, pending = self.retrieve(question, top_k=top_k, answer=answer, rerank=rerank)
+        if pending is not None:
+            self.answer(payload, pending)
+        return payload
+
+    def retrieve(self, question: str, *, top_k: int = DEFAULT_TOP_K, answer: bool = True,
+                 rerank: bool = True) -> tuple[dict, PendingAnswer | None]:
+        """The query's result without its answer, and what :meth:`answer` needs (None: no answer
+        will be made, and the result says why)."""
         started = time.perf_counter()
         serving = self._serving  # one snapshot for the whole query
         if serving is None:
@@ -149,23 +182,74 @@ class QueryService:
             "pagerank": retrieval.pagerank,
             "seed_facts": [_fact(f) for f in retrieval.seed_facts],
             "passages": [_passage(p) for p in retrieval.passages[:top_k]],
+            "answer": None,
+            "latency_ms": latency,
         }
-        if answer and self.answerer is not None:
-            clock = time.perf_counter()
-            facts = retriever.similar_facts(vector, self.answerer.n_facts)
-            result = self.answerer.answer(question, facts, retrieval.passages)
-            latency["answer"] = _ms_since(clock)
-            payload["answer"] = result.as_dict()
-            payload["answer_facts"] = [_fact(f) for f in facts]
+        pending = None
+        if not answer:
+            payload["answer_status"] = "not requested"
+        elif self.answerer is None:
+            payload["answer_status"] = self.answer_status
+        elif self.budget.spent():
+            payload["answer_status"] = self._budget_spent()
         else:
-            payload["answer"] = None
-            payload["answer_status"] = "not requested" if not answer else self.answer_status
+            facts = retriever.similar_facts(vector, self.answerer.n_facts)
+            pending = PendingAnswer(question, facts, retrieval.passages, started)
         latency["total"] = _ms_since(started)
-        payload["latency_ms"] = latency
-        return payload
+        return payload, pending
+
+    def answer(self, payload: dict, pending: PendingAnswer) -> None:
+        """Ask the model for the answer of a retrieved query, within the budget; fills ``payload``."""
+        answerer = self.answerer
+        clock = time.perf_counter()
+        messages = answerer.messages(pending.question, pending.facts, pending.passages)
+        hold = answerer.worst_case_usd(messages)
+        if not self.budget.reserve(hold):
+            payload["answer_status"] = self._budget_spent()
+            return
+        result: Answer | None = None
+        try:
+            result = answerer.ask(messages)
+        finally:
+            self.budget.settle(hold, result.cost_usd if result is not None else 0.0)
+        self._charge(result)
+        payload["answer"] = result.as_dict()
+        payload["answer_status"] = "failed" if result.error else "answered"
+        payload["answer_facts"] = [_fact(f) for f in pending.facts]
+        payload["latency_ms"]["answer"] = _ms_since(clock)
+        payload["latency_ms"]["total"] = _ms_since(pending.started)
+
+    def _budget_spent(self) -> str:
+        return (f"the answer budget of ${self.budget.limit_usd:g} for this service process is spent; "
+                "retrieval only (a restart starts a new budget)")
+
+    def _charge(self, result: Answer) -> None:
+        """The answer call's row in the cost ledger; a failure to write it is logged, not raised."""
+        if not self.charge_ledger:
+            return
+        price_in, price_out, source = self.answerer.client.settings.prices()
+        status = "error" if result.error_kind else ("unusable" if result.error else "ok")
+        charge = ledger.Charge(
+            run_id=self.ledger_run_id, purpose="answer", model=result.model, status=status,
+            attempts=max(result.attempts, 1), tokens_in=result.tokens_in, tokens_out=result.tokens_out,
+            price_in_per_mtok=price_in, price_out_per_mtok=price_out, price_source=source,
+            seconds=result.seconds, error_kind=result.error_kind, usage_reported=result.usage_reported,
+        )
+        try:
+            ledger.record(self.store, [charge])
+        except Exception:  # the answer is already paid for; the operator must hear of the gap
+            self.ledger_errors += 1
+            log.exception("could not write an answer call to the cost ledger of %s", self.store.uri)
 
     def health(self) -> dict:
+        """Liveness for anyone: whether a snapshot is being served, and nothing else."""
+        return {"status": "ok" if self._serving else "no_snapshot"}
+
+    def status(self) -> dict:
+        """The served snapshot, reloads, the reranker and the answer budget (never the model endpoint)."""
         serving = self._serving
+        answers = {"state": self._answers_state(), **self.budget.as_dict(), "ledger_run_id": self.ledger_run_id,
+                   "ledger_errors": self.ledger_errors}
         return {
             "status": "ok" if serving else "no_snapshot",
             "snapshot_id": serving.snapshot.snapshot_id if serving else None,
@@ -173,8 +257,13 @@ class QueryService:
             "reloads": self.reloads,
             "last_reload_error": self.last_reload_error,
             "reranker": (serving.retriever.reranker_status.as_dict() if serving else None),
-            "answers": self.answer_status,
+            "answers": answers,
         }
+
+    def _answers_state(self) -> str:
+        if self.answerer is None:
+            return "off"
+        return "budget spent" if self.budget.exhausted else "on"
 
     def snapshot_info(self) -> dict:
         serving = self._serving
@@ -207,8 +296,13 @@ def resolve_embedder(store: Store, spec: str | None = None) -> Embedder:
 
 
 def open_service(store: Store, *, embedder_spec: str | None = None, reranker_spec: str | None = None,
-                 answers: bool = True) -> QueryService:
-    """A service on the store's published snapshot (exporting one first if there is none)."""
+                 answers: bool = True, answer_budget_usd: float | None = None,
+                 answers_off_reason: str = "answers were turned off", ledger_prefix: str = "query") -> QueryService:
+    """A service on the store's published snapshot (exporting one first if there is none).
+
+    ``answer_budget_usd`` caps what the service's answer calls spend (None: no cap); each call is
+    in the cost ledger under a run named from ``ledger_prefix``.
+    """
     if not store.exists():
         raise SnapshotError(f"no index at {store.uri}: run `lightfoot ingest` first")
     embedder = resolve_embedder(store, embedder_spec)
@@ -216,9 +310,10 @@ def open_service(store: Store, *, embedder_spec: str | None = None, reranker_spe
     if published is None or published.models.get("embedder") != embedder.model_id:
         export_snapshot(store, embedder)
     reranker, status = load_reranker(reranker_spec)
-    answerer, answer_status = build_answerer() if answers else (None, "answers were turned off")
+    answerer, answer_status = build_answerer() if answers else (None, answers_off_reason)
     one_thread_per_query()
-    service = QueryService(store, embedder, reranker, status, answerer, answer_status)
+    service = QueryService(store, embedder, reranker, status, answerer, answer_status,
+                           budget=AnswerBudget(answer_budget_usd), ledger_prefix=ledger_prefix)
     if not service.refresh():
         raise SnapshotError(service.last_reload_error or f"no snapshot to serve under {store.uri}")
     return service
@@ -245,89 +340,3 @@ def _passage(hit) -> dict:
         "pagerank_rank": hit.pagerank_rank, "pagerank_score": hit.pagerank_score, "dense_score": hit.dense_score,
         "rerank_score": hit.rerank_score, "rerank_rank": hit.rerank_rank, "fused_score": hit.fused_score,
     }
-
-
-# -- HTTP --------------------------------------------------------------------------------------
-
-
-class BadRequest(ValueError):
-    pass
-
-
-def parse_query_request(body: bytes) -> dict:
-    """The arguments of a POST /query body, or BadRequest saying what is wrong."""
-    try:
-        payload = json.loads(body or b"")
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise BadRequest(f"the body is not JSON: {err}") from None
-    if not isinstance(payload, dict):
-        raise BadRequest("the body must be a JSON object")
-    unknown = set(payload) - {"question", "top_k", "answer", "rerank"}
-    if unknown:
-        raise BadRequest(f"unknown fields: {', '.join(sorted(unknown))}")
-    question = payload.get("question")
-    if not isinstance(question, str) or not question.strip():
-        raise BadRequest("question must be a non-empty string")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise BadRequest(f"question is longer than {MAX_QUESTION_CHARS} characters")
-    top_k = payload.get("top_k", DEFAULT_TOP_K)
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= MAX_TOP_K:
-        raise BadRequest(f"top_k must be an integer from 1 to {MAX_TOP_K}")
-    flags = {}
-    for name in ("answer", "rerank"):
-        value = payload.get(name, True)
-        if not isinstance(value, bool):
-            raise BadRequest(f"{name} must be true or false")
-        flags[name] = value
-    return {"question": question, "top_k": top_k, **flags}
-
-
-def make_server(service: QueryService, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> ThreadingHTTPServer:
-    """An HTTP server over the service (not started: call ``serve_forever``)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "lightfoot"
-
-        def log_message(self, fmt, *args) -> None:
-            log.debug("%s %s", self.address_string(), fmt % args)
-
-        def _send(self, status: int, payload: dict) -> None:
-            body = json.dumps(payload, default=str).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            if self.path == "/health":
-                health = service.health()
-                self._send(200 if health["status"] == "ok" else 503, health)
-            elif self.path == "/snapshot":
-                self._send(200, service.snapshot_info())
-            else:
-                self._send(404, {"error": f"no such resource {self.path}; try POST /query, GET /health, GET /snapshot"})
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            body = self.rfile.read(length)
-            if self.path != "/query":
-                self._send(404, {"error": f"no such resource {self.path}; POST /query"})
-                return
-            try:
-                arguments = parse_query_request(body)
-                self._send(200, service.query(**arguments))
-            except BadRequest as err:
-                self._send(400, {"error": str(err)})
-            except NoSnapshotLoaded as err:
-                self._send(503, {"error": str(err)})
-            except RetrievalError as err:
-                self._send(422, {"error": str(err)})
-            except Exception as err:  # a bug must not take the server down; the client sees why
-                log.exception("query failed")
-                self._send(500, {"error": f"{type(err).__name__}: {err}"})
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    return server

@@ -123,6 +123,11 @@ CHART_KEYS = {
     "concurrency": {"enabled", "pools.defaultLimit", "pools.granularity", "pools.opGranularityRunBuffer",
                     "runs.maxConcurrentRuns", "runs.tagConcurrencyLimits*"},
     "telemetry": {"enabled"},
+    "dagsterWebserver": {"service.type", "service.port", "service.annotations*", "env*", "envSecrets*",
+                         "resources*", "replicaCount", "pathPrefix", "enableReadOnly"},
+    "ingress": {"enabled", "annotations*", "labels*", "ingressClassName", "dagsterWebserver.host",
+                "dagsterWebserver.path", "dagsterWebserver.pathType", "dagsterWebserver.tls.enabled",
+                "dagsterWebserver.tls.secretName"},
 }
 
 
@@ -167,3 +172,69 @@ def test_helm_values_use_the_charts_keys_and_keep_the_store_single_writer():
     assert pools == {"lightfoot_store"}, "the store pool the assets use falls under defaultLimit 1"
     text = (INFRA / "helm" / "values.yaml").read_text()
     assert not re.search(r"(?i)password:\s*\S", text), "no secret values in the Helm values"
+
+
+# -- who can reach what ---------------------------------------------------------------------------
+
+
+def serve_arguments(command: list[str]):
+    """The arguments `lightfoot serve` would run with (parsed by the real command line)."""
+    from lightfoot_pipeline.cli import build_parser
+
+    assert command[:2] == ["lightfoot", "serve"], command
+    return build_parser().parse_args(command[1:])
+
+
+def test_compose_keeps_the_ui_on_loopback_and_the_query_service_behind_a_token(compose):
+    services = compose["services"]
+    published = {name: [str(p) for p in service.get("ports", [])] for name, service in services.items()}
+    for name, ports in published.items():
+        if name != "query":
+            assert all(p.startswith("127.0.0.1:") for p in ports), f"{name} is published beyond loopback: {ports}"
+    assert published["webserver"] == ["127.0.0.1:3000:3000"]
+    query = services["query"]
+    args = serve_arguments(query["command"])
+    assert args.host == "0.0.0.0" and not args.insecure_no_auth and not args.answers
+    token = query["environment"]["LIGHTFOOT_SERVE_TOKEN"]
+    assert re.fullmatch(r"\$\{LIGHTFOOT_SERVE_TOKEN:\?[^}]+\}", token), "the token is required, from infra/.env"
+    assert query["environment"]["LIGHTFOOT_SERVE_ANSWERS"] == "${LIGHTFOOT_SERVE_ANSWERS:-0}"
+    assert [p.split(":")[-1] for p in published["query"]] == [str(args.port)]
+    probe = " ".join(query["healthcheck"]["test"])
+    assert f"127.0.0.1:{args.port}/health" in probe
+
+
+def test_helm_keeps_the_ui_inside_the_cluster():
+    values = load(INFRA / "helm" / "values.yaml")
+    assert values["dagsterWebserver"]["service"]["type"] == "ClusterIP"
+    assert values["ingress"]["enabled"] is False
+
+
+def test_the_query_manifest_takes_its_tokens_from_a_secret():
+    documents = [d for d in yaml.safe_load_all((INFRA / "helm" / "query.yaml").read_text(encoding="utf-8")) if d]
+    kinds = {d["kind"]: d for d in documents}
+    assert set(kinds) == {"Deployment", "Service"}
+    pod = kinds["Deployment"]["spec"]["template"]
+    assert kinds["Deployment"]["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    (container,) = pod["spec"]["containers"]
+    args = serve_arguments(container["command"])
+    assert args.host == "0.0.0.0" and not args.insecure_no_auth and not args.answers
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    (tokens_volume,) = [name for name, path in mounts.items() if args.tokens_file.startswith(path + "/")]
+    assert "secretName" in volumes[tokens_volume]["secret"]
+    env = {e["name"]: e for e in container["env"]}
+    for name, entry in env.items():
+        if SECRET_NAME.search(name):
+            assert "value" not in entry, f"{name} must come from a Secret"
+    assert env["LIGHTFOOT_SERVE_ANSWERS"]["value"] == "0"
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["path"] == "/health"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["http"] == args.port
+    service = kinds["Service"]["spec"]
+    assert service["type"] == "ClusterIP" and service["selector"].items() <= pod["metadata"]["labels"].items()
+    values = load(INFRA / "helm" / "values.yaml")
+    (code,) = values["dagster-user-deployments"]["deployments"]
+    assert container["image"] == f"{code['image']['repository']}:{code['image']['tag']}"
+    code_env = {e["name"]: e.get("value") for e in code["env"]}
+    assert env["LIGHTFOOT_STORE"]["value"] == code_env["LIGHTFOOT_STORE"], "the service reads the store the runs write"

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+import os
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -59,6 +63,11 @@ def test_query_answers_through_the_configured_endpoint(built, capsys, chat_serve
     assert main(["query", QUESTION, "--store", built]) == 0
     assert "answer: Mira Kalden   [answer-model" in capsys.readouterr().out
     assert chat_server.count == 1
+    from lightfoot_pipeline.store import ledger
+    from lightfoot_pipeline.store.store import Store
+
+    (row,) = ledger.read(Store(built)).to_dicts()  # the answer call is paid for, so it is recorded
+    assert row["purpose"] == "answer" and row["run_id"].startswith("query-") and row["model"] == "answer-model"
 
 
 def test_a_new_commit_marks_the_served_snapshot_stale(built, capsys, no_endpoint):
@@ -93,24 +102,61 @@ def test_eval_builds_the_store_once_and_writes_the_documented_shape(tmp_path, ca
     assert json.loads(out.read_text())["run"]["build"] == {"built": False, "documents": 0, "model_calls": 0}
 
 
-def test_serve_answers_over_http(built, no_endpoint):
+def test_serve_answers_over_http_with_a_token_and_no_answers_unless_enabled(built, chat_server, no_endpoint):
+    token = "cli-test-token-" + "z" * 24
+    env = {**os.environ, "LIGHTFOOT_SERVE_TOKEN": token, "OPENAI_BASE_URL": chat_server.base_url}
     process = subprocess.Popen(
-        [sys.executable, "-m", "lightfoot_pipeline.cli", "serve", "--store", built, "--port", "0", "--no-answer"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [sys.executable, "-m", "lightfoot_pipeline.cli", "serve", "--store", built, "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = process.stdout.readline()
         assert line.startswith("serving snapshot"), line + process.stderr.read()
+        assert "bearer token required" in process.stdout.readline()
+        assert "answers are off on this service" in process.stdout.readline()
         base = line.split(" on ")[1].split()[0]
         with urllib.request.urlopen(base + "/health", timeout=30) as response:
-            assert json.loads(response.read())["status"] == "ok"
-        request = urllib.request.Request(base + "/query", data=json.dumps({"question": QUESTION}).encode(),
-                                         method="POST")
+            assert json.loads(response.read()) == {"status": "ok"}
+        body = json.dumps({"question": QUESTION}).encode()
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(base + "/query", data=body, method="POST"), timeout=30)
+        assert refused.value.code == 401
+        request = urllib.request.Request(base + "/query", data=body, method="POST",
+                                         headers={"authorization": f"Bearer {token}"})
         with urllib.request.urlopen(request, timeout=30) as response:
-            body = json.loads(response.read())
-        assert body["passages"][0]["doc_id"].startswith("q-") and body["latency_ms"]["total"] > 0
+            result = json.loads(response.read())
+        assert result["passages"][0]["doc_id"].startswith("q-") and result["latency_ms"]["total"] > 0
+        assert result["answer"] is None and "answers are off" in result["answer_status"]
+        assert chat_server.count == 0
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_serve_refuses_to_listen_beyond_loopback_without_a_token(tmp_path, capsys, no_endpoint, monkeypatch):
+    monkeypatch.delenv("LIGHTFOOT_SERVE_TOKEN", raising=False)
+    monkeypatch.delenv("LIGHTFOOT_SERVE_TOKENS_FILE", raising=False)
+    assert main(["serve", "--store", str(tmp_path / "none"), "--host", "0.0.0.0"]) == 2
+    assert "refusing to serve on 0.0.0.0 without authentication" in capsys.readouterr().err
+    monkeypatch.setenv("LIGHTFOOT_SERVE_ANSWERS", "maybe")
+    assert main(["serve", "--store", str(tmp_path / "none")]) == 2
+    assert "LIGHTFOOT_SERVE_ANSWERS='maybe'" in capsys.readouterr().err
+
+
+def test_serve_token_makes_a_token_and_hashes_one(capsys, monkeypatch, tmp_path):
+    assert main(["serve-token"]) == 0
+    captured = capsys.readouterr()
+    token = captured.out.strip()
+    digest = captured.err.strip().splitlines()[-1]
+    assert len(token) >= 40 and digest == hashlib.sha256(token.encode()).hexdigest()
+    monkeypatch.setattr(sys, "stdin", io.StringIO(token + "\n"))
+    assert main(["serve-token", "--hash"]) == 0
+    assert capsys.readouterr().out.strip() == digest
+    (tmp_path / "tokens").write_text(digest + "\n")
+    from lightfoot_pipeline.serving.serve_auth import Tokens
+
+    assert Tokens(tokens_file=tmp_path / "tokens").check(token)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("short\n"))
+    assert main(["serve-token", "--hash"]) == 2
 
 
 @pytest.mark.slow
