@@ -28,7 +28,7 @@ from lightfoot_pipeline.serving.serve_auth import AuthConfigError, Tokens, check
 from lightfoot_pipeline.serving.serve_http import BadRequest, HttpLimits, QueryServer, parse_query_request
 from lightfoot_pipeline.serving.snapshot import export_snapshot, latest_snapshot
 
-DATA = Path(__file__).parent / "data" / "query-corpus"
+DATA = Path(__file__).parents[1] / "data" / "query-corpus"
 QUESTION = "Who founded the company that makes the Zephyr phone?"
 LATE = {"q-cirrus", "q-riga"}  # documents added while the service runs
 TOKEN = "test-token-" + "x" * 24
