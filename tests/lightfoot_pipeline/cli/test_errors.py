@@ -137,6 +137,22 @@ def test_an_unreachable_model_endpoint(tmp_path, capsys, monkeypatch, documents)
     assert counts["documents"] == documents and counts["entities"] == 0
 
 
+def test_a_model_endpoint_that_refuses_the_key(tmp_path, capsys, monkeypatch, chat_server):
+    for name in ENDPOINT_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", chat_server.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-refused-key")
+    monkeypatch.setenv("LIGHTFOOT_LLM_CONCURRENCY", "1")
+    chat_server.queue(then=chat_server.Reply(status=401))
+    store = str(tmp_path / "store")
+    line = refused(capsys, ["ingest", "--dataset", str(DATA), "--extractor", "openai", "--embedder", "hashing",
+                            "--store", store, "--json"])
+    assert chat_server.count == 1  # no passage is sent after the endpoint refused the key
+    assert line.startswith(f"error: ingest into {store}: the model endpoint failed (auth: ")
+    assert "; 12 of 12 passages are stored without extraction" in line and line.endswith(HINTS["auth"])
+    assert "sk-refused-key" not in line
+
+
 def test_a_missing_index_or_snapshot(tmp_path, capsys):
     empty = str(tmp_path / "empty")
     for argv in (["query", "Who founded it?", "--store", empty],
