@@ -9,7 +9,6 @@ extractions (replay) for the language model. Secrets reach a resource only throu
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -22,7 +21,9 @@ from lightfoot_pipeline.ingest.extraction.replay import ReplayExtractor
 from lightfoot_pipeline.ingest.inbox import Inbox
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.ingest.passages import Passage
-from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.settings import (
+    IndexSettings, document_inbox_uri, embedder_spec, erasure_inbox_uri, retention_policy_path,
+)
 from lightfoot_pipeline.store.store import Store
 
 DEFAULT_DOCUMENT_INBOX = ".lightfoot/inbox/documents"
@@ -63,7 +64,7 @@ class EmbedderResource(dg.ConfigurableResource):
 
     def get(self) -> Embedder:
         """The embedder, loaded once per process."""
-        return _embedder(self.model or os.environ.get("LIGHTFOOT_EMBEDDER") or None)
+        return _embedder(embedder_spec(self.model))
 
 
 class ExtractorResource(dg.ConfigurableResource):
@@ -139,17 +140,17 @@ class InboxResource(dg.ConfigurableResource):
     )
 
     def document_inbox(self, store: Store) -> Inbox:
-        return self._inbox(self.documents, "LIGHTFOOT_INBOX", DEFAULT_DOCUMENT_INBOX, "documents", store)
+        return self._inbox(self.documents or document_inbox_uri(), DEFAULT_DOCUMENT_INBOX, "documents", store)
 
     def erasure_inbox(self, store: Store) -> Inbox:
-        return self._inbox(self.erasure_requests, "LIGHTFOOT_ERASURE_INBOX", DEFAULT_ERASURE_INBOX, "erasure", store)
+        return self._inbox(self.erasure_requests or erasure_inbox_uri(), DEFAULT_ERASURE_INBOX, "erasure",
+                           store)
 
     def policy_path(self) -> str | None:
-        return self.retention_policy or os.environ.get("LIGHTFOOT_RETENTION_POLICY") or None
+        return self.retention_policy or retention_policy_path()
 
     @staticmethod
-    def _inbox(configured: str | None, env: str, local_default: str, remote_leaf: str, store: Store) -> Inbox:
-        uri = configured or os.environ.get(env)
+    def _inbox(uri: str | None, local_default: str, remote_leaf: str, store: Store) -> Inbox:
         if not uri:
             uri = store.path("inbox", remote_leaf) if store.is_remote else local_default
         if "://" not in uri:

@@ -29,9 +29,10 @@ from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.store import Manifest, Store, Transaction
 from lightfoot_pipeline.store.tables import DOCUMENTS, EXTRACTIONS, INDEX_TABLES, PASSAGES, TOMBSTONES, with_buckets
 from lightfoot_pipeline.store.vectors import VectorCache
+from lightfoot_pipeline.errors import LightfootError
 
 
-class IndexConfigError(RuntimeError):
+class IndexConfigError(LightfootError, RuntimeError):
     """The store was built with another embedder or other settings than the ones given."""
 
 

@@ -1,8 +1,12 @@
-"""The index's parameters, in one place.
+"""The index's parameters, and the environment Lightfoot reads, in one place.
 
-Every value here is part of what an index *is*: two stores built with different settings are
-different indexes, so the settings that shape the tables are recorded in the store's manifest and
-checked when a store is reopened.
+Every value of :class:`IndexSettings` is part of what an index *is*: two stores built with
+different settings are different indexes, so the settings that shape the tables are recorded in
+the store's manifest and checked when a store is reopened.
+
+Every environment variable the engine and its Dagster layer read is read here, each by one
+function below (:data:`VARIABLES` names them all); the README's settings table gives each one's
+default and meaning. A value that cannot be used raises :class:`SettingsError`, naming the variable.
 """
 
 from __future__ import annotations
@@ -10,6 +14,9 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Mapping
+
+from lightfoot_pipeline.errors import LightfootError
 
 # Paper §3.2: forms whose names have cosine >= 0.92 are one entity; entities with a member-name pair
 # at cosine >= 0.80 get a synonym edge. Name links are stored down to the lower threshold.
@@ -37,7 +44,6 @@ MAX_ENTITIES_PER_PASSAGE = 100
 MAX_FACTS_PER_PASSAGE = 100
 
 DEFAULT_STORE = ".lightfoot/store"
-STORE_ENV = "LIGHTFOOT_STORE"
 
 
 @dataclass(frozen=True)
@@ -81,9 +87,155 @@ class IndexSettings:
         return asdict(self)
 
 
+# -- the environment ---------------------------------------------------------------------------
+
+STORE_ENV = "LIGHTFOOT_STORE"
+EMBEDDER_ENV = "LIGHTFOOT_EMBEDDER"
+RERANKER_ENV = "LIGHTFOOT_RERANKER"
+EXTRACTOR_ENV = "LIGHTFOOT_EXTRACTOR"
+DOCUMENT_INBOX_ENV = "LIGHTFOOT_INBOX"
+ERASURE_INBOX_ENV = "LIGHTFOOT_ERASURE_INBOX"
+RETENTION_POLICY_ENV = "LIGHTFOOT_RETENTION_POLICY"
+SERVE_TOKEN_ENV = "LIGHTFOOT_SERVE_TOKEN"
+SERVE_TOKENS_FILE_ENV = "LIGHTFOOT_SERVE_TOKENS_FILE"
+SERVE_ANSWERS_ENV = "LIGHTFOOT_SERVE_ANSWERS"
+SERVE_BUDGET_ENV = "LIGHTFOOT_SERVE_ANSWER_BUDGET_USD"
+# The language model's settings (LLMSettings fields): the variables that set each, the first one
+# set wins, and the type of its value.
+LLM_VARIABLES: dict[str, tuple[tuple[str, ...], type]] = {
+    "base_url": (("LIGHTFOOT_LLM_BASE_URL", "OPENAI_BASE_URL"), str),
+    "api_key": (("LIGHTFOOT_LLM_API_KEY", "OPENAI_API_KEY"), str),
+    "model": (("LIGHTFOOT_LLM_MODEL", "OPENAI_MODEL"), str),
+    "timeout_s": (("LIGHTFOOT_LLM_TIMEOUT_S",), float),
+    "max_retries": (("LIGHTFOOT_LLM_MAX_RETRIES",), int),
+    "concurrency": (("LIGHTFOOT_LLM_CONCURRENCY",), int),
+    "price_in_per_mtok": (("LIGHTFOOT_LLM_PRICE_IN",), float),
+    "price_out_per_mtok": (("LIGHTFOOT_LLM_PRICE_OUT",), float),
+    "output_mode": (("LIGHTFOOT_LLM_OUTPUT_MODE",), str),
+    "backoff_s": (("LIGHTFOOT_LLM_BACKOFF_S",), float),
+    "backoff_max_s": (("LIGHTFOOT_LLM_BACKOFF_MAX_S",), float),
+    "temperature": (("LIGHTFOOT_LLM_TEMPERATURE",), float),
+}
+# Object-store credentials and endpoint, passed to the store's libraries under the same names.
+OBJECT_STORE_VARIABLES = (
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_ENDPOINT_URL",
+    "AWS_ALLOW_HTTP",
+)
+# Read by the Hugging Face libraries; Lightfoot sets them to 1 where they are unset.
+MODEL_HUB_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+VARIABLES: tuple[str, ...] = (
+    STORE_ENV, EMBEDDER_ENV, RERANKER_ENV, EXTRACTOR_ENV, DOCUMENT_INBOX_ENV, ERASURE_INBOX_ENV,
+    RETENTION_POLICY_ENV, *(name for names, _ in LLM_VARIABLES.values() for name in names),
+    SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, SERVE_ANSWERS_ENV, SERVE_BUDGET_ENV,
+    *OBJECT_STORE_VARIABLES, *MODEL_HUB_VARIABLES,
+)
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+class SettingsError(LightfootError, ValueError):
+    """A setting (an environment variable, an option) whose value cannot be used."""
+
+
+def _read(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """A variable's value without surrounding blanks; None when it is unset or blank."""
+    if name not in VARIABLES:
+        raise KeyError(f"{name} is not one of the variables settings.VARIABLES lists")
+    value = (os.environ if environ is None else environ).get(name)
+    return value.strip() if value is not None and value.strip() else None
+
+
+def _number(name: str, text: str, kind: type):
+    try:
+        return kind(text)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise SettingsError(f"{name}={text!r} is not {what}",
+                            hint=f"set {name} to {what}, or unset it for the default") from None
+
+
+def is_set(name: str) -> bool:
+    """Whether a variable has a value (the Dagster layer passes a secret on as an EnvVar only then)."""
+    return _read(name) is not None
+
+
 def resolve_store_uri(uri: str | None = None) -> str:
     """The store root: the argument, else ``$LIGHTFOOT_STORE``, else ``.lightfoot/store`` here."""
-    chosen = uri or os.environ.get(STORE_ENV) or DEFAULT_STORE
+    chosen = uri or _read(STORE_ENV) or DEFAULT_STORE
     if "://" in chosen:
         return chosen.rstrip("/")
     return str(Path(chosen).expanduser().resolve())
+
+
+def embedder_spec(spec: str | None = None) -> str | None:
+    """The embedder asked for: the argument, else ``$LIGHTFOOT_EMBEDDER``; None for the default."""
+    return spec or _read(EMBEDDER_ENV)
+
+
+def reranker_spec(spec: str | None = None) -> str | None:
+    """The cross-encoder asked for: the argument, else ``$LIGHTFOOT_RERANKER``; None for the default."""
+    return spec or _read(RERANKER_ENV)
+
+
+def extractor_mode() -> str:
+    """How the Dagster extractions asset extracts: ``$LIGHTFOOT_EXTRACTOR``, else ``auto``."""
+    return _read(EXTRACTOR_ENV) or "auto"
+
+
+def document_inbox_uri() -> str | None:
+    """Where documents are dropped for the Dagster sensor: ``$LIGHTFOOT_INBOX``, if set."""
+    return _read(DOCUMENT_INBOX_ENV)
+
+
+def erasure_inbox_uri() -> str | None:
+    """Where erasure requests are dropped: ``$LIGHTFOOT_ERASURE_INBOX``, if set."""
+    return _read(ERASURE_INBOX_ENV)
+
+
+def retention_policy_path() -> str | None:
+    """The retention policy file: ``$LIGHTFOOT_RETENTION_POLICY``, if set."""
+    return _read(RETENTION_POLICY_ENV)
+
+
+def llm_environment(environ: Mapping[str, str] | None = None) -> dict[str, object]:
+    """The language model's settings that the environment sets, by LLMSettings field, converted."""
+    values: dict[str, object] = {}
+    for field_name, (names, kind) in LLM_VARIABLES.items():
+        for name in names:
+            text = _read(name, environ)
+            if text is not None:
+                values[field_name] = text if kind is str else _number(name, text, kind)
+                break
+    return values
+
+
+def serve_tokens(environ: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
+    """The query service's token (``$LIGHTFOOT_SERVE_TOKEN``) and tokens file
+    (``$LIGHTFOOT_SERVE_TOKENS_FILE``), each None when unset."""
+    return _read(SERVE_TOKEN_ENV, environ), _read(SERVE_TOKENS_FILE_ENV, environ)
+
+
+def serve_answers() -> bool:
+    """Whether the query service answers with the model: ``$LIGHTFOOT_SERVE_ANSWERS``, else no."""
+    value = (_read(SERVE_ANSWERS_ENV) or "0").casefold()
+    if value not in _TRUE + _FALSE:
+        raise SettingsError(f"{SERVE_ANSWERS_ENV}={value!r}: expected 1/true/yes/on or 0/false/no/off",
+                            hint=f"set {SERVE_ANSWERS_ENV} to one of those, or unset it (answers off)")
+    return value in _TRUE
+
+
+def serve_answer_budget_usd() -> float | None:
+    """The query service's answer budget in USD: ``$LIGHTFOOT_SERVE_ANSWER_BUDGET_USD``, if set."""
+    text = _read(SERVE_BUDGET_ENV)
+    return None if text is None else _number(SERVE_BUDGET_ENV, text, float)
+
+
+def object_store_options() -> dict[str, str]:
+    """Object-store credentials and endpoint from the standard AWS variables that are set."""
+    return {name: value for name in OBJECT_STORE_VARIABLES if (value := _read(name)) is not None}
+
+
+def keep_model_hub_offline() -> None:
+    """Load models from local files only, unless ``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` says otherwise."""
+    for name in MODEL_HUB_VARIABLES:
+        os.environ.setdefault(name, "1")

@@ -2,6 +2,9 @@
 
 Every command takes ``--store URI`` (default ``$LIGHTFOOT_STORE``, else ``.lightfoot/store``).
 Each command's work lives in the engine; this module only parses arguments and prints results.
+A :class:`~lightfoot_pipeline.errors.LightfootError` from any command is caught in :func:`main`
+alone and printed as one line (what failed, why, what to do) with exit code 2; any other
+exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -11,17 +14,28 @@ import json
 import sys
 from pathlib import Path
 
+from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.ingest.dataset import DatasetError, bundled_sample_dir, has_recorded_extractions, load_corpus
 from lightfoot_pipeline.cli.query import add_query_commands
-from lightfoot_pipeline.cli.evaluation import add_eval_commands
-from lightfoot_pipeline.models.llm import LLMError
-from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.cli.evaluation import add_eval_commands, fraction
+from lightfoot_pipeline.settings import IndexSettings, SettingsError
 
 
 def _store(args):
     from lightfoot_pipeline.store.store import Store
 
     return Store(args.store)
+
+
+def _existing_store(args):
+    """The store named, refused (StoreError) when it holds no commit yet."""
+    from lightfoot_pipeline.store.store import StoreError
+
+    store = _store(args)
+    if not store.exists():
+        raise StoreError(f"no store at {store.uri}",
+                         hint="name the store with --store (or LIGHTFOOT_STORE), or build one with `lightfoot ingest`")
+    return store
 
 
 def _print_json(payload) -> None:
@@ -39,7 +53,8 @@ def make_extractor(kind: str | None, dataset_dir: Path | None, store, settings: 
         from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 
         if dataset_dir is None or not has_recorded_extractions(dataset_dir):
-            raise SystemExit("error: --extractor replay needs a dataset with extractions.jsonl")
+            raise DatasetError(f"{dataset_dir}: no extractions.jsonl to replay",
+                               hint="record the extractions there, or extract with a model (--extractor openai)")
         records = load_recorded_extractions(dataset_dir)
         extractor = ReplayExtractor(records, entity_types=None, max_entities=settings.max_entities_per_passage,
                                     max_facts=settings.max_facts_per_passage)
@@ -48,7 +63,7 @@ def make_extractor(kind: str | None, dataset_dir: Path | None, store, settings: 
         from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
 
         return build_openai_extractor(store, settings), None
-    raise SystemExit(f"error: unknown extractor {kind!r} (choose replay or openai)")
+    raise SettingsError(f"unknown extractor {kind!r}", hint="choose replay or openai")
 
 
 def _listed(ids: list[str], limit: int = 10) -> str:
@@ -72,6 +87,7 @@ def cmd_ingest(args) -> int:
     embedder = load_embedder(args.embedder)
     progress = None if args.json else Progress("extracting")
     report = pipeline.ingest(store, documents, extractor, embedder, settings, progress=progress, recorded=recorded)
+    _refuse_a_failed_endpoint(extractor, report, store)
     if args.json:
         _print_json(report.as_dict())
     else:
@@ -101,19 +117,27 @@ def cmd_ingest(args) -> int:
     return 1 if report.failed else 0
 
 
+def _refuse_a_failed_endpoint(extractor, report, store) -> None:
+    """An ingest whose model endpoint failed as a whole (unreachable, refusing the key, not knowing
+    the model) is an error, not a report of failed passages; the documents are stored all the same."""
+    from lightfoot_pipeline.ingest.extraction.openai_extractor import OpenAIExtractor
+
+    cause = extractor.endpoint_error if isinstance(extractor, OpenAIExtractor) else None
+    if cause is not None:
+        raise LightfootError(
+            f"ingest into {store.uri}: the model endpoint failed ({cause}); {report.failed} of {report.passages} "
+            "passages are stored without extraction, and the next ingest asks for them", hint=cause.hint,
+        ) from cause
+
+
 def cmd_delete(args) -> int:
     from lightfoot_pipeline import pipeline
     from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
 
     problems = [p for p in map(doc_id_problem, args.doc_ids) if p]
     if problems:
-        for problem in problems:
-            print(f"error: {problem}; no document can have such an id", file=sys.stderr)
-        return 2
-    store = _store(args)
-    if not store.exists():
-        print(f"error: no store at {store.uri}", file=sys.stderr)
-        return 2
+        raise SettingsError("delete: " + "; ".join(problems), hint="no document can have such an id")
+    store = _existing_store(args)
     report = pipeline.delete(store, args.doc_ids, erase=args.erase, reason=args.reason or "requested on the command line")
     if args.json:
         _print_json(report.as_dict())
@@ -144,10 +168,7 @@ def _print_erase(erase: dict) -> None:
 def cmd_vacuum(args) -> int:
     from lightfoot_pipeline.erase import vacuum
 
-    store = _store(args)
-    if not store.exists():
-        print(f"error: no store at {store.uri}", file=sys.stderr)
-        return 2
+    store = _existing_store(args)
     report = vacuum(store)
     if args.json:
         _print_json(report.as_dict())
@@ -295,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("audit-deletion", parents=[common],
                        help="delete a seeded fraction and compare with a fresh build of the survivors")
     p.add_argument("--dataset", default=str(bundled_sample_dir()))
-    p.add_argument("--fraction", type=float, default=0.1)
+    p.add_argument("--fraction", type=fraction, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True)
     p.add_argument("--embedder", default=None)
@@ -312,10 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         args.store = None
     try:
         return int(args.func(args) or 0)
-    except DatasetError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except LLMError as err:
-        print(f"error: model endpoint: {err}", file=sys.stderr)
+    except LightfootError as err:  # a user's mistake or a system out of reach; a bug keeps its traceback
+        print(f"error: {err.line()}", file=sys.stderr)
         return 2
 

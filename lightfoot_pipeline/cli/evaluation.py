@@ -18,21 +18,28 @@ import sys
 from pathlib import Path
 
 from lightfoot_pipeline.ingest.dataset import DatasetError, bundled_sample_dir, default_questions_file
+from lightfoot_pipeline.settings import SettingsError
 
 RERANKER_HELP = ("cross-encoder name or path (default: $LIGHTFOOT_RERANKER, else BAAI/bge-reranker-base); "
                  "none turns reranking off")
 
 
-def _err(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return 2
-
-
 def _questions_file(dataset: Path, questions: str | None) -> Path:
     chosen = Path(questions) if questions else default_questions_file(dataset)
     if chosen is None:
-        raise DatasetError(f"{dataset} has no questions*.jsonl; name a file with --questions")
+        raise DatasetError(f"{dataset} has no questions*.jsonl", hint="name a file with --questions")
     return chosen
+
+
+def fraction(text: str) -> float:
+    """A --fraction value: a number between 0 and 1 (the share of documents a deletion audit deletes)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a fraction is a number between 0 and 1, got {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"a fraction is a number between 0 and 1, got {text!r}")
+    return value
 
 
 def _ks(text: str) -> list[int]:
@@ -65,18 +72,17 @@ def cmd_eval_run(args) -> int:
     """``lightfoot eval`` with --run-dir, --answer or --dry-run: the harness path."""
     from lightfoot_pipeline.models.embedder import load_embedder
     from lightfoot_pipeline.evaluation.eval_run import AnswerOptions, legacy_result, run_evaluation
-    from lightfoot_pipeline.evaluation.harness import HarnessError
     from lightfoot_pipeline.cli.progress import Progress
     from lightfoot_pipeline.evaluation.report import significance_rows
     from lightfoot_pipeline.serving.rerank import load_reranker
-    from lightfoot_pipeline.evaluation.runs import RunError, load_run
+    from lightfoot_pipeline.evaluation.runs import load_run
     from lightfoot_pipeline.serving.serve import resolve_embedder
     from lightfoot_pipeline.store.store import Store
 
     dataset = Path(args.dataset)
     questions_file = _questions_file(dataset, args.questions)
     if args.run_dir is None and args.out is None and not args.dry_run:
-        return _err("say where the run goes: --run-dir DIR (and/or --out OUT.json)")
+        raise SettingsError("eval: no destination for the run", hint="give --run-dir DIR (and/or --out OUT.json)")
     store = Store(args.store)
     embedder = load_embedder(args.embedder) if args.embedder or not store.exists() else resolve_embedder(store)
     reranker, status = load_reranker(args.reranker)
@@ -86,18 +92,15 @@ def cmd_eval_run(args) -> int:
 
         answerer, why = build_answerer()
         if answerer is None and not args.dry_run:
-            return _err(why)
+            raise SettingsError(why, hint="set OPENAI_BASE_URL, or price the answers with --dry-run")
         answers = AnswerOptions(answerer=answerer, budget_usd=None if args.no_budget else args.answer_budget,
                                 dry_run=args.dry_run, modes=_names(args.answer_modes) if args.answer_modes else None)
-    try:
-        outcome = run_evaluation(
-            store, dataset, questions_file, embedder, reranker=reranker, reranker_status=status,
-            modes=_names(args.modes) if args.modes else None, ks=args.k, answers=answers,
-            run_dir=Path(args.run_dir) if args.run_dir else None, overwrite=args.overwrite,
-            echo=lambda line: print(line, file=sys.stderr), progress_factory=Progress,
-        )
-    except (HarnessError, RunError) as err:
-        return _err(str(err))
+    outcome = run_evaluation(
+        store, dataset, questions_file, embedder, reranker=reranker, reranker_status=status,
+        modes=_names(args.modes) if args.modes else None, ks=args.k, answers=answers,
+        run_dir=Path(args.run_dir) if args.run_dir else None, overwrite=args.overwrite,
+        echo=lambda line: print(line, file=sys.stderr), progress_factory=Progress,
+    )
     if outcome.dry_run:
         print("dry run: no model was called and nothing was written")
         return 0
@@ -129,24 +132,19 @@ def cmd_eval_run(args) -> int:
 def cmd_eval_deletion(args) -> int:
     from lightfoot_pipeline.evaluation.deletion_audit import run_deletion_audit
     from lightfoot_pipeline.models.embedder import DEFAULT_EMBEDDER, load_embedder
-    from lightfoot_pipeline.evaluation.harness import HarnessError
     from lightfoot_pipeline.cli.progress import Progress
     from lightfoot_pipeline.serving.rerank import load_reranker
-    from lightfoot_pipeline.evaluation.runs import RunError
 
     dataset = Path(args.dataset)
     questions_file = _questions_file(dataset, args.questions)
     embedder = load_embedder(args.embedder or DEFAULT_EMBEDDER)
     reranker, status = load_reranker(args.reranker)
-    try:
-        outcome = run_deletion_audit(
-            dataset, questions_file, embedder, reranker=reranker, reranker_status=status, fraction=args.fraction,
-            seed=args.seed, modes=_names(args.modes) if args.modes else None, ks=args.k,
-            work_dir=Path(args.work_dir) if args.work_dir else None, run_dir=Path(args.run_dir),
-            overwrite=args.overwrite, echo=lambda line: print(line, file=sys.stderr), progress_factory=Progress,
-        )
-    except (HarnessError, RunError, ValueError) as err:
-        return _err(str(err))
+    outcome = run_deletion_audit(
+        dataset, questions_file, embedder, reranker=reranker, reranker_status=status, fraction=args.fraction,
+        seed=args.seed, modes=_names(args.modes) if args.modes else None, ks=args.k,
+        work_dir=Path(args.work_dir) if args.work_dir else None, run_dir=Path(args.run_dir),
+        overwrite=args.overwrite, echo=lambda line: print(line, file=sys.stderr), progress_factory=Progress,
+    )
     d = outcome.deletion
     metrics = [f"recall@{k}" for k in sorted(set(args.k))]
     print(f"deleted {d['deleted_docs']} of {d['documents']} documents in {d['delete_seconds']}s with "
@@ -168,12 +166,8 @@ def cmd_eval_deletion(args) -> int:
 
 def cmd_report(args) -> int:
     from lightfoot_pipeline.evaluation.report import write_report
-    from lightfoot_pipeline.evaluation.runs import RunError
 
-    try:
-        path = write_report(Path(args.run_dir))
-    except RunError as err:
-        return _err(str(err))
+    path = write_report(Path(args.run_dir))
     pngs = sorted(p.name for p in path.parent.glob("*.png"))
     print(f"wrote {path} with {', '.join(pngs)}")
     return 0
@@ -182,20 +176,17 @@ def cmd_report(args) -> int:
 def cmd_compare(args) -> int:
     from lightfoot_pipeline.evaluation.runs import RunError, compare_runs, load_run
 
-    try:
-        a, b = load_run(args.run_a), load_run(args.run_b)
-        modes = _names(args.modes) if args.modes else [m for m in a.modes if m in b.modes]
-        metrics = _names(args.metric) if args.metric else [m for m in a.metrics if m in b.metrics]
-        if not modes:
-            return _err(f"the runs share no mode ({a.modes} vs {b.modes}); name them with --modes")
-        print(f"{a.path} − {b.path} (paired bootstrap 95% intervals over the same questions)")
-        for mode in modes:
-            for metric in metrics:
-                r = compare_runs(a, b, mode, metric, phase_a=args.phase_a, phase_b=args.phase_b)
-                print(f"  {mode:<18} {metric:<10} {r.mean_a:.3f} vs {r.mean_b:.3f}  difference {r.difference:+.3f} "
-                      f"[{r.low:+.3f}, {r.high:+.3f}]  significant: {'yes' if r.significant else 'no'}  (n={r.n})")
-    except RunError as err:
-        return _err(str(err))
+    a, b = load_run(args.run_a), load_run(args.run_b)
+    modes = _names(args.modes) if args.modes else [m for m in a.modes if m in b.modes]
+    metrics = _names(args.metric) if args.metric else [m for m in a.metrics if m in b.metrics]
+    if not modes:
+        raise RunError(f"the runs share no mode ({a.modes} vs {b.modes})", hint="name them with --modes")
+    print(f"{a.path} − {b.path} (paired bootstrap 95% intervals over the same questions)")
+    for mode in modes:
+        for metric in metrics:
+            r = compare_runs(a, b, mode, metric, phase_a=args.phase_a, phase_b=args.phase_b)
+            print(f"  {mode:<18} {metric:<10} {r.mean_a:.3f} vs {r.mean_b:.3f}  difference {r.difference:+.3f} "
+                  f"[{r.low:+.3f}, {r.high:+.3f}]  significant: {'yes' if r.significant else 'no'}  (n={r.n})")
     return 0
 
 
@@ -220,7 +211,7 @@ def add_eval_commands(sub, common: argparse.ArgumentParser) -> None:
                             "before and after deleting a seeded fraction")
     p.add_argument("--dataset", default=str(bundled_sample_dir()), help="dataset with recorded extractions")
     p.add_argument("--questions", default=None, help="questions file (default: the dataset's questions*.jsonl)")
-    p.add_argument("--fraction", type=float, default=0.1)
+    p.add_argument("--fraction", type=fraction, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--run-dir", required=True, help="keep the run here")
     p.add_argument("--modes", default=None, help="comma-separated modes (default: all)")

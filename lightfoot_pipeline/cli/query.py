@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
+from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.ingest.dataset import DatasetError, default_questions_file, load_questions
 from lightfoot_pipeline.cli.evaluation import add_run_options
+from lightfoot_pipeline.settings import (
+    SERVE_ANSWERS_ENV, SERVE_BUDGET_ENV, SettingsError, serve_answer_budget_usd, serve_answers,
+)
 
 PREVIEW_CHARS = 160
 
@@ -30,24 +32,6 @@ def _store(args):
 def _print_json(payload) -> None:
     json.dump(payload, sys.stdout, indent=2, sort_keys=True, default=str)
     sys.stdout.write("\n")
-
-
-def _reports_errors(command):
-    """Print snapshot and retrieval errors as one line and exit 2, like the other commands."""
-
-    @functools.wraps(command)
-    def run(args) -> int:
-        from lightfoot_pipeline.models.embedder import EmbedderUnavailable
-        from lightfoot_pipeline.serving.retrieve import RetrievalError
-        from lightfoot_pipeline.serving.snapshot import SnapshotError
-
-        try:
-            return command(args)
-        except (SnapshotError, RetrievalError, EmbedderUnavailable) as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-
-    return run
 
 
 def _preview(text: str) -> str:
@@ -65,7 +49,6 @@ def print_latency(latency: dict) -> None:
     print("latency ms: " + ", ".join(f"{k} {v:.1f}" for k, v in latency.items()))
 
 
-@_reports_errors
 def cmd_snapshot(args) -> int:
     from lightfoot_pipeline.serving.serve import resolve_embedder
     from lightfoot_pipeline.serving.snapshot import export_snapshot
@@ -83,7 +66,6 @@ def cmd_snapshot(args) -> int:
     return 0
 
 
-@_reports_errors
 def cmd_query(args) -> int:
     from lightfoot_pipeline.serving.serve import open_service, snapshot_is_stale
 
@@ -118,57 +100,37 @@ def cmd_query(args) -> int:
     return 0
 
 
-SERVE_ANSWERS_ENV = "LIGHTFOOT_SERVE_ANSWERS"
-SERVE_BUDGET_ENV = "LIGHTFOOT_SERVE_ANSWER_BUDGET_USD"
-
-
-def _env_flag(name: str) -> bool:
-    value = os.environ.get(name, "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
-        return False
-    if value in ("1", "true", "yes", "on"):
-        return True
-    raise ValueError(f"{name}={value!r}: expected 1/true/yes/on or 0/false/no/off")
-
-
 def _serve_budget(args) -> float:
     from lightfoot_pipeline.serving.serve import DEFAULT_ANSWER_BUDGET_USD
 
     if args.answer_budget_usd is not None:
         return args.answer_budget_usd
-    text = os.environ.get(SERVE_BUDGET_ENV, "").strip()
-    if not text:
-        return DEFAULT_ANSWER_BUDGET_USD
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"{SERVE_BUDGET_ENV}={text!r} is not a number of USD") from None
+    configured = serve_answer_budget_usd()
+    return DEFAULT_ANSWER_BUDGET_USD if configured is None else configured
 
 
-@_reports_errors
 def cmd_serve(args) -> int:
     import logging
 
     from lightfoot_pipeline.serving.answer import AnswerBudget
     from lightfoot_pipeline.serving.serve import open_service
-    from lightfoot_pipeline.serving.serve_auth import AuthConfigError, Tokens, check_exposure
+    from lightfoot_pipeline.serving.serve_auth import Tokens, check_exposure
     from lightfoot_pipeline.serving.serve_http import HttpLimits, QueryServer
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        tokens = Tokens.from_env(tokens_file=args.tokens_file)
-        check_exposure(args.host, tokens, args.insecure_no_auth)
-        answers = args.answers or _env_flag(SERVE_ANSWERS_ENV)
-        budget = _serve_budget(args)
-        AnswerBudget(budget)  # refuses a negative or infinite budget before anything loads
+    tokens = Tokens.from_env(tokens_file=args.tokens_file)
+    check_exposure(args.host, tokens, args.insecure_no_auth)
+    answers = args.answers or serve_answers()
+    budget = _serve_budget(args)
+    try:  # the service's own checks of the options, refused before anything loads
+        AnswerBudget(budget)
         limits = HttpLimits(max_body_bytes=args.max_body_bytes, queue=args.queue,
                             max_connections=args.max_connections, header_timeout_s=args.header_timeout,
                             body_timeout_s=args.body_timeout, keep_alive_s=args.keep_alive)
         if args.workers is not None:
             limits = dataclasses.replace(limits, workers=args.workers)
-    except (AuthConfigError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except ValueError as err:
+        raise SettingsError(f"serve: {err}", hint="see `lightfoot serve --help`") from None
     store = _store(args)
     service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker, answers=answers,
                            answer_budget_usd=budget, ledger_prefix="serve",
@@ -181,8 +143,8 @@ def cmd_serve(args) -> int:
         server = QueryServer(service, args.host, args.port, tokens=tokens, limits=limits)
     except OSError as err:
         service.close()
-        print(f"error: cannot listen on {args.host}:{args.port}: {err}", file=sys.stderr)
-        return 2
+        raise LightfootError(f"serve: cannot listen on {args.host}:{args.port}: {err}",
+                             hint="choose another --port or --host, or stop what listens there") from None
     service.watch(args.poll)
     status = service.status()
     print(f"serving snapshot {status['snapshot_id']} of {store.uri} on {server.url} "
@@ -213,14 +175,10 @@ def cmd_serve(args) -> int:
 
 
 def cmd_serve_token(args) -> int:
-    from lightfoot_pipeline.serving.serve_auth import AuthConfigError, TOKENS_FILE_ENV, hash_token, new_token
+    from lightfoot_pipeline.serving.serve_auth import TOKENS_FILE_ENV, hash_token, new_token
 
     if args.hash:
-        try:
-            print(hash_token(sys.stdin.readline()))
-        except AuthConfigError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
+        print(hash_token(sys.stdin.readline()))
         return 0
     token = new_token()
     print(token)
@@ -229,15 +187,13 @@ def cmd_serve_token(args) -> int:
     return 0
 
 
-@_reports_errors
 def cmd_eval(args) -> int:
     if args.run_dir or args.answer or args.dry_run:
         from lightfoot_pipeline.cli.evaluation import cmd_eval_run
 
         return cmd_eval_run(args)  # every mode and baseline side by side, kept in a run directory
     if args.out is None:
-        print("error: --out OUT.json (or --run-dir DIR) is required", file=sys.stderr)
-        return 2
+        raise SettingsError("eval: no destination for the result", hint="give --out OUT.json (or --run-dir DIR)")
     from lightfoot_pipeline.models.embedder import load_embedder
     from lightfoot_pipeline.evaluation.evaluate import ensure_dataset_indexed, evaluate_recall
     from lightfoot_pipeline.cli.progress import Progress
@@ -249,7 +205,7 @@ def cmd_eval(args) -> int:
     dataset = Path(args.dataset)
     questions_file = Path(args.questions) if args.questions else default_questions_file(dataset)
     if questions_file is None:
-        raise DatasetError(f"{dataset} has no questions*.jsonl; name a file with --questions")
+        raise DatasetError(f"{dataset} has no questions*.jsonl", hint="name a file with --questions")
     questions = load_questions(questions_file)
     store = _store(args)
     embedder = load_embedder(args.embedder) if args.embedder or not store.exists() else resolve_embedder(store)

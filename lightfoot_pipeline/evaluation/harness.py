@@ -37,6 +37,7 @@ from lightfoot_pipeline.evaluation.metrics import distinct, exact_match, recall_
 from lightfoot_pipeline.serving.rerank import Reranker, RerankerStatus
 from lightfoot_pipeline.serving.retrieve import FactHit, PassageHit, Retriever, RetrievalSettings, top_indices
 from lightfoot_pipeline.serving.snapshot import Snapshot
+from lightfoot_pipeline.errors import LightfootError
 
 K_VALUES = (2, 5, 10)
 DEPTH = 30  # ranked passages kept per (mode, question)
@@ -51,7 +52,7 @@ DENSE, LIGHTFOOT, LIGHTFOOT_RERANK, HIPPORAG2 = "dense", "lightfoot", "lightfoot
 BASELINES = (DENSE, HIPPORAG2)
 
 
-class HarnessError(RuntimeError):
+class HarnessError(LightfootError, RuntimeError):
     """The evaluation cannot run as asked (the message says why)."""
 
 

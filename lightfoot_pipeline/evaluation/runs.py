@@ -33,6 +33,7 @@ import polars as pl
 from lightfoot_pipeline.evaluation.metrics import PairedBootstrap, paired_bootstrap
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import EXTRACTIONS
+from lightfoot_pipeline.errors import LightfootError
 
 RUN_FILE = "run.json"
 RESULTS_FILE = "results.parquet"
@@ -63,7 +64,7 @@ _BASE_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-class RunError(ValueError):
+class RunError(LightfootError, ValueError):
     """A run directory that cannot be written, read or compared as asked."""
 
 

@@ -39,11 +39,12 @@ from lightfoot_pipeline.store.tables import (
     with_buckets,
 )
 from lightfoot_pipeline.store.vectors import VectorCache
+from lightfoot_pipeline.errors import LightfootError
 
 NAME_KEY = ["name", "type"]
 
 
-class EmbedderRequired(RuntimeError):
+class EmbedderRequired(LightfootError, RuntimeError):
     """New names need vectors, and no embedder was given (deletion never needs one)."""
 
 

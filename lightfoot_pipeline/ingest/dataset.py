@@ -28,6 +28,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
 from lightfoot_pipeline.ingest.retention import parse_retention_date
+from lightfoot_pipeline.errors import LightfootError
 
 CORPUS_FILE = "corpus.jsonl"
 EXTRACTIONS_FILE = "extractions.jsonl"
@@ -36,8 +37,10 @@ EXTRACTIONS_FILE = "extractions.jsonl"
 MAX_JSON_DEPTH = 32
 
 
-class DatasetError(ValueError):
+class DatasetError(LightfootError, ValueError):
     """A dataset file that cannot be read as the documented layout."""
+
+    hint = 'correct it (a dataset\'s layout is in the README, "The index and exact deletion")'
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from typing import Mapping
 import polars as pl
 
 from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
+from lightfoot_pipeline.errors import LightfootError
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
 _DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}:\d{2})", re.ASCII)
@@ -61,8 +62,10 @@ def parse_retention_date(value: object) -> dt.date:
     )
 
 
-class PolicyError(ValueError):
+class PolicyError(LightfootError, ValueError):
     """A retention policy file that cannot be read; the message says where and why."""
+
+    hint = "correct the policy file (its format: the docstring of lightfoot_pipeline/ingest/retention.py)"
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,14 @@ text wherever it appears, and its output for one row does not depend on the othe
 from __future__ import annotations
 
 import hashlib
-import os
 import zlib
 from pathlib import Path
 from typing import Protocol, Sequence
 
 import numpy as np
+
+from lightfoot_pipeline.errors import LightfootError
+from lightfoot_pipeline.settings import embedder_spec, keep_model_hub_offline
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 KNOWN_MODELS = {
@@ -29,7 +31,7 @@ KNOWN_MODELS = {
 LENGTH_BUCKETS = (16, 32, 64, 128, 256, 512)
 
 
-class EmbedderUnavailable(RuntimeError):
+class EmbedderUnavailable(LightfootError, RuntimeError):
     """The configured embedding model cannot be loaded here (the message says what to do)."""
 
 
@@ -76,8 +78,7 @@ class SentenceTransformerEmbedder:
     """A sentence-transformers model run in fixed-shape batches (see the module docstring)."""
 
     def __init__(self, model: str = DEFAULT_EMBEDDER, batch_tokens: int = 4096, device: str = "cpu") -> None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        keep_model_hub_offline()
         from sentence_transformers import SentenceTransformer
 
         location, label = resolve_model_location(model)
@@ -165,8 +166,9 @@ def _weights_tag(location: str) -> str:
 
 
 def load_embedder(spec: str | None) -> Embedder:
-    """An embedder by name: ``hashing[:DIM]`` for the model-free one, else a model name or path."""
-    spec = spec or os.environ.get("LIGHTFOOT_EMBEDDER") or DEFAULT_EMBEDDER
+    """An embedder by name (else ``$LIGHTFOOT_EMBEDDER``, else the default): ``hashing[:DIM]`` for the
+    model-free one, else a model name or path."""
+    spec = embedder_spec(spec) or DEFAULT_EMBEDDER
     if spec.startswith("hashing"):
         _, _, dim = spec.partition(":")
         return HashingEmbedder(dim=int(dim) if dim else 64)

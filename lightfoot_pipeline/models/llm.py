@@ -18,15 +18,9 @@ needs from it:
 - **A per-call timeout**, and token counts for the cost ledger.
 - **The key stays secret**: it is never in a repr, a log line or an error message.
 
-Settings come from the environment (:meth:`LLMSettings.from_env`)::
-
-    OPENAI_BASE_URL            endpoint (default: the OpenAI API)
-    OPENAI_API_KEY             key (optional for endpoints that do not check one)
-    LIGHTFOOT_LLM_MODEL        model (else OPENAI_MODEL, else the paper's Llama 3.3 70B)
-    LIGHTFOOT_LLM_TIMEOUT_S, LIGHTFOOT_LLM_MAX_RETRIES, LIGHTFOOT_LLM_CONCURRENCY,
-    LIGHTFOOT_LLM_PRICE_IN, LIGHTFOOT_LLM_PRICE_OUT (USD per million tokens),
-    LIGHTFOOT_LLM_OUTPUT_MODE (auto | json_schema | json_object | prompt),
-    LIGHTFOOT_LLM_BACKOFF_S, LIGHTFOOT_LLM_BACKOFF_MAX_S, LIGHTFOOT_LLM_TEMPERATURE
+Settings come from the environment (:meth:`LLMSettings.from_env`): ``OPENAI_BASE_URL``,
+``OPENAI_API_KEY`` and the ``LIGHTFOOT_LLM_*`` variables, read by
+:func:`lightfoot_pipeline.settings.llm_environment` and listed in the README's settings table.
 """
 
 from __future__ import annotations
@@ -35,7 +29,6 @@ import email.utils
 import json
 import logging
 import math
-import os
 import random
 import threading
 import time
@@ -43,6 +36,9 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from typing import Callable
+
+from lightfoot_pipeline.errors import LightfootError
+from lightfoot_pipeline.settings import llm_environment
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +48,21 @@ OUTPUT_MODES = ("json_schema", "json_object", "prompt")
 _NO_KEY = "no-key"  # sent to endpoints that need no key; the openai client refuses an empty one
 
 RETRYABLE_KINDS = frozenset({"timeout", "rate_limited", "server_error", "unreachable"})
+# What to do about a failed call, by its kind (LLMError.hint).
+HINTS = {
+    "unreachable": "start the endpoint, or point OPENAI_BASE_URL at one that runs",
+    "timeout": "raise LIGHTFOOT_LLM_TIMEOUT_S, or try again when the endpoint is less busy",
+    "rate_limited": "lower LIGHTFOOT_LLM_CONCURRENCY, or try again later",
+    "server_error": "the endpoint failed; try again later",
+    "auth": "set OPENAI_API_KEY to a key the endpoint accepts",
+    "not_found": "set LIGHTFOOT_LLM_MODEL to a model the endpoint serves",
+    "bad_request": "check that LIGHTFOOT_LLM_MODEL names a chat model of this endpoint",
+    "bad_response": "try another model (LIGHTFOOT_LLM_MODEL)",
+    "config": "the README's settings table lists the model's variables",
+}
 
 
-class LLMError(RuntimeError):
+class LLMError(LightfootError, RuntimeError):
     """A model call that did not produce an answer.
 
     ``kind`` is one of ``timeout``, ``rate_limited``, ``server_error``, ``unreachable`` (these are
@@ -65,7 +73,7 @@ class LLMError(RuntimeError):
         self, kind: str, message: str, *, status: int | None = None, attempts: int = 0,
         retry_after: float | None = None,
     ) -> None:
-        super().__init__(f"{kind}: {message}")
+        super().__init__(f"{kind}: {message}", hint=HINTS.get(kind, ""))
         self.kind = kind
         self.status = status
         self.attempts = attempts
@@ -116,33 +124,8 @@ class LLMSettings:
 
     @classmethod
     def from_env(cls, environ: dict | None = None, **overrides) -> "LLMSettings":
-        """Settings from the environment; keyword arguments win over it."""
-        env = os.environ if environ is None else environ
-        values: dict = {}
-        raw = {
-            "base_url": env.get("LIGHTFOOT_LLM_BASE_URL") or env.get("OPENAI_BASE_URL"),
-            "api_key": env.get("LIGHTFOOT_LLM_API_KEY") or env.get("OPENAI_API_KEY"),
-            "model": env.get("LIGHTFOOT_LLM_MODEL") or env.get("OPENAI_MODEL"),
-            "timeout_s": env.get("LIGHTFOOT_LLM_TIMEOUT_S"),
-            "max_retries": env.get("LIGHTFOOT_LLM_MAX_RETRIES"),
-            "concurrency": env.get("LIGHTFOOT_LLM_CONCURRENCY"),
-            "price_in_per_mtok": env.get("LIGHTFOOT_LLM_PRICE_IN"),
-            "price_out_per_mtok": env.get("LIGHTFOOT_LLM_PRICE_OUT"),
-            "output_mode": env.get("LIGHTFOOT_LLM_OUTPUT_MODE"),
-            "backoff_s": env.get("LIGHTFOOT_LLM_BACKOFF_S"),
-            "backoff_max_s": env.get("LIGHTFOOT_LLM_BACKOFF_MAX_S"),
-            "temperature": env.get("LIGHTFOOT_LLM_TEMPERATURE"),
-        }
-        for name, text in raw.items():
-            if text is None or str(text).strip() == "":
-                continue
-            convert = _ENV_TYPES.get(name, str)
-            try:
-                values[name] = convert(str(text).strip())
-            except ValueError:
-                raise ValueError(f"{_ENV_NAMES[name]}={text!r} is not a valid {convert.__name__}") from None
-        values.update(overrides)
-        return cls(**values)
+        """Settings from the environment (settings.llm_environment); keyword arguments win over it."""
+        return cls(**{**llm_environment(environ), **overrides})
 
     def with_overrides(self, **changes) -> "LLMSettings":
         return replace(self, **changes)
@@ -164,20 +147,6 @@ class LLMSettings:
     def endpoint(self) -> str:
         """The base URL with any credentials in it removed, for messages."""
         return _redact_url(self.base_url) if self.base_url else "the OpenAI API"
-
-
-_ENV_TYPES: dict[str, Callable[[str], object]] = {
-    "timeout_s": float, "max_retries": int, "concurrency": int, "price_in_per_mtok": float,
-    "price_out_per_mtok": float, "backoff_s": float, "backoff_max_s": float, "temperature": float,
-}
-_ENV_NAMES = {
-    "base_url": "OPENAI_BASE_URL", "api_key": "OPENAI_API_KEY", "model": "LIGHTFOOT_LLM_MODEL",
-    "timeout_s": "LIGHTFOOT_LLM_TIMEOUT_S", "max_retries": "LIGHTFOOT_LLM_MAX_RETRIES",
-    "concurrency": "LIGHTFOOT_LLM_CONCURRENCY", "price_in_per_mtok": "LIGHTFOOT_LLM_PRICE_IN",
-    "price_out_per_mtok": "LIGHTFOOT_LLM_PRICE_OUT", "output_mode": "LIGHTFOOT_LLM_OUTPUT_MODE",
-    "backoff_s": "LIGHTFOOT_LLM_BACKOFF_S", "backoff_max_s": "LIGHTFOOT_LLM_BACKOFF_MAX_S",
-    "temperature": "LIGHTFOOT_LLM_TEMPERATURE",
-}
 
 
 @lru_cache(maxsize=1)

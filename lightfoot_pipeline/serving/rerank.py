@@ -12,15 +12,16 @@ reranker and a status that says why, and retrieval keeps the PageRank order and 
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Hashable, Protocol, Sequence, TypeVar
 
 import numpy as np
 
+from lightfoot_pipeline.errors import LightfootError
+from lightfoot_pipeline.settings import RERANKER_ENV, keep_model_hub_offline, reranker_spec
+
 DEFAULT_RERANKER = "BAAI/bge-reranker-base"
-RERANKER_ENV = "LIGHTFOOT_RERANKER"
 KNOWN_RERANKERS = {"bge-reranker-base": DEFAULT_RERANKER, "baai/bge-reranker-base": DEFAULT_RERANKER}
 DISABLED = frozenset({"none", "off", "no", "false", "0"})
 RRF_K = 60
@@ -28,7 +29,7 @@ RRF_K = 60
 T = TypeVar("T", bound=Hashable)
 
 
-class RerankerUnavailable(RuntimeError):
+class RerankerUnavailable(LightfootError, RuntimeError):
     """The configured cross-encoder cannot be loaded here (the message says what to do)."""
 
 
@@ -45,8 +46,7 @@ class CrossEncoderReranker:
 
     def __init__(self, model: str = DEFAULT_RERANKER, device: str = "cpu", max_length: int = 512,
                  batch_size: int = 32) -> None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        keep_model_hub_offline()
         from sentence_transformers import CrossEncoder
 
         path = Path(model).expanduser()
@@ -97,7 +97,7 @@ def load_reranker(spec: str | None = None) -> tuple[Reranker | None, RerankerSta
     ``none`` (or ``off``) disables reranking. A model that cannot be loaded gives no reranker and
     an ``unavailable`` status with the reason, never an exception.
     """
-    chosen = spec or os.environ.get(RERANKER_ENV) or DEFAULT_RERANKER
+    chosen = reranker_spec(spec) or DEFAULT_RERANKER
     if chosen.strip().casefold() in DISABLED:
         return None, RerankerStatus("disabled", None, "reranking is turned off")
     try:

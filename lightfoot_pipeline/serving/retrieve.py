@@ -28,9 +28,10 @@ from lightfoot_pipeline.serving.rowsplit import RowSplit
 from lightfoot_pipeline.serving.graph import DAMPING, TOLERANCE
 from lightfoot_pipeline.serving.rerank import RRF_K, Reranker, RerankerStatus, reciprocal_rank_fusion
 from lightfoot_pipeline.serving.snapshot import Snapshot
+from lightfoot_pipeline.errors import LightfootError
 
 
-class RetrievalError(RuntimeError):
+class RetrievalError(LightfootError, RuntimeError):
     """Retrieval cannot run as configured (the message says why)."""
 
 

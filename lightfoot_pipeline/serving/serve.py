@@ -37,6 +37,7 @@ from lightfoot_pipeline.serving.snapshot import (
     Snapshot, SnapshotError, embedder_for_models, export_snapshot, latest_snapshot, load_snapshot,
 )
 from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.errors import LightfootError
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ MAX_QUESTION_CHARS = 4000
 DEFAULT_ANSWER_BUDGET_USD = 1.0
 
 
-class NoSnapshotLoaded(RuntimeError):
+class NoSnapshotLoaded(LightfootError, RuntimeError):
     """The service has no snapshot to answer from yet."""
 
 
@@ -287,6 +288,8 @@ def resolve_embedder(store: Store, spec: str | None = None) -> Embedder:
         return load_embedder(spec)
     published = latest_snapshot(store)
     config = store.manifest().config
+    if published is None and not config:
+        raise SnapshotError(f"no index at {store.uri}: run `lightfoot ingest` first")
     models = published.models if published else {"embedder": config.get("embedder"), "dim": config.get("dim")}
     embedder = embedder_for_models(models)
     if embedder is None:

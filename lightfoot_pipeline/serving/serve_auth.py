@@ -21,23 +21,24 @@ import hashlib
 import hmac
 import ipaddress
 import logging
-import os
 import secrets
 import socket
 import threading
 import time
 from pathlib import Path
 
+from lightfoot_pipeline.errors import LightfootError
+from lightfoot_pipeline.settings import SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, serve_tokens
+
 log = logging.getLogger(__name__)
 
-TOKEN_ENV = "LIGHTFOOT_SERVE_TOKEN"
-TOKENS_FILE_ENV = "LIGHTFOOT_SERVE_TOKENS_FILE"
+TOKEN_ENV, TOKENS_FILE_ENV = SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV
 MIN_TOKEN_CHARS = 16
 RECHECK_S = 2.0  # how often the tokens file's modification time is looked at
 _HEX = frozenset("0123456789abcdef")
 
 
-class AuthConfigError(ValueError):
+class AuthConfigError(LightfootError, ValueError):
     """The token settings cannot be used (the message says why)."""
 
 
@@ -97,8 +98,8 @@ class Tokens:
     @classmethod
     def from_env(cls, environ: dict | None = None, tokens_file: str | Path | None = None) -> "Tokens":
         """``LIGHTFOOT_SERVE_TOKEN`` and the tokens file named (else ``LIGHTFOOT_SERVE_TOKENS_FILE``)."""
-        env = os.environ if environ is None else environ
-        return cls(env.get(TOKEN_ENV), tokens_file or env.get(TOKENS_FILE_ENV) or None)
+        token, named_file = serve_tokens(environ)
+        return cls(token, tokens_file or named_file)
 
     @property
     def configured(self) -> bool:

@@ -69,6 +69,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from lightfoot_pipeline.serving.retrieve import RetrievalError
 from lightfoot_pipeline.serving.serve import DEFAULT_TOP_K, MAX_QUESTION_CHARS, MAX_TOP_K, NoSnapshotLoaded, QueryService
 from lightfoot_pipeline.serving.serve_auth import Tokens
+from lightfoot_pipeline.errors import LightfootError
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class HttpLimits:
 # -- requests ------------------------------------------------------------------------------------
 
 
-class BadRequest(ValueError):
+class BadRequest(LightfootError, ValueError):
     """A request the service refuses with 400 (the message says why)."""
 
 
@@ -160,7 +161,7 @@ def parse_query_request(body: bytes) -> dict:
     return {"question": question, "top_k": top_k, **flags}
 
 
-class HttpError(Exception):
+class HttpError(LightfootError):
     """A response other than 200, with its status and message."""
 
     def __init__(self, status: int, message: str, headers: dict | None = None, close: bool = False) -> None:

@@ -48,6 +48,7 @@ from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Manifest, Store, StoreError, local_file_lock
 from lightfoot_pipeline.store.tables import ALIASES, ENTITIES, FACT_SOURCES, FACTS, MENTIONS, PASSAGES, SYNONYM_EDGES
 from lightfoot_pipeline.store.vectors import VectorCache
+from lightfoot_pipeline.errors import LightfootError
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ DEFAULT_KEEP = 3
 _ID_PATTERN = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{12}$")
 
 
-class SnapshotError(RuntimeError):
+class SnapshotError(LightfootError, RuntimeError):
     """A snapshot cannot be exported or loaded; the message says why."""
 
 

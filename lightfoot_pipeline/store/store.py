@@ -55,7 +55,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,8 +66,9 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from lightfoot_pipeline.settings import resolve_store_uri
+from lightfoot_pipeline.settings import object_store_options, resolve_store_uri
 from lightfoot_pipeline.store.tables import BUCKET, TableSpec, conform, spec_for
+from lightfoot_pipeline.errors import LightfootError
 
 DEFAULT_BUCKETS = 16
 TABLE_CONFIGURATION = {
@@ -96,12 +97,47 @@ LOG_SCHEMA = pa.schema(
 )
 
 
-class StoreError(RuntimeError):
+class StoreError(LightfootError, RuntimeError):
     """The store cannot do what was asked; the message says why."""
 
 
 class ConcurrentCommitError(StoreError):
     """Another writer committed after this one read the store."""
+
+    hint = "run the operation again: it starts from the other writer's commit"
+
+
+class StoreUnavailable(StoreError, OSError):
+    """The store's URI cannot be read: a file, an unknown scheme, an object store out of reach."""
+
+    hint = "check --store (or LIGHTFOOT_STORE), and for an object store the AWS_* settings (README: Settings)"
+
+
+# Schemes of a store root that both Delta (deltalake) and LanceDB open; a bare path is a local one.
+STORE_SCHEMES = ("file", "s3", "gs", "az", "abfss")
+_TERMINAL_STYLE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _storage_failure(err: BaseException) -> str:
+    """An object-store error on one line: deltalake's outermost and innermost causes, without
+    terminal colours."""
+    lines = [line.strip(" ↳") for line in _TERMINAL_STYLE.sub("", str(err)).splitlines()]
+    lines = [line for line in lines if line] or [type(err).__name__]
+    return lines[0] if len(lines) == 1 else f"{lines[0]}: {lines[-1]}"
+
+
+def check_store_root(uri: str) -> None:
+    """Refuse a store root that cannot hold a store: an unknown scheme, or a local path under a file."""
+    scheme = uri.split("://", 1)[0].casefold() if "://" in uri else None
+    if scheme is not None and scheme not in STORE_SCHEMES:
+        raise StoreUnavailable(f"store {uri}: unknown scheme {scheme + '://'!r}",
+                               hint=f"give a local path or a URI of {', '.join(s + '://' for s in STORE_SCHEMES)}")
+    if scheme in (None, "file"):
+        root = Path(uri.removeprefix("file://"))
+        existing = next((p for p in (root, *root.parents) if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            raise StoreUnavailable(f"store {root}: {existing} is a file, not a directory",
+                                   hint="give --store (or LIGHTFOOT_STORE) a directory, or a path that does not exist yet")
 
 
 @dataclass(frozen=True)
@@ -122,19 +158,6 @@ class Manifest:
         return dict(self.details.get("config") or {})
 
 
-def _storage_options_from_env() -> dict[str, str]:
-    """Object-store credentials and endpoint from the standard AWS environment variables."""
-    names = {
-        "AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN": "AWS_SESSION_TOKEN",
-        "AWS_REGION": "AWS_REGION",
-        "AWS_ENDPOINT_URL": "AWS_ENDPOINT_URL",
-        "AWS_ALLOW_HTTP": "AWS_ALLOW_HTTP",
-    }
-    return {key: os.environ[env] for env, key in names.items() if os.environ.get(env)}
-
-
 class Store:
     """A store root: read tables at the committed state, write through a locked transaction."""
 
@@ -145,8 +168,9 @@ class Store:
         n_buckets: int = DEFAULT_BUCKETS,
     ) -> None:
         self.uri = resolve_store_uri(uri)
+        check_store_root(self.uri)
         self.is_remote = "://" in self.uri and not self.uri.startswith("file://")
-        options = _storage_options_from_env() if self.is_remote else {}
+        options = object_store_options() if self.is_remote else {}
         options.update(storage_options or {})
         self.storage_options = options
         self.n_buckets = n_buckets
@@ -218,6 +242,10 @@ class Store:
             return DeltaTable(uri, version=version, storage_options=self._options())
         except TableNotFoundError:
             return None
+        except OSError as err:  # storage that does not answer, or refuses the credentials
+            endpoint = self.storage_options.get("AWS_ENDPOINT_URL")
+            at = f" at {endpoint}" if endpoint else ""
+            raise StoreUnavailable(f"store {self.uri}: cannot read {uri}{at}: {_storage_failure(err)}") from err
 
     def read(self, name: str, manifest: Manifest | None = None, columns: list[str] | None = None) -> pl.DataFrame:
         """A table as of the committed state (an empty frame of its schema if never written)."""

@@ -82,6 +82,10 @@ class OpenAIExtractor:
             raise ValueError(f"compact_every must be at least 1, got {compact_every}")
         self.compact_every = compact_every
         self.stop_after_unreachable = stop_after_unreachable
+        # The endpoint's own failure in the last batch: the error that stopped it sending (refused
+        # credentials, an unknown model, an endpoint that stays unreachable), or the endpoint being
+        # unreachable for every call the batch made; None when the endpoint answered.
+        self.endpoint_error: LLMError | None = None
         self.price_in, self.price_out, self.price_source = client.settings.prices()
 
     def __repr__(self) -> str:
@@ -97,6 +101,7 @@ class OpenAIExtractor:
         self, passages: Sequence[Passage], progress: ProgressCallback | None = None, run_id: str | None = None,
     ) -> list[ExtractionOutcome]:
         run_id = run_id or self.run_id
+        self.endpoint_error = None
         total = len(passages)
         outcomes: list[ExtractionOutcome | None] = [None] * total
         keys = [self.cache_key(p) for p in passages]
@@ -126,6 +131,7 @@ class OpenAIExtractor:
         charges: list[ledger.Charge] = []
         stopped: str | None = None
         unreachable_streak = 0
+        reached, unreachable = False, None  # whether the endpoint answered any call; its last unreachable error
         since_compaction = 0
         workers = self.client.settings.concurrency
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="extract")
@@ -152,10 +158,15 @@ class OpenAIExtractor:
                     for n, i in enumerate(positions):
                         outcomes[i] = outcome if n == 0 else self._shared(passages[i], outcome)
                     done += len(positions)
+                    if answer.error is not None and answer.error.kind == "unreachable":
+                        unreachable = answer.error
+                    else:
+                        reached = True
                     if answer.error is not None:
                         unreachable_streak = unreachable_streak + 1 if answer.error.kind == "unreachable" else 0
                         if answer.error.kind in FATAL_KINDS or unreachable_streak >= self.stop_after_unreachable:
                             stopped = stopped or str(answer.error)
+                            self.endpoint_error = self.endpoint_error or answer.error
                     else:
                         unreachable_streak = 0
                 # Durable before another request leaves: a crash from here on loses none of these.
@@ -180,6 +191,8 @@ class OpenAIExtractor:
             # Whatever happened, keep every answer already taken (a write that failed is tried again).
             self._write(cache_rows, charges)
             pool.shutdown(wait=finished_cleanly, cancel_futures=True)
+        if self.endpoint_error is None and not reached:
+            self.endpoint_error = unreachable
         for key, positions in queue:
             for i in positions:
                 outcomes[i] = ExtractionOutcome.failed(

@@ -130,5 +130,6 @@ def test_the_command_line_reports_an_unreadable_corpus_without_a_traceback(tmp_p
     done = subprocess.run([sys.executable, "-m", "lightfoot_pipeline.cli", "ingest", "--dataset", str(tmp_path / "bad"),
                            "--store", str(tmp_path / "s"), "--embedder", "hashing"], capture_output=True, text=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert done.stderr.strip() == f"error: {tmp_path / 'bad' / 'corpus.jsonl'}:2: not valid UTF-8 (byte 0xc3 at byte 26)"
+    assert done.stderr.strip() == (f"error: {tmp_path / 'bad' / 'corpus.jsonl'}:2: not valid UTF-8 (byte 0xc3 at byte 26); "
+                                   f"{DatasetError.hint}")
     assert not (tmp_path / "s").exists()

@@ -1,0 +1,40 @@
+"""The errors Lightfoot raises for what a user can set right, under one base: :class:`LightfootError`.
+
+An error's message says what failed and why; its ``hint`` (or the message's last clause) says what
+to do. The command line catches ``LightfootError`` in one place and prints :meth:`~LightfootError.line`
+on one line, exit code 2; any other exception is a bug, and keeps its traceback.
+
+Each family is defined beside the code that raises it, and keeps the built-in base that callers
+catch it by (``ValueError``, ``RuntimeError``, ``OSError``):
+
+- ``settings``: SettingsError (an environment variable or setting that cannot be used);
+- ``models``: LLMError (a model call; its hint follows its kind), EmbedderUnavailable;
+- ``store``: StoreError, with ConcurrentCommitError (another writer won) and StoreUnavailable
+  (the store's URI cannot be read: a file, an unknown scheme, an unreachable object store);
+- ``ingest``: DatasetError, PolicyError (a retention policy file);
+- ``index``: EmbedderRequired;
+- ``pipeline``: IndexConfigError (a store built with another embedder or other settings);
+- ``serving``: SnapshotError, NoSnapshotLoaded, RetrievalError, RerankerUnavailable,
+  AuthConfigError, BadRequest and HttpError (what the query service answers other than 200);
+- ``evaluation``: HarnessError, RunError.
+"""
+
+from __future__ import annotations
+
+
+class LightfootError(Exception):
+    """A failure the user can act on: the message says what failed and why, ``hint`` what to do."""
+
+    hint: str = ""  # what to do, where the message does not end by saying it
+
+    def __init__(self, *args: object, hint: str | None = None) -> None:
+        super().__init__(*args)
+        if hint is not None:
+            self.hint = hint
+
+    def line(self) -> str:
+        """The error on one line: what failed and why, then what to do."""
+        text = " ".join(str(self).split()) or type(self).__name__
+        if self.hint:
+            text = f"{text.rstrip('.;')}; {self.hint}"
+        return text
