@@ -39,7 +39,6 @@ from lightfoot_pipeline.ingest.dataset import (
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.models.llm import LLMClient
-from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.fingerprint import Fingerprint
 from lightfoot_pipeline.store.store import Store
 
@@ -126,7 +125,6 @@ def run_trial(
     *,
     fraction: float = 0.1,
     seed: int = 0,
-    settings: IndexSettings | None = None,
     separate_process: str | None = None,
     scratch: Path | None = None,
     observe: Observer | None = None,
@@ -146,7 +144,6 @@ def run_trial(
     for store in (full, fresh):
         if store.exists():
             raise HarnessError(f"the audit builds its own stores; {store.uri} already holds one")
-    settings = settings or IndexSettings()
     documents = load_corpus(dataset_dir)
     records = load_recorded_extractions(dataset_dir)
     doomed = choose_deletions([d.doc_id for d in documents], fraction, seed)
@@ -154,14 +151,14 @@ def run_trial(
     observe = observe or (lambda phase, store: None)
 
     started = time.perf_counter()
-    built = pipeline.ingest(full, documents, ReplayExtractor(records), counting, settings)
+    built = pipeline.ingest(full, documents, ReplayExtractor(records), counting)
     build_seconds = round(time.perf_counter() - started, 3)
     counts_built = pipeline.counts(full)
     echo(f"built {len(documents)} documents in {build_seconds}s with {built.model_calls} model calls")
     observe(BEFORE, full)
 
     models_before, embeds_before = LLMClient.calls_started(), counting.calls
-    deleted = pipeline.delete(full, doomed, settings, reason=f"deletion audit (fraction {fraction}, seed {seed})")
+    deleted = pipeline.delete(full, doomed, reason=f"deletion audit (fraction {fraction}, seed {seed})")
     model_calls, embedder_calls = LLMClient.calls_started() - models_before, counting.calls - embeds_before
     counts_deleted = pipeline.counts(full)
     echo(f"deleted {len(deleted.deleted)} of {len(documents)} documents in {deleted.seconds:.2f}s with "
@@ -172,7 +169,7 @@ def run_trial(
     survivors = [d for d in documents if d.doc_id not in doomed_set]
     started = time.perf_counter()
     if separate_process is None:
-        fresh_model_calls = pipeline.ingest(fresh, survivors, ReplayExtractor(records), counting, settings).model_calls
+        fresh_model_calls = pipeline.ingest(fresh, survivors, ReplayExtractor(records), counting).model_calls
     else:
         fresh_model_calls = _ingest_elsewhere(dataset_dir, survivors, fresh, separate_process, scratch)
     fresh_seconds = round(time.perf_counter() - started, 3)
@@ -197,23 +194,16 @@ def _ingest_elsewhere(dataset_dir: Path, survivors: Sequence[Document], fresh: S
     return int(json.loads(completed.stdout).get("model_calls", 0))
 
 
-def audit_deletion(
-    dataset_dir: Path,
-    store: Store,
-    embedder: Embedder,
-    embedder_spec: str,
-    fraction: float = 0.1,
-    seed: int = 0,
-    settings: IndexSettings | None = None,
-    work_dir: Path | None = None,
-) -> dict:
+def audit_deletion(dataset_dir: Path, store: Store, embedder: Embedder, embedder_spec: str, fraction: float = 0.1,
+                   seed: int = 0, work_dir: Path | None = None) -> dict:
     """``lightfoot audit-deletion``: the trial with the fresh build in a separate process, as a report.
 
-    The fresh store stays in ``work_dir`` (default: a new temporary directory) for inspection.
+    The survivors' dataset and the fresh store stay in ``work_dir`` (default: a new temporary
+    directory) for inspection.
     """
     scratch = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="lightfoot-audit-"))
     fresh = Store(str(scratch / "fresh-store"))
-    trial = run_trial(dataset_dir, store, fresh, embedder, fraction=fraction, seed=seed, settings=settings,
+    trial = run_trial(dataset_dir, store, fresh, embedder, fraction=fraction, seed=seed,
                       separate_process=embedder_spec, scratch=scratch)
     return {
         "dataset": str(dataset_dir),

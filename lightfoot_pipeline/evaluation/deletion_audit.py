@@ -1,13 +1,14 @@
 """The deletion audit as an evaluation (paper §4): what deleting documents does to retrieval.
 
-1. Build the store of the whole dataset from its recorded extractions (no model call) and run
-   every question through every mode (phase ``before``).
-2. Delete a seeded random fraction of the documents through the engine's own deletion path
-   (``pipeline.delete``), timing it and counting the model and embedder calls it makes.
-3. Run every question again on the store after the deletion (phase ``after``).
-4. Build a fresh store of the surviving documents only, compare the two stores' fingerprints and
-   tables, and run every question on it too (phase ``fresh``): an exact deletion gives the same
-   ranking for every question as the fresh build.
+The audit is audit.py's trial, both stores built in this process, with every question run through
+every mode of the plan at each of its phases:
+
+1. the store of the whole dataset, built from its recorded extractions (phase ``before``);
+2. the same store after ``pipeline.delete`` of a seeded random fraction of the documents, timed,
+   with the model and embedder calls it makes counted (phase ``after``);
+3. a fresh store of the surviving documents only (phase ``fresh``): the two stores' fingerprints
+   and tables must be equal, and an exact deletion gives every question the same ranking as the
+   fresh build.
 
 A question's evidence was *deleted* when any of its gold documents was deleted, else it is
 *intact*. Recall is reported for both groups, before and after: intact questions should keep
@@ -70,20 +71,10 @@ class AuditOutcome:
     run_dir: Path | None = None
 
 
-def run_deletion_audit(
-    dataset_dir: Path,
-    questions_file: Path,
-    embedder: Embedder,
-    plan: EvalPlan | None = None,
-    *,
-    fraction: float = 0.1,
-    seed: int = 0,
-    work_dir: Path | None = None,
-    run_dir: Path | None = None,
-    overwrite: bool = False,
-    echo: Echo = print,
-    progress_factory: ProgressFactory = lambda label: None,
-) -> AuditOutcome:
+def run_deletion_audit(dataset_dir: Path, questions_file: Path, embedder: Embedder, plan: EvalPlan | None = None, *,
+                       fraction: float = 0.1, seed: int = 0, work_dir: Path | None = None,
+                       run_dir: Path | None = None, overwrite: bool = False, echo: Echo = print,
+                       progress_factory: ProgressFactory = lambda label: None) -> AuditOutcome:
     """The deletion audit (audit.run_trial, both stores built here) with the plan's questions run
     at each phase; the stores go with a temporary ``work_dir``, and the run goes to ``run_dir``."""
     plan = plan or plan_evaluation()
