@@ -322,8 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--embedder", default=None)
     p.set_defaults(func=cmd_audit_deletion)
 
-    add_query_commands(sub, common)  # snapshot, query, serve, eval
-    add_eval_commands(sub, common)  # eval-deletion, report, compare
+    add_query_commands(sub, common)  # snapshot, query, serve, serve-token
+    add_eval_commands(sub, common)  # eval, eval-deletion, report, compare
     return parser
 
 

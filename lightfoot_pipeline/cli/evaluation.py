@@ -1,7 +1,8 @@
-"""The evaluation commands of the ``lightfoot`` command line: eval runs, the deletion audit, reports.
+"""The evaluation commands of the ``lightfoot`` command line: eval, the deletion audit, reports.
 
-- ``lightfoot eval … --run-dir DIR [--answer [--answer-budget USD] [--dry-run]]``: every mode side
-  by side on one snapshot, kept in DIR (eval_run.py, runs.py);
+- ``lightfoot eval --out OUT.json | --run-dir DIR [--answer [--answer-budget USD] [--dry-run]]``:
+  every mode side by side on one snapshot, written as one JSON document and/or kept in DIR
+  (eval_run.py, runs.py);
 - ``lightfoot eval-deletion --run-dir DIR [--fraction 0.1 --seed 0]``: the deletion audit with
   retrieval before and after (deletion_audit.py);
 - ``lightfoot report RUN_DIR``: RUN_DIR/report.md with tables and plots (report.py);
@@ -17,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from lightfoot_pipeline.evaluation.modes import K_VALUES, LIGHTFOOT_RERANK, MODE_NAMES
 from lightfoot_pipeline.ingest.dataset import DatasetError, bundled_sample_dir, default_questions_file
 from lightfoot_pipeline.settings import SettingsError
 
@@ -68,24 +70,33 @@ def print_significance(rows: list[list[str]]) -> None:
         print(f"  {comparison:<30} {metric:<10} {difference:>7} {interval:<18} significant: {significant}")
 
 
-def cmd_eval_run(args) -> int:
-    """``lightfoot eval`` with --run-dir, --answer or --dry-run: the harness path."""
-    from lightfoot_pipeline.models.embedder import load_embedder
-    from lightfoot_pipeline.evaluation.eval_run import AnswerOptions, legacy_result, run_evaluation
+def _plan(args, reranker, status):
+    from lightfoot_pipeline.evaluation.eval_run import plan_evaluation
+
+    return plan_evaluation(_names(args.modes) if args.modes else None, args.k, reranker=reranker,
+                           reranker_status=status)
+
+
+def cmd_eval(args) -> int:
+    """``lightfoot eval``: every mode on one snapshot, to --out (JSON) and/or --run-dir (a kept run)."""
     from lightfoot_pipeline.cli.progress import Progress
+    from lightfoot_pipeline.evaluation.eval_run import AnswerOptions, eval_json, run_evaluation
     from lightfoot_pipeline.evaluation.report import significance_rows
-    from lightfoot_pipeline.serving.rerank import load_reranker
     from lightfoot_pipeline.evaluation.runs import load_run
+    from lightfoot_pipeline.models.embedder import load_embedder
+    from lightfoot_pipeline.serving.rerank import load_reranker
+    from lightfoot_pipeline.serving.retrieve import one_thread_per_query
     from lightfoot_pipeline.serving.serve import resolve_embedder
     from lightfoot_pipeline.store.store import Store
 
+    if args.run_dir is None and args.out is None and not args.dry_run:
+        raise SettingsError("eval: no destination for the run", hint="give --out OUT.json and/or --run-dir DIR")
     dataset = Path(args.dataset)
     questions_file = _questions_file(dataset, args.questions)
-    if args.run_dir is None and args.out is None and not args.dry_run:
-        raise SettingsError("eval: no destination for the run", hint="give --run-dir DIR (and/or --out OUT.json)")
     store = Store(args.store)
     embedder = load_embedder(args.embedder) if args.embedder or not store.exists() else resolve_embedder(store)
     reranker, status = load_reranker(args.reranker)
+    plan = _plan(args, reranker, status)
     answers = None
     if args.answer or args.dry_run:
         from lightfoot_pipeline.serving.answer import build_answerer
@@ -94,23 +105,24 @@ def cmd_eval_run(args) -> int:
         if answerer is None and not args.dry_run:
             raise SettingsError(why, hint="set OPENAI_BASE_URL, or price the answers with --dry-run")
         answers = AnswerOptions(answerer=answerer, budget_usd=None if args.no_budget else args.answer_budget,
-                                dry_run=args.dry_run, modes=_names(args.answer_modes) if args.answer_modes else None)
+                                dry_run=args.dry_run,
+                                modes=_names(args.answer_modes) if args.answer_modes else None)
+    one_thread_per_query()  # retrieval timed as the query service runs it
     outcome = run_evaluation(
-        store, dataset, questions_file, embedder, reranker=reranker, reranker_status=status,
-        modes=_names(args.modes) if args.modes else None, ks=args.k, answers=answers,
+        store, dataset, questions_file, embedder, plan, answers=answers,
         run_dir=Path(args.run_dir) if args.run_dir else None, overwrite=args.overwrite,
         echo=lambda line: print(line, file=sys.stderr), progress_factory=Progress,
     )
     if outcome.dry_run:
         print("dry run: no model was called and nothing was written")
         return 0
-    metrics = [f"recall@{k}" for k in sorted(set(args.k))]
+    metrics = [f"recall@{k}" for k in plan.ks]
     snap = outcome.config["snapshots"]["eval"]
     print(f"{outcome.config['n_questions']} questions, snapshot {snap['snapshot_id']}, embedder "
           f"{outcome.config['embedder']}")
     print_recall_table(outcome.results, metrics)
     if status.state != "available":
-        print(f"  (lightfoot+rerank not run: cross-encoder {status.state}: {status.reason})")
+        print(f"  ({LIGHTFOOT_RERANK} not run: cross-encoder {status.state}: {status.reason})")
     if outcome.spend is not None:
         s = outcome.spend
         print(f"answers: {s.calls} calls, {s.failed} failed, {s.skipped} skipped by the budget; tokens in/out "
@@ -124,15 +136,15 @@ def cmd_eval_run(args) -> int:
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(legacy_result(outcome), indent=2, sort_keys=True, default=str) + "\n")
+        out.write_text(json.dumps(eval_json(outcome), indent=2, sort_keys=True, default=str) + "\n")
         print(f"wrote {out}")
     return 0
 
 
 def cmd_eval_deletion(args) -> int:
+    from lightfoot_pipeline.cli.progress import Progress
     from lightfoot_pipeline.evaluation.deletion_audit import run_deletion_audit
     from lightfoot_pipeline.models.embedder import DEFAULT_EMBEDDER, load_embedder
-    from lightfoot_pipeline.cli.progress import Progress
     from lightfoot_pipeline.serving.rerank import load_reranker
 
     dataset = Path(args.dataset)
@@ -140,13 +152,12 @@ def cmd_eval_deletion(args) -> int:
     embedder = load_embedder(args.embedder or DEFAULT_EMBEDDER)
     reranker, status = load_reranker(args.reranker)
     outcome = run_deletion_audit(
-        dataset, questions_file, embedder, reranker=reranker, reranker_status=status, fraction=args.fraction,
-        seed=args.seed, modes=_names(args.modes) if args.modes else None, ks=args.k,
-        work_dir=Path(args.work_dir) if args.work_dir else None, run_dir=Path(args.run_dir),
+        dataset, questions_file, embedder, _plan(args, reranker, status), fraction=args.fraction,
+        seed=args.seed, work_dir=Path(args.work_dir) if args.work_dir else None, run_dir=Path(args.run_dir),
         overwrite=args.overwrite, echo=lambda line: print(line, file=sys.stderr), progress_factory=Progress,
     )
     d = outcome.deletion
-    metrics = [f"recall@{k}" for k in sorted(set(args.k))]
+    metrics = [f"recall@{k}" for k in outcome.config["ks"]]
     print(f"deleted {d['deleted_docs']} of {d['documents']} documents in {d['delete_seconds']}s with "
           f"{d['model_calls']} model calls; fingerprint equal to a fresh build of the survivors: "
           f"{str(d['fingerprint_equal']).lower()}; rankings equal: {str(d['rankings_equal_fresh']).lower()}; "
@@ -190,22 +201,35 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def add_run_options(p: argparse.ArgumentParser) -> None:
-    """Options of ``lightfoot eval`` that keep the run and answer through the model."""
-    p.add_argument("--run-dir", default=None, help="keep the run here: results.parquet, run.json (see runs.py)")
+def _add_plan_options(p: argparse.ArgumentParser) -> None:
+    """--modes and --k: which modes a run compares, at which recall cut-offs (modes.py)."""
     p.add_argument("--modes", default=None,
-                   help="comma-separated modes (default: dense, lightfoot, lightfoot+rerank when available, hipporag2)")
-    p.add_argument("--k", type=_ks, default=[2, 5, 10], help="recall cut-offs, comma-separated (default 2,5,10)")
+                   help=f"comma-separated modes of {', '.join(MODE_NAMES)} (default: all; "
+                        f"{LIGHTFOOT_RERANK} only with a cross-encoder)")
+    cutoffs = ",".join(map(str, K_VALUES))
+    p.add_argument("--k", type=_ks, default=list(K_VALUES), help=f"recall cut-offs, comma-separated (default {cutoffs})")
+
+
+def add_eval_commands(sub, common: argparse.ArgumentParser) -> None:
+    """The eval, eval-deletion, report and compare subcommands."""
+    p = sub.add_parser("eval", parents=[common],
+                       help="recall@k of every retrieval mode side by side on one snapshot (and answers)")
+    p.add_argument("--dataset", required=True, help="dataset directory (built into --store first if needed)")
+    p.add_argument("--questions", default=None, help="questions file (default: the dataset's questions*.jsonl)")
+    p.add_argument("--out", default=None, help="write the run here as one JSON document")
+    p.add_argument("--run-dir", default=None, help="keep the run here: results.parquet, run.json (see runs.py)")
+    p.add_argument("--embedder", default=None, help="embedding model name or path, or hashing[:DIM] (default: "
+                   "the snapshot's or the index's; the packaged MiniLM for a new store)")
+    p.add_argument("--reranker", default=None, help=RERANKER_HELP)
+    _add_plan_options(p)
     p.add_argument("--answer", action="store_true", help="answer every question through the model endpoint")
     p.add_argument("--answer-budget", type=float, default=1.0, help="stop answering at this many USD (default 1.0)")
     p.add_argument("--no-budget", action="store_true", help="answer with no budget cap")
     p.add_argument("--answer-modes", default=None, help="comma-separated modes to answer for (default: all)")
     p.add_argument("--dry-run", action="store_true", help="print what the answers would cost, call nothing")
     p.add_argument("--overwrite", action="store_true", help="replace a run already in --run-dir")
+    p.set_defaults(func=cmd_eval)
 
-
-def add_eval_commands(sub, common: argparse.ArgumentParser) -> None:
-    """The eval-deletion, report and compare subcommands."""
     p = sub.add_parser("eval-deletion", parents=[common],
                        help="deletion audit with retrieval: recall of intact and deleted-evidence questions, "
                             "before and after deleting a seeded fraction")
@@ -214,8 +238,7 @@ def add_eval_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--fraction", type=fraction, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--run-dir", required=True, help="keep the run here")
-    p.add_argument("--modes", default=None, help="comma-separated modes (default: all)")
-    p.add_argument("--k", type=_ks, default=[2, 5, 10], help="recall cut-offs (default 2,5,10)")
+    _add_plan_options(p)
     p.add_argument("--embedder", default=None, help="embedding model name or path, or hashing[:DIM] (default MiniLM)")
     p.add_argument("--reranker", default=None, help=RERANKER_HELP)
     p.add_argument("--work-dir", default=None, help="where to build the stores (default: a temporary directory)")

@@ -1,7 +1,7 @@
-"""The query-time commands of the ``lightfoot`` command line: snapshot, query, serve, eval.
+"""The query-time commands of the ``lightfoot`` command line: snapshot, query, serve.
 
-Like cli.py, this module parses arguments and prints results; the work is in snapshot.py,
-retrieve.py, answer.py, serve.py and evaluate.py.
+Like cli/__init__.py, this module parses arguments and prints results; the work is in snapshot.py,
+retrieve.py, answer.py and serve.py.
 """
 
 from __future__ import annotations
@@ -11,11 +11,8 @@ import dataclasses
 import json
 import sys
 import time
-from pathlib import Path
 
 from lightfoot_pipeline.errors import LightfootError
-from lightfoot_pipeline.ingest.dataset import DatasetError, default_questions_file, load_questions
-from lightfoot_pipeline.cli.evaluation import add_run_options
 from lightfoot_pipeline.settings import (
     SERVE_ANSWERS_ENV, SERVE_BUDGET_ENV, SettingsError, serve_answer_budget_usd, serve_answers,
 )
@@ -187,52 +184,8 @@ def cmd_serve_token(args) -> int:
     return 0
 
 
-def cmd_eval(args) -> int:
-    if args.run_dir or args.answer or args.dry_run:
-        from lightfoot_pipeline.cli.evaluation import cmd_eval_run
-
-        return cmd_eval_run(args)  # every mode and baseline side by side, kept in a run directory
-    if args.out is None:
-        raise SettingsError("eval: no destination for the result", hint="give --out OUT.json (or --run-dir DIR)")
-    from lightfoot_pipeline.models.embedder import load_embedder
-    from lightfoot_pipeline.evaluation.evaluate import ensure_dataset_indexed, evaluate_recall
-    from lightfoot_pipeline.cli.progress import Progress
-    from lightfoot_pipeline.serving.rerank import load_reranker
-    from lightfoot_pipeline.serving.retrieve import Retriever, one_thread_per_query
-    from lightfoot_pipeline.serving.serve import resolve_embedder
-    from lightfoot_pipeline.serving.snapshot import export_snapshot, load_snapshot
-
-    dataset = Path(args.dataset)
-    questions_file = Path(args.questions) if args.questions else default_questions_file(dataset)
-    if questions_file is None:
-        raise DatasetError(f"{dataset} has no questions*.jsonl", hint="name a file with --questions")
-    questions = load_questions(questions_file)
-    store = _store(args)
-    embedder = load_embedder(args.embedder) if args.embedder or not store.exists() else resolve_embedder(store)
-    build = ensure_dataset_indexed(store, dataset, embedder, progress=Progress("building the store"))
-    if build["built"]:
-        print(f"built {build['documents']} documents into {store.uri} in {build['seconds']}s "
-              f"with {build['model_calls']} model calls", file=sys.stderr)
-    info = export_snapshot(store, embedder)
-    reranker, status = load_reranker(args.reranker)
-    retriever = Retriever(load_snapshot(store, info.snapshot_id), embedder, reranker, status)
-    one_thread_per_query()  # retrieval timed as the query service runs it
-    result = evaluate_recall(retriever, questions, progress=Progress("questions"))
-    result["run"].update(dataset=str(dataset), questions=str(questions_file), build=build)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
-    print(f"{result['n_questions']} questions, snapshot {info.snapshot_id}, embedder {embedder.model_id}")
-    for mode, recalls in result["modes"].items():
-        print(f"  {mode:<18} " + "  ".join(f"{k} {v:.3f}" for k, v in recalls.items()))
-    if status.state != "available":
-        print(f"  (lightfoot+rerank not run: cross-encoder {status.state}: {status.reason})")
-    print(f"wrote {out}")
-    return 0
-
-
 def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
-    """The snapshot, query, serve and eval subcommands."""
+    """The snapshot, query, serve and serve-token subcommands."""
     reranker_help = ("cross-encoder name or path (default: $LIGHTFOOT_RERANKER, else BAAI/bge-reranker-base); "
                      "none turns reranking off")
     embedder_help = "embedding model name or path, or hashing[:DIM] (default: the snapshot's or the index's)"
@@ -286,12 +239,3 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--hash", action="store_true",
                    help="print the SHA-256 line of the token read from stdin (for the tokens file)")
     p.set_defaults(func=cmd_serve_token)
-
-    p = sub.add_parser("eval", parents=[common], help="recall@2/5/10 of dense, lightfoot and lightfoot+rerank")
-    p.add_argument("--dataset", required=True, help="dataset directory (built into --store first if needed)")
-    p.add_argument("--questions", default=None, help="questions file (default: the dataset's questions*.jsonl)")
-    p.add_argument("--out", default=None, help="where to write the JSON result (required without --run-dir)")
-    p.add_argument("--embedder", default=None, help=embedder_help + "; the packaged MiniLM for a new store")
-    p.add_argument("--reranker", default=None, help=reranker_help)
-    add_run_options(p)  # --run-dir, --modes, --answer, --dry-run (cli/evaluation.py)
-    p.set_defaults(func=cmd_eval)

@@ -1,37 +1,77 @@
 """An evaluation run: index the dataset (no model call), snapshot it, run every mode, keep the run.
 
-``lightfoot eval --run-dir DIR`` calls :func:`run_evaluation`. The steps:
+``lightfoot eval`` calls :func:`run_evaluation`. The steps:
 
-1. build the dataset into the store from its recorded extractions, unless the store holds it;
+1. build the dataset into the store from its recorded extractions, unless the store holds it
+   (:func:`ensure_dataset_indexed`);
 2. export (or reuse) the serving snapshot and load it;
 3. run every question through every mode (harness.py): Lightfoot and the baselines;
 4. optionally answer through the model: the cost is estimated first (``dry_run`` stops there),
    then the calls run under the budget cap, and each is charged to the store's cost ledger;
-5. write the run directory (runs.py).
+5. write the run directory (runs.py), and/or the run as one JSON document (:func:`eval_json`,
+   ``--out``).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from lightfoot_pipeline.store import ledger
-from lightfoot_pipeline.serving.answer import Answerer
-from lightfoot_pipeline.ingest.dataset import load_questions
-from lightfoot_pipeline.models.embedder import Embedder
-from lightfoot_pipeline.evaluation.evaluate import ensure_dataset_indexed
+import numpy as np
+
+from lightfoot_pipeline import pipeline
 from lightfoot_pipeline.evaluation.harness import (
-    K_VALUES, AnswerSpend, CostEstimate, HarnessError, Mode, QuestionResult, answer_rows, estimate_answer_cost,
-    run_questions, select_modes, standard_modes,
+    AnswerSpend, CostEstimate, HarnessError, QuestionResult, answer_rows, estimate_answer_cost, mean_recalls,
+    run_questions, select_modes,
 )
-from lightfoot_pipeline.serving.rerank import Reranker, RerankerStatus
+from lightfoot_pipeline.evaluation.modes import K_VALUES, LIGHTFOOT, Mode, standard_modes
 from lightfoot_pipeline.evaluation.runs import EVAL, index_cost, results_frame, write_run
+from lightfoot_pipeline.ingest.dataset import (
+    DatasetError, has_recorded_extractions, load_corpus, load_questions, load_recorded_extractions,
+)
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.ingest.passages import text_hash
+from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.serving.answer import MAX_TOKENS, Answer, Answerer
+from lightfoot_pipeline.serving.rerank import Reranker, RerankerStatus
 from lightfoot_pipeline.serving.snapshot import Snapshot, SnapshotInfo, export_snapshot, load_snapshot
+from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.tables import DOCUMENTS
 
 Echo = Callable[[str], None]
+ProgressFactory = Callable[[str], Callable[[int, int], None] | None]
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """What each phase of a run evaluates: the modes, the cross-encoder they may use, the cut-offs."""
+
+    modes: tuple[Mode, ...]
+    ks: tuple[int, ...]
+    reranker: Reranker | None
+    reranker_status: RerankerStatus
+
+    def record(self, snapshot: Snapshot) -> dict:
+        """The plan as the run's configuration keeps it (``ks``, ``reranker``, ``modes``)."""
+        return {"ks": list(self.ks), "reranker": self.reranker_status.as_dict(),
+                "modes": {m.name: m.as_dict(snapshot) for m in self.modes}}
+
+
+def plan_evaluation(modes: Sequence[str] | None = None, ks: Sequence[int] = K_VALUES, *,
+                    reranker: Reranker | None = None, reranker_status: RerankerStatus | None = None) -> EvalPlan:
+    """The named modes (default: every standard mode this reranker allows) at the given cut-offs."""
+    cutoffs = tuple(sorted(set(int(k) for k in ks)))
+    if not cutoffs or cutoffs[0] < 1:
+        raise HarnessError(f"k values must be positive, got {list(ks)}")
+    if reranker is not None:
+        status = RerankerStatus("available", reranker.model_id)
+    else:
+        status = reranker_status or RerankerStatus("disabled", None, "no reranker configured")
+    chosen = select_modes(standard_modes(reranker is not None), modes)
+    return EvalPlan(modes=tuple(chosen), ks=cutoffs, reranker=reranker, reranker_status=status)
 
 
 @dataclass
@@ -64,24 +104,52 @@ class PhaseResult:
     info: SnapshotInfo
     results: list[QuestionResult]
     seconds: float
+    live_doc_ids: frozenset[str] = frozenset()  # the documents the snapshot holds
 
 
 @dataclass
 class EvaluationOutcome:
     config: dict
     results: list[QuestionResult]
+    live_doc_ids: frozenset[str] = field(default_factory=frozenset)
+    build: dict = field(default_factory=dict)
     estimate: CostEstimate | None = None
     spend: AnswerSpend | None = None
     run_dir: Path | None = None
     dry_run: bool = False
 
 
-def evaluate_store(store: Store, embedder: Embedder, questions, modes: Sequence[Mode], *,
-                   reranker: Reranker | None = None, reranker_status: RerankerStatus | None = None,
-                   ks: Sequence[int] = K_VALUES,
+def ensure_dataset_indexed(store: Store, dataset_dir: Path, embedder: Embedder,
+                           progress: Callable[[int, int], None] | None = None) -> dict:
+    """Build the dataset's documents into the store unless it holds them already, with no model call.
+
+    A document counts as held when the store has it with the same title and text. Missing or
+    changed ones are ingested with the dataset's recorded extractions (extractions.jsonl); a
+    dataset without them is refused, since building it would take model calls.
+    """
+    documents = load_corpus(dataset_dir)
+    held: dict[str, str] = {}
+    if store.exists():
+        rows = store.read(DOCUMENTS.name, columns=["doc_id", "content_hash"])
+        held = dict(zip(rows.get_column("doc_id").to_list(), rows.get_column("content_hash").to_list()))
+    missing = [d for d in documents if held.get(d.doc_id) != text_hash(f"{d.title}\x00{d.text}")]
+    if not missing:
+        return {"built": False, "documents": 0, "model_calls": 0}
+    if not has_recorded_extractions(dataset_dir):
+        raise DatasetError(
+            f"{dataset_dir} has no extractions.jsonl and {store.uri} does not hold its {len(missing)} documents; "
+            "evaluation builds with no model call, so ingest the dataset first (`lightfoot ingest`)")
+    started = time.perf_counter()
+    report = pipeline.ingest(store, missing, ReplayExtractor(load_recorded_extractions(dataset_dir)), embedder,
+                             progress=progress)
+    return {"built": True, "documents": len(missing), "failed": report.failed, "model_calls": report.model_calls,
+            "seconds": round(time.perf_counter() - started, 2)}
+
+
+def evaluate_store(store: Store, embedder: Embedder, questions, plan: EvalPlan, *,
                    progress: Callable[[], Callable[[int, int], None] | None] | None = None,
                    ) -> tuple[PhaseResult, Snapshot]:
-    """Snapshot the store's committed state and run every mode on it.
+    """Snapshot the store's committed state and run every mode of the plan on it.
 
     ``progress`` makes the per-question progress callback once the snapshot is loaded (so that
     its rate counts questions only).
@@ -89,9 +157,12 @@ def evaluate_store(store: Store, embedder: Embedder, questions, modes: Sequence[
     started = time.perf_counter()
     info = export_snapshot(store, embedder)
     snapshot = load_snapshot(store, info.snapshot_id)
-    results = run_questions(snapshot, embedder, questions, modes, reranker=reranker,
-                            reranker_status=reranker_status, ks=ks, progress=progress() if progress else None)
-    return PhaseResult(info=info, results=results, seconds=round(time.perf_counter() - started, 3)), snapshot
+    results = run_questions(snapshot, embedder, questions, plan.modes, reranker=plan.reranker,
+                            reranker_status=plan.reranker_status, ks=plan.ks,
+                            progress=progress() if progress else None)
+    live = frozenset(snapshot.passages.get_column("doc_id").to_list())
+    return PhaseResult(info=info, results=results, seconds=round(time.perf_counter() - started, 3),
+                       live_doc_ids=live), snapshot
 
 
 def snapshot_record(info: SnapshotInfo) -> dict:
@@ -104,54 +175,48 @@ def run_evaluation(
     dataset_dir: Path,
     questions_file: Path,
     embedder: Embedder,
+    plan: EvalPlan | None = None,
     *,
-    reranker: Reranker | None = None,
-    reranker_status: RerankerStatus | None = None,
-    modes: Sequence[str] | None = None,
-    ks: Sequence[int] = K_VALUES,
     answers: AnswerOptions | None = None,
     run_dir: Path | None = None,
     overwrite: bool = False,
     echo: Echo = print,
-    progress_factory: Callable[[str], Callable[[int, int], None] | None] = lambda label: None,
+    progress_factory: ProgressFactory = lambda label: None,
 ) -> EvaluationOutcome:
+    """Every question of the file through every mode of the plan (default: the standard modes)."""
+    plan = plan or plan_evaluation()
     questions = load_questions(questions_file)
-    chosen = select_modes(standard_modes(reranker is not None), modes)
     build = ensure_dataset_indexed(store, dataset_dir, embedder, progress=progress_factory("building the store"))
     if build["built"]:
         echo(f"built {build['documents']} documents into {store.uri} in {build['seconds']}s "
              f"with {build['model_calls']} model calls")
-    phase, snapshot = evaluate_store(store, embedder, questions, chosen, reranker=reranker,
-                                     reranker_status=reranker_status, ks=ks,
-                                     progress=lambda: progress_factory("questions"))
+    phase, snapshot = evaluate_store(store, embedder, questions, plan, progress=lambda: progress_factory("questions"))
     results = phase.results
+    scored = len({r.qid for r in results})
     config = {
         "kind": EVAL,
         "dataset": str(dataset_dir),
         "questions": str(questions_file),
-        "n_questions": len({r.qid for r in results}),
-        "questions_without_gold": len(questions) - len({r.qid for r in results}),
-        "ks": sorted(set(ks)),
+        "n_questions": scored,
+        "questions_without_gold": len(questions) - scored,
         "store": store.uri,
         "embedder": embedder.model_id,
-        "reranker": (reranker_status or RerankerStatus("disabled", None, "no reranker configured")).as_dict()
-        if reranker is None else RerankerStatus("available", reranker.model_id).as_dict(),
-        "modes": {m.name: m.as_dict(snapshot) for m in chosen},
+        **plan.record(snapshot),
         "snapshots": {EVAL: snapshot_record(phase.info)},
         "index_cost": index_cost(store, build),
         "eval_seconds": phase.seconds,
         "answers": None,
     }
-    outcome = EvaluationOutcome(config=config, results=results)
+    outcome = EvaluationOutcome(config=config, results=results, live_doc_ids=phase.live_doc_ids, build=build)
     if answers is not None:
         answered = [r for r in results if not answers.modes or r.mode in answers.modes]
         if answers.modes:
-            missing = sorted(set(answers.modes) - {m.name for m in chosen})
+            missing = sorted(set(answers.modes) - {m.name for m in plan.modes})
             if missing:
                 raise HarnessError(f"cannot answer for modes {missing}: they are not in this run")
         model, prices = _pricing(answers)
         outcome.estimate = estimate_answer_cost(answered, model, prices,
-                                                answers.answerer.max_tokens if answers.answerer else 200)
+                                                answers.answerer.max_tokens if answers.answerer else MAX_TOKENS)
         echo(("dry run: " if answers.dry_run else "answering: ") + outcome.estimate.line()
              + (f"; budget ${answers.budget_usd:g}" if answers.budget_usd is not None else "; no budget cap"))
         if answers.dry_run:
@@ -168,7 +233,7 @@ def run_evaluation(
                              "spend": outcome.spend.as_dict(), "ledger_run_id": ledger_run_id}
     if run_dir is not None:
         rows = [{"phase": EVAL, "evidence": None, **r.row()} for r in results]
-        outcome.run_dir = write_run(run_dir, config, results_frame(rows, ks), overwrite=overwrite)
+        outcome.run_dir = write_run(run_dir, config, results_frame(rows, plan.ks), overwrite=overwrite)
     return outcome
 
 
@@ -182,45 +247,65 @@ def _pricing(answers: AnswerOptions) -> tuple[str, tuple[float, float, str]]:
     return settings.model, settings.prices()
 
 
+def answer_charge(run_id: str, answer: Answer, prices: tuple[float, float, str]) -> ledger.Charge:
+    """An answer call's row in the cost ledger: every HTTP attempt it took, its tokens at the prices.
+
+    A call that failed is an ``error``; one that came back without an answer is ``unusable``.
+    """
+    price_in, price_out, source = prices
+    status = "error" if answer.error_kind else ("unusable" if answer.error else "ok")
+    return ledger.Charge(
+        run_id=run_id, purpose="answer", model=answer.model, status=status, attempts=max(answer.attempts, 1),
+        tokens_in=answer.tokens_in, tokens_out=answer.tokens_out, price_in_per_mtok=price_in,
+        price_out_per_mtok=price_out, price_source=source, seconds=answer.seconds, error_kind=answer.error_kind,
+        usage_reported=answer.usage_reported,
+    )
+
+
 def charge_answers(store: Store, answered: Sequence[QuestionResult], answerer: Answerer) -> str:
     """Every answer call goes into the store's cost ledger (purpose ``answer``), as extraction calls do.
 
     Returns the ledger's run id (``lightfoot cost --run RUN_ID`` shows the run).
     """
     run_id = ledger.new_run_id("eval")
-    price_in, price_out, source = answerer.client.settings.prices()
-    charges = [
-        ledger.Charge(
-            run_id=run_id, purpose="answer", model=r.answer.model, status="error" if r.answer.error else "ok",
-            attempts=1, tokens_in=r.answer.tokens_in, tokens_out=r.answer.tokens_out,
-            price_in_per_mtok=price_in, price_out_per_mtok=price_out, price_source=source,
-            seconds=r.answer.seconds, error_kind=(r.answer.error or "").split(":", 1)[0] or None,
-        )
-        for r in answered if r.answer is not None
-    ]
-    ledger.record(store, charges)
+    prices = answerer.client.settings.prices()
+    ledger.record(store, [answer_charge(run_id, r.answer, prices) for r in answered if r.answer is not None])
     return run_id
 
 
-def legacy_result(outcome: EvaluationOutcome) -> dict:
-    """The run in the shape of ``lightfoot eval --out`` (evaluate.py): modes, per question, run."""
-    from lightfoot_pipeline.evaluation.harness import mean_recalls
+def eval_json(outcome: EvaluationOutcome) -> dict:
+    """The run as ``lightfoot eval --out`` writes it: ``{"n_questions", "modes", "per_question", "run"}``.
 
+    ``modes`` holds each mode's mean recall@k. Each entry of ``per_question`` names the question,
+    its gold documents and those of them the snapshot lacks (``gold_missing``), and for every mode
+    its recall@k, its ranked passages (``{"chunk_id", "doc_id"}``, best first) and, when the run
+    answered, the answer. ``run`` names the snapshot, embedder, reranker, dataset and build, and the
+    ``lightfoot`` mode's retrieval time (``retrieval_ms``: p50, p95).
+    """
     per_question: dict[str, dict] = {}
     for r in outcome.results:
-        entry = per_question.setdefault(r.qid, {"qid": r.qid, "question": r.question,
-                                                "gold_doc_ids": r.gold_doc_ids, "modes": {}})
+        entry = per_question.setdefault(r.qid, {
+            "qid": r.qid, "question": r.question, "gold_doc_ids": r.gold_doc_ids,
+            "gold_missing": sorted(set(r.gold_doc_ids) - outcome.live_doc_ids), "modes": {}})
         entry["modes"][r.mode] = {**r.recall, "ranked": [{"chunk_id": h.chunk_id, "doc_id": h.doc_id}
                                                          for h in r.hits]}
         if r.answer is not None:
             entry["modes"][r.mode]["answer"] = r.row()["prediction"]
-    snap = outcome.config["snapshots"][EVAL]
+    config = outcome.config
+    snap = config["snapshots"][EVAL]
+    timings = [r.retrieval_ms for r in outcome.results if r.mode == LIGHTFOOT]
     return {
-        "n_questions": outcome.config["n_questions"],
+        "n_questions": config["n_questions"],
         "modes": mean_recalls(outcome.results),
         "per_question": list(per_question.values()),
-        "run": {"snapshot_id": snap["snapshot_id"], "store_seq": snap["store_seq"], "fingerprint": snap["fingerprint"],
-                "embedder": outcome.config["embedder"], "reranker": outcome.config["reranker"],
-                "dataset": outcome.config["dataset"], "questions": outcome.config["questions"],
-                "run_dir": str(outcome.run_dir) if outcome.run_dir else None},
+        "run": {
+            "snapshot_id": snap["snapshot_id"], "store_seq": snap["store_seq"], "fingerprint": snap["fingerprint"],
+            "embedder": config["embedder"], "reranker": config["reranker"], "dataset": config["dataset"],
+            "questions": config["questions"], "questions_without_gold": config["questions_without_gold"],
+            "build": outcome.build, "run_dir": str(outcome.run_dir) if outcome.run_dir else None,
+            "retrieval_ms": {
+                "p50": round(float(np.percentile(timings, 50)), 3) if timings else None,
+                "p95": round(float(np.percentile(timings, 95)), 3) if timings else None,
+            },
+        },
     }

@@ -1,20 +1,11 @@
 """The evaluation harness: every question through every retrieval mode on one snapshot.
 
-The modes run side by side in one process, on the same snapshot and question vectors, so every
-comparison is paired question by question:
-
-- ``dense``: passages by the cosine of their vector with the question's, no graph (baseline);
-- ``lightfoot``: the paper's retrieval (retrieve.py) in PageRank order;
-- ``lightfoot+rerank``: the same, reranked by the cross-encoder and fused by RRF (only when a
-  cross-encoder is available);
-- ``hipporag2``: a HippoRAG 2-style configuration of the same graph (baseline): damping 0.5,
-  every passage seeded at 0.05 × its min–max scaled similarity, the entities of the top 5 facts
-  seeded, no reranker.
-
-Each (mode, question) gives one row: the ranked documents and passages, recall@k (metrics.py, by
-ranx) and the retrieval time. :func:`answer_rows` then sends the top passages (and, for the
-Lightfoot modes, the top facts) to the answer model with a budget cap, and scores exact match and
-token F1; :func:`estimate_answer_cost` says what that would cost before a call is made.
+The modes (modes.py) run side by side in one process, on the same snapshot and question vectors,
+so every comparison is paired question by question. Each (mode, question) gives one row: the
+ranked documents and passages, recall@k (metrics.py, by ranx) and the retrieval time.
+:func:`answer_rows` then sends the top passages (and, for the Lightfoot modes, the top facts) to
+the answer model with a budget cap, and scores exact match and token F1;
+:func:`estimate_answer_cost` says what that would cost before a call is made.
 """
 
 from __future__ import annotations
@@ -23,85 +14,37 @@ import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
 
+from lightfoot_pipeline.evaluation.metrics import distinct, exact_match, recall_at_k, token_f1
+from lightfoot_pipeline.evaluation.modes import K_VALUES, Mode
+from lightfoot_pipeline.ingest.dataset import Question
+from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.serving.answer import (
     MAX_TOKENS, RESERVE_CHARS_PER_TOKEN, SYSTEM_PROMPT, Answer, AnswerBudget, Answerer, render_prompt,
 )
-from lightfoot_pipeline.ingest.dataset import Question
-from lightfoot_pipeline.models.embedder import Embedder
-from lightfoot_pipeline.evaluation.metrics import distinct, exact_match, recall_at_k, token_f1
 from lightfoot_pipeline.serving.rerank import Reranker, RerankerStatus
-from lightfoot_pipeline.serving.retrieve import FactHit, PassageHit, Retriever, RetrievalSettings, top_indices
+from lightfoot_pipeline.serving.retrieve import FactHit, PassageHit, Retriever, top_indices
 from lightfoot_pipeline.serving.snapshot import Snapshot
 from lightfoot_pipeline.errors import LightfootError
 
-K_VALUES = (2, 5, 10)
 DEPTH = 30  # ranked passages kept per (mode, question)
 ANSWER_PASSAGES = 10
-ANSWER_FACTS = 10
 # Tokens an answer typically takes ({"answer": "..."} with a short span); the ceiling is max_tokens.
 TYPICAL_ANSWER_TOKENS = 16
 # Characters per token assumed by the estimate (the budget reserves at answer.RESERVE_CHARS_PER_TOKEN).
 CHARS_PER_TOKEN = 4.0
-
-DENSE, LIGHTFOOT, LIGHTFOOT_RERANK, HIPPORAG2 = "dense", "lightfoot", "lightfoot+rerank", "hipporag2"
-BASELINES = (DENSE, HIPPORAG2)
 
 
 class HarnessError(LightfootError, RuntimeError):
     """The evaluation cannot run as asked (the message says why)."""
 
 
-@dataclass(frozen=True)
-class Mode:
-    """One retrieval configuration evaluated side by side with the others."""
-
-    name: str
-    description: str
-    graph: bool  # False: dense cosine ranking only
-    settings: RetrievalSettings | None = None
-    all_passages_seeded: bool = False  # seed every passage (seed_passages = the snapshot's count)
-    rerank: bool = False
-    answer_facts: int = 0  # facts given to the answer model with the passages
-
-    def settings_for(self, snapshot: Snapshot) -> RetrievalSettings | None:
-        if self.settings is None or not self.all_passages_seeded:
-            return self.settings
-        return replace(self.settings, seed_passages=max(1, snapshot.passages.height))
-
-    def as_dict(self, snapshot: Snapshot | None = None) -> dict:
-        settings = self.settings_for(snapshot) if snapshot is not None else self.settings
-        return {
-            "name": self.name, "description": self.description, "graph": self.graph, "rerank": self.rerank,
-            "all_passages_seeded": self.all_passages_seeded, "answer_facts": self.answer_facts,
-            "retrieval": asdict(settings) if settings is not None else None,
-        }
-
-
-def standard_modes(reranker_available: bool) -> list[Mode]:
-    """Lightfoot (with the reranker when there is one) and the two baselines."""
-    modes = [
-        Mode(DENSE, "dense-only: passages by cosine similarity with the question", graph=False),
-        Mode(LIGHTFOOT, "Lightfoot: fact- and passage-seeded PageRank (damping 0.9, top-2 facts, 100 passages)",
-             graph=True, settings=RetrievalSettings(), answer_facts=ANSWER_FACTS),
-    ]
-    if reranker_available:
-        modes.append(Mode(LIGHTFOOT_RERANK, "Lightfoot with cross-encoder reranking fused by RRF (k=60)",
-                          graph=True, settings=RetrievalSettings(), rerank=True, answer_facts=ANSWER_FACTS))
-    modes.append(Mode(
-        HIPPORAG2, "HippoRAG 2-style on the same graph: damping 0.5, every passage seeded at 0.05 x its "
-        "min-max similarity, top-5 facts, no reranker",
-        graph=True, settings=RetrievalSettings(top_facts=5, passage_seed_weight=0.05, damping=0.5),
-        all_passages_seeded=True,
-    ))
-    return modes
-
-
 def select_modes(modes: Sequence[Mode], names: Sequence[str] | None) -> list[Mode]:
+    """The named modes, in the order named (all of them when none is named)."""
     if not names:
         return list(modes)
     known = {m.name: m for m in modes}

@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 import polars as pl
 
-from lightfoot_pipeline.evaluation.harness import BASELINES, DENSE, HIPPORAG2, LIGHTFOOT, LIGHTFOOT_RERANK
+from lightfoot_pipeline.evaluation.modes import BASELINES, DENSE, HIPPORAG2, LIGHTFOOT, LIGHTFOOT_RERANK
 from lightfoot_pipeline.evaluation.metrics import paired_bootstrap
 from lightfoot_pipeline.evaluation.runs import Run, RunError, compare_modes, load_run
 

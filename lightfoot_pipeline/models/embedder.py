@@ -36,11 +36,17 @@ class EmbedderUnavailable(LightfootError, RuntimeError):
 
 
 class Embedder(Protocol):
+    """What indexing and retrieval need of an embedder: texts in batches, and one question alone."""
+
     model_id: str
     dim: int
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """(len(texts), dim) float32, each row of unit length."""
+        ...
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """(dim,) float32 unit vector of one text, as a question is embedded at query time."""
         ...
 
 
@@ -72,6 +78,10 @@ class HashingEmbedder:
                 h = zlib.crc32(gram)
                 out[row, h % self.dim] += 1.0 if (h >> 16) & 1 else -1.0
         return _unit_rows(out)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """(dim,) vector of one text: its row of :meth:`embed` (a text's vector ignores its batch)."""
+        return self.embed([text])[0]
 
 
 class SentenceTransformerEmbedder:

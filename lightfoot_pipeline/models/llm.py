@@ -236,6 +236,9 @@ class LLMClient:
     Thread-safe: one client serves a pool of extraction workers.
     """
 
+    _calls_started = 0  # calls to complete() by every client of this process
+    _calls_lock = threading.Lock()
+
     def __init__(self, settings: LLMSettings, client=None, *, sleep: Callable[[float], None] = time.sleep) -> None:
         self.settings = settings
         self._sleep = sleep
@@ -260,6 +263,12 @@ class LLMClient:
     def __repr__(self) -> str:
         return f"LLMClient(model={self.settings.model!r}, endpoint={self.settings.endpoint()!r})"
 
+    @classmethod
+    def calls_started(cls) -> int:
+        """Calls to :meth:`complete` so far by every client of this process; read before and after
+        a step, it counts the model calls the step made (the deletion audit checks there are none)."""
+        return cls._calls_started
+
     @property
     def mode(self) -> str:
         """The output mode a call with a JSON schema will try first."""
@@ -269,6 +278,8 @@ class LLMClient:
         self, messages: list[dict], *, json_schema: dict | None = None, max_tokens: int | None = None
     ) -> Completion:
         """One answer to ``messages``, retried on transient failures; raises :class:`LLMError`."""
+        with LLMClient._calls_lock:
+            LLMClient._calls_started += 1
         started = time.monotonic()
         attempts = 0
         failures = 0  # transient failures so far (each one waits, then retries)

@@ -144,10 +144,8 @@ def one_thread_per_query() -> None:
 
 
 def embed_question(embedder: Embedder, question: str) -> np.ndarray:
-    """The question's unit vector (dim,), through the embedder's single-text path when it has one."""
-    one = getattr(embedder, "embed_query", None)
-    vector = one(question) if callable(one) else embedder.embed([question])[0]
-    return np.asarray(vector, dtype=np.float32).reshape(-1)
+    """The question's unit vector (dim,), through the embedder's single-text path."""
+    return np.asarray(embedder.embed_query(question), dtype=np.float32).reshape(-1)
 
 
 class Retriever:

@@ -615,3 +615,6 @@ class _CachedOnly:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         raise SnapshotError(f"{len(texts)} texts have no cached vector and embedder {self.model_id!r} "
                             "is not available here")
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]

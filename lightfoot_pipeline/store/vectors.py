@@ -191,6 +191,9 @@ class _Unloaded:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         raise RuntimeError(f"embedder {self.model_id!r} is not loaded here; this cache can only be read or purged")
 
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
 
 def cleanup_vector_history(store) -> None:
     """Drop every old LanceDB version and unreferenced file (after an erase)."""

@@ -55,6 +55,24 @@ def test_eval_keeps_a_run_that_report_and_compare_read(cli_store, small_dataset,
     assert "already holds a run" in capsys.readouterr().err
 
 
+def test_eval_writes_one_json_document_without_a_run_directory(cli_store, small_dataset, tmp_path, capsys):
+    out = tmp_path / "eval.json"
+    code = main(["eval", "--store", cli_store, "--dataset", str(small_dataset), "--embedder", "hashing:32",
+                 "--reranker", "none", "--modes", "lightfoot,dense", "--k", "5,1", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    lines = printed.splitlines()
+    assert lines[1].split()[:3] == ["lightfoot", "recall@1", lines[1].split()[2]] and "recall@5" in lines[1]
+    assert lines[2].split()[0] == "dense" and "paired bootstrap" not in printed
+    result = json.loads(out.read_text())
+    assert list(result["modes"]) == ["dense", "lightfoot"]  # sorted keys
+    assert set(result["modes"]["dense"]) == {"recall@1", "recall@5"}
+    assert result["run"]["run_dir"] is None and result["run"]["questions_without_gold"] == 1
+    entry = result["per_question"][0]
+    assert set(entry) == {"qid", "question", "gold_doc_ids", "gold_missing", "modes"} and entry["gold_missing"] == []
+    assert len(entry["modes"]["lightfoot"]["ranked"]) == 30
+
+
 def test_eval_dry_run_prints_the_cost_with_no_endpoint(cli_store, small_dataset, no_endpoint, capsys):
     code = main(["eval", "--store", cli_store, "--dataset", str(small_dataset), "--embedder", "hashing:32",
                  "--reranker", "none", "--dry-run", "--answer-budget", "0.25"])

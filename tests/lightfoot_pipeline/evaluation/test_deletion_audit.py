@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import polars as pl
 import pytest
 
-from lightfoot_pipeline.evaluation.deletion_audit import (
-    CountingEmbedder, counting_model_calls, evidence_split, group_recalls,
-)
+from lightfoot_pipeline.evaluation.deletion_audit import evidence_split, group_recalls
 from lightfoot_pipeline.evaluation.harness import QuestionResult
-from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
 from lightfoot_pipeline.evaluation.runs import load_run
 
 
@@ -39,22 +35,6 @@ def test_group_recalls_average_by_mode_group_and_phase():
     summary = group_recalls(rows, ["recall@2"])
     assert summary == {"m": {"intact": {"before": {"n": 2, "recall@2": 0.75}, "after": {"n": 1, "recall@2": 0.5}},
                              "deleted": {"after": {"n": 1, "recall@2": 0.0}}}}
-
-
-def test_the_counters_count_embedder_and_model_calls(hashing_embedder, chat_server):
-    counting = CountingEmbedder(hashing_embedder)
-    vectors = counting.embed(["a", "b", "c"])
-    assert counting.calls == 1 and counting.texts == 3
-    np.testing.assert_array_equal(vectors, hashing_embedder.embed(["a", "b", "c"]))
-    assert counting.model_id == hashing_embedder.model_id and counting.dim == hashing_embedder.dim
-    assert getattr(counting, "embed_query", None) is None  # the hashing embedder has no single-text path
-    client = LLMClient(LLMSettings(base_url=chat_server.base_url, model="m", max_retries=0))
-    original = LLMClient.complete
-    with counting_model_calls() as calls:
-        client.complete([{"role": "user", "content": "hi"}])
-        client.complete([{"role": "user", "content": "again"}])
-    assert calls[0] == 2 == chat_server.count
-    assert LLMClient.complete is original
 
 
 def test_the_audit_is_exact_and_model_free(small_audit):

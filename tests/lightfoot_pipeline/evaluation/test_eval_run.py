@@ -1,18 +1,30 @@
-"""An evaluation run end to end on the slice: index, snapshot, modes, answers under a budget, run directory."""
+"""An evaluation run end to end: index, snapshot, modes, answers under a budget, run directory, JSON."""
 
 from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
 
 import pytest
 
 from lightfoot_pipeline import pipeline
-from lightfoot_pipeline.store import ledger
-from lightfoot_pipeline.serving.answer import Answerer
-from lightfoot_pipeline.evaluation.eval_run import AnswerOptions, legacy_result, run_evaluation
+from lightfoot_pipeline.evaluation.eval_run import (
+    AnswerOptions, ensure_dataset_indexed, eval_json, plan_evaluation, run_evaluation,
+)
 from lightfoot_pipeline.evaluation.harness import HarnessError
-from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
+from lightfoot_pipeline.evaluation.metrics import recall_at_k
+from lightfoot_pipeline.evaluation.modes import DENSE, HIPPORAG2, LIGHTFOOT
 from lightfoot_pipeline.evaluation.report import write_report
 from lightfoot_pipeline.evaluation.runs import load_run
+from lightfoot_pipeline.ingest.dataset import DatasetError
+from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
+from lightfoot_pipeline.serving.answer import Answerer
+from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.store import Store
+
+DATA = Path(__file__).parents[1] / "data" / "query-corpus"
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +33,8 @@ def eval_store(tmp_path_factory):
 
 
 def answerer_for(chat_server, **overrides) -> Answerer:
-    return Answerer(LLMClient(LLMSettings(base_url=chat_server.base_url, model="gpt-4o-mini", max_retries=0,
-                                          **overrides)))
+    settings = {"base_url": chat_server.base_url, "model": "gpt-4o-mini", "max_retries": 0, **overrides}
+    return Answerer(LLMClient(LLMSettings(**settings)))
 
 
 def evaluate(store, dataset, embedder, **kwargs):
@@ -47,10 +59,11 @@ def test_a_retrieval_run_is_kept_with_its_configuration(eval_store, small_datase
     assert config["answers"] is None
     assert run.results.get_column("answer_status").unique().to_list() == ["not asked"]
     # the JSON of `lightfoot eval --out` comes from the same results
-    legacy = legacy_result(outcome)
-    assert legacy["n_questions"] == 8 and set(legacy["modes"]) == {"dense", "lightfoot", "hipporag2"}
+    result = eval_json(outcome)
+    assert result["n_questions"] == 8 and set(result["modes"]) == {"dense", "lightfoot", "hipporag2"}
     lightfoot = run.results.filter(run.results["mode"] == "lightfoot")
-    assert legacy["modes"]["lightfoot"]["recall@5"] == pytest.approx(lightfoot["recall@5"].mean(), abs=1e-4)
+    assert result["modes"]["lightfoot"]["recall@5"] == pytest.approx(lightfoot["recall@5"].mean(), abs=1e-4)
+    assert result["run"]["run_dir"] == str(tmp_path / "run")
 
 
 def test_a_dry_run_prices_the_answers_and_calls_nothing(eval_store, small_dataset, hashing_embedder, chat_server,
@@ -94,3 +107,87 @@ def test_answers_need_an_endpoint_unless_the_run_is_dry(eval_store, small_datase
     with pytest.raises(HarnessError, match="not in this run"):
         evaluate(eval_store, small_dataset, hashing_embedder,
                  answers=AnswerOptions(answerer=None, dry_run=True, modes=["lightfoot+rerank"]))
+
+
+def test_answer_calls_are_charged_with_every_attempt_they_took(eval_store, small_dataset, hashing_embedder,
+                                                              chat_server, tmp_path):
+    # every first request of a call is refused with a 429, so each call takes two
+    chat_server.script(lambda request: chat_server.Reply(status=429) if request.number % 2 else
+                       chat_server.Reply(content='{"answer": "x"}', usage=(500, 4)))
+    answerer = answerer_for(chat_server, concurrency=1, max_retries=1, backoff_s=0.0)
+    answers = AnswerOptions(answerer=answerer, budget_usd=None, modes=["dense"])
+    outcome, _ = evaluate(eval_store, small_dataset, hashing_embedder, answers=answers)
+    assert chat_server.count == 16 and outcome.spend.calls == 8 and outcome.spend.failed == 0
+    run_id = outcome.config["answers"]["ledger_run_id"]
+    charged = ledger.read(eval_store, run_id)
+    assert charged.get_column("attempts").to_list() == [2] * 8
+    assert set(charged.get_column("status")) == {"ok"}
+    totals = ledger.totals(eval_store, run_id)
+    assert (totals["calls"], totals["retries"], totals["attempts"]) == (8, 8, 16)
+
+
+def test_a_failed_or_empty_answer_is_charged_as_such(eval_store, small_dataset, hashing_embedder, chat_server):
+    chat_server.queue(chat_server.Reply(status=401), chat_server.Reply(content='{"answer": ""}'))
+    answers = AnswerOptions(answerer=answerer_for(chat_server, concurrency=1), budget_usd=None, modes=["lightfoot"])
+    outcome, _ = evaluate(eval_store, small_dataset, hashing_embedder, answers=answers)
+    charged = ledger.read(eval_store, outcome.config["answers"]["ledger_run_id"])
+    rows = sorted(charged.select("status", "error_kind", "attempts").iter_rows())
+    assert rows[0] == ("error", "auth", 1) and rows[1:] == [("unusable", None, 1)] * 7
+
+
+def test_the_eval_json_holds_every_mode_and_each_questions_ranking(store, tmp_path):
+    questions = tmp_path / "questions.jsonl"
+    rows = [json.loads(line) for line in (DATA / "questions.jsonl").read_text().splitlines() if line.strip()]
+    rows[0]["gold_doc_ids"] = [*rows[0]["gold_doc_ids"], "not-in-the-corpus"]
+    questions.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    outcome = run_evaluation(store, DATA, questions, HashingEmbedder(dim=32), echo=lambda line: None)
+    result = eval_json(outcome)
+    json.dumps(result)
+    assert result["n_questions"] == 3 and result["run"]["questions_without_gold"] == 1
+    assert set(result["modes"]) == {DENSE, LIGHTFOOT, HIPPORAG2}
+    assert set(result["modes"][LIGHTFOOT]) == {"recall@2", "recall@5", "recall@10"}
+    assert result["run"]["build"]["built"] and result["run"]["build"]["documents"] == 12
+    assert result["run"]["retrieval_ms"]["p50"] > 0 and result["run"]["run_dir"] is None
+    first, second = result["per_question"][:2]
+    assert first["qid"] == "q1" and first["gold_missing"] == ["not-in-the-corpus"] and second["gold_missing"] == []
+    ranked = second["modes"][LIGHTFOOT]["ranked"]
+    assert len(ranked) == 12 and {"chunk_id", "doc_id"} == set(ranked[0])
+    for k in (2, 5, 10):
+        recomputed = recall_at_k({"q": [r["doc_id"] for r in ranked]}, {"q": second["gold_doc_ids"]}, [k])
+        assert second["modes"][LIGHTFOOT][f"recall@{k}"] == recomputed[f"recall@{k}"][0]
+    mean = sum(q["modes"][DENSE]["recall@5"] for q in result["per_question"]) / 3
+    assert result["modes"][DENSE]["recall@5"] == round(mean, 4)
+    # the graph walk reaches second hops that the questions' words do not
+    plain = eval_json(run_evaluation(store, DATA, DATA / "questions.jsonl", HashingEmbedder(dim=32),
+                                     plan_evaluation([DENSE, LIGHTFOOT], [5]), echo=lambda line: None))
+    assert plain["modes"] == {DENSE: {"recall@5": plain["modes"][DENSE]["recall@5"]}, LIGHTFOOT: {"recall@5": 1.0}}
+    assert plain["modes"][DENSE]["recall@5"] < 1.0 and not plain["run"]["build"]["built"]
+
+
+def test_a_plan_refuses_unknown_modes_and_cutoffs():
+    assert [m.name for m in plan_evaluation().modes] == [DENSE, LIGHTFOOT, HIPPORAG2]
+    assert plan_evaluation(ks=[10, 2, 2]).ks == (2, 10)
+    with pytest.raises(HarnessError, match="unknown or unavailable modes"):
+        plan_evaluation(["lightfoot+rerank"])
+    with pytest.raises(HarnessError, match="positive"):
+        plan_evaluation(ks=[0, 5])
+
+
+def test_the_store_is_built_only_when_it_lacks_the_dataset(store, tmp_path):
+    embedder = HashingEmbedder(dim=32)
+    first = ensure_dataset_indexed(store, DATA, embedder)
+    assert first["built"] and first["documents"] == 12 and first["model_calls"] == 0
+    assert ensure_dataset_indexed(store, DATA, embedder) == {"built": False, "documents": 0, "model_calls": 0}
+    changed = tmp_path / "changed"
+    shutil.copytree(DATA, changed)
+    lines = (changed / "corpus.jsonl").read_text().splitlines()
+    row = json.loads(lines[0])
+    row["text"] += " It has a blue case."
+    (changed / "corpus.jsonl").write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n")
+    again = ensure_dataset_indexed(store, changed, embedder)
+    assert again["built"] and again["documents"] == 1
+    (changed / "extractions.jsonl").unlink()
+    row["text"] += " And a red one."
+    (changed / "corpus.jsonl").write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n")
+    with pytest.raises(DatasetError, match="no extractions.jsonl"):
+        ensure_dataset_indexed(store, changed, embedder)

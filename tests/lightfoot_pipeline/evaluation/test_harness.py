@@ -8,15 +8,23 @@ import math
 import numpy as np
 import pytest
 
-from lightfoot_pipeline.serving.answer import Answerer
-from lightfoot_pipeline.evaluation.evaluate import evaluate_recall
 from lightfoot_pipeline.evaluation.harness import (
-    DENSE, HIPPORAG2, LIGHTFOOT, LIGHTFOOT_RERANK, HarnessError, answer_messages, answer_rows,
-    estimate_answer_cost, run_questions, select_modes, standard_modes,
+    HarnessError, answer_messages, answer_rows, estimate_answer_cost, run_questions, select_modes,
 )
-from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
 from lightfoot_pipeline.evaluation.metrics import exact_match, token_f1
+from lightfoot_pipeline.evaluation.modes import DENSE, HIPPORAG2, LIGHTFOOT, LIGHTFOOT_RERANK, standard_modes
+from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
+from lightfoot_pipeline.serving.answer import Answerer
 from lightfoot_pipeline.serving.retrieve import Retriever
+
+
+class Reversed:
+    """A reranker that prefers whatever PageRank ranked last."""
+
+    model_id = "reversed"
+
+    def score(self, question, passages):
+        return list(range(len(passages)))
 
 
 @pytest.fixture(scope="module")
@@ -67,17 +75,40 @@ def test_every_mode_answers_every_question_with_gold(results, small_questions):
     assert {r.order for r in results if r.mode != DENSE} == {"pagerank"}
 
 
-def test_dense_and_lightfoot_agree_with_the_recall_evaluation(small_index, small_questions, hashing_embedder, results):
+def test_the_rankings_are_the_retrievers_and_recall_counts_distinct_gold_documents(
+        small_index, small_questions, hashing_embedder, results):
     _, snapshot = small_index
-    reference = evaluate_recall(Retriever(snapshot, hashing_embedder), small_questions)
-    by_qid = {entry["qid"]: entry for entry in reference["per_question"]}
+    retriever = Retriever(snapshot, hashing_embedder)
+    chunk_ids = snapshot.passages.get_column("chunk_id").to_list()
+    by_qid = {q.qid: q for q in small_questions}
     for r in results:
-        if r.mode == HIPPORAG2:
+        question = by_qid[r.qid].question
+        if r.mode == DENSE:
+            scores = retriever.dense_scores(hashing_embedder.embed_query(question))  # (#passages,)
+            expected = [chunk_ids[i] for i in np.argsort(-scores, kind="stable")[:30]]
+        elif r.mode == LIGHTFOOT:
+            expected = [p.chunk_id for p in retriever.retrieve(question).passages]
+        else:
             continue
-        expected = by_qid[r.qid]["modes"][r.mode]
-        assert r.ranked_chunk_ids == [p["chunk_id"] for p in expected["ranked"]]
-        for metric, value in r.recall.items():
-            assert value == pytest.approx(expected[metric])
+        assert r.ranked_chunk_ids == expected
+        for k in (2, 5, 10):
+            top = r.ranked_doc_ids[:k]
+            assert r.recall[f"recall@{k}"] == len(set(r.gold_doc_ids) & set(top)) / len(set(r.gold_doc_ids))
+
+
+def test_the_reranked_mode_reorders_lightfoot_and_leaves_the_others_alone(small_index, small_questions,
+                                                                         hashing_embedder, results):
+    _, snapshot = small_index
+    with pytest.raises(HarnessError, match="needs a cross-encoder"):
+        run_questions(snapshot, hashing_embedder, small_questions, standard_modes(True))
+    reranked = run_questions(snapshot, hashing_embedder, small_questions, standard_modes(True), reranker=Reversed())
+    plain = {(r.mode, r.qid): r.ranked_chunk_ids for r in results}
+    for r in reranked:
+        if r.mode == LIGHTFOOT_RERANK:
+            lightfoot = plain[(LIGHTFOOT, r.qid)]
+            assert sorted(r.ranked_chunk_ids) == sorted(lightfoot) and r.ranked_chunk_ids != lightfoot
+        else:
+            assert r.ranked_chunk_ids == plain[(r.mode, r.qid)]
 
 
 # -- answers ------------------------------------------------------------------------------------

@@ -8,10 +8,18 @@ import random
 import numpy as np
 import pytest
 
-from lightfoot_pipeline.evaluation.evaluate import recall_at
 from lightfoot_pipeline.evaluation.metrics import (
     exact_match, normalize_answer, paired_bootstrap, recall_at_k, token_f1,
 )
+
+
+def recall_by_definition(ranked: list[str], gold: list[str], k: int) -> float:
+    """The gold documents among the first k distinct documents of the ranking, as a fraction."""
+    top: list[str] = []
+    for doc in ranked:
+        if doc not in top:
+            top.append(doc)
+    return len(set(gold) & set(top[:k])) / len(set(gold))
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -59,6 +67,14 @@ def test_answers_need_a_gold_answer():
         token_f1("x", [])
 
 
+def test_recall_counts_distinct_documents_in_order():
+    ranked = ["a", "a", "x", "b", "y", "c"]
+    scores = recall_at_k({"q": ranked, "r": ranked}, {"q": ["a", "b"], "r": ["c", "z"]}, [2, 3, 10])
+    assert scores["recall@2"].tolist() == [0.5, 0.0]  # the repeated "a" is one document
+    assert scores["recall@3"].tolist() == [1.0, 0.0]
+    assert scores["recall@10"].tolist() == [1.0, 0.5]
+
+
 def test_recall_by_ranx_matches_the_definition_on_random_rankings():
     rng = random.Random(7)
     docs = [f"d{i}" for i in range(40)]
@@ -69,7 +85,7 @@ def test_recall_by_ranx_matches_the_definition_on_random_rankings():
         rankings[f"q{q}"] = [rng.choice(docs) for _ in range(rng.randint(0, 25))]
     scores = recall_at_k(rankings, gold, [1, 2, 5, 10])
     for metric, k in (("recall@1", 1), ("recall@2", 2), ("recall@5", 5), ("recall@10", 10)):
-        expected = [recall_at(rankings[q], gold[q], k) if rankings[q] else 0.0 for q in gold]
+        expected = [recall_by_definition(rankings[q], gold[q], k) for q in gold]
         np.testing.assert_allclose(scores[metric], expected)
 
 

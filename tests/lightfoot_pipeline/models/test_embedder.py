@@ -13,6 +13,16 @@ def test_hashing_embedder_is_deterministic_and_unit_length():
     assert float(base @ near) > 0.7 > float(base @ far)
 
 
+def test_a_question_is_embedded_as_its_row_of_a_batch():
+    emb = HashingEmbedder(dim=48)
+    texts = ["who founded the university of copenhagen", "hot country songs", ""]
+    batch = emb.embed(texts)
+    for text, row in zip(texts, batch):
+        vector = emb.embed_query(text)
+        assert vector.shape == (48,) and vector.dtype == np.float32
+        assert vector.tobytes() == row.tobytes()
+
+
 def test_load_embedder_by_name():
     assert load_embedder("hashing:16").dim == 16
 
@@ -28,6 +38,15 @@ def test_minilm_vector_does_not_depend_on_its_batch(minilm):
     assert together[-1].tobytes() == alone[0].tobytes() == first[0].tobytes()
     assert minilm.dim == 384 and abs(float(np.linalg.norm(alone[0])) - 1.0) < 1e-5
     assert "all-MiniLM-L6-v2@" in minilm.model_id
+
+
+@pytest.mark.minilm
+def test_minilm_embeds_a_question_alone_as_in_a_batch(minilm):
+    """The single-text path runs the question unpadded; the pooled vector matches its batch row."""
+    question = "Who founded the university where Jan Philip Solovej works?"
+    alone, batched = minilm.embed_query(question), minilm.embed([question])[0]
+    assert alone.shape == (minilm.dim,) and abs(float(np.linalg.norm(alone)) - 1.0) < 1e-5
+    assert float(alone @ batched) > 0.9999
 
 
 def test_missing_model_is_an_explicit_error(tmp_path):

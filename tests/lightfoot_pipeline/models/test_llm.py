@@ -126,6 +126,17 @@ def test_a_client_passed_in_makes_no_retry_of_its_own(chat_server):
     assert (caught.value.attempts, caught.value.retries) == (2, 1)
 
 
+def test_every_call_of_every_client_is_counted_for_the_process(chat_server):
+    chat_server.queue(chat_server.Reply(status=500), chat_server.Reply(content='{"a":1}'),
+                      chat_server.Reply(status=401))
+    first, second = client_for(chat_server, max_retries=1), client_for(chat_server, max_retries=0)
+    before = LLMClient.calls_started()
+    assert first.complete(HELLO).attempts == 2  # one call, two requests
+    with pytest.raises(LLMError):
+        second.complete(HELLO)  # a call that fails counts too
+    assert LLMClient.calls_started() - before == 2 and chat_server.count == 3
+
+
 def test_other_4xx_is_not_retried(chat_server):
     chat_server.queue(chat_server.Reply(status=400))
     with pytest.raises(LLMError) as caught:
