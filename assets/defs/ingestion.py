@@ -16,13 +16,12 @@ import polars as pl
 from assets.keys import (
     DOCUMENTS_GROUP, GRAPH_GROUP, INGESTION_JOB, REBUILD_CHECKS, SERVING_GROUP, TRIGGER_TAG,
 )
-from assets.partitions import DOCUMENTS, invalid_key_reason, key_ranges, range_tags
+from assets.partitions import DOCUMENTS, key_ranges, range_tags
 from assets.provenance import STORE_POOL, commit_if_changed, store_metadata
 from assets.receipts import receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
-from lightfoot_pipeline.ingest.dataset import DatasetError
 from lightfoot_pipeline.index.documents import upsert_documents
-from lightfoot_pipeline.ingest.inbox import Inbox
+from lightfoot_pipeline.ingest.inbox import take_documents
 from lightfoot_pipeline.ingest.landing import INGESTION, Landing, Receipt
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENTS as DOCUMENTS_TABLE
@@ -98,55 +97,6 @@ document_ingestion = dg.define_asset_job(
 
 
 # -- the inbox --------------------------------------------------------------------------------
-
-
-@dataclass
-class Intake:
-    """What one look at the inbox did."""
-
-    receipts: list[Receipt] = field(default_factory=list)
-    rejected: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def doc_ids(self) -> list[str]:
-        return sorted({d for r in self.receipts for d in r.doc_ids})
-
-
-def take_in(inbox: Inbox, landing: Landing, log) -> Intake:
-    """Land every ready drop of the inbox — its documents, then a pending receipt — and remove it.
-    A drop whose receipt already exists (one that could not be removed before) is not landed again."""
-    intake = Intake()
-    for item in inbox.items():
-        try:
-            documents = inbox.read_documents(item)
-            bad = [reason for d in documents if (reason := invalid_key_reason(d.doc_id))]
-            if bad:
-                raise DatasetError(f"{item.path}: {bad[0]}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
-        except (DatasetError, UnicodeDecodeError, OSError) as err:
-            reason = str(err)
-            try:
-                where = inbox.reject(item, reason)
-                log.warning(f"rejected {item.name}: {reason} (moved to {where})")
-            except OSError as move_error:
-                log.error(f"rejected {item.name}: {reason}; could not move it aside: {move_error}")
-            intake.rejected[item.name] = reason
-            continue
-        receipt = inbox.document_receipt(item, documents)
-        known = landing.receipt(INGESTION, receipt.receipt_id)
-        if known is None:
-            landing.put_documents(documents)  # before the receipt: a receipt never names documents not landed
-            landing.record(receipt)
-            intake.receipts.append(receipt)
-            log.info(f"landed {len(documents)} documents from {item.name} (drop {receipt.receipt_id})")
-        else:
-            log.info(f"{item.name} was landed before (drop {known.receipt_id}, "
-                     f"{'done: ' + known.outcome if known.is_done else 'pending'}); not landed again")
-        try:
-            inbox.remove(item)
-        except OSError as err:
-            log.warning(f"landed {item.name} but could not remove it from the inbox ({err}); "
-                        "it will not be landed again")
-    return intake
 
 
 def ingestion_requests(order: list[str], doc_ids: list[str], run_key: str, tags: dict[str, str]) -> list[dg.RunRequest]:
@@ -232,7 +182,7 @@ def document_inbox(
     lightfoot = store.open()
     landing = Landing(lightfoot)
     box = inbox.document_inbox(lightfoot)
-    intake = take_in(box, landing, context.log)
+    intake = take_documents(box, landing, context.log)
     runs = drop_runs(context.instance, landing, "inbox")
     news = [f"landed {len(intake.doc_ids)} documents from {len(intake.receipts)} drops"] if intake.receipts \
         else [f"nothing new in {box.uri}"]
@@ -278,7 +228,7 @@ def hourly_ingestion(
         return dg.SkipReason(f"an ingestion run ({busy[0].dagster_run.run_id}) is queued or running")
     lightfoot = store.open()
     landing = Landing(lightfoot)
-    take_in(inbox.document_inbox(lightfoot), landing, context.log)
+    take_documents(inbox.document_inbox(lightfoot), landing, context.log)
     drops = drop_runs(context.instance, landing, "schedule")
     live = set(lightfoot.read(DOCUMENTS_TABLE.name, columns=["doc_id"]).get_column("doc_id").to_list())
     awaiting_deletion = {r.doc_id for r in landing.deletion_requests()}
