@@ -25,8 +25,8 @@ from assets.resources import InboxResource, StoreResource
 from lightfoot_pipeline.index.documents import tombstone_documents
 from lightfoot_pipeline.erase import erase_history
 from lightfoot_pipeline.ingest.inbox import take_requests
-from lightfoot_pipeline.ingest.landing import ERASURE, DeletionRequest, Landing, Receipt, open_filesystem, utc_now
-from lightfoot_pipeline.ingest.retention import PolicyError, RetentionPolicy, due_documents
+from lightfoot_pipeline.ingest.landing import ERASURE, DeletionRequest, Landing, Receipt, utc_now
+from lightfoot_pipeline.ingest.retention import due_documents, load_policy
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENTS as DOCUMENTS_TABLE
 from lightfoot_pipeline.store.tables import GRAPH_QUEUE
@@ -231,17 +231,6 @@ def erasure_inbox(
     )])
 
 
-def load_policy(location: str | None, store: Store) -> RetentionPolicy:
-    if not location:
-        return RetentionPolicy()
-    fs, path = open_filesystem(location, store.storage_options if location.startswith("s3://") else None)
-    try:
-        with fs.open_input_stream(path) as stream:
-            return RetentionPolicy.parse(stream.read().decode("utf-8"), location)
-    except FileNotFoundError as err:
-        raise PolicyError(f"{location}: retention policy file not found") from err
-
-
 @dg.schedule(
     cron_schedule="0 3 * * *",
     job_name=DELETION_JOB,
@@ -258,7 +247,7 @@ def retention_schedule(
     that the ``erasure_inbox`` sensor asks again for a run that failed or never came to exist."""
     lightfoot = store.open()
     landing = Landing(lightfoot)
-    policy = load_policy(inbox.policy_path(), lightfoot)
+    policy = load_policy(inbox.policy_path(), lightfoot.storage_options)
     today = context.scheduled_execution_time.date()
     documents = lightfoot.read(DOCUMENTS_TABLE.name, columns=["doc_id", "source", "retention_until"])
     landed_on = {}

@@ -42,8 +42,9 @@ from lightfoot_pipeline.ingest.dataset import (
 )
 from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
 from lightfoot_pipeline.ingest.landing import (
-    ERASURE, INGESTION, DeletionRequest, LandedDocument, Landing, Receipt, open_filesystem, utc_now,
+    ERASURE, INGESTION, DeletionRequest, LandedDocument, Landing, Receipt, utc_now,
 )
+from lightfoot_pipeline.store.filesystem import open_filesystem
 
 REJECTED_DIR = "rejected"
 _NOT_READY_SUFFIXES = (".tmp", ".part")

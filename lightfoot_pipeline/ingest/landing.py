@@ -42,6 +42,7 @@ import polars as pl
 import pyarrow.fs as pafs
 
 from lightfoot_pipeline.ingest.dataset import Document, DatasetError, parse_document
+from lightfoot_pipeline.store.filesystem import open_filesystem
 from lightfoot_pipeline.store.tables import DOCUMENTS as DOCUMENTS_TABLE
 from lightfoot_pipeline.store.tables import TOMBSTONES as TOMBSTONES_TABLE
 
@@ -223,36 +224,6 @@ def file_key(doc_id: str) -> str:
     if len(quoted) <= _MAX_KEY_CHARS:
         return f"d-{quoted}"
     return "h-" + hashlib.sha256(doc_id.encode("utf-8")).hexdigest()
-
-
-def open_filesystem(uri: str, storage_options: dict[str, str] | None = None) -> tuple[pafs.FileSystem, str]:
-    """A filesystem and the path within it for a local path or an object-store URI.
-
-    Object-store credentials come from ``storage_options`` (the keys the store takes:
-    AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL,
-    AWS_ALLOW_HTTP), else from the environment.
-    """
-    if uri.startswith("s3://") and storage_options:
-        options = {k.upper(): v for k, v in storage_options.items()}
-        endpoint = options.get("AWS_ENDPOINT_URL")
-        scheme = "https"
-        if endpoint and "://" in endpoint:
-            scheme, _, endpoint = endpoint.partition("://")
-        if str(options.get("AWS_ALLOW_HTTP", "")).lower() in {"1", "true", "yes"}:
-            scheme = "http"
-        fs = pafs.S3FileSystem(
-            access_key=options.get("AWS_ACCESS_KEY_ID"),
-            secret_key=options.get("AWS_SECRET_ACCESS_KEY"),
-            session_token=options.get("AWS_SESSION_TOKEN"),
-            region=options.get("AWS_REGION"),
-            endpoint_override=endpoint,
-            scheme=scheme,
-        )
-        return fs, uri.removeprefix("s3://").rstrip("/")
-    if "://" in uri and not uri.startswith("file://"):
-        fs, path = pafs.FileSystem.from_uri(uri)
-        return fs, path.rstrip("/")
-    return pafs.LocalFileSystem(), uri.removeprefix("file://").rstrip("/")
 
 
 def read_json(fs: pafs.FileSystem, path: str):

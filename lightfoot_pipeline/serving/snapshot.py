@@ -44,6 +44,7 @@ import scipy.sparse as sp
 from lightfoot_pipeline.models.embedder import Embedder, EmbedderUnavailable, HashingEmbedder, load_embedder
 from lightfoot_pipeline.index.facts import fact_text
 from lightfoot_pipeline.serving.graph import RetrievalGraph, build_adjacency
+from lightfoot_pipeline.store.filesystem import open_filesystem
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Manifest, Store, StoreError, local_file_lock
 from lightfoot_pipeline.store.tables import ALIASES, ENTITIES, FACT_SOURCES, FACTS, MENTIONS, PASSAGES, SYNONYM_EDGES
@@ -96,7 +97,7 @@ class _Location:
             self.base = str(root / SNAPSHOTS_DIR)
             self.local = True
         else:
-            self.fs, path = _remote_filesystem(store.uri, store.storage_options)
+            self.fs, path = open_filesystem(store.uri, store.storage_options)
             self.base = f"{path.rstrip('/')}/{SNAPSHOTS_DIR}"
             self.local = False
         self.uri_base = store.path(SNAPSHOTS_DIR)
@@ -160,28 +161,6 @@ class _Location:
         """One snapshot writer at a time (local stores; on object stores the orchestrator's pool)."""
         root = self.store.local_root()
         return contextlib.nullcontext() if root is None else local_file_lock(root / "_lightfoot" / "snapshot.lock")
-
-
-def _remote_filesystem(uri: str, options: dict[str, str]) -> tuple[pafs.FileSystem, str]:
-    folded = {k.upper(): v for k, v in options.items()}
-    if uri.startswith(("s3://", "s3a://")):
-        endpoint = folded.get("AWS_ENDPOINT_URL") or folded.get("AWS_ENDPOINT")
-        scheme = None
-        if endpoint and "://" in endpoint:
-            scheme, _, endpoint = endpoint.partition("://")
-        fs = pafs.S3FileSystem(
-            access_key=folded.get("AWS_ACCESS_KEY_ID"),
-            secret_key=folded.get("AWS_SECRET_ACCESS_KEY"),
-            session_token=folded.get("AWS_SESSION_TOKEN"),
-            region=folded.get("AWS_REGION"),
-            endpoint_override=endpoint,
-            scheme=scheme or ("http" if folded.get("AWS_ALLOW_HTTP", "").lower() == "true" else None),
-        )
-        return fs, uri.split("://", 1)[1]
-    try:
-        return pafs.FileSystem.from_uri(uri)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-        raise SnapshotError(f"snapshots cannot be written under {uri!r}: {err}") from err
 
 
 # -- export -------------------------------------------------------------------------------------
