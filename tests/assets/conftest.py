@@ -3,12 +3,17 @@
 ``lightfoot`` is a harness around an ephemeral Dagster instance and the definitions that
 ``assets.definitions`` loads, with the resources pointed at temporary paths, the hashing embedder
 and replayed extractions. ``tick(name)`` evaluates a sensor the way the daemon does — cursor kept,
-dynamic-partition requests and asset events applied to the instance — and ``run(request)``
-executes a requested run in process.
+dynamic-partition requests and asset events applied to the instance —, ``schedule_tick(name, at)``
+evaluates a schedule at a scheduled time, and ``run(request)`` executes a requested run in process.
+
+Every sensor and schedule context is closed once its tick is evaluated: a context left open keeps
+the instance it entered as Dagster's current one, and the next test's definitions would load
+against that instance once it is disposed.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
 from dataclasses import dataclass, field
@@ -20,23 +25,6 @@ import pytest
 from lightfoot_pipeline.ingest.dataset import CORPUS_FILE, EXTRACTIONS_FILE
 
 HASHING = "hashing:32"
-
-
-@pytest.fixture(autouse=True)
-def no_dagster_state_storage_left_behind():
-    """Every test starts and ends with no current definitions-state storage.
-
-    Entering an instance makes its state storage Dagster's current one (a context variable), and a
-    schedule or sensor context built in a test enters an instance that nobody exits. Left set, the
-    storage of a disposed instance is what the next test's definitions load against, which fails
-    once the instance is garbage collected ("undefined DagsterInstance weakref").
-    """
-    # No public API clears Dagster's current state storage; the leak's source is the schedule contexts
-    # the tests never exit (each enters an instance of its own), and GC finalises them at random.
-    from dagster._core.storage.defs_state.base import set_defs_state_storage  # noqa: TID251
-
-    with set_defs_state_storage(None):
-        yield
 
 
 def write_dataset(folder: Path, documents, records: dict[str, dict]) -> Path:
@@ -100,11 +88,11 @@ class Harness:
     def tick(self, sensor_name: str):
         """Evaluate a sensor like the daemon: with its cursor, applying what it asks of the instance."""
         sensor = self.defs.resolve_sensor_def(sensor_name)
-        context = dg.build_sensor_context(
+        with dg.build_sensor_context(
             instance=self.instance, cursor=self.cursors.get(sensor_name), definitions=self.defs,
             sensor_name=sensor_name, resources=self.resources,
-        )
-        data = sensor.evaluate_tick(context)
+        ) as context:
+            data = sensor.evaluate_tick(context)
         self.cursors[sensor_name] = data.cursor
         for request in data.dynamic_partitions_requests or []:
             if isinstance(request, dg.AddDynamicPartitionsRequest):
@@ -115,6 +103,15 @@ class Harness:
         for event in data.asset_events or []:
             self.instance.report_runless_asset_event(event)
         return data
+
+    def schedule_tick(self, schedule_name: str, at: dt.datetime, resources: dict | None = None) -> list[dg.RunRequest]:
+        """Evaluate a schedule at a scheduled time (the instance must be on disk), with the harness's
+        resources or others; the runs it asks for."""
+        schedule = self.defs.resolve_schedule_def(schedule_name)
+        with dg.build_schedule_context(
+            instance=self.instance, resources=resources or self.resources, scheduled_execution_time=at,
+        ) as context:
+            return list(schedule.evaluate_tick(context).run_requests or [])
 
     def run(self, request: dg.RunRequest, job_name: str | None = None, run_config: dict | None = None):
         job = self.defs.resolve_job_def(request.job_name or job_name)

@@ -156,20 +156,12 @@ def test_the_hourly_schedule_ingests_landed_documents_the_store_lacks(lightfoot_
     Landing(lightfoot.store()).put_documents(
         [LandedDocument(d, sample_records[d.doc_id], utc_now(), "test") for d in docs]
     )
-    schedule = lightfoot.defs.resolve_schedule_def("hourly_ingestion")
-    context = dg.build_schedule_context(
-        instance=lightfoot.instance, resources=lightfoot.resources,
-        scheduled_execution_time=dt.datetime(2026, 6, 15, 10, 15, tzinfo=dt.timezone.utc),
-    )
-    (request,) = schedule.evaluate_tick(context).run_requests
+    (request,) = lightfoot.schedule_tick("hourly_ingestion", dt.datetime(2026, 6, 15, 10, 15, tzinfo=dt.timezone.utc))
     assert (request.tags[RANGE_START], request.tags[RANGE_END]) == (docs[0].doc_id, docs[-1].doc_id)
     assert request.run_key == "hourly-20260615T1015"
     assert lightfoot.partitions() == [d.doc_id for d in docs]
     assert lightfoot.run(request, "document_ingestion").success
-
-    later = dg.build_schedule_context(instance=lightfoot.instance, resources=lightfoot.resources,
-                                      scheduled_execution_time=dt.datetime(2026, 6, 15, 11, 15, tzinfo=dt.timezone.utc))
-    assert schedule.evaluate_tick(later).run_requests == []
+    assert lightfoot.schedule_tick("hourly_ingestion", dt.datetime(2026, 6, 15, 11, 15, tzinfo=dt.timezone.utc)) == []
 
 
 def launch(lightfoot, tick, sensor: str = "document_inbox") -> list:
@@ -287,16 +279,14 @@ def test_the_hourly_schedule_asks_for_the_runs_of_pending_drops(lightfoot_on_dis
     lightfoot = lightfoot_on_disk
     docs = twenty[:2]
     lightfoot.drop_documents("drop", docs, sample_records)
-    schedule = lightfoot.defs.resolve_schedule_def("hourly_ingestion")
-    at = lambda hour: dg.build_schedule_context(  # noqa: E731
-        instance=lightfoot.instance, resources=lightfoot.resources,
-        scheduled_execution_time=dt.datetime(2026, 6, 15, hour, 15, tzinfo=dt.timezone.utc))
-    (request,) = schedule.evaluate_tick(at(10)).run_requests
+    at = lambda hour: lightfoot.schedule_tick(  # noqa: E731
+        "hourly_ingestion", dt.datetime(2026, 6, 15, hour, 15, tzinfo=dt.timezone.utc))
+    (request,) = at(10)
     (receipt,) = Landing(lightfoot.store()).pending_receipts("documents")
     assert request.tags["lightfoot/inbox-drop"] == receipt.receipt_id
     assert request.tags["lightfoot/trigger"] == "schedule"
     assert lightfoot.partitions() == [d.doc_id for d in docs]
     assert lightfoot.run(request, "document_ingestion").success
-    assert schedule.evaluate_tick(at(11)).run_requests == []
+    assert at(11) == []
     assert Landing(lightfoot.store()).receipt("documents", receipt.receipt_id).is_done
     assert lightfoot.tick("document_inbox").run_requests == []

@@ -363,13 +363,11 @@ def test_the_retention_schedule_erases_documents_past_their_date(lightfoot_on_di
     resources = {**lightfoot.resources, "inbox": InboxResource(
         documents=str(lightfoot.document_inbox), erasure_requests=str(lightfoot.erasure_inbox),
         retention_policy=str(policy_file))}
-    schedule = lightfoot.defs.resolve_schedule_def("retention_schedule")
-    at = lambda day: dg.build_schedule_context(  # noqa: E731
-        instance=lightfoot.instance, resources=resources,
-        scheduled_execution_time=dt.datetime(2026, *day, 3, 0, tzinfo=dt.timezone.utc))
+    at = lambda day: lightfoot.schedule_tick(  # noqa: E731
+        "retention_schedule", dt.datetime(2026, *day, 3, 0, tzinfo=dt.timezone.utc), resources)
 
-    assert schedule.evaluate_tick(at((1, 31))).run_requests == []  # nothing is past its date yet
-    (request,) = schedule.evaluate_tick(at((3, 2))).run_requests
+    assert at((1, 31)) == []  # nothing is past its date yet
+    (request,) = at((3, 2))
     assert request.run_key == "retention-2026-03-02"
     pending = {r.doc_id: r for r in Landing(lightfoot.store()).deletion_requests()}
     assert sorted(pending) == [expired.doc_id, twenty[1].doc_id]
@@ -391,10 +389,7 @@ def test_a_failed_retention_run_is_asked_again_by_the_erasure_sensor(
     lightfoot = lightfoot_on_disk
     expired = dataclasses.replace(twenty[0], retention_until=dt.date(2026, 3, 1))
     ingest_through_the_inbox(lightfoot, [expired, twenty[1]], sample_records)
-    schedule = lightfoot.defs.resolve_schedule_def("retention_schedule")
-    context = dg.build_schedule_context(instance=lightfoot.instance, resources=lightfoot.resources,
-                                        scheduled_execution_time=dt.datetime(2026, 3, 2, 3, 0, tzinfo=dt.timezone.utc))
-    (request,) = schedule.evaluate_tick(context).run_requests
+    (request,) = lightfoot.schedule_tick("retention_schedule", dt.datetime(2026, 3, 2, 3, 0, tzinfo=dt.timezone.utc))
     (receipt,) = Landing(lightfoot.store()).pending_receipts("erasure")
     assert receipt.origin == "retention schedule 2026-03-02" and receipt.erase_ids == (expired.doc_id,)
     assert request.tags["lightfoot/erasure-request"] == receipt.receipt_id
@@ -419,9 +414,7 @@ def test_a_bad_policy_file_fails_the_schedule_with_its_reason(lightfoot_on_disk,
 
     (tmp_path / "bad.json").write_text('{"rules": [{"keep_days": "ten"}]}')
     resources = {**lightfoot_on_disk.resources, "inbox": InboxResource(retention_policy=str(tmp_path / "bad.json"))}
-    context = dg.build_schedule_context(instance=lightfoot_on_disk.instance, resources=resources,
-                                        scheduled_execution_time=dt.datetime(2026, 3, 2, tzinfo=dt.timezone.utc))
     with pytest.raises(dg.DagsterError, match="evaluation of schedule retention_schedule") as failure:
-        lightfoot_on_disk.defs.resolve_schedule_def("retention_schedule").evaluate_tick(context)
+        lightfoot_on_disk.schedule_tick("retention_schedule", dt.datetime(2026, 3, 2, tzinfo=dt.timezone.utc), resources)
     assert isinstance(failure.value.__cause__, PolicyError)
     assert "rule 1: keep_days must be a whole number of days" in str(failure.value.__cause__)
