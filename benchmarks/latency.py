@@ -44,7 +44,8 @@ from lightfoot_pipeline.models.embedder import HashingEmbedder, SentenceTransfor
 from lightfoot_pipeline.evaluation.evaluate import ensure_dataset_indexed  # noqa: E402
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor  # noqa: E402
 from lightfoot_pipeline.serving.retrieve import Retriever, one_thread_per_query  # noqa: E402
-from lightfoot_pipeline.serving.snapshot import export_snapshot, load_snapshot  # noqa: E402
+from lightfoot_pipeline.serving.snapshot import load_snapshot  # noqa: E402
+from lightfoot_pipeline.serving.export import export_snapshot  # noqa: E402
 from lightfoot_pipeline.store.store import Store  # noqa: E402
 
 MUSIQUE_PASSAGES = 11402

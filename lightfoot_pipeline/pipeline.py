@@ -26,7 +26,9 @@ from lightfoot_pipeline.ingest.extraction.outcome import OK, Extractor, Progress
 from lightfoot_pipeline.store.fingerprint import fingerprint as fingerprint  # re-exported: an operation on a store
 from lightfoot_pipeline.index.reconcile import GraphChange, reconcile_graph
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.store.store import Manifest, Store, Transaction
+from lightfoot_pipeline.store.log import Manifest
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.tables import DOCUMENTS, EXTRACTIONS, INDEX_TABLES, PASSAGES, TOMBSTONES, with_buckets
 from lightfoot_pipeline.store.vectors import VectorCache
 

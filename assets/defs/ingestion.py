@@ -22,7 +22,8 @@ from assets.receipts import receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
 from lightfoot_pipeline.index.documents import upsert_documents
 from lightfoot_pipeline.ingest.inbox import take_documents
-from lightfoot_pipeline.ingest.landing import INGESTION, Landing, Receipt
+from lightfoot_pipeline.ingest.landing import Landing
+from lightfoot_pipeline.ingest.receipts import INGESTION, Receipt, Receipts
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENTS as DOCUMENTS_TABLE
 from lightfoot_pipeline.store.tables import PASSAGES as PASSAGES_TABLE
@@ -124,7 +125,7 @@ class DropRuns:
     pending_ids: set[str] = field(default_factory=set)  # documents of drops still pending
 
 
-def drop_runs(instance: dg.DagsterInstance, landing: Landing, trigger: str) -> DropRuns:
+def drop_runs(instance: dg.DagsterInstance, receipts: Receipts, trigger: str) -> DropRuns:
     """Settle each pending drop whose runs succeeded, and ask for runs for each one whose runs
     failed, were canceled or never came to exist.
 
@@ -136,18 +137,18 @@ def drop_runs(instance: dg.DagsterInstance, landing: Landing, trigger: str) -> D
     out = DropRuns()
     order = list(instance.get_dynamic_partitions(DOCUMENTS.name))
     known = set(order)
-    for receipt in landing.pending_receipts(INGESTION):
+    for receipt in receipts.pending(INGESTION):
         runs = receipt_runs(instance, receipt)
         if runs.succeeded:
-            out.settled.append(landing.settle(receipt, f"run {runs.succeeded} succeeded"))
+            out.settled.append(receipts.settle(receipt, f"run {runs.succeeded} succeeded"))
             continue
         out.pending_ids.update(receipt.doc_ids)
         if runs.in_flight or runs.backing_off():
             out.waiting.append(receipt)
             continue
-        wanted = sorted(landing.landed(receipt.doc_ids))
+        wanted = sorted(receipts.landing.landed(receipt.doc_ids))
         if not wanted:
-            out.settled.append(landing.settle(receipt, "none of its documents has a landed copy (deleted since)"))
+            out.settled.append(receipts.settle(receipt, "none of its documents has a landed copy (deleted since)"))
             continue
         new = [d for d in wanted if d not in known]
         order.extend(new)
@@ -183,7 +184,7 @@ def document_inbox(
     landing = Landing(lightfoot)
     box = inbox.document_inbox(lightfoot)
     intake = take_documents(box, landing, context.log)
-    runs = drop_runs(context.instance, landing, "inbox")
+    runs = drop_runs(context.instance, Receipts(lightfoot), "inbox")
     news = [f"landed {len(intake.doc_ids)} documents from {len(intake.receipts)} drops"] if intake.receipts \
         else [f"nothing new in {box.uri}"]
     if intake.rejected:
@@ -229,7 +230,7 @@ def hourly_ingestion(
     lightfoot = store.open()
     landing = Landing(lightfoot)
     take_documents(inbox.document_inbox(lightfoot), landing, context.log)
-    drops = drop_runs(context.instance, landing, "schedule")
+    drops = drop_runs(context.instance, Receipts(lightfoot), "schedule")
     live = set(lightfoot.read(DOCUMENTS_TABLE.name, columns=["doc_id"]).get_column("doc_id").to_list())
     awaiting_deletion = {r.doc_id for r in landing.deletion_requests()}
     wanted = sorted(set(landing.landed_ids()) - live - awaiting_deletion - drops.pending_ids)

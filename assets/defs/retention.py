@@ -25,7 +25,8 @@ from assets.resources import InboxResource, StoreResource
 from lightfoot_pipeline.index.documents import tombstone_documents
 from lightfoot_pipeline.erase import erase_history
 from lightfoot_pipeline.ingest.inbox import take_requests
-from lightfoot_pipeline.ingest.landing import ERASURE, DeletionRequest, Landing, Receipt, utc_now
+from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing, utc_now
+from lightfoot_pipeline.ingest.receipts import ERASURE, Receipt, Receipts
 from lightfoot_pipeline.ingest.retention import due_documents, load_policy
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENTS as DOCUMENTS_TABLE
@@ -186,18 +187,19 @@ def erasure_inbox(
     landing = Landing(lightfoot)
     box = inbox.erasure_inbox(lightfoot)
     intake = take_requests(box, landing, context.log)
+    receipts = Receipts(lightfoot)
     settled, waiting, backing_off, needed = [], [], [], []
-    for receipt in landing.pending_receipts(ERASURE):
+    for receipt in receipts.pending(ERASURE):
         runs = receipt_runs(context.instance, receipt)
         if runs.succeeded:
-            landing.settle(receipt, f"run {runs.succeeded} succeeded")
+            receipts.settle(receipt, f"run {runs.succeeded} succeeded")
             settled.append(receipt)
         elif runs.in_flight:
             waiting.append(receipt)
         elif runs.backing_off():
             backing_off.append(receipt)
-        elif not (outstanding := landing.outstanding_deletions(receipt)):
-            landing.settle(receipt, "its documents were already deleted" + (" and erased" if receipt.erase_ids else ""))
+        elif not (outstanding := receipts.outstanding_deletions(receipt)):
+            receipts.settle(receipt, "its documents were already deleted" + (" and erased" if receipt.erase_ids else ""))
             settled.append(receipt)
         else:
             needed.append((receipt, runs, outstanding))
@@ -263,7 +265,7 @@ def retention_schedule(
     receipt = Receipt.for_deletions({"schedule": "retention_schedule", "date": today.isoformat()}, requests,
                                     f"retention schedule {today.isoformat()}")
     landing.request_deletions(requests)
-    landing.record(receipt)
+    Receipts(lightfoot).record(receipt)
     context.log.info(f"{len(due)} documents past their retention date (request {receipt.receipt_id})")
     return dg.RunRequest(run_key=f"retention-{today.isoformat()}",
                          tags={TRIGGER_TAG: "retention", **receipt_tags(receipt, 0)})

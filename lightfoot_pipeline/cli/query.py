@@ -68,7 +68,7 @@ def print_latency(latency: dict) -> None:
 @_reports_errors
 def cmd_snapshot(args) -> int:
     from lightfoot_pipeline.serving.serve import resolve_embedder
-    from lightfoot_pipeline.serving.snapshot import export_snapshot
+    from lightfoot_pipeline.serving.export import export_snapshot
 
     store = _store(args)
     started = time.perf_counter()
@@ -244,7 +244,8 @@ def cmd_eval(args) -> int:
     from lightfoot_pipeline.serving.rerank import load_reranker
     from lightfoot_pipeline.serving.retrieve import Retriever, one_thread_per_query
     from lightfoot_pipeline.serving.serve import resolve_embedder
-    from lightfoot_pipeline.serving.snapshot import export_snapshot, load_snapshot
+    from lightfoot_pipeline.serving.snapshot import load_snapshot
+    from lightfoot_pipeline.serving.export import export_snapshot
 
     dataset = Path(args.dataset)
     questions_file = Path(args.questions) if args.questions else default_questions_file(dataset)

@@ -28,7 +28,8 @@ from lightfoot_pipeline.evaluation.harness import (
 )
 from lightfoot_pipeline.serving.rerank import Reranker, RerankerStatus
 from lightfoot_pipeline.evaluation.runs import EVAL, index_cost, results_frame, write_run
-from lightfoot_pipeline.serving.snapshot import Snapshot, SnapshotInfo, export_snapshot, load_snapshot
+from lightfoot_pipeline.serving.snapshot import Snapshot, SnapshotInfo, load_snapshot
+from lightfoot_pipeline.serving.export import export_snapshot
 from lightfoot_pipeline.store.store import Store
 
 Echo = Callable[[str], None]

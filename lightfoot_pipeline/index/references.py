@@ -10,7 +10,8 @@ from __future__ import annotations
 import polars as pl
 
 from lightfoot_pipeline.index.reconcile import name_statistics
-from lightfoot_pipeline.store.store import Manifest, Store
+from lightfoot_pipeline.store.log import Manifest
+from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
     ALIASES, DOCUMENTS, ENTITIES, EXTRACTIONS, FACT_SOURCES, FACTS, FORMS, MENTIONS, PASSAGES, SYNONYM_EDGES,
 )

@@ -20,7 +20,7 @@ Names starting with ``.`` or ``_`` and names ending in ``.tmp`` or ``.part`` are
 a drop under such a name and rename it when it is complete. A drop that cannot be read moves to
 ``rejected/`` beside a ``NAME.reason.txt`` that says why; nothing of it is ingested.
 
-A drop that is taken leaves a receipt in the landing area (landing.py), identified by the drop
+A drop that is taken leaves a receipt in the landing area (receipts.py), identified by the drop
 (``source``) and what it holds, so that a drop is never taken twice and its run can be found and
 asked again until one has succeeded. :func:`take_documents` and :func:`take_requests` drain an
 inbox in that order: what a drop holds is landed, then its pending receipt recorded, then the drop
@@ -41,9 +41,8 @@ from lightfoot_pipeline.ingest.dataset import (
     parse_recorded_extractions, text_lines,
 )
 from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
-from lightfoot_pipeline.ingest.landing import (
-    ERASURE, INGESTION, DeletionRequest, LandedDocument, Landing, Receipt, utc_now,
-)
+from lightfoot_pipeline.ingest.landing import DeletionRequest, LandedDocument, Landing, utc_now
+from lightfoot_pipeline.ingest.receipts import ERASURE, INGESTION, Receipt, Receipts
 from lightfoot_pipeline.store.filesystem import open_filesystem
 
 REJECTED_DIR = "rejected"
@@ -185,11 +184,11 @@ class Inbox:
         return {"inbox": self.uri, "name": item.name, "size": item.size, "mtime_ns": item.mtime_ns}
 
     def deletion_receipt(self, item: InboxItem, requests: list[DeletionRequest]) -> Receipt:
-        """The receipt of an erasure-request drop (see landing.py)."""
+        """The receipt of an erasure-request drop (see receipts.py)."""
         return Receipt.for_deletions(self.source(item), requests, f"{self.uri}/{item.name}")
 
     def document_receipt(self, item: InboxItem, documents: list[LandedDocument]) -> Receipt:
-        """The receipt of a document drop (see landing.py)."""
+        """The receipt of a document drop (see receipts.py)."""
         return Receipt.for_documents(self.source(item), [d.doc_id for d in documents], f"{self.uri}/{item.name}")
 
     # -- after reading ---------------------------------------------------------------------
@@ -295,6 +294,7 @@ def take_requests(inbox: Inbox, landing: Landing, log: logging.Logger | logging.
 
 def _take(inbox: Inbox, landing: Landing, log, drops: _Drops) -> Intake:
     intake = Intake()
+    receipts = Receipts(landing.store)
     for item in inbox.items():
         try:
             contents = drops.read(inbox, item)
@@ -307,10 +307,10 @@ def _take(inbox: Inbox, landing: Landing, log, drops: _Drops) -> Intake:
                 log.error(f"rejected {item.name}: {reason}; could not move it aside: {move_error}")
             continue
         receipt = drops.receipt(inbox, item, contents)
-        known = landing.receipt(drops.kind, receipt.receipt_id)
+        known = receipts.receipt(drops.kind, receipt.receipt_id)
         if known is None:
             drops.keep(landing, contents)  # before the receipt: a receipt never names what was not kept
-            landing.record(receipt)
+            receipts.record(receipt)
             intake.receipts.append(receipt)
             log.info(f"{drops.kept} {len(contents)} {drops.holds} from {item.name} ({drops.noun} {receipt.receipt_id})")
         else:

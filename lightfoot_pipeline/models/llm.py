@@ -32,7 +32,6 @@ Settings come from the environment (:meth:`LLMSettings.from_env`)::
 from __future__ import annotations
 
 import email.utils
-import json
 import logging
 import math
 import os
@@ -40,9 +39,9 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from importlib import resources
 from typing import Callable
+
+from lightfoot_pipeline.models.prices import list_price
 
 log = logging.getLogger(__name__)
 
@@ -178,31 +177,6 @@ _ENV_NAMES = {
     "backoff_s": "LIGHTFOOT_LLM_BACKOFF_S", "backoff_max_s": "LIGHTFOOT_LLM_BACKOFF_MAX_S",
     "temperature": "LIGHTFOOT_LLM_TEMPERATURE",
 }
-
-
-@lru_cache(maxsize=1)
-def _price_table() -> dict[str, dict]:
-    text = (resources.files("lightfoot_pipeline") / "data" / "llm_prices.json").read_text(encoding="utf-8")
-    return {k: v for k, v in json.loads(text)["models"].items()}
-
-
-def list_price(model: str) -> tuple[float, float] | None:
-    """The list price of a model (USD per million input, output tokens), if the table has it.
-
-    Matched exactly, then case-insensitively, then by the name after the provider prefix
-    (``meta-llama/Llama-3.3-70B-Instruct`` and ``llama-3.3-70b-instruct`` are one model).
-    """
-    table = _price_table()
-    entry = table.get(model)
-    if entry is None:
-        folded = {k.casefold(): v for k, v in table.items()}
-        entry = folded.get(model.casefold())
-        if entry is None:
-            base = {k.rsplit("/", 1)[-1].casefold(): v for k, v in table.items()}
-            entry = base.get(model.rsplit("/", 1)[-1].casefold())
-    if entry is None:
-        return None
-    return float(entry["in"]), float(entry["out"])
 
 
 @dataclass

@@ -11,14 +11,21 @@ serving snapshots and the retention policy file reach an object store the same w
 - ``s3://`` and ``s3a://`` URIs without options, and other URIs, are opened by pyarrow from the
   URI and the environment (credentials, the bucket's region);
 - a local path, or a ``file://`` URI, is the local filesystem.
+
+JSON files are written whole (:func:`write_json`: to a temporary name, then moved into place),
+so a reader sees the old file or the new one.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import time
+
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from lightfoot_pipeline.store.store import StoreError
+from lightfoot_pipeline.store.log import StoreError
 
 S3_SCHEMES = ("s3://", "s3a://")
 _TRUE = {"1", "true", "yes"}
@@ -56,4 +63,40 @@ def s3_filesystem(storage_options: dict[str, str]) -> pafs.S3FileSystem:
         region=options.get("AWS_REGION"),
         endpoint_override=endpoint,
         scheme=scheme,
+    )
+
+
+def read_json(fs: pafs.FileSystem, path: str):
+    """The JSON value a file holds."""
+    with fs.open_input_stream(path) as stream:
+        return json.loads(stream.read().decode("utf-8"))
+
+
+def write_json(fs: pafs.FileSystem, path: str, payload) -> None:
+    """Write a JSON file whole: to a temporary name first, then moved into place."""
+    data = json.dumps(payload, ensure_ascii=False, sort_keys=True).encode("utf-8")
+    parent = path.rsplit("/", 1)[0]
+    fs.create_dir(parent, recursive=True)
+    temporary = f"{parent}/.tmp-{hashlib.sha1(path.encode()).hexdigest()[:12]}-{time.time():.6f}"
+    with fs.open_output_stream(temporary) as stream:
+        stream.write(data)
+    fs.move(temporary, path)
+
+
+def delete_quietly(fs: pafs.FileSystem, path: str) -> bool:
+    """Delete a file; False when it was not there."""
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def json_files(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
+    """The JSON files in a folder (not those whose names start with a dot), in path order."""
+    infos = fs.get_file_info(pafs.FileSelector(folder, recursive=False, allow_not_found=True))
+    return sorted(
+        (i for i in infos if i.type == pafs.FileType.File and i.base_name.endswith(".json")
+         and not i.base_name.startswith(".")),
+        key=lambda i: i.path,
     )

@@ -13,6 +13,7 @@ from lightfoot_pipeline import pipeline
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.ingest.landing import LandedDocument, Landing, utc_now
+from lightfoot_pipeline.ingest.receipts import Receipts
 from lightfoot_pipeline.store.store import Store
 
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
@@ -31,7 +32,7 @@ def test_the_inbox_sensor_lands_a_drop_and_asks_for_one_run(lightfoot, twenty, s
     assert Landing(lightfoot.store()).landed_ids() == ids
     assert Landing(lightfoot.store()).documents([ids[0]])[ids[0]].extraction == sample_records[ids[0]]
     assert not lightfoot.document_inbox.joinpath("five").exists()
-    (receipt,) = Landing(lightfoot.store()).pending_receipts("documents")
+    (receipt,) = Receipts(lightfoot.store()).pending("documents")
     assert receipt.doc_ids == tuple(ids) and receipt.origin.endswith("/five")
     assert request.run_key == f"inbox-{receipt.receipt_id}-0"
     assert request.tags["lightfoot/inbox-drop"] == receipt.receipt_id and request.tags["lightfoot/attempt"] == "0"
@@ -40,7 +41,7 @@ def test_the_inbox_sensor_lands_a_drop_and_asks_for_one_run(lightfoot, twenty, s
     again = lightfoot.tick("document_inbox")
     assert again.run_requests == []
     assert again.skip_message == f"nothing new in {lightfoot.document_inbox}; 1 drops ingested"
-    assert Landing(lightfoot.store()).receipt("documents", receipt.receipt_id).is_done
+    assert Receipts(lightfoot.store()).receipt("documents", receipt.receipt_id).is_done
     assert lightfoot.tick("document_inbox").skip_message == f"nothing new in {lightfoot.document_inbox}"
 
 
@@ -195,7 +196,7 @@ def test_a_reset_cursor_loses_no_drop(lightfoot, twenty, sample_records):
     assert all(r is not None and r.success for r in launch(lightfoot, lightfoot.tick("document_inbox")))
     assert stored_ids(lightfoot) == sorted(d.doc_id for d in twenty[:5])
     assert lightfoot.tick("document_inbox").run_requests == []
-    assert Landing(lightfoot.store()).pending_receipts("documents") == []
+    assert Receipts(lightfoot.store()).pending("documents") == []
 
 
 def test_a_failed_ingestion_run_is_asked_again_until_one_succeeds(lightfoot, twenty, sample_records, monkeypatch):
@@ -215,7 +216,7 @@ def test_a_failed_ingestion_run_is_asked_again_until_one_succeeds(lightfoot, twe
 
     retry = lightfoot.tick("document_inbox")
     (request,) = retry.run_requests
-    (receipt,) = Landing(lightfoot.store()).pending_receipts("documents")
+    (receipt,) = Receipts(lightfoot.store()).pending("documents")
     assert request.run_key == f"inbox-{receipt.receipt_id}-1" and request.tags["lightfoot/attempt"] == "1"
     assert (request.tags[RANGE_START], request.tags[RANGE_END]) == (docs[0].doc_id, docs[-1].doc_id)
     assert all(r.success for r in launch(lightfoot, retry))
@@ -282,11 +283,11 @@ def test_the_hourly_schedule_asks_for_the_runs_of_pending_drops(lightfoot_on_dis
     at = lambda hour: lightfoot.schedule_tick(  # noqa: E731
         "hourly_ingestion", dt.datetime(2026, 6, 15, hour, 15, tzinfo=dt.timezone.utc))
     (request,) = at(10)
-    (receipt,) = Landing(lightfoot.store()).pending_receipts("documents")
+    (receipt,) = Receipts(lightfoot.store()).pending("documents")
     assert request.tags["lightfoot/inbox-drop"] == receipt.receipt_id
     assert request.tags["lightfoot/trigger"] == "schedule"
     assert lightfoot.partitions() == [d.doc_id for d in docs]
     assert lightfoot.run(request, "document_ingestion").success
     assert at(11) == []
-    assert Landing(lightfoot.store()).receipt("documents", receipt.receipt_id).is_done
+    assert Receipts(lightfoot.store()).receipt("documents", receipt.receipt_id).is_done
     assert lightfoot.tick("document_inbox").run_requests == []

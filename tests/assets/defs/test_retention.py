@@ -11,6 +11,7 @@ import pytest
 
 from lightfoot_pipeline import pipeline
 from lightfoot_pipeline.ingest.landing import LandedDocument, Landing, utc_now
+from lightfoot_pipeline.ingest.receipts import Receipts
 
 
 def ingest_through_the_inbox(lightfoot, documents, records) -> None:
@@ -53,7 +54,7 @@ def test_the_erasure_sensor_records_requests_and_asks_for_one_deletion_run(light
     (lightfoot.erasure_inbox / "bad.json").write_text(json.dumps({"doc_ids": ids[3]}))
     tick = lightfoot.tick("erasure_inbox")
     (request,) = tick.run_requests
-    receipts = {r.origin.rsplit("/", 1)[1]: r for r in Landing(lightfoot.store()).pending_receipts("erasure")}
+    receipts = {r.origin.rsplit("/", 1)[1]: r for r in Receipts(lightfoot.store()).pending("erasure")}
     assert sorted(receipts) == ["ids.txt", "soft.json"]
     first = receipts["ids.txt"]
     assert first.doc_ids == (ids[0], ids[1]) and first.erase_ids == (ids[0], ids[1])
@@ -72,10 +73,10 @@ def test_the_erasure_sensor_records_requests_and_asks_for_one_deletion_run(light
     after = lightfoot.tick("erasure_inbox")
     assert after.run_requests == []
     assert after.skip_message == f"no new request file in {lightfoot.erasure_inbox}; 2 requests done"
-    landing = Landing(lightfoot.store())
-    assert landing.pending_receipts("erasure") == []
-    assert landing.receipt("erasure", first.receipt_id).outcome.endswith("succeeded")
-    assert landing.receipt("erasure", receipts["soft.json"].receipt_id).outcome == "its documents were already deleted"
+    book = Receipts(lightfoot.store())
+    assert book.pending("erasure") == []
+    assert book.receipt("erasure", first.receipt_id).outcome.endswith("succeeded")
+    assert book.receipt("erasure", receipts["soft.json"].receipt_id).outcome == "its documents were already deleted"
 
 
 def test_a_reset_cursor_drops_no_request(lightfoot, twenty, sample_records):
@@ -156,7 +157,7 @@ def test_a_failed_run_leaves_the_request_pending_and_the_next_tick_retries_it(
         (failed,) = launch(lightfoot, first, "erasure_inbox", "document_deletion")
     assert not failed.success
     assert live_ids(lightfoot) == [d.doc_id for d in docs]
-    (receipt,) = Landing(lightfoot.store()).pending_receipts("erasure")
+    (receipt,) = Receipts(lightfoot.store()).pending("erasure")
 
     retry = lightfoot.tick("erasure_inbox")
     (request,) = retry.run_requests
@@ -165,7 +166,7 @@ def test_a_failed_run_leaves_the_request_pending_and_the_next_tick_retries_it(
     erase(lightfoot, retry)
     assert live_ids(lightfoot) == [docs[1].doc_id]
     assert lightfoot.tick("erasure_inbox").run_requests == []
-    assert Landing(lightfoot.store()).receipt("erasure", receipt.receipt_id).is_done
+    assert Receipts(lightfoot.store()).receipt("erasure", receipt.receipt_id).is_done
 
 
 def test_a_request_whose_runs_keep_failing_waits_longer_before_each_attempt(
@@ -190,7 +191,7 @@ def test_a_request_whose_runs_keep_failing_waits_longer_before_each_attempt(
             tick = lightfoot.tick("erasure_inbox")
     assert tick.run_requests == []
     assert "1 requests whose runs failed repeatedly wait before their next attempt" in tick.skip_message
-    (receipt,) = Landing(lightfoot.store()).pending_receipts("erasure")
+    (receipt,) = Receipts(lightfoot.store()).pending("erasure")
     waited = receipts.receipt_runs(lightfoot.instance, receipt)
     assert waited.attempt == 2 and waited.backing_off()
     assert not waited.backing_off(now=waited.retry_at + 1)
@@ -390,7 +391,7 @@ def test_a_failed_retention_run_is_asked_again_by_the_erasure_sensor(
     expired = dataclasses.replace(twenty[0], retention_until=dt.date(2026, 3, 1))
     ingest_through_the_inbox(lightfoot, [expired, twenty[1]], sample_records)
     (request,) = lightfoot.schedule_tick("retention_schedule", dt.datetime(2026, 3, 2, 3, 0, tzinfo=dt.timezone.utc))
-    (receipt,) = Landing(lightfoot.store()).pending_receipts("erasure")
+    (receipt,) = Receipts(lightfoot.store()).pending("erasure")
     assert receipt.origin == "retention schedule 2026-03-02" and receipt.erase_ids == (expired.doc_id,)
     assert request.tags["lightfoot/erasure-request"] == receipt.receipt_id
 
@@ -405,7 +406,7 @@ def test_a_failed_retention_run_is_asked_again_by_the_erasure_sensor(
     erase(lightfoot, tick)
     assert lightfoot.store().read("tombstones").get_column("erased_at").null_count() == 0
     assert lightfoot.tick("erasure_inbox").run_requests == []
-    assert Landing(lightfoot.store()).receipt("erasure", receipt.receipt_id).is_done
+    assert Receipts(lightfoot.store()).receipt("erasure", receipt.receipt_id).is_done
 
 
 def test_a_bad_policy_file_fails_the_schedule_with_its_reason(lightfoot_on_disk, tmp_path):

@@ -14,7 +14,8 @@ from lightfoot_pipeline.evaluation.evaluate import (
     DENSE, LIGHTFOOT, LIGHTFOOT_RERANK, ensure_dataset_indexed, evaluate_recall, recall_at,
 )
 from lightfoot_pipeline.serving.retrieve import Retriever
-from lightfoot_pipeline.serving.snapshot import export_snapshot, load_snapshot
+from lightfoot_pipeline.serving.snapshot import load_snapshot
+from lightfoot_pipeline.serving.export import export_snapshot
 
 DATA = Path(__file__).parents[1] / "data" / "query-corpus"
 

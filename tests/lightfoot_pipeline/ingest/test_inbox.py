@@ -9,7 +9,8 @@ import pytest
 
 from lightfoot_pipeline.ingest.dataset import DatasetError
 from lightfoot_pipeline.ingest.inbox import Inbox, Intake, take_documents, take_requests
-from lightfoot_pipeline.ingest.landing import ERASURE, INGESTION, Landing
+from lightfoot_pipeline.ingest.landing import Landing
+from lightfoot_pipeline.ingest.receipts import ERASURE, INGESTION, Receipts
 
 
 @pytest.fixture
@@ -184,17 +185,17 @@ def drop(root, name: str, *doc_ids: str):
 def test_a_drop_is_landed_then_given_its_receipt_then_removed(inbox, tmp_path, store, monkeypatch):
     landing = Landing(store)
     path = drop(tmp_path / "in", "news.jsonl", "d1", "d2")
-    record = Landing.record
+    record = Receipts.record
 
     def record_after_landing(self, receipt):
-        assert self.landed(["d1", "d2"]) == {"d1", "d2"} and path.exists()
+        assert landing.landed(["d1", "d2"]) == {"d1", "d2"} and path.exists()
         return record(self, receipt)
 
-    monkeypatch.setattr(Landing, "record", record_after_landing)
+    monkeypatch.setattr(Receipts, "record", record_after_landing)
     intake = take_documents(inbox, landing, LOG)
     (receipt,) = intake.receipts
     assert intake.doc_ids == ["d1", "d2"] and intake.rejected == {}
-    assert landing.pending_receipts(INGESTION) == [receipt] and receipt.origin == f"{inbox.uri}/news.jsonl"
+    assert Receipts(store).pending(INGESTION) == [receipt] and receipt.origin == f"{inbox.uri}/news.jsonl"
     assert not path.exists()
 
 
@@ -202,12 +203,12 @@ def test_a_crash_before_the_receipt_leaves_the_drop_to_be_landed_again(inbox, tm
     landing = Landing(store)
     path = drop(tmp_path / "in", "news.jsonl", "d1")
     with monkeypatch.context() as patch:
-        patch.setattr(Landing, "record", lambda self, receipt: (_ for _ in ()).throw(RuntimeError("killed")))
+        patch.setattr(Receipts, "record", lambda self, receipt: (_ for _ in ()).throw(RuntimeError("killed")))
         with pytest.raises(RuntimeError, match="killed"):
             take_documents(inbox, landing, LOG)
-    assert path.exists() and landing.landed_ids() == ["d1"] and landing.pending_receipts(INGESTION) == []
+    assert path.exists() and landing.landed_ids() == ["d1"] and Receipts(store).pending(INGESTION) == []
     (receipt,) = take_documents(inbox, landing, LOG).receipts
-    assert landing.pending_receipts(INGESTION) == [receipt] and not path.exists()
+    assert Receipts(store).pending(INGESTION) == [receipt] and not path.exists()
 
 
 def test_a_drop_that_could_not_be_removed_is_not_taken_again(inbox, tmp_path, store, monkeypatch, caplog):

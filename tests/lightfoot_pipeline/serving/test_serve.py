@@ -25,10 +25,12 @@ from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
 from lightfoot_pipeline.serving.serve import QueryService
 from lightfoot_pipeline.serving.serve_auth import AuthConfigError, Tokens, check_exposure, hash_token, read_tokens_file
-from lightfoot_pipeline.serving.serve_http import BadRequest, HttpLimits, QueryServer, parse_query_request
-from lightfoot_pipeline.serving.snapshot import export_snapshot, latest_snapshot
+from lightfoot_pipeline.serving.serve_app import BadRequest, HttpLimits, parse_query_request
+from lightfoot_pipeline.serving.serve_http import QueryServer
+from lightfoot_pipeline.serving.snapshot import latest_snapshot
+from lightfoot_pipeline.serving.export import export_snapshot
 
-DATA = Path(__file__).parent / "data" / "query-corpus"
+DATA = Path(__file__).parents[1] / "data" / "query-corpus"
 QUESTION = "Who founded the company that makes the Zephyr phone?"
 LATE = {"q-cirrus", "q-riga"}  # documents added while the service runs
 TOKEN = "test-token-" + "x" * 24

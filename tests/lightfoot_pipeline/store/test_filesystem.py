@@ -6,7 +6,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from lightfoot_pipeline.store.filesystem import open_filesystem, s3_filesystem
-from lightfoot_pipeline.store.store import StoreError
+from lightfoot_pipeline.store.log import StoreError
 
 
 def settings_of(fs: pafs.S3FileSystem) -> dict:
