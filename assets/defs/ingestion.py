@@ -16,8 +16,8 @@ import polars as pl
 from assets.keys import (
     DOCUMENTS_GROUP, GRAPH_GROUP, INGESTION_JOB, REBUILD_CHECKS, SERVING_GROUP, TRIGGER_TAG,
 )
-from assets.partitions import DOCUMENTS, key_ranges, range_tags
-from assets.provenance import STORE_POOL, commit_if_changed, store_metadata
+from assets.partitions import DOCUMENTS, PER_DOCUMENT, key_ranges, range_tags
+from assets.provenance import commit_if_changed, store_metadata
 from assets.receipts import receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
 from lightfoot_pipeline.index.documents import upsert_documents
@@ -30,13 +30,7 @@ from lightfoot_pipeline.store.tables import PASSAGES as PASSAGES_TABLE
 from lightfoot_pipeline.store.tables import TOMBSTONES as TOMBSTONES_TABLE
 
 
-@dg.asset(
-    partitions_def=DOCUMENTS,
-    backfill_policy=dg.BackfillPolicy.single_run(),
-    group_name=DOCUMENTS_GROUP,
-    kinds={"deltalake", "python"},
-    pool=STORE_POOL,
-)
+@dg.asset(**PER_DOCUMENT, kinds={"deltalake", "python"})
 def passages(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     """A document's row (title, source, retention date) and its passages, from its landed copy.
 

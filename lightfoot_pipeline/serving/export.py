@@ -33,7 +33,7 @@ from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.log import Manifest, StoreError
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, ENTITIES, FACT_SOURCES, FACTS, MENTIONS, PASSAGES, SYNONYM_EDGES
-from lightfoot_pipeline.store.vectors import VectorCache
+from lightfoot_pipeline.store.vectors import UnloadedEmbedder, VectorCache
 
 log = logging.getLogger(__name__)
 
@@ -294,7 +294,7 @@ def erase_from_snapshots(
         info = read_info(location, published)
         chosen = embedder or embedder_for_models(info.models if info else {})
         if chosen is None and info is not None:
-            chosen = _CachedOnly(info.models["embedder"], int(info.models["dim"]))
+            chosen = UnloadedEmbedder(info.models["embedder"], int(info.models["dim"]))  # cached vectors only
         try:
             if chosen is None:
                 raise SnapshotError("the published snapshot names no embedder")
@@ -316,15 +316,3 @@ def erase_from_snapshots(
                 location.remove(snapshot_id)
                 removed += 1
     return removed
-
-
-class _CachedOnly:
-    """An embedder that cannot embed: exports from cached vectors alone (fails if one is missing)."""
-
-    def __init__(self, model_id: str, dim: int) -> None:
-        self.model_id = model_id
-        self.dim = dim
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        raise SnapshotError(f"{len(texts)} texts have no cached vector and embedder {self.model_id!r} "
-                            "is not available here")

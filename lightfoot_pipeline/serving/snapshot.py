@@ -46,6 +46,7 @@ SNAPSHOTS_DIR = "snapshots"
 POINTER = "latest"
 MANIFEST_FILE = "manifest.json"
 FORMAT_VERSION = 1
+MISSING = object()  # what SnapshotDirectory.read_json returns for a file that is not there
 _ID_PATTERN = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{12}$")
 
 
@@ -131,16 +132,21 @@ class SnapshotDirectory:
         if self.exists(self.path(POINTER)):
             self.fs.delete_file(self.path(POINTER))
 
-    def pointer(self) -> str | None:
-        path = self.path(POINTER)
+    def read_json(self, path: str, what: str):
+        """The JSON value of a file, or MISSING when there is none (or it was removed while read)."""
         try:
-            payload = json.loads(self.read_bytes(path))
+            return json.loads(self.read_bytes(path))
         except FileNotFoundError:
-            return None
+            return MISSING
         except (OSError, ValueError) as err:
             if not self.exists(path):
-                return None
-            raise SnapshotError(f"cannot read the snapshot pointer {self.uri_base}/{POINTER}: {err}") from err
+                return MISSING
+            raise SnapshotError(f"{what}: {err}") from err
+
+    def pointer(self) -> str | None:
+        payload = self.read_json(self.path(POINTER), f"cannot read the snapshot pointer {self.uri_base}/{POINTER}")
+        if payload is MISSING:
+            return None
         snapshot_id = payload.get("snapshot_id") if isinstance(payload, dict) else None
         if not isinstance(snapshot_id, str) or not _ID_PATTERN.match(snapshot_id):
             raise SnapshotError(f"the snapshot pointer {self.uri_base}/{POINTER} names no valid snapshot: {payload!r}")
@@ -154,15 +160,10 @@ class SnapshotDirectory:
 
 def read_info(location: SnapshotDirectory, snapshot_id: str) -> SnapshotInfo | None:
     """A snapshot's manifest, or None when it has none (an export that did not finish)."""
-    path = location.path(snapshot_id, MANIFEST_FILE)
-    try:
-        payload = json.loads(location.read_bytes(path))
-    except FileNotFoundError:
+    payload = location.read_json(location.path(snapshot_id, MANIFEST_FILE),
+                                 f"snapshot {snapshot_id} has an unreadable manifest")
+    if payload is MISSING:
         return None
-    except (OSError, ValueError) as err:
-        if not location.exists(path):
-            return None
-        raise SnapshotError(f"snapshot {snapshot_id} has an unreadable manifest: {err}") from err
     if payload.get("format") != FORMAT_VERSION:
         raise SnapshotError(f"snapshot {snapshot_id} has format {payload.get('format')!r}; "
                             f"this version reads format {FORMAT_VERSION}: export a new one")

@@ -4,7 +4,8 @@
 ``assets.definitions`` loads, with the resources pointed at temporary paths, the hashing embedder
 and replayed extractions. ``tick(name)`` evaluates a sensor the way the daemon does — cursor kept,
 dynamic-partition requests and asset events applied to the instance —, ``schedule_tick(name, at)``
-evaluates a schedule at a scheduled time, and ``run(request)`` executes a requested run in process.
+evaluates a schedule at a scheduled time, ``run(request)`` executes a requested run in process, and
+``launch(tick)`` starts a tick's runs as the daemon does (a run key used before is dropped).
 
 Every sensor and schedule context is closed once its tick is evaluated: a context left open keeps
 the instance it entered as Dagster's current one, and the next test's definitions would load
@@ -120,6 +121,21 @@ class Harness:
             raise_on_error=False,
         )
 
+
+    def launch(self, tick, sensor: str = "document_inbox", job_name: str | None = None) -> list:
+        """Start a tick's requested runs the way the daemon does: a run key this sensor has used
+        before is dropped as a duplicate (None in the result); each other run executes with the
+        daemon's tags."""
+        results = []
+        for request in tick.run_requests:
+            daemon_tags = {"dagster/run_key": request.run_key, "dagster/sensor_name": sensor}
+            if self.instance.get_run_records(dg.RunsFilter(tags=daemon_tags)):
+                results.append(None)
+                continue
+            tagged = dg.RunRequest(run_key=request.run_key, job_name=request.job_name, run_config=request.run_config,
+                                   tags={**request.tags, **daemon_tags})
+            results.append(self.run(tagged, job_name))
+        return results
 
 @functools.lru_cache(maxsize=1)
 def shipped_definitions() -> dg.Definitions:

@@ -165,35 +165,21 @@ def test_the_hourly_schedule_ingests_landed_documents_the_store_lacks(lightfoot_
     assert lightfoot.schedule_tick("hourly_ingestion", dt.datetime(2026, 6, 15, 11, 15, tzinfo=dt.timezone.utc)) == []
 
 
-def launch(lightfoot, tick, sensor: str = "document_inbox") -> list:
-    """Start a tick's requested runs the way the daemon does: a run key this sensor has used before
-    is dropped as a duplicate (None in the result); each other run executes with the daemon's tags."""
-    results = []
-    for request in tick.run_requests:
-        daemon_tags = {"dagster/run_key": request.run_key, "dagster/sensor_name": sensor}
-        if lightfoot.instance.get_run_records(dg.RunsFilter(tags=daemon_tags)):
-            results.append(None)
-            continue
-        results.append(lightfoot.run(dg.RunRequest(run_key=request.run_key, job_name=request.job_name,
-                                                   tags={**request.tags, **daemon_tags})))
-    return results
-
-
 def stored_ids(lightfoot) -> list[str]:
     return sorted(lightfoot.store().read("documents").get_column("doc_id").to_list())
 
 
 def test_a_reset_cursor_loses_no_drop(lightfoot, twenty, sample_records):
     lightfoot.drop_documents("first", twenty[:2], sample_records)
-    assert all(r.success for r in launch(lightfoot, lightfoot.tick("document_inbox")))
+    assert all(r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
     lightfoot.cursors["document_inbox"] = json.dumps({"batch": 0, "kept": {}})  # "Edit cursor", or one from before
     lightfoot.drop_documents("second", twenty[2:4], sample_records)
-    assert all(r is not None and r.success for r in launch(lightfoot, lightfoot.tick("document_inbox")))
+    assert all(r is not None and r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
     lightfoot.cursors["document_inbox"] = None
     lightfoot.drop_documents("third", twenty[4:5], sample_records)
     lightfoot.tick("document_inbox")  # its run never comes to exist
     lightfoot.cursors["document_inbox"] = None
-    assert all(r is not None and r.success for r in launch(lightfoot, lightfoot.tick("document_inbox")))
+    assert all(r is not None and r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
     assert stored_ids(lightfoot) == sorted(d.doc_id for d in twenty[:5])
     assert lightfoot.tick("document_inbox").run_requests == []
     assert Receipts(lightfoot.store()).pending("documents") == []
@@ -211,7 +197,7 @@ def test_a_failed_ingestion_run_is_asked_again_until_one_succeeds(lightfoot, twe
 
     with monkeypatch.context() as patch:
         patch.setattr(ingestion, "upsert_documents", store_unavailable)
-        (failed,) = launch(lightfoot, first)
+        (failed,) = lightfoot.launch(first)
     assert not failed.success and stored_ids(lightfoot) == []
 
     retry = lightfoot.tick("document_inbox")
@@ -219,14 +205,14 @@ def test_a_failed_ingestion_run_is_asked_again_until_one_succeeds(lightfoot, twe
     (receipt,) = Receipts(lightfoot.store()).pending("documents")
     assert request.run_key == f"inbox-{receipt.receipt_id}-1" and request.tags["lightfoot/attempt"] == "1"
     assert (request.tags[RANGE_START], request.tags[RANGE_END]) == (docs[0].doc_id, docs[-1].doc_id)
-    assert all(r.success for r in launch(lightfoot, retry))
+    assert all(r.success for r in lightfoot.launch(retry))
     assert stored_ids(lightfoot) == sorted(d.doc_id for d in docs)
     assert lightfoot.tick("document_inbox").run_requests == []
 
 
 def test_a_wiped_instance_gets_the_partitions_and_runs_of_pending_drops_back(lightfoot, twenty, sample_records):
     lightfoot.drop_documents("done", twenty[:2], sample_records)
-    assert all(r.success for r in launch(lightfoot, lightfoot.tick("document_inbox")))
+    assert all(r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
     lightfoot.tick("document_inbox")
     lightfoot.drop_documents("pending", twenty[2:4], sample_records)
     lightfoot.tick("document_inbox")
@@ -237,7 +223,7 @@ def test_a_wiped_instance_gets_the_partitions_and_runs_of_pending_drops_back(lig
         (request,) = tick.run_requests
         assert (request.tags[RANGE_START], request.tags[RANGE_END]) == (twenty[2].doc_id, twenty[3].doc_id)
         assert lightfoot.partitions() == [twenty[2].doc_id, twenty[3].doc_id]
-        assert all(r.success for r in launch(lightfoot, tick))
+        assert all(r.success for r in lightfoot.launch(tick))
         assert stored_ids(lightfoot) == sorted(d.doc_id for d in twenty[:4])
     finally:
         lightfoot.instance.dispose()
@@ -250,7 +236,7 @@ def test_a_drop_landed_before_is_not_landed_again(lightfoot, twenty, sample_reco
     path = lightfoot.drop_documents("drop", twenty[:2], sample_records)
     with monkeypatch.context() as patch:
         patch.setattr(Inbox, "remove", lambda self, item: (_ for _ in ()).throw(PermissionError("read-only inbox")))
-        assert all(r.success for r in launch(lightfoot, lightfoot.tick("document_inbox")))
+        assert all(r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
         lightfoot.cursors["document_inbox"] = None
         again = lightfoot.tick("document_inbox")
     assert again.run_requests == [] and path.exists()
@@ -265,7 +251,7 @@ def test_the_same_file_dropped_again_with_new_content_is_a_new_drop(lightfoot, t
     path = lightfoot.document_inbox / "news.jsonl"
     original = twenty[0]
     path.write_text(json.dumps({"doc_id": original.doc_id, "title": original.title, "text": original.text}) + "\n")
-    assert all(r.success for r in launch(lightfoot, lightfoot.tick("document_inbox")))
+    assert all(r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
     lightfoot.tick("document_inbox")
     path.write_text(json.dumps({"doc_id": original.doc_id, "title": original.title,
                                 "text": original.text + " It was renamed in 2001."}) + "\n")

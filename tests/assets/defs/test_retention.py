@@ -20,27 +20,12 @@ def ingest_through_the_inbox(lightfoot, documents, records) -> None:
         assert lightfoot.run(request).success
 
 
-def launch(lightfoot, tick, sensor: str, job_name: str | None = None) -> list:
-    """Start a tick's requested runs the way the daemon does: a run key this sensor has used before
-    is dropped as a duplicate (None in the result); each other run executes with the daemon's tags."""
-    results = []
-    for request in tick.run_requests:
-        daemon_tags = {"dagster/run_key": request.run_key, "dagster/sensor_name": sensor}
-        if lightfoot.instance.get_run_records(dg.RunsFilter(tags=daemon_tags)):
-            results.append(None)
-            continue
-        tagged = dg.RunRequest(run_key=request.run_key, job_name=request.job_name, run_config=request.run_config,
-                               tags={**request.tags, **daemon_tags})
-        results.append(lightfoot.run(tagged, job_name))
-    return results
-
-
 def live_ids(lightfoot) -> list[str]:
     return sorted(lightfoot.store().read("documents").get_column("doc_id").to_list())
 
 
 def erase(lightfoot, tick) -> None:
-    (result,) = launch(lightfoot, tick, "erasure_inbox", "document_deletion")
+    (result,) = lightfoot.launch(tick, "erasure_inbox", "document_deletion")
     assert result is not None and result.success
 
 
@@ -112,7 +97,7 @@ def test_a_request_whose_run_was_dropped_is_asked_again(lightfoot, twenty, sampl
     assert erased.get_column("doc_id").to_list() == [docs[0].doc_id]
     assert erased.get_column("erased_at").null_count() == 0
     # The same key asked once more is dropped as a duplicate, and the receipt is settled by its run.
-    assert launch(lightfoot, again, "erasure_inbox", "document_deletion") == [None]
+    assert lightfoot.launch(again, "erasure_inbox", "document_deletion") == [None]
     settled = lightfoot.tick("erasure_inbox")
     assert settled.run_requests == [] and "1 requests done" in settled.skip_message
 
@@ -154,7 +139,7 @@ def test_a_failed_run_leaves_the_request_pending_and_the_next_tick_retries_it(
 
     with monkeypatch.context() as patch:
         patch.setattr(retention, "tombstone_documents", store_unavailable)
-        (failed,) = launch(lightfoot, first, "erasure_inbox", "document_deletion")
+        (failed,) = lightfoot.launch(first, "erasure_inbox", "document_deletion")
     assert not failed.success
     assert live_ids(lightfoot) == [d.doc_id for d in docs]
     (receipt,) = Receipts(lightfoot.store()).pending("erasure")
@@ -186,7 +171,7 @@ def test_a_request_whose_runs_keep_failing_waits_longer_before_each_attempt(
     with monkeypatch.context() as patch:
         patch.setattr(retention, "tombstone_documents", store_unavailable)
         for _ in range(2):  # the first failure is retried at once, the second is not
-            (failed,) = launch(lightfoot, tick, "erasure_inbox", "document_deletion")
+            (failed,) = lightfoot.launch(tick, "erasure_inbox", "document_deletion")
             assert not failed.success
             tick = lightfoot.tick("erasure_inbox")
     assert tick.run_requests == []

@@ -99,6 +99,20 @@ def auth_header() -> bytes:
     return f"Authorization: Bearer {TOKEN}\r\n".encode()
 
 
+def slow_down(monkeypatch, owner, name: str, seconds: float) -> threading.Event:
+    """Make every call of ``owner.name`` wait ``seconds`` first; the event is set once one has begun."""
+    real = getattr(owner, name)
+    begun = threading.Event()
+
+    def slowed(*args, **kwargs):
+        begun.set()
+        time.sleep(seconds)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, slowed)
+    return begun
+
+
 @pytest.fixture
 def embedder():
     return HashingEmbedder(dim=32)
@@ -359,15 +373,7 @@ def test_busy_workers_and_too_many_connections_get_503(store, embedder, running,
     export_snapshot(store, embedder)
     service = QueryService(store, embedder)
     assert service.refresh()
-    real_retrieve = service.retrieve
-    entered = threading.Event()
-
-    def slow_retrieve(*args, **kwargs):
-        entered.set()
-        time.sleep(1.0)
-        return real_retrieve(*args, **kwargs)
-
-    monkeypatch.setattr(service, "retrieve", slow_retrieve)
+    entered = slow_down(monkeypatch, service, "retrieve", 1.0)
     server = running(service, workers=1, queue=0, max_connections=8)
     results = []
     first = threading.Thread(target=lambda: results.append(
@@ -407,15 +413,7 @@ def test_a_new_snapshot_is_picked_up_while_queries_keep_being_answered(store, em
     service = QueryService(store, embedder)
     assert service.refresh()
 
-    real_load = serve.load_snapshot
-    loading = threading.Event()
-
-    def slow_load(*args, **kwargs):
-        loading.set()
-        time.sleep(0.6)  # queries arriving now must still be answered, from the old snapshot
-        return real_load(*args, **kwargs)
-
-    monkeypatch.setattr(serve, "load_snapshot", slow_load)
+    loading = slow_down(monkeypatch, serve, "load_snapshot", 0.6)  # queries meanwhile: from the old snapshot
     service.watch(interval_s=0.05)
     base = running(service).url
     results: list[list[tuple[float, int, str | None, list[str]]]] = [[] for _ in range(4)]
