@@ -86,6 +86,16 @@ class Harness:
     def partitions(self) -> list[str]:
         return self.instance.get_dynamic_partitions("documents")
 
+    def stored_ids(self) -> list[str]:
+        """The documents the store holds, sorted."""
+        return sorted(self.store().read("documents").get_column("doc_id").to_list())
+
+    def ingest_through_the_inbox(self, documents, records) -> None:
+        """Drop documents in the inbox and run what the sensor asks for (each run must succeed)."""
+        self.drop_documents(f"drop-{len(self.partitions())}", documents, records)
+        for request in self.tick("document_inbox").run_requests:
+            assert self.run(request).success
+
     def tick(self, sensor_name: str):
         """Evaluate a sensor like the daemon: with its cursor, applying what it asks of the instance."""
         sensor = self.defs.resolve_sensor_def(sensor_name)

@@ -165,10 +165,6 @@ def test_the_hourly_schedule_ingests_landed_documents_the_store_lacks(lightfoot_
     assert lightfoot.schedule_tick("hourly_ingestion", dt.datetime(2026, 6, 15, 11, 15, tzinfo=dt.timezone.utc)) == []
 
 
-def stored_ids(lightfoot) -> list[str]:
-    return sorted(lightfoot.store().read("documents").get_column("doc_id").to_list())
-
-
 def test_a_reset_cursor_loses_no_drop(lightfoot, twenty, sample_records):
     lightfoot.drop_documents("first", twenty[:2], sample_records)
     assert all(r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
@@ -180,7 +176,7 @@ def test_a_reset_cursor_loses_no_drop(lightfoot, twenty, sample_records):
     lightfoot.tick("document_inbox")  # its run never comes to exist
     lightfoot.cursors["document_inbox"] = None
     assert all(r is not None and r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
-    assert stored_ids(lightfoot) == sorted(d.doc_id for d in twenty[:5])
+    assert lightfoot.stored_ids() == sorted(d.doc_id for d in twenty[:5])
     assert lightfoot.tick("document_inbox").run_requests == []
     assert Receipts(lightfoot.store()).pending("documents") == []
 
@@ -198,7 +194,7 @@ def test_a_failed_ingestion_run_is_asked_again_until_one_succeeds(lightfoot, twe
     with monkeypatch.context() as patch:
         patch.setattr(ingestion, "upsert_documents", store_unavailable)
         (failed,) = lightfoot.launch(first)
-    assert not failed.success and stored_ids(lightfoot) == []
+    assert not failed.success and lightfoot.stored_ids() == []
 
     retry = lightfoot.tick("document_inbox")
     (request,) = retry.run_requests
@@ -206,7 +202,7 @@ def test_a_failed_ingestion_run_is_asked_again_until_one_succeeds(lightfoot, twe
     assert request.run_key == f"inbox-{receipt.receipt_id}-1" and request.tags["lightfoot/attempt"] == "1"
     assert (request.tags[RANGE_START], request.tags[RANGE_END]) == (docs[0].doc_id, docs[-1].doc_id)
     assert all(r.success for r in lightfoot.launch(retry))
-    assert stored_ids(lightfoot) == sorted(d.doc_id for d in docs)
+    assert lightfoot.stored_ids() == sorted(d.doc_id for d in docs)
     assert lightfoot.tick("document_inbox").run_requests == []
 
 
@@ -224,7 +220,7 @@ def test_a_wiped_instance_gets_the_partitions_and_runs_of_pending_drops_back(lig
         assert (request.tags[RANGE_START], request.tags[RANGE_END]) == (twenty[2].doc_id, twenty[3].doc_id)
         assert lightfoot.partitions() == [twenty[2].doc_id, twenty[3].doc_id]
         assert all(r.success for r in lightfoot.launch(tick))
-        assert stored_ids(lightfoot) == sorted(d.doc_id for d in twenty[:4])
+        assert lightfoot.stored_ids() == sorted(d.doc_id for d in twenty[:4])
     finally:
         lightfoot.instance.dispose()
         lightfoot.instance = old

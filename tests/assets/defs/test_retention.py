@@ -14,16 +14,6 @@ from lightfoot_pipeline.ingest.landing import LandedDocument, Landing, utc_now
 from lightfoot_pipeline.ingest.receipts import Receipts
 
 
-def ingest_through_the_inbox(lightfoot, documents, records) -> None:
-    lightfoot.drop_documents(f"drop-{len(lightfoot.partitions())}", documents, records)
-    for request in lightfoot.tick("document_inbox").run_requests:
-        assert lightfoot.run(request).success
-
-
-def live_ids(lightfoot) -> list[str]:
-    return sorted(lightfoot.store().read("documents").get_column("doc_id").to_list())
-
-
 def erase(lightfoot, tick) -> None:
     (result,) = lightfoot.launch(tick, "erasure_inbox", "document_deletion")
     assert result is not None and result.success
@@ -31,7 +21,7 @@ def erase(lightfoot, tick) -> None:
 
 def test_the_erasure_sensor_records_requests_and_asks_for_one_deletion_run(lightfoot, twenty, sample_records):
     docs = twenty[:4]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     ids = [d.doc_id for d in docs]
     lightfoot.erasure_inbox.mkdir(parents=True)
     (lightfoot.erasure_inbox / "ids.txt").write_text(f"{ids[0]}\n{ids[1]}\n")
@@ -54,7 +44,7 @@ def test_the_erasure_sensor_records_requests_and_asks_for_one_deletion_run(light
 
     # One run applies both files' requests; the next tick settles both receipts and asks for nothing.
     erase(lightfoot, tick)
-    assert live_ids(lightfoot) == [ids[3]]
+    assert lightfoot.stored_ids() == [ids[3]]
     after = lightfoot.tick("erasure_inbox")
     assert after.run_requests == []
     assert after.skip_message == f"no new request file in {lightfoot.erasure_inbox}; 2 requests done"
@@ -66,17 +56,17 @@ def test_the_erasure_sensor_records_requests_and_asks_for_one_deletion_run(light
 
 def test_a_reset_cursor_drops_no_request(lightfoot, twenty, sample_records):
     docs = twenty[:3]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("first.json", [docs[0].doc_id])
     erase(lightfoot, lightfoot.tick("erasure_inbox"))
     lightfoot.cursors["erasure_inbox"] = None  # "Edit cursor" in the UI, or a cursor from before
     lightfoot.drop_erasure_request("second.json", [docs[1].doc_id])
     erase(lightfoot, lightfoot.tick("erasure_inbox"))
-    assert live_ids(lightfoot) == [docs[2].doc_id]
+    assert lightfoot.stored_ids() == [docs[2].doc_id]
     lightfoot.cursors["erasure_inbox"] = json.dumps({"batch": 0, "kept": {}})
     lightfoot.drop_erasure_request("third.json", [docs[2].doc_id])
     erase(lightfoot, lightfoot.tick("erasure_inbox"))
-    assert live_ids(lightfoot) == []
+    assert lightfoot.stored_ids() == []
     keys = {r.dagster_run.tags["dagster/run_key"] for r in lightfoot.instance.get_run_records(
         dg.RunsFilter(job_name="document_deletion"))}
     assert len(keys) == 3
@@ -84,7 +74,7 @@ def test_a_reset_cursor_drops_no_request(lightfoot, twenty, sample_records):
 
 def test_a_request_whose_run_was_dropped_is_asked_again(lightfoot, twenty, sample_records):
     docs = twenty[:2]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("gdpr.json", [docs[0].doc_id], reason="data subject request")
     dropped = lightfoot.tick("erasure_inbox")  # the daemon never makes this run
     assert not lightfoot.erasure_inbox.joinpath("gdpr.json").exists()
@@ -92,7 +82,7 @@ def test_a_request_whose_run_was_dropped_is_asked_again(lightfoot, twenty, sampl
     again = lightfoot.tick("erasure_inbox")
     assert [r.run_key for r in again.run_requests] == [r.run_key for r in dropped.run_requests]
     erase(lightfoot, again)
-    assert live_ids(lightfoot) == [docs[1].doc_id]
+    assert lightfoot.stored_ids() == [docs[1].doc_id]
     erased = lightfoot.store().read("tombstones")
     assert erased.get_column("doc_id").to_list() == [docs[0].doc_id]
     assert erased.get_column("erased_at").null_count() == 0
@@ -104,7 +94,7 @@ def test_a_request_whose_run_was_dropped_is_asked_again(lightfoot, twenty, sampl
 
 def test_a_wiped_instance_asks_again_for_what_is_pending_and_not_for_what_is_done(lightfoot, twenty, sample_records):
     docs = twenty[:3]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("done.json", [docs[0].doc_id])
     erase(lightfoot, lightfoot.tick("erasure_inbox"))
     lightfoot.tick("erasure_inbox")
@@ -117,7 +107,7 @@ def test_a_wiped_instance_asks_again_for_what_is_pending_and_not_for_what_is_don
         tick = lightfoot.tick("erasure_inbox")
         assert [r.run_key for r in tick.run_requests] == [r.run_key for r in asked.run_requests]
         erase(lightfoot, tick)
-        assert live_ids(lightfoot) == [docs[2].doc_id]
+        assert lightfoot.stored_ids() == [docs[2].doc_id]
         assert lightfoot.tick("erasure_inbox").run_requests == []
     finally:
         lightfoot.instance.dispose()
@@ -130,7 +120,7 @@ def test_a_failed_run_leaves_the_request_pending_and_the_next_tick_retries_it(
     import assets.defs.retention as retention
 
     docs = twenty[:2]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("gdpr.json", [docs[0].doc_id])
     first = lightfoot.tick("erasure_inbox")
 
@@ -141,7 +131,7 @@ def test_a_failed_run_leaves_the_request_pending_and_the_next_tick_retries_it(
         patch.setattr(retention, "tombstone_documents", store_unavailable)
         (failed,) = lightfoot.launch(first, "erasure_inbox", "document_deletion")
     assert not failed.success
-    assert live_ids(lightfoot) == [d.doc_id for d in docs]
+    assert lightfoot.stored_ids() == [d.doc_id for d in docs]
     (receipt,) = Receipts(lightfoot.store()).pending("erasure")
 
     retry = lightfoot.tick("erasure_inbox")
@@ -149,7 +139,7 @@ def test_a_failed_run_leaves_the_request_pending_and_the_next_tick_retries_it(
     assert request.run_key == f"erasure-{receipt.receipt_id}-1" != first.run_requests[0].run_key
     assert request.tags["lightfoot/attempt"] == "1"
     erase(lightfoot, retry)
-    assert live_ids(lightfoot) == [docs[1].doc_id]
+    assert lightfoot.stored_ids() == [docs[1].doc_id]
     assert lightfoot.tick("erasure_inbox").run_requests == []
     assert Receipts(lightfoot.store()).receipt("erasure", receipt.receipt_id).is_done
 
@@ -161,7 +151,7 @@ def test_a_request_whose_runs_keep_failing_waits_longer_before_each_attempt(
     import assets.receipts as receipts
 
     docs = twenty[:2]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("gdpr.json", [docs[0].doc_id])
 
     def store_unavailable(*args, **kwargs):
@@ -186,7 +176,7 @@ def test_a_request_whose_runs_keep_failing_waits_longer_before_each_attempt(
     (request,) = retry.run_requests
     assert request.run_key == f"erasure-{receipt.receipt_id}-2"
     erase(lightfoot, retry)
-    assert live_ids(lightfoot) == [docs[1].doc_id]
+    assert lightfoot.stored_ids() == [docs[1].doc_id]
 
 
 def test_the_wait_after_failures_doubles_up_to_an_hour():
@@ -198,7 +188,7 @@ def test_the_wait_after_failures_doubles_up_to_an_hour():
 
 def test_a_request_waits_while_its_run_is_running_and_is_asked_again_once_canceled(lightfoot, twenty, sample_records):
     docs = twenty[:2]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("gdpr.json", [docs[0].doc_id])
     (request,) = lightfoot.tick("erasure_inbox").run_requests
     job = lightfoot.defs.resolve_job_def("document_deletion")
@@ -216,7 +206,7 @@ def test_a_request_waits_while_its_run_is_running_and_is_asked_again_once_cancel
     assert again.tags["lightfoot/attempt"] == "1" and again.tags["lightfoot/erasure-request"] == \
         request.tags["lightfoot/erasure-request"]
     erase(lightfoot, retry)
-    assert live_ids(lightfoot) == []
+    assert lightfoot.stored_ids() == []
     settled = lightfoot.tick("erasure_inbox")
     assert settled.run_requests == [] and "2 requests done" in settled.skip_message
 
@@ -225,7 +215,7 @@ def test_a_request_file_taken_before_is_not_applied_again(lightfoot, twenty, sam
     from lightfoot_pipeline.ingest.inbox import Inbox
 
     docs = twenty[:2]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     path = lightfoot.drop_erasure_request("gdpr.json", [docs[0].doc_id])
     with monkeypatch.context() as patch:
         patch.setattr(Inbox, "remove", lambda self, item: (_ for _ in ()).throw(PermissionError("read-only inbox")))
@@ -234,33 +224,33 @@ def test_a_request_file_taken_before_is_not_applied_again(lightfoot, twenty, sam
         lightfoot.cursors["erasure_inbox"] = None
         assert lightfoot.tick("erasure_inbox").run_requests == []
     # The document comes back; the old file, seen again, does not delete it a second time.
-    ingest_through_the_inbox(lightfoot, [docs[0]], sample_records)
+    lightfoot.ingest_through_the_inbox([docs[0]], sample_records)
     tick = lightfoot.tick("erasure_inbox")
     assert tick.run_requests == [] and not path.exists()
-    assert live_ids(lightfoot) == sorted(d.doc_id for d in docs)
+    assert lightfoot.stored_ids() == sorted(d.doc_id for d in docs)
     assert len(lightfoot.instance.get_run_records(dg.RunsFilter(job_name="document_deletion"))) == 1
 
 
 def test_two_requests_with_the_same_content_in_different_files_are_both_honoured(lightfoot, twenty, sample_records):
     docs = twenty[:2]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("monday.json", [docs[0].doc_id], reason="gdpr")
     erase(lightfoot, lightfoot.tick("erasure_inbox"))
-    assert live_ids(lightfoot) == [docs[1].doc_id]
+    assert lightfoot.stored_ids() == [docs[1].doc_id]
 
-    ingest_through_the_inbox(lightfoot, [docs[0]], sample_records)  # it comes back, and is asked away again
+    lightfoot.ingest_through_the_inbox([docs[0]], sample_records)  # it comes back, and is asked away again
     lightfoot.drop_erasure_request("tuesday.json", [docs[0].doc_id], reason="gdpr")
     tick = lightfoot.tick("erasure_inbox")
     assert len(tick.run_requests) == 1
     erase(lightfoot, tick)
-    assert live_ids(lightfoot) == [docs[1].doc_id]
+    assert lightfoot.stored_ids() == [docs[1].doc_id]
     runs = lightfoot.instance.get_run_records(dg.RunsFilter(job_name="document_deletion"))
     assert len({r.dagster_run.tags["lightfoot/erasure-request"] for r in runs}) == 2
 
 
 def test_a_soft_deletion_tombstones_the_partition_and_keeps_history(lightfoot, twenty, sample_records):
     docs = twenty[:4]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("soft.json", [docs[1].doc_id, "never-ingested"], erase=False, reason="duplicate")
     result = lightfoot.run(lightfoot.tick("erasure_inbox").run_requests[0], "document_deletion")
     assert result.success
@@ -289,7 +279,7 @@ def test_a_partition_stays_until_its_history_is_erased(lightfoot, twenty, sample
     from assets.defs.retention import tombstones
 
     docs = twenty[:3]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("erase.json", [docs[0].doc_id])
     lightfoot.tick("erasure_inbox")
     # Tombstone and graph, but not yet the erasure.
@@ -308,7 +298,7 @@ def test_a_partition_stays_until_its_history_is_erased(lightfoot, twenty, sample
 
 def test_a_deletion_on_the_command_line_is_recorded_on_its_partition(lightfoot, twenty, sample_records):
     docs = twenty[:3]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     store = lightfoot.store()
     pipeline.delete(store, [docs[2].doc_id], reason="lightfoot delete")
     assert docs[2].doc_id in Landing(store).landed_ids()  # a soft delete leaves the landed copy
@@ -324,7 +314,7 @@ def test_a_deletion_on_the_command_line_is_recorded_on_its_partition(lightfoot, 
 
 def test_a_document_landed_again_after_its_deletion_keeps_its_partition(lightfoot, twenty, sample_records):
     docs = twenty[:2]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     store = lightfoot.store()
     pipeline.delete(store, [docs[0].doc_id], reason="test")
     Landing(store).put_documents([LandedDocument(docs[0], sample_records[docs[0].doc_id], utc_now(), "again")])
@@ -343,7 +333,7 @@ def test_the_retention_schedule_erases_documents_past_their_date(lightfoot_on_di
     lightfoot = lightfoot_on_disk
     expired = dataclasses.replace(twenty[0], retention_until=dt.date(2026, 3, 1))
     lasting = dataclasses.replace(twenty[2], retention_until=dt.date(2027, 1, 1))
-    ingest_through_the_inbox(lightfoot, [expired, twenty[1], lasting], sample_records)
+    lightfoot.ingest_through_the_inbox([expired, twenty[1], lasting], sample_records)
     from assets.resources import InboxResource
 
     resources = {**lightfoot.resources, "inbox": InboxResource(
@@ -374,7 +364,7 @@ def test_a_failed_retention_run_is_asked_again_by_the_erasure_sensor(
 
     lightfoot = lightfoot_on_disk
     expired = dataclasses.replace(twenty[0], retention_until=dt.date(2026, 3, 1))
-    ingest_through_the_inbox(lightfoot, [expired, twenty[1]], sample_records)
+    lightfoot.ingest_through_the_inbox([expired, twenty[1]], sample_records)
     (request,) = lightfoot.schedule_tick("retention_schedule", dt.datetime(2026, 3, 2, 3, 0, tzinfo=dt.timezone.utc))
     (receipt,) = Receipts(lightfoot.store()).pending("erasure")
     assert receipt.origin == "retention schedule 2026-03-02" and receipt.erase_ids == (expired.doc_id,)
@@ -383,7 +373,7 @@ def test_a_failed_retention_run_is_asked_again_by_the_erasure_sensor(
     with monkeypatch.context() as patch:
         patch.setattr(retention, "erase_history", lambda *args: (_ for _ in ()).throw(OSError("storage is down")))
         assert not lightfoot.run(request, "document_deletion").success
-    assert live_ids(lightfoot) == [twenty[1].doc_id]  # deleted, but its history is not erased
+    assert lightfoot.stored_ids() == [twenty[1].doc_id]  # deleted, but its history is not erased
 
     tick = lightfoot.tick("erasure_inbox")
     (retry,) = tick.run_requests
