@@ -12,11 +12,21 @@ from typing import Iterable, Sequence
 
 import dagster as dg
 
+from assets.keys import DOCUMENTS_GROUP
+from assets.provenance import STORE_POOL
 from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
 
 DOCUMENTS = dg.DynamicPartitionsDefinition(name="documents")
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
+# What every per-document asset is (``@dg.asset(**PER_DOCUMENT, deps=…, kinds=…)``): one partition
+# per document, a range of them in one run, in the documents group, writing through the store pool.
+PER_DOCUMENT = {
+    "partitions_def": DOCUMENTS,
+    "backfill_policy": dg.BackfillPolicy.single_run(),
+    "group_name": DOCUMENTS_GROUP,
+    "pool": STORE_POOL,
+}
 
 
 def invalid_key_reason(doc_id: str) -> str | None:

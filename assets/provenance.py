@@ -11,7 +11,9 @@ from typing import Sequence
 import dagster as dg
 
 from lightfoot_pipeline import pipeline
-from lightfoot_pipeline.store.store import Manifest, Store, Transaction
+from lightfoot_pipeline.store.log import Manifest
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.tables import spec_for
 
 STORE_POOL = "lightfoot_store"  # one store writer at a time (the lock on object stores)

@@ -1,6 +1,6 @@
 """The runs of a receipt: what the instance holds of the runs asked for one taken drop.
 
-A run asked for a receipt (see lightfoot_pipeline/landing.py) carries the receipt's id, under a
+A run asked for a receipt (see lightfoot_pipeline/ingest/receipts.py) carries the receipt's id, under a
 tag that names its kind, and the attempt number. The receipt is found again by that tag whatever
 happened to the sensor's cursor or the daemon, and its state follows from those runs:
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from assets.partitions import RANGE_END_TAG, RANGE_START_TAG
-from lightfoot_pipeline.ingest.landing import ERASURE, INGESTION, Receipt
+from lightfoot_pipeline.ingest.receipts import ERASURE, INGESTION, Receipt
 
 ATTEMPT_TAG = "lightfoot/attempt"
 RECEIPT_TAGS = {ERASURE: "lightfoot/erasure-request", INGESTION: "lightfoot/inbox-drop"}

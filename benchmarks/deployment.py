@@ -42,7 +42,8 @@ from lightfoot_pipeline.ingest.extraction import ReplayExtractor  # noqa: E402
 from lightfoot_pipeline.index.links import links_between, links_within  # noqa: E402
 from lightfoot_pipeline.serving.retrieve import Retriever  # noqa: E402
 from lightfoot_pipeline.settings import IndexSettings  # noqa: E402
-from lightfoot_pipeline.serving.snapshot import export_snapshot, load_snapshot  # noqa: E402
+from lightfoot_pipeline.serving.snapshot import load_snapshot  # noqa: E402
+from lightfoot_pipeline.serving.export import export_snapshot  # noqa: E402
 from lightfoot_pipeline.store.store import Store  # noqa: E402
 from lightfoot_pipeline.store.tables import ALIASES, FACTS  # noqa: E402
 from lightfoot_pipeline.store.vectors import VectorCache  # noqa: E402

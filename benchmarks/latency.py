@@ -44,7 +44,8 @@ from lightfoot_pipeline.models.embedder import HashingEmbedder, SentenceTransfor
 from lightfoot_pipeline.evaluation.eval_run import ensure_dataset_indexed  # noqa: E402
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor  # noqa: E402
 from lightfoot_pipeline.serving.retrieve import Retriever, one_thread_per_query  # noqa: E402
-from lightfoot_pipeline.serving.snapshot import export_snapshot, load_snapshot  # noqa: E402
+from lightfoot_pipeline.serving.snapshot import load_snapshot  # noqa: E402
+from lightfoot_pipeline.serving.export import export_snapshot  # noqa: E402
 from lightfoot_pipeline.store.store import Store  # noqa: E402
 
 MUSIQUE_PASSAGES = 11402
@@ -93,14 +94,20 @@ def sample_scale(store: Store, n_queries: int) -> dict:
     built = ensure_dataset_indexed(store, bundled_sample_dir(), embedder)
     if built["built"]:
         print(f"  built the sample store in {built['seconds']}s", file=sys.stderr)
+    retriever = serving_retriever(store, embedder)
+    questions = [q.question for q in load_questions(bundled_sample_dir() / "questions-dev.jsonl")]
+    return measure(retriever, questions, n_queries)
+
+
+def serving_retriever(store: Store, embedder) -> Retriever:
+    """A retriever over a freshly exported snapshot, warmed up and threaded as the query service runs."""
     started = time.perf_counter()
     info = export_snapshot(store, embedder)
     print(f"  snapshot {info.snapshot_id} in {time.perf_counter() - started:.1f}s", file=sys.stderr)
     retriever = Retriever(load_snapshot(store, info.snapshot_id), embedder)
-    one_thread_per_query()  # as the query service runs
+    one_thread_per_query()
     retriever.warm_up()
-    questions = [q.question for q in load_questions(bundled_sample_dir() / "questions-dev.jsonl")]
-    return measure(retriever, questions, n_queries)
+    return retriever
 
 
 def synthetic_questions(records: dict[str, dict], n: int, seed: int) -> list[str]:
@@ -119,13 +126,7 @@ def musique_scale(store: Store, n_queries: int, seed: int = 0) -> dict:
         started = time.perf_counter()
         pipeline.ingest(store, documents, ReplayExtractor(records), embedder)
         print(f"  built the synthetic store in {time.perf_counter() - started:.1f}s", file=sys.stderr)
-    started = time.perf_counter()
-    info = export_snapshot(store, embedder)
-    print(f"  snapshot {info.snapshot_id} in {time.perf_counter() - started:.1f}s", file=sys.stderr)
-    retriever = Retriever(load_snapshot(store, info.snapshot_id), embedder)
-    one_thread_per_query()  # as the query service runs
-    retriever.warm_up()
-    return measure(retriever, synthetic_questions(records, 200, seed), n_queries)
+    return measure(serving_retriever(store, embedder), synthetic_questions(records, 200, seed), n_queries)
 
 
 def main() -> int:

@@ -9,7 +9,7 @@ Erasure also removes what history and caches still hold:
    zero retention, then a checkpoint and log clean-up);
 4. every old LanceDB version and unreferenced data file;
 5. the landed copies of documents that came through an inbox (landing.py);
-6. every serving snapshot that holds an erased document (snapshot.py; a fresh one replaces the
+6. every serving snapshot that holds an erased document (serving/export.py; a fresh one replaces the
    published one first);
 
 and then marks the tombstones as erased. After it, no file under the store root holds the text;
@@ -31,7 +31,7 @@ import polars as pl
 from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache
 from lightfoot_pipeline.index.facts import fact_text
 from lightfoot_pipeline.ingest.landing import Landing
-from lightfoot_pipeline.serving.snapshot import erase_from_snapshots
+from lightfoot_pipeline.serving.export import erase_from_snapshots
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, EXTRACTIONS, FACTS, PASSAGES, TOMBSTONES
 from lightfoot_pipeline.store.vectors import cleanup_vector_history, purge_vector_caches

@@ -26,7 +26,9 @@ from lightfoot_pipeline.ingest.extraction.outcome import OK, Extractor, Progress
 from lightfoot_pipeline.store.fingerprint import fingerprint as fingerprint  # re-exported: an operation on a store
 from lightfoot_pipeline.index.reconcile import GraphChange, reconcile_graph
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.store.store import Manifest, Store, Transaction
+from lightfoot_pipeline.store.log import Manifest
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.tables import DOCUMENTS, EXTRACTIONS, INDEX_TABLES, PASSAGES, TOMBSTONES, with_buckets
 from lightfoot_pipeline.store.vectors import VectorCache
 from lightfoot_pipeline.errors import LightfootError
@@ -99,20 +101,23 @@ def index_config(embedder_id: str, dim: int, settings: IndexSettings) -> dict:
     return {"embedder": embedder_id, "dim": dim, "settings": settings.shape_of_index()}
 
 
-def check_config(tx: Transaction, wanted: dict) -> None:
-    """Adopt the config on a new store; refuse one that differs on an existing store."""
+def check_config(tx: Transaction, settings: IndexSettings, embedder: Embedder | None = None) -> None:
+    """Adopt the index's config (its settings and embedder) on a new store; refuse one that differs
+    on an existing store. Without an embedder (a graph update that embeds no name), only the
+    settings are checked and nothing is adopted."""
     current = tx.config
     if not current:
-        tx.config = dict(wanted)
+        if embedder is not None:
+            tx.config = index_config(embedder.model_id, embedder.dim, settings)
         return
-    if current.get("settings") != wanted["settings"]:
+    if current.get("settings") != settings.shape_of_index():
         raise IndexConfigError(
-            f"the store was built with settings {current.get('settings')}, not {wanted['settings']}; "
+            f"the store was built with settings {current.get('settings')}, not {settings.shape_of_index()}; "
             "rebuild into a new store to change them"
         )
-    if current.get("embedder") != wanted["embedder"]:
+    if embedder is not None and current.get("embedder") != embedder.model_id:
         raise IndexConfigError(
-            f"the store's name vectors come from {current.get('embedder')!r}, not {wanted['embedder']!r}; "
+            f"the store's name vectors come from {current.get('embedder')!r}, not {embedder.model_id!r}; "
             "use the same embedder, or rebuild into a new store"
         )
 
@@ -167,7 +172,7 @@ def ingest(
             report.failed += 1
             report.failures.append((o.chunk_id, o.reason))
     with store.transaction() as tx:
-        check_config(tx, index_config(embedder.model_id, embedder.dim, settings))
+        check_config(tx, settings, embedder)
         changes = document_changes(tx, documents)
         upsert_documents(tx, documents, settings)
         record_extractions(tx, outcomes)
@@ -227,7 +232,7 @@ def rebuild(source: Store, target: Store, embedder: Embedder, settings: IndexSet
     with target.transaction() as tx:
         if tx.manifest.seq:
             raise IndexConfigError(f"rebuild needs an empty target store; {target.uri} has commits")
-        check_config(tx, index_config(embedder.model_id, embedder.dim, settings))
+        check_config(tx, settings, embedder)
         for spec in (DOCUMENTS, PASSAGES, EXTRACTIONS):
             rows = source.read(spec.name, manifest)
             tx.put(spec.name, with_buckets(rows, spec, target.n_buckets).cast(tx.table(spec.name).schema))

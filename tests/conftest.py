@@ -1,8 +1,22 @@
-"""Shared fixtures: small corpora, stores on temporary paths, the fast test embedder."""
+"""Shared fixtures: small corpora, stores on temporary paths, the fast test embedder, and a model
+endpoint.
+
+``chat_server``: a real HTTP server on 127.0.0.1 that speaks the OpenAI chat-completions protocol.
+Tests script its answers: ``server.script(fn)`` where ``fn(request) -> Reply`` sees the request
+body and its number, or ``server.queue(reply, …)`` for answers in order. Every request is kept
+(``server.requests``), so tests can assert exactly how many calls were made.
+"""
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
 
 import pytest
 
@@ -50,3 +64,160 @@ def minilm():
     from lightfoot_pipeline.models.embedder import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder()
+
+
+# -- a chat-completions endpoint ----------------------------------------------------------------
+
+
+@dataclass
+class Reply:
+    """One scripted answer: a completion with ``content``, or an HTTP error ``status``."""
+
+    content: str | None = None
+    status: int = 200
+    headers: dict = field(default_factory=dict)
+    delay: float = 0.0  # seconds to wait before answering (longer than the client timeout = a timeout)
+    finish_reason: str = "stop"
+    usage: tuple[int, int] | None = None  # (prompt_tokens, completion_tokens); None: derived from lengths
+    body: str | None = None  # a raw body, sent as is
+
+
+@dataclass
+class Request:
+    number: int
+    path: str
+    headers: dict
+    body: dict
+
+    @property
+    def messages(self) -> list[dict]:
+        return self.body.get("messages", [])
+
+    @property
+    def user_text(self) -> str:
+        return "\n".join(m["content"] for m in self.messages if m.get("role") == "user")
+
+    @property
+    def response_format(self) -> str | None:
+        fmt = self.body.get("response_format")
+        return fmt.get("type") if isinstance(fmt, dict) else None
+
+
+def minified(record: dict) -> str:
+    """A record as the prompt asks for it: one line of minified JSON."""
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+class ChatServer:
+    """Tests reach the reply type as ``chat_server.Reply`` (conftest modules are not importable)."""
+
+    Reply = Reply
+
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+        self._lock = threading.Lock()
+        self._counter = itertools.count(1)
+        self._script: Callable[[Request], Reply] = lambda request: Reply(content='{"entities":[],"facts":[]}')
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most requests the server was answering at once
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # keep test output quiet
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length)
+                try:
+                    body = json.loads(raw or b"{}")
+                except json.JSONDecodeError:
+                    body = {"unparsed": raw.decode("utf-8", "replace")}
+                with server._lock:
+                    request = Request(next(server._counter), self.path, dict(self.headers.items()), body)
+                    server.requests.append(request)
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    reply = server._script(request)
+                    if reply.delay:
+                        time.sleep(reply.delay)
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+                if reply.body is not None:
+                    payload = reply.body.encode()
+                elif reply.status != 200:
+                    payload = json.dumps({"error": {"message": f"scripted status {reply.status}",
+                                                    "type": "scripted", "code": None}}).encode()
+                else:
+                    prompt = sum(len(str(m.get("content", ""))) for m in request.messages) // 4
+                    tokens_in, tokens_out = reply.usage or (prompt, len(reply.content or "") // 4)
+                    payload = json.dumps({
+                        "id": f"chatcmpl-{request.number}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": body.get("model", "scripted"),
+                        "choices": [{"index": 0, "finish_reason": reply.finish_reason,
+                                     "message": {"role": "assistant", "content": reply.content}}],
+                        "usage": {"prompt_tokens": tokens_in, "completion_tokens": tokens_out,
+                                  "total_tokens": tokens_in + tokens_out},
+                    }).encode()
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(payload)))
+                    for name, value in reply.headers.items():
+                        self.send_header(name, str(value))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a timeout test)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def script(self, fn: Callable[[Request], Reply]) -> None:
+        self._script = fn
+
+    def queue(self, *replies: Reply, then: Reply | None = None) -> None:
+        """Answer with these replies in order, then with ``then`` (default: the last one)."""
+        pending = list(replies)
+        last = then or replies[-1]
+        lock = threading.Lock()
+
+        def next_reply(request: Request) -> Reply:
+            with lock:
+                return pending.pop(0) if pending else last
+
+        self._script = next_reply
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests.clear()
+            self.max_in_flight = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.requests)
+
+    @staticmethod
+    def minified(record: dict) -> str:
+        return minified(record)
+
+
+@pytest.fixture
+def chat_server():
+    server = ChatServer()
+    server.thread.start()
+    yield server
+    server.httpd.shutdown()
+    server.httpd.server_close()

@@ -21,12 +21,9 @@ from assets.keys import ENTITIES, EXTRACTIONS, FACTS, GRAPH_ASSETS, NAME_LINKS, 
 from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline import pipeline
 from lightfoot_pipeline.ingest.extraction.outcome import FAILED, OK
-from lightfoot_pipeline.index.reconcile import name_statistics
+from lightfoot_pipeline.index.references import dangling_references
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.tables import (
-    ALIASES, DOCUMENTS, ENTITIES as ENTITIES_TABLE, EXTRACTIONS as EXTRACTIONS_TABLE, FACT_SOURCES,
-    FACTS as FACTS_TABLE, FORMS, MENTIONS, PASSAGES, SYNONYM_EDGES as SYNONYM_EDGES_TABLE,
-)
+from lightfoot_pipeline.store.tables import EXTRACTIONS as EXTRACTIONS_TABLE, PASSAGES
 
 
 @dg.asset_check(asset=EXTRACTIONS, blocking=True)
@@ -60,43 +57,6 @@ def passages_accounted_for(store: StoreResource) -> dg.AssetCheckResult:
             "store_commit": manifest.seq,
         },
     )
-
-
-def dangling_references(store: Store) -> dict[str, int]:
-    """For each kind of reference, how many point at something that is not live."""
-    manifest = store.manifest()
-    read = lambda name, *cols: store.read(name, manifest, columns=list(cols))  # noqa: E731
-    documents = read(DOCUMENTS.name, "doc_id")
-    passages = read(PASSAGES.name, "chunk_id", "doc_id")
-    entities = read(ENTITIES_TABLE.name, "entity_id")
-    forms = read(FORMS.name, "chunk_id", "doc_id", "name", "type", "surface")
-    aliases = read(ALIASES.name, "name", "type", "entity_id")
-    mentions = read(MENTIONS.name, "entity_id", "chunk_id")
-    edges = read(SYNONYM_EDGES_TABLE.name, "entity_a", "entity_b")
-    sources = read(FACT_SOURCES.name, "fact_id", "chunk_id")
-    facts = read(FACTS_TABLE.name, "fact_id")
-    extractions = read(EXTRACTIONS_TABLE.name, "chunk_id", "doc_id")
-
-    def absent(frame: pl.DataFrame, on: str, target: pl.DataFrame, target_on: str | None = None) -> int:
-        keys = target.select(pl.col(target_on or on).alias(on)).unique()
-        return frame.select(on).join(keys, on=on, how="anti").height
-
-    live_names = name_statistics(forms).select("name", "type")
-    return {
-        "passages -> documents": absent(passages, "doc_id", documents),
-        "extractions -> passages": absent(extractions, "chunk_id", passages),
-        "forms -> passages": absent(forms, "chunk_id", passages),
-        "fact_sources -> passages": absent(sources, "chunk_id", passages),
-        "mentions -> passages": absent(mentions, "chunk_id", passages),
-        "mentions -> entities": absent(mentions, "entity_id", entities),
-        "aliases -> entities": absent(aliases, "entity_id", entities),
-        "aliases -> live names": aliases.join(live_names, on=["name", "type"], how="anti").height,
-        "live names -> aliases": live_names.join(aliases, on=["name", "type"], how="anti").height,
-        "synonym_edges -> entities": absent(edges, "entity_a", entities, "entity_id")
-        + absent(edges, "entity_b", entities, "entity_id"),
-        "facts -> fact_sources": absent(facts, "fact_id", sources),
-        "fact_sources -> facts": absent(sources, "fact_id", facts),
-    }
 
 
 @dg.asset_check(asset=ENTITIES, blocking=True)

@@ -11,9 +11,9 @@ from collections import Counter
 import dagster as dg
 import polars as pl
 
-from assets.keys import DOCUMENTS_GROUP, EXTRACTIONS, PASSAGES
-from assets.partitions import DOCUMENTS
-from assets.provenance import STORE_POOL, commit_if_changed, store_metadata
+from assets.keys import EXTRACTIONS, PASSAGES
+from assets.partitions import PER_DOCUMENT
+from assets.provenance import commit_if_changed, store_metadata
 from assets.resources import ExtractorResource, StoreResource
 from lightfoot_pipeline.index.documents import derive_forms, record_extractions
 from lightfoot_pipeline.ingest.extraction.outcome import OK
@@ -24,14 +24,7 @@ from lightfoot_pipeline.store.tables import FACT_SOURCES, FORMS
 from lightfoot_pipeline.store.tables import PASSAGES as PASSAGES_TABLE
 
 
-@dg.asset(
-    partitions_def=DOCUMENTS,
-    backfill_policy=dg.BackfillPolicy.single_run(),
-    deps=[PASSAGES],
-    group_name=DOCUMENTS_GROUP,
-    kinds={"deltalake", "openai"},
-    pool=STORE_POOL,
-)
+@dg.asset(**PER_DOCUMENT, deps=[PASSAGES], kinds={"deltalake", "openai"})
 def extractions(
     context: dg.AssetExecutionContext, store: StoreResource, extractor: ExtractorResource
 ) -> dg.MaterializeResult:
@@ -112,14 +105,7 @@ def _progress(context: dg.AssetExecutionContext):
     return report
 
 
-@dg.asset(
-    partitions_def=DOCUMENTS,
-    backfill_policy=dg.BackfillPolicy.single_run(),
-    deps=[EXTRACTIONS],
-    group_name=DOCUMENTS_GROUP,
-    kinds={"deltalake", "python"},
-    pool=STORE_POOL,
-)
+@dg.asset(**PER_DOCUMENT, deps=[EXTRACTIONS], kinds={"deltalake", "python"})
 def forms(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     """Every normalised entity name, fact subject and fact object of a document's passages, and
     which passage asserted which fact: the per-document input of the graph."""

@@ -99,12 +99,7 @@ def graph(context: dg.AssetExecutionContext, store: StoreResource, embedder: Emb
 
 def _reconcile(lightfoot, settings, model, run_id: str) -> tuple[GraphChange, object, bool]:
     with lightfoot.transaction() as tx:
-        if model is not None:
-            pipeline.check_config(tx, pipeline.index_config(model.model_id, model.dim, settings))
-        elif tx.config and tx.config.get("settings") != settings.shape_of_index():
-            raise pipeline.IndexConfigError(
-                f"the store was built with settings {tx.config.get('settings')}, not {settings.shape_of_index()}"
-            )
+        pipeline.check_config(tx, settings, model)
         vectors = pipeline.name_vector_cache(lightfoot, model) if model is not None else None
         change = reconcile_graph(tx, settings, vectors)
         manifest, changed = commit_if_changed(tx, "graph", {"graph": change.as_dict(), "run_id": run_id})

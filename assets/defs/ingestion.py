@@ -16,27 +16,21 @@ import polars as pl
 from assets.keys import (
     DOCUMENTS_GROUP, GRAPH_GROUP, INGESTION_JOB, REBUILD_CHECKS, SERVING_GROUP, TRIGGER_TAG,
 )
-from assets.partitions import DOCUMENTS, invalid_key_reason, key_ranges, range_tags
-from assets.provenance import STORE_POOL, commit_if_changed, store_metadata
+from assets.partitions import DOCUMENTS, PER_DOCUMENT, key_ranges, range_tags
+from assets.provenance import commit_if_changed, store_metadata
 from assets.receipts import receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
-from lightfoot_pipeline.ingest.dataset import DatasetError
 from lightfoot_pipeline.index.documents import upsert_documents
-from lightfoot_pipeline.ingest.inbox import Inbox
-from lightfoot_pipeline.ingest.landing import INGESTION, Landing, Receipt
+from lightfoot_pipeline.ingest.inbox import take_documents
+from lightfoot_pipeline.ingest.landing import Landing
+from lightfoot_pipeline.ingest.receipts import INGESTION, Receipt, Receipts
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENTS as DOCUMENTS_TABLE
 from lightfoot_pipeline.store.tables import PASSAGES as PASSAGES_TABLE
 from lightfoot_pipeline.store.tables import TOMBSTONES as TOMBSTONES_TABLE
 
 
-@dg.asset(
-    partitions_def=DOCUMENTS,
-    backfill_policy=dg.BackfillPolicy.single_run(),
-    group_name=DOCUMENTS_GROUP,
-    kinds={"deltalake", "python"},
-    pool=STORE_POOL,
-)
+@dg.asset(**PER_DOCUMENT, kinds={"deltalake", "python"})
 def passages(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     """A document's row (title, source, retention date) and its passages, from its landed copy.
 
@@ -100,55 +94,6 @@ document_ingestion = dg.define_asset_job(
 # -- the inbox --------------------------------------------------------------------------------
 
 
-@dataclass
-class Intake:
-    """What one look at the inbox did."""
-
-    receipts: list[Receipt] = field(default_factory=list)
-    rejected: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def doc_ids(self) -> list[str]:
-        return sorted({d for r in self.receipts for d in r.doc_ids})
-
-
-def take_in(inbox: Inbox, landing: Landing, log) -> Intake:
-    """Land every ready drop of the inbox — its documents, then a pending receipt — and remove it.
-    A drop whose receipt already exists (one that could not be removed before) is not landed again."""
-    intake = Intake()
-    for item in inbox.items():
-        try:
-            documents = inbox.read_documents(item)
-            bad = [reason for d in documents if (reason := invalid_key_reason(d.doc_id))]
-            if bad:
-                raise DatasetError(f"{item.path}: {bad[0]}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
-        except (DatasetError, UnicodeDecodeError, OSError) as err:
-            reason = str(err)
-            try:
-                where = inbox.reject(item, reason)
-                log.warning(f"rejected {item.name}: {reason} (moved to {where})")
-            except OSError as move_error:
-                log.error(f"rejected {item.name}: {reason}; could not move it aside: {move_error}")
-            intake.rejected[item.name] = reason
-            continue
-        receipt = inbox.document_receipt(item, documents)
-        known = landing.receipt(INGESTION, receipt.receipt_id)
-        if known is None:
-            landing.put_documents(documents)  # before the receipt: a receipt never names documents not landed
-            landing.record(receipt)
-            intake.receipts.append(receipt)
-            log.info(f"landed {len(documents)} documents from {item.name} (drop {receipt.receipt_id})")
-        else:
-            log.info(f"{item.name} was landed before (drop {known.receipt_id}, "
-                     f"{'done: ' + known.outcome if known.is_done else 'pending'}); not landed again")
-        try:
-            inbox.remove(item)
-        except OSError as err:
-            log.warning(f"landed {item.name} but could not remove it from the inbox ({err}); "
-                        "it will not be landed again")
-    return intake
-
-
 def ingestion_requests(order: list[str], doc_ids: list[str], run_key: str, tags: dict[str, str]) -> list[dg.RunRequest]:
     """The runs over these documents: as few ranges of the partition ``order`` as it allows."""
     ranges = key_ranges(order, doc_ids)
@@ -174,7 +119,7 @@ class DropRuns:
     pending_ids: set[str] = field(default_factory=set)  # documents of drops still pending
 
 
-def drop_runs(instance: dg.DagsterInstance, landing: Landing, trigger: str) -> DropRuns:
+def drop_runs(instance: dg.DagsterInstance, receipts: Receipts, trigger: str) -> DropRuns:
     """Settle each pending drop whose runs succeeded, and ask for runs for each one whose runs
     failed, were canceled or never came to exist.
 
@@ -186,18 +131,18 @@ def drop_runs(instance: dg.DagsterInstance, landing: Landing, trigger: str) -> D
     out = DropRuns()
     order = list(instance.get_dynamic_partitions(DOCUMENTS.name))
     known = set(order)
-    for receipt in landing.pending_receipts(INGESTION):
+    for receipt in receipts.pending(INGESTION):
         runs = receipt_runs(instance, receipt)
         if runs.succeeded:
-            out.settled.append(landing.settle(receipt, f"run {runs.succeeded} succeeded"))
+            out.settled.append(receipts.settle(receipt, f"run {runs.succeeded} succeeded"))
             continue
         out.pending_ids.update(receipt.doc_ids)
         if runs.in_flight or runs.backing_off():
             out.waiting.append(receipt)
             continue
-        wanted = sorted(landing.landed(receipt.doc_ids))
+        wanted = sorted(receipts.landing.landed(receipt.doc_ids))
         if not wanted:
-            out.settled.append(landing.settle(receipt, "none of its documents has a landed copy (deleted since)"))
+            out.settled.append(receipts.settle(receipt, "none of its documents has a landed copy (deleted since)"))
             continue
         new = [d for d in wanted if d not in known]
         order.extend(new)
@@ -232,8 +177,8 @@ def document_inbox(
     lightfoot = store.open()
     landing = Landing(lightfoot)
     box = inbox.document_inbox(lightfoot)
-    intake = take_in(box, landing, context.log)
-    runs = drop_runs(context.instance, landing, "inbox")
+    intake = take_documents(box, landing, context.log)
+    runs = drop_runs(context.instance, Receipts(lightfoot), "inbox")
     news = [f"landed {len(intake.doc_ids)} documents from {len(intake.receipts)} drops"] if intake.receipts \
         else [f"nothing new in {box.uri}"]
     if intake.rejected:
@@ -278,8 +223,8 @@ def hourly_ingestion(
         return dg.SkipReason(f"an ingestion run ({busy[0].dagster_run.run_id}) is queued or running")
     lightfoot = store.open()
     landing = Landing(lightfoot)
-    take_in(inbox.document_inbox(lightfoot), landing, context.log)
-    drops = drop_runs(context.instance, landing, "schedule")
+    take_documents(inbox.document_inbox(lightfoot), landing, context.log)
+    drops = drop_runs(context.instance, Receipts(lightfoot), "schedule")
     live = set(lightfoot.read(DOCUMENTS_TABLE.name, columns=["doc_id"]).get_column("doc_id").to_list())
     awaiting_deletion = {r.doc_id for r in landing.deletion_requests()}
     wanted = sorted(set(landing.landed_ids()) - live - awaiting_deletion - drops.pending_ids)

@@ -22,12 +22,12 @@ from assets.partitions import DOCUMENTS
 from assets.provenance import STORE_POOL, commit_if_changed, store_metadata
 from assets.receipts import IN_FLIGHT, receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
-from lightfoot_pipeline.ingest.dataset import DatasetError
 from lightfoot_pipeline.index.documents import tombstone_documents
 from lightfoot_pipeline.erase import erase_history
-from lightfoot_pipeline.ingest.inbox import Inbox
-from lightfoot_pipeline.ingest.landing import ERASURE, DeletionRequest, Landing, Receipt, open_filesystem, utc_now
-from lightfoot_pipeline.ingest.retention import PolicyError, RetentionPolicy, due_documents
+from lightfoot_pipeline.ingest.inbox import take_requests
+from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing, utc_now
+from lightfoot_pipeline.ingest.receipts import ERASURE, Receipt, Receipts
+from lightfoot_pipeline.ingest.retention import due_documents, load_policy
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENTS as DOCUMENTS_TABLE
 from lightfoot_pipeline.store.tables import GRAPH_QUEUE
@@ -150,39 +150,6 @@ document_deletion = dg.define_asset_job(
 # -- requests ---------------------------------------------------------------------------------
 
 
-def take_requests(inbox: Inbox, landing: Landing, log) -> tuple[list[Receipt], dict[str, str]]:
-    """Record every ready request file of the erasure inbox — its deletion requests in the landing
-    area, then a pending receipt — and remove it. A file whose receipt already exists (one that
-    could not be removed before) is not applied again."""
-    taken: list[Receipt] = []
-    rejected: dict[str, str] = {}
-    for item in inbox.items():
-        try:
-            requests = inbox.read_requests(item)
-        except (DatasetError, UnicodeDecodeError, OSError) as err:
-            rejected[item.name] = str(err)
-            try:
-                log.warning(f"rejected {item.name}: {err} (moved to {inbox.reject(item, str(err))})")
-            except OSError as move_error:
-                log.error(f"rejected {item.name}: {err}; could not move it aside: {move_error}")
-            continue
-        receipt = inbox.deletion_receipt(item, requests)
-        known = landing.receipt(ERASURE, receipt.receipt_id)
-        if known is None:
-            landing.request_deletions(requests)  # before the receipt: a receipt never names requests not recorded
-            landing.record(receipt)
-            taken.append(receipt)
-            log.info(f"{len(requests)} deletion requests from {item.name} (request {receipt.receipt_id})")
-        else:
-            log.info(f"{item.name} was taken before (request {known.receipt_id}, "
-                     f"{'done: ' + known.outcome if known.is_done else 'pending'}); not applied again")
-        try:
-            inbox.remove(item)
-        except OSError as err:
-            log.warning(f"recorded {item.name} but could not remove it ({err}); it will not be applied again")
-    return taken, rejected
-
-
 def _deletion_runs_in_flight(instance: dg.DagsterInstance) -> list[str]:
     """Deletion runs queued, starting, running or being canceled, whoever asked for them."""
     records = instance.get_run_records(dg.RunsFilter(job_name=DELETION_JOB, statuses=IN_FLIGHT), limit=5)
@@ -219,27 +186,28 @@ def erasure_inbox(
     lightfoot = store.open()
     landing = Landing(lightfoot)
     box = inbox.erasure_inbox(lightfoot)
-    taken, rejected = take_requests(box, landing, context.log)
+    intake = take_requests(box, landing, context.log)
+    receipts = Receipts(lightfoot)
     settled, waiting, backing_off, needed = [], [], [], []
-    for receipt in landing.pending_receipts(ERASURE):
+    for receipt in receipts.pending(ERASURE):
         runs = receipt_runs(context.instance, receipt)
         if runs.succeeded:
-            landing.settle(receipt, f"run {runs.succeeded} succeeded")
+            receipts.settle(receipt, f"run {runs.succeeded} succeeded")
             settled.append(receipt)
         elif runs.in_flight:
             waiting.append(receipt)
         elif runs.backing_off():
             backing_off.append(receipt)
-        elif not (outstanding := landing.outstanding_deletions(receipt)):
-            landing.settle(receipt, "its documents were already deleted" + (" and erased" if receipt.erase_ids else ""))
+        elif not (outstanding := receipts.outstanding_deletions(receipt)):
+            receipts.settle(receipt, "its documents were already deleted" + (" and erased" if receipt.erase_ids else ""))
             settled.append(receipt)
         else:
             needed.append((receipt, runs, outstanding))
     for receipt in settled:
         context.log.info(f"request {receipt.receipt_id} from {receipt.origin} is done")
-    news = [f"took {len(taken)} request files"] if taken else [f"no new request file in {box.uri}"]
-    if rejected:
-        news.append(f"rejected {', '.join(sorted(rejected))}")
+    news = [f"took {len(intake.receipts)} request files"] if intake.receipts else [f"no new request file in {box.uri}"]
+    if intake.rejected:
+        news.append(f"rejected {', '.join(sorted(intake.rejected))}")
     if settled:
         news.append(f"{len(settled)} requests done")
     if backing_off:
@@ -265,17 +233,6 @@ def erasure_inbox(
     )])
 
 
-def load_policy(location: str | None, store: Store) -> RetentionPolicy:
-    if not location:
-        return RetentionPolicy()
-    fs, path = open_filesystem(location, store.storage_options if location.startswith("s3://") else None)
-    try:
-        with fs.open_input_stream(path) as stream:
-            return RetentionPolicy.parse(stream.read().decode("utf-8"), location)
-    except FileNotFoundError as err:
-        raise PolicyError(f"{location}: retention policy file not found") from err
-
-
 @dg.schedule(
     cron_schedule="0 3 * * *",
     job_name=DELETION_JOB,
@@ -292,7 +249,7 @@ def retention_schedule(
     that the ``erasure_inbox`` sensor asks again for a run that failed or never came to exist."""
     lightfoot = store.open()
     landing = Landing(lightfoot)
-    policy = load_policy(inbox.policy_path(), lightfoot)
+    policy = load_policy(inbox.policy_path(), lightfoot.storage_options)
     today = context.scheduled_execution_time.date()
     documents = lightfoot.read(DOCUMENTS_TABLE.name, columns=["doc_id", "source", "retention_until"])
     landed_on = {}
@@ -308,7 +265,7 @@ def retention_schedule(
     receipt = Receipt.for_deletions({"schedule": "retention_schedule", "date": today.isoformat()}, requests,
                                     f"retention schedule {today.isoformat()}")
     landing.request_deletions(requests)
-    landing.record(receipt)
+    Receipts(lightfoot).record(receipt)
     context.log.info(f"{len(due)} documents past their retention date (request {receipt.receipt_id})")
     return dg.RunRequest(run_key=f"retention-{today.isoformat()}",
                          tags={TRIGGER_TAG: "retention", **receipt_tags(receipt, 0)})

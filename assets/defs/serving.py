@@ -9,7 +9,7 @@ import dagster as dg
 from assets.keys import GRAPH_ASSETS, SERVING_GROUP
 from assets.provenance import STORE_POOL
 from assets.resources import EmbedderResource, StoreResource
-from lightfoot_pipeline.serving.snapshot import DEFAULT_KEEP, export_snapshot
+from lightfoot_pipeline.serving.export import DEFAULT_KEEP, export_snapshot
 
 
 @dg.asset(

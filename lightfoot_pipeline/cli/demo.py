@@ -104,7 +104,7 @@ def _show_retrieval(store: Store, embedder, dataset: Path, n_questions: int = 2)
     from lightfoot_pipeline.ingest.dataset import default_questions_file, load_questions
     from lightfoot_pipeline.serving.rerank import load_reranker
     from lightfoot_pipeline.serving.serve import QueryService
-    from lightfoot_pipeline.serving.snapshot import export_snapshot
+    from lightfoot_pipeline.serving.export import export_snapshot
 
     started = time.perf_counter()
     info = export_snapshot(store, embedder)

@@ -48,7 +48,7 @@ def print_latency(latency: dict) -> None:
 
 def cmd_snapshot(args) -> int:
     from lightfoot_pipeline.serving.serve import resolve_embedder
-    from lightfoot_pipeline.serving.snapshot import export_snapshot
+    from lightfoot_pipeline.serving.export import export_snapshot
 
     store = _store(args)
     started = time.perf_counter()

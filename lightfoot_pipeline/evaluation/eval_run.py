@@ -35,8 +35,9 @@ from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.ingest.passages import text_hash
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.serving.answer import MAX_TOKENS, Answer, Answerer
+from lightfoot_pipeline.serving.export import export_snapshot
 from lightfoot_pipeline.serving.rerank import Reranker, RerankerStatus
-from lightfoot_pipeline.serving.snapshot import Snapshot, SnapshotInfo, export_snapshot, load_snapshot
+from lightfoot_pipeline.serving.snapshot import Snapshot, SnapshotInfo, load_snapshot
 from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENTS

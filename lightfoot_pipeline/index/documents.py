@@ -18,7 +18,7 @@ from lightfoot_pipeline.ingest.extraction.outcome import OK, ExtractionOutcome, 
 from lightfoot_pipeline.index.forms import fact_sources_frame, forms_frame, forms_of
 from lightfoot_pipeline.ingest.passages import Passage, split_passages, text_hash
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.store.store import Transaction
+from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.tables import (
     DOCUMENTS, EXTRACTIONS, FACT_SOURCES, FORMS, GRAPH_QUEUE, PASSAGES, PER_DOCUMENT_TABLES, TOMBSTONES, TableSpec,
     with_buckets,

@@ -32,7 +32,7 @@ from lightfoot_pipeline.index.digests import set_digest
 from lightfoot_pipeline.index.facts import fact_rows
 from lightfoot_pipeline.index.links import LINK_SCHEMA, links_between
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.store.store import Transaction
+from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.index.synonyms import synonym_edges
 from lightfoot_pipeline.store.tables import (
     ALIASES, ENTITIES, FACT_SOURCES, FACTS, FORMS, GRAPH_QUEUE, MENTIONS, NAME_LINKS, SYNONYM_EDGES, TableSpec,

@@ -20,15 +20,19 @@ Names starting with ``.`` or ``_`` and names ending in ``.tmp`` or ``.part`` are
 a drop under such a name and rename it when it is complete. A drop that cannot be read moves to
 ``rejected/`` beside a ``NAME.reason.txt`` that says why; nothing of it is ingested.
 
-A drop that is taken leaves a receipt in the landing area (landing.py), identified by the drop
+A drop that is taken leaves a receipt in the landing area (receipts.py), identified by the drop
 (``source``) and what it holds, so that a drop is never taken twice and its run can be found and
-asked again until one has succeeded.
+asked again until one has succeeded. :func:`take_documents` and :func:`take_requests` drain an
+inbox in that order: what a drop holds is landed, then its pending receipt recorded, then the drop
+removed. A crash between two steps leaves the drop in the inbox, and the next look lands it again
+(landing is idempotent) or, once its receipt exists, only removes it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterator
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
 
 import pyarrow.fs as pafs
 
@@ -37,7 +41,9 @@ from lightfoot_pipeline.ingest.dataset import (
     parse_recorded_extractions, text_lines,
 )
 from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
-from lightfoot_pipeline.ingest.landing import DeletionRequest, LandedDocument, Receipt, utc_now, open_filesystem
+from lightfoot_pipeline.ingest.landing import DeletionRequest, LandedDocument, Landing, utc_now
+from lightfoot_pipeline.ingest.receipts import ERASURE, INGESTION, Receipt, Receipts
+from lightfoot_pipeline.store.filesystem import open_filesystem
 
 REJECTED_DIR = "rejected"
 _NOT_READY_SUFFIXES = (".tmp", ".part")
@@ -178,11 +184,11 @@ class Inbox:
         return {"inbox": self.uri, "name": item.name, "size": item.size, "mtime_ns": item.mtime_ns}
 
     def deletion_receipt(self, item: InboxItem, requests: list[DeletionRequest]) -> Receipt:
-        """The receipt of an erasure-request drop (see landing.py)."""
+        """The receipt of an erasure-request drop (see receipts.py)."""
         return Receipt.for_deletions(self.source(item), requests, f"{self.uri}/{item.name}")
 
     def document_receipt(self, item: InboxItem, documents: list[LandedDocument]) -> Receipt:
-        """The receipt of a document drop (see landing.py)."""
+        """The receipt of a document drop (see receipts.py)."""
         return Receipt.for_documents(self.source(item), [d.doc_id for d in documents], f"{self.uri}/{item.name}")
 
     # -- after reading ---------------------------------------------------------------------
@@ -229,3 +235,90 @@ def _requests_from_object(row: object, where: str, name: str, now, origin: str) 
     if not isinstance(reason, str):
         raise DatasetError(f"{where}: reason must be a string")
     return [DeletionRequest(d, reason, erase, now, origin) for d in ids]
+
+
+# -- taking drops -------------------------------------------------------------------------------
+
+
+@dataclass
+class Intake:
+    """What one look at an inbox did: the receipts of the drops it took, and the drops it rejected
+    (name: why)."""
+
+    receipts: list[Receipt] = field(default_factory=list)
+    rejected: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def doc_ids(self) -> list[str]:
+        return sorted({d for r in self.receipts for d in r.doc_ids})
+
+
+@dataclass(frozen=True)
+class _Drops:
+    """How one kind of inbox is drained: what a drop is read as, kept as, and called in the log."""
+
+    kind: str  # the receipt kind
+    read: Callable[[Inbox, InboxItem], Sequence]
+    receipt: Callable[[Inbox, InboxItem, Sequence], Receipt]
+    keep: Callable[[Landing, Sequence], None]
+    noun: str  # a drop, in the log: "drop", "request"
+    holds: str  # what it holds: "documents", "deletion requests"
+    kept: str  # what keeping it is: "landed", "recorded"
+    again: str  # what a drop known before is not: "landed again", "applied again"
+
+
+_DOCUMENT_DROPS = _Drops(
+    INGESTION, Inbox.read_documents, Inbox.document_receipt, Landing.put_documents,
+    "drop", "documents", "landed", "landed again",
+)
+_REQUEST_DROPS = _Drops(
+    ERASURE, Inbox.read_requests, Inbox.deletion_receipt, Landing.request_deletions,
+    "request", "deletion requests", "recorded", "applied again",
+)
+
+
+def take_documents(inbox: Inbox, landing: Landing, log: logging.Logger | logging.LoggerAdapter) -> Intake:
+    """Land every ready drop of a document inbox — its documents, then a pending receipt — and
+    remove it. A drop whose receipt already exists (one that could not be removed before) is not
+    landed again. ``log`` takes ``info``, ``warning`` and ``error`` (a logger, Dagster's
+    ``context.log``)."""
+    return _take(inbox, landing, log, _DOCUMENT_DROPS)
+
+
+def take_requests(inbox: Inbox, landing: Landing, log: logging.Logger | logging.LoggerAdapter) -> Intake:
+    """Record every ready request file of an erasure inbox — its deletion requests in the landing
+    area, then a pending receipt — and remove it. A file whose receipt already exists (one that
+    could not be removed before) is not applied again."""
+    return _take(inbox, landing, log, _REQUEST_DROPS)
+
+
+def _take(inbox: Inbox, landing: Landing, log, drops: _Drops) -> Intake:
+    intake = Intake()
+    receipts = Receipts(landing.store)
+    for item in inbox.items():
+        try:
+            contents = drops.read(inbox, item)
+        except (DatasetError, UnicodeDecodeError, OSError) as err:
+            reason = str(err)
+            intake.rejected[item.name] = reason
+            try:
+                log.warning(f"rejected {item.name}: {reason} (moved to {inbox.reject(item, reason)})")
+            except OSError as move_error:
+                log.error(f"rejected {item.name}: {reason}; could not move it aside: {move_error}")
+            continue
+        receipt = drops.receipt(inbox, item, contents)
+        known = receipts.receipt(drops.kind, receipt.receipt_id)
+        if known is None:
+            drops.keep(landing, contents)  # before the receipt: a receipt never names what was not kept
+            receipts.record(receipt)
+            intake.receipts.append(receipt)
+            log.info(f"{drops.kept} {len(contents)} {drops.holds} from {item.name} ({drops.noun} {receipt.receipt_id})")
+        else:
+            log.info(f"{item.name} was {drops.kept} before ({drops.noun} {known.receipt_id}, "
+                     f"{'done: ' + known.outcome if known.is_done else 'pending'}); not {drops.again}")
+        try:
+            inbox.remove(item)
+        except OSError as err:
+            log.warning(f"{drops.kept} {item.name} but could not remove it from the inbox ({err}); "
+                        f"it will not be {drops.again}")
+    return intake

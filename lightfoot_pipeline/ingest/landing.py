@@ -2,28 +2,17 @@
 
 Documents that arrive through an inbox (see inbox.py) are copied here, one file per document,
 so that every later step — the first ingestion, a re-run, a backfill of one document — reads the
-same text by document id. Deletion requests wait here until a deletion has applied them.
-
-Every drop taken from an inbox (and every batch of documents the retention schedule deletes)
-also leaves a **receipt**: pending until a run that includes it has succeeded, then done. The
-receipt's id is a hash of the drop's identity (inbox, name, size, modification time) and of what
-it asks (document ids; for a deletion, each one's erase flag and reason) — never a counter — so
-the orchestrator derives run keys from it, finds a drop's runs again after any restart, and
-knows a drop it has already taken.
+same text by document id. Deletion requests wait here until a deletion has applied them. Every
+drop taken also leaves a receipt here (receipts.py).
 
 Layout under the store root (a local path or an object-store prefix)::
 
     landing/documents/<key>.json   {document, extraction?, landed_at, origin}
     landing/requests/<key>.json    {doc_id, reason, erase, requested_at, origin}
-    landing/receipts/<kind>/pending/<receipt id>.json
-    landing/receipts/<kind>/done/<receipt id>.json
-                                   {kind, receipt_id, origin, doc_ids, erase_ids, taken_at,
-                                    done_at, outcome}
+    landing/receipts/…             see receipts.py
 
 ``<key>`` is the document id, percent-encoded (with a ``d-`` prefix, so no id can name ``.`` or
-``..``), or a hash of it when the encoded id would be too long for a file name. ``<kind>`` is
-``erasure`` or ``documents``. A receipt holds document ids and no text; the text of a drop's
-documents is not hashed into its id either, so nothing derived from an erased text outlives it.
+``..``), or a hash of it when the encoded id would be too long for a file name.
 
 A landed copy holds the document's text, so it goes when the document does: deleting a
 document removes its copy (``forget``), and hard erasure removes it too.
@@ -33,26 +22,18 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 import urllib.parse
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-import polars as pl
 import pyarrow.fs as pafs
 
 from lightfoot_pipeline.ingest.dataset import Document, DatasetError, parse_document
-from lightfoot_pipeline.store.tables import DOCUMENTS as DOCUMENTS_TABLE
-from lightfoot_pipeline.store.tables import TOMBSTONES as TOMBSTONES_TABLE
+from lightfoot_pipeline.store.filesystem import delete_quietly, json_files, open_filesystem, read_json, write_json
 
 LANDING_DIR = "landing"
 DOCUMENTS_DIR = "documents"
 REQUESTS_DIR = "requests"
-RECEIPTS_DIR = "receipts"
-ERASURE = "erasure"  # a receipt for deletion requests
-INGESTION = "documents"  # a receipt for documents to ingest
-RECEIPT_KINDS = (ERASURE, INGESTION)
-PENDING, DONE = "pending", "done"
 _MAX_KEY_CHARS = 180
 
 
@@ -91,7 +72,7 @@ class LandedDocument:
         return cls(
             document=parse_document(data["document"], where),
             extraction=data.get("extraction"),
-            landed_at=_parse_time(data.get("landed_at")),
+            landed_at=parse_time(data.get("landed_at")),
             origin=str(data.get("origin") or ""),
         )
 
@@ -123,94 +104,16 @@ class DeletionRequest:
             doc_id=data["doc_id"],
             reason=str(data.get("reason") or ""),
             erase=bool(data.get("erase", True)),
-            requested_at=_parse_time(data.get("requested_at")),
+            requested_at=parse_time(data.get("requested_at")),
             origin=str(data.get("origin") or ""),
         )
-
-
-@dataclass(frozen=True)
-class Receipt:
-    """A drop taken from an inbox: which documents it names, pending until a run that includes it
-    has succeeded, then done with the outcome that settled it."""
-
-    kind: str
-    receipt_id: str
-    origin: str
-    doc_ids: tuple[str, ...]
-    erase_ids: tuple[str, ...] = ()  # for a deletion: the documents whose history goes too
-    taken_at: dt.datetime | None = None
-    done_at: dt.datetime | None = None
-    outcome: str = ""
-
-    @classmethod
-    def for_deletions(cls, source: dict, requests: Sequence[DeletionRequest], origin: str) -> "Receipt":
-        """The receipt of deletion requests taken from ``source`` (what identifies the drop)."""
-        if not requests:
-            raise ValueError("a receipt needs at least one deletion request")
-        content = sorted([r.doc_id, r.erase, r.reason] for r in requests)
-        return cls(
-            kind=ERASURE,
-            receipt_id=receipt_id(ERASURE, source, content),
-            origin=origin,
-            doc_ids=tuple(sorted({r.doc_id for r in requests})),
-            erase_ids=tuple(sorted({r.doc_id for r in requests if r.erase})),
-            taken_at=utc_now(),
-        )
-
-    @classmethod
-    def for_documents(cls, source: dict, doc_ids: Iterable[str], origin: str) -> "Receipt":
-        """The receipt of documents landed from ``source``, to be ingested."""
-        ids = sorted(set(doc_ids))
-        if not ids:
-            raise ValueError("a receipt needs at least one document")
-        return cls(INGESTION, receipt_id(INGESTION, source, ids), origin, tuple(ids), taken_at=utc_now())
-
-    @property
-    def is_done(self) -> bool:
-        return self.done_at is not None
-
-    def as_json(self) -> dict:
-        return {
-            "kind": self.kind,
-            "receipt_id": self.receipt_id,
-            "origin": self.origin,
-            "doc_ids": list(self.doc_ids),
-            "erase_ids": list(self.erase_ids),
-            "taken_at": (self.taken_at or utc_now()).isoformat(),
-            "done_at": self.done_at.isoformat() if self.done_at else None,
-            "outcome": self.outcome,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict, where: str) -> "Receipt":
-        if not isinstance(data, dict) or data.get("kind") not in RECEIPT_KINDS or not data.get("receipt_id"):
-            raise DatasetError(f"{where}: not a receipt")
-        ids = data.get("doc_ids")
-        if not isinstance(ids, list) or not all(isinstance(d, str) for d in ids):
-            raise DatasetError(f"{where}: a receipt's doc_ids must be a list of strings")
-        return cls(
-            kind=data["kind"],
-            receipt_id=str(data["receipt_id"]),
-            origin=str(data.get("origin") or ""),
-            doc_ids=tuple(ids),
-            erase_ids=tuple(str(d) for d in data.get("erase_ids") or ()),
-            taken_at=_parse_time(data.get("taken_at")),
-            done_at=_parse_time(data.get("done_at")),
-            outcome=str(data.get("outcome") or ""),
-        )
-
-
-def receipt_id(kind: str, source: dict, content) -> str:
-    """A receipt's id: a hash of its kind, the drop's identity and what the drop asks."""
-    payload = json.dumps({"kind": kind, "source": source, "content": content}, sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]
 
 
 def utc_now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def _parse_time(value) -> dt.datetime | None:
+def parse_time(value) -> dt.datetime | None:
     if not value:
         return None
     parsed = dt.datetime.fromisoformat(str(value))
@@ -223,70 +126,6 @@ def file_key(doc_id: str) -> str:
     if len(quoted) <= _MAX_KEY_CHARS:
         return f"d-{quoted}"
     return "h-" + hashlib.sha256(doc_id.encode("utf-8")).hexdigest()
-
-
-def open_filesystem(uri: str, storage_options: dict[str, str] | None = None) -> tuple[pafs.FileSystem, str]:
-    """A filesystem and the path within it for a local path or an object-store URI.
-
-    Object-store credentials come from ``storage_options`` (the keys the store takes:
-    AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL,
-    AWS_ALLOW_HTTP), else from the environment.
-    """
-    if uri.startswith("s3://") and storage_options:
-        options = {k.upper(): v for k, v in storage_options.items()}
-        endpoint = options.get("AWS_ENDPOINT_URL")
-        scheme = "https"
-        if endpoint and "://" in endpoint:
-            scheme, _, endpoint = endpoint.partition("://")
-        if str(options.get("AWS_ALLOW_HTTP", "")).lower() in {"1", "true", "yes"}:
-            scheme = "http"
-        fs = pafs.S3FileSystem(
-            access_key=options.get("AWS_ACCESS_KEY_ID"),
-            secret_key=options.get("AWS_SECRET_ACCESS_KEY"),
-            session_token=options.get("AWS_SESSION_TOKEN"),
-            region=options.get("AWS_REGION"),
-            endpoint_override=endpoint,
-            scheme=scheme,
-        )
-        return fs, uri.removeprefix("s3://").rstrip("/")
-    if "://" in uri and not uri.startswith("file://"):
-        fs, path = pafs.FileSystem.from_uri(uri)
-        return fs, path.rstrip("/")
-    return pafs.LocalFileSystem(), uri.removeprefix("file://").rstrip("/")
-
-
-def read_json(fs: pafs.FileSystem, path: str):
-    with fs.open_input_stream(path) as stream:
-        return json.loads(stream.read().decode("utf-8"))
-
-
-def write_json(fs: pafs.FileSystem, path: str, payload) -> None:
-    """Write a JSON file whole: to a temporary name first, then moved into place."""
-    data = json.dumps(payload, ensure_ascii=False, sort_keys=True).encode("utf-8")
-    parent = path.rsplit("/", 1)[0]
-    fs.create_dir(parent, recursive=True)
-    temporary = f"{parent}/.tmp-{hashlib.sha1(path.encode()).hexdigest()[:12]}-{utc_now().timestamp():.6f}"
-    with fs.open_output_stream(temporary) as stream:
-        stream.write(data)
-    fs.move(temporary, path)
-
-
-def delete_quietly(fs: pafs.FileSystem, path: str) -> bool:
-    """Delete a file; False when it was not there."""
-    try:
-        fs.delete_file(path)
-    except FileNotFoundError:
-        return False
-    return True
-
-
-def _json_files(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
-    infos = fs.get_file_info(pafs.FileSelector(folder, recursive=False, allow_not_found=True))
-    return sorted(
-        (i for i in infos if i.type == pafs.FileType.File and i.base_name.endswith(".json")
-         and not i.base_name.startswith(".")),
-        key=lambda i: i.path,
-    )
 
 
 class Landing:
@@ -330,7 +169,7 @@ class Landing:
     def landed_ids(self) -> list[str]:
         """Every document id with a landed copy."""
         ids = []
-        for info in _json_files(self.fs, f"{self.root}/{DOCUMENTS_DIR}"):
+        for info in json_files(self.fs, f"{self.root}/{DOCUMENTS_DIR}"):
             stem = info.base_name.removesuffix(".json")
             if stem.startswith("d-"):
                 ids.append(urllib.parse.unquote(stem[2:]))
@@ -359,7 +198,7 @@ class Landing:
         """Pending requests, oldest first."""
         requests = [
             DeletionRequest.from_json(read_json(self.fs, info.path), info.path)
-            for info in _json_files(self.fs, f"{self.root}/{REQUESTS_DIR}")
+            for info in json_files(self.fs, f"{self.root}/{REQUESTS_DIR}")
         ]
         epoch = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
         return sorted(requests, key=lambda r: (r.requested_at or epoch, r.doc_id))
@@ -367,71 +206,3 @@ class Landing:
     def resolve_requests(self, doc_ids: Iterable[str]) -> int:
         """Remove the requests of these documents once a deletion has applied them."""
         return sum(delete_quietly(self.fs, self._path(REQUESTS_DIR, d)) for d in sorted(set(doc_ids)))
-
-    # -- receipts --------------------------------------------------------------------------
-
-    def _receipt_path(self, kind: str, state: str, receipt_id: str) -> str:
-        if kind not in RECEIPT_KINDS:
-            raise ValueError(f"unknown receipt kind {kind!r}; expected one of {', '.join(RECEIPT_KINDS)}")
-        return f"{self.root}/{RECEIPTS_DIR}/{kind}/{state}/{receipt_id}.json"
-
-    def record(self, receipt: Receipt) -> bool:
-        """Keep a receipt as pending; False (and nothing written) when its id is already known,
-        pending or done: the drop was taken before."""
-        if self.receipt(receipt.kind, receipt.receipt_id) is not None:
-            return False
-        write_json(self.fs, self._receipt_path(receipt.kind, PENDING, receipt.receipt_id), receipt.as_json())
-        return True
-
-    def receipt(self, kind: str, receipt_id: str) -> Receipt | None:
-        """The receipt with this id (done if it has been settled), or None."""
-        for state in (DONE, PENDING):
-            path = self._receipt_path(kind, state, receipt_id)
-            try:
-                return Receipt.from_json(read_json(self.fs, path), path)
-            except FileNotFoundError:
-                continue
-        return None
-
-    def pending_receipts(self, kind: str) -> list[Receipt]:
-        """Receipts not yet settled, oldest first."""
-        receipts = []
-        for info in _json_files(self.fs, f"{self.root}/{RECEIPTS_DIR}/{kind}/{PENDING}"):
-            receipt = Receipt.from_json(read_json(self.fs, info.path), info.path)
-            if self.fs.get_file_info(self._receipt_path(kind, DONE, receipt.receipt_id)).type == pafs.FileType.File:
-                delete_quietly(self.fs, info.path)  # settled, by a process that stopped before this step
-                continue
-            receipts.append(receipt)
-        epoch = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
-        return sorted(receipts, key=lambda r: (r.taken_at or epoch, r.receipt_id))
-
-    def settle(self, receipt: Receipt, outcome: str) -> Receipt:
-        """Mark a receipt done, saying what settled it; a done receipt is never pending again."""
-        done = Receipt(receipt.kind, receipt.receipt_id, receipt.origin, receipt.doc_ids, receipt.erase_ids,
-                       receipt.taken_at, utc_now(), outcome)
-        write_json(self.fs, self._receipt_path(receipt.kind, DONE, receipt.receipt_id), done.as_json())
-        delete_quietly(self.fs, self._receipt_path(receipt.kind, PENDING, receipt.receipt_id))
-        return done
-
-    def outstanding_deletions(self, receipt: Receipt) -> dict[str, str]:
-        """The documents of a deletion receipt whose deletion is not complete, each with why: still
-        stored, a request still waiting here, or (where erasure was asked) history not yet erased.
-        Empty when every document it names is gone, and erased where asked."""
-        ids = sorted(receipt.doc_ids)
-        live = set(self.store.read(DOCUMENTS_TABLE.name, columns=["doc_id"])
-                   .filter(pl.col("doc_id").is_in(ids)).get_column("doc_id").to_list())
-        waiting = {r.doc_id for r in self.deletion_requests()}
-        unerased = set(
-            self.store.read(TOMBSTONES_TABLE.name, columns=["doc_id", "erase", "erased_at"])
-            .filter(pl.col("doc_id").is_in(list(receipt.erase_ids)) & pl.col("erase") & pl.col("erased_at").is_null())
-            .get_column("doc_id").to_list()
-        )
-        outstanding = {}
-        for doc_id in ids:
-            if doc_id in live:
-                outstanding[doc_id] = "still stored"
-            elif doc_id in waiting:
-                outstanding[doc_id] = "its deletion request waits in the landing area"
-            elif doc_id in unerased:
-                outstanding[doc_id] = "deleted, its history not yet erased"
-        return outstanding

@@ -115,32 +115,29 @@ def validate_record(
         return result
     passage = _squash(passage_text) if passage_text else None
 
-    raw_entities = raw.get("entities") or []
-    if not isinstance(raw_entities, list):
-        result.issues.append(Issue("dropped", "record", "entities is not a list"))
-        raw_entities = []
-    for item in raw_entities:
-        entity = _validate_entity(item, entity_types, result.issues)
-        if entity is not None:
-            result.entities.append(entity)
-    if max_entities is not None and len(result.entities) > max_entities:
-        extra = len(result.entities) - max_entities
-        result.issues.append(Issue("dropped", "entity", "over the entity limit", f"{extra} past {max_entities}"))
-        del result.entities[max_entities:]
-
-    raw_facts = raw.get("facts") or []
-    if not isinstance(raw_facts, list):
-        result.issues.append(Issue("dropped", "record", "facts is not a list"))
-        raw_facts = []
-    for item in raw_facts:
-        fact = _validate_fact(item, passage, result.issues, evidence_fourth)
-        if fact is not None:
-            result.facts.append(fact)
-    if max_facts is not None and len(result.facts) > max_facts:
-        extra = len(result.facts) - max_facts
-        result.issues.append(Issue("dropped", "fact", "over the fact limit", f"{extra} past {max_facts}"))
-        del result.facts[max_facts:]
+    result.entities = _valid_items(
+        raw, "entities", "entity", lambda item: _validate_entity(item, entity_types, result.issues), max_entities,
+        result.issues,
+    )
+    result.facts = _valid_items(
+        raw, "facts", "fact", lambda item: _validate_fact(item, passage, result.issues, evidence_fourth), max_facts,
+        result.issues,
+    )
     return result
+
+
+def _valid_items(raw: dict, key: str, item: str, validate, limit: int | None, issues: list[Issue]) -> list:
+    """The items of ``raw[key]`` that ``validate`` keeps (it returns None for one it drops), in
+    order, at most ``limit`` of them: the rest are dropped as over the limit."""
+    items = raw.get(key) or []
+    if not isinstance(items, list):
+        issues.append(Issue("dropped", "record", f"{key} is not a list"))
+        items = []
+    kept = [valid for valid in map(validate, items) if valid is not None]
+    if limit is not None and len(kept) > limit:
+        issues.append(Issue("dropped", item, f"over the {item} limit", f"{len(kept) - limit} past {limit}"))
+        del kept[limit:]
+    return kept
 
 
 def _validate_entity(item: object, entity_types: tuple[str, ...] | None, issues: list[Issue]) -> Entity | None:

@@ -37,6 +37,7 @@ import polars as pl
 
 from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
 from lightfoot_pipeline.errors import LightfootError
+from lightfoot_pipeline.store.filesystem import open_filesystem
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
 _DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}:\d{2})", re.ASCII)
@@ -109,6 +110,19 @@ class RetentionPolicy:
         for number, raw in enumerate(data["rules"], start=1):
             rules.append(_rule(raw, f"{where}: rule {number}"))
         return cls(tuple(rules))
+
+
+def load_policy(location: str | None, storage_options: dict[str, str] | None = None) -> RetentionPolicy:
+    """The policy in a file (a local path or an object-store URI, reached with the store's
+    ``storage_options``); no location: the empty policy."""
+    if not location:
+        return RetentionPolicy()
+    fs, path = open_filesystem(location, storage_options)
+    try:
+        with fs.open_input_stream(path) as stream:
+            return RetentionPolicy.parse(stream.read().decode("utf-8"), location)
+    except FileNotFoundError as err:
+        raise PolicyError(f"{location}: retention policy file not found") from err
 
 
 def _rule(raw: object, where: str) -> RetentionRule:

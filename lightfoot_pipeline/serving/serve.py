@@ -14,7 +14,8 @@ service's :class:`~lightfoot_pipeline.serving.answer.AnswerBudget` and is writte
 (purpose ``answer``, one ledger run per service process); once the budget is spent, queries
 still get their passages and the answer says why it is missing.
 
-The HTTP side is serve_http.py (Starlette under uvicorn) and its authentication serve_auth.py.
+The HTTP side is serve_app.py (the Starlette application) under uvicorn (serve_http.py), and its
+authentication serve_auth.py.
 Every query result names the snapshot that served it and gives a latency breakdown in ms.
 """
 
@@ -34,8 +35,9 @@ from lightfoot_pipeline.serving.retrieve import (
     FactHit, PassageHit, RetrievalError, RetrievalSettings, Retriever, one_thread_per_query,
 )
 from lightfoot_pipeline.serving.snapshot import (
-    Snapshot, SnapshotError, embedder_for_models, export_snapshot, latest_snapshot, load_snapshot,
+    Snapshot, SnapshotError, embedder_for_models, latest_snapshot, load_snapshot,
 )
+from lightfoot_pipeline.serving.export import export_snapshot
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.errors import LightfootError
 

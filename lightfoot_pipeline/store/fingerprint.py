@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from lightfoot_pipeline.store.store import Manifest, Store
+from lightfoot_pipeline.store.log import Manifest
+from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, INDEX_TABLES, TableSpec
 from lightfoot_pipeline.store.vectors import VectorCache
 

@@ -55,7 +55,7 @@ class VectorCache:
     @classmethod
     def for_model(cls, store, kind: str, model_id: str, dim: int) -> "VectorCache":
         """A cache to read or purge without loading the model (embedding through it fails)."""
-        return cls(store, kind, _Unloaded(model_id, dim))
+        return cls(store, kind, UnloadedEmbedder(model_id, dim))
 
     def stored_vectors(self, texts: Sequence[str]) -> list[np.ndarray | None]:
         """Cached vectors of texts, None where a text has none; never embeds."""
@@ -183,13 +183,17 @@ def purge_vector_caches(store, keep_texts_by_kind: dict[str, Sequence[str]]) -> 
     return purged
 
 
-class _Unloaded:
+class UnloadedEmbedder:
+    """An embedder known by its model id and dimension alone: the vectors it cached can be read and
+    purged, but a text without a cached vector fails (RuntimeError)."""
+
     def __init__(self, model_id: str, dim: int) -> None:
         self.model_id = model_id
         self.dim = dim
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        raise RuntimeError(f"embedder {self.model_id!r} is not loaded here; this cache can only be read or purged")
+        raise RuntimeError(f"{len(texts)} texts have no cached vector, and embedder {self.model_id!r} "
+                           "is not loaded here")
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed([text])[0]

@@ -3,12 +3,18 @@
 ``lightfoot`` is a harness around an ephemeral Dagster instance and the definitions that
 ``assets.definitions`` loads, with the resources pointed at temporary paths, the hashing embedder
 and replayed extractions. ``tick(name)`` evaluates a sensor the way the daemon does — cursor kept,
-dynamic-partition requests and asset events applied to the instance — and ``run(request)``
-executes a requested run in process.
+dynamic-partition requests and asset events applied to the instance —, ``schedule_tick(name, at)``
+evaluates a schedule at a scheduled time, ``run(request)`` executes a requested run in process, and
+``launch(tick)`` starts a tick's runs as the daemon does (a run key used before is dropped).
+
+Every sensor and schedule context is closed once its tick is evaluated: a context left open keeps
+the instance it entered as Dagster's current one, and the next test's definitions would load
+against that instance once it is disposed.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
 from dataclasses import dataclass, field
@@ -20,23 +26,6 @@ import pytest
 from lightfoot_pipeline.ingest.dataset import CORPUS_FILE, EXTRACTIONS_FILE
 
 HASHING = "hashing:32"
-
-
-@pytest.fixture(autouse=True)
-def no_dagster_state_storage_left_behind():
-    """Every test starts and ends with no current definitions-state storage.
-
-    Entering an instance makes its state storage Dagster's current one (a context variable), and a
-    schedule or sensor context built in a test enters an instance that nobody exits. Left set, the
-    storage of a disposed instance is what the next test's definitions load against, which fails
-    once the instance is garbage collected ("undefined DagsterInstance weakref").
-    """
-    # No public API clears Dagster's current state storage; the leak's source is the schedule contexts
-    # the tests never exit (each enters an instance of its own), and GC finalises them at random.
-    from dagster._core.storage.defs_state.base import set_defs_state_storage  # noqa: TID251
-
-    with set_defs_state_storage(None):
-        yield
 
 
 def write_dataset(folder: Path, documents, records: dict[str, dict]) -> Path:
@@ -97,14 +86,24 @@ class Harness:
     def partitions(self) -> list[str]:
         return self.instance.get_dynamic_partitions("documents")
 
+    def stored_ids(self) -> list[str]:
+        """The documents the store holds, sorted."""
+        return sorted(self.store().read("documents").get_column("doc_id").to_list())
+
+    def ingest_through_the_inbox(self, documents, records) -> None:
+        """Drop documents in the inbox and run what the sensor asks for (each run must succeed)."""
+        self.drop_documents(f"drop-{len(self.partitions())}", documents, records)
+        for request in self.tick("document_inbox").run_requests:
+            assert self.run(request).success
+
     def tick(self, sensor_name: str):
         """Evaluate a sensor like the daemon: with its cursor, applying what it asks of the instance."""
         sensor = self.defs.resolve_sensor_def(sensor_name)
-        context = dg.build_sensor_context(
+        with dg.build_sensor_context(
             instance=self.instance, cursor=self.cursors.get(sensor_name), definitions=self.defs,
             sensor_name=sensor_name, resources=self.resources,
-        )
-        data = sensor.evaluate_tick(context)
+        ) as context:
+            data = sensor.evaluate_tick(context)
         self.cursors[sensor_name] = data.cursor
         for request in data.dynamic_partitions_requests or []:
             if isinstance(request, dg.AddDynamicPartitionsRequest):
@@ -116,6 +115,15 @@ class Harness:
             self.instance.report_runless_asset_event(event)
         return data
 
+    def schedule_tick(self, schedule_name: str, at: dt.datetime, resources: dict | None = None) -> list[dg.RunRequest]:
+        """Evaluate a schedule at a scheduled time (the instance must be on disk), with the harness's
+        resources or others; the runs it asks for."""
+        schedule = self.defs.resolve_schedule_def(schedule_name)
+        with dg.build_schedule_context(
+            instance=self.instance, resources=resources or self.resources, scheduled_execution_time=at,
+        ) as context:
+            return list(schedule.evaluate_tick(context).run_requests or [])
+
     def run(self, request: dg.RunRequest, job_name: str | None = None, run_config: dict | None = None):
         job = self.defs.resolve_job_def(request.job_name or job_name)
         return job.execute_in_process(
@@ -123,6 +131,21 @@ class Harness:
             raise_on_error=False,
         )
 
+
+    def launch(self, tick, sensor: str = "document_inbox", job_name: str | None = None) -> list:
+        """Start a tick's requested runs the way the daemon does: a run key this sensor has used
+        before is dropped as a duplicate (None in the result); each other run executes with the
+        daemon's tags."""
+        results = []
+        for request in tick.run_requests:
+            daemon_tags = {"dagster/run_key": request.run_key, "dagster/sensor_name": sensor}
+            if self.instance.get_run_records(dg.RunsFilter(tags=daemon_tags)):
+                results.append(None)
+                continue
+            tagged = dg.RunRequest(run_key=request.run_key, job_name=request.job_name, run_config=request.run_config,
+                                   tags={**request.tags, **daemon_tags})
+            results.append(self.run(tagged, job_name))
+        return results
 
 @functools.lru_cache(maxsize=1)
 def shipped_definitions() -> dg.Definitions:

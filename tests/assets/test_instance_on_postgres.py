@@ -142,10 +142,9 @@ def drop(folder: Path, name: str, documents, records) -> None:
 
 def tick(instance: dg.DagsterInstance, defs: dg.Definitions, sensor_name: str):
     """Evaluate a sensor as the daemon does, applying its partition requests to the instance."""
-    data = defs.resolve_sensor_def(sensor_name).evaluate_tick(
-        dg.build_sensor_context(instance=instance, definitions=defs, sensor_name=sensor_name,
-                                resources=dict(defs.resources or {}))
-    )
+    with dg.build_sensor_context(instance=instance, definitions=defs, sensor_name=sensor_name,
+                                 resources=dict(defs.resources or {})) as context:
+        data = defs.resolve_sensor_def(sensor_name).evaluate_tick(context)
     for request in data.dynamic_partitions_requests or []:
         instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
     return data
@@ -159,6 +158,18 @@ def execute(env: dict, request: dg.RunRequest, job_name: str) -> None:
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_dagster_loads_and_migrates_the_shipped_postgres_instance_file(deployment):
+    """Dagster's own commands take dagster.postgres.yaml (its schema checked) to the server."""
+    _, env = deployment
+    for command in ("migrate", "info"):
+        done = subprocess.run([sys.executable, "-m", "dagster", "instance", command],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "run_storage: PostgresRunStorage" in done.stdout
+    with dg.DagsterInstance.get() as instance:
+        assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
 
 
 @pytest.mark.slow

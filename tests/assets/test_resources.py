@@ -4,9 +4,6 @@ the rest (a server on loopback), and where the inboxes are."""
 from __future__ import annotations
 
 import json
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import polars as pl
 import pytest
@@ -17,47 +14,11 @@ ANSWER = {"entities": [{"name": "Oslo", "type": "location", "description": "a ci
           "facts": [["Oslo", "capital of", "Norway", "Oslo is the capital of Norway"]]}
 
 
-@pytest.fixture
-def endpoint():
-    """A chat-completions endpoint on 127.0.0.1 that answers every request with ANSWER."""
-    requests: list[dict] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
-            requests.append({"path": self.path, "auth": self.headers.get("authorization"), "body": body})
-            payload = json.dumps({
-                "id": f"chatcmpl-{len(requests)}", "object": "chat.completion", "created": int(time.time()),
-                "model": body.get("model"),
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": json.dumps(ANSWER)}}],
-                "usage": {"prompt_tokens": 500, "completion_tokens": 50, "total_tokens": 550},
-            }).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", requests
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def test_auto_mode_replays_recordings_and_asks_the_model_for_the_rest(
-    lightfoot, twenty, sample_records, endpoint, monkeypatch
+    lightfoot, twenty, sample_records, chat_server, monkeypatch
 ):
-    url, requests = endpoint
+    chat_server.script(lambda request: chat_server.Reply(content=json.dumps(ANSWER), usage=(500, 50)))
+    url = chat_server.base_url
     monkeypatch.setenv("LIGHTFOOT_LLM_PRICE_IN", "0.10")  # USD per million tokens
     monkeypatch.setenv("LIGHTFOOT_LLM_PRICE_OUT", "0.32")
     lightfoot.resources["extractor"] = ExtractorResource(
@@ -71,9 +32,10 @@ def test_auto_mode_replays_recordings_and_asks_the_model_for_the_rest(
     lightfoot.drop_documents("mixed", [recorded, asked], {recorded.doc_id: sample_records[recorded.doc_id]})
     result = lightfoot.run(lightfoot.tick("document_inbox").run_requests[0])
     assert result.success
-    assert len(requests) == 1 and requests[0]["path"] == "/v1/chat/completions"
-    assert requests[0]["auth"] == "Bearer sk-test-secret"
-    assert asked.text[:40] in json.dumps(requests[0]["body"])
+    (request,) = chat_server.requests
+    assert request.path == "/v1/chat/completions"
+    assert {k.lower(): v for k, v in request.headers.items()}["authorization"] == "Bearer sk-test-secret"
+    assert asked.text[:40] in request.user_text
     extractions = lightfoot.store().read("extractions").sort("doc_id")
     assert extractions.get_column("status").to_list() == ["ok", "ok"]
     by_doc = dict(zip(extractions.get_column("doc_id").to_list(), extractions.get_column("extractor").to_list()))

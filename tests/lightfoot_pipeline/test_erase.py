@@ -15,7 +15,8 @@ from lightfoot_pipeline import pipeline
 from lightfoot_pipeline.ingest.dataset import Document
 from lightfoot_pipeline.erase import vacuum
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
-from lightfoot_pipeline.serving.snapshot import export_snapshot, latest_snapshot, load_snapshot
+from lightfoot_pipeline.serving.snapshot import latest_snapshot, load_snapshot
+from lightfoot_pipeline.serving.export import export_snapshot
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.vectors import lance_table_names
 

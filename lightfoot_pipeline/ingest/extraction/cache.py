@@ -17,7 +17,7 @@ import polars as pl
 import pyarrow as pa
 from deltalake.exceptions import CommitFailedError
 
-from lightfoot_pipeline.store.store import ConcurrentCommitError
+from lightfoot_pipeline.store.log import ConcurrentCommitError
 from lightfoot_pipeline.store.tables import TableSpec, register, with_buckets
 
 # A purge that meets a compaction of the journal (the only other rewrite of it) reads again and

@@ -43,7 +43,7 @@ from lightfoot_pipeline.ingest.extraction.prompt import ExtractionPrompt
 from lightfoot_pipeline.models.llm import Completion, LLMClient, LLMError, LLMSettings
 from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.store.store import StoreError
+from lightfoot_pipeline.store.log import StoreError
 
 log = logging.getLogger(__name__)
 

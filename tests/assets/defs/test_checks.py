@@ -11,8 +11,7 @@ from lightfoot_pipeline.store.tables import EXTRACTIONS, FACTS, MENTIONS, with_b
 
 @pytest.fixture
 def ingested(lightfoot, twenty, sample_records):
-    lightfoot.drop_documents("six", twenty[:6], sample_records)
-    assert lightfoot.run(lightfoot.tick("document_inbox").run_requests[0]).success
+    lightfoot.ingest_through_the_inbox(twenty[:6], sample_records)
     return lightfoot
 
 

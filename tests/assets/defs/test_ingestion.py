@@ -13,6 +13,7 @@ from lightfoot_pipeline import pipeline
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.ingest.landing import LandedDocument, Landing, utc_now
+from lightfoot_pipeline.ingest.receipts import Receipts
 from lightfoot_pipeline.store.store import Store
 
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
@@ -31,7 +32,7 @@ def test_the_inbox_sensor_lands_a_drop_and_asks_for_one_run(lightfoot, twenty, s
     assert Landing(lightfoot.store()).landed_ids() == ids
     assert Landing(lightfoot.store()).documents([ids[0]])[ids[0]].extraction == sample_records[ids[0]]
     assert not lightfoot.document_inbox.joinpath("five").exists()
-    (receipt,) = Landing(lightfoot.store()).pending_receipts("documents")
+    (receipt,) = Receipts(lightfoot.store()).pending("documents")
     assert receipt.doc_ids == tuple(ids) and receipt.origin.endswith("/five")
     assert request.run_key == f"inbox-{receipt.receipt_id}-0"
     assert request.tags["lightfoot/inbox-drop"] == receipt.receipt_id and request.tags["lightfoot/attempt"] == "0"
@@ -40,7 +41,7 @@ def test_the_inbox_sensor_lands_a_drop_and_asks_for_one_run(lightfoot, twenty, s
     again = lightfoot.tick("document_inbox")
     assert again.run_requests == []
     assert again.skip_message == f"nothing new in {lightfoot.document_inbox}; 1 drops ingested"
-    assert Landing(lightfoot.store()).receipt("documents", receipt.receipt_id).is_done
+    assert Receipts(lightfoot.store()).receipt("documents", receipt.receipt_id).is_done
     assert lightfoot.tick("document_inbox").skip_message == f"nothing new in {lightfoot.document_inbox}"
 
 
@@ -156,54 +157,28 @@ def test_the_hourly_schedule_ingests_landed_documents_the_store_lacks(lightfoot_
     Landing(lightfoot.store()).put_documents(
         [LandedDocument(d, sample_records[d.doc_id], utc_now(), "test") for d in docs]
     )
-    schedule = lightfoot.defs.resolve_schedule_def("hourly_ingestion")
-    context = dg.build_schedule_context(
-        instance=lightfoot.instance, resources=lightfoot.resources,
-        scheduled_execution_time=dt.datetime(2026, 6, 15, 10, 15, tzinfo=dt.timezone.utc),
-    )
-    (request,) = schedule.evaluate_tick(context).run_requests
+    (request,) = lightfoot.schedule_tick("hourly_ingestion", dt.datetime(2026, 6, 15, 10, 15, tzinfo=dt.timezone.utc))
     assert (request.tags[RANGE_START], request.tags[RANGE_END]) == (docs[0].doc_id, docs[-1].doc_id)
     assert request.run_key == "hourly-20260615T1015"
     assert lightfoot.partitions() == [d.doc_id for d in docs]
     assert lightfoot.run(request, "document_ingestion").success
-
-    later = dg.build_schedule_context(instance=lightfoot.instance, resources=lightfoot.resources,
-                                      scheduled_execution_time=dt.datetime(2026, 6, 15, 11, 15, tzinfo=dt.timezone.utc))
-    assert schedule.evaluate_tick(later).run_requests == []
-
-
-def launch(lightfoot, tick, sensor: str = "document_inbox") -> list:
-    """Start a tick's requested runs the way the daemon does: a run key this sensor has used before
-    is dropped as a duplicate (None in the result); each other run executes with the daemon's tags."""
-    results = []
-    for request in tick.run_requests:
-        daemon_tags = {"dagster/run_key": request.run_key, "dagster/sensor_name": sensor}
-        if lightfoot.instance.get_run_records(dg.RunsFilter(tags=daemon_tags)):
-            results.append(None)
-            continue
-        results.append(lightfoot.run(dg.RunRequest(run_key=request.run_key, job_name=request.job_name,
-                                                   tags={**request.tags, **daemon_tags})))
-    return results
-
-
-def stored_ids(lightfoot) -> list[str]:
-    return sorted(lightfoot.store().read("documents").get_column("doc_id").to_list())
+    assert lightfoot.schedule_tick("hourly_ingestion", dt.datetime(2026, 6, 15, 11, 15, tzinfo=dt.timezone.utc)) == []
 
 
 def test_a_reset_cursor_loses_no_drop(lightfoot, twenty, sample_records):
     lightfoot.drop_documents("first", twenty[:2], sample_records)
-    assert all(r.success for r in launch(lightfoot, lightfoot.tick("document_inbox")))
+    assert all(r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
     lightfoot.cursors["document_inbox"] = json.dumps({"batch": 0, "kept": {}})  # "Edit cursor", or one from before
     lightfoot.drop_documents("second", twenty[2:4], sample_records)
-    assert all(r is not None and r.success for r in launch(lightfoot, lightfoot.tick("document_inbox")))
+    assert all(r is not None and r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
     lightfoot.cursors["document_inbox"] = None
     lightfoot.drop_documents("third", twenty[4:5], sample_records)
     lightfoot.tick("document_inbox")  # its run never comes to exist
     lightfoot.cursors["document_inbox"] = None
-    assert all(r is not None and r.success for r in launch(lightfoot, lightfoot.tick("document_inbox")))
-    assert stored_ids(lightfoot) == sorted(d.doc_id for d in twenty[:5])
+    assert all(r is not None and r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
+    assert lightfoot.stored_ids() == sorted(d.doc_id for d in twenty[:5])
     assert lightfoot.tick("document_inbox").run_requests == []
-    assert Landing(lightfoot.store()).pending_receipts("documents") == []
+    assert Receipts(lightfoot.store()).pending("documents") == []
 
 
 def test_a_failed_ingestion_run_is_asked_again_until_one_succeeds(lightfoot, twenty, sample_records, monkeypatch):
@@ -218,22 +193,22 @@ def test_a_failed_ingestion_run_is_asked_again_until_one_succeeds(lightfoot, twe
 
     with monkeypatch.context() as patch:
         patch.setattr(ingestion, "upsert_documents", store_unavailable)
-        (failed,) = launch(lightfoot, first)
-    assert not failed.success and stored_ids(lightfoot) == []
+        (failed,) = lightfoot.launch(first)
+    assert not failed.success and lightfoot.stored_ids() == []
 
     retry = lightfoot.tick("document_inbox")
     (request,) = retry.run_requests
-    (receipt,) = Landing(lightfoot.store()).pending_receipts("documents")
+    (receipt,) = Receipts(lightfoot.store()).pending("documents")
     assert request.run_key == f"inbox-{receipt.receipt_id}-1" and request.tags["lightfoot/attempt"] == "1"
     assert (request.tags[RANGE_START], request.tags[RANGE_END]) == (docs[0].doc_id, docs[-1].doc_id)
-    assert all(r.success for r in launch(lightfoot, retry))
-    assert stored_ids(lightfoot) == sorted(d.doc_id for d in docs)
+    assert all(r.success for r in lightfoot.launch(retry))
+    assert lightfoot.stored_ids() == sorted(d.doc_id for d in docs)
     assert lightfoot.tick("document_inbox").run_requests == []
 
 
 def test_a_wiped_instance_gets_the_partitions_and_runs_of_pending_drops_back(lightfoot, twenty, sample_records):
     lightfoot.drop_documents("done", twenty[:2], sample_records)
-    assert all(r.success for r in launch(lightfoot, lightfoot.tick("document_inbox")))
+    assert all(r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
     lightfoot.tick("document_inbox")
     lightfoot.drop_documents("pending", twenty[2:4], sample_records)
     lightfoot.tick("document_inbox")
@@ -244,8 +219,8 @@ def test_a_wiped_instance_gets_the_partitions_and_runs_of_pending_drops_back(lig
         (request,) = tick.run_requests
         assert (request.tags[RANGE_START], request.tags[RANGE_END]) == (twenty[2].doc_id, twenty[3].doc_id)
         assert lightfoot.partitions() == [twenty[2].doc_id, twenty[3].doc_id]
-        assert all(r.success for r in launch(lightfoot, tick))
-        assert stored_ids(lightfoot) == sorted(d.doc_id for d in twenty[:4])
+        assert all(r.success for r in lightfoot.launch(tick))
+        assert lightfoot.stored_ids() == sorted(d.doc_id for d in twenty[:4])
     finally:
         lightfoot.instance.dispose()
         lightfoot.instance = old
@@ -257,7 +232,7 @@ def test_a_drop_landed_before_is_not_landed_again(lightfoot, twenty, sample_reco
     path = lightfoot.drop_documents("drop", twenty[:2], sample_records)
     with monkeypatch.context() as patch:
         patch.setattr(Inbox, "remove", lambda self, item: (_ for _ in ()).throw(PermissionError("read-only inbox")))
-        assert all(r.success for r in launch(lightfoot, lightfoot.tick("document_inbox")))
+        assert all(r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
         lightfoot.cursors["document_inbox"] = None
         again = lightfoot.tick("document_inbox")
     assert again.run_requests == [] and path.exists()
@@ -272,7 +247,7 @@ def test_the_same_file_dropped_again_with_new_content_is_a_new_drop(lightfoot, t
     path = lightfoot.document_inbox / "news.jsonl"
     original = twenty[0]
     path.write_text(json.dumps({"doc_id": original.doc_id, "title": original.title, "text": original.text}) + "\n")
-    assert all(r.success for r in launch(lightfoot, lightfoot.tick("document_inbox")))
+    assert all(r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
     lightfoot.tick("document_inbox")
     path.write_text(json.dumps({"doc_id": original.doc_id, "title": original.title,
                                 "text": original.text + " It was renamed in 2001."}) + "\n")
@@ -287,16 +262,14 @@ def test_the_hourly_schedule_asks_for_the_runs_of_pending_drops(lightfoot_on_dis
     lightfoot = lightfoot_on_disk
     docs = twenty[:2]
     lightfoot.drop_documents("drop", docs, sample_records)
-    schedule = lightfoot.defs.resolve_schedule_def("hourly_ingestion")
-    at = lambda hour: dg.build_schedule_context(  # noqa: E731
-        instance=lightfoot.instance, resources=lightfoot.resources,
-        scheduled_execution_time=dt.datetime(2026, 6, 15, hour, 15, tzinfo=dt.timezone.utc))
-    (request,) = schedule.evaluate_tick(at(10)).run_requests
-    (receipt,) = Landing(lightfoot.store()).pending_receipts("documents")
+    at = lambda hour: lightfoot.schedule_tick(  # noqa: E731
+        "hourly_ingestion", dt.datetime(2026, 6, 15, hour, 15, tzinfo=dt.timezone.utc))
+    (request,) = at(10)
+    (receipt,) = Receipts(lightfoot.store()).pending("documents")
     assert request.tags["lightfoot/inbox-drop"] == receipt.receipt_id
     assert request.tags["lightfoot/trigger"] == "schedule"
     assert lightfoot.partitions() == [d.doc_id for d in docs]
     assert lightfoot.run(request, "document_ingestion").success
-    assert schedule.evaluate_tick(at(11)).run_requests == []
-    assert Landing(lightfoot.store()).receipt("documents", receipt.receipt_id).is_done
+    assert at(11) == []
+    assert Receipts(lightfoot.store()).receipt("documents", receipt.receipt_id).is_done
     assert lightfoot.tick("document_inbox").run_requests == []

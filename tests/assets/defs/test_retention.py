@@ -11,41 +11,17 @@ import pytest
 
 from lightfoot_pipeline import pipeline
 from lightfoot_pipeline.ingest.landing import LandedDocument, Landing, utc_now
-
-
-def ingest_through_the_inbox(lightfoot, documents, records) -> None:
-    lightfoot.drop_documents(f"drop-{len(lightfoot.partitions())}", documents, records)
-    for request in lightfoot.tick("document_inbox").run_requests:
-        assert lightfoot.run(request).success
-
-
-def launch(lightfoot, tick, sensor: str, job_name: str | None = None) -> list:
-    """Start a tick's requested runs the way the daemon does: a run key this sensor has used before
-    is dropped as a duplicate (None in the result); each other run executes with the daemon's tags."""
-    results = []
-    for request in tick.run_requests:
-        daemon_tags = {"dagster/run_key": request.run_key, "dagster/sensor_name": sensor}
-        if lightfoot.instance.get_run_records(dg.RunsFilter(tags=daemon_tags)):
-            results.append(None)
-            continue
-        tagged = dg.RunRequest(run_key=request.run_key, job_name=request.job_name, run_config=request.run_config,
-                               tags={**request.tags, **daemon_tags})
-        results.append(lightfoot.run(tagged, job_name))
-    return results
-
-
-def live_ids(lightfoot) -> list[str]:
-    return sorted(lightfoot.store().read("documents").get_column("doc_id").to_list())
+from lightfoot_pipeline.ingest.receipts import Receipts
 
 
 def erase(lightfoot, tick) -> None:
-    (result,) = launch(lightfoot, tick, "erasure_inbox", "document_deletion")
+    (result,) = lightfoot.launch(tick, "erasure_inbox", "document_deletion")
     assert result is not None and result.success
 
 
 def test_the_erasure_sensor_records_requests_and_asks_for_one_deletion_run(lightfoot, twenty, sample_records):
     docs = twenty[:4]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     ids = [d.doc_id for d in docs]
     lightfoot.erasure_inbox.mkdir(parents=True)
     (lightfoot.erasure_inbox / "ids.txt").write_text(f"{ids[0]}\n{ids[1]}\n")
@@ -53,7 +29,7 @@ def test_the_erasure_sensor_records_requests_and_asks_for_one_deletion_run(light
     (lightfoot.erasure_inbox / "bad.json").write_text(json.dumps({"doc_ids": ids[3]}))
     tick = lightfoot.tick("erasure_inbox")
     (request,) = tick.run_requests
-    receipts = {r.origin.rsplit("/", 1)[1]: r for r in Landing(lightfoot.store()).pending_receipts("erasure")}
+    receipts = {r.origin.rsplit("/", 1)[1]: r for r in Receipts(lightfoot.store()).pending("erasure")}
     assert sorted(receipts) == ["ids.txt", "soft.json"]
     first = receipts["ids.txt"]
     assert first.doc_ids == (ids[0], ids[1]) and first.erase_ids == (ids[0], ids[1])
@@ -68,29 +44,29 @@ def test_the_erasure_sensor_records_requests_and_asks_for_one_deletion_run(light
 
     # One run applies both files' requests; the next tick settles both receipts and asks for nothing.
     erase(lightfoot, tick)
-    assert live_ids(lightfoot) == [ids[3]]
+    assert lightfoot.stored_ids() == [ids[3]]
     after = lightfoot.tick("erasure_inbox")
     assert after.run_requests == []
     assert after.skip_message == f"no new request file in {lightfoot.erasure_inbox}; 2 requests done"
-    landing = Landing(lightfoot.store())
-    assert landing.pending_receipts("erasure") == []
-    assert landing.receipt("erasure", first.receipt_id).outcome.endswith("succeeded")
-    assert landing.receipt("erasure", receipts["soft.json"].receipt_id).outcome == "its documents were already deleted"
+    book = Receipts(lightfoot.store())
+    assert book.pending("erasure") == []
+    assert book.receipt("erasure", first.receipt_id).outcome.endswith("succeeded")
+    assert book.receipt("erasure", receipts["soft.json"].receipt_id).outcome == "its documents were already deleted"
 
 
 def test_a_reset_cursor_drops_no_request(lightfoot, twenty, sample_records):
     docs = twenty[:3]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("first.json", [docs[0].doc_id])
     erase(lightfoot, lightfoot.tick("erasure_inbox"))
     lightfoot.cursors["erasure_inbox"] = None  # "Edit cursor" in the UI, or a cursor from before
     lightfoot.drop_erasure_request("second.json", [docs[1].doc_id])
     erase(lightfoot, lightfoot.tick("erasure_inbox"))
-    assert live_ids(lightfoot) == [docs[2].doc_id]
+    assert lightfoot.stored_ids() == [docs[2].doc_id]
     lightfoot.cursors["erasure_inbox"] = json.dumps({"batch": 0, "kept": {}})
     lightfoot.drop_erasure_request("third.json", [docs[2].doc_id])
     erase(lightfoot, lightfoot.tick("erasure_inbox"))
-    assert live_ids(lightfoot) == []
+    assert lightfoot.stored_ids() == []
     keys = {r.dagster_run.tags["dagster/run_key"] for r in lightfoot.instance.get_run_records(
         dg.RunsFilter(job_name="document_deletion"))}
     assert len(keys) == 3
@@ -98,7 +74,7 @@ def test_a_reset_cursor_drops_no_request(lightfoot, twenty, sample_records):
 
 def test_a_request_whose_run_was_dropped_is_asked_again(lightfoot, twenty, sample_records):
     docs = twenty[:2]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("gdpr.json", [docs[0].doc_id], reason="data subject request")
     dropped = lightfoot.tick("erasure_inbox")  # the daemon never makes this run
     assert not lightfoot.erasure_inbox.joinpath("gdpr.json").exists()
@@ -106,19 +82,19 @@ def test_a_request_whose_run_was_dropped_is_asked_again(lightfoot, twenty, sampl
     again = lightfoot.tick("erasure_inbox")
     assert [r.run_key for r in again.run_requests] == [r.run_key for r in dropped.run_requests]
     erase(lightfoot, again)
-    assert live_ids(lightfoot) == [docs[1].doc_id]
+    assert lightfoot.stored_ids() == [docs[1].doc_id]
     erased = lightfoot.store().read("tombstones")
     assert erased.get_column("doc_id").to_list() == [docs[0].doc_id]
     assert erased.get_column("erased_at").null_count() == 0
     # The same key asked once more is dropped as a duplicate, and the receipt is settled by its run.
-    assert launch(lightfoot, again, "erasure_inbox", "document_deletion") == [None]
+    assert lightfoot.launch(again, "erasure_inbox", "document_deletion") == [None]
     settled = lightfoot.tick("erasure_inbox")
     assert settled.run_requests == [] and "1 requests done" in settled.skip_message
 
 
 def test_a_wiped_instance_asks_again_for_what_is_pending_and_not_for_what_is_done(lightfoot, twenty, sample_records):
     docs = twenty[:3]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("done.json", [docs[0].doc_id])
     erase(lightfoot, lightfoot.tick("erasure_inbox"))
     lightfoot.tick("erasure_inbox")
@@ -131,7 +107,7 @@ def test_a_wiped_instance_asks_again_for_what_is_pending_and_not_for_what_is_don
         tick = lightfoot.tick("erasure_inbox")
         assert [r.run_key for r in tick.run_requests] == [r.run_key for r in asked.run_requests]
         erase(lightfoot, tick)
-        assert live_ids(lightfoot) == [docs[2].doc_id]
+        assert lightfoot.stored_ids() == [docs[2].doc_id]
         assert lightfoot.tick("erasure_inbox").run_requests == []
     finally:
         lightfoot.instance.dispose()
@@ -144,7 +120,7 @@ def test_a_failed_run_leaves_the_request_pending_and_the_next_tick_retries_it(
     import assets.defs.retention as retention
 
     docs = twenty[:2]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("gdpr.json", [docs[0].doc_id])
     first = lightfoot.tick("erasure_inbox")
 
@@ -153,19 +129,19 @@ def test_a_failed_run_leaves_the_request_pending_and_the_next_tick_retries_it(
 
     with monkeypatch.context() as patch:
         patch.setattr(retention, "tombstone_documents", store_unavailable)
-        (failed,) = launch(lightfoot, first, "erasure_inbox", "document_deletion")
+        (failed,) = lightfoot.launch(first, "erasure_inbox", "document_deletion")
     assert not failed.success
-    assert live_ids(lightfoot) == [d.doc_id for d in docs]
-    (receipt,) = Landing(lightfoot.store()).pending_receipts("erasure")
+    assert lightfoot.stored_ids() == [d.doc_id for d in docs]
+    (receipt,) = Receipts(lightfoot.store()).pending("erasure")
 
     retry = lightfoot.tick("erasure_inbox")
     (request,) = retry.run_requests
     assert request.run_key == f"erasure-{receipt.receipt_id}-1" != first.run_requests[0].run_key
     assert request.tags["lightfoot/attempt"] == "1"
     erase(lightfoot, retry)
-    assert live_ids(lightfoot) == [docs[1].doc_id]
+    assert lightfoot.stored_ids() == [docs[1].doc_id]
     assert lightfoot.tick("erasure_inbox").run_requests == []
-    assert Landing(lightfoot.store()).receipt("erasure", receipt.receipt_id).is_done
+    assert Receipts(lightfoot.store()).receipt("erasure", receipt.receipt_id).is_done
 
 
 def test_a_request_whose_runs_keep_failing_waits_longer_before_each_attempt(
@@ -175,7 +151,7 @@ def test_a_request_whose_runs_keep_failing_waits_longer_before_each_attempt(
     import assets.receipts as receipts
 
     docs = twenty[:2]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("gdpr.json", [docs[0].doc_id])
 
     def store_unavailable(*args, **kwargs):
@@ -185,12 +161,12 @@ def test_a_request_whose_runs_keep_failing_waits_longer_before_each_attempt(
     with monkeypatch.context() as patch:
         patch.setattr(retention, "tombstone_documents", store_unavailable)
         for _ in range(2):  # the first failure is retried at once, the second is not
-            (failed,) = launch(lightfoot, tick, "erasure_inbox", "document_deletion")
+            (failed,) = lightfoot.launch(tick, "erasure_inbox", "document_deletion")
             assert not failed.success
             tick = lightfoot.tick("erasure_inbox")
     assert tick.run_requests == []
     assert "1 requests whose runs failed repeatedly wait before their next attempt" in tick.skip_message
-    (receipt,) = Landing(lightfoot.store()).pending_receipts("erasure")
+    (receipt,) = Receipts(lightfoot.store()).pending("erasure")
     waited = receipts.receipt_runs(lightfoot.instance, receipt)
     assert waited.attempt == 2 and waited.backing_off()
     assert not waited.backing_off(now=waited.retry_at + 1)
@@ -200,7 +176,7 @@ def test_a_request_whose_runs_keep_failing_waits_longer_before_each_attempt(
     (request,) = retry.run_requests
     assert request.run_key == f"erasure-{receipt.receipt_id}-2"
     erase(lightfoot, retry)
-    assert live_ids(lightfoot) == [docs[1].doc_id]
+    assert lightfoot.stored_ids() == [docs[1].doc_id]
 
 
 def test_the_wait_after_failures_doubles_up_to_an_hour():
@@ -212,7 +188,7 @@ def test_the_wait_after_failures_doubles_up_to_an_hour():
 
 def test_a_request_waits_while_its_run_is_running_and_is_asked_again_once_canceled(lightfoot, twenty, sample_records):
     docs = twenty[:2]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("gdpr.json", [docs[0].doc_id])
     (request,) = lightfoot.tick("erasure_inbox").run_requests
     job = lightfoot.defs.resolve_job_def("document_deletion")
@@ -230,7 +206,7 @@ def test_a_request_waits_while_its_run_is_running_and_is_asked_again_once_cancel
     assert again.tags["lightfoot/attempt"] == "1" and again.tags["lightfoot/erasure-request"] == \
         request.tags["lightfoot/erasure-request"]
     erase(lightfoot, retry)
-    assert live_ids(lightfoot) == []
+    assert lightfoot.stored_ids() == []
     settled = lightfoot.tick("erasure_inbox")
     assert settled.run_requests == [] and "2 requests done" in settled.skip_message
 
@@ -239,7 +215,7 @@ def test_a_request_file_taken_before_is_not_applied_again(lightfoot, twenty, sam
     from lightfoot_pipeline.ingest.inbox import Inbox
 
     docs = twenty[:2]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     path = lightfoot.drop_erasure_request("gdpr.json", [docs[0].doc_id])
     with monkeypatch.context() as patch:
         patch.setattr(Inbox, "remove", lambda self, item: (_ for _ in ()).throw(PermissionError("read-only inbox")))
@@ -248,33 +224,33 @@ def test_a_request_file_taken_before_is_not_applied_again(lightfoot, twenty, sam
         lightfoot.cursors["erasure_inbox"] = None
         assert lightfoot.tick("erasure_inbox").run_requests == []
     # The document comes back; the old file, seen again, does not delete it a second time.
-    ingest_through_the_inbox(lightfoot, [docs[0]], sample_records)
+    lightfoot.ingest_through_the_inbox([docs[0]], sample_records)
     tick = lightfoot.tick("erasure_inbox")
     assert tick.run_requests == [] and not path.exists()
-    assert live_ids(lightfoot) == sorted(d.doc_id for d in docs)
+    assert lightfoot.stored_ids() == sorted(d.doc_id for d in docs)
     assert len(lightfoot.instance.get_run_records(dg.RunsFilter(job_name="document_deletion"))) == 1
 
 
 def test_two_requests_with_the_same_content_in_different_files_are_both_honoured(lightfoot, twenty, sample_records):
     docs = twenty[:2]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("monday.json", [docs[0].doc_id], reason="gdpr")
     erase(lightfoot, lightfoot.tick("erasure_inbox"))
-    assert live_ids(lightfoot) == [docs[1].doc_id]
+    assert lightfoot.stored_ids() == [docs[1].doc_id]
 
-    ingest_through_the_inbox(lightfoot, [docs[0]], sample_records)  # it comes back, and is asked away again
+    lightfoot.ingest_through_the_inbox([docs[0]], sample_records)  # it comes back, and is asked away again
     lightfoot.drop_erasure_request("tuesday.json", [docs[0].doc_id], reason="gdpr")
     tick = lightfoot.tick("erasure_inbox")
     assert len(tick.run_requests) == 1
     erase(lightfoot, tick)
-    assert live_ids(lightfoot) == [docs[1].doc_id]
+    assert lightfoot.stored_ids() == [docs[1].doc_id]
     runs = lightfoot.instance.get_run_records(dg.RunsFilter(job_name="document_deletion"))
     assert len({r.dagster_run.tags["lightfoot/erasure-request"] for r in runs}) == 2
 
 
 def test_a_soft_deletion_tombstones_the_partition_and_keeps_history(lightfoot, twenty, sample_records):
     docs = twenty[:4]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("soft.json", [docs[1].doc_id, "never-ingested"], erase=False, reason="duplicate")
     result = lightfoot.run(lightfoot.tick("erasure_inbox").run_requests[0], "document_deletion")
     assert result.success
@@ -303,7 +279,7 @@ def test_a_partition_stays_until_its_history_is_erased(lightfoot, twenty, sample
     from assets.defs.retention import tombstones
 
     docs = twenty[:3]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("erase.json", [docs[0].doc_id])
     lightfoot.tick("erasure_inbox")
     # Tombstone and graph, but not yet the erasure.
@@ -322,7 +298,7 @@ def test_a_partition_stays_until_its_history_is_erased(lightfoot, twenty, sample
 
 def test_a_deletion_on_the_command_line_is_recorded_on_its_partition(lightfoot, twenty, sample_records):
     docs = twenty[:3]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     store = lightfoot.store()
     pipeline.delete(store, [docs[2].doc_id], reason="lightfoot delete")
     assert docs[2].doc_id in Landing(store).landed_ids()  # a soft delete leaves the landed copy
@@ -338,7 +314,7 @@ def test_a_deletion_on_the_command_line_is_recorded_on_its_partition(lightfoot, 
 
 def test_a_document_landed_again_after_its_deletion_keeps_its_partition(lightfoot, twenty, sample_records):
     docs = twenty[:2]
-    ingest_through_the_inbox(lightfoot, docs, sample_records)
+    lightfoot.ingest_through_the_inbox(docs, sample_records)
     store = lightfoot.store()
     pipeline.delete(store, [docs[0].doc_id], reason="test")
     Landing(store).put_documents([LandedDocument(docs[0], sample_records[docs[0].doc_id], utc_now(), "again")])
@@ -357,19 +333,17 @@ def test_the_retention_schedule_erases_documents_past_their_date(lightfoot_on_di
     lightfoot = lightfoot_on_disk
     expired = dataclasses.replace(twenty[0], retention_until=dt.date(2026, 3, 1))
     lasting = dataclasses.replace(twenty[2], retention_until=dt.date(2027, 1, 1))
-    ingest_through_the_inbox(lightfoot, [expired, twenty[1], lasting], sample_records)
+    lightfoot.ingest_through_the_inbox([expired, twenty[1], lasting], sample_records)
     from assets.resources import InboxResource
 
     resources = {**lightfoot.resources, "inbox": InboxResource(
         documents=str(lightfoot.document_inbox), erasure_requests=str(lightfoot.erasure_inbox),
         retention_policy=str(policy_file))}
-    schedule = lightfoot.defs.resolve_schedule_def("retention_schedule")
-    at = lambda day: dg.build_schedule_context(  # noqa: E731
-        instance=lightfoot.instance, resources=resources,
-        scheduled_execution_time=dt.datetime(2026, *day, 3, 0, tzinfo=dt.timezone.utc))
+    at = lambda day: lightfoot.schedule_tick(  # noqa: E731
+        "retention_schedule", dt.datetime(2026, *day, 3, 0, tzinfo=dt.timezone.utc), resources)
 
-    assert schedule.evaluate_tick(at((1, 31))).run_requests == []  # nothing is past its date yet
-    (request,) = schedule.evaluate_tick(at((3, 2))).run_requests
+    assert at((1, 31)) == []  # nothing is past its date yet
+    (request,) = at((3, 2))
     assert request.run_key == "retention-2026-03-02"
     pending = {r.doc_id: r for r in Landing(lightfoot.store()).deletion_requests()}
     assert sorted(pending) == [expired.doc_id, twenty[1].doc_id]
@@ -390,19 +364,16 @@ def test_a_failed_retention_run_is_asked_again_by_the_erasure_sensor(
 
     lightfoot = lightfoot_on_disk
     expired = dataclasses.replace(twenty[0], retention_until=dt.date(2026, 3, 1))
-    ingest_through_the_inbox(lightfoot, [expired, twenty[1]], sample_records)
-    schedule = lightfoot.defs.resolve_schedule_def("retention_schedule")
-    context = dg.build_schedule_context(instance=lightfoot.instance, resources=lightfoot.resources,
-                                        scheduled_execution_time=dt.datetime(2026, 3, 2, 3, 0, tzinfo=dt.timezone.utc))
-    (request,) = schedule.evaluate_tick(context).run_requests
-    (receipt,) = Landing(lightfoot.store()).pending_receipts("erasure")
+    lightfoot.ingest_through_the_inbox([expired, twenty[1]], sample_records)
+    (request,) = lightfoot.schedule_tick("retention_schedule", dt.datetime(2026, 3, 2, 3, 0, tzinfo=dt.timezone.utc))
+    (receipt,) = Receipts(lightfoot.store()).pending("erasure")
     assert receipt.origin == "retention schedule 2026-03-02" and receipt.erase_ids == (expired.doc_id,)
     assert request.tags["lightfoot/erasure-request"] == receipt.receipt_id
 
     with monkeypatch.context() as patch:
         patch.setattr(retention, "erase_history", lambda *args: (_ for _ in ()).throw(OSError("storage is down")))
         assert not lightfoot.run(request, "document_deletion").success
-    assert live_ids(lightfoot) == [twenty[1].doc_id]  # deleted, but its history is not erased
+    assert lightfoot.stored_ids() == [twenty[1].doc_id]  # deleted, but its history is not erased
 
     tick = lightfoot.tick("erasure_inbox")
     (retry,) = tick.run_requests
@@ -410,7 +381,7 @@ def test_a_failed_retention_run_is_asked_again_by_the_erasure_sensor(
     erase(lightfoot, tick)
     assert lightfoot.store().read("tombstones").get_column("erased_at").null_count() == 0
     assert lightfoot.tick("erasure_inbox").run_requests == []
-    assert Landing(lightfoot.store()).receipt("erasure", receipt.receipt_id).is_done
+    assert Receipts(lightfoot.store()).receipt("erasure", receipt.receipt_id).is_done
 
 
 def test_a_bad_policy_file_fails_the_schedule_with_its_reason(lightfoot_on_disk, tmp_path):
@@ -419,9 +390,7 @@ def test_a_bad_policy_file_fails_the_schedule_with_its_reason(lightfoot_on_disk,
 
     (tmp_path / "bad.json").write_text('{"rules": [{"keep_days": "ten"}]}')
     resources = {**lightfoot_on_disk.resources, "inbox": InboxResource(retention_policy=str(tmp_path / "bad.json"))}
-    context = dg.build_schedule_context(instance=lightfoot_on_disk.instance, resources=resources,
-                                        scheduled_execution_time=dt.datetime(2026, 3, 2, tzinfo=dt.timezone.utc))
     with pytest.raises(dg.DagsterError, match="evaluation of schedule retention_schedule") as failure:
-        lightfoot_on_disk.defs.resolve_schedule_def("retention_schedule").evaluate_tick(context)
+        lightfoot_on_disk.schedule_tick("retention_schedule", dt.datetime(2026, 3, 2, tzinfo=dt.timezone.utc), resources)
     assert isinstance(failure.value.__cause__, PolicyError)
     assert "rule 1: keep_days must be a whole number of days" in str(failure.value.__cause__)

@@ -55,7 +55,8 @@ def small_index(tmp_path_factory, small_dataset, hashing_embedder):
     from lightfoot_pipeline import pipeline
     from lightfoot_pipeline.ingest.dataset import load_corpus, load_recorded_extractions
     from lightfoot_pipeline.ingest.extraction import ReplayExtractor
-    from lightfoot_pipeline.serving.snapshot import export_snapshot, load_snapshot
+    from lightfoot_pipeline.serving.snapshot import load_snapshot
+    from lightfoot_pipeline.serving.export import export_snapshot
     from lightfoot_pipeline.store.store import Store
 
     store = Store(str(tmp_path_factory.mktemp("small-index") / "store"))

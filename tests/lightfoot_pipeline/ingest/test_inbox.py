@@ -1,13 +1,16 @@
-"""Inboxes: what a drop may be, and what happens to one that cannot be read."""
+"""Inboxes: what a drop may be, what happens to one that cannot be read, and how one is taken."""
 
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
 from lightfoot_pipeline.ingest.dataset import DatasetError
-from lightfoot_pipeline.ingest.inbox import Inbox
+from lightfoot_pipeline.ingest.inbox import Inbox, Intake, take_documents, take_requests
+from lightfoot_pipeline.ingest.landing import Landing
+from lightfoot_pipeline.ingest.receipts import ERASURE, INGESTION, Receipts
 
 
 @pytest.fixture
@@ -165,3 +168,74 @@ def test_a_drop_is_known_by_its_name_size_time_and_what_it_asks(inbox, tmp_path)
     (drop,) = [i for i in inbox.items() if i.name == "docs.jsonl"]
     receipt = inbox.document_receipt(drop, inbox.read_documents(drop))
     assert receipt.kind == "documents" and receipt.doc_ids == ("a", "b") and receipt.erase_ids == ()
+
+
+# -- taking drops -------------------------------------------------------------------------------
+
+
+LOG = logging.getLogger("test-inbox")
+
+
+def drop(root, name: str, *doc_ids: str):
+    path = root / name
+    path.write_text("".join(json.dumps({"doc_id": d, "title": d, "text": f"{d} is in Oslo."}) + "\n" for d in doc_ids))
+    return path
+
+
+def test_a_drop_is_landed_then_given_its_receipt_then_removed(inbox, tmp_path, store, monkeypatch):
+    landing = Landing(store)
+    path = drop(tmp_path / "in", "news.jsonl", "d1", "d2")
+    record = Receipts.record
+
+    def record_after_landing(self, receipt):
+        assert landing.landed(["d1", "d2"]) == {"d1", "d2"} and path.exists()
+        return record(self, receipt)
+
+    monkeypatch.setattr(Receipts, "record", record_after_landing)
+    intake = take_documents(inbox, landing, LOG)
+    (receipt,) = intake.receipts
+    assert intake.doc_ids == ["d1", "d2"] and intake.rejected == {}
+    assert Receipts(store).pending(INGESTION) == [receipt] and receipt.origin == f"{inbox.uri}/news.jsonl"
+    assert not path.exists()
+
+
+def test_a_crash_before_the_receipt_leaves_the_drop_to_be_landed_again(inbox, tmp_path, store, monkeypatch):
+    landing = Landing(store)
+    path = drop(tmp_path / "in", "news.jsonl", "d1")
+    with monkeypatch.context() as patch:
+        patch.setattr(Receipts, "record", lambda self, receipt: (_ for _ in ()).throw(RuntimeError("killed")))
+        with pytest.raises(RuntimeError, match="killed"):
+            take_documents(inbox, landing, LOG)
+    assert path.exists() and landing.landed_ids() == ["d1"] and Receipts(store).pending(INGESTION) == []
+    (receipt,) = take_documents(inbox, landing, LOG).receipts
+    assert Receipts(store).pending(INGESTION) == [receipt] and not path.exists()
+
+
+def test_a_drop_that_could_not_be_removed_is_not_taken_again(inbox, tmp_path, store, monkeypatch, caplog):
+    caplog.set_level(logging.INFO)
+    landing = Landing(store)
+    path = drop(tmp_path / "in", "news.jsonl", "d1")
+    with monkeypatch.context() as patch:
+        patch.setattr(Inbox, "remove", lambda self, item: (_ for _ in ()).throw(PermissionError("read-only")))
+        assert len(take_documents(inbox, landing, LOG).receipts) == 1
+    assert path.exists() and "could not remove it from the inbox (read-only)" in caplog.text
+    landing.forget(["d1"])
+    intake = take_documents(inbox, landing, LOG)
+    assert intake.receipts == [] and not path.exists()
+    assert landing.landed_ids() == [], "a drop known by its receipt is not landed again"
+    assert "was landed before" in caplog.text
+
+
+def test_erasure_requests_are_recorded_then_given_their_receipt_and_bad_files_set_aside(inbox, tmp_path, store):
+    landing = Landing(store)
+    root = tmp_path / "in"
+    (root / "gdpr.json").write_text(json.dumps({"doc_ids": ["d1", "d2"], "reason": "gdpr", "erase": False}))
+    (root / "bad.json").write_text(json.dumps({"doc_ids": []}))
+    intake = take_requests(inbox, landing, LOG)
+    (receipt,) = intake.receipts
+    assert receipt.kind == ERASURE and receipt.doc_ids == ("d1", "d2") and receipt.erase_ids == ()
+    assert [(r.doc_id, r.reason, r.erase) for r in landing.deletion_requests()] == [("d1", "gdpr", False),
+                                                                                    ("d2", "gdpr", False)]
+    assert list(intake.rejected) == ["bad.json"] and "doc_id must be a non-empty string" in intake.rejected["bad.json"]
+    assert sorted(p.name for p in root.iterdir()) == ["rejected"]
+    assert take_requests(inbox, landing, LOG) == Intake()

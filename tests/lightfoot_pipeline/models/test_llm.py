@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from lightfoot_pipeline.models.llm import LLMClient, LLMError, LLMSettings, list_price, retry_after_seconds
+from lightfoot_pipeline.models.llm import LLMClient, LLMError, LLMSettings, retry_after_seconds
 
 SCHEMA = {"title": "answer", "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
           "additionalProperties": False}
@@ -57,10 +57,7 @@ def test_settings_name_the_variable_that_is_wrong():
         LLMSettings(concurrency=0)
 
 
-def test_list_prices_include_the_papers_model():
-    assert list_price("meta-llama/Llama-3.3-70B-Instruct") == (0.10, 0.32)
-    assert list_price("llama-3.3-70b-instruct") == (0.10, 0.32)  # provider prefix and case do not matter
-    assert list_price("no-such-model") is None
+def test_an_unpriced_model_costs_nothing_and_a_listed_one_its_list_price():
     assert LLMSettings(model="no-such-model").prices() == (0.0, 0.0, "unpriced")
     assert LLMSettings().prices() == (0.10, 0.32, "list")
 

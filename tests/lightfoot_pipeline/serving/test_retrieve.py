@@ -11,7 +11,8 @@ from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.evaluation.eval_run import ensure_dataset_indexed
 from lightfoot_pipeline.serving.rerank import CrossEncoderReranker, RerankerStatus, reciprocal_rank_fusion
 from lightfoot_pipeline.serving.retrieve import RetrievalError, RetrievalSettings, Retriever, top_indices
-from lightfoot_pipeline.serving.snapshot import export_snapshot, load_snapshot
+from lightfoot_pipeline.serving.snapshot import load_snapshot
+from lightfoot_pipeline.serving.export import export_snapshot
 from lightfoot_pipeline.store.store import Store
 
 DATA = Path(__file__).parents[1] / "data" / "query-corpus"

@@ -25,8 +25,10 @@ from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
 from lightfoot_pipeline.serving.serve import QueryService
 from lightfoot_pipeline.serving.serve_auth import AuthConfigError, Tokens, check_exposure, hash_token, read_tokens_file
-from lightfoot_pipeline.serving.serve_http import BadRequest, HttpLimits, QueryServer, parse_query_request
-from lightfoot_pipeline.serving.snapshot import export_snapshot, latest_snapshot
+from lightfoot_pipeline.serving.serve_app import BadRequest, HttpLimits, parse_query_request
+from lightfoot_pipeline.serving.serve_http import QueryServer
+from lightfoot_pipeline.serving.snapshot import latest_snapshot
+from lightfoot_pipeline.serving.export import export_snapshot
 
 DATA = Path(__file__).parents[1] / "data" / "query-corpus"
 QUESTION = "Who founded the company that makes the Zephyr phone?"
@@ -95,6 +97,20 @@ async def send_until_answered(address: tuple[str, int], head: bytes) -> int:
 
 def auth_header() -> bytes:
     return f"Authorization: Bearer {TOKEN}\r\n".encode()
+
+
+def slow_down(monkeypatch, owner, name: str, seconds: float) -> threading.Event:
+    """Make every call of ``owner.name`` wait ``seconds`` first; the event is set once one has begun."""
+    real = getattr(owner, name)
+    begun = threading.Event()
+
+    def slowed(*args, **kwargs):
+        begun.set()
+        time.sleep(seconds)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, slowed)
+    return begun
 
 
 @pytest.fixture
@@ -357,15 +373,7 @@ def test_busy_workers_and_too_many_connections_get_503(store, embedder, running,
     export_snapshot(store, embedder)
     service = QueryService(store, embedder)
     assert service.refresh()
-    real_retrieve = service.retrieve
-    entered = threading.Event()
-
-    def slow_retrieve(*args, **kwargs):
-        entered.set()
-        time.sleep(1.0)
-        return real_retrieve(*args, **kwargs)
-
-    monkeypatch.setattr(service, "retrieve", slow_retrieve)
+    entered = slow_down(monkeypatch, service, "retrieve", 1.0)
     server = running(service, workers=1, queue=0, max_connections=8)
     results = []
     first = threading.Thread(target=lambda: results.append(
@@ -405,15 +413,7 @@ def test_a_new_snapshot_is_picked_up_while_queries_keep_being_answered(store, em
     service = QueryService(store, embedder)
     assert service.refresh()
 
-    real_load = serve.load_snapshot
-    loading = threading.Event()
-
-    def slow_load(*args, **kwargs):
-        loading.set()
-        time.sleep(0.6)  # queries arriving now must still be answered, from the old snapshot
-        return real_load(*args, **kwargs)
-
-    monkeypatch.setattr(serve, "load_snapshot", slow_load)
+    loading = slow_down(monkeypatch, serve, "load_snapshot", 0.6)  # queries meanwhile: from the old snapshot
     service.watch(interval_s=0.05)
     base = running(service).url
     results: list[list[tuple[float, int, str | None, list[str]]]] = [[] for _ in range(4)]

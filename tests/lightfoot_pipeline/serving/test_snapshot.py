@@ -10,12 +10,11 @@ import polars as pl
 import pytest
 
 from lightfoot_pipeline import pipeline
-from lightfoot_pipeline.serving import snapshot
+from lightfoot_pipeline.serving import export
 from lightfoot_pipeline.ingest.dataset import Document
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
-from lightfoot_pipeline.serving.snapshot import (
-    SnapshotError, erase_from_snapshots, export_snapshot, latest_snapshot, list_snapshots, load_snapshot,
-)
+from lightfoot_pipeline.serving.export import erase_from_snapshots, export_snapshot
+from lightfoot_pipeline.serving.snapshot import SnapshotError, latest_snapshot, list_snapshots, load_snapshot
 
 CANARY = "Zanzibarquux-canary-7d1f"
 
@@ -123,7 +122,7 @@ def test_a_failed_export_leaves_the_published_snapshot_in_place(store, hashing_e
     build(store, hashing_embedder, ["d-ada", "d-babbage"])
     published = export_snapshot(store, hashing_embedder)
     build(store, hashing_embedder)
-    real = snapshot._write_parquet
+    real = export._write_parquet
     calls = []
 
     def failing(location, path, frame):
@@ -132,10 +131,10 @@ def test_a_failed_export_leaves_the_published_snapshot_in_place(store, hashing_e
             raise OSError("disk full")
         real(location, path, frame)
 
-    monkeypatch.setattr(snapshot, "_write_parquet", failing)
+    monkeypatch.setattr(export, "_write_parquet", failing)
     with pytest.raises(OSError, match="disk full"):
         export_snapshot(store, hashing_embedder)
-    monkeypatch.setattr(snapshot, "_write_parquet", real)
+    monkeypatch.setattr(export, "_write_parquet", real)
     assert latest_snapshot(store) == published
     assert load_snapshot(store).passages.height == 2
     unfinished = [p for p in (Path(store.uri) / "snapshots").iterdir() if p.is_dir() and p.name != published.snapshot_id]

@@ -21,7 +21,9 @@ from lightfoot_pipeline.ingest.dataset import Document
 from lightfoot_pipeline.index.documents import upsert_documents
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.store.store import ConcurrentCommitError, Store, Transaction
+from lightfoot_pipeline.store.log import ConcurrentCommitError
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.tables import DOCUMENTS, PASSAGES, with_buckets
 
 SETTINGS = IndexSettings()
@@ -111,7 +113,7 @@ def test_two_writers_on_different_tables_cannot_both_commit_the_next_seq(object_
     store = Store(object_store.uri("race"))
     add_documents(store, ["d-0"])
     # Both writers pass the seq check and write their tables; then both append the store log.
-    gate_once(monkeypatch, Store, "_append_log", 2)
+    gate_once(monkeypatch, Transaction, "_append_log", 2)
 
     def stage(table: str, doc_id: str):
         def write() -> int:

@@ -8,7 +8,8 @@ import pytest
 from lightfoot_pipeline import pipeline
 from lightfoot_pipeline.ingest.dataset import Document
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
-from lightfoot_pipeline.store.store import Store, Transaction
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.transaction import Transaction
 
 RECORDS = {
     f"d{i}": {"entities": [{"name": f"Person {i % 3}", "type": "person"}, {"name": "Copenhagen"}],
@@ -30,7 +31,7 @@ def test_a_crashed_commit_is_invisible_and_undone(tmp_path, hashing_embedder, mo
     seq = store.manifest().seq
 
     if where == "before-log":
-        monkeypatch.setattr(Store, "_append_log", lambda *a, **k: (_ for _ in ()).throw(Crash("died")))
+        monkeypatch.setattr(Transaction, "_append_log", lambda *a, **k: (_ for _ in ()).throw(Crash("died")))
     else:
         real = Transaction._write_table
         calls = {"n": 0}

@@ -19,7 +19,8 @@ from lightfoot_pipeline.ingest.extraction.cache import EXTRACTION_CACHE, Extract
 from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
 from lightfoot_pipeline.models.llm import LLMSettings
 from lightfoot_pipeline.ingest.passages import Passage
-from lightfoot_pipeline.store.store import ConcurrentCommitError, Store
+from lightfoot_pipeline.store.log import ConcurrentCommitError
+from lightfoot_pipeline.store.store import Store
 
 TEXTS = {
     "Warsaw": "Warsaw is the capital of Poland. Marie Curie was born in Warsaw in 1867.",

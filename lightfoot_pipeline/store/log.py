@@ -1,0 +1,83 @@
+"""The store log, and how the store's Delta tables are configured and committed.
+
+The store log is a Delta table of its own (``_lightfoot/store_log/``) with one row per store
+commit, naming the version of every table: a :class:`Manifest` is one row, one committed state
+of the store. Readers read each table at the version the newest row names (store.py); a commit
+appends its row once its tables are written (transaction.py).
+
+Every Delta commit the store makes lands on one exact version or fails (``EXACT_VERSION``, no
+retry); :func:`conflicts_as` turns the failure into the store's own error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import pyarrow as pa
+from deltalake import CommitProperties
+from deltalake.exceptions import CommitFailedError
+
+from lightfoot_pipeline.errors import LightfootError
+from lightfoot_pipeline.store.tables import BUCKET
+
+TABLE_CONFIGURATION = {
+    "delta.dataSkippingStatsColumns": BUCKET,
+    "delta.checkpointInterval": "50",
+}
+# Every commit of a store transaction lands on the exact version it was computed from, or fails.
+EXACT_VERSION = CommitProperties(max_commit_retries=0)
+LOG_SCHEMA = pa.schema(
+    [
+        pa.field("seq", pa.int64()),
+        pa.field("operation", pa.string()),
+        pa.field("versions", pa.string()),
+        pa.field("details", pa.string()),
+        pa.field("committed_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+class StoreError(LightfootError, RuntimeError):
+    """The store cannot do what was asked; the message says why."""
+
+
+class ConcurrentCommitError(StoreError):
+    """Another writer committed after this one read the store."""
+
+    hint = "run the operation again: it starts from the other writer's commit"
+
+
+class StoreUnavailable(StoreError, OSError):
+    """The store's URI cannot be read: a file, an unknown scheme, an object store out of reach."""
+
+    hint = "check --store (or LIGHTFOOT_STORE), and for an object store the AWS_* settings (README: Settings)"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One committed state of the store: the version of every table."""
+
+    seq: int = 0
+    versions: dict[str, int] = field(default_factory=dict)
+    operation: str = ""
+    details: dict = field(default_factory=dict)
+    committed_at: dt.datetime | None = None
+    # The store log's Delta version this state was read at (None before the first commit).
+    log_version: int | None = None
+
+    @property
+    def config(self) -> dict:
+        """What the index is built with: embedder model and the settings that shape its tables."""
+        return dict(self.details.get("config") or {})
+
+
+@contextlib.contextmanager
+def conflicts_as(error: type[StoreError], doing: str) -> Iterator[None]:
+    """Turn a failed exact-version Delta commit into ``error``, saying what was being done."""
+    try:
+        yield
+    except CommitFailedError as err:
+        raise error(f"another writer committed while this one was {doing}; run the operation again ({err})") from err

@@ -1,0 +1,39 @@
+"""References between the index's tables: none dangles in a sound store, and each kind is counted."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from lightfoot_pipeline import pipeline
+from lightfoot_pipeline.index.references import dangling_references
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.store.tables import DOCUMENTS, MENTIONS, with_buckets
+
+
+@pytest.fixture
+def indexed(store, sample_documents, sample_records, hashing_embedder):
+    pipeline.ingest(store, sample_documents[:6], ReplayExtractor(sample_records), hashing_embedder)
+    return store
+
+
+def test_a_sound_store_has_no_dangling_reference(indexed, sample_documents):
+    assert set(dangling_references(indexed).values()) == {0}
+    pipeline.delete(indexed, [sample_documents[0].doc_id])
+    assert set(dangling_references(indexed).values()) == {0}
+
+
+def test_each_kind_of_dangling_reference_is_counted(indexed):
+    sound = indexed.manifest()
+    with indexed.transaction() as tx:
+        mentions = tx.table(MENTIONS.name)
+        ghost = mentions.head(2).drop("bucket").with_columns(pl.lit("chunk-deleted-long-ago").alias("chunk_id"))
+        tx.put(MENTIONS.name, pl.concat([mentions, with_buckets(ghost, MENTIONS, tx.n_buckets).cast(mentions.schema)]))
+        documents = tx.table(DOCUMENTS.name)
+        tx.put(DOCUMENTS.name, documents.slice(1))
+        tx.commit("tamper", {})
+    counts = dangling_references(indexed)
+    assert counts["mentions -> passages"] == 2
+    assert counts["passages -> documents"] >= 1
+    assert sum(counts.values()) == counts["mentions -> passages"] + counts["passages -> documents"]
+    assert set(dangling_references(indexed, sound).values()) == {0}, "read at the commit given"
