@@ -93,7 +93,7 @@ def test_eval_builds_the_store_once_and_writes_the_documented_shape(tmp_path, ca
     assert "built 12 documents" in captured.err and "with 0 model calls" in captured.err
     result = json.loads(out.read_text())
     assert {"n_questions", "modes", "per_question"} <= set(result)
-    assert result["n_questions"] == 3 and set(result["modes"]) == {"dense", "lightfoot"}
+    assert result["n_questions"] == 3 and set(result["modes"]) == {"dense", "lightfoot", "hipporag2"}
     assert result["modes"]["lightfoot"]["recall@5"] == 1.0
     assert len(result["per_question"]) == 3 and result["per_question"][0]["modes"]["lightfoot"]["ranked"]
     assert "lightfoot+rerank not run" in captured.out
