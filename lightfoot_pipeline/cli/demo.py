@@ -149,7 +149,7 @@ def _show_entities(store: Store) -> None:
     top = entities.sort(["n_aliases", "n_chunks", "entity_id"], descending=[True, True, False]).head(5)
     print("entities with the most aliases:")
     for row in top.iter_rows(named=True):
-        names = aliases.filter(pl.col("entity_id") == row["entity_id"]).sort("n_chunks", descending=True)
+        names = aliases.filter(pl.col("entity_id") == row["entity_id"]).sort(["n_chunks", "surface"], descending=[True, False])
         shown = ", ".join(names.get_column("surface").head(6).to_list())
         print(f"  {row['display_name']!r}: {row['n_aliases']} aliases in {row['n_chunks']} passages ({shown})")
     edges = store.read(SYNONYM_EDGES.name).sort("similarity", descending=True)
