@@ -34,7 +34,7 @@ from lightfoot_pipeline.ingest.dataset import (
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.ingest.passages import text_hash
 from lightfoot_pipeline.models.embedder import Embedder
-from lightfoot_pipeline.serving.answer import MAX_TOKENS, Answer, Answerer
+from lightfoot_pipeline.serving.answer import MAX_TOKENS, Answerer, answer_charge
 from lightfoot_pipeline.serving.export import export_snapshot
 from lightfoot_pipeline.serving.rerank import Reranker, RerankerStatus
 from lightfoot_pipeline.serving.snapshot import Snapshot, SnapshotInfo, load_snapshot
@@ -246,21 +246,6 @@ def _pricing(answers: AnswerOptions) -> tuple[str, tuple[float, float, str]]:
 
     settings = LLMSettings.from_env()
     return settings.model, settings.prices()
-
-
-def answer_charge(run_id: str, answer: Answer, prices: tuple[float, float, str]) -> ledger.Charge:
-    """An answer call's row in the cost ledger: every HTTP attempt it took, its tokens at the prices.
-
-    A call that failed is an ``error``; one that came back without an answer is ``unusable``.
-    """
-    price_in, price_out, source = prices
-    status = "error" if answer.error_kind else ("unusable" if answer.error else "ok")
-    return ledger.Charge(
-        run_id=run_id, purpose="answer", model=answer.model, status=status, attempts=max(answer.attempts, 1),
-        tokens_in=answer.tokens_in, tokens_out=answer.tokens_out, price_in_per_mtok=price_in,
-        price_out_per_mtok=price_out, price_source=source, seconds=answer.seconds, error_kind=answer.error_kind,
-        usage_reported=answer.usage_reported,
-    )
 
 
 def charge_answers(store: Store, answered: Sequence[QuestionResult], answerer: Answerer) -> str:

@@ -26,6 +26,7 @@ from typing import Sequence
 
 from lightfoot_pipeline.models.llm import LLMClient, LLMError
 from lightfoot_pipeline.serving.retrieve import FactHit, PassageHit
+from lightfoot_pipeline.store import ledger
 
 N_FACTS = 10
 N_PASSAGES = 10
@@ -236,3 +237,18 @@ def build_answerer(environ: dict | None = None) -> tuple[Answerer | None, str]:
     except (LLMError, ValueError) as err:
         return None, f"answers need a language-model endpoint ({err}); retrieval works without one"
     return Answerer(client), f"available: {settings.model} at {settings.endpoint()}"
+
+
+def answer_charge(run_id: str, answer: Answer, prices: tuple[float, float, str]) -> ledger.Charge:
+    """An answer call's row in the cost ledger: every HTTP attempt it took, its tokens at the prices.
+
+    A call that failed is an ``error``; one that came back without an answer is ``unusable``.
+    """
+    price_in, price_out, source = prices
+    status = "error" if answer.error_kind else ("unusable" if answer.error else "ok")
+    return ledger.Charge(
+        run_id=run_id, purpose="answer", model=answer.model, status=status, attempts=max(answer.attempts, 1),
+        tokens_in=answer.tokens_in, tokens_out=answer.tokens_out, price_in_per_mtok=price_in,
+        price_out_per_mtok=price_out, price_source=source, seconds=answer.seconds, error_kind=answer.error_kind,
+        usage_reported=answer.usage_reported,
+    )

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 
 from lightfoot_pipeline.store import ledger
-from lightfoot_pipeline.serving.answer import Answer, AnswerBudget, Answerer, build_answerer
+from lightfoot_pipeline.serving.answer import Answer, AnswerBudget, Answerer, answer_charge, build_answerer
 from lightfoot_pipeline.models.embedder import Embedder, load_embedder
 from lightfoot_pipeline.serving.rerank import Reranker, RerankerStatus, load_reranker
 from lightfoot_pipeline.serving.retrieve import (
@@ -230,14 +230,7 @@ class QueryService:
         """The answer call's row in the cost ledger; a failure to write it is logged, not raised."""
         if not self.charge_ledger:
             return
-        price_in, price_out, source = self.answerer.client.settings.prices()
-        status = "error" if result.error_kind else ("unusable" if result.error else "ok")
-        charge = ledger.Charge(
-            run_id=self.ledger_run_id, purpose="answer", model=result.model, status=status,
-            attempts=max(result.attempts, 1), tokens_in=result.tokens_in, tokens_out=result.tokens_out,
-            price_in_per_mtok=price_in, price_out_per_mtok=price_out, price_source=source,
-            seconds=result.seconds, error_kind=result.error_kind, usage_reported=result.usage_reported,
-        )
+        charge = answer_charge(self.ledger_run_id, result, self.answerer.client.settings.prices())
         try:
             ledger.record(self.store, [charge])
         except Exception:  # the answer is already paid for; the operator must hear of the gap
