@@ -108,6 +108,14 @@ class QueryService:
         serving = self._serving
         return serving.snapshot if serving else None
 
+    def current(self) -> _Serving:
+        """The snapshot being served, its retriever and when it was loaded (one reference: a query
+        that takes it runs on one snapshot)."""
+        serving = self._serving
+        if serving is None:
+            raise NoSnapshotLoaded("no snapshot is loaded yet: export one with `lightfoot snapshot`")
+        return serving
+
     def use(self, snapshot: Snapshot) -> None:
         """Serve this snapshot from now on (queries already running finish on the old one)."""
         retriever = Retriever(snapshot, self.embedder, self.reranker, self.reranker_status, self.settings)
