@@ -3,8 +3,11 @@ serving snapshot from being exported.
 
 - every passage is accounted for: extracted, or failed with its reason;
 - no reference dangles: nothing points at a deleted document, passage, name or entity;
-- the store equals a fresh rebuild of its live documents (after deletions; configurable, since
-  it costs a rebuild).
+- the store equals a fresh rebuild of its live documents (after every ingestion and deletion;
+  configurable, since it costs a rebuild).
+
+Each runs in every job that can change its answer: the ingestion job runs all of them, the
+deletion job all of them too (the passages check after the tombstones).
 """
 
 
@@ -17,7 +20,9 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from assets.keys import ENTITIES, EXTRACTIONS, FACTS, GRAPH_ASSETS, NAME_LINKS, NAME_VECTORS, REBUILD_CHECK, SYNONYM_EDGES
+from assets.keys import (
+    ENTITIES, EXTRACTIONS, FACTS, GRAPH_ASSETS, NAME_LINKS, NAME_VECTORS, REBUILD_CHECK, SYNONYM_EDGES, TOMBSTONES,
+)
 from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline import pipeline
 from lightfoot_pipeline.ingest.extraction.outcome import FAILED, OK
@@ -26,9 +31,10 @@ from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import EXTRACTIONS as EXTRACTIONS_TABLE, PASSAGES
 
 
-@dg.asset_check(asset=EXTRACTIONS, blocking=True)
+@dg.asset_check(asset=EXTRACTIONS, blocking=True, additional_deps=[TOMBSTONES])
 def passages_accounted_for(store: StoreResource) -> dg.AssetCheckResult:
-    """Every live passage has one extraction: a record, or a failure that says why."""
+    """Every live passage has one extraction: a record, or a failure that says why. Runs in the
+    ingestion job after the extractions and in the deletion job after the tombstones."""
     lightfoot = store.open()
     manifest = lightfoot.manifest()
     passages = lightfoot.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id"])

@@ -142,17 +142,17 @@ def preview_deletion(store: Store, doc_ids: list[str], settings: IndexSettings |
     out.names_removed = (before[ALIASES.name].select("name", "type")
                          .join(after[ALIASES.name].select("name", "type"), on=["name", "type"], how="anti")
                          .sort("type", "name").to_dicts())
-    out.entities_removed, out.entities_added, out.entities_changed = _differences(
+    out.entities_removed, out.entities_added, out.entities_changed = table_differences(
         before[ENTITIES.name].select(ENTITY_COLUMNS), after[ENTITIES.name].select(ENTITY_COLUMNS), ["entity_id"])
-    out.facts_dropped, _, out.facts_changed = _differences(
+    out.facts_dropped, _, out.facts_changed = table_differences(
         before[FACTS.name].select(FACT_COLUMNS), after[FACTS.name].select(FACT_COLUMNS), ["fact_id"])
-    out.synonym_edges_removed, out.synonym_edges_added, _ = _differences(
+    out.synonym_edges_removed, out.synonym_edges_added, _ = table_differences(
         before[SYNONYM_EDGES.name].select(EDGE_COLUMNS), after[SYNONYM_EDGES.name].select(EDGE_COLUMNS),
         ["entity_a", "entity_b"])
     return out
 
 
-def _differences(before: pl.DataFrame, after: pl.DataFrame, key: list[str]) -> tuple[list[dict], list[dict], list[dict]]:
+def table_differences(before: pl.DataFrame, after: pl.DataFrame, key: list[str]) -> tuple[list[dict], list[dict], list[dict]]:
     """Rows only before, rows only after, and rows whose key is in both with other values (each
     with its values ``before``), sorted by key."""
     removed = before.join(after, on=key, how="anti").sort(key).to_dicts()
