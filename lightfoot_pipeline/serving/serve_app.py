@@ -6,10 +6,12 @@ Endpoints (JSON in and out)::
     GET  /status    the served snapshot, reloads, the reranker, the answer budget (authenticated)
     GET  /snapshot  the served snapshot's manifest and the published one's id (authenticated)
     GET  /health    {"status": "ok" | "no_snapshot"}: liveness, open to all, nothing more
+    GET  /          the web page, and POST /explain/query, GET /explain/entity, /explain/doc (serve_page.py)
 
-Every endpoint but ``/health`` needs ``Authorization: Bearer <token>`` when the service has
-tokens (serve_auth.py); a missing or wrong token gets 401 with ``WWW-Authenticate``. GET
-endpoints answer HEAD too, and query strings are ignored.
+Every endpoint but ``/health`` and the page's static files needs ``Authorization: Bearer <token>``
+when the service has tokens (serve_auth.py); a missing or wrong token gets 401 with
+``WWW-Authenticate``. GET endpoints answer HEAD too, and query strings are ignored but by
+``/explain/entity`` and ``/explain/doc``.
 
 What the application bounds (:class:`HttpLimits`, which holds the server's bounds too: see
 serve_http.py):
@@ -51,10 +53,11 @@ from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.serving.retrieve import RetrievalError
 from lightfoot_pipeline.serving.serve import DEFAULT_TOP_K, MAX_QUESTION_CHARS, MAX_TOP_K, NoSnapshotLoaded, QueryService
 from lightfoot_pipeline.serving.serve_auth import Tokens
+from lightfoot_pipeline.serving.serve_page import STATIC_PREFIX, page_routes
 
 log = logging.getLogger(__name__)
 
-OPEN_PATHS = frozenset({"/health"})  # answered without a token
+OPEN_PATHS = frozenset({"/health", "/"})  # answered without a token; so is everything under /static/
 REALM = "lightfoot"
 
 
@@ -244,7 +247,8 @@ class TokenAuth:
         self.tokens = tokens if tokens is not None and tokens.configured else None
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http" or self.tokens is None or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or self.tokens is None or scope["path"] in OPEN_PATHS \
+                or scope["path"].startswith(STATIC_PREFIX):
             await self.app(scope, receive, send)
             return
         header = next((value for name, value in scope["headers"] if name == b"authorization"), None)
@@ -275,13 +279,38 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
         service.answer(payload, pending)
         return encode(payload)
 
+    async def parse_body(request: Request) -> tuple[str, int, bool]:
+        arguments = await read_arguments(request)
+        return arguments["question"], arguments["top_k"], arguments["rerank"]
+
+    async def read_arguments(request: Request) -> dict:
+        body = await read_body(request, limits.max_body_bytes, limits.body_timeout_s)
+        try:
+            return parse_query_request(body)
+        except BadRequest as err:
+            raise HttpError(400, str(err)) from None
+
+    def guard(endpoint):
+        """The endpoint, with the service's errors answered as query's are."""
+        async def guarded(request: Request) -> Response:
+            try:
+                return await endpoint(request)
+            except HttpError as err:
+                return json_response(err.status, {"error": str(err)}, err.headers, close=err.close)
+            except ClientDisconnect:
+                return Response(status_code=400)
+            except NoSnapshotLoaded as err:
+                return json_response(503, {"error": str(err)}, {"retry-after": "5"})
+            except RetrievalError as err:
+                return json_response(422, {"error": str(err)})
+            except Exception:
+                log.exception("%s failed", request.url.path)
+                return json_response(500, {"error": "the request failed inside the service (logged there)"})
+        return guarded
+
     async def query(request: Request) -> Response:
         try:
-            body = await read_body(request, limits.max_body_bytes, limits.body_timeout_s)
-            try:
-                arguments = parse_query_request(body)
-            except BadRequest as err:
-                raise HttpError(400, str(err)) from None
+            arguments = await read_arguments(request)
             encoded, payload, pending = await retrieval.run(retrieve_and_encode, arguments)
             if encoded is None:
                 encoded = await answers.run(answer_and_encode, payload, pending)
@@ -314,7 +343,7 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
 
     async def http_error(request: Request, err: HTTPException) -> Response:
         message = {404: f"no such resource {request.url.path}; try POST /query, GET /status, GET /snapshot, "
-                        "GET /health", 405: f"{request.method} is not allowed on {request.url.path}"}
+                        "GET /health, or the page at GET /", 405: f"{request.method} is not allowed on {request.url.path}"}
         return json_response(err.status_code, {"error": message.get(err.status_code, err.detail)},
                              dict(err.headers or {}), close=_may_have_body(request.scope))
 
@@ -324,6 +353,7 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
             Route("/health", health, methods=["GET"]),
             Route("/status", status, methods=["GET"]),
             Route("/snapshot", snapshot, methods=["GET"]),
+            *page_routes(service, retrieval.run, guard, json_response, HttpError, parse_body),
         ],
         middleware=[Middleware(TokenAuth, tokens=tokens)],
         exception_handlers={HTTPException: http_error},
