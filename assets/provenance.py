@@ -91,5 +91,5 @@ def store_metadata(
         metadata["dagster/uri"] = dg.MetadataValue.path(store.table_uri(tables[0]))
         metadata["table_rows" if per_document else "dagster/row_count"] = dg.MetadataValue.int(rows[tables[0]])
     if fingerprint and manifest.seq:
-        metadata["fingerprint"] = dg.MetadataValue.text(pipeline.fingerprint(store, manifest).digest)
+        metadata["store_fingerprint"] = dg.MetadataValue.text(pipeline.fingerprint(store, manifest).digest)
     return metadata

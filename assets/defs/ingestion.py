@@ -16,6 +16,7 @@ import polars as pl
 from assets.keys import (
     DOCUMENTS_GROUP, GRAPH_GROUP, INGESTION_JOB, SERVING_GROUP, TRIGGER_TAG,
 )
+from assets.defs.checks import INGESTION_REBUILD_LIMIT
 from assets.partitions import DOCUMENTS, PER_DOCUMENT, key_ranges, range_tags
 from assets.provenance import CODE_VERSION, add_document_metadata, column_schema, commit_if_changed, store_metadata
 from assets.receipts import receipt_run_key, receipt_runs, receipt_tags
@@ -95,7 +96,8 @@ document_ingestion = dg.define_asset_job(
         dg.AssetSelection.groups(DOCUMENTS_GROUP, GRAPH_GROUP, SERVING_GROUP)
     ),
     description="Ingest a range of document partitions, then bring the graph and the serving snapshot up to date; "
-    "every blocking check, the comparison with a fresh rebuild among them, runs before the export.",
+    "every blocking check runs before the export (the comparison with a fresh rebuild while the store holds at "
+    f"most {INGESTION_REBUILD_LIMIT:,} documents: the check's ingestion_limit).",
     executor_def=dg.in_process_executor,
 )
 
