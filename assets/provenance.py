@@ -35,10 +35,14 @@ CODE_VERSION = "{}-{}".format(lightfoot_pipeline.__version__, hashlib.sha256(
 MAX_CHANGED_ROWS = 50
 
 
-def column_schema(spec: TableSpec) -> dict[str, dg.TableSchema]:
-    """The definition metadata that declares a store table's columns."""
-    return {"dagster/column_schema": dg.TableSchema(
-        columns=[dg.TableColumn(field.name, str(field.type)) for field in spec.schema])}
+def column_schema(spec: TableSpec, *more: TableSpec) -> dict[str, dg.TableSchema]:
+    """The definition metadata that declares the columns of an asset's store tables: its first
+    table's as ``dagster/column_schema``, each further table's as ``column_schema/<table>``."""
+    def schema(table: TableSpec) -> dg.TableSchema:
+        return dg.TableSchema(columns=[dg.TableColumn(field.name, str(field.type), description=table.description
+                                                      if i == 0 else None) for i, field in enumerate(table.schema)])
+
+    return {"dagster/column_schema": schema(spec), **{f"column_schema/{t.name}": schema(t) for t in more}}
 
 
 def add_document_metadata(context: dg.AssetExecutionContext, per_document: Mapping[str, Mapping[str, object]],

@@ -137,7 +137,7 @@ def _progress(context: dg.AssetExecutionContext):
 
 
 @dg.asset(**PER_DOCUMENT, deps=[EXTRACTIONS], kinds={"deltalake", "python"}, code_version=CODE_VERSION,
-          metadata=column_schema(FORMS))
+          metadata=column_schema(FORMS, FACT_SOURCES))
 def forms(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     """Every normalised entity name, fact subject and fact object of a document's passages, and
     which passage asserted which fact: the per-document input of the graph."""

@@ -49,7 +49,7 @@ def _specs() -> list[dg.AssetSpec]:
             "(0.80), computed exactly with blocked matrix products.",
         ),
         dg.AssetSpec(
-            ENTITIES, code_version=CODE_VERSION, metadata=column_schema(ENTITIES_TABLE), deps=[NAME_LINKS], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
+            ENTITIES, code_version=CODE_VERSION, metadata=column_schema(ENTITIES_TABLE, ALIASES, MENTIONS), deps=[NAME_LINKS], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
             description="Connected components of names linked at the entity threshold (0.92), with their aliases "
             "and the passages that mention them.",
         ),
@@ -59,7 +59,7 @@ def _specs() -> list[dg.AssetSpec]:
             description="Same-type entity pairs with a member-name pair at cosine at or above 0.80 (no top-k).",
         ),
         dg.AssetSpec(
-            FACTS, code_version=CODE_VERSION, metadata=column_schema(FACTS_TABLE), deps=[FORMS, TOMBSTONES], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
+            FACTS, code_version=CODE_VERSION, metadata=column_schema(FACTS_TABLE, FACT_SOURCES_TABLE), deps=[FORMS, TOMBSTONES], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
             description="(subject, predicate, object) facts that at least one live passage asserts, with the set "
             "of asserting passages.",
         ),

@@ -32,7 +32,7 @@ from lightfoot_pipeline.store.tables import TOMBSTONES as TOMBSTONES_TABLE
 
 
 @dg.asset(**PER_DOCUMENT, kinds={"deltalake", "python"}, code_version=CODE_VERSION,
-          metadata=column_schema(PASSAGES_TABLE))
+          metadata=column_schema(PASSAGES_TABLE, DOCUMENTS_TABLE))
 def passages(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     """A document's row (title, source, retention date) and its passages, from its landed copy.
 

@@ -121,3 +121,17 @@ def test_the_local_instance_file_loads_with_sqlite_storage_and_one_store_writer(
         assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
         instance.add_dynamic_partitions("documents", ["doc-1"])
     assert any(p.suffix == ".db" for p in home.rglob("*")), "the SQLite files live under DAGSTER_HOME"
+
+
+def test_every_asset_has_a_code_version_and_every_table_its_column_schema(defs):
+    from lightfoot_pipeline.store.tables import spec_for
+
+    graph = defs.resolve_asset_graph()
+    versions = {graph.get(key).code_version for key in graph.materializable_asset_keys}
+    assert len(versions) == 1 and None not in versions, "one code version: the engine's and the settings'"
+    for name in PER_DOCUMENT | GRAPH | {"tombstones"}:
+        metadata = graph.get(dg.AssetKey(name)).metadata
+        schema = metadata["dagster/column_schema"]
+        assert schema.columns and all(c.type for c in schema.columns), name
+    entities = graph.get(dg.AssetKey("entities")).metadata
+    assert [c.name for c in entities["column_schema/mentions"].columns] == spec_for("mentions").columns
