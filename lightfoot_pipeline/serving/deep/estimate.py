@@ -14,10 +14,11 @@ import math
 from dataclasses import dataclass
 
 from lightfoot_pipeline.serving.answer import RESERVE_CHARS_PER_TOKEN
-from lightfoot_pipeline.serving.deep.evidence import StepEvidence, explore
-from lightfoot_pipeline.serving.deep.loop import DeepQuery
+from lightfoot_pipeline.serving.deep.evidence import SnapshotIndex, StepEvidence, explore
+from lightfoot_pipeline.serving.deep.loop import DeepSettings
 from lightfoot_pipeline.serving.deep.memory import Memory
 from lightfoot_pipeline.serving.deep.prompts import answer_messages, check_messages, memory_messages
+from lightfoot_pipeline.serving.retrieve import Retriever
 
 CHARS_PER_TOKEN = 4.0
 MEMORY_CHARS_PER_STEP = 600  # about three memory points of two short sentences each
@@ -37,11 +38,11 @@ def _chars(messages: list[dict]) -> int:
     return sum(len(m["content"]) for m in messages)
 
 
-def estimate_question(engine: DeepQuery, question: str) -> QuestionEstimate:
+def estimate_question(retriever: Retriever, settings: DeepSettings, question: str, *,
+                      index: SnapshotIndex | None = None, rerank: bool = True) -> QuestionEstimate:
     """The most a question's calls take within the step cap, from its first step's evidence."""
-    s, index = engine.settings, engine.index
-    first = explore(engine.retriever, index, question, s.passages, s.facts_per_query, s.entities_per_query,
-                    engine.rerank)
+    s, index = settings, index or SnapshotIndex(retriever.snapshot)
+    first = explore(retriever, index, question, s.passages, s.facts_per_query, s.entities_per_query, rerank)
     evidence = StepEvidence([first])
     empty = Memory()
     stages: list[tuple[str, int]] = []
