@@ -118,8 +118,9 @@ def _loads(text: str):
 
 
 def _closings(text: str, tries: int = 40):
-    """The text closed as it stands, then cut back at its last commas and closed (a reply cut short)."""
-    cuts = [len(text)] + [m.start() for m in re.finditer(",", text)][::-1][:tries]
+    """The text cut back at its last commas and closed (dropping the member being written when the
+    reply was cut short), then closed as it stands."""
+    cuts = [m.start() for m in re.finditer(",", text)][::-1][:tries] + [len(text)]
     for cut in cuts:
         closed = _close(text[:cut])
         if closed is not None:

@@ -112,3 +112,11 @@ def test_hgmem_needs_answers(deep_store, small_dataset, hashing_embedder):
     with pytest.raises(HarnessError, match="hgmem calls the model at every step"):
         run(deep_store, small_dataset, hashing_embedder, None)
     assert "hgmem" not in [m.name for m in plan_evaluation().modes]
+
+
+def test_the_deletion_audit_refuses_hgmem(small_dataset, hashing_embedder):
+    from lightfoot_pipeline.evaluation.deletion_audit import run_deletion_audit
+
+    with pytest.raises(HarnessError, match="hgmem calls the model"):
+        run_deletion_audit(small_dataset, small_dataset / "questions-dev.jsonl", hashing_embedder,
+                           plan_evaluation(["lightfoot", "hgmem"]), run_dir=None)
