@@ -69,6 +69,9 @@ def cmd_query(args) -> int:
     store = _store(args)
     if args.mode == "deep":
         return query_deep(args, store)
+    if args.trace or args.max_steps is not None or args.question_budget is not None:
+        raise SettingsError("query: --trace, --max-steps and --question-budget are options of the deep mode",
+                            hint="add --mode deep")
     service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker,
                            answers=not args.no_answer)
     result = service.query(args.question, top_k=args.top_k, answer=not args.no_answer, rerank=not args.no_rerank)

@@ -94,6 +94,8 @@ def test_query_deep_as_json_holds_the_steps(built, capsys, chat_server, monkeypa
 def test_query_deep_needs_an_endpoint_and_fails_at_once_when_it_is_unreachable(built, capsys, monkeypatch):
     assert main(["query", QUESTION, "--store", built, "--mode", "deep"]) == 2
     assert "query --mode deep: answers need a language-model endpoint" in capsys.readouterr().err
+    assert main(["query", QUESTION, "--store", built, "--trace"]) == 2
+    assert "options of the deep mode" in capsys.readouterr().err
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
