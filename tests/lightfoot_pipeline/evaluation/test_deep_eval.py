@@ -120,3 +120,22 @@ def test_the_deletion_audit_refuses_hgmem(small_dataset, hashing_embedder):
     with pytest.raises(HarnessError, match="hgmem calls the model"):
         run_deletion_audit(small_dataset, small_dataset / "questions-dev.jsonl", hashing_embedder,
                            plan_evaluation(["lightfoot", "hgmem"]), run_dir=None)
+
+
+def test_an_unreachable_endpoint_stops_the_run_at_once_and_what_was_asked_is_charged(
+        deep_store, small_dataset, hashing_embedder):
+    import socket
+
+    from lightfoot_pipeline.serving.deep import DeepQueryError
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    before = ledger.read(deep_store).height
+    answerer = Answerer(LLMClient(LLMSettings(base_url=f"http://127.0.0.1:{port}/v1", max_retries=0, concurrency=2)))
+    plan = plan_evaluation(["hgmem"])
+    with pytest.raises(DeepQueryError, match=f"127.0.0.1:{port}"):
+        run_evaluation(deep_store, small_dataset, small_dataset / "questions-dev.jsonl", hashing_embedder, plan,
+                       answers=AnswerOptions(answerer=answerer, budget_usd=1.0), echo=lambda line: None)
+    charged = ledger.read(deep_store).height - before
+    assert 1 <= charged <= 2  # the questions in flight when it failed, one call each; none after
