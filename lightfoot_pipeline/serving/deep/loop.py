@@ -272,7 +272,10 @@ class DeepQuery:
     def _retrieve(self, subquery: SubQuery, n_passages: int, memory: Memory) -> Evidence:
         s = self.settings
         if subquery.kind == "local" and subquery.point in memory:
-            entities = memory.points[subquery.point].entity_ids
+            point = memory.points[subquery.point]
+            # a point resting on passages alone is anchored at the entities they mention
+            entities = point.entity_ids or [self.index.entity_ids[n] for n in self.index.mentioned(
+                [self.index.chunk_rows[c] for c in point.chunk_ids if c in self.index.chunk_rows])]
             return investigate(self.retriever, self.index, subquery.query, subquery.point, entities, n_passages,
                                s.facts_per_query, s.entities_per_query, self.rerank)
         return explore(self.retriever, self.index, subquery.query, n_passages, s.facts_per_query,

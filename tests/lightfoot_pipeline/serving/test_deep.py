@@ -274,3 +274,15 @@ def test_settings_come_from_the_environment_and_are_checked():
         DeepSettings.from_env({"LIGHTFOOT_DEEP_MAX_STEPS": "many"})
     with pytest.raises(SettingsError, match="max_steps must be from 1 to 10"):
         DeepSettings.from_env({"LIGHTFOOT_DEEP_MAX_STEPS": "0"})
+
+
+def test_a_point_on_passages_alone_is_investigated_at_the_entities_they_mention(chat_server, retriever):
+    only_passages = {"operations": [op("insert", "The association had a first president.", passages=["P2"])]}
+    local = {"sufficient": False, "reason": "more",
+             "subqueries": [{"kind": "local", "point": "M1", "query": "first president"}]}
+    script(chat_server, {("memory", 1): only_passages, ("check", 1): local, ("memory", 2): {"operations": []},
+                         ("check", 2): SUFFICIENT, ("answer", 1): ANSWER})
+    result = DeepQuery(retriever, client_for(chat_server)).run(QUESTION)
+    [investigation] = result.steps[1].evidence
+    assert investigation.kind == "local" and investigation.point == "M1" and not investigation.note
+    assert investigation.passages
