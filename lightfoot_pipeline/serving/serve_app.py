@@ -2,7 +2,8 @@
 
 Endpoints (JSON in and out)::
 
-    POST /query     {"question": "...", "top_k": 10, "answer": true, "rerank": true}
+    POST /query     {"question": "...", "top_k": 10, "answer": true, "rerank": true, "mode": "lightfoot"}
+                    ("mode": "deep": a multi-step answer from a working memory, serving/deep)
     GET  /status    the served snapshot, reloads, the reranker, the answer budget (authenticated)
     GET  /snapshot  the served snapshot's manifest and the published one's id (authenticated)
     GET  /health    {"status": "ok" | "no_snapshot"}: liveness, open to all, nothing more
@@ -50,6 +51,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from lightfoot_pipeline.errors import LightfootError
+from lightfoot_pipeline.serving.deep import DeepQueryError
 from lightfoot_pipeline.serving.retrieve import RetrievalError
 from lightfoot_pipeline.serving.serve import DEFAULT_TOP_K, MAX_QUESTION_CHARS, MAX_TOP_K, NoSnapshotLoaded, QueryService
 from lightfoot_pipeline.serving.serve_auth import Tokens
@@ -57,6 +59,7 @@ from lightfoot_pipeline.serving.serve_page import STATIC_PREFIX, page_routes
 
 log = logging.getLogger(__name__)
 
+QUERY_MODES = ("lightfoot", "deep")
 OPEN_PATHS = frozenset({"/health", "/"})  # answered without a token; so is everything under /static/
 REALM = "lightfoot"
 
@@ -108,10 +111,10 @@ def parse_query_request(body: bytes) -> dict:
         raise BadRequest(f"the body is not JSON: {err}") from None
     if not isinstance(payload, dict):
         raise BadRequest("the body must be a JSON object")
-    unknown = set(payload) - {"question", "top_k", "answer", "rerank"}
+    unknown = set(payload) - {"question", "top_k", "answer", "rerank", "mode"}
     if unknown:
         names = ", ".join(sorted(ascii(name)[:40] for name in unknown))
-        raise BadRequest(f"unknown fields: {names}; the fields are question, top_k, answer, rerank")
+        raise BadRequest(f"unknown fields: {names}; the fields are question, top_k, answer, rerank, mode")
     question = payload.get("question")
     if not isinstance(question, str) or not question.strip():
         raise BadRequest("question must be a non-empty string")
@@ -131,7 +134,13 @@ def parse_query_request(body: bytes) -> dict:
         if not isinstance(value, bool):
             raise BadRequest(f"{name} must be true or false")
         flags[name] = value
-    return {"question": question, "top_k": top_k, **flags}
+    mode = payload.get("mode", "lightfoot")
+    if mode not in QUERY_MODES:
+        raise BadRequest(f"mode must be one of {', '.join(QUERY_MODES)}")
+    if mode == "deep" and not flags["answer"]:
+        raise BadRequest("mode deep answers through the model at every step; it cannot run with answer false")
+    deep = {"mode": mode} if mode != "lightfoot" else {}  # the default mode is left implicit
+    return {"question": question, "top_k": top_k, **flags, **deep}
 
 
 class HttpError(LightfootError):
@@ -279,6 +288,9 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
         service.answer(payload, pending)
         return encode(payload)
 
+    def deep_and_encode(arguments: dict) -> bytes:
+        return encode(service.deep(arguments["question"], rerank=arguments["rerank"]))
+
     async def parse_body(request: Request) -> tuple[str, int, bool]:
         arguments = await read_arguments(request)
         return arguments["question"], arguments["top_k"], arguments["rerank"]
@@ -311,9 +323,12 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
     async def query(request: Request) -> Response:
         try:
             arguments = await read_arguments(request)
-            encoded, payload, pending = await retrieval.run(retrieve_and_encode, arguments)
-            if encoded is None:
-                encoded = await answers.run(answer_and_encode, payload, pending)
+            if arguments.pop("mode", "lightfoot") == "deep":  # model calls between retrievals: the answer pool
+                encoded = await answers.run(deep_and_encode, arguments)
+            else:
+                encoded, payload, pending = await retrieval.run(retrieve_and_encode, arguments)
+                if encoded is None:
+                    encoded = await answers.run(answer_and_encode, payload, pending)
         except HttpError as err:
             return json_response(err.status, {"error": str(err)}, err.headers, close=err.close)
         except ClientDisconnect:
@@ -322,6 +337,8 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
             return json_response(503, {"error": str(err)}, {"retry-after": "5"})
         except RetrievalError as err:
             return json_response(422, {"error": str(err)})
+        except DeepQueryError as err:  # the model endpoint cannot serve
+            return json_response(502, {"error": str(err)})
         except Exception:  # a bug must not take the server down; the details stay in the log
             log.exception("query failed")
             return json_response(500, {"error": "the query failed inside the service (logged there)"})
