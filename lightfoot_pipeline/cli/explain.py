@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from lightfoot_pipeline.settings import SettingsError
+
 
 def _print_json(payload) -> None:
     json.dump(payload, sys.stdout, indent=2, sort_keys=True, default=str)
@@ -96,6 +98,14 @@ def cmd_explain_query(args) -> int:
     from lightfoot_pipeline.serving.explain import explain_query
     from lightfoot_pipeline.serving.serve import open_service
 
+    if args.mode == "deep":  # the steps of a deep answer: subqueries, what each retrieved, memory operations
+        from lightfoot_pipeline.cli.query import query_deep
+
+        args.trace = True
+        return query_deep(args, _existing_store(args))
+    if args.max_steps is not None or args.question_budget is not None:
+        raise SettingsError("explain query: --max-steps and --question-budget are options of the deep mode",
+                            hint="add --mode deep")
     service = open_service(_existing_store(args), embedder_spec=args.embedder, reranker_spec=args.reranker,
                            answers=False, answers_off_reason="explain does not answer")
     try:
@@ -146,5 +156,10 @@ def add_explain_commands(sub, common) -> None:
     q.add_argument("--no-rerank", action="store_true", help="keep the PageRank order")
     q.add_argument("--embedder", default=None, help="embedding model name or path, or hashing[:DIM]")
     q.add_argument("--reranker", default=None, help="cross-encoder name or path; none turns reranking off")
+    q.add_argument("--mode", choices=("lightfoot", "deep"), default="lightfoot",
+                   help="lightfoot: why each passage ranked (default); deep: the steps of a deep answer "
+                        "(model calls: needs an endpoint)")
+    q.add_argument("--max-steps", type=int, default=None, help="deep mode: retrieval steps at most")
+    q.add_argument("--question-budget", type=float, default=None, help="deep mode: most one question spends, USD")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=cmd_explain_query)

@@ -80,6 +80,17 @@ def test_query_deep_prints_the_answer_its_points_and_the_steps(built, capsys, ch
     assert set(rows.get_column("run_id").to_list()) == {rows.get_column("run_id")[0]}
 
 
+def test_explain_query_in_the_deep_mode_shows_the_steps(built, capsys, chat_server, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", chat_server.base_url)
+    scripted(chat_server)
+    assert main(["explain", "query", QUESTION, "--store", built, "--mode", "deep"]) == 0
+    out = capsys.readouterr().out
+    assert "steps:\n  step 1:\n    global \"Who founded" in out
+    assert "\n    local on M1 \"Orbital Corp founder\"" in out and "\n    update M1 (" in out
+    assert main(["explain", "query", QUESTION, "--store", built, "--max-steps", "2"]) == 2
+    assert "options of the deep mode" in capsys.readouterr().err
+
+
 def test_query_deep_as_json_holds_the_steps(built, capsys, chat_server, monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", chat_server.base_url)
     scripted(chat_server)
