@@ -126,3 +126,78 @@ def test_sync_edit_remove_add_corrupt_then_resync_equals_a_fresh_sync(tmp_path, 
     third = run_sync(store, folder, model, hashing_embedder)
     assert (third.new, third.changed, third.removed, third.unchanged, model.count) == ([], [], [], 5, 0)
     assert third.commits == [] and [f["doc_id"] for f in third.failed] == ["broken.pdf"]
+
+
+def test_bad_files_are_recorded_with_their_reasons_and_affect_nothing_else(tmp_path, model, hashing_embedder,
+                                                                           document_files):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "good.md").write_bytes(document_files.markdown("Good", [("Part", [para("Meadow")])]))
+    (folder / "empty.txt").write_bytes(b"")
+    (folder / "junk.txt").write_bytes(os.urandom(4096))
+    (folder / "locked.pdf").write_bytes(document_files.pdf(["Secret plans."], password="pw"))
+    (folder / "cut.docx").write_bytes(document_files.docx([(1, "H", [para("Zorblax", 40)])])[:3000])
+    with open(folder / "huge.txt", "wb") as handle:  # 200 MB on paper, sparse on disk
+        handle.truncate(200 * 1024 * 1024)
+    (folder / "long.md").write_bytes(document_files.markdown("Long", [(f"S{i}", [para("Canyon")]) for i in range(30)]))
+    (folder / "dated.txt").write_text(para("Pebble"))
+    (folder / "dated.txt.lightfoot.json").write_text('{"retention_until": "2030-01-31", "title": "Dated"}')
+    (folder / "badside.txt").write_text(para("Summit"))
+    (folder / "badside.txt.lightfoot.json").write_text('{"retention_until": "soon"}')
+    (folder / 'quo"te.txt').write_text(para("Quarry"))
+    (folder / ".hidden.txt").write_text("not a document")
+    store = Store(str(tmp_path / "store"))
+    settings = LLMSettings(base_url=model.base_url, model="test-model", backoff_s=0.01)
+    report = sync(store, str(folder), build_openai_extractor(store, llm_settings=settings), hashing_embedder,
+                  chunking=ChunkSettings(tokens=60, overlap=12, max_passages=20))
+
+    reasons = {f["doc_id"]: f["reason"] for f in report.failed}
+    assert sorted(reasons) == ["badside.txt", "cut.docx", "empty.txt", "huge.txt", "junk.txt", "locked.pdf",
+                               "long.md", 'quo"te.txt']
+    assert reasons["empty.txt"] == "empty file"
+    assert reasons["junk.txt"].startswith("binary content")
+    assert reasons["locked.pdf"].startswith("encrypted PDF")
+    assert reasons["cut.docx"].startswith("truncated or corrupt Word document")
+    assert reasons["huge.txt"] == "209,715,200 bytes, over the limit of 67,108,864 per file"
+    assert reasons["long.md"].startswith("30 passages, over the limit of 20")
+    assert "retention_until" in reasons["badside.txt"] and "doc id" in reasons['quo"te.txt']
+    assert report.files == 10 and report.read_failed == 8
+    live = store.read(DOCUMENTS.name)
+    assert sorted(live.get_column("doc_id").to_list()) == ["dated.txt", "good.md"]
+    dated = live.filter(pl.col("doc_id") == "dated.txt").row(0, named=True)
+    assert (dated["title"], str(dated["retention_until"])) == ("Dated", "2030-01-31")
+    assert report.model_calls == store.read(PASSAGES.name).height
+    stored = store.read(SOURCE_FILES.name)
+    assert dict(stored.filter(pl.col("status") == "failed").select("doc_id", "reason").iter_rows()) == reasons
+
+    # A file that turns corrupt loses its old version; one that is fixed is indexed.
+    (folder / "good.md").write_bytes(b"\x00\x01\x02 binary now")
+    (folder / "empty.txt").write_text(para("Lantern"))
+    model.reset()
+    report = sync(store, str(folder), build_openai_extractor(store, llm_settings=settings), hashing_embedder,
+                  chunking=ChunkSettings(tokens=60, overlap=12, max_passages=20))
+    assert sorted(report.changed) == ["empty.txt", "good.md"]
+    assert sorted(store.read(DOCUMENTS.name).get_column("doc_id").to_list()) == ["dated.txt", "empty.txt"]
+    assert rows_of(store, PASSAGES, "good.md").height == 0
+    assert model.count == rows_of(store, PASSAGES, "empty.txt").height
+
+
+def test_other_chunking_reads_every_file_again_and_reuses_cached_answers(tmp_path, model, hashing_embedder,
+                                                                        document_files):
+    folder = tmp_path / "docs"
+    build_folder(folder, document_files)
+    store = Store(str(tmp_path / "store"))
+    run_sync(store, folder, model, hashing_embedder)
+    model.reset()
+    settings = LLMSettings(base_url=model.base_url, model="test-model", backoff_s=0.01)
+    report = sync(store, str(folder), build_openai_extractor(store, llm_settings=settings), hashing_embedder,
+                  chunking=ChunkSettings(tokens=60, overlap=12, max_passages=500))
+    assert sorted(report.changed) == ["manual.docx", "notes.md", "readme.txt", "reports/annual.pdf", "site.html"]
+    assert report.model_calls == 0 and report.already_extracted == report.passages
+
+
+def test_a_source_that_is_not_there_is_refused(tmp_path, model, hashing_embedder):
+    from lightfoot_pipeline.errors import LightfootError
+
+    with pytest.raises(LightfootError, match="not a folder or prefix that exists"):
+        run_sync(Store(str(tmp_path / "store")), tmp_path / "missing", model, hashing_embedder)
