@@ -32,7 +32,7 @@ from lightfoot_pipeline.ingest.sources import (
     FAILED, SOURCE_FILES, FileOutcome, SourceFile, list_source, read_source_file, records_frame, sidecar_hash,
 )
 from lightfoot_pipeline.models.embedder import Embedder
-from lightfoot_pipeline.settings import ChunkSettings, IndexSettings
+from lightfoot_pipeline.settings import ChunkSettings, IndexSettings, SettingsError
 from lightfoot_pipeline.store.filesystem import open_filesystem
 from lightfoot_pipeline.store.store import Store, StoreError
 from lightfoot_pipeline.store.tables import DOCUMENTS, with_buckets
@@ -94,6 +94,8 @@ def sync(
     """Mirror ``source`` (a folder or an ``s3://`` prefix) into ``store``; see the module docstring."""
     settings = settings or IndexSettings()
     chunking = chunking or ChunkSettings()
+    if not isinstance(batch_files, int) or batch_files < 1:
+        raise SettingsError(f"sync: files per commit must be a whole number from 1, got {batch_files!r}")
     started = time.perf_counter()
     root = source_root(source)
     fs, path = open_filesystem(root, store.storage_options or None)
