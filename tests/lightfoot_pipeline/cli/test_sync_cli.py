@@ -30,7 +30,8 @@ def test_sync_prints_what_it_did_and_exits_1_on_a_failed_file(tmp_path, chat_ser
     assert report["model_calls"] == 0 and report["erase"]["documents"] == ["scan.pdf"]
 
 
-def test_sync_refuses_bad_options_in_one_line(tmp_path, capsys):
+def test_sync_refuses_bad_options_in_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # never asked: nothing to extract
     argv = ["sync", "--store", str(tmp_path / "store"), "--source", str(tmp_path), "--embedder", "hashing"]
     assert cli.main(argv + ["--chunk-tokens", "50", "--chunk-overlap", "50"]) == 2
     assert "overlap must be a whole number from 0 to below tokens (50)" in capsys.readouterr().err
