@@ -201,3 +201,33 @@ def test_a_source_that_is_not_there_is_refused(tmp_path, model, hashing_embedder
 
     with pytest.raises(LightfootError, match="not a folder or prefix that exists"):
         run_sync(Store(str(tmp_path / "store")), tmp_path / "missing", model, hashing_embedder)
+
+
+def test_retrieval_and_answers_cite_the_file_and_its_page_or_section(tmp_path, model, hashing_embedder,
+                                                                    document_files, capsys):
+    from lightfoot_pipeline import cli
+    from lightfoot_pipeline.serving.answer import render_prompt
+    from lightfoot_pipeline.serving.export import export_snapshot
+    from lightfoot_pipeline.serving.retrieve import Retriever
+    from lightfoot_pipeline.serving.snapshot import load_snapshot
+
+    folder = tmp_path / "docs"
+    build_folder(folder, document_files)
+    store = Store(str(tmp_path / "store"))
+    run_sync(store, folder, model, hashing_embedder)
+    export_snapshot(store, hashing_embedder)
+    snapshot = load_snapshot(store)
+    locations = set(snapshot.passages.get_column("location").to_list())
+    assert {"reports/annual.pdf, page 1", "reports/annual.pdf, page 2", "manual.docx, Install › Linux",
+            "site.html, Site › Team", "readme.txt"} <= locations
+
+    hits = Retriever(snapshot, hashing_embedder).retrieve("Where do Quarry sentences link Harbor?", rerank=False).passages
+    by_chunk = dict(snapshot.passages.select("chunk_id", "location").iter_rows())
+    assert hits and all(h.location == by_chunk[h.chunk_id] for h in hits)
+    prompt = render_prompt("Where?", [], hits[:3])
+    assert all(f"(source: {h.location})" in prompt for h in hits[:3])
+
+    argv = ["query", "Quarry Harbor", "--store", store.uri, "--no-answer", "--no-rerank", "--embedder", "hashing"]
+    assert cli.main(argv) == 0
+    shown = [line for line in capsys.readouterr().out.splitlines() if line.strip()[:3].strip(". ").isdigit()]
+    assert shown and all(line.split("[", 1)[1].split("]", 1)[0] in locations for line in shown)
