@@ -128,6 +128,7 @@ EXTRACTOR_ENV = "LIGHTFOOT_EXTRACTOR"
 DOCUMENT_INBOX_ENV = "LIGHTFOOT_INBOX"
 ERASURE_INBOX_ENV = "LIGHTFOOT_ERASURE_INBOX"
 RETENTION_POLICY_ENV = "LIGHTFOOT_RETENTION_POLICY"
+SYNC_SOURCE_ENV = "LIGHTFOOT_SYNC_SOURCE"
 SERVE_TOKEN_ENV = "LIGHTFOOT_SERVE_TOKEN"
 SERVE_TOKENS_FILE_ENV = "LIGHTFOOT_SERVE_TOKENS_FILE"
 SERVE_ANSWERS_ENV = "LIGHTFOOT_SERVE_ANSWERS"
@@ -158,7 +159,7 @@ MODEL_HUB_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 VARIABLES: tuple[str, ...] = (
     STORE_ENV, EMBEDDER_ENV, RERANKER_ENV, EXTRACTOR_ENV, DOCUMENT_INBOX_ENV, ERASURE_INBOX_ENV,
-    RETENTION_POLICY_ENV, *(name for names, _ in LLM_VARIABLES.values() for name in names),
+    RETENTION_POLICY_ENV, SYNC_SOURCE_ENV, *(name for names, _ in LLM_VARIABLES.values() for name in names),
     SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, SERVE_ANSWERS_ENV, SERVE_BUDGET_ENV,
     *OBJECT_STORE_VARIABLES, *MODEL_HUB_VARIABLES,
 )
@@ -227,6 +228,11 @@ def erasure_inbox_uri() -> str | None:
 def retention_policy_path() -> str | None:
     """The retention policy file: ``$LIGHTFOOT_RETENTION_POLICY``, if set."""
     return _read(RETENTION_POLICY_ENV)
+
+
+def sync_source_uri() -> str | None:
+    """The folder or prefix the Dagster sensor keeps the store in sync with: ``$LIGHTFOOT_SYNC_SOURCE``, if set."""
+    return _read(SYNC_SOURCE_ENV)
 
 
 def llm_environment(environ: Mapping[str, str] | None = None) -> dict[str, object]:

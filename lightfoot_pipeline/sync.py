@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 import polars as pl
+import pyarrow.fs as pafs
 
 from lightfoot_pipeline import pipeline
 from lightfoot_pipeline.erase import erase_history
@@ -97,39 +98,18 @@ def sync(
     if not isinstance(batch_files, int) or batch_files < 1:
         raise SettingsError(f"sync: files per commit must be a whole number from 1, got {batch_files!r}")
     started = time.perf_counter()
-    root = source_root(source)
-    fs, path = open_filesystem(root, store.storage_options or None)
-    try:
-        listed = list_source(fs, path)
-    except OSError as err:
-        raise StoreError(f"cannot list the source {root}: {err}",
-                         hint="name a folder or s3:// prefix that exists and can be read") from err
-    if not listed and not _is_folder(fs, path):
-        raise StoreError(f"the source {root} is not a folder or prefix that exists",
-                         hint="name a folder or s3:// prefix that exists and can be read")
-    report = SyncReport(source=root, files=len(listed))
-    records = {r["doc_id"]: r for r in store.read(SOURCE_FILES.name).filter(pl.col("source") == root)
-               .iter_rows(named=True)}
+    look = look_at_source(store, source, chunking)
+    fs, root, records = look.fs, look.root, look.records
+    report = SyncReport(source=root, files=len(look.files), unchanged=len(look.unchanged))
+    report.failed = [{"doc_id": d, "reason": records[d]["reason"]} for d in look.unchanged
+                     if records[d]["status"] == FAILED]
     live = set(store.read(DOCUMENTS.name, columns=["doc_id"]).get_column("doc_id").to_list())
-
-    listed_ids = {f.doc_id for f in listed}
-    gone = sorted(d for d in records if d not in listed_ids)
-    if gone:
-        report.removed = [d for d in gone if d in live]
+    if look.gone:
+        report.removed = [d for d in look.gone if d in live]
         deleted = pipeline.delete(store, report.removed, settings, erase=erase, reason=f"removed from {root}",
-                                  stage=lambda tx: _put_records(tx, [], gone))
+                                  stage=lambda tx: _put_records(tx, [], look.gone))
         report.commits.append(deleted.seq)
-
-    to_read = []
-    for f in listed:
-        known = records.get(f.doc_id)
-        signature = sidecar_hash(fs, f)
-        if known is not None and _same_listing(known, f, signature[0], chunking):
-            report.unchanged += 1
-            if known["status"] == FAILED:
-                report.failed.append({"doc_id": f.doc_id, "reason": known["reason"]})
-            continue
-        to_read.append((f, signature))
+    to_read = look.to_read
 
     failed_live: list[str] = []
     for first in range(0, len(to_read), batch_files):
@@ -178,10 +158,60 @@ def sync(
     return report
 
 
-def _is_folder(fs, path: str) -> bool:
-    from pyarrow.fs import FileType
+@dataclass
+class SourceLook:
+    """A source as listed, against what the store records of it: which files to read (new, or
+    with another size, modification time, sidecar or chunking), which are as recorded, which are gone."""
 
-    return fs.get_file_info(path).type == FileType.Directory
+    root: str
+    fs: pafs.FileSystem
+    files: list[SourceFile]
+    records: dict[str, dict]  # source_files rows of this source, by doc id
+    to_read: list[tuple[SourceFile, tuple[str | None, bytes | None]]]  # with each one's sidecar
+    unchanged: list[str]
+    gone: list[str]
+
+    @property
+    def in_sync(self) -> bool:
+        return not self.to_read and not self.gone
+
+    def signature(self) -> str:
+        """A hash of what is to do: the same pending changes give the same signature."""
+        digest = hashlib.sha256()
+        for f, sidecar in self.to_read:
+            digest.update(f"{f.doc_id}\x00{f.size}\x00{f.mtime_ns}\x00{sidecar[0]}\n".encode())
+        for doc_id in self.gone:
+            digest.update(f"-{doc_id}\n".encode())
+        return digest.hexdigest()[:24]
+
+
+def look_at_source(store: Store, source: str, chunking: ChunkSettings | None = None) -> SourceLook:
+    """List ``source`` and compare it with the store's records; reads no file but sidecars."""
+    chunking = chunking or ChunkSettings()
+    root = source_root(source)
+    fs, path = open_filesystem(root, store.storage_options or None)
+    try:
+        files = list_source(fs, path)
+        exists = bool(files) or fs.get_file_info(path).type == pafs.FileType.Directory
+    except OSError as err:
+        raise StoreError(f"cannot list the source {root}: {err}",
+                         hint="name a folder or s3:// prefix that exists and can be read") from err
+    if not exists:
+        raise StoreError(f"the source {root} is not a folder or prefix that exists",
+                         hint="name a folder or s3:// prefix that exists and can be read")
+    records = {r["doc_id"]: r for r in store.read(SOURCE_FILES.name).filter(pl.col("source") == root)
+               .iter_rows(named=True)}
+    look = SourceLook(root, fs, files, records, [], [], [])
+    listed_ids = {f.doc_id for f in files}
+    look.gone = sorted(d for d in records if d not in listed_ids)
+    for f in files:
+        known = records.get(f.doc_id)
+        sidecar = sidecar_hash(fs, f)
+        if known is not None and _same_listing(known, f, sidecar[0], chunking):
+            look.unchanged.append(f.doc_id)
+        else:
+            look.to_read.append((f, sidecar))
+    return look
 
 
 def _same_listing(known: dict, listed: SourceFile, sidecar: str | None, chunking: ChunkSettings) -> bool:
