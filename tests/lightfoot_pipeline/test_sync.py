@@ -121,6 +121,9 @@ def test_sync_edit_remove_add_corrupt_then_resync_equals_a_fresh_sync(tmp_path, 
     again = run_sync(fresh, folder, model, hashing_embedder)
     assert [f["doc_id"] for f in again.failed] == ["broken.pdf"]
     assert pipeline.fingerprint(fresh).digest == pipeline.fingerprint(store).digest
+    rebuilt = Store(str(tmp_path / "rebuilt"))  # what Dagster's matches_fresh_rebuild check compares with
+    pipeline.rebuild(store, rebuilt, hashing_embedder)
+    assert pipeline.fingerprint(rebuilt).digest == pipeline.fingerprint(store).digest
 
     model.reset()
     third = run_sync(store, folder, model, hashing_embedder)
