@@ -1,8 +1,8 @@
 """Sync: mirror a folder or an object-store prefix of document files into the store.
 
 New files are read and ingested, changed files replace their documents (only passages whose
-text changed reach the model; unchanged passages keep their chunk ids and extractions, and
-moved ones hit the extraction cache), and files no longer at the source are deleted, exactly,
+text changed reach the model; unchanged passages keep their chunk ids and extractions, and one
+that only moved, to another page or place, is answered by the extraction cache), and files no longer at the source are deleted, exactly,
 with no model call (with ``erase``, their text is erased from history as ``delete --erase``
 does). A file that cannot be read (encrypted or corrupt, binary, empty, too large, too many
 passages) is recorded as failed with its reason and affects nothing else; if it was indexed
