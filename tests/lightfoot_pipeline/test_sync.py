@@ -234,3 +234,27 @@ def test_retrieval_and_answers_cite_the_file_and_its_page_or_section(tmp_path, m
     assert cli.main(argv) == 0
     shown = [line for line in capsys.readouterr().out.splitlines() if line.strip()[:3].strip(". ").isdigit()]
     assert shown and all(line.split("[", 1)[1].split("]", 1)[0] in locations for line in shown)
+
+
+def test_a_removed_file_synced_with_erase_leaves_no_copy_of_its_text(tmp_path, model, hashing_embedder,
+                                                                     document_files):
+    from lightfoot_pipeline.serving.export import export_snapshot
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "keep.md").write_bytes(document_files.markdown("Keep", [("Part", [para("Meadow")])]))
+    (folder / "secret.docx").write_bytes(document_files.docx(
+        [(1, "Canaryheading 7f3e", ["Canarytext 7f3e lives with Harbor in this paragraph."])], title="Secret"))
+    store = Store(str(tmp_path / "store"))
+
+    def holding() -> list[str]:
+        return [str(p) for p in (tmp_path / "store").rglob("*") if p.is_file()
+                and any(needle in p.read_bytes() for needle in (b"7f3e", b"Canarytext", b"canarytext"))]
+
+    run_sync(store, folder, model, hashing_embedder)
+    export_snapshot(store, hashing_embedder)
+    assert any("snapshots" in p for p in holding())  # the search finds the text where it is
+    (folder / "secret.docx").unlink()
+    report = run_sync(store, folder, model, hashing_embedder, erase=True)
+    assert report.removed == ["secret.docx"] and report.erase["documents"] == ["secret.docx"]
+    assert holding() == []
