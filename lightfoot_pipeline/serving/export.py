@@ -24,13 +24,13 @@ import scipy.sparse as sp
 
 from lightfoot_pipeline.index.facts import fact_text
 from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.ingest.passages import location_label
 from lightfoot_pipeline.serving.graph import build_adjacency
 from lightfoot_pipeline.serving.snapshot import (
     MANIFEST_FILE, SnapshotDirectory, SnapshotError, SnapshotInfo, FORMAT_VERSION, embedder_for_models,
     latest_snapshot, passage_text, read_info,
 )
 from lightfoot_pipeline.store.fingerprint import fingerprint
-from lightfoot_pipeline.ingest.passages import location_label
 from lightfoot_pipeline.store.log import Manifest, StoreError
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
@@ -69,9 +69,9 @@ def _collect(store: Store, manifest: Manifest, embedder: Embedder) -> _Content:
     entities = store.read(ENTITIES.name, manifest, columns=["entity_id", "type", "display_name"]).sort("entity_id")
     entities = entities.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64))
     n_entities = entities.height
-    passages = store.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id", "title", "text"]).sort("chunk_id")
+    passages = store.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id", "title", "text"])
     sources = store.read(PASSAGE_SOURCES.name, manifest, columns=["chunk_id", "page", "section"])
-    passages = with_locations(passages, sources)
+    passages = with_locations(passages, sources).sort("chunk_id")
     passages = passages.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64) + n_entities)
     entity_index = entities.select("entity_id", pl.col("node").alias("entity_node"))
     passage_index = passages.select("chunk_id", (pl.col("node") - n_entities).alias("passage_row"))
