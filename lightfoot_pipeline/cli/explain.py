@@ -45,7 +45,8 @@ def cmd_explain_doc(args) -> int:
     for p in e.passages:
         status = p["status"] or "not extracted"
         print(f"  passage {p['ordinal']} {p['chunk_id']}: {status}, {p['n_entities'] or 0} entities, "
-              f"{p['n_facts'] or 0} facts" + (f" ({p['reason']})" if p["reason"] else ""))
+              f"{p['n_facts'] or 0} facts" + (f" ({p['reason']})" if p["reason"] else "")
+              + (f"; {p['location']}" if p["location"] else ""))
     print(f"names ({len(e.names)}):")
     for n in e.names:
         print(f"  {n['surface']} [{n['type']}] -> {n['display_name']} ({n['entity_id']})")
@@ -126,7 +127,8 @@ def cmd_explain_query(args) -> int:
     for p in result["passages"]:
         print(f"{p['rank']:>2}. {p['doc_id']} {p['title']!r}: pagerank #{p['pagerank_rank']} "
               f"({p['pagerank_score']:.5f}), dense #{p['dense_rank']} ({p['dense_score']:.3f})"
-              + (f", rerank #{p['rerank_rank']}" if p["rerank_rank"] else ""))
+              + (f", rerank #{p['rerank_rank']}" if p["rerank_rank"] else "")
+              + (f"\n      from {p['location']}" if p["location"] else ""))
         if "restart_share" in p:
             print(f"      {p['restart_share']:.0%} from its own seed; through "
                   + ", ".join(f"{e['display_name']}{' (seed)' if e['seed'] else ''} {e['share']:.0%}"

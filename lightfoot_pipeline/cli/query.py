@@ -39,7 +39,7 @@ def _preview(text: str) -> str:
 def print_passages(passages: list[dict]) -> None:
     for p in passages:
         title = f"{p['title']}: " if p["title"] else ""
-        print(f"  {p['rank']:>2}. [{p['doc_id']}] {title}{_preview(p['text'])}")
+        print(f"  {p['rank']:>2}. [{p.get('location') or p['doc_id']}] {title}{_preview(p['text'])}")
 
 
 def print_latency(latency: dict) -> None:

@@ -18,10 +18,12 @@ import polars as pl
 from lightfoot_pipeline.explain import ExplainError
 from lightfoot_pipeline.index.documents import tombstone_documents
 from lightfoot_pipeline.index.reconcile import EmbedderRequired, GraphChange, reconcile_graph
+from lightfoot_pipeline.ingest.passages import location_label
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
-    ALIASES, DOCUMENTS, ENTITIES, EXTRACTIONS, FACT_SOURCES, FACTS, FORMS, PASSAGES, SYNONYM_EDGES, TOMBSTONES,
+    ALIASES, DOCUMENTS, ENTITIES, EXTRACTIONS, FACT_SOURCES, FACTS, FORMS, PASSAGE_SOURCES, PASSAGES, SYNONYM_EDGES,
+    TOMBSTONES,
 )
 from lightfoot_pipeline.store.transaction import Transaction
 
@@ -97,8 +99,13 @@ def explain_document(store: Store, doc_id: str, settings: IndexSettings | None =
     passages = store.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id", "ordinal", "title", "text"])
     extractions = store.read(EXTRACTIONS.name, manifest, columns=["chunk_id", "status", "reason", "extractor",
                                                                   "n_entities", "n_facts"])
-    mine = passages.filter(pl.col("doc_id") == doc_id).join(extractions, on="chunk_id", how="left").sort("ordinal")
-    explanation.passages = mine.drop("doc_id").to_dicts()
+    sources = store.read(PASSAGE_SOURCES.name, manifest).filter(pl.col("doc_id") == doc_id).drop("doc_id")
+    mine = (passages.filter(pl.col("doc_id") == doc_id).join(extractions, on="chunk_id", how="left")
+            .join(sources, on="chunk_id", how="left").sort("ordinal"))
+    explanation.passages = [
+        {**row, "location": location_label(doc_id, row["page"], row["section"])
+         if row["page"] is not None or row["section"] else None}
+        for row in mine.drop("doc_id").to_dicts()]
 
     forms = store.read(FORMS.name, manifest).filter(pl.col("doc_id") == doc_id)
     aliases = store.read(ALIASES.name, manifest, columns=["name", "type", "entity_id"])

@@ -60,6 +60,7 @@ def explain_query(retriever: Retriever, question: str, *, top_k: int = 10, reran
         node = n_entities + row
         why: dict = {
             "rank": hit.rank, "chunk_id": hit.chunk_id, "doc_id": hit.doc_id, "title": hit.title, "text": hit.text,
+            "location": hit.location,
             "pagerank_rank": hit.pagerank_rank, "pagerank_score": hit.pagerank_score,
             "dense_score": round(hit.dense_score, 6), "dense_rank": int((dense > dense[row]).sum()) + 1,
             "rerank_rank": hit.rerank_rank, "rerank_score": hit.rerank_score, "fused_score": hit.fused_score,

@@ -81,6 +81,7 @@ class PassageHit:
     rerank_score: float | None = None
     rerank_rank: int | None = None
     fused_score: float | None = None
+    location: str | None = None  # a file's passage: its path and page or section
 
 
 @dataclass
@@ -284,7 +285,8 @@ class Retriever:
     def _hit(self, index: int, rank: int, score: float, dense: float) -> PassageHit:
         row = self.snapshot.passages.row(index, named=True)
         return PassageHit(rank=rank, chunk_id=row["chunk_id"], doc_id=row["doc_id"], title=row["title"] or "",
-                          text=row["text"], pagerank_rank=rank, pagerank_score=score, dense_score=dense)
+                          text=row["text"], pagerank_rank=rank, pagerank_score=score, dense_score=dense,
+                          location=row.get("location"))
 
 
 def anchored_seeds(snapshot: Snapshot, anchors: np.ndarray, facts: list[FactHit], dense: np.ndarray,

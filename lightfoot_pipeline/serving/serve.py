@@ -382,4 +382,5 @@ def _passage(hit) -> dict:
         "rank": hit.rank, "chunk_id": hit.chunk_id, "doc_id": hit.doc_id, "title": hit.title, "text": hit.text,
         "pagerank_rank": hit.pagerank_rank, "pagerank_score": hit.pagerank_score, "dense_score": hit.dense_score,
         "rerank_score": hit.rerank_score, "rerank_rank": hit.rerank_rank, "fused_score": hit.fused_score,
+        "location": hit.location,
     }

@@ -26,7 +26,7 @@ def defs() -> dg.Definitions:
 
 def test_every_asset_is_a_described_noun_in_a_group_with_kinds(defs):
     specs = {s.key.to_user_string(): s for s in defs.resolve_all_asset_specs()}
-    assert set(specs) == PER_DOCUMENT | GRAPH | {"serving_snapshot", "tombstones", "erasures"}
+    assert set(specs) == PER_DOCUMENT | GRAPH | {"serving_snapshot", "tombstones", "erasures", "source_files"}
     for name, spec in specs.items():
         assert spec.description and len(spec.description) > 30, name
         assert spec.kinds, name
@@ -34,6 +34,7 @@ def test_every_asset_is_a_described_noun_in_a_group_with_kinds(defs):
     assert {specs[n].group_name for n in GRAPH} == {"graph"}
     assert specs["serving_snapshot"].group_name == "serving"
     assert {specs["tombstones"].group_name, specs["erasures"].group_name} == {"retention"}
+    assert specs["source_files"].group_name == "sources"
 
 
 def test_per_document_assets_are_partitioned_by_document_and_backfill_in_one_run(defs):
@@ -71,9 +72,10 @@ def test_checks_are_blocking_and_guard_the_serving_export(defs):
 
 
 def test_jobs_sensors_and_schedules(defs):
-    assert {j.name for j in defs.jobs} == {"document_ingestion", "document_deletion"}
+    assert {j.name for j in defs.jobs} == {"document_ingestion", "document_deletion", "source_sync_job"}
     sensors = {s.name: s for s in defs.sensors}
-    assert set(sensors) == {"document_inbox", "erasure_inbox", "deleted_partitions", "lightfoot_automation"}
+    assert set(sensors) == {"document_inbox", "erasure_inbox", "deleted_partitions", "lightfoot_automation",
+                            "source_sync"}
     assert all(s.default_status == dg.DefaultSensorStatus.RUNNING for s in sensors.values())
     assert isinstance(sensors["lightfoot_automation"], dg.AutomationConditionSensorDefinition)
     schedules = {s.name: s for s in defs.schedules}

@@ -94,7 +94,8 @@ async function ask(question) {
       + (p.restart_share !== undefined ? ` · ${Math.round(p.restart_share * 100)}% from its own seed` : "");
     list.append(el("li", { "data-chunk": p.chunk_id },
       el("div", {}, el("span", { class: "title" }, p.title || p.chunk_id), " ",
-        el("span", { class: "doc", onclick: () => openDocument(p.doc_id) }, p.doc_id)),
+        el("span", { class: "doc", onclick: () => openDocument(p.doc_id) }, p.doc_id),
+        p.location ? el("span", { class: "muted location" }, ` · ${p.location}`) : null),
       el("div", { class: "ranks" }, ranks),
       el("div", {}, p.text),
       el("div", {}, el("span", { class: "muted" }, "through: "), ...p.entities.map(entityChip))));
