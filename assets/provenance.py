@@ -17,6 +17,8 @@ from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.tables import spec_for
 
 STORE_POOL = "lightfoot_store"  # one store writer at a time (the lock on object stores)
+# Steps that ask the model and write only the extraction cache: LIGHTFOOT_EXTRACTION_SLOTS at once.
+EXTRACTION_POOL = "lightfoot_extraction"
 
 
 def commit_if_changed(tx: Transaction, operation: str, details: dict) -> tuple[Manifest, bool]:

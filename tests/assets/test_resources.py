@@ -41,7 +41,7 @@ def test_auto_mode_replays_recordings_and_asks_the_model_for_the_rest(
     by_doc = dict(zip(extractions.get_column("doc_id").to_list(), extractions.get_column("extractor").to_list()))
     assert by_doc[recorded.doc_id].startswith("replay:") and by_doc[asked.doc_id] == "openai:test-model"
     metadata = next(e.event_specific_data.materialization.metadata for e in result.get_asset_materialization_events()
-                    if e.event_specific_data.materialization.asset_key.to_user_string() == "extractions")
+                    if e.event_specific_data.materialization.asset_key.to_user_string() == "extraction_cache")
     assert metadata["model_calls"].value == 1
     assert metadata["tokens_in"].value == 500 and metadata["tokens_out"].value == 50
     assert metadata["cost_usd"].value == pytest.approx((500 * 0.10 + 50 * 0.32) / 1e6, abs=1e-6)

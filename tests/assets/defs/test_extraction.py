@@ -1,5 +1,6 @@
-"""Extraction: the extractions asset asks the model only for passages that neither the store nor
-the extraction cache has an answer for, and reports calls and retries apart."""
+"""Extraction: the extraction_cache asset asks the model only for passages that neither the store
+nor the extraction cache has an answer for, and reports calls and retries apart; the extractions
+asset commits the cached answers with no call."""
 
 from __future__ import annotations
 
@@ -40,12 +41,130 @@ def test_extractions_reuse_a_crashed_runs_answers_and_count_retries_apart_from_c
     result = lightfoot.run(lightfoot.tick("document_inbox").run_requests[0])
     assert result.success
     assert chat_server.count == 1 + 2  # the asked passage only: one call, retried once
-    metadata = next(e.event_specific_data.materialization.metadata for e in result.get_asset_materialization_events()
-                    if e.event_specific_data.materialization.asset_key.to_user_string() == "extractions")
-    values = {k: metadata[k].value for k in ("model_calls", "retries", "from_cache", "already_extracted",
-                                             "extracted", "failed")}
-    assert values == {"model_calls": 1, "retries": 1, "from_cache": 1, "already_extracted": 1, "extracted": 1,
-                      "failed": 0}
+    asked_metadata = _metadata(result, "extraction_cache")
+    values = {k: asked_metadata[k].value for k in ("model_calls", "retries", "already_cached", "asked", "failed")}
+    assert values == {"model_calls": 1, "retries": 1, "already_cached": 1, "asked": 1, "failed": 0}
+    committed = _metadata(result, "extractions")
+    values = {k: committed[k].value for k in ("from_cache", "already_extracted", "failed", "model_calls")}
+    assert values == {"from_cache": 2, "already_extracted": 0, "failed": 0, "model_calls": 0}
     totals = ledger.totals(lightfoot.store())
     assert (totals["calls"], totals["retries"], totals["runs"]) == (2, 1, 2)
     assert lightfoot.store().read("extractions").get_column("status").to_list() == ["ok", "ok"]
+
+
+def _metadata(result, asset: str) -> dict:
+    return next(e.event_specific_data.materialization.metadata for e in result.get_asset_materialization_events()
+                if e.event_specific_data.materialization.asset_key.to_user_string() == asset)
+
+
+# -- extraction in parallel runs --------------------------------------------------------------
+
+STORE_STEPS = ("passages", "extractions", "forms", "graph", "serving_snapshot")
+
+
+def _openai(lightfoot, url: str) -> None:
+    lightfoot.resources["extractor"] = ExtractorResource(mode="openai", base_url=url, model="test-model",
+                                                         api_key="sk-test")
+    lightfoot.defs = lightfoot.defs.__class__(
+        assets=lightfoot.defs.assets, asset_checks=lightfoot.defs.asset_checks, jobs=lightfoot.defs.jobs,
+        sensors=lightfoot.defs.sensors, schedules=lightfoot.defs.schedules, resources=lightfoot.resources,
+    )
+
+
+def _step_spans(instance, run_id: str) -> dict[str, tuple[float, float]]:
+    """Each step's (start, end) wall-clock times in a run, from its events."""
+    import dagster as dg
+
+    spans: dict[str, list[float]] = {}
+    for record in instance.get_records_for_run(run_id, limit=100_000).records:
+        event = record.event_log_entry.dagster_event
+        if event is None or event.step_key is None:
+            continue
+        if event.event_type in (dg.DagsterEventType.STEP_START, dg.DagsterEventType.STEP_SUCCESS,
+                                dg.DagsterEventType.STEP_FAILURE):
+            spans.setdefault(event.step_key, []).append(record.event_log_entry.timestamp)
+    return {step: (min(times), max(times)) for step, times in spans.items()}
+
+
+def test_two_concurrent_batches_ask_each_passage_once_and_commit_one_at_a_time(
+    lightfoot_pooled, twenty, chat_server, monkeypatch
+):
+    import threading
+
+    lightfoot = lightfoot_pooled
+    monkeypatch.setenv("LIGHTFOOT_LLM_CONCURRENCY", "1")  # a second request in flight comes from the other run
+    monkeypatch.setenv("LIGHTFOOT_EXTRACTION_SLOTS", "2")
+    assert "set from" in lightfoot.tick("extraction_pool").skip_message  # the pool gets its two slots
+    both_asking = threading.Event()
+
+    def answer(request):
+        if chat_server.in_flight >= 2:
+            both_asking.set()
+        both_asking.wait(timeout=60)  # the first request waits until the other run asks too
+        return chat_server.Reply(content=json.dumps(ANSWER), usage=(500, 50), delay=0.05)
+
+    chat_server.script(answer)
+    _openai(lightfoot, chat_server.base_url)
+    first, second = twenty[:6], twenty[3:9]  # three documents in both batches
+    lightfoot.drop_documents("first", first, {})
+    lightfoot.drop_documents("second", second, {})
+    request_a, request_b = lightfoot.tick("document_inbox").run_requests  # one run per drop
+
+    results = {}
+    threads = [threading.Thread(target=lambda name, r: results.__setitem__(name, lightfoot.run(r)), args=(name, r))
+               for name, r in (("a", request_a), ("b", request_b))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    assert results["a"].success and results["b"].success
+
+    texts = {d.doc_id: d.text[:60] for d in twenty[:9]}
+    asked = {doc_id: sum(1 for r in chat_server.requests if text in r.user_text) for doc_id, text in texts.items()}
+    assert asked == {doc_id: 1 for doc_id in texts}, "every passage asked once"
+    assert chat_server.max_in_flight == 2, "the two runs asked the model at the same time"
+    assert lightfoot.stored_ids() == sorted(texts)
+    extractions = lightfoot.store().read("extractions")
+    assert extractions.height == 9 and set(extractions.get_column("status").to_list()) == {"ok"}
+
+    spans = {name: _step_spans(lightfoot.instance, result.run_id) for name, result in results.items()}
+    writes = sorted((*spans[name][step], name, step) for name in spans for step in STORE_STEPS)
+    for (_, end, *which), (start, _, *following) in zip(writes, writes[1:]):
+        assert end <= start, f"store steps {which} and {following} overlapped"
+    waited = [_metadata(results[name], "extraction_cache")["answered_by_other_runs"].value for name in "ab"]
+    assert sorted(waited) == [0, 3], "the later run waited for the three passages the other was asking"
+
+
+def test_a_failing_endpoint_fails_the_run_with_the_reason_and_the_next_attempt_loses_nothing(
+    lightfoot, twenty, chat_server, monkeypatch
+):
+    monkeypatch.setenv("LIGHTFOOT_LLM_MAX_RETRIES", "0")
+    _openai(lightfoot, chat_server.base_url)
+    documents = twenty[:4]
+    calls = {"n": 0}
+
+    def flaky(request):  # the first two calls are answered, then the endpoint fails
+        calls["n"] += 1
+        return (chat_server.Reply(content=json.dumps(ANSWER)) if calls["n"] <= 2
+                else chat_server.Reply(status=503))
+
+    chat_server.script(flaky)
+    lightfoot.drop_documents("four", documents, {})
+    (request,) = lightfoot.tick("document_inbox").run_requests
+    failed = lightfoot.run(request)
+    assert not failed.success
+    (failure,) = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failure.step_key == "extraction_cache"
+    assert "2 of 4 passage texts got no answer" in failure.step_failure_data.user_failure_data.description
+    assert "HTTP 503" in failure.step_failure_data.user_failure_data.description
+    assert lightfoot.store().read("extractions").height == 0  # nothing committed from a failed extraction
+
+    chat_server.script(lambda request: chat_server.Reply(content=json.dumps(ANSWER)))
+    lightfoot.tick("document_inbox")  # the receipt's failed run is seen ...
+    retry = lightfoot.tick("document_inbox")  # ... and asked again once its back-off allows
+    (again,) = retry.run_requests or lightfoot.tick("document_inbox").run_requests
+    assert lightfoot.run(again).success
+    assert chat_server.count == 4 + 2, "the retry asks only the two passages that got no answer"
+    extractions = lightfoot.store().read("extractions")
+    assert sorted(extractions.get_column("doc_id").to_list()) == sorted(d.doc_id for d in documents)
+    assert set(extractions.get_column("status").to_list()) == {"ok"}
