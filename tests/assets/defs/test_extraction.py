@@ -5,6 +5,11 @@ asset commits the cached answers with no call."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
 
 from assets.resources import ExtractorResource
 from lightfoot_pipeline.store import ledger
@@ -59,6 +64,7 @@ def _metadata(result, asset: str) -> dict:
 
 # -- extraction in parallel runs --------------------------------------------------------------
 
+REPO = Path(__file__).resolve().parents[3]
 STORE_STEPS = ("passages", "extractions", "forms", "graph", "serving_snapshot")
 
 
@@ -86,13 +92,34 @@ def _step_spans(instance, run_id: str) -> dict[str, tuple[float, float]]:
     return {step: (min(times), max(times)) for step, times in spans.items()}
 
 
+# A run in a process of its own, as the daemon launches it: the shipped definitions, configured by
+# the environment, on the instance under DAGSTER_HOME. (Two runs in threads of one process would
+# share Python's logging configuration, which Dagster sets up per run.)
+RUN_ONE = """
+import json, sys
+import dagster as dg
+from assets.definitions import defs
+job = defs().resolve_job_def(sys.argv[1])
+with dg.DagsterInstance.get() as instance:
+    result = job.execute_in_process(instance=instance, tags=json.loads(sys.argv[2]), raise_on_error=False)
+print(json.dumps({"run_id": result.run_id, "success": result.success}))
+"""
+
+
+def _launch(lightfoot, request, url: str) -> subprocess.Popen:
+    env = {**os.environ, "DAGSTER_HOME": str(lightfoot.root / "dagster_home"), "LIGHTFOOT_STORE": lightfoot.store_uri,
+           "LIGHTFOOT_INBOX": str(lightfoot.document_inbox), "LIGHTFOOT_ERASURE_INBOX": str(lightfoot.erasure_inbox),
+           "LIGHTFOOT_EMBEDDER": "hashing:32", "LIGHTFOOT_EXTRACTOR": "openai", "OPENAI_BASE_URL": url,
+           "LIGHTFOOT_LLM_MODEL": "test-model", "OPENAI_API_KEY": "sk-test", "LIGHTFOOT_LLM_CONCURRENCY": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-c", RUN_ONE, request.job_name, json.dumps(dict(request.tags))],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def test_two_concurrent_batches_ask_each_passage_once_and_commit_one_at_a_time(
     lightfoot_pooled, twenty, chat_server, monkeypatch
 ):
-    import threading
-
     lightfoot = lightfoot_pooled
-    monkeypatch.setenv("LIGHTFOOT_LLM_CONCURRENCY", "1")  # a second request in flight comes from the other run
     monkeypatch.setenv("LIGHTFOOT_EXTRACTION_SLOTS", "2")
     assert "set from" in lightfoot.tick("extraction_pool").skip_message  # the pool gets its two slots
     both_asking = threading.Event()
@@ -104,35 +131,35 @@ def test_two_concurrent_batches_ask_each_passage_once_and_commit_one_at_a_time(
         return chat_server.Reply(content=json.dumps(ANSWER), usage=(500, 50), delay=0.05)
 
     chat_server.script(answer)
-    _openai(lightfoot, chat_server.base_url)
     first, second = twenty[:6], twenty[3:9]  # three documents in both batches
     lightfoot.drop_documents("first", first, {})
     lightfoot.drop_documents("second", second, {})
-    request_a, request_b = lightfoot.tick("document_inbox").run_requests  # one run per drop
-
-    results = {}
-    threads = [threading.Thread(target=lambda name, r: results.__setitem__(name, lightfoot.run(r)), args=(name, r))
-               for name, r in (("a", request_a), ("b", request_b))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=600)
-    assert results["a"].success and results["b"].success
+    requests = lightfoot.tick("document_inbox").run_requests  # one run per drop
+    assert len(requests) == 2
+    processes = [_launch(lightfoot, request, chat_server.base_url) for request in requests]
+    runs = []
+    for process in processes:
+        out, err = process.communicate(timeout=900)
+        assert process.returncode == 0, err[-3000:]
+        runs.append(json.loads(out.strip().splitlines()[-1]))
+        assert runs[-1]["success"], "\n".join(line for line in err.splitlines() if " - dagster - " not in line)[-4000:]
 
     texts = {d.doc_id: d.text[:60] for d in twenty[:9]}
     asked = {doc_id: sum(1 for r in chat_server.requests if text in r.user_text) for doc_id, text in texts.items()}
     assert asked == {doc_id: 1 for doc_id in texts}, "every passage asked once"
-    assert chat_server.max_in_flight == 2, "the two runs asked the model at the same time"
+    assert chat_server.max_in_flight == 2, "the two runs asked the model at the same time (one call each at most)"
     assert lightfoot.stored_ids() == sorted(texts)
     extractions = lightfoot.store().read("extractions")
     assert extractions.height == 9 and set(extractions.get_column("status").to_list()) == {"ok"}
 
-    spans = {name: _step_spans(lightfoot.instance, result.run_id) for name, result in results.items()}
-    writes = sorted((*spans[name][step], name, step) for name in spans for step in STORE_STEPS)
+    spans = {run["run_id"]: _step_spans(lightfoot.instance, run["run_id"]) for run in runs}
+    writes = sorted((*spans[run_id][step], run_id, step) for run_id in spans for step in STORE_STEPS)
+    assert len(writes) == 2 * len(STORE_STEPS)
     for (_, end, *which), (start, _, *following) in zip(writes, writes[1:]):
         assert end <= start, f"store steps {which} and {following} overlapped"
-    waited = [_metadata(results[name], "extraction_cache")["answered_by_other_runs"].value for name in "ab"]
-    assert sorted(waited) == [0, 3], "the later run waited for the three passages the other was asking"
+    waited = sorted(_run_metadata(lightfoot.instance, run["run_id"], "extraction_cache")["answered_by_other_runs"].value
+                    for run in runs)
+    assert waited == [0, 3], "the later run waited for the three passages the other was asking"
 
 
 def test_a_failing_endpoint_fails_the_run_with_the_reason_and_the_next_attempt_loses_nothing(
@@ -168,3 +195,10 @@ def test_a_failing_endpoint_fails_the_run_with_the_reason_and_the_next_attempt_l
     extractions = lightfoot.store().read("extractions")
     assert sorted(extractions.get_column("doc_id").to_list()) == sorted(d.doc_id for d in documents)
     assert set(extractions.get_column("status").to_list()) == {"ok"}
+
+
+def _run_metadata(instance, run_id: str, asset: str) -> dict:
+    import dagster as dg
+
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset)), limit=100).records
+    return next(r.asset_materialization.metadata for r in records if r.run_id == run_id)
