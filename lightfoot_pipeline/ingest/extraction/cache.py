@@ -89,6 +89,8 @@ class ExtractionCache:
         for attempt in range(PURGE_TRIES):
             stored = self.store.read_journal(journal).get_column("cache_key").unique().to_list()
             stale = sorted(k for k in stored if k not in keep)
+            if not stale:
+                return 0
             try:
                 return self.store.delete_from_journal(journal, "cache_key", stale)
             except CommitFailedError:
