@@ -1,17 +1,20 @@
 """Dagster at scale: an instance holding N document partitions, measured where it is used.
 
-    python benchmarks/dagster_scale.py --partitions 100000 [--documents 1000] [--json OUT.json]
+    python benchmarks/dagster_scale.py --partitions 100000 [--documents 1000] [--instance sqlite|postgres]
+                                       [--json OUT.json]
 
-Two instances (SQLite under a temporary DAGSTER_HOME, the shipped dagster.yaml), each with a
-temporary store: a baseline with no other partition, and one holding ``--partitions`` document
+Two instances (SQLite under a temporary DAGSTER_HOME with the shipped dagster.yaml, or with
+``--instance postgres`` dagster.postgres.yaml on a PostgreSQL server the benchmark starts on
+127.0.0.1, one database each), each with a temporary store: a baseline with no other partition, and one holding ``--partitions`` document
 partitions, added with the instance API in bulk. In each, a drop of ``--documents`` synthetic
 documents (benchmarks/synthetic.py, extractions replayed, hashing embedder) goes to the inbox and
 
 - the inbox sensor is evaluated as the daemon does: the first tick lands the drop, adds its
   partitions and asks for its run (``tick_land_s``); a tick with the drop pending and its run
   finished settles it (``tick_settle_s``); a tick with nothing to do (``tick_idle_s``);
-- the run it asked for executes in process (``run_s``): passages, extractions, forms, the graph
-  stage and the serving snapshot over a range of ``--documents`` partitions;
+- the run it asked for executes in process (``run_s``): passages, extraction_cache, extractions,
+  forms, the graph stage and the serving snapshot over a range of ``--documents`` partitions;
+  ``run_create_s`` is the part before its first step, and ``steps_s`` each step's time;
 - the webserver (dagster-webserver on 127.0.0.1) serves the ``passages`` asset's partitions
   page to headless Chromium, driven through the DevTools protocol: ``page_s`` is the time from
   navigation until the page shows the partition count and the materialized count (measured
@@ -26,8 +29,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import glob
 import json
 import os
+import pwd
+import secrets
 import shutil
 import signal
 import socket
@@ -191,11 +198,58 @@ def _page_times(home: Path, root: Path, total: int, materialized: int, screensho
         log.close()
 
 
-def measure(filler: int, documents, records, page: bool, screenshots: Path | None) -> dict:
+@contextlib.contextmanager
+def postgres_server():
+    """A PostgreSQL server of its own on 127.0.0.1 (run as the postgres account when this is root);
+    yields a function that creates a database and returns its DAGSTER_PG_* settings."""
+    import psycopg2
+
+    binaries = Path(shutil.which("pg_ctl") or sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))[-1]).parent
+    run_as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    root = Path(tempfile.mkdtemp(prefix="lightfoot-pg-"))
+    password = secrets.token_urlsafe(16)
+    (root / "pw").write_text(password)
+    if run_as:
+        account = pwd.getpwnam("postgres")
+        for path in (root, root / "pw"):
+            os.chown(path, account.pw_uid, account.pw_gid)
+    port = _free_port()
+
+    def call(*args: str) -> None:
+        subprocess.run([*run_as, *args], capture_output=True, text=True, timeout=120, check=True)
+
+    call(str(binaries / "initdb"), "-D", str(root / "data"), "-U", "lightfoot", f"--pwfile={root / 'pw'}",
+         "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8")
+    call(str(binaries / "pg_ctl"), "-D", str(root / "data"), "-l", str(root / "server.log"), "-w", "-t", "60",
+         "-o", f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start")
+
+    def database(name: str) -> dict[str, str]:
+        connection = psycopg2.connect(host="127.0.0.1", port=port, user="lightfoot", password=password,
+                                      dbname="postgres")
+        connection.autocommit = True
+        with connection.cursor() as cursor:
+            cursor.execute(f"CREATE DATABASE {name}")
+        connection.close()
+        return {"DAGSTER_PG_HOST": "127.0.0.1", "DAGSTER_PG_PORT": str(port), "DAGSTER_PG_DB": name,
+                "DAGSTER_PG_USERNAME": "lightfoot", "DAGSTER_PG_PASSWORD": password}
+
+    try:
+        yield database
+    finally:
+        subprocess.run([*run_as, str(binaries / "pg_ctl"), "-D", str(root / "data"), "-m", "fast", "-w", "stop"],
+                       capture_output=True, timeout=120)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def measure(filler: int, documents, records, page: bool, screenshots: Path | None, database=None) -> dict:
     root = Path(tempfile.mkdtemp(prefix=f"lightfoot-dagster-{filler}-"))
     home = root / "dagster_home"
     home.mkdir()
-    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    if database is None:
+        shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    else:
+        shutil.copy(REPO / "dagster.postgres.yaml", home / "dagster.yaml")
+        os.environ.update(database(f"dagster_{filler}"))
     os.environ["DAGSTER_HOME"] = str(home)
     instance = dg.DagsterInstance.from_config(str(home))
     try:
@@ -209,13 +263,20 @@ def measure(filler: int, documents, records, page: bool, screenshots: Path | Non
         data, tick_land_s = _tick(instance, definitions, resources, None)
         (request,) = data.run_requests
         job = definitions.resolve_job_def(request.job_name)
-        t0 = time.perf_counter()
+        t0, started_run = time.perf_counter(), time.time()
         result = job.execute_in_process(instance=instance, tags=dict(request.tags), raise_on_error=False)
         run_s = time.perf_counter() - t0
         data, tick_settle_s = _tick(instance, definitions, resources, data.cursor)
         _, tick_idle_s = _tick(instance, definitions, resources, data.cursor)
         total = len(instance.get_dynamic_partitions("documents"))
-        events = len(instance.get_records_for_run(result.run_id, limit=1_000_000).records)
+        records = instance.get_records_for_run(result.run_id, limit=1_000_000).records
+        spans: dict[str, list[float]] = {}
+        for record in records:
+            event = record.event_log_entry.dagster_event
+            if event is not None and event.step_key and event.event_type in (
+                    dg.DagsterEventType.STEP_START, dg.DagsterEventType.STEP_SUCCESS):
+                spans.setdefault(event.step_key, []).append(record.event_log_entry.timestamp)
+        first_step = min(min(times) for times in spans.values())
         out = {
             "partitions": total,
             "add_partitions_s": round(add_s, 3),
@@ -224,7 +285,11 @@ def measure(filler: int, documents, records, page: bool, screenshots: Path | Non
             "tick_idle_s": round(tick_idle_s, 3),
             "run_s": round(run_s, 2),
             "run_success": result.success,
-            "run_events": events,
+            "run_events": len(records),
+            # From asking for the run to its first step: creating it, with one planned-materialization
+            # event per partition and per-document asset.
+            "run_create_s": round(first_step - started_run, 2),
+            "steps_s": {step: round(max(times) - min(times), 2) for step, times in sorted(spans.items())},
         }
         instance.dispose()
         if page:
@@ -240,6 +305,8 @@ def main() -> int:
     parser.add_argument("--documents", type=int, default=1000, help="documents in the measured ingestion run")
     parser.add_argument("--no-page", action="store_true", help="skip the partitions page in Chromium")
     parser.add_argument("--screenshots", type=Path, help="folder for screenshots of the partitions page")
+    parser.add_argument("--instance", choices=("sqlite", "postgres"), default="sqlite",
+                        help="the instance's storage (default: SQLite, as dagster dev has it)")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
     if args.partitions < args.documents:
@@ -248,9 +315,12 @@ def main() -> int:
         args.screenshots.mkdir(parents=True, exist_ok=True)
     documents, records = synthetic_documents_and_records(args.documents, seed=0)
     started = time.time()
-    baseline = measure(0, documents, records, not args.no_page, args.screenshots)
-    scaled = measure(args.partitions - args.documents, documents, records, not args.no_page, args.screenshots)
+    with postgres_server() if args.instance == "postgres" else contextlib.nullcontext() as database:
+        baseline = measure(0, documents, records, not args.no_page, args.screenshots, database)
+        scaled = measure(args.partitions - args.documents, documents, records, not args.no_page, args.screenshots,
+                         database)
     figures = {
+        "instance": args.instance,
         "partitions": scaled["partitions"],
         "documents": args.documents,
         "baseline": baseline,
