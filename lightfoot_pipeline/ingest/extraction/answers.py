@@ -94,7 +94,7 @@ def answer_passages(
         now = dt.datetime.now(dt.timezone.utc)
         ended = sorted(k for k in waiting if k not in state or not state[k].held(now) or finished(state[k].claimant))
         if ended:
-            mine, _ = claims.claim(ended)
+            mine, _ = claims.claim(ended, finished)
             _ask(extractor, claims, [by_key[k] for k in mine], report, progress)
             waiting -= set(mine)
         if waiting:

@@ -23,7 +23,7 @@ import datetime as dt
 import random
 import time
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 import polars as pl
 import pyarrow as pa
@@ -84,16 +84,18 @@ class ExtractionClaims:
         """Each key's latest claim or release (keys never claimed are absent)."""
         return self._state(set(keys))[1]
 
-    def claim(self, keys: Iterable[str]) -> tuple[list[str], dict[str, Claim]]:
+    def claim(self, keys: Iterable[str], ended: Callable[[str], bool] | None = None) -> tuple[list[str], dict[str, Claim]]:
         """Claim every key that no other claimant holds: the keys this claimant now holds, and the
-        claims of the keys other claimants hold."""
+        claims of the keys other claimants hold. A claimant for which ``ended`` is true (a run that
+        finished) holds nothing."""
         wanted = set(keys)
         if not wanted:
             return [], {}
         for _ in range(APPEND_TRIES):
             version, state = self._state(wanted)
             now = _now()
-            others = {k: c for k, c in state.items() if c.claimant != self.claimant and c.held(now)}
+            others = {k: c for k, c in state.items()
+                      if c.claimant != self.claimant and c.held(now) and not (ended and ended(c.claimant))}
             mine = sorted(wanted - set(others))
             if self._append_after(version, mine, CLAIM, {}, now):
                 return mine, others
