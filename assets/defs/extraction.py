@@ -131,6 +131,7 @@ def extractions(
     metadata.update({
         "passages_in_run": dg.MetadataValue.int(in_run.height),
         "already_extracted": dg.MetadataValue.int(in_run.height - len(needed)),
+        "extracted": dg.MetadataValue.int(len(kept) - len(failures)),
         "replayed": dg.MetadataValue.int(sum(1 for o in kept if o.status == OK and o.doc_id in recorded and not o.cached)),
         "from_cache": dg.MetadataValue.int(sum(1 for o in kept if o.status == OK and o.cached)),
         "failed": dg.MetadataValue.int(len(failures)),
