@@ -4,9 +4,10 @@ import dagster as dg
 
 # Per-document assets, partitioned by document.
 PASSAGES = dg.AssetKey("passages")
+EXTRACTION_CACHE = dg.AssetKey("extraction_cache")
 EXTRACTIONS = dg.AssetKey("extractions")
 FORMS = dg.AssetKey("forms")
-PER_DOCUMENT_ASSETS = (PASSAGES, EXTRACTIONS, FORMS)
+PER_DOCUMENT_ASSETS = (PASSAGES, EXTRACTION_CACHE, EXTRACTIONS, FORMS)
 
 # Global assets, updated incrementally by one graph-stage commit.
 NAME_VECTORS = dg.AssetKey("name_vectors")

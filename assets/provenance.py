@@ -51,6 +51,9 @@ def add_document_metadata(context: dg.AssetExecutionContext, per_document: Mappi
     for doc_id, metadata in sorted(per_document.items()):
         context.add_asset_metadata(dict(metadata), asset_key=asset_key, partition_key=doc_id)
 
+# Steps that ask the model and write only the extraction cache: LIGHTFOOT_EXTRACTION_SLOTS at once.
+EXTRACTION_POOL = "lightfoot_extraction"
+
 
 def commit_if_changed(tx: Transaction, operation: str, details: dict) -> tuple[Manifest, bool]:
     """Commit when something is staged; otherwise leave the store as it is."""

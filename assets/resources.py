@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Sequence
 
 import dagster as dg
 from pydantic import Field
 
 from lightfoot_pipeline.models.embedder import Embedder, load_embedder
+from lightfoot_pipeline.ingest.extraction.answers import CachedAnswers
+from lightfoot_pipeline.ingest.extraction.claims import ExtractionClaims
 from lightfoot_pipeline.ingest.extraction.outcome import ExtractionOutcome, Extractor, ProgressCallback
 from lightfoot_pipeline.ingest.extraction.replay import ReplayExtractor
 from lightfoot_pipeline.ingest.inbox import Inbox
@@ -25,6 +27,9 @@ from lightfoot_pipeline.settings import (
     IndexSettings, document_inbox_uri, embedder_spec, erasure_inbox_uri, retention_policy_path, sync_source_uri,
 )
 from lightfoot_pipeline.store.store import Store
+
+if TYPE_CHECKING:
+    from lightfoot_pipeline.ingest.extraction.openai_extractor import OpenAIExtractor
 
 DEFAULT_DOCUMENT_INBOX = ".lightfoot/inbox/documents"
 DEFAULT_ERASURE_INBOX = ".lightfoot/inbox/erasure"
@@ -81,18 +86,33 @@ class ExtractorResource(dg.ConfigurableResource):
     model: str | None = Field(default=None, description="Model to ask.")
     api_key: str | None = Field(default=None, description="API key (give it as an EnvVar).")
 
-    def get(self, store: Store, settings: IndexSettings, recorded: dict[str, dict | list], run_id: str) -> Extractor:
-        if self.mode not in {"auto", "replay", "openai"}:
-            raise dg.Failure(f"extractor mode must be auto, replay or openai, not {self.mode!r}")
-        model = None if self.mode == "replay" else functools.partial(self._model_extractor, store, settings, run_id)
+    def get(self, store: Store, settings: IndexSettings, recorded: dict[str, dict | list], run_id: str,
+            from_cache: bool = False) -> Extractor:
+        """Replays the recorded extractions and asks the model for the other passages; with
+        ``from_cache``, reads the model's answers from the extraction cache instead (no call)."""
+        self._check_mode()
+        model = None if self.mode == "replay" else functools.partial(
+            self._cached_answers if from_cache else self.model_extractor, store, settings, run_id)
         return RecordedOrModelExtractor({} if self.mode == "openai" else recorded, model)
 
-    def _model_extractor(self, store: Store, settings: IndexSettings, run_id: str) -> Extractor:
+    def asks_model(self, doc_id: str, recorded: Collection[str]) -> bool:
+        """Whether a document's passages go to the model (not replayed)."""
+        self._check_mode()
+        return self.mode == "openai" or (self.mode == "auto" and doc_id not in recorded)
+
+    def model_extractor(self, store: Store, settings: IndexSettings, run_id: str) -> OpenAIExtractor:
         from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
         from lightfoot_pipeline.models.llm import LLMSettings
 
         overrides = {k: v for k, v in {"base_url": self.base_url, "model": self.model, "api_key": self.api_key}.items() if v}
         return build_openai_extractor(store, settings, llm_settings=LLMSettings.from_env(**overrides), run_id=run_id)
+
+    def _cached_answers(self, store: Store, settings: IndexSettings, run_id: str) -> Extractor:
+        return CachedAnswers(self.model_extractor(store, settings, run_id), ExtractionClaims(store, run_id))
+
+    def _check_mode(self) -> None:
+        if self.mode not in {"auto", "replay", "openai"}:
+            raise dg.Failure(f"extractor mode must be auto, replay or openai, not {self.mode!r}")
 
 
 class RecordedOrModelExtractor:

@@ -125,6 +125,7 @@ STORE_ENV = "LIGHTFOOT_STORE"
 EMBEDDER_ENV = "LIGHTFOOT_EMBEDDER"
 RERANKER_ENV = "LIGHTFOOT_RERANKER"
 EXTRACTOR_ENV = "LIGHTFOOT_EXTRACTOR"
+EXTRACTION_SLOTS_ENV = "LIGHTFOOT_EXTRACTION_SLOTS"
 DOCUMENT_INBOX_ENV = "LIGHTFOOT_INBOX"
 ERASURE_INBOX_ENV = "LIGHTFOOT_ERASURE_INBOX"
 RETENTION_POLICY_ENV = "LIGHTFOOT_RETENTION_POLICY"
@@ -164,7 +165,7 @@ OBJECT_STORE_VARIABLES = (
 MODEL_HUB_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 VARIABLES: tuple[str, ...] = (
-    STORE_ENV, EMBEDDER_ENV, RERANKER_ENV, EXTRACTOR_ENV, DOCUMENT_INBOX_ENV, ERASURE_INBOX_ENV,
+    STORE_ENV, EMBEDDER_ENV, RERANKER_ENV, EXTRACTOR_ENV, EXTRACTION_SLOTS_ENV, DOCUMENT_INBOX_ENV, ERASURE_INBOX_ENV,
     RETENTION_POLICY_ENV, SYNC_SOURCE_ENV, *(name for names, _ in LLM_VARIABLES.values() for name in names),
     SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, SERVE_ANSWERS_ENV, SERVE_BUDGET_ENV,
     *(name for name, _ in DEEP_VARIABLES.values()),
@@ -220,6 +221,17 @@ def reranker_spec(spec: str | None = None) -> str | None:
 def extractor_mode() -> str:
     """How the Dagster extractions asset extracts: ``$LIGHTFOOT_EXTRACTOR``, else ``auto``."""
     return _read(EXTRACTOR_ENV) or "auto"
+
+
+def extraction_slots() -> int:
+    """Steps that may ask the model at once across all runs (the ``lightfoot_extraction`` pool):
+    ``$LIGHTFOOT_EXTRACTION_SLOTS``, else 8."""
+    text = _read(EXTRACTION_SLOTS_ENV)
+    slots = 8 if text is None else _number(EXTRACTION_SLOTS_ENV, text, int)
+    if slots < 1:
+        raise SettingsError(f"{EXTRACTION_SLOTS_ENV}={slots}: the pool needs at least one slot",
+                            hint=f"set {EXTRACTION_SLOTS_ENV} to 1 or more, or unset it (8)")
+    return slots
 
 
 def document_inbox_uri() -> str | None:

@@ -1,107 +1,181 @@
-"""Extraction: the ``extractions`` and ``forms`` assets (per document).
+"""Extraction: the ``extraction_cache``, ``extractions`` and ``forms`` assets (per document),
+and the sensor that sizes the extraction pool.
 
 One extraction per passage: recorded output replayed where the document came with one, else one
-language-model call (cached, so a re-run or a rebuild pays nothing). A passage whose extraction
-fails is stored with its reason, never dropped. Forms and fact assertions are then derived from
-the stored extractions.
+language-model call. The calls are a step of their own (``extraction_cache``) that writes only
+the extraction cache, in the wide ``lightfoot_extraction`` pool, so runs in parallel pods extract
+at once; ``extractions`` then reads the answers from the cache and commits them inside
+``lightfoot_store``, one commit at a time. A passage whose extraction fails is stored with its
+reason, never dropped. Forms and fact assertions are then derived from the stored extractions.
 """
 
+import functools
 from collections import Counter
 
 import dagster as dg
 import polars as pl
 
-from assets.keys import EXTRACTIONS, PASSAGES
+from assets.keys import EXTRACTION_CACHE, EXTRACTIONS, PASSAGES
 from assets.partitions import PER_DOCUMENT
-from assets.provenance import CODE_VERSION, add_document_metadata, column_schema, commit_if_changed, store_metadata
+from assets.provenance import (
+    CODE_VERSION, EXTRACTION_POOL, add_document_metadata, column_schema, commit_if_changed, store_metadata,
+)
 from assets.resources import ExtractorResource, StoreResource
 from lightfoot_pipeline.index.documents import derive_forms, record_extractions
+from lightfoot_pipeline.ingest.extraction.answers import AnswerReport, answer_passages
+from lightfoot_pipeline.ingest.extraction.cache import EXTRACTION_CACHE as EXTRACTION_CACHE_TABLE
+from lightfoot_pipeline.ingest.extraction.claims import EXTRACTION_CLAIMS, ExtractionClaims
 from lightfoot_pipeline.ingest.extraction.outcome import OK
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.ingest.passages import Passage
+from lightfoot_pipeline.settings import extraction_slots
+from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import EXTRACTIONS as EXTRACTIONS_TABLE
 from lightfoot_pipeline.store.tables import FACT_SOURCES, FORMS
 from lightfoot_pipeline.store.tables import PASSAGES as PASSAGES_TABLE
 
 
-@dg.asset(**PER_DOCUMENT, deps=[PASSAGES], kinds={"deltalake", "openai"}, code_version=CODE_VERSION,
+@dg.asset(**{**PER_DOCUMENT, "pool": EXTRACTION_POOL}, deps=[PASSAGES], kinds={"deltalake", "openai"},
+          code_version=CODE_VERSION, metadata=column_schema(EXTRACTION_CACHE_TABLE, EXTRACTION_CLAIMS))
+def extraction_cache(
+    context: dg.AssetExecutionContext, store: StoreResource, extractor: ExtractorResource
+) -> dg.MaterializeResult:
+    """The model's answer for every passage of a document that has no extraction yet, in the
+    extraction cache: the only thing this step writes (no store commit), so it runs beside other
+    runs' extraction, in the ``lightfoot_extraction`` pool (LIGHTFOOT_EXTRACTION_SLOTS at once).
+
+    A passage text the cache answers is not asked again, and one another run is asking is waited
+    for rather than asked twice (lightfoot_pipeline/ingest/extraction/claims.py). Documents with
+    recorded extractions are left to replay. When a call gets no answer (the endpoint fails, after
+    the client's retries) the step fails once every other answer is cached, so the run fails and
+    the drop's next attempt asks again for those passages only; an answer the model gave but that
+    is unusable keeps its reason with the released claim, and ``extractions`` stores the passage
+    as failed with it. Each document's partition has its own model calls, retries (requests sent
+    again, not further calls), tokens and cost; the run's totals are under ``run_`` keys.
+    """
+    keys = sorted(context.partition_keys)
+    lightfoot = store.open()
+    needed = _unextracted(lightfoot, keys)
+    recorded = _recorded(lightfoot, needed)
+    asked = [p for p in needed if extractor.asks_model(p.doc_id, recorded)]
+    report, unusable = AnswerReport(), ""
+    if asked:
+        try:
+            model = extractor.model_extractor(lightfoot, store.settings(), context.run.run_id)
+        except Exception as err:  # the extractions step fails each passage with this reason
+            unusable = f"the language model is not usable: {err}"
+            context.log.warning(unusable)
+        else:
+            context.log.info(f"answering {len(asked)} passages with {model.name}")
+            claims = ExtractionClaims(lightfoot, context.run.run_id)
+            report = answer_passages(model, claims, asked, progress=_progress(context),
+                                     finished=functools.partial(_run_finished, context.instance))
+    calls = report.outcomes
+    add_document_metadata(context, _calls_per_document(keys, calls))
+    metadata: dict[str, dg.RawMetadataValue] = {
+        "run_passages": dg.MetadataValue.int(len(needed)),
+        "run_passage_texts": dg.MetadataValue.int(report.texts),
+        "run_already_cached": dg.MetadataValue.int(report.cached),
+        "run_asked": dg.MetadataValue.int(report.asked),
+        "run_answered_by_other_runs": dg.MetadataValue.int(report.answered_elsewhere),
+        "run_failed": dg.MetadataValue.int(len(report.failed)),
+        **{f"run_{name}": dg.MetadataValue.int(sum(getattr(o, name) for o in calls)) for name in _COUNTED},
+        "run_cost_usd": dg.MetadataValue.float(round(float(sum(o.cost_usd for o in calls)), 9)),
+    }
+    if unusable:
+        metadata["model_unusable"] = dg.MetadataValue.text(unusable)
+    if report.failed:
+        metadata["failures"] = _failure_table(report.failed)
+    if report.unanswered:
+        first = report.unanswered[0].reason
+        raise dg.Failure(
+            description=f"{len(report.unanswered)} of {report.texts} passage texts got no answer from the model "
+            f"(e.g. {first}); the answers taken are in the extraction cache, and the next attempt asks only "
+            "for the rest",
+            metadata=metadata,
+        )
+    return dg.MaterializeResult(metadata=metadata)
+
+
+@dg.asset(**PER_DOCUMENT, deps=[EXTRACTION_CACHE], kinds={"deltalake", "python"}, code_version=CODE_VERSION,
           metadata=column_schema(EXTRACTIONS_TABLE))
 def extractions(
     context: dg.AssetExecutionContext, store: StoreResource, extractor: ExtractorResource
 ) -> dg.MaterializeResult:
     """The validated entities and facts of every passage of a document, or why its extraction failed.
 
-    Passages extracted before are not asked again, nor are those the extraction cache answers
-    (a run that crashed paid for them). Each document's partition has its own passages, status,
-    entities and facts, model calls, retries (requests sent again, not further calls), tokens and
-    cost; the run's totals are under ``run_`` keys.
+    Recorded extractions are replayed; every other passage's answer is read from the extraction
+    cache, where the ``extraction_cache`` step put it: this step makes no model call, so it holds
+    the store's writer pool only to read and commit. A passage with no usable answer is stored as
+    failed with the reason; passages extracted before are left as they are. Each document's
+    partition has its own passages, status, entities and facts; the run's totals are under
+    ``run_`` keys.
     """
     keys = sorted(context.partition_keys)
     lightfoot = store.open()
-    settings = store.settings()
-    stored = lightfoot.read(PASSAGES_TABLE.name).filter(pl.col("doc_id").is_in(keys))
-    done = set(
-        lightfoot.read(EXTRACTIONS_TABLE.name, columns=["chunk_id", "status"])
-        .filter(pl.col("status") == OK).get_column("chunk_id").to_list()
-    )
-    needed = [
-        Passage(r["chunk_id"], r["doc_id"], r["ordinal"], r["title"], r["text"])
-        for r in stored.sort("doc_id", "ordinal").iter_rows(named=True)
-        if r["chunk_id"] not in done
-    ]
-    recorded = {
-        doc_id: landed.extraction
-        for doc_id, landed in Landing(lightfoot).documents({p.doc_id for p in needed}).items()
-        if landed.extraction is not None
-    }
+    needed = _unextracted(lightfoot, keys)
+    recorded = _recorded(lightfoot, needed)
     outcomes = []
     if needed:
-        chosen = extractor.get(lightfoot, settings, recorded, context.run.run_id)
-        context.log.info(f"extracting {len(needed)} passages with {chosen.name}")
-        outcomes = chosen.extract(needed, _progress(context))
+        chosen = extractor.get(lightfoot, store.settings(), recorded, context.run.run_id, from_cache=True)
+        context.log.info(f"recording {len(needed)} extractions with {chosen.name}")
+        outcomes = chosen.extract(needed)
     with lightfoot.transaction() as tx:
         live = set(tx.table(PASSAGES_TABLE.name).filter(pl.col("doc_id").is_in(keys)).get_column("chunk_id").to_list())
         kept = [o for o in outcomes if o.chunk_id in live]  # a document deleted meanwhile stays deleted
         record_extractions(tx, kept)
-        manifest, changed = commit_if_changed(tx, "extractions", {
-            "passages": len(kept), "model_calls": sum(o.model_calls for o in kept),
-            "retries": sum(o.retries for o in kept), "run_id": context.run.run_id,
-        })
+        manifest, changed = commit_if_changed(tx, "extractions", {"passages": len(kept), "run_id": context.run.run_id})
     failures = [o for o in kept if o.status != OK]
     validation: Counter = Counter()
     for o in kept:
         if o.record is not None:
             validation.update(o.record.counts())
-    add_document_metadata(context, _per_document(lightfoot, manifest, keys, outcomes))
+    add_document_metadata(context, _extractions_per_document(lightfoot, manifest, keys, kept))
     metadata = store_metadata(
         lightfoot, manifest, [EXTRACTIONS_TABLE.name], fingerprint=store.report_fingerprint, changed=changed,
-        model_calls=sum(o.model_calls for o in outcomes), cost_usd=sum(o.cost_usd for o in outcomes),
         per_document=True,
     )
-    from_cache = sum(1 for o in kept if o.status == OK and o.cached)
+    in_run = lightfoot.read(PASSAGES_TABLE.name, manifest, columns=["doc_id"]).filter(pl.col("doc_id").is_in(keys))
     metadata.update({
-        "run_passages": dg.MetadataValue.int(stored.height),
-        "run_extracted": dg.MetadataValue.int(len(kept) - len(failures) - from_cache),
-        "run_already_extracted": dg.MetadataValue.int(stored.height - len(needed) + from_cache),
-        "run_from_cache": dg.MetadataValue.int(from_cache),
-        "run_retries": dg.MetadataValue.int(sum(o.retries for o in outcomes)),
+        "run_passages": dg.MetadataValue.int(in_run.height),
+        "run_already_extracted": dg.MetadataValue.int(in_run.height - len(needed)),
+        "run_extracted": dg.MetadataValue.int(len(kept) - len(failures)),
+        "run_replayed": dg.MetadataValue.int(sum(1 for o in kept if o.status == OK and o.doc_id in recorded
+                                                 and not o.cached)),
+        "run_from_cache": dg.MetadataValue.int(sum(1 for o in kept if o.status == OK and o.cached)),
         "run_failed": dg.MetadataValue.int(len(failures)),
-        "run_tokens_in": dg.MetadataValue.int(sum(o.tokens_in for o in outcomes)),
-        "run_tokens_out": dg.MetadataValue.int(sum(o.tokens_out for o in outcomes)),
         "run_validation": dg.MetadataValue.json(dict(sorted(validation.items()))),
     })
     if failures:
-        metadata["failures"] = dg.MetadataValue.md(
-            "| passage | document | reason |\n|---|---|---|\n"
-            + "\n".join(f"| {o.chunk_id} | {o.doc_id} | {o.reason.replace('|', '/')} |" for o in failures[:25])
-        )
+        metadata["failures"] = _failure_table(failures)
     return dg.MaterializeResult(metadata=metadata)
 
 
-def _per_document(lightfoot, manifest, keys: list[str], outcomes) -> dict[str, dict]:
-    """Each document's extraction: its stored rows, and what this run's calls for it cost."""
+_COUNTED = ("model_calls", "retries", "tokens_in", "tokens_out")
+
+
+def _calls_per_document(keys: list[str], calls) -> dict[str, dict]:
+    """What this run's model calls for each document cost (a text shared by several documents is
+    charged to the one it was asked for)."""
+    out = {key: {"asked": 0, **dict.fromkeys(_COUNTED, 0), "cost_usd": 0.0} for key in keys}
+    for o in calls:
+        entry = out.get(o.doc_id)
+        if entry is None:
+            continue
+        entry["asked"] += 1
+        for name in (*_COUNTED, "cost_usd"):
+            entry[name] += getattr(o, name)
+    for entry in out.values():
+        entry["cost_usd"] = dg.MetadataValue.float(round(float(entry["cost_usd"]), 9))
+    return out
+
+
+def _extractions_per_document(lightfoot: Store, manifest, keys: list[str], kept) -> dict[str, dict]:
+    """Each document's stored extractions: rows, status, entities and facts, and those this run
+    took from the cache."""
     rows = lightfoot.read(EXTRACTIONS_TABLE.name, manifest, columns=["doc_id", "status", "n_entities", "n_facts"])
     rows = rows.filter(pl.col("doc_id").is_in(keys))
+    cached = Counter(o.doc_id for o in kept if o.status == OK and o.cached)
     out: dict[str, dict] = {}
     for key in keys:
         mine = rows.filter(pl.col("doc_id") == key)
@@ -111,18 +185,45 @@ def _per_document(lightfoot, manifest, keys: list[str], outcomes) -> dict[str, d
             "status": "no passages" if mine.height == 0 else "failed" if failed == mine.height
             else "partly failed" if failed else "extracted",
             "entities": int(mine.get_column("n_entities").sum()), "facts": int(mine.get_column("n_facts").sum()),
-            "model_calls": 0, "retries": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0, "from_cache": 0,
+            "from_cache": cached[key],
         }
-    for o in outcomes:
-        entry = out.get(o.doc_id)
-        if entry is None:
-            continue
-        for name in ("model_calls", "retries", "tokens_in", "tokens_out", "cost_usd"):
-            entry[name] += getattr(o, name)
-        entry["from_cache"] += int(o.status == OK and o.cached)
-    for entry in out.values():
-        entry["cost_usd"] = dg.MetadataValue.float(round(float(entry["cost_usd"]), 9))
     return out
+
+
+def _unextracted(lightfoot: Store, keys: list[str]) -> list[Passage]:
+    """The documents' passages with no successful extraction stored, in document order."""
+    stored = lightfoot.read(PASSAGES_TABLE.name).filter(pl.col("doc_id").is_in(keys))
+    done = set(
+        lightfoot.read(EXTRACTIONS_TABLE.name, columns=["chunk_id", "status"])
+        .filter(pl.col("status") == OK).get_column("chunk_id").to_list()
+    )
+    return [
+        Passage(r["chunk_id"], r["doc_id"], r["ordinal"], r["title"], r["text"])
+        for r in stored.sort("doc_id", "ordinal").iter_rows(named=True)
+        if r["chunk_id"] not in done
+    ]
+
+
+def _recorded(lightfoot: Store, passages: list[Passage]) -> dict[str, dict | list]:
+    """The recorded extractions the passages' documents arrived with."""
+    return {
+        doc_id: landed.extraction
+        for doc_id, landed in Landing(lightfoot).documents({p.doc_id for p in passages}).items()
+        if landed.extraction is not None
+    }
+
+
+def _run_finished(instance: dg.DagsterInstance, run_id: str) -> bool:
+    """Whether a claimant run has ended (or is unknown to the instance): its claims are void."""
+    run = instance.get_run_by_id(run_id)
+    return run is None or run.is_finished
+
+
+def _failure_table(failures) -> dg.MetadataValue:
+    return dg.MetadataValue.md(
+        "| passage | document | reason |\n|---|---|---|\n"
+        + "\n".join(f"| {o.chunk_id} | {o.doc_id} | {o.reason.replace('|', '/')} |" for o in failures[:25])
+    )
 
 
 def _progress(context: dg.AssetExecutionContext):
@@ -166,3 +267,23 @@ def forms(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Materia
         "run_fact_assertions": dg.MetadataValue.int(n_assertions),
     })
     return dg.MaterializeResult(metadata=metadata)
+
+
+@dg.sensor(minimum_interval_seconds=300, default_status=dg.DefaultSensorStatus.RUNNING)
+def extraction_pool(context: dg.SensorEvaluationContext) -> dg.SkipReason:
+    """Keeps the ``lightfoot_extraction`` pool at LIGHTFOOT_EXTRACTION_SLOTS slots.
+
+    The instance's configuration (dagster.yaml, the Helm values) gives every pool one slot by
+    default, which keeps ``lightfoot_store`` to one writer; a wider pool's limit lives in the
+    instance's storage, so this sensor sets it there (as ``dagster instance concurrency set``
+    does) whenever it differs from the setting. It never asks for a run.
+    """
+    slots = extraction_slots()
+    storage = context.instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return dg.SkipReason("this instance's storage keeps no pool limits")
+    current = storage.get_concurrency_info(EXTRACTION_POOL).slot_count
+    if current == slots:
+        return dg.SkipReason(f"pool {EXTRACTION_POOL} has {slots} slots")
+    storage.set_concurrency_slots(EXTRACTION_POOL, slots)
+    return dg.SkipReason(f"pool {EXTRACTION_POOL} set from {current} to {slots} slots")

@@ -38,7 +38,7 @@ from typing import Iterator
 
 import polars as pl
 from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from lightfoot_pipeline.settings import object_store_options, resolve_store_uri
 from lightfoot_pipeline.store.log import (
@@ -226,6 +226,38 @@ class Store:
             configuration=TABLE_CONFIGURATION,
             storage_options=self._options(),
         )
+
+    def read_journal_version(self, name: str) -> tuple[int | None, pl.DataFrame]:
+        """A journal table at its latest version, and that version (None when it does not exist)."""
+        spec = spec_for(name)
+        table = self._open(self.journal_uri(name))
+        if table is None:
+            return None, spec.empty()
+        return table.version(), _typed(self._read_files(table, spec), spec).select([*spec.columns, BUCKET])
+
+    def append_journal_after(self, name: str, rows: pl.DataFrame, version: int | None) -> bool:
+        """Append rows as the journal's next version after ``version`` (None: create the journal);
+        False, with nothing written, when another writer took that version first."""
+        spec = spec_for(name)
+        if version is None:
+            try:
+                write_deltalake(self.journal_uri(name), conform(rows, spec), mode="error", partition_by=[BUCKET],
+                                configuration=TABLE_CONFIGURATION, storage_options=self._options(),
+                                commit_properties=EXACT_VERSION)
+                return True
+            except DeltaError as err:  # another writer created it first (or storage failed)
+                if self._open(self.journal_uri(name)) is None:
+                    raise StoreError(f"cannot create journal {name}: {_storage_failure(err)}") from err
+                return False
+        table = self._open(self.journal_uri(name), version)
+        if table is None:
+            raise StoreError(f"journal {name!r} at version {version} is missing on storage")
+        try:
+            write_deltalake(table, conform(rows, spec), mode="append", partition_by=[BUCKET],
+                            commit_properties=EXACT_VERSION)
+        except CommitFailedError:
+            return False
+        return True
 
     def compact_journal(self, name: str) -> int:
         """Rewrite a journal table's small appended files into about one per bucket, once it has

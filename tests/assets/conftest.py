@@ -200,6 +200,22 @@ def lightfoot_on_disk(tmp_path, monkeypatch):
         instance.dispose()
 
 
+@pytest.fixture
+def lightfoot_pooled(tmp_path, monkeypatch):
+    """The harness on a temporary on-disk instance configured by the shipped dagster.yaml, so that
+    runs executing at once share its concurrency pools as they do under the daemon."""
+    import shutil
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[2] / "dagster.yaml", home / "dagster.yaml")
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        yield _harness(tmp_path, monkeypatch, instance)
+    finally:
+        instance.dispose()
+
+
 @pytest.fixture(scope="session")
 def twenty(sample_documents):
     """The first 20 documents of the bundled sample."""

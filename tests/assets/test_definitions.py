@@ -15,7 +15,7 @@ import yaml
 from assets.definitions import defs as load_defs
 
 REPO = Path(__file__).resolve().parents[2]
-PER_DOCUMENT = {"passages", "extractions", "forms"}
+PER_DOCUMENT = {"passages", "extraction_cache", "extractions", "forms"}
 GRAPH = {"name_vectors", "name_links", "entities", "synonym_edges", "facts"}
 
 
@@ -51,7 +51,8 @@ def test_per_document_assets_are_partitioned_by_document_and_backfill_in_one_run
 def test_lineage_runs_from_documents_through_the_graph_to_serving(defs):
     graph = defs.resolve_asset_graph()
     parents = lambda name: {k.to_user_string() for k in graph.get(dg.AssetKey(name)).parent_keys}  # noqa: E731
-    assert parents("extractions") == {"passages"}
+    assert parents("extraction_cache") == {"passages"}
+    assert parents("extractions") == {"extraction_cache"}
     assert parents("forms") == {"extractions"}
     assert parents("name_vectors") == {"forms", "tombstones"}
     assert parents("facts") == {"forms", "tombstones"}
@@ -71,11 +72,18 @@ def test_checks_are_blocking_and_guard_the_serving_export(defs):
         or "blocking" in repr(condition).lower()
 
 
+def test_model_calls_run_in_their_own_pool_and_commits_in_the_store_pool(defs):
+    graph = defs.resolve_asset_graph()
+    pools = {name: graph.get(dg.AssetKey(name)).pools for name in PER_DOCUMENT | GRAPH | {"serving_snapshot"}}
+    assert pools.pop("extraction_cache") == {"lightfoot_extraction"}
+    assert set(map(frozenset, pools.values())) == {frozenset({"lightfoot_store"})}
+
+
 def test_jobs_sensors_and_schedules(defs):
     assert {j.name for j in defs.jobs} == {"document_ingestion", "document_deletion", "source_sync_job"}
     sensors = {s.name: s for s in defs.sensors}
     assert set(sensors) == {"document_inbox", "erasure_inbox", "deleted_partitions", "lightfoot_automation",
-                            "source_sync"}
+                            "source_sync", "extraction_pool"}
     assert all(s.default_status == dg.DefaultSensorStatus.RUNNING for s in sensors.values())
     assert isinstance(sensors["lightfoot_automation"], dg.AutomationConditionSensorDefinition)
     schedules = {s.name: s for s in defs.schedules}

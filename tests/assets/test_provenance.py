@@ -10,7 +10,7 @@ import pytest
 
 from assets.resources import ExtractorResource
 
-PER_DOCUMENT = ("passages", "extractions", "forms")
+PER_DOCUMENT = ("passages", "extractions", "forms")  # their row counts are the tables'
 ANSWER = {"entities": [{"name": "Oslo", "type": "location", "description": "a city"}],
           "facts": [["Oslo", "capital of", "Norway", "Oslo is the capital of Norway"]]}
 
@@ -65,15 +65,18 @@ def test_two_batches_and_a_deletion_through_dagster(lightfoot, twenty, sample_re
         passages = {m.partition: m.metadata for m in result.asset_materializations_for_node("passages")}
         assert sum(m["dagster/row_count"].value for m in passages.values()) == \
             next(iter(passages.values()))["run_passages"].value
-        extractions = {m.partition: m.metadata for m in result.asset_materializations_for_node("extractions")}
-        any_partition = next(iter(extractions.values()))
+        calls = {m.partition: m.metadata for m in result.asset_materializations_for_node("extraction_cache")}
+        assert set(calls) == ids
+        any_partition = next(iter(calls.values()))
         for key in ("model_calls", "tokens_in", "tokens_out", "cost_usd"):
-            total = sum(m[key].value for m in extractions.values())
+            total = sum(m[key].value for m in calls.values())
             assert total == pytest.approx(any_partition[f"run_{key}"].value, abs=1e-8), key
-        for doc_id, metadata in extractions.items():
+        for doc_id, metadata in calls.items():
             assert metadata["model_calls"].value == (1 if doc_id in asked else 0)
+        extractions = {m.partition: m.metadata for m in result.asset_materializations_for_node("extractions")}
+        for doc_id, metadata in extractions.items():
             assert metadata["status"].value == "extracted" and metadata["entities"].value >= 1
-    assert next(iter({m.partition: m.metadata for m in runs[1].asset_materializations_for_node("extractions")}
+    assert next(iter({m.partition: m.metadata for m in runs[1].asset_materializations_for_node("extraction_cache")}
                      .values()))["run_cost_usd"].value == pytest.approx(len(asked) * (400 * 0.10 + 40 * 0.32) / 1e6)
     graph = {e.event_specific_data.materialization.asset_key.to_user_string(): e.event_specific_data.materialization
              .metadata for e in runs[1].get_asset_materialization_events()}
@@ -91,7 +94,7 @@ def test_two_batches_and_a_deletion_through_dagster(lightfoot, twenty, sample_re
     assert entities["documents_added"].value == []
     lightfoot.tick("deleted_partitions")
     assert not set(deleted) & set(lightfoot.partitions())
-    for asset in PER_DOCUMENT:
+    for asset in (*PER_DOCUMENT, "extraction_cache"):
         key = dg.AssetKey(asset)
         latest = lightfoot.instance.get_latest_materialization_event(key)
         assert latest.dagster_event.partition not in deleted

@@ -40,7 +40,7 @@ def test_auto_mode_replays_recordings_and_asks_the_model_for_the_rest(
     assert extractions.get_column("status").to_list() == ["ok", "ok"]
     by_doc = dict(zip(extractions.get_column("doc_id").to_list(), extractions.get_column("extractor").to_list()))
     assert by_doc[recorded.doc_id].startswith("replay:") and by_doc[asked.doc_id] == "openai:test-model"
-    metadata = {m.partition: m.metadata for m in result.asset_materializations_for_node("extractions")}
+    metadata = {m.partition: m.metadata for m in result.asset_materializations_for_node("extraction_cache")}
     assert metadata[asked.doc_id]["model_calls"].value == 1 and metadata[recorded.doc_id]["model_calls"].value == 0
     for partition in metadata.values():  # the run's totals on every partition, under run_ keys
         assert partition["run_model_calls"].value == 1

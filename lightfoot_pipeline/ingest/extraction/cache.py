@@ -4,7 +4,7 @@ Keyed by model + prompt hash + schema hash + passage text hash. It is a journal 
 read at its latest version, outside the store's commits), so extraction writes each answer to it
 as it arrives and a crashed run loses no answer it has taken (see openai_extractor.py). Those
 appends leave small files; :meth:`ExtractionCache.compact` rewrites them into one per bucket.
-Erasing documents purges their entries.
+Erasing documents purges their entries, and the claims on them.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import polars as pl
 import pyarrow as pa
 from deltalake.exceptions import CommitFailedError
 
+from lightfoot_pipeline.ingest.extraction.claims import EXTRACTION_CLAIMS
 from lightfoot_pipeline.store.log import ConcurrentCommitError
 from lightfoot_pipeline.store.tables import TableSpec, register, with_buckets
 
@@ -77,19 +78,27 @@ class ExtractionCache:
         return self.store.compact_journal(EXTRACTION_CACHE.name)
 
     def purge_except(self, keep_keys: Iterable[str]) -> int:
-        """Delete every entry whose key is not in keep_keys (the keys of live passages)."""
+        """Delete every entry whose key is not in keep_keys (the keys of live passages), and the
+        claims on those keys (see claims.py); the cache entries deleted."""
         keep = set(keep_keys)
+        purged = self._purge(EXTRACTION_CACHE.name, keep)
+        self._purge(EXTRACTION_CLAIMS.name, keep)
+        return purged
+
+    def _purge(self, journal: str, keep: set[str]) -> int:
         for attempt in range(PURGE_TRIES):
-            stored = self.store.read_journal(EXTRACTION_CACHE.name).get_column("cache_key").unique().to_list()
+            stored = self.store.read_journal(journal).get_column("cache_key").unique().to_list()
             stale = sorted(k for k in stored if k not in keep)
+            if not stale:
+                return 0
             try:
-                return self.store.delete_from_journal(EXTRACTION_CACHE.name, "cache_key", stale)
+                return self.store.delete_from_journal(journal, "cache_key", stale)
             except CommitFailedError:
-                # A compaction rewrote the files this deletion read; entries it already deleted
-                # stay deleted, so the next try deletes what is left.
+                # Another writer (a compaction, a claim) changed the files this deletion read;
+                # entries it already deleted stay deleted, so the next try deletes what is left.
                 if attempt == PURGE_TRIES - 1:
                     raise ConcurrentCommitError(
-                        f"the extraction cache kept being rewritten while purging it ({PURGE_TRIES} tries); "
+                        f"the journal {journal} kept being rewritten while purging it ({PURGE_TRIES} tries); "
                         "run the erasure again"
                     ) from None
         return 0

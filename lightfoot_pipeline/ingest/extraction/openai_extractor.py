@@ -124,6 +124,23 @@ class OpenAIExtractor:
         assert all(o is not None for o in outcomes)
         return outcomes  # type: ignore[return-value]
 
+    def from_cache(self, passages: Sequence[Passage], reasons: dict[str, str] | None = None) -> list[ExtractionOutcome]:
+        """One outcome per passage from the cache alone, with no call: the cached answer, or a failure
+        with ``reasons[cache key]`` (why no answer was cached), else saying the model was not asked."""
+        keys = [self.cache_key(p) for p in passages]
+        cached = self.cache.lookup(keys) if passages else {}
+        outcomes = []
+        for passage, key in zip(passages, keys):
+            hit = cached.get(key)
+            parsed = self._parse(hit["output"], passage, truncated=False) if hit is not None else None
+            if parsed is not None and parsed.ok:
+                outcomes.append(self._outcome(passage, key, parsed, hit["output"], cached=True))
+                continue
+            reason = (f"cached answer unusable for this passage: {parsed.reason}" if parsed is not None
+                      else (reasons or {}).get(key) or "no answer in the extraction cache: the model was not asked")
+            outcomes.append(ExtractionOutcome.failed(passage, reason, extractor=self.name, cache_key=key))
+        return outcomes
+
     def _call_all(self, passages, pending, outcomes, run_id, progress, done) -> None:
         total = len(passages)
         queue = list(pending.items())

@@ -96,9 +96,10 @@ def test_a_passage_with_no_extraction_is_not_accounted_for(ingested):
     from assets.defs.checks import passages_accounted_for
 
     store = ingested.store()
-    assert passages_accounted_for(store=ingested.resources["store"]).passed
+    context = dg.build_asset_check_context()
+    assert passages_accounted_for(context, store=ingested.resources["store"]).passed
     tamper(store, EXTRACTIONS.name, lambda frame, n: frame.slice(1))
-    result = passages_accounted_for(store=ingested.resources["store"])
+    result = passages_accounted_for(context, store=ingested.resources["store"])
     assert not result.passed
     assert result.metadata["missing"].value == 1
     assert "1 passages without an extraction" in result.description

@@ -85,11 +85,11 @@ def test_an_unreadable_drop_is_rejected_with_its_reason(lightfoot):
 
 
 def per_document_and_graph(lightfoot):
-    from assets.defs.extraction import extractions, forms
+    from assets.defs.extraction import extraction_cache, extractions, forms
     from assets.defs.graph import graph
     from assets.defs.ingestion import passages
 
-    return [passages, extractions, forms, graph]
+    return [passages, extraction_cache, extractions, forms, graph]
 
 
 def test_materializing_one_partition_reports_rows_versions_fingerprint_and_cost(lightfoot, twenty, sample_records):

@@ -262,7 +262,7 @@ def test_a_soft_deletion_tombstones_the_partition_and_keeps_history(lightfoot, t
     assert not [m for m in tombstones if m.partition == docs[1].doc_id], "a deletion is no materialization"
     observed = [e.event_specific_data.asset_observation for e in result.get_asset_observation_events()]
     per_partition = [m for m in observed if m.partition == docs[1].doc_id]
-    assert sorted(m.asset_key.to_user_string() for m in per_partition) == ["extractions", "forms", "passages"]
+    assert sorted(m.asset_key.to_user_string() for m in per_partition) == ["extraction_cache", "extractions", "forms", "passages"]
     assert all(m.metadata["reason"].value == "duplicate" and m.metadata["erase"].value is False for m in per_partition)
     erasures = next(m for m in tombstones if m.asset_key.to_user_string() == "erasures")
     assert erasures.metadata["erased"].value == []
@@ -309,7 +309,7 @@ def test_a_deletion_on_the_command_line_is_recorded_on_its_partition(lightfoot, 
     assert docs[2].doc_id not in lightfoot.partitions()
     assert docs[2].doc_id not in Landing(store).landed_ids(), "the stale landed copy goes with the partition"
     events = {(e.asset_key.to_user_string(), e.partition) for e in tick.asset_events}
-    assert events == {(a, docs[2].doc_id) for a in ("passages", "extractions", "forms")}
+    assert events == {(a, docs[2].doc_id) for a in ("passages", "extraction_cache", "extractions", "forms")}
     assert all(e.metadata["status"].value == "tombstoned" for e in tick.asset_events)
     assert lightfoot.tick("deleted_partitions").dynamic_partitions_requests == []
 
