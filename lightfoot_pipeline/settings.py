@@ -49,8 +49,8 @@ DEFAULT_STORE = ".lightfoot/store"
 # LSH_ROWS seeded random hyperplanes agree in at least one of LSH_BANDS bands. Chosen with
 # benchmarks/link_recall.py: at least 99.5% of the exhaustive pairs at 0.80 and 0.92 are found on the
 # bundled sample (MiniLM) and on a 30k-passage synthetic corpus, with the fewest candidates.
-LSH_BANDS = 40
-LSH_ROWS = 10
+LSH_BANDS = 200
+LSH_ROWS = 16
 LSH_SEED = 0
 
 

@@ -13,13 +13,15 @@ invariant requires. A sign is not left to BLAS: a projection whose float32 value
 rounding margin of zero is recomputed in a fixed order (exact.py), so a name's keys are the same
 bits whatever batch it arrives in.
 
-Candidate pairs come from sorting each band's keys and pairing equal ones: never an n x n matrix.
+Candidate pairs come from sorting each band's keys and pairing equal ones, a band and a bounded
+chunk at a time: never an n x n matrix.
 """
 
 from __future__ import annotations
 
 import hashlib
 from functools import lru_cache
+from typing import Iterator
 
 import numpy as np
 
@@ -27,6 +29,7 @@ from lightfoot_pipeline.index.exact import exact_dots, float32_margin
 from lightfoot_pipeline.settings import Banding
 
 ROW_CHUNK = 2048  # names projected at a time: bounds the memory to ROW_CHUNK x bands x rows floats
+PAIRS_PER_CHUNK = 1 << 18  # candidate pairs yielded at a time: bounds the memory of a band's pairs
 PAIRS_PER_MERGE = 1 << 22  # candidate codes gathered before they are deduplicated
 
 
@@ -56,7 +59,7 @@ def sign_bits(vectors: np.ndarray, banding: Banding) -> np.ndarray:
         chunk = vectors[r0 : r0 + ROW_CHUNK]
         projections = chunk @ planes.T  # (rows, dim) x (dim, bands*rows) -> (rows, bands*rows)
         signs = projections >= 0
-        near_i, near_k = np.nonzero(np.abs(projections) < margin)
+        near_i, near_k = np.nonzero((projections < margin) & (projections > -margin))
         if len(near_i):
             signs[near_i, near_k] = exact_dots(chunk[near_i], planes[near_k]) >= 0
         out[r0 : r0 + ROW_CHUNK] = signs
@@ -69,16 +72,25 @@ def band_keys(vectors: np.ndarray, banding: Banding, groups: np.ndarray | None =
     ``groups`` holds one uint64 hash per row (see group_hash); its top ``64 - rows`` bits fill the
     keys' high bits. None puts every row in one group.
     """
-    n, rows = len(vectors), banding.rows
-    signs = sign_bits(vectors, banding).reshape(n, banding.bands, rows)
-    weights = np.left_shift(np.uint64(1), np.arange(rows, dtype=np.uint64))  # (rows,)
-    bits = (signs.astype(np.uint64) * weights).sum(axis=2, dtype=np.uint64)  # (n, bands)
+    return keys_from_signs(sign_bits(vectors, banding), banding, groups)
+
+
+def keys_from_signs(signs: np.ndarray, banding: Banding, groups: np.ndarray | None = None) -> np.ndarray:
+    """(n, bands) int64 keys from sign bits (sign_bits); a caller may keep the bits packed, 1 bit each.
+
+    Bit k of a band's key is the sign on the band's k-th hyperplane.
+    """
+    n, rows = len(signs), banding.rows
+    packed = np.packbits(signs.reshape(n, banding.bands, rows), axis=2, bitorder="little")  # (n, bands, ⌈rows/8⌉)
+    padded = np.zeros((n, banding.bands, 8), dtype=np.uint8)
+    padded[:, :, : packed.shape[2]] = packed
+    keys = padded.view("<u8")[:, :, 0].astype(np.uint64)  # (n, bands)
     if groups is not None:
         if len(groups) != n:
-            raise ValueError(f"band_keys: {len(groups)} group hashes for {n} vectors")
+            raise ValueError(f"band keys: {len(groups)} group hashes for {n} vectors")
         high = np.asarray(groups, dtype=np.uint64) >> np.uint64(rows) << np.uint64(rows)
-        bits |= high[:, None]
-    return bits.view(np.int64)
+        keys |= high[:, None]
+    return keys.view(np.int64)
 
 
 class _PairSet:
@@ -116,10 +128,9 @@ def _runs(counts: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) - starts
 
 
-def candidates_within(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs (i, j), i < j, of rows that share a key in some band; sorted, each pair once."""
+def band_pairs_within(keys: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Per band, the pairs (i, j), i < j, of rows with equal keys; a pair recurs in every band it shares."""
     n = len(keys)
-    found = _PairSet(n)
     for band in range(keys.shape[1] if keys.ndim == 2 else 0):
         order = np.argsort(keys[:, band], kind="stable")
         ordered = keys[order, band]
@@ -127,25 +138,51 @@ def candidates_within(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         sizes = np.diff(np.r_[starts, n])
         group_end = np.repeat(starts + sizes, sizes)  # end of each position's group
         later = group_end - 1 - np.arange(n)  # later positions in the same group
-        left = np.repeat(np.arange(n), later)
-        right = left + 1 + _runs(later)
-        i, j = order[left], order[right]
-        found.add(np.minimum(i, j), np.maximum(i, j))
+        for p0, p1 in _spans(later):
+            left = np.repeat(np.arange(p0, p1), later[p0:p1])
+            right = left + 1 + _runs(later[p0:p1])
+            i, j = order[left], order[right]
+            yield np.minimum(i, j), np.maximum(i, j)
+
+
+def band_pairs_between(new_keys: np.ndarray, old_keys: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Per band, the pairs (i into new, j into old) with equal keys; a pair recurs in every band it shares."""
+    if len(new_keys) == 0 or len(old_keys) == 0:
+        return
+    for band in range(new_keys.shape[1]):
+        order = np.argsort(old_keys[:, band], kind="stable")
+        ordered = old_keys[order, band]
+        lo = np.searchsorted(ordered, new_keys[:, band], side="left")
+        counts = np.searchsorted(ordered, new_keys[:, band], side="right") - lo
+        for p0, p1 in _spans(counts):
+            i = np.repeat(np.arange(p0, p1), counts[p0:p1])
+            j = order[np.repeat(lo[p0:p1], counts[p0:p1]) + _runs(counts[p0:p1])]
+            yield i, j
+
+
+def _spans(counts: np.ndarray) -> Iterator[tuple[int, int]]:
+    """Consecutive spans of positions whose counts add up to about PAIRS_PER_CHUNK (one at least)."""
+    ends = np.cumsum(counts)
+    start = 0
+    while start < len(counts):
+        base = ends[start - 1] if start else 0
+        stop = max(start + 1, int(np.searchsorted(ends, base + PAIRS_PER_CHUNK, side="right")))
+        if ends[min(stop, len(counts)) - 1] > base:
+            yield start, min(stop, len(counts))
+        start = stop
+
+
+def candidates_within(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (i, j), i < j, of rows that share a key in some band; sorted, each pair once."""
+    found = _PairSet(len(keys))
+    for i, j in band_pairs_within(keys):
+        found.add(i, j)
     return found.pairs()
 
 
 def candidates_between(new_keys: np.ndarray, old_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Pairs (i into new, j into old) that share a key in some band; sorted, each pair once."""
     found = _PairSet(len(old_keys))
-    if len(new_keys) == 0 or len(old_keys) == 0:
-        return found.pairs()
-    for band in range(new_keys.shape[1]):
-        order = np.argsort(old_keys[:, band], kind="stable")
-        ordered = old_keys[order, band]
-        lo = np.searchsorted(ordered, new_keys[:, band], side="left")
-        hi = np.searchsorted(ordered, new_keys[:, band], side="right")
-        counts = hi - lo
-        i = np.repeat(np.arange(len(new_keys)), counts)
-        j = order[np.repeat(lo, counts) + _runs(counts)]
+    for i, j in band_pairs_between(new_keys, old_keys):
         found.add(i, j)
     return found.pairs()
