@@ -73,17 +73,13 @@ class LinkRule:
         return band_keys(vectors, self.banding, hashes)
 
 
-def _group_ids(rule: LinkRule, *name_lists: Sequence[str]) -> list[np.ndarray]:
-    """Integer group ids of each list of names, comparable across the lists."""
-    groups = [g for names in name_lists for g in rule.groups(names)]
-    if not groups:
-        return [np.zeros(0, np.int64) for _ in name_lists]
-    _, ids = np.unique(np.array(groups, dtype=object), return_inverse=True)
-    out, at = [], 0
-    for names in name_lists:
-        out.append(ids[at : at + len(names)])
-        at += len(names)
-    return out
+def _numbers_agree(
+    rule: LinkRule, left: Sequence[str], right: Sequence[str], i: np.ndarray, j: np.ndarray
+) -> np.ndarray:
+    """Mask of the pairs (left[i], right[j]) whose names may link under the number rule."""
+    if not rule.numbers_must_agree:
+        return np.ones(len(i), dtype=bool)
+    return np.array([number_signature(left[a]) == number_signature(right[b]) for a, b in zip(i, j)], dtype=bool)
 
 
 def _verified(
@@ -155,8 +151,7 @@ def pairs_within(
     else:
         chunks = band_pairs_within(rule.keys(names, vectors) if keys is None else keys)
         i, j, s = _banded_pairs(chunks, vectors, vectors, rule.threshold)
-    (ids,) = _group_ids(rule, names)
-    same = ids[i] == ids[j]
+    same = _numbers_agree(rule, names, names, i, j)
     return i[same], j[same], s[same]
 
 
@@ -180,8 +175,7 @@ def pairs_between(
             rule.keys(old_names, old_vectors) if old_keys is None else old_keys,
         )
         i, j, s = _banded_pairs(chunks, new_vectors, old_vectors, rule.threshold)
-    new_ids, old_ids = _group_ids(rule, new_names, old_names)
-    same = new_ids[i] == old_ids[j]
+    same = _numbers_agree(rule, new_names, old_names, i, j)
     return i[same], j[same], s[same]
 
 
