@@ -17,14 +17,14 @@ def exact_dots(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     The products are summed by explicit halving (elementwise adds only), so the result is the same
     bits whatever the number of rows, the memory layout or the BLAS library.
     """
-    products = left.astype(np.float64) * right.astype(np.float64)
-    width = 1 << max(0, (products.shape[1] - 1).bit_length())
-    if width != products.shape[1]:
-        products = np.pad(products, ((0, 0), (0, width - products.shape[1])))
-    while products.shape[1] > 1:
-        half = products.shape[1] // 2
-        products = products[:, :half] + products[:, half:]
-    return products[:, 0]
+    n, dim = left.shape
+    width = 1 << max(0, (dim - 1).bit_length())
+    products = np.zeros((n, width), dtype=np.float64)
+    np.multiply(left, right, out=products[:, :dim], dtype=np.float64)
+    while width > 1:
+        width //= 2
+        products[:, :width] += products[:, width : 2 * width]  # x + y: the same bits as y + x
+    return products[:, 0].copy()
 
 
 def float32_margin(dim: int) -> float:
