@@ -22,7 +22,7 @@ from lightfoot_pipeline.ingest.inbox import Inbox
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.settings import (
-    IndexSettings, document_inbox_uri, embedder_spec, erasure_inbox_uri, retention_policy_path,
+    IndexSettings, document_inbox_uri, embedder_spec, erasure_inbox_uri, retention_policy_path, sync_source_uri,
 )
 from lightfoot_pipeline.store.store import Store
 
@@ -125,7 +125,8 @@ class RecordedOrModelExtractor:
 
 
 class InboxResource(dg.ConfigurableResource):
-    """Where documents and erasure requests are dropped, and the retention policy file."""
+    """Where documents and erasure requests are dropped, the retention policy file, and the folder
+    of document files the store follows (assets/defs/sync.py)."""
 
     documents: str | None = Field(
         default=None, description="Document inbox (folder or s3:// prefix); default $LIGHTFOOT_INBOX, else "
@@ -138,6 +139,14 @@ class InboxResource(dg.ConfigurableResource):
     retention_policy: str | None = Field(
         default=None, description="Retention policy file (JSON); default $LIGHTFOOT_RETENTION_POLICY, else none."
     )
+
+    sync_source: str | None = Field(
+        default=None, description="Folder or s3:// prefix of document files to sync; default $LIGHTFOOT_SYNC_SOURCE."
+    )
+    sync_erase: bool = Field(default=False, description="Erase removed files' text from history (delete --erase).")
+
+    def sync_source_uri(self) -> str | None:
+        return self.sync_source or sync_source_uri()
 
     def document_inbox(self, store: Store) -> Inbox:
         return self._inbox(self.documents or document_inbox_uri(), DEFAULT_DOCUMENT_INBOX, "documents", store)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import polars as pl
 
@@ -29,7 +29,9 @@ from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.transaction import Transaction
-from lightfoot_pipeline.store.tables import DOCUMENTS, EXTRACTIONS, INDEX_TABLES, PASSAGES, TOMBSTONES, with_buckets
+from lightfoot_pipeline.store.tables import (
+    DOCUMENTS, EXTRACTIONS, INDEX_TABLES, PASSAGE_SOURCES, PASSAGES, TOMBSTONES, with_buckets,
+)
 from lightfoot_pipeline.store.vectors import VectorCache
 from lightfoot_pipeline.errors import LightfootError
 
@@ -135,6 +137,7 @@ def ingest(
     progress: ProgressCallback | None = None,
     operation: str = "ingest",
     recorded: Mapping[str, dict | list] | None = None,
+    stage: Callable[[Transaction], None] | None = None,
 ) -> IngestReport:
     """Add (or replace) documents: extract what is new, then update the graph, in one commit.
 
@@ -142,6 +145,8 @@ def ingest(
     ingested. The replaced text leaves the current tables at once and the store's history at the
     next vacuum (:func:`lightfoot_pipeline.erase.vacuum`). ``recorded``: the recorded extractions the
     extractor replays, if any; those that match no passage are counted in ``ignored_records``.
+    ``stage``: further changes to make in the same commit, before the graph update (the records
+    and deletions of a sync).
     """
     settings = settings or IndexSettings()
     started = time.perf_counter()
@@ -177,6 +182,8 @@ def ingest(
         upsert_documents(tx, documents, settings)
         record_extractions(tx, outcomes)
         derive_forms(tx, [d.doc_id for d in documents])
+        if stage is not None:
+            stage(tx)
         report.graph = reconcile_graph(tx, settings, name_vector_cache(store, embedder))
         manifest = tx.commit(operation, {"documents": len(documents), "replaced": len(changes.replaced),
                                          "model_calls": report.model_calls, "retries": report.retries,
@@ -196,17 +203,21 @@ def delete(
     *,
     erase: bool = False,
     reason: str = "",
+    stage: Callable[[Transaction], None] | None = None,
 ) -> DeleteReport:
     """Delete documents: drop their rows, recompute what their names touched. No model call.
 
     Ids the store does not hold are reported in ``not_found`` (a deletion of what is not there is
     done already). With ``erase``, the history of the deleted documents is erased, and so is that
-    of ids deleted earlier without an erase (``already_deleted``).
+    of ids deleted earlier without an erase (``already_deleted``). ``stage``: further changes to
+    make in the same commit, before the graph update.
     """
     settings = settings or IndexSettings()
     started = time.perf_counter()
     with store.transaction() as tx:
         tombstone = tombstone_documents(tx, doc_ids, reason=reason, erase=erase)
+        if stage is not None:
+            stage(tx)
         graph = reconcile_graph(tx, settings, None)
         earlier = tx.table(TOMBSTONES.name).filter(pl.col("doc_id").is_in(tombstone.not_found))
         manifest = tx.commit("delete", {"deleted": len(tombstone.deleted), "erase": erase, "model_calls": 0})
@@ -233,7 +244,7 @@ def rebuild(source: Store, target: Store, embedder: Embedder, settings: IndexSet
         if tx.manifest.seq:
             raise IndexConfigError(f"rebuild needs an empty target store; {target.uri} has commits")
         check_config(tx, settings, embedder)
-        for spec in (DOCUMENTS, PASSAGES, EXTRACTIONS):
+        for spec in (DOCUMENTS, PASSAGES, PASSAGE_SOURCES, EXTRACTIONS):
             rows = source.read(spec.name, manifest)
             tx.put(spec.name, with_buckets(rows, spec, target.n_buckets).cast(tx.table(spec.name).schema))
         derive_forms(tx, tx.table(DOCUMENTS.name).get_column("doc_id").to_list())

@@ -129,6 +129,38 @@ class IndexSettings:
         return asdict(self)
 
 
+# Chunking of files (lightfoot sync); the README ("Indexing a folder") says why these defaults.
+CHUNK_TOKENS = 200
+CHUNK_OVERLAP_TOKENS = 30
+MAX_PASSAGES_PER_DOCUMENT = 2000
+MAX_FILE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ChunkSettings:
+    """How files are cut into passages, and the limits past which a file is refused."""
+
+    tokens: int = CHUNK_TOKENS  # a passage's budget, in word and punctuation tokens
+    overlap: int = CHUNK_OVERLAP_TOKENS  # tokens of whole sentences repeated from the passage before
+    max_passages: int = MAX_PASSAGES_PER_DOCUMENT
+    max_file_bytes: int = MAX_FILE_BYTES
+
+    def __post_init__(self) -> None:
+        for name in ("tokens", "max_passages", "max_file_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SettingsError(f"chunking: {name} must be a whole number from 1, got {value!r}")
+        if not isinstance(self.overlap, int) or not 0 <= self.overlap < self.tokens:
+            raise SettingsError(f"chunking: overlap must be a whole number from 0 to below tokens ({self.tokens}), "
+                                f"got {self.overlap!r}")
+
+    def label(self) -> str:
+        """What decides a file's passages and whether it is refused, recorded with it: a sync with
+        other settings reads every file again."""
+        return (f"tokens={self.tokens},overlap={self.overlap},max_passages={self.max_passages},"
+                f"max_file_bytes={self.max_file_bytes}")
+
+
 # -- the environment ---------------------------------------------------------------------------
 
 STORE_ENV = "LIGHTFOOT_STORE"
@@ -138,10 +170,17 @@ EXTRACTOR_ENV = "LIGHTFOOT_EXTRACTOR"
 DOCUMENT_INBOX_ENV = "LIGHTFOOT_INBOX"
 ERASURE_INBOX_ENV = "LIGHTFOOT_ERASURE_INBOX"
 RETENTION_POLICY_ENV = "LIGHTFOOT_RETENTION_POLICY"
+SYNC_SOURCE_ENV = "LIGHTFOOT_SYNC_SOURCE"
 SERVE_TOKEN_ENV = "LIGHTFOOT_SERVE_TOKEN"
 SERVE_TOKENS_FILE_ENV = "LIGHTFOOT_SERVE_TOKENS_FILE"
 SERVE_ANSWERS_ENV = "LIGHTFOOT_SERVE_ANSWERS"
 SERVE_BUDGET_ENV = "LIGHTFOOT_SERVE_ANSWER_BUDGET_USD"
+# The deep query mode (serving/deep): DeepSettings field, variable, type of its value.
+DEEP_VARIABLES: dict[str, tuple[str, type]] = {
+    "max_steps": ("LIGHTFOOT_DEEP_MAX_STEPS", int),
+    "passages": ("LIGHTFOOT_DEEP_PASSAGES", int),
+    "question_budget_usd": ("LIGHTFOOT_DEEP_QUESTION_BUDGET_USD", float),
+}
 # The language model's settings (LLMSettings fields): the variables that set each, the first one
 # set wins, and the type of its value.
 LLM_VARIABLES: dict[str, tuple[tuple[str, ...], type]] = {
@@ -168,8 +207,9 @@ MODEL_HUB_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 VARIABLES: tuple[str, ...] = (
     STORE_ENV, EMBEDDER_ENV, RERANKER_ENV, EXTRACTOR_ENV, DOCUMENT_INBOX_ENV, ERASURE_INBOX_ENV,
-    RETENTION_POLICY_ENV, *(name for names, _ in LLM_VARIABLES.values() for name in names),
+    RETENTION_POLICY_ENV, SYNC_SOURCE_ENV, *(name for names, _ in LLM_VARIABLES.values() for name in names),
     SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, SERVE_ANSWERS_ENV, SERVE_BUDGET_ENV,
+    *(name for name, _ in DEEP_VARIABLES.values()),
     *OBJECT_STORE_VARIABLES, *MODEL_HUB_VARIABLES,
 )
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -239,6 +279,11 @@ def retention_policy_path() -> str | None:
     return _read(RETENTION_POLICY_ENV)
 
 
+def sync_source_uri() -> str | None:
+    """The folder or prefix the Dagster sensor keeps the store in sync with: ``$LIGHTFOOT_SYNC_SOURCE``, if set."""
+    return _read(SYNC_SOURCE_ENV)
+
+
 def llm_environment(environ: Mapping[str, str] | None = None) -> dict[str, object]:
     """The language model's settings that the environment sets, by LLMSettings field, converted."""
     values: dict[str, object] = {}
@@ -270,6 +315,16 @@ def serve_answer_budget_usd() -> float | None:
     """The query service's answer budget in USD: ``$LIGHTFOOT_SERVE_ANSWER_BUDGET_USD``, if set."""
     text = _read(SERVE_BUDGET_ENV)
     return None if text is None else _number(SERVE_BUDGET_ENV, text, float)
+
+
+def deep_environment(environ: Mapping[str, str] | None = None) -> dict[str, object]:
+    """The deep query mode's settings that the environment sets, by DeepSettings field, converted."""
+    values: dict[str, object] = {}
+    for field_name, (name, kind) in DEEP_VARIABLES.items():
+        text = _read(name, environ)
+        if text is not None:
+            values[field_name] = _number(name, text, kind)
+    return values
 
 
 def object_store_options() -> dict[str, str]:

@@ -221,3 +221,71 @@ def chat_server():
     yield server
     server.httpd.shutdown()
     server.httpd.server_close()
+
+
+# -- document files, built in the test -----------------------------------------------------------
+
+
+class DocumentFiles:
+    """Builders of real files of each type that ``lightfoot sync`` reads (fpdf2, python-docx)."""
+
+    @staticmethod
+    def pdf(pages: list[str], title: str | None = None, password: str | None = None) -> bytes:
+        """A PDF with one page per text (paragraphs apart by blank lines); encrypted with ``password``."""
+        from fpdf import FPDF
+
+        pdf = FPDF()
+        pdf.set_font("Helvetica", size=11)
+        if title:
+            pdf.set_title(title)
+        if password:
+            pdf.set_encryption(owner_password="owner-" + password, user_password=password)
+        for text in pages:
+            pdf.add_page()
+            for paragraph in text.split("\n\n"):
+                pdf.multi_cell(0, 6, paragraph, new_x="LMARGIN", new_y="NEXT")
+                pdf.ln(6)
+        return bytes(pdf.output())
+
+    @staticmethod
+    def docx(sections: list[tuple[int, str, list[str]]], title: str | None = None) -> bytes:
+        """A Word document: (heading level, heading, paragraphs) per section, with a Title paragraph."""
+        import io
+
+        import docx
+
+        document = docx.Document()
+        if title:
+            document.add_heading(title, level=0)
+        for level, heading, paragraphs in sections:
+            document.add_heading(heading, level=level)
+            for paragraph in paragraphs:
+                document.add_paragraph(paragraph)
+        out = io.BytesIO()
+        document.save(out)
+        return out.getvalue()
+
+    @staticmethod
+    def html(title: str, sections: list[tuple[str, list[str]]], chrome: str = "SITE-CHROME") -> bytes:
+        """A page with navigation, a header, a sidebar and a footer around its article, each saying ``chrome``."""
+        body = "".join(f"<h2>{h}</h2>" + "".join(f"<p>{p}</p>" for p in ps) for h, ps in sections)
+        return (
+            f"<!DOCTYPE html><html><head><title>{title}</title><style>.{chrome} {{}}</style>"
+            f"<script>var x = '{chrome}';</script></head><body>"
+            f"<header><a href='/'>{chrome} home</a></header>"
+            f"<nav><ul><li><a href='/a'>{chrome} menu</a></li></ul></nav>"
+            f"<div role='navigation'>{chrome} breadcrumbs</div>"
+            f"<main><article><h1>{title}</h1>{body}</article></main>"
+            f"<aside>{chrome} related links</aside><footer>{chrome} copyright</footer></body></html>"
+        ).encode()
+
+    @staticmethod
+    def markdown(title: str, sections: list[tuple[str, list[str]]]) -> bytes:
+        body = "".join(f"## {h}\n\n" + "".join(f"{p}\n\n" for p in ps) for h, ps in sections)
+        return f"# {title}\n\n{body}".encode()
+
+
+@pytest.fixture
+def document_files():
+    """Builders of PDF, Word, HTML and Markdown files: ``document_files.pdf([...])`` and so on."""
+    return DocumentFiles

@@ -17,7 +17,9 @@ from pathlib import Path
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.ingest.dataset import DatasetError, bundled_sample_dir, has_recorded_extractions, load_corpus
 from lightfoot_pipeline.cli.query import add_query_commands
+from lightfoot_pipeline.cli.explain import add_explain_commands
 from lightfoot_pipeline.cli.evaluation import add_eval_commands, fraction
+from lightfoot_pipeline.cli.sync import add_sync_command
 from lightfoot_pipeline.settings import IndexSettings, SettingsError
 
 
@@ -322,8 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--embedder", default=None)
     p.set_defaults(func=cmd_audit_deletion)
 
+    add_sync_command(sub, common)
     add_query_commands(sub, common)  # snapshot, query, serve, serve-token
     add_eval_commands(sub, common)  # eval, eval-deletion, report, compare
+    add_explain_commands(sub, common)  # explain doc, explain entity, explain query
     return parser
 
 

@@ -16,12 +16,13 @@ import polars as pl
 from lightfoot_pipeline.ingest.dataset import Document
 from lightfoot_pipeline.ingest.extraction.outcome import OK, ExtractionOutcome, issues_to_json, record_from_json, record_to_json
 from lightfoot_pipeline.index.forms import fact_sources_frame, forms_frame, forms_of
+from lightfoot_pipeline.ingest.chunking import SECTION_SEPARATOR
 from lightfoot_pipeline.ingest.passages import Passage, split_passages, text_hash
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.tables import (
-    DOCUMENTS, EXTRACTIONS, FACT_SOURCES, FORMS, GRAPH_QUEUE, PASSAGES, PER_DOCUMENT_TABLES, TOMBSTONES, TableSpec,
-    with_buckets,
+    DOCUMENTS, EXTRACTIONS, FACT_SOURCES, FORMS, GRAPH_QUEUE, PASSAGE_SOURCES, PASSAGES, PER_DOCUMENT_TABLES,
+    TOMBSTONES, TableSpec, with_buckets,
 )
 
 
@@ -127,9 +128,19 @@ def upsert_documents(tx: Transaction, documents: Sequence[Document], settings: I
         schema={"chunk_id": pl.String, "doc_id": pl.String, "ordinal": pl.Int64, "title": pl.String,
                 "text": pl.String, "text_hash": pl.String},
     )
+    source_rows = pl.DataFrame(
+        [
+            {"chunk_id": p.chunk_id, "doc_id": p.doc_id, "page": p.page,
+             "section": SECTION_SEPARATOR.join(p.section) or None, "char_start": p.char_start, "char_end": p.char_end}
+            for p in passages if p.has_location
+        ],
+        schema={"chunk_id": pl.String, "doc_id": pl.String, "page": pl.Int64, "section": pl.String,
+                "char_start": pl.Int64, "char_end": pl.Int64},
+    )
     doc_ids = [d.doc_id for d in documents]
     _replace_rows(tx, DOCUMENTS, doc_ids, doc_rows)
     _replace_rows(tx, PASSAGES, doc_ids, passage_rows)
+    _replace_rows(tx, PASSAGE_SOURCES, doc_ids, source_rows)
     live_chunks = passage_rows.get_column("chunk_id").to_list()
     for spec in (EXTRACTIONS, FORMS, FACT_SOURCES):
         table = tx.table(spec.name)

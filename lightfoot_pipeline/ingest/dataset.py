@@ -26,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Sequence
 
+from lightfoot_pipeline.ingest.chunking import Chunk
 from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
 from lightfoot_pipeline.ingest.retention import parse_retention_date
 from lightfoot_pipeline.errors import LightfootError
@@ -50,6 +51,9 @@ class Document:
     text: str
     retention_until: dt.date | None = None
     source: str = ""
+    # A file's passages as chunking.py cut them (with their locations); empty for a corpus line,
+    # whose text is split by passages.py.
+    chunks: tuple[Chunk, ...] = ()
 
 
 @dataclass(frozen=True)

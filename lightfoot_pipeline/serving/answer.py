@@ -89,6 +89,8 @@ def render_prompt(question: str, facts: Sequence[FactHit], passages: Sequence[Pa
         lines.append("(none)")
     for number, passage in enumerate(passages, start=1):
         heading = f"[{number}] {passage.title}" if passage.title else f"[{number}]"
+        if passage.location:
+            heading += f" (source: {passage.location})"
         lines.append(heading)
         lines.append(passage.text.strip())
         lines.append("")

@@ -24,6 +24,7 @@ import scipy.sparse as sp
 
 from lightfoot_pipeline.index.facts import fact_text
 from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.ingest.passages import location_label
 from lightfoot_pipeline.serving.graph import build_adjacency
 from lightfoot_pipeline.serving.snapshot import (
     MANIFEST_FILE, SnapshotDirectory, SnapshotError, SnapshotInfo, FORMAT_VERSION, embedder_for_models,
@@ -32,7 +33,9 @@ from lightfoot_pipeline.serving.snapshot import (
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.log import Manifest, StoreError
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.tables import ALIASES, ENTITIES, FACT_SOURCES, FACTS, MENTIONS, PASSAGES, SYNONYM_EDGES
+from lightfoot_pipeline.store.tables import (
+    ALIASES, ENTITIES, FACT_SOURCES, FACTS, MENTIONS, PASSAGE_SOURCES, PASSAGES, SYNONYM_EDGES,
+)
 from lightfoot_pipeline.store.vectors import UnloadedEmbedder, VectorCache
 
 log = logging.getLogger(__name__)
@@ -52,12 +55,23 @@ class _Content:
     edge_counts: dict
 
 
+def with_locations(passages: pl.DataFrame, sources: pl.DataFrame) -> pl.DataFrame:
+    """The passages with their ``location`` for citations (``guide.pdf, page 2``); null for a
+    passage of a corpus line, which has none but its doc id."""
+    located = passages.join(sources.with_columns(pl.lit(True).alias("located")), on="chunk_id", how="left")
+    labels = [location_label(doc_id, page, section) if known else None
+              for doc_id, page, section, known in located.select("doc_id", "page", "section", "located").iter_rows()]
+    return located.drop("page", "section", "located").with_columns(pl.Series("location", labels, dtype=pl.String))
+
+
 def _collect(store: Store, manifest: Manifest, embedder: Embedder) -> _Content:
     """Node tables, edges and vectors of the store's committed state."""
     entities = store.read(ENTITIES.name, manifest, columns=["entity_id", "type", "display_name"]).sort("entity_id")
     entities = entities.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64))
     n_entities = entities.height
-    passages = store.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id", "title", "text"]).sort("chunk_id")
+    passages = store.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id", "title", "text"])
+    sources = store.read(PASSAGE_SOURCES.name, manifest, columns=["chunk_id", "page", "section"])
+    passages = with_locations(passages, sources).sort("chunk_id")
     passages = passages.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64) + n_entities)
     entity_index = entities.select("entity_id", pl.col("node").alias("entity_node"))
     passage_index = passages.select("chunk_id", (pl.col("node") - n_entities).alias("passage_row"))
@@ -118,7 +132,7 @@ def _collect(store: Store, manifest: Manifest, embedder: Embedder) -> _Content:
     fact_vectors = VectorCache(store, "fact", embedder).vectors(fact_texts)
     return _Content(
         entities=entities.select("node", "entity_id", "type", "display_name", "n_passages"),
-        passages=passages.select("node", "chunk_id", "doc_id", "title", "text"),
+        passages=passages.select("node", "chunk_id", "doc_id", "title", "text", "location"),
         facts=facts,
         evidence=evidence,
         adjacency=adjacency,

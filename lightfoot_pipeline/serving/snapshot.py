@@ -5,7 +5,8 @@ object store) holding
 
     graph.npz             scipy CSR adjacency over entity and passage nodes (see graph.py)
     entities.parquet      entity nodes: node, entity_id, type, display_name, n_passages
-    passages.parquet      passage nodes: node, chunk_id, doc_id, title, text
+    passages.parquet      passage nodes: node, chunk_id, doc_id, title, text, location (a file's
+                          passage: path and page or section; null otherwise; absent in older snapshots)
     facts.parquet         fact_id, subject, predicate, object, subject_entity, object_entity, n_sources
     fact_evidence.parquet fact_id, chunk_id, doc_id, evidence (which passage asserted it, quoting what)
     passage_vectors.npy   (#passages, dim) float32, rows in passages.parquet order
@@ -251,6 +252,13 @@ def _read_parquet(location: SnapshotDirectory, path: str) -> pl.DataFrame:
     return pl.from_arrow(pq.read_table(io.BytesIO(location.read_bytes(path))))  # type: ignore[return-value]
 
 
+def _with_location(passages: pl.DataFrame) -> pl.DataFrame:
+    """Passages of a snapshot exported before locations were kept get a null location."""
+    if "location" in passages.columns:
+        return passages
+    return passages.with_columns(pl.lit(None, dtype=pl.String).alias("location"))
+
+
 def load_snapshot(store: Store, snapshot_id: str | None = None) -> Snapshot:
     """Load a snapshot (the published one by default) into memory."""
     location = SnapshotDirectory(store)
@@ -267,7 +275,7 @@ def load_snapshot(store: Store, snapshot_id: str | None = None) -> Snapshot:
         return Snapshot(
             info=info,
             entities=_read_parquet(location, folder("entities.parquet")),
-            passages=_read_parquet(location, folder("passages.parquet")),
+            passages=_with_location(_read_parquet(location, folder("passages.parquet"))),
             facts=_read_parquet(location, folder("facts.parquet")),
             evidence=_read_parquet(location, folder("fact_evidence.parquet")),
             adjacency=adjacency,

@@ -17,8 +17,12 @@ import polars as pl
 
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.tables import ALIASES, INDEX_TABLES, TableSpec
+from lightfoot_pipeline.store.tables import ALIASES, INDEX_TABLES, PASSAGE_SOURCES, TableSpec
 from lightfoot_pipeline.store.vectors import VectorCache
+
+# Tables added after fingerprints were first recorded count only when they hold rows, so a store
+# that never had any keeps the fingerprint it had (an empty table and no table hold the same rows).
+COUNTED_WHEN_FILLED = frozenset({PASSAGE_SOURCES.name})
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,8 @@ def digest_frame(frame: pl.DataFrame, columns: list[str]) -> TableDigest:
 
 
 def fingerprint_tables(frames: dict[str, pl.DataFrame], specs: list[TableSpec]) -> Fingerprint:
-    return Fingerprint({spec.name: digest_frame(frames[spec.name], spec.columns) for spec in specs})
+    return Fingerprint({spec.name: digest_frame(frames[spec.name], spec.columns) for spec in specs
+                        if frames[spec.name].height or spec.name not in COUNTED_WHEN_FILLED})
 
 
 def fingerprint(store: Store, manifest: Manifest | None = None, include_vectors: bool = True) -> Fingerprint:

@@ -62,6 +62,12 @@ PASSAGES = TableSpec(
     key=("chunk_id",), bucket_by="doc_id", per_document=True,
     description="Chunks of live documents; each gets one extraction call.",
 )
+PASSAGE_SOURCES = TableSpec(
+    "passage_sources",
+    _schema(("chunk_id", S), ("doc_id", S), ("page", I), ("section", S), ("char_start", I), ("char_end", I)),
+    key=("chunk_id",), bucket_by="doc_id", per_document=True,
+    description="Where a passage of a file stands in it: page, heading path, character offsets.",
+)
 EXTRACTIONS = TableSpec(
     "extractions",
     _schema(("chunk_id", S), ("doc_id", S), ("status", S), ("reason", S), ("extractor", S), ("cache_key", S),
@@ -137,7 +143,7 @@ GRAPH_QUEUE = TableSpec(
 )
 
 INDEX_TABLES: tuple[TableSpec, ...] = (
-    DOCUMENTS, PASSAGES, EXTRACTIONS, FORMS, FACT_SOURCES,
+    DOCUMENTS, PASSAGES, PASSAGE_SOURCES, EXTRACTIONS, FORMS, FACT_SOURCES,
     NAME_LINKS, ALIASES, ENTITIES, MENTIONS, SYNONYM_EDGES, FACTS,
 )
 PER_DOCUMENT_TABLES: tuple[TableSpec, ...] = tuple(t for t in INDEX_TABLES if t.per_document)

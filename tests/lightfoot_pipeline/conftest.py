@@ -34,3 +34,4 @@ def build_tiny_cross_encoder(directory, num_labels: int = 1, seed: int = 0):
 def tiny_cross_encoder():
     """``make(directory, num_labels=1, seed=0) -> (model, tokenizer)``: a tiny reranker on disk."""
     return build_tiny_cross_encoder
+

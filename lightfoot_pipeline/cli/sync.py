@@ -1,0 +1,94 @@
+"""``lightfoot sync``: mirror a folder or an object-store prefix of document files into the store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from lightfoot_pipeline.errors import LightfootError
+from lightfoot_pipeline.settings import (
+    CHUNK_OVERLAP_TOKENS, CHUNK_TOKENS, MAX_FILE_BYTES, MAX_PASSAGES_PER_DOCUMENT, ChunkSettings, IndexSettings,
+)
+
+
+def cmd_sync(args) -> int:
+    from lightfoot_pipeline.cli.progress import Progress
+    from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
+    from lightfoot_pipeline.models.embedder import load_embedder
+    from lightfoot_pipeline.store.store import Store
+    from lightfoot_pipeline.sync import sync
+
+    chunking = ChunkSettings(tokens=args.chunk_tokens, overlap=args.chunk_overlap, max_passages=args.max_passages,
+                             max_file_bytes=int(args.max_file_mb * 1024 * 1024))
+    settings = IndexSettings()
+    store = Store(args.store)
+    extractor = build_openai_extractor(store, settings)
+    report = sync(store, args.source, extractor, load_embedder(args.embedder), settings, chunking, erase=args.erase,
+                  batch_files=args.batch_files, progress=None if args.json else Progress("extracting"))
+    cause = getattr(extractor, "endpoint_error", None)
+    if cause is not None:
+        raise LightfootError(
+            f"sync into {store.uri}: the model endpoint failed ({cause}); {report.extraction_failed} of "
+            f"{report.passages} passages are stored without extraction, and the next sync asks for them",
+            hint=cause.hint,
+        ) from cause
+    if args.json:
+        json.dump(report.as_dict(), sys.stdout, indent=2, sort_keys=True, default=str)
+        sys.stdout.write("\n")
+    else:
+        print_report(report, store.uri)
+    return 1 if report.failed or report.extraction_failed else 0
+
+
+def print_report(report, store_uri: str) -> None:
+    print(f"synced {report.source} into {store_uri}: {report.files} files, {len(report.new)} new, "
+          f"{len(report.changed)} changed, {report.unchanged} unchanged, {len(report.removed)} removed, "
+          f"{len(report.failed)} failed")
+    print(f"  {report.passages} passages read: extracted {report.extracted}, already extracted "
+          f"{report.already_extracted} ({report.from_cache} from the extraction cache), failed "
+          f"{report.extraction_failed}")
+    print(f"  model calls {report.model_calls} (retries {report.retries}), cost ${report.cost_usd:.4f}")
+    for failure in report.failed[:20]:
+        print(f"  failed {failure['doc_id']}: {failure['reason']}")
+    if len(report.failed) > 20:
+        print(f"  … and {len(report.failed) - 20} more failed files (--json lists them all)")
+    if report.removed:
+        shown = ", ".join(report.removed[:10]) + (f" and {len(report.removed) - 10} more" if len(report.removed) > 10
+                                                   else "")
+        print(f"  deleted (no longer at the source): {shown}")
+    if report.erase:
+        print(f"  erased: {report.erase['cache_entries_purged']} cache entries, "
+              f"{report.erase['snapshots_removed']} snapshots, {sum(report.erase['files_vacuumed'].values())} files "
+              "vacuumed")
+    commits = ", ".join(map(str, report.commits)) or "none (nothing changed)"
+    print(f"  store commits {commits} in {report.seconds:.1f}s (reading files {report.read_seconds:.1f}s)")
+
+
+def _positive_mb(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of megabytes") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the limit must be above 0")
+    return value
+
+
+def add_sync_command(sub, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("sync", parents=[common],
+                       help="mirror a folder or s3:// prefix of PDF, Word, HTML, Markdown and text files into the store")
+    p.add_argument("--source", required=True, help="a folder or s3://bucket/prefix; doc ids are paths within it")
+    p.add_argument("--erase", action="store_true", help="erase the text of removed files from history and caches")
+    p.add_argument("--embedder", default=None, help="embedding model name or path, or hashing[:DIM]")
+    p.add_argument("--chunk-tokens", type=int, default=CHUNK_TOKENS,
+                   help=f"a passage's budget in word and punctuation tokens (default {CHUNK_TOKENS})")
+    p.add_argument("--chunk-overlap", type=int, default=CHUNK_OVERLAP_TOKENS,
+                   help=f"tokens repeated from the passage before (default {CHUNK_OVERLAP_TOKENS})")
+    p.add_argument("--max-passages", type=int, default=MAX_PASSAGES_PER_DOCUMENT,
+                   help=f"refuse a file with more passages (default {MAX_PASSAGES_PER_DOCUMENT})")
+    p.add_argument("--max-file-mb", type=_positive_mb, default=MAX_FILE_BYTES / 1024 / 1024,
+                   help=f"refuse a larger file (default {MAX_FILE_BYTES // 1024 // 1024})")
+    p.add_argument("--batch-files", type=int, default=200, help="files per store commit (default 200)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_sync)

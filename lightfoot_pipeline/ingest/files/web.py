@@ -1,0 +1,57 @@
+"""HTML pages through BeautifulSoup: the page's content under its headings, without its chrome.
+
+Navigation, headers, footers, sidebars, forms, scripts and styles (by element or ARIA role) are
+dropped; when the page marks its content with ``<main>`` or ``<article>``, only that is read.
+"""
+
+from __future__ import annotations
+
+from bs4 import BeautifulSoup, Tag
+
+from lightfoot_pipeline.ingest.files.blocks import Block, ParsedFile, parsed
+from lightfoot_pipeline.ingest.files.detect import HTML, decode_text
+
+_CHROME_TAGS = ("script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form", "svg",
+                "iframe", "button", "select", "dialog", "menu")
+_CHROME_ROLES = {"navigation", "banner", "contentinfo", "complementary", "search", "menu", "menubar"}
+_HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
+_BLOCKS = (*_HEADINGS, "p", "li", "pre", "blockquote", "td", "th", "dt", "dd", "figcaption", "caption",
+           "address")
+
+
+def read_html(data: bytes) -> ParsedFile:
+    soup = BeautifulSoup(decode_text(data), "lxml")
+    title = soup.title.get_text(" ", strip=True) if soup.title else ""
+    for tag in soup.find_all(_CHROME_TAGS):
+        tag.decompose()
+    for tag in soup.find_all(attrs={"role": True}):
+        if not tag.decomposed and str(tag.get("role", "")).casefold() in _CHROME_ROLES:
+            tag.decompose()
+    for tag in soup.find_all(attrs={"aria-hidden": "true"}):
+        if not tag.decomposed:
+            tag.decompose()
+    root = soup.find("main") or soup.find("article") or soup.body or soup
+    path: list[str] = []
+    blocks: list[Block] = []
+    for element in root.find_all(_BLOCKS):
+        if _inside_block(element, root):
+            continue  # its enclosing block reads it
+        text = element.get_text(" ", strip=True)
+        if element.name in _HEADINGS:
+            depth = int(element.name[1])
+            path = [*path[: depth - 1], text] if text else path
+            title = title or text
+            continue
+        blocks.append(Block(text, section=tuple(path)))
+    if not blocks:  # a page of bare text in divs
+        blocks.append(Block(root.get_text("\n", strip=True)))
+    return parsed(HTML, title, blocks)
+
+
+def _inside_block(element: Tag, root: Tag) -> bool:
+    for parent in element.parents:
+        if parent is root:
+            return False
+        if parent.name in _BLOCKS:
+            return True
+    return False
