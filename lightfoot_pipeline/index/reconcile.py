@@ -30,7 +30,7 @@ import polars as pl
 from lightfoot_pipeline.index.components import components, entity_rows, mention_rows
 from lightfoot_pipeline.index.digests import set_digest
 from lightfoot_pipeline.index.facts import fact_rows
-from lightfoot_pipeline.index.links import LINK_SCHEMA, links_between
+from lightfoot_pipeline.index.links import LINK_SCHEMA, LinkRule, links_between
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.index.synonyms import synonym_edges
@@ -184,7 +184,9 @@ def reconcile_graph(
               add=_fresh(mention_rows(region_aliases, region_forms), MENTIONS, n))
 
     touching = links.filter(_in_names(links, region, "name_a") | _in_names(links, region, "name_b"))
-    fresh_edges = synonym_edges(touching, tx.table(ALIASES.name), settings.synonym_threshold)
+    fresh_edges = synonym_edges(
+        touching, tx.table(ALIASES.name), settings.synonym_threshold, settings.numbers_must_agree
+    )
     stale_edges = edges.get_column("entity_a").is_in(affected_ids.implode()) | edges.get_column("entity_b").is_in(
         affected_ids.implode()
     )
@@ -227,7 +229,7 @@ def _link_added_names(
         frames.append(
             links_between(
                 type_, new_names, np.ascontiguousarray(new_vecs), old_names, np.ascontiguousarray(old_vecs),
-                settings.synonym_threshold, settings.block_rows, settings.block_cols,
+                LinkRule.of(settings),
             )
         )
     return pl.concat(frames) if frames else pl.DataFrame(schema=LINK_SCHEMA)
