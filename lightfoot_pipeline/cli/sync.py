@@ -17,13 +17,17 @@ def cmd_sync(args) -> int:
     from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
     from lightfoot_pipeline.models.embedder import load_embedder
     from lightfoot_pipeline.store.store import Store
-    from lightfoot_pipeline.sync import sync
+    from lightfoot_pipeline.ingest.extraction.replay import ReplayExtractor
+    from lightfoot_pipeline.sync import look_at_source, sync
 
     chunking = ChunkSettings(tokens=args.chunk_tokens, overlap=args.chunk_overlap, max_passages=args.max_passages,
                              max_file_bytes=int(args.max_file_mb * 1024 * 1024))
     settings = IndexSettings()
     store = Store(args.store)
-    extractor = build_openai_extractor(store, settings)
+    # The source first: a folder that is not there is the error to report, and a sync that only
+    # removes files (or finds nothing changed) needs no model endpoint.
+    look = look_at_source(store, args.source, chunking)
+    extractor = build_openai_extractor(store, settings) if look.to_read else ReplayExtractor({})
     report = sync(store, args.source, extractor, load_embedder(args.embedder), settings, chunking, erase=args.erase,
                   batch_files=args.batch_files, progress=None if args.json else Progress("extracting"))
     cause = getattr(extractor, "endpoint_error", None)

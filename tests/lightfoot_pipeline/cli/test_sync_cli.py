@@ -37,3 +37,22 @@ def test_sync_refuses_bad_options_in_one_line(tmp_path, capsys, monkeypatch):
     assert "overlap must be a whole number from 0 to below tokens (50)" in capsys.readouterr().err
     assert cli.main([*argv[:3], "--source", str(tmp_path / "nowhere"), "--embedder", "hashing"]) == 2
     assert "is not a folder or prefix that exists" in capsys.readouterr().err
+
+
+def test_a_sync_that_only_removes_files_needs_no_model_endpoint(tmp_path, chat_server, monkeypatch, capsys,
+                                                                  document_files):
+    monkeypatch.setenv("OPENAI_BASE_URL", chat_server.base_url)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_bytes(document_files.markdown("A", [("Start", ["Open the lid."])]))
+    (folder / "b.md").write_bytes(document_files.markdown("B", [("Start", ["Close the lid."])]))
+    argv = ["sync", "--store", str(tmp_path / "store"), "--source", str(folder), "--embedder", "hashing", "--json"]
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "LIGHTFOOT_LLM_BASE_URL", "LIGHTFOOT_LLM_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    (folder / "b.md").unlink()
+    assert cli.main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["removed"] == ["b.md"]
+    assert cli.main([*argv[:3], "--source", str(tmp_path / "nowhere"), "--embedder", "hashing"]) == 2
+    assert "is not a folder or prefix that exists" in capsys.readouterr().err
