@@ -209,3 +209,14 @@ def build_fact_index(fact_ids: np.ndarray, vectors: np.ndarray, previous: Snapsh
     offsets = np.zeros(lists + 1, dtype=np.int64)
     np.cumsum(np.bincount(groups, minlength=lists), out=offsets[1:])
     return FactIndex(centroids=centroids, offsets=offsets, sample_digest=digest), order
+
+
+def with_fact_index(snapshot: Snapshot) -> Snapshot:
+    """The snapshot with an inverted-file index over its facts, built in memory whatever their
+    number (to hold indexed seeding to exact seeding on a small corpus)."""
+    index, order = build_fact_index(snapshot.facts.get_column("fact_id").to_numpy(),
+                                    np.asarray(snapshot.fact_vectors), None, lambda done, total: None)
+    return Snapshot(info=snapshot.info, entities=snapshot.entities, passages=snapshot.passages,
+                    facts=snapshot.facts[order], evidence=snapshot.evidence, adjacency=snapshot.adjacency,
+                    passage_vectors=snapshot.passage_vectors, fact_vectors=np.asarray(snapshot.fact_vectors)[order],
+                    fact_index=index)
