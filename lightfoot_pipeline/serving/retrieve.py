@@ -198,8 +198,8 @@ class Retriever:
         snap = self.snapshot
         _ = (snap.entity_passage_counts, snap.fact_subjects, snap.fact_objects, snap.evidence_ranges,
              snap.passage_texts)  # cached properties, computed here once
-        if self.settings.walk == "local":
-            _ = snap.graph.local  # prepared, and its loop compiled
+        if self.settings.walk == "local" and snap.graph.n_nodes:
+            # prepared, and its loop compiled (a walk that settles almost at once)
             snap.graph.local_pagerank(np.ones(snap.graph.n_nodes), self.settings.damping, 1.0)
         self.question_vector("warm-up question")
 
