@@ -106,12 +106,19 @@ def export_snapshot(store: Store, embedder: Embedder, *, keep: int = DEFAULT_KEE
         raise SnapshotError(f"no index at {store.uri}: ingest documents before exporting a snapshot")
     _register_vector_model(store, embedder)
     manifest = store.manifest()
-    digest = fingerprint(store, manifest).digest
     models = {"embedder": embedder.model_id, "dim": int(embedder.dim),
               "index_embedder": manifest.config.get("embedder")}
     location = SnapshotDirectory(store)
     with location.lock():
         current = latest_snapshot(store)
+        if current is not None and current.store_seq == manifest.seq and current.models == models:
+            _prune(location, keep)  # the same commit holds the same state: no fingerprint needed
+            return current
+        if progress is not None:
+            progress("fingerprinting the store", 0, 1)
+        digest = fingerprint(store, manifest).digest
+        if progress is not None:
+            progress("fingerprinting the store", 1, 1)
         if current is not None and current.fingerprint == digest and current.models == models:
             _prune(location, keep)
             return current
