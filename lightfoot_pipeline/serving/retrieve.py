@@ -25,7 +25,6 @@ every row).
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -156,11 +155,11 @@ def one_thread_per_query() -> None:
     torch halved the p50 latency at MuSiQue scale (75 -> 39 ms) and more than halved it on the
     sample (62 -> 25 ms).
     """
+    import torch  # seeding's float16 products run in torch (seeding.py)
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=1, user_api="blas")
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(1)
+    torch.set_num_threads(1)
 
 
 def embed_question(embedder: Embedder, question: str) -> np.ndarray:
