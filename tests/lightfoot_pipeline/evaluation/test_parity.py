@@ -6,10 +6,15 @@ import pytest
 
 from lightfoot_pipeline.evaluation.parity import local_settings, retrieval_parity
 from lightfoot_pipeline.ingest.dataset import load_questions
+from lightfoot_pipeline.models.embedder import HashingEmbedder
+
+# The command line's `--embedder hashing` width: the 32 dimensions of the unit tests' embedder
+# retrieve too little of the sample for a parity check to mean anything.
+EMBEDDER = HashingEmbedder(dim=256)
 
 
 @pytest.fixture(scope="module")
-def sample_snapshot(tmp_path_factory, sample_dir, sample_documents, sample_records, hashing_embedder):
+def sample_snapshot(tmp_path_factory, sample_dir, sample_documents, sample_records):
     from lightfoot_pipeline import pipeline
     from lightfoot_pipeline.ingest.extraction import ReplayExtractor
     from lightfoot_pipeline.serving.collect import with_fact_index
@@ -18,17 +23,16 @@ def sample_snapshot(tmp_path_factory, sample_dir, sample_documents, sample_recor
     from lightfoot_pipeline.store.store import Store
 
     store = Store(str(tmp_path_factory.mktemp("parity") / "store"))
-    pipeline.ingest(store, sample_documents, ReplayExtractor(sample_records), hashing_embedder)
-    export_snapshot(store, hashing_embedder)
+    pipeline.ingest(store, sample_documents, ReplayExtractor(sample_records), EMBEDDER)
+    export_snapshot(store, EMBEDDER)
     snapshot = load_snapshot(store)
     assert snapshot.fact_index is None  # the sample is below the size that gets one on export
     return with_fact_index(snapshot)
 
 
-def test_the_local_walk_and_indexed_seeding_keep_the_exact_walks_recall(sample_snapshot, sample_dir,
-                                                                        hashing_embedder):
+def test_the_local_walk_and_indexed_seeding_keep_the_exact_walks_recall(sample_snapshot, sample_dir):
     questions = load_questions(sample_dir / "questions-dev.jsonl")
-    parity = retrieval_parity(sample_snapshot, hashing_embedder, questions, {
+    parity = retrieval_parity(sample_snapshot, EMBEDDER, questions, {
         "local_walk": local_settings(seeding="exact"),
         "indexed_seeding": local_settings(walk="exact"),
         "both": local_settings(),
@@ -40,9 +44,9 @@ def test_the_local_walk_and_indexed_seeding_keep_the_exact_walks_recall(sample_s
         assert parity[name]["mean_top10_overlap"] >= 0.98, parity[name]
 
 
-def test_a_coarse_walk_falls_short_of_the_bars(sample_snapshot, sample_dir, hashing_embedder):
+def test_a_coarse_walk_falls_short_of_the_bars(sample_snapshot, sample_dir):
     # The bars can fail: a walk stopped far from its fixed point ranks differently.
     questions = load_questions(sample_dir / "questions-dev.jsonl")
-    parity = retrieval_parity(sample_snapshot, hashing_embedder, questions,
+    parity = retrieval_parity(sample_snapshot, EMBEDDER, questions,
                               {"coarse": local_settings(epsilon=1e-2, seeding="exact")})
     assert parity["coarse"]["mean_top10_overlap"] < 0.98
