@@ -33,7 +33,7 @@ import numpy as np
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.serving.graph import DAMPING, TOLERANCE
 from lightfoot_pipeline.serving.localwalk import EPSILON
-from lightfoot_pipeline.serving.seeding import HalfScorer, InvertedFileScorer
+from lightfoot_pipeline.serving.seeding import PROBE_SHARE, HalfScorer, InvertedFileScorer
 from lightfoot_pipeline.serving.rerank import RRF_K, Reranker, RerankerStatus, reciprocal_rank_fusion
 from lightfoot_pipeline.serving.snapshot import Snapshot
 from lightfoot_pipeline.errors import LightfootError
@@ -59,6 +59,7 @@ class RetrievalSettings:
     walk: str = "local"  # "local" (forward push) or "exact" (power iteration over the whole graph)
     epsilon: float = EPSILON  # the local walk's residual per unit of degree
     seeding: str = "index"  # "index" (the fact index where the snapshot has one) or "exact"
+    probe_share: float = PROBE_SHARE  # share of the fact index's groups a question scores
 
     def __post_init__(self) -> None:
         if self.walk not in WALKS:
@@ -67,6 +68,8 @@ class RetrievalSettings:
             raise ValueError(f"seeding must be one of {', '.join(SEEDINGS)}, got {self.seeding!r}")
         if not self.epsilon > 0:
             raise ValueError(f"epsilon must be positive, got {self.epsilon}")
+        if not 0 < self.probe_share <= 1:
+            raise ValueError(f"probe_share must be in (0, 1], got {self.probe_share}")
         for name in ("top_facts", "seed_passages", "candidates"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -188,7 +191,7 @@ class Retriever:
         self._passage_scores = HalfScorer(snapshot.passage_vectors)  # (#passages, dim)
         index = snapshot.fact_index
         self._fact_scores = (
-            InvertedFileScorer(snapshot.fact_vectors, index.centroids, index.offsets)
+            InvertedFileScorer(snapshot.fact_vectors, index.centroids, index.offsets, self.settings.probe_share)
             if index is not None and self.settings.seeding == "index" else HalfScorer(snapshot.fact_vectors)
         )  # (#facts, dim)
 
