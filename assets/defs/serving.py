@@ -9,6 +9,7 @@ import dagster as dg
 from assets.keys import GRAPH_ASSETS, SERVING_GROUP
 from assets.provenance import CODE_VERSION, STORE_POOL
 from assets.resources import EmbedderResource, StoreResource
+from lightfoot_pipeline.serving.collect import progress_lines
 from lightfoot_pipeline.serving.export import DEFAULT_KEEP, export_snapshot
 
 
@@ -24,10 +25,11 @@ def serving_snapshot(
     context: dg.AssetExecutionContext, store: StoreResource, embedder: EmbedderResource
 ) -> dg.MaterializeResult:
     """The store's committed state exported for retrieval, published atomically; the newest
-    snapshots are kept and older ones pruned. An unchanged store keeps its current snapshot."""
+    snapshots are kept and older ones pruned. An unchanged store keeps its current snapshot.
+    Long steps (embedding, indexing, writing) log their progress."""
     lightfoot = store.open()
     model = embedder.get()
-    info = export_snapshot(lightfoot, model, keep=DEFAULT_KEEP)
+    info = export_snapshot(lightfoot, model, keep=DEFAULT_KEEP, progress=progress_lines(context.log.info))
     context.log.info(f"serving snapshot {info.snapshot_id} (store commit {info.store_seq})")
     counts = info.counts
     return dg.MaterializeResult(

@@ -24,7 +24,7 @@ from lightfoot_pipeline import pipeline
 from lightfoot_pipeline.ingest.dataset import bundled_sample_dir, load_corpus, load_recorded_extractions
 from lightfoot_pipeline.models.embedder import load_embedder
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
-from lightfoot_pipeline.cli.progress import Progress
+from lightfoot_pipeline.cli.progress import Progress, StepProgress
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, ENTITIES, SYNONYM_EDGES
@@ -107,7 +107,7 @@ def _show_retrieval(store: Store, embedder, dataset: Path, n_questions: int = 2)
     from lightfoot_pipeline.serving.export import export_snapshot
 
     started = time.perf_counter()
-    info = export_snapshot(store, embedder)
+    info = export_snapshot(store, embedder, progress=StepProgress("snapshot"))
     edges = info.counts["edges"]
     print(f"snapshot {info.snapshot_id}: {info.counts['nodes']:,} nodes ({info.counts['entities']:,} entities, "
           f"{info.counts['passages']:,} passages); {edges['mention']:,} mention, {edges['fact']:,} fact and "

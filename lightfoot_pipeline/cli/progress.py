@@ -27,3 +27,20 @@ class Progress:
         end = "\n" if done >= total else "\r"
         self.stream.write(f"{self.label}: {done}/{total} ({rate:.1f}/s, {eta:.0f}s left){' ' * 8}{end}")
         self.stream.flush()
+
+
+class StepProgress:
+    """A callback ``(step, done, total)`` for a run of several steps: one :class:`Progress` line per
+    step (a snapshot export's reading, embedding, indexing and writing)."""
+
+    def __init__(self, label: str, stream=None, every_seconds: float = 1.0) -> None:
+        self.label = label
+        self.stream = stream
+        self.every = every_seconds
+        self._steps: dict[str, Progress] = {}
+
+    def __call__(self, step: str, done: int, total: int) -> None:
+        progress = self._steps.get(step)
+        if progress is None:
+            progress = self._steps[step] = Progress(f"{self.label}: {step}", self.stream, self.every)
+        progress(done, total)

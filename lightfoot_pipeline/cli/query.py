@@ -49,10 +49,12 @@ def print_latency(latency: dict) -> None:
 def cmd_snapshot(args) -> int:
     from lightfoot_pipeline.serving.serve import resolve_embedder
     from lightfoot_pipeline.serving.export import export_snapshot
+    from lightfoot_pipeline.cli.progress import StepProgress
 
     store = _store(args)
     started = time.perf_counter()
-    info = export_snapshot(store, resolve_embedder(store, args.embedder), keep=args.keep)
+    info = export_snapshot(store, resolve_embedder(store, args.embedder), keep=args.keep,
+                           progress=StepProgress("snapshot"))
     if args.json:
         _print_json(info.as_dict())
     else:

@@ -38,7 +38,11 @@ def explain_query(retriever: Retriever, question: str, *, top_k: int = 10, reran
     seed_total = float(seeds.sum())
     scores = None
     if seed_total > 0:
-        scores = snap.graph.personalized_pagerank(seeds, damping=s.damping, tolerance=s.tolerance).scores  # (N,)
+        # the walk the retriever ranks with: the local walk's scores keep the balance of the shares
+        # below within its residual bound
+        walk = (snap.graph.local_pagerank(seeds, damping=s.damping, epsilon=s.epsilon) if s.walk == "local"
+                else snap.graph.personalized_pagerank(seeds, damping=s.damping, tolerance=s.tolerance))
+        scores = walk.scores  # (N,)
     seed_facts = []
     seed_entities: dict[int, float] = {}
     for hit in facts:

@@ -14,132 +14,30 @@ import datetime as dt
 import io
 import json
 import logging
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from lightfoot_pipeline.index.facts import fact_text
 from lightfoot_pipeline.models.embedder import Embedder
-from lightfoot_pipeline.ingest.passages import location_label
-from lightfoot_pipeline.serving.graph import build_adjacency
+from lightfoot_pipeline.serving.collect import ExportProgress, collect
+from lightfoot_pipeline.serving.seeding import INDEX_MIN_ROWS
 from lightfoot_pipeline.serving.snapshot import (
-    MANIFEST_FILE, SnapshotDirectory, SnapshotError, SnapshotInfo, FORMAT_VERSION, embedder_for_models,
-    latest_snapshot, passage_text, read_info,
+    FACT_INDEX_FILE, MANIFEST_FILE, Snapshot, SnapshotDirectory, SnapshotError, SnapshotInfo, FORMAT_VERSION,
+    embedder_for_models, latest_snapshot, load_snapshot, read_info,
 )
 from lightfoot_pipeline.store.fingerprint import fingerprint
-from lightfoot_pipeline.store.log import Manifest, StoreError
+from lightfoot_pipeline.store.log import StoreError
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.tables import (
-    ALIASES, ENTITIES, FACT_SOURCES, FACTS, MENTIONS, PASSAGE_SOURCES, PASSAGES, SYNONYM_EDGES,
-)
-from lightfoot_pipeline.store.vectors import UnloadedEmbedder, VectorCache
+from lightfoot_pipeline.store.tables import PASSAGES
+from lightfoot_pipeline.store.vectors import UnloadedEmbedder
 
 log = logging.getLogger(__name__)
 
 DEFAULT_KEEP = 3
-
-
-@dataclass
-class _Content:
-    entities: pl.DataFrame
-    passages: pl.DataFrame
-    facts: pl.DataFrame
-    evidence: pl.DataFrame
-    adjacency: sp.csr_matrix
-    passage_vectors: np.ndarray
-    fact_vectors: np.ndarray
-    edge_counts: dict
-
-
-def with_locations(passages: pl.DataFrame, sources: pl.DataFrame) -> pl.DataFrame:
-    """The passages with their ``location`` for citations (``guide.pdf, page 2``); null for a
-    passage of a corpus line, which has none but its doc id."""
-    located = passages.join(sources.with_columns(pl.lit(True).alias("located")), on="chunk_id", how="left")
-    labels = [location_label(doc_id, page, section) if known else None
-              for doc_id, page, section, known in located.select("doc_id", "page", "section", "located").iter_rows()]
-    return located.drop("page", "section", "located").with_columns(pl.Series("location", labels, dtype=pl.String))
-
-
-def _collect(store: Store, manifest: Manifest, embedder: Embedder) -> _Content:
-    """Node tables, edges and vectors of the store's committed state."""
-    entities = store.read(ENTITIES.name, manifest, columns=["entity_id", "type", "display_name"]).sort("entity_id")
-    entities = entities.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64))
-    n_entities = entities.height
-    passages = store.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id", "title", "text"])
-    sources = store.read(PASSAGE_SOURCES.name, manifest, columns=["chunk_id", "page", "section"])
-    passages = with_locations(passages, sources).sort("chunk_id")
-    passages = passages.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64) + n_entities)
-    entity_index = entities.select("entity_id", pl.col("node").alias("entity_node"))
-    passage_index = passages.select("chunk_id", (pl.col("node") - n_entities).alias("passage_row"))
-
-    mentions = store.read(MENTIONS.name, manifest, columns=["entity_id", "chunk_id"])
-    mention_pairs = mentions.join(entity_index, on="entity_id", how="left").join(passage_index, on="chunk_id", how="left")
-    if mention_pairs.filter(pl.col("entity_node").is_null() | pl.col("passage_row").is_null()).height:
-        raise SnapshotError("mentions name entities or passages that the store does not hold; run the graph stage")
-    per_entity = mention_pairs.group_by("entity_id").agg(pl.col("chunk_id").n_unique().alias("n_passages"))
-    entities = entities.join(per_entity, on="entity_id", how="left").with_columns(
-        pl.col("n_passages").fill_null(0).cast(pl.Int64)).sort("node")
-
-    aliases = store.read(ALIASES.name, manifest, columns=["name", "type", "entity_id"])
-    facts = store.read(FACTS.name, manifest, columns=["fact_id", "subject", "subject_type", "predicate", "object",
-                                                      "object_type", "n_sources"]).sort("fact_id")
-    ends = aliases.join(entity_index, on="entity_id", how="left").select("name", "type", "entity_node")
-    facts = (
-        facts.join(ends.rename({"name": "subject", "type": "subject_type", "entity_node": "subject_entity"}),
-                   on=["subject", "subject_type"], how="left")
-        .join(ends.rename({"name": "object", "type": "object_type", "entity_node": "object_entity"}),
-              on=["object", "object_type"], how="left")
-        .sort("fact_id")
-    )
-    if facts.filter(pl.col("subject_entity").is_null() | pl.col("object_entity").is_null()).height:
-        raise SnapshotError("facts name subjects or objects that no alias holds; run the graph stage")
-    facts = facts.select("fact_id", "subject", "predicate", "object", "subject_entity", "object_entity", "n_sources")
-
-    evidence = store.read(FACT_SOURCES.name, manifest, columns=["fact_id", "chunk_id", "doc_id", "evidence"])
-    evidence = evidence.sort(["fact_id", "chunk_id"])
-
-    # Entity–entity edges: one per unordered pair, weighted by how many facts link the pair.
-    linked = facts.filter(pl.col("subject_entity") != pl.col("object_entity")).select(
-        "fact_id",
-        pl.min_horizontal("subject_entity", "object_entity").alias("a"),
-        pl.max_horizontal("subject_entity", "object_entity").alias("b"),
-    )
-    fact_edges = linked.group_by("a", "b").agg(pl.col("fact_id").n_unique().alias("w")).sort("a", "b")
-    synonyms = (
-        store.read(SYNONYM_EDGES.name, manifest, columns=["entity_a", "entity_b", "similarity"])
-        .join(entity_index.rename({"entity_id": "entity_a", "entity_node": "a"}), on="entity_a", how="left")
-        .join(entity_index.rename({"entity_id": "entity_b", "entity_node": "b"}), on="entity_b", how="left")
-    )
-    if synonyms.filter(pl.col("a").is_null() | pl.col("b").is_null()).height:
-        raise SnapshotError("synonym edges name entities that the store does not hold; run the graph stage")
-    adjacency = build_adjacency(
-        n_entities,
-        passages.height,
-        (mention_pairs.get_column("entity_node").to_numpy(), mention_pairs.get_column("passage_row").to_numpy()),
-        (fact_edges.get_column("a").to_numpy(), fact_edges.get_column("b").to_numpy(),
-         fact_edges.get_column("w").to_numpy()),
-        (synonyms.get_column("a").to_numpy(), synonyms.get_column("b").to_numpy(),
-         synonyms.get_column("similarity").to_numpy()),
-    )
-
-    texts = [passage_text(t, x) for t, x in passages.select("title", "text").iter_rows()]
-    passage_vectors = VectorCache(store, "passage", embedder).vectors(texts)
-    fact_texts = [fact_text(s, p, o) for s, p, o in facts.select("subject", "predicate", "object").iter_rows()]
-    fact_vectors = VectorCache(store, "fact", embedder).vectors(fact_texts)
-    return _Content(
-        entities=entities.select("node", "entity_id", "type", "display_name", "n_passages"),
-        passages=passages.select("node", "chunk_id", "doc_id", "title", "text", "location"),
-        facts=facts,
-        evidence=evidence,
-        adjacency=adjacency,
-        passage_vectors=passage_vectors,
-        fact_vectors=fact_vectors,
-        edge_counts={"mention": mention_pairs.height, "fact": fact_edges.height, "synonym": synonyms.height},
-    )
 
 
 def _npy(array: np.ndarray) -> bytes:
@@ -154,10 +52,10 @@ def _npz(matrix: sp.csr_matrix) -> bytes:
     return buffer.getvalue()
 
 
-def _write_parquet(location: SnapshotDirectory, path: str, frame: pl.DataFrame) -> None:
-    buffer = io.BytesIO()
+def _parquet(frame: pl.DataFrame) -> bytes:
+    buffer = pa.BufferOutputStream()
     pq.write_table(frame.to_arrow(), buffer)
-    location.write_bytes(path, buffer.getvalue())
+    return buffer.getvalue().to_pybytes()
 
 
 def _new_snapshot_id(now: dt.datetime, fingerprint: str) -> str:
@@ -182,11 +80,25 @@ def _register_vector_model(store: Store, embedder: Embedder) -> None:
         tx.commit("register-vector-model", {"model": embedder.model_id})
 
 
-def export_snapshot(store: Store, embedder: Embedder, *, keep: int = DEFAULT_KEEP) -> SnapshotInfo:
+def _previous(store: Store, current: SnapshotInfo | None) -> Snapshot | None:
+    """The published snapshot, to take unchanged vectors from; None if it cannot be read."""
+    if current is None:
+        return None
+    try:
+        return load_snapshot(store, current.snapshot_id)
+    except SnapshotError as err:
+        log.info("not reusing snapshot %s: %s", current.snapshot_id, err)
+        return None
+
+
+def export_snapshot(store: Store, embedder: Embedder, *, keep: int = DEFAULT_KEEP,
+                    progress: ExportProgress | None = None, index_min_rows: int = INDEX_MIN_ROWS) -> SnapshotInfo:
     """Export the store's committed state as a new snapshot, publish it and prune old ones.
 
     When the newest snapshot already holds this state (same fingerprint, same models), it is kept
-    and returned instead of writing an identical one.
+    and returned instead of writing an identical one. Vectors the published snapshot holds are
+    reused (collect.py). ``progress(step, done, total)`` hears about each step and every chunk of
+    embedded texts; ``index_min_rows`` is the fact count from which the facts get an index.
     """
     if keep < 1:
         raise ValueError(f"keep must be at least 1 (the published snapshot), got {keep}")
@@ -194,16 +106,23 @@ def export_snapshot(store: Store, embedder: Embedder, *, keep: int = DEFAULT_KEE
         raise SnapshotError(f"no index at {store.uri}: ingest documents before exporting a snapshot")
     _register_vector_model(store, embedder)
     manifest = store.manifest()
-    digest = fingerprint(store, manifest).digest
     models = {"embedder": embedder.model_id, "dim": int(embedder.dim),
               "index_embedder": manifest.config.get("embedder")}
     location = SnapshotDirectory(store)
     with location.lock():
         current = latest_snapshot(store)
+        if current is not None and current.store_seq == manifest.seq and current.models == models:
+            _prune(location, keep)  # the same commit holds the same state: no fingerprint needed
+            return current
+        if progress is not None:
+            progress("fingerprinting the store", 0, 1)
+        digest = fingerprint(store, manifest).digest
+        if progress is not None:
+            progress("fingerprinting the store", 1, 1)
         if current is not None and current.fingerprint == digest and current.models == models:
             _prune(location, keep)
             return current
-        content = _collect(store, manifest, embedder)
+        content = collect(store, manifest, embedder, _previous(store, current), progress, index_min_rows)
         now = dt.datetime.now(dt.timezone.utc)
         snapshot_id = _new_snapshot_id(now, digest)
         counts = {
@@ -215,6 +134,8 @@ def export_snapshot(store: Store, embedder: Embedder, *, keep: int = DEFAULT_KEE
             "nodes": int(content.adjacency.shape[0]),
             "stored_entries": int(content.adjacency.nnz),
             "edges": {k: int(v) for k, v in content.edge_counts.items()},
+            "fact_index_groups": 0 if content.fact_index is None else len(content.fact_index.offsets) - 1,
+            "embedded": content.embedded,
         }
         info = SnapshotInfo(
             snapshot_id=snapshot_id, uri=location.uri(snapshot_id), fingerprint=digest, store_seq=manifest.seq,
@@ -222,13 +143,23 @@ def export_snapshot(store: Store, embedder: Embedder, *, keep: int = DEFAULT_KEE
         )
         location.fs.create_dir(location.path(snapshot_id), recursive=True)
         folder = lambda name: location.path(snapshot_id, name)  # noqa: E731
-        location.write_bytes(folder("graph.npz"), _npz(content.adjacency))
-        _write_parquet(location, folder("entities.parquet"), content.entities)
-        _write_parquet(location, folder("passages.parquet"), content.passages)
-        _write_parquet(location, folder("facts.parquet"), content.facts)
-        _write_parquet(location, folder("fact_evidence.parquet"), content.evidence)
-        location.write_bytes(folder("passage_vectors.npy"), _npy(content.passage_vectors))
-        location.write_bytes(folder("fact_vectors.npy"), _npy(content.fact_vectors))
+        files = [
+            ("graph.npz", lambda: _npz(content.adjacency)),
+            ("entities.parquet", lambda: _parquet(content.entities)),
+            ("passages.parquet", lambda: _parquet(content.passages)),
+            ("facts.parquet", lambda: _parquet(content.facts)),
+            ("fact_evidence.parquet", lambda: _parquet(content.evidence)),
+            ("passage_vectors.npy", lambda: _npy(content.passage_vectors)),
+            ("fact_vectors.npy", lambda: _npy(content.fact_vectors)),
+        ]
+        if content.fact_index is not None:
+            files.append((FACT_INDEX_FILE, content.fact_index.to_bytes))
+        for done, (name, data) in enumerate(files):
+            if progress is not None:
+                progress("writing the snapshot", done, len(files))
+            location.write_bytes(folder(name), data())
+        if progress is not None:
+            progress("writing the snapshot", len(files), len(files))
         payload = {"format": FORMAT_VERSION, **info.as_dict()}
         payload.pop("uri")
         # The manifest goes last: a directory without one is an export that did not finish.

@@ -8,8 +8,16 @@ For a question q (paper §3.3; DESIGN.md, Retrieval):
      ``similarity / number of passages mentioning the entity`` from each fact they end;
    - the ``seed_passages`` (100) passages most similar to q get their similarity min–max scaled
      to [0, ``passage_seed_weight``] (0.05).
-3. Walk with damping 0.9 by power iteration on the snapshot's CSR graph (graph.py) and keep the
-   ``candidates`` (30) passages with the highest scores.
+3. Walk with damping 0.9 from the seeds and keep the ``candidates`` (30) passages with the highest
+   scores: by default the local walk (forward push to a residual of ``epsilon`` per unit of degree,
+   localwalk.py), whose cost follows the seeds' neighbourhood; with ``walk="exact"``, power
+   iteration over the snapshot's whole CSR graph (graph.py), the reference it is tested against.
+
+The similarities of step 2 come from the snapshot's float16 vectors (seeding.py): exact products
+at reduced precision with the best rows scored again in float32, or, for a fact table large
+enough to carry an inverted-file index, the rows of the groups nearest the question
+(``seeding="index"``, the default where the snapshot has an index; ``seeding="exact"`` scores
+every row).
 4. If a cross-encoder is available, score those passages with it and fuse its ranking with the
    PageRank ranking by reciprocal rank fusion (k = 60); otherwise keep the PageRank order and
    say so in the result.
@@ -17,15 +25,15 @@ For a question q (paper §3.3; DESIGN.md, Retrieval):
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from lightfoot_pipeline.models.embedder import Embedder
-from lightfoot_pipeline.serving.rowsplit import RowSplit
 from lightfoot_pipeline.serving.graph import DAMPING, TOLERANCE
+from lightfoot_pipeline.serving.localwalk import EPSILON
+from lightfoot_pipeline.serving.seeding import PROBE_SHARE, HalfScorer, InvertedFileScorer
 from lightfoot_pipeline.serving.rerank import RRF_K, Reranker, RerankerStatus, reciprocal_rank_fusion
 from lightfoot_pipeline.serving.snapshot import Snapshot
 from lightfoot_pipeline.errors import LightfootError
@@ -33,6 +41,10 @@ from lightfoot_pipeline.errors import LightfootError
 
 class RetrievalError(LightfootError, RuntimeError):
     """Retrieval cannot run as configured (the message says why)."""
+
+
+WALKS = ("local", "exact")
+SEEDINGS = ("index", "exact")
 
 
 @dataclass(frozen=True)
@@ -44,8 +56,20 @@ class RetrievalSettings:
     tolerance: float = TOLERANCE
     candidates: int = 30  # passages PageRank keeps, and the reranker sees
     rrf_k: int = RRF_K
+    walk: str = "local"  # "local" (forward push) or "exact" (power iteration over the whole graph)
+    epsilon: float = EPSILON  # the local walk's residual per unit of degree
+    seeding: str = "index"  # "index" (the fact index where the snapshot has one) or "exact"
+    probe_share: float = PROBE_SHARE  # share of the fact index's groups a question scores
 
     def __post_init__(self) -> None:
+        if self.walk not in WALKS:
+            raise ValueError(f"walk must be one of {', '.join(WALKS)}, got {self.walk!r}")
+        if self.seeding not in SEEDINGS:
+            raise ValueError(f"seeding must be one of {', '.join(SEEDINGS)}, got {self.seeding!r}")
+        if not self.epsilon > 0:
+            raise ValueError(f"epsilon must be positive, got {self.epsilon}")
+        if not 0 < self.probe_share <= 1:
+            raise ValueError(f"probe_share must be in (0, 1], got {self.probe_share}")
         for name in ("top_facts", "seed_passages", "candidates"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -133,15 +157,13 @@ def one_thread_per_query() -> None:
     walk. The BLAS library's idle worker threads spin while they wait for work, taking the core
     from the sparse walk: measured on the 2-core machine under load, one thread each for BLAS and
     torch halved the p50 latency at MuSiQue scale (75 -> 39 ms) and more than halved it on the
-    sample (62 -> 25 ms). Splitting the memory-bound products by rows over two threads of our own,
-    which sleep rather than spin between products, then brought the MuSiQue-scale p50 on an idle
-    machine from 37 to 26 ms.
+    sample (62 -> 25 ms).
     """
+    import torch  # seeding's float16 products run in torch (seeding.py)
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=1, user_api="blas")
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(1)
+    torch.set_num_threads(1)
 
 
 def embed_question(embedder: Embedder, question: str) -> np.ndarray:
@@ -167,14 +189,21 @@ class Retriever:
         else:
             self.reranker_status = reranker_status or RerankerStatus("disabled", None, "no reranker configured")
         self.settings = settings or RetrievalSettings()
-        self._passage_scores = RowSplit(snapshot.passage_vectors)  # (#passages, dim)
-        self._fact_scores = RowSplit(snapshot.fact_vectors)  # (#facts, dim)
+        self._passage_scores = HalfScorer(snapshot.passage_vectors)  # (#passages, dim)
+        index = snapshot.fact_index
+        self._fact_scores = (
+            InvertedFileScorer(snapshot.fact_vectors, index.centroids, index.offsets, self.settings.probe_share)
+            if index is not None and self.settings.seeding == "index" else HalfScorer(snapshot.fact_vectors)
+        )  # (#facts, dim)
 
     def warm_up(self) -> None:
         """Build the snapshot's lookup arrays and run the embedder once, before the first query."""
         snap = self.snapshot
-        _ = (snap.entity_passage_counts, snap.fact_subjects, snap.fact_objects, snap.evidence_by_fact,
+        _ = (snap.entity_passage_counts, snap.fact_subjects, snap.fact_objects, snap.evidence_ranges,
              snap.passage_texts)  # cached properties, computed here once
+        if self.settings.walk == "local" and snap.graph.n_nodes:
+            # prepared, and its loop compiled (a walk that settles almost at once)
+            snap.graph.local_pagerank(np.ones(snap.graph.n_nodes), self.settings.damping, 1.0)
         self.question_vector("warm-up question")
 
     # -- the parts -----------------------------------------------------------------------------
@@ -185,14 +214,14 @@ class Retriever:
         return embed_question(self.embedder, question)
 
     def dense_scores(self, vector: np.ndarray) -> np.ndarray:
-        # (#passages, dim) x (dim,) -> (#passages,)
-        return self._passage_scores.matvec(vector)
+        # (#passages, dim) x (dim,) -> (#passages,), exact in float32 for the seeded passages
+        return self._passage_scores.scores(vector, self.settings.seed_passages)
 
     def similar_facts(self, vector: np.ndarray, k: int) -> list[FactHit]:
         snap = self.snapshot
         if snap.facts.height == 0:
             return []
-        scores = self._fact_scores.matvec(vector)  # (#facts, dim) x (dim,) -> (#facts,)
+        scores = self._fact_scores.scores(vector, k)  # (#facts, dim) x (dim,) -> (#facts,)
         hits = []
         for index in top_indices(scores, k):
             row = snap.facts.row(int(index), named=True)
@@ -200,7 +229,7 @@ class Retriever:
                 fact_id=row["fact_id"], subject=row["subject"], predicate=row["predicate"], object=row["object"],
                 similarity=float(scores[index]),
                 evidence=[{"chunk_id": e["chunk_id"], "doc_id": e["doc_id"], "evidence": e["evidence"]}
-                          for e in snap.evidence_by_fact.get(row["fact_id"], [])],
+                          for e in snap.fact_evidence(int(index))],
                 row=int(index),
             ))
         return hits
@@ -244,12 +273,16 @@ class Retriever:
         facts = self.similar_facts(vector, s.top_facts)
         seeds = self.seeds(dense, facts)
         lap("seed")
-        pagerank: dict = {"iterations": 0, "delta": None, "converged": None, "damping": s.damping,
-                          "tolerance": s.tolerance}
+        pagerank: dict = {"walk": s.walk, "iterations": 0, "delta": None, "converged": None, "damping": s.damping,
+                          "tolerance": s.tolerance, "epsilon": s.epsilon}
         if seeds.sum() > 0:
-            result = snap.graph.personalized_pagerank(seeds, damping=s.damping, tolerance=s.tolerance)
+            if s.walk == "local":
+                result = snap.graph.local_pagerank(seeds, damping=s.damping, epsilon=s.epsilon)
+            else:
+                result = snap.graph.personalized_pagerank(seeds, damping=s.damping, tolerance=s.tolerance)
             passage_scores = snap.graph.passage_scores(result.scores)  # (#passages,)
-            pagerank.update(iterations=result.iterations, delta=result.delta, converged=result.converged)
+            pagerank.update(iterations=result.iterations, delta=result.delta, converged=result.converged,
+                            edge_visits=result.edge_visits)
             order = "pagerank"
         else:
             passage_scores = dense  # nothing to personalise the walk with (e.g. an empty index)

@@ -9,9 +9,17 @@ object store) holding
                           passage: path and page or section; null otherwise; absent in older snapshots)
     facts.parquet         fact_id, subject, predicate, object, subject_entity, object_entity, n_sources
     fact_evidence.parquet fact_id, chunk_id, doc_id, evidence (which passage asserted it, quoting what)
-    passage_vectors.npy   (#passages, dim) float32, rows in passages.parquet order
-    fact_vectors.npy      (#facts, dim) float32, rows in facts.parquet order
+    passage_vectors.npy   (#passages, dim) float16, rows in passages.parquet order
+    fact_vectors.npy      (#facts, dim) float16, rows in facts.parquet order
+    fact_index.npz        only for large fact tables: the inverted-file index's centroids, the
+                          row offsets of its groups (facts.parquet holds the facts group by
+                          group) and its training sample's digest (seeding.py)
     manifest.json         store fingerprint and commit, models, creation time, counts
+
+**Vectors are memory-mapped.** On a local disk the two ``.npy`` files are mapped read-only, not
+read: query processes on one node share their pages through the page cache, and a process's
+memory holds only the pages its queries touch. Format 1 snapshots (float32 vectors, no index) are
+still read, their vectors converted to float16 in memory.
 
 **Publishing is atomic.** Every file is written first; then ``snapshots/latest`` (a one-line JSON
 pointer) is replaced in one step: a rename on a local disk, a single PUT on an object store.
@@ -47,7 +55,9 @@ from lightfoot_pipeline.store.store import Store, local_file_lock
 SNAPSHOTS_DIR = "snapshots"
 POINTER = "latest"
 MANIFEST_FILE = "manifest.json"
-FORMAT_VERSION = 1
+FACT_INDEX_FILE = "fact_index.npz"
+FORMAT_VERSION = 2
+READABLE_FORMATS = (1, 2)
 MISSING = object()  # what SnapshotDirectory.read_json returns for a file that is not there
 _ID_PATTERN = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{12}$")
 
@@ -166,9 +176,9 @@ def read_info(location: SnapshotDirectory, snapshot_id: str) -> SnapshotInfo | N
                                  f"snapshot {snapshot_id} has an unreadable manifest")
     if payload is MISSING:
         return None
-    if payload.get("format") != FORMAT_VERSION:
-        raise SnapshotError(f"snapshot {snapshot_id} has format {payload.get('format')!r}; "
-                            f"this version reads format {FORMAT_VERSION}: export a new one")
+    if payload.get("format") not in READABLE_FORMATS:
+        raise SnapshotError(f"snapshot {snapshot_id} has format {payload.get('format')!r}; this version reads "
+                            f"formats {', '.join(map(str, READABLE_FORMATS))}: export a new one (`lightfoot snapshot`)")
     return SnapshotInfo(
         snapshot_id=snapshot_id, uri=location.uri(snapshot_id), fingerprint=payload["fingerprint"],
         store_seq=int(payload["store_seq"]), created_at=payload["created_at"], counts=payload.get("counts", {}),
@@ -198,6 +208,26 @@ def list_snapshots(store: Store) -> list[SnapshotInfo]:
 # -- loading ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class FactIndex:
+    """The inverted-file index of a snapshot's fact vectors (seeding.py)."""
+
+    centroids: np.ndarray  # (#groups, dim) float32
+    offsets: np.ndarray  # (#groups + 1,) rows of group g: offsets[g]:offsets[g + 1]
+    sample_digest: str  # which facts trained the centroids
+
+    def to_bytes(self) -> bytes:
+        buffer = io.BytesIO()
+        np.savez(buffer, centroids=self.centroids, offsets=self.offsets, sample_digest=np.array(self.sample_digest))
+        return buffer.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "FactIndex":
+        with np.load(io.BytesIO(data), allow_pickle=False) as stored:
+            return cls(centroids=stored["centroids"], offsets=stored["offsets"],
+                       sample_digest=str(stored["sample_digest"]))
+
+
 @dataclass
 class Snapshot:
     """A snapshot in memory, ready to query."""
@@ -208,8 +238,9 @@ class Snapshot:
     facts: pl.DataFrame
     evidence: pl.DataFrame
     adjacency: sp.csr_matrix
-    passage_vectors: np.ndarray  # (#passages, dim)
-    fact_vectors: np.ndarray  # (#facts, dim)
+    passage_vectors: np.ndarray  # (#passages, dim) float16, usually memory-mapped
+    fact_vectors: np.ndarray  # (#facts, dim) float16, usually memory-mapped
+    fact_index: FactIndex | None = None
 
     def __post_init__(self) -> None:
         n_entities, n_passages = self.entities.height, self.passages.height
@@ -218,6 +249,8 @@ class Snapshot:
                                 f"match {n_entities} entities and {n_passages} passages")
         if self.passage_vectors.shape[0] != n_passages or self.fact_vectors.shape[0] != self.facts.height:
             raise SnapshotError(f"snapshot {self.info.snapshot_id}: vector rows do not match its tables")
+        if self.fact_index is not None and int(self.fact_index.offsets[-1]) != self.facts.height:
+            raise SnapshotError(f"snapshot {self.info.snapshot_id}: the fact index does not cover its facts")
         self.graph = RetrievalGraph(self.adjacency, n_entities)
 
     @property
@@ -241,6 +274,23 @@ class Snapshot:
         return [passage_text(t, x) for t, x in self.passages.select("title", "text").iter_rows()]
 
     @cached_property
+    def evidence_ranges(self) -> tuple[np.ndarray, np.ndarray]:
+        """(#facts,) first row in ``evidence`` of each fact's evidence, and how many rows it has
+        (the evidence is sorted by fact id)."""
+        spans = (
+            self.evidence.select("fact_id").with_row_index("row")
+            .group_by("fact_id").agg(pl.col("row").min().alias("start"), pl.len().alias("count"))
+        )
+        joined = self.facts.select("fact_id").join(spans, on="fact_id", how="left", maintain_order="left")
+        return (joined.get_column("start").fill_null(0).to_numpy().astype(np.int64),
+                joined.get_column("count").fill_null(0).to_numpy().astype(np.int64))
+
+    def fact_evidence(self, row: int) -> list[dict]:
+        """The evidence rows of the fact in row ``row``: {fact_id, chunk_id, doc_id, evidence}."""
+        starts, counts = self.evidence_ranges
+        return self.evidence.slice(int(starts[row]), int(counts[row])).to_dicts()
+
+    @cached_property
     def evidence_by_fact(self) -> dict[str, list[dict]]:
         grouped: dict[str, list[dict]] = {}
         for row in self.evidence.iter_rows(named=True):
@@ -257,6 +307,17 @@ def _with_location(passages: pl.DataFrame) -> pl.DataFrame:
     if "location" in passages.columns:
         return passages
     return passages.with_columns(pl.lit(None, dtype=pl.String).alias("location"))
+
+
+def _read_vectors(location: SnapshotDirectory, path: str) -> np.ndarray:
+    """A (rows, dim) float16 array: memory-mapped from a local disk, read from an object store."""
+    if location.local:
+        vectors = np.load(path, mmap_mode="r", allow_pickle=False)
+    else:
+        vectors = np.load(io.BytesIO(location.read_bytes(path)), allow_pickle=False)
+    if vectors.ndim != 2:
+        raise ValueError(f"{path} holds a {vectors.ndim}-dimensional array, not a matrix")
+    return vectors if vectors.dtype == np.float16 else vectors.astype(np.float16)  # format 1: float32
 
 
 def load_snapshot(store: Store, snapshot_id: str | None = None) -> Snapshot:
@@ -279,8 +340,10 @@ def load_snapshot(store: Store, snapshot_id: str | None = None) -> Snapshot:
             facts=_read_parquet(location, folder("facts.parquet")),
             evidence=_read_parquet(location, folder("fact_evidence.parquet")),
             adjacency=adjacency,
-            passage_vectors=np.load(io.BytesIO(location.read_bytes(folder("passage_vectors.npy")))),
-            fact_vectors=np.load(io.BytesIO(location.read_bytes(folder("fact_vectors.npy")))),
+            passage_vectors=_read_vectors(location, folder("passage_vectors.npy")),
+            fact_vectors=_read_vectors(location, folder("fact_vectors.npy")),
+            fact_index=(FactIndex.from_bytes(location.read_bytes(folder(FACT_INDEX_FILE)))
+                        if location.exists(folder(FACT_INDEX_FILE)) else None),
         )
     except FileNotFoundError as err:
         raise SnapshotError(f"snapshot {snapshot_id} is missing a file (removed while loading?): {err}") from err

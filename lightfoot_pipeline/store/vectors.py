@@ -14,7 +14,7 @@ import logging
 import re
 import time
 import warnings
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +22,9 @@ import pyarrow as pa
 from lightfoot_pipeline.models.embedder import Embedder
 
 log = logging.getLogger(__name__)
+
+EMBED_CHUNK = 2048  # texts embedded between two progress reports
+FILTER_MAX_KEYS = 2000  # up to this many keys are looked up by a filter, not a full read
 
 
 def lance_table_names(db) -> list[str]:
@@ -106,7 +109,11 @@ class VectorCache:
         table = self._table(create=False)
         if table is None or not keys:
             return {}
-        data = table.to_arrow()
+        if len(keys) <= FILTER_MAX_KEYS:
+            quoted = ", ".join(f"'{k}'" for k in sorted(keys))  # keys are hex digests
+            data = table.search().where(f"key IN ({quoted})").select(["key", "vector"]).limit(None).to_arrow()
+        else:
+            data = table.to_arrow()
         stored_keys = data.column("key").to_pylist()
         wanted = [i for i, k in enumerate(stored_keys) if k in keys]
         if not wanted:
@@ -135,8 +142,11 @@ class VectorCache:
             time.sleep(0.05 * (2 ** attempt))
         raise RuntimeError(f"vector cache {self.table_name}: vectors could not be stored after {attempts} attempts")
 
-    def vectors(self, texts: Sequence[str]) -> np.ndarray:
-        """(len(texts), dim) vectors: cached ones read, missing ones embedded and stored."""
+    def vectors(self, texts: Sequence[str], progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+        """(len(texts), dim) vectors: cached ones read, missing ones embedded and stored.
+
+        ``progress(done, total)`` hears after every chunk of embedded texts (a text's vector does
+        not depend on its batch, so the chunks do not change the vectors)."""
         keys = [text_key(t) for t in texts]
         found = self._stored(set(keys))
         missing: dict[str, str] = {}
@@ -144,7 +154,13 @@ class VectorCache:
             if key not in found and key not in missing:
                 missing[key] = text
         if missing:
-            computed = self.embedder.embed(list(missing.values()))
+            pending = list(missing.values())
+            parts = []
+            for start in range(0, len(pending), EMBED_CHUNK):
+                parts.append(self.embedder.embed(pending[start : start + EMBED_CHUNK]))
+                if progress is not None:
+                    progress(min(len(pending), start + EMBED_CHUNK), len(pending))
+            computed = np.concatenate(parts).reshape(len(pending), self.embedder.dim)
             self.computed += len(missing)
             batch = pa.table(
                 {

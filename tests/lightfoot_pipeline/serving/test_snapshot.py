@@ -76,7 +76,8 @@ def test_export_writes_graph_tables_vectors_and_manifest(store, hashing_embedder
     # Vectors are those of the passage's retrieval text (title line, then text).
     row = snap.passages.filter(pl.col("doc_id") == "d-paris").row(0, named=True)
     expected = hashing_embedder.embed([f"{row['title']}\n{row['text']}"])[0]
-    np.testing.assert_allclose(snap.passage_vectors[row["node"] - snap.entities.height], expected, atol=1e-6)
+    # stored at half precision
+    np.testing.assert_array_equal(snap.passage_vectors[row["node"] - snap.entities.height], expected.astype(np.float16))
 
     adjacency = snap.adjacency
     assert (adjacency != adjacency.T).nnz == 0  # undirected
@@ -122,19 +123,19 @@ def test_a_failed_export_leaves_the_published_snapshot_in_place(store, hashing_e
     build(store, hashing_embedder, ["d-ada", "d-babbage"])
     published = export_snapshot(store, hashing_embedder)
     build(store, hashing_embedder)
-    real = export._write_parquet
+    real = export._parquet
     calls = []
 
-    def failing(location, path, frame):
-        calls.append(path)
+    def failing(frame):
+        calls.append(frame)
         if len(calls) == 3:
             raise OSError("disk full")
-        real(location, path, frame)
+        return real(frame)
 
-    monkeypatch.setattr(export, "_write_parquet", failing)
+    monkeypatch.setattr(export, "_parquet", failing)
     with pytest.raises(OSError, match="disk full"):
         export_snapshot(store, hashing_embedder)
-    monkeypatch.setattr(export, "_write_parquet", real)
+    monkeypatch.setattr(export, "_parquet", real)
     assert latest_snapshot(store) == published
     assert load_snapshot(store).passages.height == 2
     unfinished = [p for p in (Path(store.uri) / "snapshots").iterdir() if p.is_dir() and p.name != published.snapshot_id]
@@ -188,3 +189,75 @@ def test_erase_from_snapshots_leaves_snapshots_without_the_documents(store, hash
     assert [s.snapshot_id for s in list_snapshots(store)] == [older.snapshot_id]
     assert latest_snapshot(store) is None
     assert erase_from_snapshots(store, ["not-a-document"]) == 0
+
+
+class CountingEmbedder:
+    """The hashing embedder, counting the texts it embeds."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.model_id, self.dim, self.embedded = inner, inner.model_id, inner.dim, 0
+
+    def embed(self, texts):
+        self.embedded += len(texts)
+        return self.inner.embed(texts)
+
+    def embed_query(self, text):
+        return self.inner.embed_query(text)
+
+
+def test_vectors_are_float16_and_memory_mapped_and_format_1_still_loads(store, hashing_embedder):
+    build(store, hashing_embedder)
+    info = export_snapshot(store, hashing_embedder)
+    snap = load_snapshot(store)
+    assert isinstance(snap.fact_vectors, np.memmap) and snap.fact_vectors.dtype == np.float16
+    assert isinstance(snap.passage_vectors, np.memmap) and snap.passage_vectors.dtype == np.float16
+    folder = Path(info.uri)
+    expected = np.array(snap.fact_vectors)
+    # A format 1 snapshot (float32 vectors) is read, its vectors converted. (Written as new files:
+    # the loaded snapshot maps the old ones.)
+    for name in ("passage_vectors.npy", "fact_vectors.npy"):
+        np.save(folder / f"{name}.tmp.npy", np.load(folder / name).astype(np.float32))
+        (folder / f"{name}.tmp.npy").rename(folder / name)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "format": 1}))
+    old = load_snapshot(store)
+    assert old.passage_vectors.dtype == np.float16
+    np.testing.assert_array_equal(old.fact_vectors, expected)
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "format": 99}))
+    with pytest.raises(SnapshotError, match="format 99.*export a new one"):
+        load_snapshot(store)
+
+
+def test_a_re_export_after_a_deletion_embeds_nothing_and_equals_a_fresh_export(store, hashing_embedder, tmp_path):
+    from lightfoot_pipeline.store.store import Store
+
+    build(store, hashing_embedder)
+    export_snapshot(store, hashing_embedder, index_min_rows=1)
+    pipeline.delete(store, ["d-paris"])
+    counting = CountingEmbedder(hashing_embedder)
+    steps = []
+    after = export_snapshot(store, counting, index_min_rows=1, progress=lambda *step: steps.append(step))
+    assert counting.embedded == 0 and after.counts["embedded"] == 0
+    assert ("writing the snapshot", 8, 8) in steps  # seven files and the fact index
+
+    fresh_store = Store(str(tmp_path / "fresh"))
+    build(fresh_store, hashing_embedder, [d for d in CORPUS if d != "d-paris"])
+    export_snapshot(fresh_store, hashing_embedder, index_min_rows=1)
+    reused, fresh = load_snapshot(store), load_snapshot(fresh_store)
+    assert reused.facts.equals(fresh.facts) and reused.passages.equals(fresh.passages)
+    np.testing.assert_array_equal(reused.fact_vectors, fresh.fact_vectors)
+    np.testing.assert_array_equal(reused.passage_vectors, fresh.passage_vectors)
+    np.testing.assert_array_equal(reused.fact_index.centroids, fresh.fact_index.centroids)
+    np.testing.assert_array_equal(reused.fact_index.offsets, fresh.fact_index.offsets)
+    assert (reused.adjacency != fresh.adjacency).nnz == 0
+
+
+def test_an_export_reports_its_embedding_as_progress(store, hashing_embedder):
+    build(store, hashing_embedder)
+    steps = []
+    export_snapshot(store, CountingEmbedder(hashing_embedder), progress=lambda *step: steps.append(step))
+    names = [step for step, _, _ in steps]
+    assert names[:3] == ["fingerprinting the store", "fingerprinting the store", "reading the store"]
+    assert names[-1] == "writing the snapshot"
+    passages = [(done, total) for step, done, total in steps if step == "passage vectors"]
+    assert passages[0] == (0, 6) and passages[-1] == (6, 6)

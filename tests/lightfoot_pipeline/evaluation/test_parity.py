@@ -1,0 +1,57 @@
+"""The fast retrieval paths hold the exact walk's recall on the bundled sample's 50 dev questions."""
+
+from __future__ import annotations
+
+import pytest
+
+from lightfoot_pipeline.evaluation.parity import local_settings, retrieval_parity
+from lightfoot_pipeline.ingest.dataset import load_questions
+from lightfoot_pipeline.models.embedder import HashingEmbedder
+
+# The command line's `--embedder hashing` width: the 32 dimensions of the unit tests' embedder
+# retrieve too little of the sample for a parity check to mean anything.
+EMBEDDER = HashingEmbedder(dim=256)
+
+
+@pytest.fixture(scope="module")
+def sample_snapshot(tmp_path_factory, sample_dir, sample_documents, sample_records):
+    from lightfoot_pipeline import pipeline
+    from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+    from lightfoot_pipeline.serving.collect import with_fact_index
+    from lightfoot_pipeline.serving.export import export_snapshot
+    from lightfoot_pipeline.serving.snapshot import load_snapshot
+    from lightfoot_pipeline.store.store import Store
+
+    store = Store(str(tmp_path_factory.mktemp("parity") / "store"))
+    pipeline.ingest(store, sample_documents, ReplayExtractor(sample_records), EMBEDDER)
+    export_snapshot(store, EMBEDDER)
+    snapshot = load_snapshot(store)
+    assert snapshot.fact_index is None  # the sample is below the size that gets one on export
+    return with_fact_index(snapshot)
+
+
+def test_the_local_walk_keeps_the_exact_walks_recall(sample_snapshot, sample_dir):
+    questions = load_questions(sample_dir / "questions-dev.jsonl")
+    parity = retrieval_parity(sample_snapshot, EMBEDDER, questions, {
+        "local_walk": local_settings(seeding="exact"),
+        # Probing every group of the fact index must rank exactly as exact seeding does: the index
+        # and the snapshot's group order lose nothing but what the probes leave out.
+        "indexed_seeding_all_groups": local_settings(walk="exact", probe_share=1.0),
+        "both": local_settings(probe_share=1.0),
+    })
+    assert parity["questions"] == 50
+    assert parity["reference"]["recall@5"] > 0.2  # the reference retrieves something
+    for name in ("local_walk", "indexed_seeding_all_groups", "both"):
+        assert all(abs(d) <= 0.005 for d in parity[name]["recall_difference"].values()), parity[name]
+        assert parity[name]["mean_top10_overlap"] >= 0.98, parity[name]
+    assert parity["indexed_seeding_all_groups"]["mean_top10_overlap"] == 1.0
+    # The default probe share is held to the bars with MiniLM, whose vectors cluster (the latency
+    # benchmark's recall_parity); the hashing embedder's do not, and the index misses facts there.
+
+
+def test_a_coarse_walk_falls_short_of_the_bars(sample_snapshot, sample_dir):
+    # The bars can fail: a walk stopped far from its fixed point ranks differently.
+    questions = load_questions(sample_dir / "questions-dev.jsonl")
+    parity = retrieval_parity(sample_snapshot, EMBEDDER, questions,
+                              {"coarse": local_settings(epsilon=1e-2, seeding="exact")})
+    assert parity["coarse"]["mean_top10_overlap"] < 0.98
