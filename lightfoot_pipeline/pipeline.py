@@ -149,8 +149,8 @@ def ingest(
     passages = document_passages(documents, settings)
     report.passages = len(passages)
     report.ignored_records = unmatched_records(recorded or {}, passages)
-    extracted = set(store.read(EXTRACTIONS.name, columns=["chunk_id", "status"])
-                    .filter(pl.col("status") == OK).get_column("chunk_id").to_list())
+    stored = store.rows(EXTRACTIONS.name, "doc_id", [d.doc_id for d in documents])
+    extracted = set(stored.filter(pl.col("status") == OK).get_column("chunk_id").to_list())
     needed = [p for p in passages if p.chunk_id not in extracted]
     report.already_extracted = len(passages) - len(needed)
     outcomes = extractor.extract(needed, progress) if needed else []

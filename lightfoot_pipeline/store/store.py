@@ -34,18 +34,20 @@ import contextlib
 import json
 import re
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from lightfoot_pipeline.settings import object_store_options, resolve_store_uri
 from lightfoot_pipeline.store.log import (
-    EXACT_VERSION, LOG_SCHEMA, TABLE_CONFIGURATION, ConcurrentCommitError, Manifest, StoreError, StoreUnavailable,
-    conflicts_as,
+    EXACT_VERSION, LOG_SCHEMA, TABLE_CONFIGURATION, ConcurrentCommitError, Manifest, StoreError, StoreLayoutError,
+    StoreUnavailable, conflicts_as,
 )
-from lightfoot_pipeline.store.tables import BUCKET, TableSpec, conform, spec_for
+from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, conform, spec_for
 from lightfoot_pipeline.store.transaction import Transaction
 
 DEFAULT_BUCKETS = 16
@@ -104,6 +106,9 @@ class Store:
         # Table versions are immutable, so a version read (or written) once in this process is
         # kept and reused: a process that runs several operations reads each table once.
         self._frames: dict[str, tuple[int, pl.DataFrame]] = {}
+        self._tables: dict[tuple[str, int], DeltaTable] = {}
+        # Buckets read per table by bucket reads (whole-table reads not counted), for tests and reports.
+        self.buckets_read: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
@@ -192,8 +197,83 @@ class Store:
         self._remember(name, version, frame)
         return frame.select(wanted)
 
+    def read_buckets(self, name: str, manifest: Manifest, buckets: Iterable[int]) -> pl.DataFrame:
+        """The rows of some buckets of a table as of the committed state (with the bucket column).
+
+        Only those buckets' data files are read (a Delta partition filter), unless this process
+        already holds the whole table at that version.
+        """
+        spec = spec_for(name)
+        wanted = sorted(set(buckets))
+        version = manifest.versions.get(name)
+        if version is None or not wanted:
+            return spec.empty()
+        self.buckets_read[name] = self.buckets_read.get(name, 0) + len(wanted)
+        cached = self._frames.get(name)
+        if cached is not None and cached[0] == version:
+            return cached[1].filter(pl.col(BUCKET).is_in(wanted))
+        table = self._open_version(name, version)
+        partitions = [(BUCKET, "in", [str(b) for b in wanted])]
+        if self.is_remote:
+            frame = pl.from_arrow(table.to_pyarrow_table(partitions=partitions))
+        else:
+            files = table.file_uris(file_pruning_predicate=partitions)
+            frame = pl.read_parquet(files, hive_partitioning=True) if files else spec.empty()
+        return _typed(frame, spec)  # type: ignore[arg-type]
+
+    def row_count(self, name: str, manifest: Manifest) -> int:
+        """Rows of a table as of the committed state, from the table's metadata (no data read)."""
+        version = manifest.versions.get(name)
+        if version is None:
+            return 0
+        cached = self._frames.get(name)
+        if cached is not None and cached[0] == version:
+            return cached[1].height
+        actions = self._open_version(name, version).get_add_actions(flatten=True)
+        return int(pc.sum(pa.table(actions).column("num_records")).as_py() or 0)
+
+    def rows(self, name: str, column: str, values: Iterable[str], manifest: Manifest | None = None) -> pl.DataFrame:
+        """The committed rows whose ``column`` (the table's bucket column) is one of ``values``."""
+        spec = spec_for(name)
+        if column != spec.bucket_by:
+            raise ValueError(f"table {name!r} is bucketed by {spec.bucket_by!r}; rows by {column!r} need a whole read")
+        manifest = manifest or self.manifest()
+        wanted = sorted(set(values))
+        n_buckets = self.layout_buckets(manifest)
+        frame = self.read_buckets(name, manifest, {bucket_of(v, n_buckets) for v in wanted})
+        return frame.filter(pl.col(column).is_in(wanted))
+
+    def layout_buckets(self, manifest: Manifest) -> int:
+        """The bucket count the store's rows were written with (this Store's own for a new store)."""
+        layout = manifest.details.get("layout") if manifest.seq else None
+        if manifest.seq and not layout:
+            raise StoreLayoutError(
+                f"store {self.uri} has the layout of an earlier version (forms and fact assertions bucketed by "
+                "document)", hint=f"run: lightfoot migrate --store {self.uri}")
+        if layout and layout.get("version") != LAYOUT_VERSION:
+            raise StoreLayoutError(f"store {self.uri} has layout {layout.get('version')}, this version reads "
+                                   f"layout {LAYOUT_VERSION}", hint="use the Lightfoot version that wrote it")
+        if layout:
+            self.n_buckets = int(layout["n_buckets"])
+        return self.n_buckets
+
+    def _open_version(self, name: str, version: int) -> DeltaTable:
+        """The table at a version, opened once per process (a version never changes)."""
+        key = (name, version)
+        table = self._tables.get(key)
+        if table is None:
+            table = self._open(self.table_uri(name), version)
+            if table is None:
+                raise StoreError(f"table {name!r} is in the store log at version {version} but missing on storage")
+            self._tables = {k: t for k, t in self._tables.items() if k[0] != name}
+            self._tables[key] = table
+        return table
+
     def _remember(self, name: str, version: int, frame: pl.DataFrame) -> None:
         self._frames[name] = (version, frame.select([*spec_for(name).columns, BUCKET]))
+
+    def _forget(self, name: str) -> None:
+        self._frames.pop(name, None)
 
     def _read_files(self, table: DeltaTable, spec: TableSpec) -> pl.DataFrame:
         """The table's current data files. Local tables are read straight from their Parquet files
@@ -264,6 +344,7 @@ class Store:
         """Exclusive write access: lock, recover a crashed commit, then stage and commit writes."""
         with self._lock():
             manifest, heads = self._recover()
+            self.layout_buckets(manifest)
             yield Transaction(self, manifest, heads)
 
     def _lock(self) -> contextlib.AbstractContextManager[None]:

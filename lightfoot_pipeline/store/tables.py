@@ -6,8 +6,16 @@ Operational tables (the extraction cache, the cost ledger, the deletion log) rec
 are not part of the fingerprint; erasure purges the parts of them that hold deleted text.
 
 Every table is partitioned by ``bucket``, a stable hash of one column modulo the store's bucket
-count (``doc_id`` for per-document tables, the table's key for the others), so that a change
-rewrites a few partitions instead of a whole table or one file per document.
+count, so that a change reads and rewrites a few partitions instead of a whole table or one file
+per document. The column is the one a change looks rows up by: ``doc_id`` for documents,
+passages, extractions and ``document_keys`` (each document's names and facts); the name for
+forms and the fact for fact assertions, so that the graph stage reads a name's passages from one
+bucket and a document's forms are found through its keys; the key for the graph tables. A link
+is found from either of its names: ``name_links`` is bucketed by ``name_a`` and its mirror
+``name_links_reverse`` by ``name_b``.
+
+The store log records this layout (``LAYOUT_VERSION`` and the bucket count) with every commit;
+``lightfoot migrate`` rewrites a store of an earlier layout.
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ import polars as pl
 import pyarrow as pa
 
 BUCKET = "bucket"
+# How rows are bucketed (see the module docstring); 1 was every per-document table by doc_id.
+LAYOUT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -73,14 +83,14 @@ EXTRACTIONS = TableSpec(
 FORMS = TableSpec(
     "forms",
     _schema(("chunk_id", S), ("doc_id", S), ("name", S), ("type", S), ("surface", S)),
-    key=("chunk_id", "name", "type"), bucket_by="doc_id", per_document=True,
+    key=("chunk_id", "name", "type"), bucket_by="name", per_document=True,
     description="Every normalised entity name and fact subject and object, per passage.",
 )
 FACT_SOURCES = TableSpec(
     "fact_sources",
     _schema(("fact_id", S), ("chunk_id", S), ("doc_id", S), ("subject", S), ("subject_type", S),
             ("predicate", S), ("object", S), ("object_type", S), ("evidence", S), ("evidence_verified", B)),
-    key=("fact_id", "chunk_id"), bucket_by="doc_id", per_document=True,
+    key=("fact_id", "chunk_id"), bucket_by="fact_id", per_document=True,
     description="Which passage asserted which fact, with its evidence quote.",
 )
 NAME_LINKS = TableSpec(
@@ -88,6 +98,12 @@ NAME_LINKS = TableSpec(
     _schema(("type", S), ("name_a", S), ("name_b", S), ("similarity", F)),
     key=("type", "name_a", "name_b"), bucket_by="name_a", per_document=False,
     description="Pairs of live names of one type with cosine >= the synonym threshold (name_a < name_b).",
+)
+NAME_LINKS_REVERSE = TableSpec(
+    "name_links_reverse",
+    NAME_LINKS.schema,
+    key=("type", "name_a", "name_b"), bucket_by="name_b", per_document=False, fingerprinted=False,
+    description="The rows of name_links again, bucketed by name_b: the links of a name are in its two buckets.",
 )
 ALIASES = TableSpec(
     "aliases",
@@ -129,6 +145,13 @@ TOMBSTONES = TableSpec(
     description="The deletion log: which documents were deleted, when, why, and whether erased.",
 )
 
+DOCUMENT_KEYS = TableSpec(
+    "document_keys",
+    _schema(("doc_id", S), ("kind", S), ("type", S), ("key", S)),
+    key=("doc_id", "kind", "type", "key"), bucket_by="doc_id", per_document=False, fingerprinted=False,
+    description="The names (kind 'name') and facts (kind 'fact') of each document's forms and fact assertions.",
+)
+
 GRAPH_QUEUE = TableSpec(
     "graph_queue",
     _schema(("kind", S), ("type", S), ("key", S)),
@@ -143,7 +166,7 @@ INDEX_TABLES: tuple[TableSpec, ...] = (
 PER_DOCUMENT_TABLES: tuple[TableSpec, ...] = tuple(t for t in INDEX_TABLES if t.per_document)
 GRAPH_TABLES: tuple[TableSpec, ...] = tuple(t for t in INDEX_TABLES if not t.per_document)
 
-_REGISTRY: dict[str, TableSpec] = {t.name: t for t in (*INDEX_TABLES, TOMBSTONES, GRAPH_QUEUE)}
+_REGISTRY: dict[str, TableSpec] = {t.name: t for t in (*INDEX_TABLES, NAME_LINKS_REVERSE, DOCUMENT_KEYS, TOMBSTONES, GRAPH_QUEUE)}
 
 
 def register(spec: TableSpec) -> TableSpec:
