@@ -39,7 +39,7 @@ from synthetic import synthetic_documents_and_records  # noqa: E402
 from lightfoot_pipeline import pipeline  # noqa: E402
 from lightfoot_pipeline.models.embedder import HashingEmbedder  # noqa: E402
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor  # noqa: E402
-from lightfoot_pipeline.index.links import links_between, links_within  # noqa: E402
+from lightfoot_pipeline.index.links import LinkRule, links_between, links_within  # noqa: E402
 from lightfoot_pipeline.serving.retrieve import Retriever  # noqa: E402
 from lightfoot_pipeline.settings import IndexSettings  # noqa: E402
 from lightfoot_pipeline.serving.snapshot import load_snapshot  # noqa: E402
@@ -62,15 +62,14 @@ def link_figures(store: Store, embedder: HashingEmbedder, settings: IndexSetting
     type_, n = by_type.row(0)
     names = sorted(aliases.filter(pl.col("type") == type_).get_column("name").to_list())
     vectors = VectorCache(store, "name", embedder).vectors(names)
-    links, full_s = timed(links_within, type_, names, vectors, settings.synonym_threshold,
-                          settings.block_rows, settings.block_cols)
+    rule = LinkRule.of(settings).exhaustive()
+    links, full_s = timed(links_within, type_, names, vectors, rule)
     rng = random.Random(0)
     new_index = sorted(rng.sample(range(len(names)), max(1, len(names) // 100)))
     new_set = set(new_index)
     old_index = [i for i in range(len(names)) if i not in new_set]
     _, add_s = timed(links_between, type_, [names[i] for i in new_index], vectors[new_index],
-                     [names[i] for i in old_index], vectors[old_index], settings.synonym_threshold,
-                     settings.block_rows, settings.block_cols)
+                     [names[i] for i in old_index], vectors[old_index], rule)
     full_pairs = n * (n - 1) / 2
     add_pairs = len(new_index) * (len(new_index) - 1) / 2 + len(new_index) * len(old_index)
     return {

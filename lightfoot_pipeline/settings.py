@@ -45,6 +45,29 @@ MAX_FACTS_PER_PASSAGE = 100
 
 DEFAULT_STORE = ".lightfoot/store"
 
+# The name links' candidate filter (index/lsh.py): names are compared only when their signs on
+# LSH_ROWS seeded random hyperplanes agree in at least one of LSH_BANDS bands. Chosen with
+# benchmarks/link_recall.py: at least 99.5% of the exhaustive pairs at 0.80 and 0.92 are found on the
+# bundled sample (MiniLM) and on a 30k-passage synthetic corpus, with the fewest candidates.
+LSH_BANDS = 40
+LSH_ROWS = 10
+LSH_SEED = 0
+
+
+@dataclass(frozen=True)
+class Banding:
+    """Seeded random-hyperplane LSH: ``bands`` keys of ``rows`` sign bits each, for one seed."""
+
+    bands: int = LSH_BANDS
+    rows: int = LSH_ROWS
+    seed: int = LSH_SEED
+
+    def __post_init__(self) -> None:
+        for name, low, high in (("bands", 1, 4096), ("rows", 1, 62), ("seed", 0, 2**32 - 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+                raise ValueError(f"LSH {name} must be a whole number from {low} to {high}, got {value!r}")
+
 
 @dataclass(frozen=True)
 class IndexSettings:
@@ -63,8 +86,18 @@ class IndexSettings:
     # like entity_types, rather than what is derived from it; not part of shape_of_index.
     max_entities_per_passage: int = MAX_ENTITIES_PER_PASSAGE
     max_facts_per_passage: int = MAX_FACTS_PER_PASSAGE
+    # The name links' candidate filter (see Banding); lsh_bands = 0 compares every pair of names.
+    lsh_bands: int = LSH_BANDS
+    lsh_rows: int = LSH_ROWS
+    lsh_seed: int = LSH_SEED
+    # Two names link only when they carry the same numbers (index/numbers.py).
+    numbers_must_agree: bool = True
 
     def __post_init__(self) -> None:
+        if self.lsh_bands != 0:
+            Banding(self.lsh_bands, self.lsh_rows, self.lsh_seed)  # raises on a value out of range
+        if not isinstance(self.numbers_must_agree, bool):
+            raise ValueError(f"numbers_must_agree must be true or false, got {self.numbers_must_agree!r}")
         for name in ("max_entities_per_passage", "max_facts_per_passage"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -81,7 +114,16 @@ class IndexSettings:
             "entity_threshold": self.entity_threshold,
             "synonym_threshold": self.synonym_threshold,
             "max_passage_chars": self.max_passage_chars,
+            "lsh_bands": self.lsh_bands,
+            "lsh_rows": self.lsh_rows,
+            "lsh_seed": self.lsh_seed,
+            "numbers_must_agree": self.numbers_must_agree,
         }
+
+    @property
+    def banding(self) -> Banding | None:
+        """The links' candidate filter; None when every pair of names is compared."""
+        return Banding(self.lsh_bands, self.lsh_rows, self.lsh_seed) if self.lsh_bands else None
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -1,59 +1,120 @@
-"""Exact pairwise name links: every pair of same-type names with cosine >= a threshold.
+"""Pairwise name links: same-type names with cosine >= a threshold that carry the same numbers.
 
 No top-k and no approximate index: either would make a name's links depend on which other names
-exist or on the order they arrived, and the erasure invariant forbids both. Similarities are
-computed in blocks of at most ``block_rows x block_cols`` (never an n x n matrix):
+exist or on the order they arrived, and the erasure invariant forbids both. A link is a function
+of its two names: their exact cosine reaches the threshold, they carry the same numbers
+(numbers.py), and, when the rule has a banding, they share a key in some LSH band (lsh.py), which
+depends on each name alone. Which pairs are compared:
 
-1. a float32 block product finds candidate pairs above ``threshold - margin``;
-2. each candidate's cosine is recomputed in float64 from the float32 vectors, one pair at a time
-   and in a fixed order, so that its value does not depend on the block it was found in; the
-   pair is kept when that exact value reaches the threshold.
+- **banded** (the default): only the pairs that share a band key, found by sorting the keys;
+  the work follows the number of such pairs, not the square of the number of names;
+- **exhaustive** (``banding=None``): every pair, in float32 block products of at most
+  ``block_rows x block_cols`` (never an n x n matrix); kept to measure what the bands find.
 
-The margin (1e-4) is far above float32 rounding for unit vectors of a few hundred dimensions
-(about 1e-6), so no pair that reaches the threshold is missed in step 1.
+Either way a compared pair's float32 dot product is a first cut at ``threshold - margin``, and
+each survivor's cosine is recomputed in float64, one pair at a time and in a fixed order
+(exact.py), so that its value does not depend on the batch it was found in; the pair is kept
+when that exact value reaches the threshold. The margin is far above float32 rounding for unit
+vectors, so no pair that reaches the threshold is missed by the first cut.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+from typing import Sequence
+
 import numpy as np
 import polars as pl
 
+from lightfoot_pipeline.index.exact import exact_dots, float32_margin
+from lightfoot_pipeline.index.lsh import band_keys, candidates_between, candidates_within, group_hash
+from lightfoot_pipeline.index.numbers import number_signature
+from lightfoot_pipeline.settings import Banding, IndexSettings
+
 MARGIN = 1e-4
+PAIR_CHUNK = 1 << 16  # candidate pairs whose vectors are gathered at a time
 LINK_SCHEMA = {"type": pl.String, "name_a": pl.String, "name_b": pl.String, "similarity": pl.Float64}
 
-
-def exact_cosines(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """Row-wise dot products of float32 unit vectors, computed in float64 in a fixed order.
-
-    The products are summed by explicit halving (elementwise adds only), so the result is the same
-    bits whatever the number of rows, the memory layout or the BLAS library.
-    """
-    products = left.astype(np.float64) * right.astype(np.float64)
-    width = 1 << max(0, (products.shape[1] - 1).bit_length())
-    if width != products.shape[1]:
-        products = np.pad(products, ((0, 0), (0, width - products.shape[1])))
-    while products.shape[1] > 1:
-        half = products.shape[1] // 2
-        products = products[:, :half] + products[:, half:]
-    return products[:, 0]
+exact_cosines = exact_dots  # of unit vectors
 
 
-def _candidate_pairs(
-    queries: np.ndarray,
-    targets: np.ndarray,
-    threshold: float,
-    block_rows: int,
-    block_cols: int,
-    upper_only: bool,
+@dataclass(frozen=True)
+class LinkRule:
+    """What makes two names of one type a link, and how the pairs to compare are found."""
+
+    threshold: float
+    banding: Banding | None = None  # None: every pair is compared
+    numbers_must_agree: bool = True
+    block_rows: int = 2048
+    block_cols: int = 8192
+
+    @classmethod
+    def of(cls, settings: IndexSettings, threshold: float | None = None) -> "LinkRule":
+        """The index's rule, at the synonym threshold (the lowest stored) unless told otherwise."""
+        return cls(
+            settings.synonym_threshold if threshold is None else threshold, settings.banding,
+            settings.numbers_must_agree, settings.block_rows, settings.block_cols,
+        )
+
+    def exhaustive(self) -> "LinkRule":
+        """The same rule comparing every pair (what the bands are measured against)."""
+        return replace(self, banding=None)
+
+    def groups(self, names: Sequence[str]) -> list[str]:
+        """Each name's group: names of different groups never link."""
+        return [number_signature(n) for n in names] if self.numbers_must_agree else [""] * len(names)
+
+    def keys(self, names: Sequence[str], vectors: np.ndarray) -> np.ndarray:
+        """(len(names), bands) int64 band keys; each row a function of its name and vector alone."""
+        if self.banding is None:
+            raise ValueError("an exhaustive link rule has no band keys")
+        hashes = np.array([group_hash(g) for g in self.groups(names)], dtype=np.uint64)
+        return band_keys(vectors, self.banding, hashes)
+
+
+def _group_ids(rule: LinkRule, *name_lists: Sequence[str]) -> list[np.ndarray]:
+    """Integer group ids of each list of names, comparable across the lists."""
+    groups = [g for names in name_lists for g in rule.groups(names)]
+    if not groups:
+        return [np.zeros(0, np.int64) for _ in name_lists]
+    _, ids = np.unique(np.array(groups, dtype=object), return_inverse=True)
+    out, at = [], 0
+    for names in name_lists:
+        out.append(ids[at : at + len(names)])
+        at += len(names)
+    return out
+
+
+def _verified(
+    queries: np.ndarray, targets: np.ndarray, i: np.ndarray, j: np.ndarray, threshold: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Index pairs (i into queries, j into targets) with exact cosine >= threshold."""
-    found_i, found_j, found_s = [], [], []
-    cutoff = np.float32(threshold - MARGIN)
-    for r0 in range(0, len(queries), block_rows):
-        q = queries[r0 : r0 + block_rows]
+    """The candidate pairs (i into queries, j into targets) whose exact cosine reaches the threshold."""
+    cutoff = np.float32(threshold - max(MARGIN, float32_margin(queries.shape[1])))
+    found_i, found_j, found_s = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.float64)]
+    for p0 in range(0, len(i), PAIR_CHUNK):
+        ci, cj = i[p0 : p0 + PAIR_CHUNK], j[p0 : p0 + PAIR_CHUNK]
+        rough = np.einsum("pd,pd->p", queries[ci], targets[cj])  # (pairs, dim) . (pairs, dim) -> (pairs,)
+        near = rough >= cutoff
+        ci, cj = ci[near], cj[near]
+        exact = exact_dots(queries[ci], targets[cj])
+        keep = exact >= threshold
+        found_i.append(ci[keep])
+        found_j.append(cj[keep])
+        found_s.append(exact[keep])
+    return np.concatenate(found_i), np.concatenate(found_j), np.concatenate(found_s)
+
+
+def _block_pairs(
+    queries: np.ndarray, targets: np.ndarray, rule: LinkRule, upper_only: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every pair (i into queries, j into targets) with exact cosine >= the threshold, by blocks."""
+    found_i, found_j, found_s = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.float64)]
+    cutoff = np.float32(rule.threshold - max(MARGIN, float32_margin(queries.shape[1])))
+    for r0 in range(0, len(queries), rule.block_rows):
+        q = queries[r0 : r0 + rule.block_rows]
         c_start = r0 if upper_only else 0
-        for c0 in range(c_start, len(targets), block_cols):
-            t = targets[c0 : c0 + block_cols]
+        for c0 in range(c_start, len(targets), rule.block_cols):
+            t = targets[c0 : c0 + rule.block_cols]
             block = q @ t.T  # (rows, dim) x (dim, cols) -> (rows, cols)
             ii, jj = np.nonzero(block >= cutoff)
             if upper_only:
@@ -62,15 +123,55 @@ def _candidate_pairs(
             if len(ii) == 0:
                 continue
             gi, gj = ii + r0, jj + c0
-            exact = exact_cosines(queries[gi], targets[gj])
-            keep = exact >= threshold
+            exact = exact_dots(queries[gi], targets[gj])
+            keep = exact >= rule.threshold
             found_i.append(gi[keep])
             found_j.append(gj[keep])
             found_s.append(exact[keep])
-    if not found_i:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, np.zeros(0, dtype=np.float64)
     return np.concatenate(found_i), np.concatenate(found_j), np.concatenate(found_s)
+
+
+def pairs_within(
+    names: Sequence[str], vectors: np.ndarray, rule: LinkRule, keys: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Linked index pairs (i, j, cosine), i < j, among one set of names of one type.
+
+    ``keys`` are the names' band keys (LinkRule.keys) when the caller has them stored.
+    """
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if rule.banding is None:
+        i, j, s = _block_pairs(vectors, vectors, rule, upper_only=True)
+    else:
+        i, j = candidates_within(rule.keys(names, vectors) if keys is None else keys)
+        i, j, s = _verified(vectors, vectors, i, j, rule.threshold)
+    (ids,) = _group_ids(rule, names)
+    same = ids[i] == ids[j]
+    return i[same], j[same], s[same]
+
+
+def pairs_between(
+    new_names: Sequence[str],
+    new_vectors: np.ndarray,
+    old_names: Sequence[str],
+    old_vectors: np.ndarray,
+    rule: LinkRule,
+    new_keys: np.ndarray | None = None,
+    old_keys: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Linked index pairs (i into new, j into old, cosine) of one type."""
+    new_vectors = np.ascontiguousarray(new_vectors, dtype=np.float32)
+    old_vectors = np.ascontiguousarray(old_vectors, dtype=np.float32)
+    if rule.banding is None:
+        i, j, s = _block_pairs(new_vectors, old_vectors, rule, upper_only=False)
+    else:
+        i, j = candidates_between(
+            rule.keys(new_names, new_vectors) if new_keys is None else new_keys,
+            rule.keys(old_names, old_vectors) if old_keys is None else old_keys,
+        )
+        i, j, s = _verified(new_vectors, old_vectors, i, j, rule.threshold)
+    new_ids, old_ids = _group_ids(rule, new_names, old_names)
+    same = new_ids[i] == old_ids[j]
+    return i[same], j[same], s[same]
 
 
 def _ordered(type_: str, names_i: list[str], names_j: list[str], sims: np.ndarray) -> pl.DataFrame:
@@ -83,26 +184,26 @@ def _ordered(type_: str, names_i: list[str], names_j: list[str], sims: np.ndarra
 
 
 def links_within(
-    type_: str, names: list[str], vectors: np.ndarray, threshold: float, block_rows: int, block_cols: int
+    type_: str, names: Sequence[str], vectors: np.ndarray, rule: LinkRule, keys: np.ndarray | None = None
 ) -> pl.DataFrame:
     """All linked pairs among one set of names of one type."""
-    i, j, s = _candidate_pairs(vectors, vectors, threshold, block_rows, block_cols, upper_only=True)
+    i, j, s = pairs_within(names, vectors, rule, keys)
     return _ordered(type_, [names[k] for k in i], [names[k] for k in j], s)
 
 
 def links_between(
     type_: str,
-    new_names: list[str],
+    new_names: Sequence[str],
     new_vectors: np.ndarray,
-    old_names: list[str],
+    old_names: Sequence[str],
     old_vectors: np.ndarray,
-    threshold: float,
-    block_rows: int,
-    block_cols: int,
+    rule: LinkRule,
+    new_keys: np.ndarray | None = None,
+    old_keys: np.ndarray | None = None,
 ) -> pl.DataFrame:
     """All linked pairs of (new, old) names plus those among the new names themselves."""
-    frames = [links_within(type_, new_names, new_vectors, threshold, block_rows, block_cols)]
+    frames = [links_within(type_, new_names, new_vectors, rule, new_keys)]
     if len(old_names) and len(new_names):
-        i, j, s = _candidate_pairs(new_vectors, old_vectors, threshold, block_rows, block_cols, upper_only=False)
+        i, j, s = pairs_between(new_names, new_vectors, old_names, old_vectors, rule, new_keys, old_keys)
         frames.append(_ordered(type_, [new_names[k] for k in i], [old_names[k] for k in j], s))
     return pl.concat(frames)

@@ -35,7 +35,7 @@ import polars as pl
 from lightfoot_pipeline.index.components import components, entity_rows, mention_rows
 from lightfoot_pipeline.index.digests import set_digest
 from lightfoot_pipeline.index.facts import fact_rows
-from lightfoot_pipeline.index.links import LINK_SCHEMA, links_between
+from lightfoot_pipeline.index.links import LINK_SCHEMA, LinkRule, links_between
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.index.synonyms import synonym_edges
@@ -249,7 +249,8 @@ def reconcile_graph(
 
     partners = pl.concat([touching.select(pl.col("name_a").alias("name"), "type"),
                           touching.select(pl.col("name_b").alias("name"), "type")]).unique()
-    fresh_edges = synonym_edges(touching, _entities_of(tx, partners, region_aliases), settings.synonym_threshold)
+    fresh_edges = synonym_edges(touching, _entities_of(tx, partners, region_aliases), settings.synonym_threshold,
+                                settings.numbers_must_agree)
     tx.rows(SYNONYM_EDGES.name, "entity_a", [*affected_ids.to_list(), *stale_partners])
     tx.update(SYNONYM_EDGES.name,
               remove=pl.col("entity_a").is_in(affected) | pl.col("entity_b").is_in(affected),
@@ -303,7 +304,7 @@ def _link_added_names(
         frames.append(
             links_between(
                 type_, new_names, np.ascontiguousarray(new_vecs), old_names, np.ascontiguousarray(old_vecs),
-                settings.synonym_threshold, settings.block_rows, settings.block_cols,
+                LinkRule.of(settings),
             )
         )
     return pl.concat(frames) if frames else pl.DataFrame(schema=LINK_SCHEMA)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from lightfoot_pipeline.index.links import exact_cosines, links_between, links_within
+from lightfoot_pipeline.index.links import LinkRule, exact_cosines, links_between, links_within
 
 
 def _unit(rng, n, d):
@@ -21,6 +21,11 @@ def _brute_force(names, vectors, threshold):
     return out
 
 
+def _rule(threshold, rows=2048, cols=8192):
+    """Every pair compared, numbers ignored (names here are numbered): the cosine part of the rule."""
+    return LinkRule(threshold, banding=None, numbers_must_agree=False, block_rows=rows, block_cols=cols)
+
+
 def _as_set(frame):
     return {(a, b, s) for a, b, s in frame.select("name_a", "name_b", "similarity").iter_rows()}
 
@@ -32,7 +37,7 @@ def test_links_equal_brute_force_for_any_block_size():
     expected = _brute_force(names, vectors, 0.8)
     assert expected, "the fixture should produce some links"
     for rows, cols in [(7, 5), (60, 60), (1, 64), (16, 3)]:
-        assert _as_set(links_within("t", names, vectors, 0.8, rows, cols)) == expected
+        assert _as_set(links_within("t", names, vectors, _rule(0.8, rows, cols))) == expected
 
 
 def test_incremental_links_equal_links_of_the_union():
@@ -41,9 +46,9 @@ def test_incremental_links_equal_links_of_the_union():
     names = [f"n{i:03d}" for i in range(50)]
     new_idx, old_idx = list(range(0, 50, 3)), [i for i in range(50) if i % 3]
     incremental = links_between(
-        "t", [names[i] for i in new_idx], vectors[new_idx], [names[i] for i in old_idx], vectors[old_idx], 0.8, 4, 9
+        "t", [names[i] for i in new_idx], vectors[new_idx], [names[i] for i in old_idx], vectors[old_idx], _rule(0.8, 4, 9)
     )
-    old_only = links_within("t", [names[i] for i in old_idx], vectors[old_idx], 0.8, 8, 8)
+    old_only = links_within("t", [names[i] for i in old_idx], vectors[old_idx], _rule(0.8, 8, 8))
     assert _as_set(incremental) | _as_set(old_only) == _brute_force(names, vectors, 0.8)
     assert not (_as_set(incremental) & _as_set(old_only))
 
@@ -67,5 +72,5 @@ def test_no_pair_at_the_threshold_is_missed(dim):
     names = [f"n{i:02d}" for i in range(40)]
     sims = _brute_force(names, vectors, 0.0)
     threshold = sorted(s for _, _, s in sims)[-5]  # exactly the 5th-highest similarity
-    found = _as_set(links_within("t", names, vectors, threshold, 8, 8))
+    found = _as_set(links_within("t", names, vectors, _rule(threshold, 8, 8)))
     assert len(found) == 5 and min(s for _, _, s in found) == threshold
