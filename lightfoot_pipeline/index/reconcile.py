@@ -9,7 +9,7 @@ that crashed half-way is healed by the next one.
    forms. Names new to the aliases table are *added*, names gone from the forms are *removed*,
    names whose passages changed are *changed*.
 2. **Vectors and links.** Added names get vectors (cached per model and name) and are linked
-   against every live name of their type (exact, blocked; see links.py). Links of removed names
+   against every live name of their type that shares an LSH band key (links.py, name_keys.py). Links of removed names
    are dropped. No other link is recomputed: a link depends on its two names only.
 3. **Components.** The affected entities are those of removed and changed names, and of old
    names that an added name links to at the entity threshold. Their surviving members plus the
@@ -21,21 +21,22 @@ that crashed half-way is healed by the next one.
 
 Every step reads only the buckets of the names, entities and facts it looks up (see tables.py):
 a name's forms and alias, its links from both ends, the members of its entity (found by walking
-the committed links at the entity threshold), their mentions and synonym edges. Only linking an
-added name reads every live name of its type.
+the committed links at the entity threshold), their mentions and synonym edges. Linking an added
+name holds the band keys of the live names of its type and reads the vectors of the names that
+share a key with it (name_keys.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-import numpy as np
 import polars as pl
 
 from lightfoot_pipeline.index.components import components, entity_rows, mention_rows
 from lightfoot_pipeline.index.digests import set_digest
 from lightfoot_pipeline.index.facts import fact_rows
-from lightfoot_pipeline.index.links import LINK_SCHEMA, LinkRule, links_between
+from lightfoot_pipeline.index.links import LINK_SCHEMA, LinkRule
+from lightfoot_pipeline.index.name_keys import drop_keys, link_added_names, store_keys
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.index.synonyms import synonym_edges
@@ -203,13 +204,15 @@ def reconcile_graph(
         gone = _links_of(tx, removed)
         change.links_removed = gone.height
         _drop_links(tx, gone)
+        drop_keys(tx, removed)
+    if full and name_vectors is not None:
+        store_keys(tx, tx.table(ALIASES.name).select(NAME_KEY).join(removed, on=NAME_KEY, how="anti"),
+                   name_vectors, LinkRule.of(settings))
     new_links = pl.DataFrame(schema=LINK_SCHEMA)
     if added.height:
         if name_vectors is None:
             raise EmbedderRequired(f"{added.height} new names need vectors, and no embedder was given")
-        stored = tx.store.read(ALIASES.name, tx.manifest, columns=NAME_KEY)
-        live_names = pl.concat([stored.join(removed, on=NAME_KEY, how="anti"), added]).unique()
-        new_links = _link_added_names(added, live_names, name_vectors, settings)
+        new_links = link_added_names(tx, added, removed, name_vectors, settings)
         change.vectors_computed = name_vectors.computed
         change.links_added = new_links.height
         tx.update(NAME_LINKS.name, add=_fresh(new_links, NAME_LINKS, n))
@@ -285,26 +288,3 @@ def _stale_edge_partners(tx: Transaction, members: pl.DataFrame, threshold: floa
                       links.select(pl.col("name_b").alias("name"), "type")]).unique()
     outside = ends.join(members, on=NAME_KEY, how="anti")
     return _name_rows(tx, ALIASES, outside, committed=True).get_column("entity_id").unique().to_list()
-
-
-def _link_added_names(
-    added: pl.DataFrame, live_names: pl.DataFrame, name_vectors: VectorCache, settings: IndexSettings
-) -> pl.DataFrame:
-    """Links of every added name against every live name of its type."""
-    added_by_type = added.partition_by("type", as_dict=True)
-    live = live_names.join(added, on=NAME_KEY, how="anti")
-    live_by_type = live.partition_by("type", as_dict=True)
-    frames = []
-    for (type_,), group in sorted(added_by_type.items()):
-        new_names = sorted(group.get_column("name").to_list())
-        old_frame = live_by_type.get((type_,))
-        old_names = sorted(old_frame.get_column("name").to_list()) if old_frame is not None else []
-        vectors = name_vectors.vectors(new_names + old_names)
-        new_vecs, old_vecs = vectors[: len(new_names)], vectors[len(new_names):]
-        frames.append(
-            links_between(
-                type_, new_names, np.ascontiguousarray(new_vecs), old_names, np.ascontiguousarray(old_vecs),
-                LinkRule.of(settings),
-            )
-        )
-    return pl.concat(frames) if frames else pl.DataFrame(schema=LINK_SCHEMA)

@@ -145,6 +145,12 @@ TOMBSTONES = TableSpec(
     description="The deletion log: which documents were deleted, when, why, and whether erased.",
 )
 
+NAME_KEYS = TableSpec(
+    "name_keys",
+    _schema(("type", S), ("name", S), ("keys", pa.binary())),
+    key=("type", "name"), bucket_by="name", per_document=False, fingerprinted=False,
+    description="The LSH band keys of every live name (index/name_keys.py), from its vector alone.",
+)
 DOCUMENT_KEYS = TableSpec(
     "document_keys",
     _schema(("doc_id", S), ("kind", S), ("type", S), ("key", S)),
@@ -166,7 +172,7 @@ INDEX_TABLES: tuple[TableSpec, ...] = (
 PER_DOCUMENT_TABLES: tuple[TableSpec, ...] = tuple(t for t in INDEX_TABLES if t.per_document)
 GRAPH_TABLES: tuple[TableSpec, ...] = tuple(t for t in INDEX_TABLES if not t.per_document)
 
-_REGISTRY: dict[str, TableSpec] = {t.name: t for t in (*INDEX_TABLES, NAME_LINKS_REVERSE, DOCUMENT_KEYS, TOMBSTONES, GRAPH_QUEUE)}
+_REGISTRY: dict[str, TableSpec] = {t.name: t for t in (*INDEX_TABLES, NAME_LINKS_REVERSE, NAME_KEYS, DOCUMENT_KEYS, TOMBSTONES, GRAPH_QUEUE)}
 
 
 def register(spec: TableSpec) -> TableSpec:

@@ -103,17 +103,23 @@ class VectorCache:
             table.add(replaced.select(["key", "vector"]).cast(self._schema))
 
     def _stored(self, keys: set[str]) -> dict[str, np.ndarray]:
+        """The stored vectors of keys: the key column is scanned, and only the rows of the keys
+        found are read."""
         table = self._table(create=False)
         if table is None or not keys:
             return {}
-        data = table.to_arrow()
-        stored_keys = data.column("key").to_pylist()
-        wanted = [i for i, k in enumerate(stored_keys) if k in keys]
-        if not wanted:
+        stored_keys = table.search().select(["key"]).limit(None).to_arrow().column("key").to_pylist()
+        offsets = [i for i, k in enumerate(stored_keys) if k in keys]
+        if not offsets:
             return {}
-        flat = data.column("vector").combine_chunks().take(pa.array(wanted)).flatten().to_numpy(zero_copy_only=False)
-        matrix = flat.reshape(len(wanted), self.embedder.dim).astype(np.float32)
-        return {stored_keys[i]: matrix[j] for j, i in enumerate(wanted)}
+        data = table.take_offsets(offsets).select(["key", "vector"]).to_arrow()
+        got = data.column("key").to_pylist()
+        if sorted(got) != sorted(stored_keys[i] for i in offsets):  # the table changed between the two reads
+            data = table.to_arrow()
+            got = data.column("key").to_pylist()
+        flat = data.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        matrix = flat.reshape(len(got), self.embedder.dim).astype(np.float32)
+        return {k: matrix[j] for j, k in enumerate(got) if k in keys}
 
     def _add(self, batch: pa.Table, attempts: int = 5) -> None:
         """Append vectors, surviving a concurrent writer: on object stores two writers can race to
