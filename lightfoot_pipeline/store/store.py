@@ -226,6 +226,9 @@ class Store:
         version = manifest.versions.get(name)
         if version is None:
             return 0
+        recorded = (manifest.details.get("rows") or {}).get(name)
+        if recorded is not None:
+            return int(recorded)
         cached = self._frames.get(name)
         if cached is not None and cached[0] == version:
             return cached[1].height
@@ -259,15 +262,18 @@ class Store:
 
     def _open_version(self, name: str, version: int) -> DeltaTable:
         """The table at a version, opened once per process (a version never changes)."""
-        key = (name, version)
-        table = self._tables.get(key)
+        table = self._tables.pop((name, version), None)
         if table is None:
             table = self._open(self.table_uri(name), version)
             if table is None:
                 raise StoreError(f"table {name!r} is in the store log at version {version} but missing on storage")
-            self._tables = {k: t for k, t in self._tables.items() if k[0] != name}
-            self._tables[key] = table
+        self._keep_open(name, table)
         return table
+
+    def _keep_open(self, name: str, table: DeltaTable) -> None:
+        """Remember a table opened at its current version (one version per table)."""
+        self._tables = {k: t for k, t in self._tables.items() if k[0] != name}
+        self._tables[(name, table.version())] = table
 
     def _remember(self, name: str, version: int, frame: pl.DataFrame) -> None:
         self._frames[name] = (version, frame.select([*spec_for(name).columns, BUCKET]))
@@ -372,6 +378,8 @@ class Store:
                 elif table.version() > logged:
                     table.restore(logged, commit_properties=EXACT_VERSION)
             heads[spec_name] = table.version()
+            if table.version() == logged:
+                self._keep_open(spec_name, table)
         return manifest, heads
 
     def _physical_tables(self) -> list[tuple[str, str]]:

@@ -238,7 +238,9 @@ class Transaction:
             futures = {name: pool.submit(write, name, buckets) for name, buckets in pending[1:]}
             for name, future in futures.items():
                 versions[name] = future.result()
-        details = {**(details or {}), "buckets_written": written, "config": self.config,
+        rows = dict(self.manifest.details.get("rows") or {})
+        rows.update({name: self.count(name) for name in written})
+        details = {**(details or {}), "buckets_written": written, "config": self.config, "rows": rows,
                    "layout": {"version": LAYOUT_VERSION, "n_buckets": self.n_buckets}}
         manifest = self._append_log(
             self.manifest.seq + 1, operation, versions, details, read_at=self.manifest.log_version
@@ -263,14 +265,17 @@ class Transaction:
                 uri, spec.arrow_schema, [BUCKET], f"table {spec.name!r}", name=spec.name, description=spec.description
             )
         else:
-            table = self.store._open(uri, head)
-            if table is None:
-                raise StoreError(f"table {spec.name!r} was at version {head} when this transaction began, and is gone")
+            try:
+                table = self.store._open_version(spec.name, head)
+            except StoreError as err:
+                raise StoreError(f"table {spec.name!r} was at version {head} when this transaction began, "
+                                 "and is gone") from err
         predicate = f"{BUCKET} IN ({', '.join(str(b) for b in buckets)})"
         with conflicts_as(ConcurrentCommitError, f"writing {spec.name}"):
             write_deltalake(table, data, mode="overwrite", predicate=predicate, partition_by=[BUCKET],
                             commit_properties=EXACT_VERSION)
         self._heads[spec.name] = table.version()
+        self.store._keep_open(spec.name, table)
         return table.version()
 
     def _append_log(
