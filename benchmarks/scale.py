@@ -20,7 +20,10 @@ facts, and the Delta and LanceDB writes. One run, in this order:
 6. ``link_pairs_found_share``: of the exhaustive pairs at the synonym and entity thresholds
    between a sample of live names and every live name of their type, the share that the
    store's links hold (what the LSH filter finds);
-7. ``delete_one_s_10k``: step 2 again in a separate run at 10,000 passages (when N > 10,000).
+7. ``delete_one_s_10k``: step 2 in a separate run at 10,000 passages (when N > 10,000), made
+   first.
+
+The JSON file is written after every step, so a run stopped part-way keeps what it measured.
 
 Progress goes to stderr with timestamps. Targets at 100,000 passages on 2 cores (issue 12):
 one-document deletion p50 <= 0.5 s and <= 1.5x the 10k figure; 1,000-document ingest <= 30 s;
@@ -45,7 +48,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 from synthetic import synthetic_documents_and_records  # noqa: E402
 
@@ -133,14 +135,16 @@ def singles(store_uri: str, doc_ids: list[str], settings: IndexSettings) -> list
     return times
 
 
-def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, singles_only: bool, sample: int) -> dict:
+def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, singles_only: bool, sample: int,
+        result: dict, save) -> dict:
+    """The steps of the module docstring, filling ``result`` and calling ``save`` after each."""
     settings = IndexSettings()
     embedder = HashingEmbedder(dim=dim)
     t0 = time.perf_counter()
     extra = 0 if singles_only else INGEST_DOCS
     every, records = synthetic_documents_and_records(passages + extra, seed)
     documents, later = every[:passages], every[passages:]
-    result: dict = {"passages": passages, "dim": dim, "buckets": buckets, "generate_s": round(time.perf_counter() - t0, 3)}
+    result.update({"passages": passages, "dim": dim, "buckets": buckets, "generate_s": round(time.perf_counter() - t0, 3)})
     say(f"generated {len(every)} documents")
     root = Path(tempfile.mkdtemp(prefix="lightfoot-scale-"))
     try:
@@ -151,6 +155,7 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
         result["peak_rss_mb"] = round(peak_rss_mb(), 1)
         result["build_graph"] = built.graph.as_dict()
         result["counts_full"] = pipeline.counts(store)
+        save()
         say(f"built in {result['full_build_s']} s, peak RSS {result['peak_rss_mb']} MB: {result['counts_full']}")
 
         rng = random.Random(seed)
@@ -160,6 +165,7 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
         result["delete_one_s"] = round(statistics.median(times), 4)
         result["delete_one_max_s"] = round(max(times), 4)
         result["delete_one_times_s"] = [round(t, 4) for t in times]
+        save()
         say(f"one-document deletions: p50 {result['delete_one_s']} s, max {result['delete_one_max_s']} s")
         if singles_only:
             return result
@@ -171,16 +177,19 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
         result["delete_10pct_s"] = round(time.perf_counter() - t0, 3)
         result["delete_10pct_ratio"] = round(result["delete_10pct_s"] / result["full_build_s"], 4)
         result["delete_10pct_graph"] = deleted.graph.as_dict()
+        save()
         say(f"10% deletion in {result['delete_10pct_s']} s (ratio {result['delete_10pct_ratio']})")
 
         survivors = sorted(set(survivors) - set(doomed))
         fresh_one = child(["--child-delete", store.uri, survivors[0]])
         result["delete_one_fresh"] = fresh_one
+        save()
         say(f"one-document deletion in a fresh process: {fresh_one}")
         later_dir = write_dataset(root / "later", later, records)
         fresh_ingest = child(["--child-ingest", store.uri, str(later_dir), str(dim)])
         result["ingest_1k_s"] = fresh_ingest["seconds"]
         result["ingest_1k"] = fresh_ingest
+        save()
         say(f"{len(later)}-document ingest in a fresh process: {fresh_ingest}")
 
         live = set(store.read("documents", columns=["doc_id"]).get_column("doc_id").to_list())
@@ -192,6 +201,7 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
         result["fingerprint"] = mine
         result["fingerprint_equal"] = fresh["fingerprint"] == mine
         result["verified_docs"] = len(live)
+        save()
         say(f"fresh build of {len(live)} survivors in {fresh['seconds']} s: fingerprint equal {result['fingerprint_equal']}")
 
         shares = link_share(Store(store.uri), dim, settings, sample, seed)
@@ -253,24 +263,31 @@ def main() -> int:
     args = parser.parse_args()
     if args.passages < 10 or args.singles < 1 or args.buckets < 1:
         parser.error("--passages must be at least 10, --singles and --buckets at least 1")
-    result = run(args.passages, args.dim, args.seed, args.buckets, args.singles, args.singles_only, args.sample)
+    result: dict = {}
+
+    def save() -> None:
+        result["load_average"] = [round(x, 2) for x in os.getloadavg()]
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps(result, indent=2, default=float) + "\n")
+
+    compare_key = f"delete_one_s_{args.compare_at // 1000}k"
     if args.compare_at and args.passages > args.compare_at and not args.singles_only:
-        say(f"one-document deletions at {args.compare_at} passages")
+        say(f"one-document deletions at {args.compare_at} passages, in a separate run")
         with tempfile.TemporaryDirectory() as scratch:
             out = Path(scratch) / "compare.json"
             subprocess.run([sys.executable, __file__, "--passages", str(args.compare_at), "--dim", str(args.dim),
                             "--buckets", str(args.buckets), "--seed", str(args.seed), "--singles", str(args.singles),
                             "--singles-only", "--json", str(out)], check=True)
-            compare = json.loads(out.read_text())
-        result[f"delete_one_s_{args.compare_at // 1000}k"] = compare["delete_one_s"]
-        result["delete_one_ratio"] = round(result["delete_one_s"] / compare["delete_one_s"], 3)
-    result["load_average"] = list(np.round(os.getloadavg(), 2))
+            result[compare_key] = json.loads(out.read_text())["delete_one_s"]
+        save()
+    run(args.passages, args.dim, args.seed, args.buckets, args.singles, args.singles_only, args.sample, result, save)
+    if compare_key in result:
+        result["delete_one_ratio"] = round(result["delete_one_s"] / result[compare_key], 3)
+    save()
     for key in ("passages", "full_build_s", "delete_10pct_s", "delete_10pct_ratio", "delete_one_s", "delete_one_s_10k",
                 "delete_one_ratio", "ingest_1k_s", "peak_rss_mb", "fingerprint_equal", "link_pairs_found_share"):
         if key in result:
             print(f"{key:<24} {result[key]}")
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result, indent=2, default=float) + "\n")
     return 0
 
 

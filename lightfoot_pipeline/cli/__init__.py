@@ -178,6 +178,32 @@ def cmd_vacuum(args) -> int:
     return 0
 
 
+def cmd_migrate(args) -> int:
+    from lightfoot_pipeline import pipeline
+    from lightfoot_pipeline.models.embedder import load_embedder
+
+    store = _existing_store(args)
+    if args.buckets is not None and args.buckets < 1:
+        raise SettingsError(f"--buckets must be a whole number of at least 1, got {args.buckets}")
+    config = store.manifest().config
+    if args.embedder is not None:
+        embedder = load_embedder(args.embedder)
+    else:  # every live name has a cached vector: the model itself is not needed
+        from lightfoot_pipeline.store.vectors import UnloadedEmbedder
+
+        embedder = UnloadedEmbedder(config["embedder"], config["dim"])
+    change = pipeline.migrate(store, embedder, IndexSettings(), args.buckets)
+    manifest = store.manifest()
+    payload = {"store": store.uri, "commit": manifest.seq, "layout": manifest.details.get("layout"),
+               "graph": change.as_dict()}
+    if args.json:
+        _print_json(payload)
+        return 0
+    print(f"migrated {store.uri} to layout {payload['layout']['version']} with {payload['layout']['n_buckets']} "
+          f"buckets (commit {manifest.seq}): {change.names_added} names, {change.entities_after} entities")
+    return 0
+
+
 def cmd_status(args) -> int:
     from lightfoot_pipeline import pipeline
 
@@ -302,6 +328,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="remove from history, caches and snapshots what no live row uses (replaced text)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_vacuum)
+
+    p = sub.add_parser("migrate", parents=[common],
+                       help="rewrite a store of an earlier version in this version's layout (no model call)")
+    p.add_argument("--buckets", type=int, default=None, help="hash buckets of every table (default: the store's)")
+    p.add_argument("--embedder", default=None,
+                   help="embedder for names without a cached vector (default: none, every name has one)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_migrate)
 
     p = sub.add_parser("status", parents=[common], help="table counts, fingerprint and config of the store")
     p.add_argument("--json", action="store_true")

@@ -107,8 +107,11 @@ class Store:
         # kept and reused: a process that runs several operations reads each table once.
         self._frames: dict[str, tuple[int, pl.DataFrame]] = {}
         self._tables: dict[tuple[str, int], DeltaTable] = {}
-        # Buckets read per table by bucket reads (whole-table reads not counted), for tests and reports.
+        # What this Store read, per table, for tests and reports: buckets and rows by bucket reads,
+        # and whole-table reads.
         self.buckets_read: dict[str, int] = {}
+        self.rows_read: dict[str, int] = {}
+        self.tables_read: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
@@ -190,10 +193,9 @@ class Store:
         cached = self._frames.get(name)
         if cached is not None and cached[0] == version:
             return cached[1].select(wanted)
-        table = self._open(self.table_uri(name), version)
-        if table is None:
-            raise StoreError(f"table {name!r} is in the store log at version {version} but missing on storage")
+        table = self._open_version(name, version)
         frame = _typed(self._read_files(table, spec), spec)
+        self.tables_read[name] = self.tables_read.get(name, 0) + 1
         self._remember(name, version, frame)
         return frame.select(wanted)
 
@@ -219,6 +221,7 @@ class Store:
         else:
             files = table.file_uris(file_pruning_predicate=partitions)
             frame = pl.read_parquet(files, hive_partitioning=True) if files else spec.empty()
+        self.rows_read[name] = self.rows_read.get(name, 0) + frame.height
         return _typed(frame, spec)  # type: ignore[arg-type]
 
     def row_count(self, name: str, manifest: Manifest) -> int:
@@ -346,11 +349,20 @@ class Store:
     # -- writing ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator["Transaction"]:
-        """Exclusive write access: lock, recover a crashed commit, then stage and commit writes."""
+    def transaction(self, relayout: int | None = None) -> Iterator["Transaction"]:
+        """Exclusive write access: lock, recover a crashed commit, then stage and commit writes.
+
+        The store's recorded layout sets the bucket count. ``relayout`` (a migration) opens a store
+        of any layout instead, to rewrite every table whole into ``relayout`` buckets (or the
+        recorded count, else this Store's).
+        """
         with self._lock():
             manifest, heads = self._recover()
-            self.layout_buckets(manifest)
+            if relayout is None:
+                self.layout_buckets(manifest)
+            else:
+                layout = manifest.details.get("layout") or {}
+                self.n_buckets = relayout or int(layout.get("n_buckets") or self.n_buckets)
             yield Transaction(self, manifest, heads)
 
     def _lock(self) -> contextlib.AbstractContextManager[None]:
