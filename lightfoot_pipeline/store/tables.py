@@ -20,6 +20,7 @@ The store log records this layout (``LAYOUT_VERSION`` and the bucket count) with
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass
 
@@ -50,7 +51,22 @@ class TableSpec:
         return list(self.schema.names)
 
     def empty(self) -> pl.DataFrame:
-        return pl.from_arrow(self.arrow_schema.empty_table())  # type: ignore[return-value]
+        """No rows, the table's columns and types (bucket included)."""
+        return pl.DataFrame(schema=_polars_schema(self.arrow_schema))
+
+
+_POLARS_TYPES = {
+    pa.string(): pl.String, pa.int64(): pl.Int64, pa.int32(): pl.Int32, pa.float64(): pl.Float64,
+    pa.bool_(): pl.Boolean, pa.date32(): pl.Date, pa.binary(): pl.Binary,
+    pa.timestamp("us", tz="UTC"): pl.Datetime("us", "UTC"),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _polars_schema(schema: pa.Schema) -> dict:
+    """The Polars types of an Arrow schema (direct, so that no conversion machinery loads)."""
+    return {f.name: _POLARS_TYPES.get(f.type) or pl.from_arrow(pa.schema([f]).empty_table()).dtypes[0]
+            for f in schema}
 
 
 def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:

@@ -285,16 +285,13 @@ class Transaction:
         committing transaction read), or raise ConcurrentCommitError if another writer got there
         first: two writers can never both commit seq N+1."""
         now = dt.datetime.now(dt.timezone.utc)
-        row = pa.table(
-            {
-                "seq": [seq],
-                "operation": [operation],
-                "versions": [json.dumps(versions, sort_keys=True)],
-                "details": [json.dumps(details, sort_keys=True, default=str)],
-                "committed_at": [now],
-            },
-            schema=LOG_SCHEMA,
-        )
+        # Built through Polars: a row of Python values given to pyarrow makes it load pandas (seconds).
+        row = pl.DataFrame(
+            {"seq": [seq], "operation": [operation], "versions": [json.dumps(versions, sort_keys=True)],
+             "details": [json.dumps(details, sort_keys=True, default=str)], "committed_at": [now]},
+            schema={"seq": pl.Int64, "operation": pl.String, "versions": pl.String, "details": pl.String,
+                    "committed_at": pl.Datetime("us", "UTC")},
+        ).to_arrow().cast(LOG_SCHEMA)
         uri = self.store.path("_lightfoot", "store_log")
         if read_at is None:
             log = self._create_table(uri, LOG_SCHEMA, partition_by=None, what="the store log")
