@@ -64,6 +64,28 @@ def _variant(name: str, type_: str, rng: random.Random) -> str:
     return "-".join(words) if len(words) > 1 else name + "s"
 
 
+def _choice_without_replacement(rng: np.random.Generator, p: np.ndarray, cdf: np.ndarray, size: int) -> np.ndarray:
+    """``rng.choice(len(p), size, replace=False, p=p)``, the same draws, without its O(len(p)) work per
+    call when the first round of draws has no repeat (NumPy's algorithm, with the cdf computed once)."""
+    found = np.zeros(size, dtype=np.int64)
+    n_uniq = 0
+    weights = None
+    while n_uniq < size:
+        x = rng.random((size - n_uniq,))
+        if n_uniq > 0:
+            weights = p.copy() if weights is None else weights
+            weights[found[0:n_uniq]] = 0
+            cdf = np.cumsum(weights)
+            cdf /= cdf[-1]
+        new = cdf.searchsorted(x, side="right")
+        _, unique_indices = np.unique(new, return_index=True)
+        unique_indices.sort()
+        new = new.take(unique_indices)
+        found[n_uniq : n_uniq + new.size] = new
+        n_uniq += new.size
+    return found
+
+
 def synthetic_documents_and_records(
     n_passages: int = 11402,
     seed: int = 0,
@@ -79,11 +101,13 @@ def synthetic_documents_and_records(
     vocabulary = _vocabulary(vocabulary_size or int(n_passages * 8), rng)
     weights = 1.0 / np.arange(1, len(vocabulary) + 1) ** zipf_exponent
     weights /= weights.sum()
+    cdf = np.cumsum(weights)
+    cdf /= cdf[-1]
     documents: list[Document] = []
     records: dict[str, dict] = {}
     for p in range(n_passages):
         n_entities = max(1, int(np_rng.poisson(entities_per_passage)))
-        picks = np_rng.choice(len(vocabulary), size=n_entities, replace=False, p=weights)
+        picks = _choice_without_replacement(np_rng, weights, cdf, n_entities)
         entities = []
         for index in picks:
             name, type_ = vocabulary[int(index)]
