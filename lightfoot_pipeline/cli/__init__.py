@@ -22,9 +22,12 @@ from lightfoot_pipeline.settings import IndexSettings, SettingsError
 
 
 def _store(args):
-    from lightfoot_pipeline.store.store import Store
+    from lightfoot_pipeline.store.store import DEFAULT_BUCKETS, Store
 
-    return Store(args.store)
+    buckets = getattr(args, "buckets", None)
+    if buckets is not None and buckets < 1:
+        raise SettingsError(f"--buckets must be a whole number of at least 1, got {buckets}")
+    return Store(args.store, n_buckets=buckets or DEFAULT_BUCKETS)
 
 
 def _existing_store(args):
@@ -183,8 +186,6 @@ def cmd_migrate(args) -> int:
     from lightfoot_pipeline.models.embedder import load_embedder
 
     store = _existing_store(args)
-    if args.buckets is not None and args.buckets < 1:
-        raise SettingsError(f"--buckets must be a whole number of at least 1, got {args.buckets}")
     config = store.manifest().config
     if args.embedder is not None:
         embedder = load_embedder(args.embedder)
@@ -314,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extractor", choices=["replay", "openai"], default=None,
                    help="replay recorded extractions (default when the dataset has them) or call a model")
     p.add_argument("--embedder", default=None, help="embedding model name or path, or hashing[:DIM]")
+    p.add_argument("--buckets", type=int, default=None,
+                   help="hash buckets of a new store's tables (default 16; an existing store keeps its own)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_ingest)
 

@@ -172,3 +172,22 @@ def test_an_earlier_layout_is_refused_until_migrate_rewrites_it(built, capsys):
 def test_migrate_refuses_a_store_that_does_not_exist(tmp_path, capsys):
     assert cli_main(["migrate", "--store", str(tmp_path / "none")]) == 2
     assert "no store at" in capsys.readouterr().err
+
+
+def test_ingest_sets_a_new_stores_bucket_count_and_refuses_a_bad_one(tmp_path, capsys):
+    from lightfoot_pipeline.ingest.dataset import bundled_sample_dir
+
+    dataset = tmp_path / "data"
+    dataset.mkdir()
+    lines = (bundled_sample_dir() / "corpus.jsonl").read_text().splitlines()[:3]
+    (dataset / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+    extractions = (bundled_sample_dir() / "extractions.jsonl").read_text().splitlines()
+    (dataset / "extractions.jsonl").write_text("\n".join(extractions) + "\n")
+    store = str(tmp_path / "store")
+    assert cli_main(["ingest", "--store", store, "--dataset", str(dataset), "--embedder", "hashing",
+                     "--buckets", "0"]) == 2
+    assert "--buckets must be a whole number of at least 1" in capsys.readouterr().err
+    assert cli_main(["ingest", "--store", store, "--dataset", str(dataset), "--embedder", "hashing",
+                     "--buckets", "5", "--json"]) == 0
+    assert Store(store).manifest().details["layout"]["n_buckets"] == 5
+    assert set(Store(store).read(DOCUMENTS.name).get_column(BUCKET).to_list()) <= set(range(5))
