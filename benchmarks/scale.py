@@ -25,7 +25,9 @@ facts, and the Delta and LanceDB writes. One run, in this order:
 
 The JSON file is written after every step, so a run stopped part-way keeps what it measured.
 
-Progress goes to stderr with timestamps. Targets at 100,000 passages on 2 cores (issue 12):
+Every step also records its CPU seconds (``*_cpu_s``; a fresh process's ``cpu_s`` includes its
+imports) and the load average when it ended (``load_by_step``): on a shared machine the CPU
+figures are the stable ones. Progress goes to stderr with timestamps. Targets at 100,000 passages on 2 cores (issue 12):
 one-document deletion p50 <= 0.5 s and <= 1.5x the 10k figure; 1,000-document ingest <= 30 s;
 10% deletion <= a tenth of the full build; full build <= 15 min; peak RSS <= 6 GB for the build
 and <= 2 GB for a one-document deletion or a 1,000-document ingest in a fresh process.
@@ -63,6 +65,7 @@ from lightfoot_pipeline.store.vectors import VectorCache  # noqa: E402
 COMPARE_AT = 10_000
 INGEST_DOCS = 1_000
 STARTED = time.perf_counter()
+CPU_STARTED = time.process_time()
 
 
 def say(message: str) -> None:
@@ -127,12 +130,13 @@ def link_share(store: Store, dim: int, settings: IndexSettings, sample: int, see
 
 
 def singles(store_uri: str, doc_ids: list[str], settings: IndexSettings) -> list[float]:
-    times = []
+    times, cpu = [], []
     for doc_id in doc_ids:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         pipeline.delete(Store(store_uri), [doc_id], settings)
         times.append(time.perf_counter() - t0)
-    return times
+        cpu.append(time.process_time() - c0)
+    return times, cpu
 
 
 def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, singles_only: bool, sample: int,
@@ -149,47 +153,50 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
     root = Path(tempfile.mkdtemp(prefix="lightfoot-scale-"))
     try:
         store = Store(str(root / "store"), n_buckets=buckets)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         built = pipeline.ingest(store, documents, ReplayExtractor(records), embedder, settings)
         result["full_build_s"] = round(time.perf_counter() - t0, 3)
+        result["full_build_cpu_s"] = round(time.process_time() - c0, 3)
         result["peak_rss_mb"] = round(peak_rss_mb(), 1)
         result["build_graph"] = built.graph.as_dict()
         result["counts_full"] = pipeline.counts(store)
-        save()
+        save("build")
         say(f"built in {result['full_build_s']} s, peak RSS {result['peak_rss_mb']} MB: {result['counts_full']}")
 
         rng = random.Random(seed)
         ids = [d.doc_id for d in documents]
         chosen = rng.sample(ids, n_singles)
-        times = singles(store.uri, chosen, settings)
+        times, cpu = singles(store.uri, chosen, settings)
         result["delete_one_s"] = round(statistics.median(times), 4)
+        result["delete_one_cpu_s"] = round(statistics.median(cpu), 4)
         result["delete_one_max_s"] = round(max(times), 4)
         result["delete_one_times_s"] = [round(t, 4) for t in times]
-        save()
+        save("delete_one")
         say(f"one-document deletions: p50 {result['delete_one_s']} s, max {result['delete_one_max_s']} s")
         if singles_only:
             return result
 
         survivors = sorted(set(ids) - set(chosen))
         doomed = sorted(rng.sample(survivors, round(len(ids) * 0.1)))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         deleted = pipeline.delete(Store(store.uri), doomed, settings)
         result["delete_10pct_s"] = round(time.perf_counter() - t0, 3)
+        result["delete_10pct_cpu_s"] = round(time.process_time() - c0, 3)
         result["delete_10pct_ratio"] = round(result["delete_10pct_s"] / result["full_build_s"], 4)
         result["delete_10pct_graph"] = deleted.graph.as_dict()
-        save()
+        save("delete_10pct")
         say(f"10% deletion in {result['delete_10pct_s']} s (ratio {result['delete_10pct_ratio']})")
 
         survivors = sorted(set(survivors) - set(doomed))
         fresh_one = child(["--child-delete", store.uri, survivors[0]])
         result["delete_one_fresh"] = fresh_one
-        save()
+        save("delete_one_fresh")
         say(f"one-document deletion in a fresh process: {fresh_one}")
         later_dir = write_dataset(root / "later", later, records)
         fresh_ingest = child(["--child-ingest", store.uri, str(later_dir), str(dim)])
         result["ingest_1k_s"] = fresh_ingest["seconds"]
         result["ingest_1k"] = fresh_ingest
-        save()
+        save("ingest_1k")
         say(f"{len(later)}-document ingest in a fresh process: {fresh_ingest}")
 
         if not verify:
@@ -203,7 +210,7 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
         result["fingerprint"] = mine
         result["fingerprint_equal"] = fresh["fingerprint"] == mine
         result["verified_docs"] = len(live)
-        save()
+        save("fresh_build")
         say(f"fresh build of {len(live)} survivors in {fresh['seconds']} s: fingerprint equal {result['fingerprint_equal']}")
 
         shares = link_share(Store(store.uri), dim, settings, sample, seed)
@@ -244,6 +251,7 @@ def child_main(argv: list[str]) -> int:
     else:
         raise SystemExit(f"unknown child mode {mode}")
     out["peak_rss_mb"] = round(peak_rss_mb(), 1)
+    out["cpu_s"] = round(time.process_time() - CPU_STARTED, 3)  # the step's, imports included
     print(json.dumps(out))
     return 0
 
@@ -269,8 +277,9 @@ def main() -> int:
         parser.error("--passages must be at least 10, --singles and --buckets at least 1")
     result: dict = {}
 
-    def save() -> None:
+    def save(step: str = "end") -> None:
         result["load_average"] = [round(x, 2) for x in os.getloadavg()]
+        result.setdefault("load_by_step", {})[step] = result["load_average"][0]
         if args.json_out:
             Path(args.json_out).write_text(json.dumps(result, indent=2, default=float) + "\n")
 
@@ -283,7 +292,7 @@ def main() -> int:
                             "--buckets", str(args.buckets), "--seed", str(args.seed), "--singles", str(args.singles),
                             "--singles-only", "--json", str(out)], check=True)
             result[compare_key] = json.loads(out.read_text())["delete_one_s"]
-        save()
+        save("compare")
     run(args.passages, args.dim, args.seed, args.buckets, args.singles, args.singles_only, args.sample,
         not args.no_verify, result, save)
     if compare_key in result:
