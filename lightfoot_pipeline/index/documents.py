@@ -3,8 +3,8 @@
 Each function rewrites the rows of a set of documents in the per-document tables of a
 transaction and leaves every other document's rows as they are. It reads only the buckets that
 hold those documents' rows: their own for documents, passages and extractions, those of their
-names and facts (listed in ``document_keys``) for forms and fact assertions. Re-running a function on the
-same input stages the same rows, so nothing is written: the stage is idempotent.
+names and facts (listed in ``document_keys``) for forms and fact assertions. Re-running a
+function on the same input stages the same rows, so nothing is written: the stage is idempotent.
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def record_extractions(tx: Transaction, outcomes: Sequence[ExtractionOutcome]) -
                 "raw_output": o.raw_output if o.status != OK else None,
             }
         )
-    frame = pl.DataFrame(rows, schema=pl.from_arrow(EXTRACTIONS.schema.empty_table()).schema)
+    frame = pl.DataFrame(rows, schema=EXTRACTIONS.empty().select(EXTRACTIONS.columns).schema)
     chunk_ids = frame.get_column("chunk_id").to_list()
     tx.rows(EXTRACTIONS.name, "doc_id", frame.get_column("doc_id").to_list())
     tx.update(EXTRACTIONS.name, remove=pl.col("chunk_id").is_in(chunk_ids),

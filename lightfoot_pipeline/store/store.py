@@ -358,12 +358,10 @@ class Store:
         """
         with self._lock():
             manifest, heads = self._recover()
-            if relayout is None:
-                self.layout_buckets(manifest)
-            else:
+            if relayout is not None:
                 layout = manifest.details.get("layout") or {}
                 self.n_buckets = relayout or int(layout.get("n_buckets") or self.n_buckets)
-            yield Transaction(self, manifest, heads)
+            yield Transaction(self, manifest, heads, adopt_layout=relayout is None)
 
     def _lock(self) -> contextlib.AbstractContextManager[None]:
         root = self.local_root()

@@ -57,12 +57,18 @@ class Transaction:
     whole new table with :meth:`put`). The transaction holds, per table, the buckets it has read;
     a change can only touch those (added rows first bring in their buckets), and nothing reaches
     storage until :meth:`commit`, which compares and writes only the buckets that changed.
-    ``store`` is the Store whose ``transaction()`` opened it (store.py).
+    ``store`` is the Store whose ``transaction()`` opened it (store.py); a transaction opened
+    directly on a manifest (a dry run, never committed) works the same. Either way the store's
+    recorded layout sets the bucket count, and a store of an earlier layout is refused
+    (StoreLayoutError), except by a migration (``adopt_layout=False``).
     """
 
-    def __init__(self, store, manifest: Manifest, heads: dict[str, int] | None = None) -> None:
+    def __init__(self, store, manifest: Manifest, heads: dict[str, int] | None = None, *,
+                 adopt_layout: bool = True) -> None:
         self.store = store
         self.manifest = manifest
+        if adopt_layout:  # rows are found in the buckets the store's layout put them in
+            store.layout_buckets(manifest)
         # The version each table is written on top of (see the module docstring): its version at
         # the start, after recovery; without recovery, the logged one.
         self._heads: dict[str, int] = dict(manifest.versions if heads is None else heads)

@@ -191,3 +191,11 @@ def test_ingest_sets_a_new_stores_bucket_count_and_refuses_a_bad_one(tmp_path, c
                      "--buckets", "5", "--json"]) == 0
     assert Store(store).manifest().details["layout"]["n_buckets"] == 5
     assert set(Store(store).read(DOCUMENTS.name).get_column(BUCKET).to_list()) <= set(range(5))
+
+
+def test_a_transaction_opened_on_a_manifest_finds_rows_in_the_stores_own_buckets(built):
+    _, uri, documents, _ = built
+    manifest = Store(uri).manifest()
+    tx = Transaction(Store(uri, n_buckets=3), manifest)  # another count than the store's 64
+    assert tx.n_buckets == BUCKETS
+    assert tx.rows(DOCUMENTS.name, "doc_id", [documents[3].doc_id]).height == 1
