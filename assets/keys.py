@@ -28,6 +28,7 @@ RETENTION_GROUP = "retention"
 INGESTION_JOB = "document_ingestion"
 DELETION_JOB = "document_deletion"
 
+PASSAGES_CHECK = dg.AssetCheckKey(EXTRACTIONS, "passages_accounted_for")
 REBUILD_CHECK = "matches_fresh_rebuild"
 REBUILD_CHECKS = tuple(dg.AssetCheckKey(key, REBUILD_CHECK) for key in GRAPH_ASSETS)
 

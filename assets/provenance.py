@@ -2,21 +2,54 @@
 
 With it, the Dagster UI is the index's lineage and provenance view: which store commit an asset
 materialization made, which version of each Delta table it left, and what it cost.
+
+A run over a range of document partitions records one materialization per document. What is
+true of one document (its passages, extraction, model calls, tokens and cost) goes on that
+document's partition only (:func:`add_document_metadata`); what the run did as a whole goes on
+every partition under ``run_``-prefixed keys, so that summing a key over partitions never counts
+a run twice. Every asset declares its tables' column schema and a code version (the engine's
+version and the index's settings), so the UI marks an asset stale when either changes.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import hashlib
+import json
+from typing import Mapping, Sequence
 
 import dagster as dg
 
+import lightfoot_pipeline
 from lightfoot_pipeline import pipeline
+from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.transaction import Transaction
-from lightfoot_pipeline.store.tables import spec_for
+from lightfoot_pipeline.store.tables import TableSpec, spec_for
 
 STORE_POOL = "lightfoot_store"  # one store writer at a time (the lock on object stores)
+# What every asset's output is a function of: the engine and the index's settings.
+CODE_VERSION = "{}-{}".format(lightfoot_pipeline.__version__, hashlib.sha256(
+    json.dumps(IndexSettings().shape_of_index(), sort_keys=True, default=str).encode()).hexdigest()[:12])
+# Rows of a graph materialization's table of changed entities and facts.
+MAX_CHANGED_ROWS = 50
+
+
+def column_schema(spec: TableSpec, *more: TableSpec) -> dict[str, dg.TableSchema]:
+    """The definition metadata that declares the columns of an asset's store tables: its first
+    table's as ``dagster/column_schema``, each further table's as ``column_schema/<table>``."""
+    def schema(table: TableSpec) -> dg.TableSchema:
+        return dg.TableSchema(columns=[dg.TableColumn(field.name, str(field.type), description=table.description
+                                                      if i == 0 else None) for i, field in enumerate(table.schema)])
+
+    return {"dagster/column_schema": schema(spec), **{f"column_schema/{t.name}": schema(t) for t in more}}
+
+
+def add_document_metadata(context: dg.AssetExecutionContext, per_document: Mapping[str, Mapping[str, object]],
+                          asset_key: dg.AssetKey | None = None) -> None:
+    """Metadata on each document's own partition (``dagster/row_count`` among it)."""
+    for doc_id, metadata in sorted(per_document.items()):
+        context.add_asset_metadata(dict(metadata), asset_key=asset_key, partition_key=doc_id)
 
 
 def commit_if_changed(tx: Transaction, operation: str, details: dict) -> tuple[Manifest, bool]:
@@ -40,19 +73,27 @@ def store_metadata(
     model_calls: int = 0,
     cost_usd: float = 0.0,
     rows: dict[str, int] | None = None,
+    per_document: bool = False,
 ) -> dict[str, dg.RawMetadataValue]:
-    """Metadata for a materialization that left the store at ``manifest``."""
+    """Metadata for a materialization that left the store at ``manifest``.
+
+    ``per_document``: for a range of document partitions, where the row count, model calls and
+    cost of each document go on its own partition; the run's are kept under ``run_`` keys.
+    """
     rows = rows if rows is not None else table_rows(store, manifest, tables)
+    run = "run_" if per_document else ""
     metadata: dict[str, dg.RawMetadataValue] = {
-        "dagster/row_count": dg.MetadataValue.int(rows[tables[0]]) if tables else dg.MetadataValue.int(0),
         "rows": dg.MetadataValue.json(rows),
         "table_versions": dg.MetadataValue.json({name: manifest.versions.get(name) for name in tables}),
         "store_commit": dg.MetadataValue.int(manifest.seq),
         "store_changed": dg.MetadataValue.bool(changed),
         "store": dg.MetadataValue.path(store.uri),
-        "model_calls": dg.MetadataValue.int(model_calls),
-        "cost_usd": dg.MetadataValue.float(round(float(cost_usd), 6)),
+        f"{run}model_calls": dg.MetadataValue.int(model_calls),
+        f"{run}cost_usd": dg.MetadataValue.float(round(float(cost_usd), 9)),
     }
+    if tables:
+        metadata["dagster/uri"] = dg.MetadataValue.path(store.table_uri(tables[0]))
+        metadata["table_rows" if per_document else "dagster/row_count"] = dg.MetadataValue.int(rows[tables[0]])
     if fingerprint and manifest.seq:
-        metadata["fingerprint"] = dg.MetadataValue.text(pipeline.fingerprint(store, manifest).digest)
+        metadata["store_fingerprint"] = dg.MetadataValue.text(pipeline.fingerprint(store, manifest).digest)
     return metadata

@@ -142,6 +142,12 @@ SERVE_TOKEN_ENV = "LIGHTFOOT_SERVE_TOKEN"
 SERVE_TOKENS_FILE_ENV = "LIGHTFOOT_SERVE_TOKENS_FILE"
 SERVE_ANSWERS_ENV = "LIGHTFOOT_SERVE_ANSWERS"
 SERVE_BUDGET_ENV = "LIGHTFOOT_SERVE_ANSWER_BUDGET_USD"
+# The deep query mode (serving/deep): DeepSettings field, variable, type of its value.
+DEEP_VARIABLES: dict[str, tuple[str, type]] = {
+    "max_steps": ("LIGHTFOOT_DEEP_MAX_STEPS", int),
+    "passages": ("LIGHTFOOT_DEEP_PASSAGES", int),
+    "question_budget_usd": ("LIGHTFOOT_DEEP_QUESTION_BUDGET_USD", float),
+}
 # The language model's settings (LLMSettings fields): the variables that set each, the first one
 # set wins, and the type of its value.
 LLM_VARIABLES: dict[str, tuple[tuple[str, ...], type]] = {
@@ -170,6 +176,7 @@ VARIABLES: tuple[str, ...] = (
     STORE_ENV, EMBEDDER_ENV, RERANKER_ENV, EXTRACTOR_ENV, DOCUMENT_INBOX_ENV, ERASURE_INBOX_ENV,
     RETENTION_POLICY_ENV, *(name for names, _ in LLM_VARIABLES.values() for name in names),
     SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, SERVE_ANSWERS_ENV, SERVE_BUDGET_ENV,
+    *(name for name, _ in DEEP_VARIABLES.values()),
     *OBJECT_STORE_VARIABLES, *MODEL_HUB_VARIABLES,
 )
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -270,6 +277,16 @@ def serve_answer_budget_usd() -> float | None:
     """The query service's answer budget in USD: ``$LIGHTFOOT_SERVE_ANSWER_BUDGET_USD``, if set."""
     text = _read(SERVE_BUDGET_ENV)
     return None if text is None else _number(SERVE_BUDGET_ENV, text, float)
+
+
+def deep_environment(environ: Mapping[str, str] | None = None) -> dict[str, object]:
+    """The deep query mode's settings that the environment sets, by DeepSettings field, converted."""
+    values: dict[str, object] = {}
+    for field_name, (name, kind) in DEEP_VARIABLES.items():
+        text = _read(name, environ)
+        if text is not None:
+            values[field_name] = _number(name, text, kind)
+    return values
 
 
 def object_store_options() -> dict[str, str]:

@@ -3,8 +3,11 @@ serving snapshot from being exported.
 
 - every passage is accounted for: extracted, or failed with its reason;
 - no reference dangles: nothing points at a deleted document, passage, name or entity;
-- the store equals a fresh rebuild of its live documents (after deletions; configurable, since
-  it costs a rebuild).
+- the store equals a fresh rebuild of its live documents (after every ingestion and deletion;
+  configurable, since it costs a rebuild).
+
+Each runs in every job that can change its answer: the ingestion job runs all of them, the
+deletion job all of them too (the passages check after the tombstones).
 """
 
 
@@ -17,7 +20,10 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from assets.keys import ENTITIES, EXTRACTIONS, FACTS, GRAPH_ASSETS, NAME_LINKS, NAME_VECTORS, REBUILD_CHECK, SYNONYM_EDGES
+from assets.keys import (
+    ENTITIES, EXTRACTIONS, FACTS, GRAPH_ASSETS, INGESTION_JOB, NAME_LINKS, NAME_VECTORS, REBUILD_CHECK, SYNONYM_EDGES,
+    TOMBSTONES,
+)
 from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline import pipeline
 from lightfoot_pipeline.ingest.extraction.outcome import FAILED, OK
@@ -26,9 +32,10 @@ from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import EXTRACTIONS as EXTRACTIONS_TABLE, PASSAGES
 
 
-@dg.asset_check(asset=EXTRACTIONS, blocking=True)
+@dg.asset_check(asset=EXTRACTIONS, blocking=True, additional_deps=[TOMBSTONES])
 def passages_accounted_for(store: StoreResource) -> dg.AssetCheckResult:
-    """Every live passage has one extraction: a record, or a failure that says why."""
+    """Every live passage has one extraction: a record, or a failure that says why. Runs in the
+    ingestion job after the extractions and in the deletion job after the tombstones."""
     lightfoot = store.open()
     manifest = lightfoot.manifest()
     passages = lightfoot.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id"])
@@ -72,11 +79,21 @@ def no_dangling_references(store: StoreResource) -> dg.AssetCheckResult:
     )
 
 
+# What the ingestion job compares by default: a rebuild costs a full build, which is seconds at this
+# size (docs/deployment.md, "What each stage costs"); the deletion job always compares.
+INGESTION_REBUILD_LIMIT = 20_000
+
+
 class RebuildCheckConfig(dg.Config):
     enabled: bool = Field(default=True, description="Rebuild and compare (off: the check warns that it did not).")
     reuse_vector_cache: bool = Field(
         default=True, description="Seed the rebuild's name-vector cache from the store's (vectors depend on "
         "model and name only); off: embed every name again.",
+    )
+    ingestion_limit: int | None = Field(
+        default=INGESTION_REBUILD_LIMIT, description="In the ingestion job, compare only while the store holds at "
+        "most this many live documents (larger: the check warns that it did not compare, and says why); none: "
+        "always compare. The deletion job always compares.",
     )
 
 
@@ -106,15 +123,21 @@ def matches_fresh_rebuild(
 ):
     """After deletions the store must equal a fresh index of the survivors: rebuild one in a scratch
     store from the live documents and their stored extractions, and compare fingerprints."""
-    if not config.enabled:
+    source = store.open()
+    manifest = source.manifest()
+    live = source.read("documents", manifest, columns=["doc_id"]).height
+    limit = config.ingestion_limit if context.run.job_name == INGESTION_JOB else None
+    skipped = ("the rebuild comparison is disabled in this run's config" if not config.enabled
+               else f"the store holds {live:,} live documents, more than the ingestion job's limit of {limit:,} "
+               "(ingestion_limit); the deletion job always compares" if limit is not None and live > limit else None)
+    if skipped:
         for key in GRAPH_ASSETS:
             yield dg.AssetCheckResult(
                 asset_key=key, check_name=REBUILD_CHECK, passed=False, severity=dg.AssetCheckSeverity.WARN,
-                description="not compared: the rebuild comparison is disabled in this run's config",
+                description=f"not compared: {skipped}",
+                metadata={"live_documents": dg.MetadataValue.int(live), "store_commit": dg.MetadataValue.int(manifest.seq)},
             )
         return
-    source = store.open()
-    manifest = source.manifest()
     scratch = Path(tempfile.mkdtemp(prefix="lightfoot-rebuild-check-"))
     try:
         target = Store(str(scratch / "store"), n_buckets=source.n_buckets)

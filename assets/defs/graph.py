@@ -12,9 +12,17 @@ import dagster as dg
 from assets.keys import (
     ENTITIES, FACTS, FORMS, GRAPH_GROUP, NAME_LINKS, NAME_VECTORS, SYNONYM_EDGES, TOMBSTONES,
 )
-from assets.provenance import STORE_POOL, commit_if_changed, store_metadata, table_rows
+from assets.provenance import (
+    CODE_VERSION, MAX_CHANGED_ROWS, STORE_POOL, column_schema, commit_if_changed, store_metadata, table_rows,
+)
 from assets.resources import EmbedderResource, StoreResource
+import hashlib
+import json
+
+import polars as pl
+
 from lightfoot_pipeline import pipeline
+from lightfoot_pipeline.explain.documents import table_differences
 from lightfoot_pipeline.index.reconcile import EmbedderRequired, GraphChange, reconcile_graph
 from lightfoot_pipeline.store.tables import ALIASES, MENTIONS, TableSpec
 from lightfoot_pipeline.store.tables import ENTITIES as ENTITIES_TABLE
@@ -31,27 +39,27 @@ def _specs() -> list[dg.AssetSpec]:
     for assets of their own)."""
     return [
         dg.AssetSpec(
-            NAME_VECTORS, deps=[FORMS, TOMBSTONES], group_name=GRAPH_GROUP, kinds={"lancedb"}, automation_condition=_EAGER,
+            NAME_VECTORS, code_version=CODE_VERSION, metadata=column_schema(ALIASES), deps=[FORMS, TOMBSTONES], group_name=GRAPH_GROUP, kinds={"lancedb"}, automation_condition=_EAGER,
             description="One embedding per live (name, type), cached per model and name: a name's vector never "
             "depends on which other names are indexed.",
         ),
         dg.AssetSpec(
-            NAME_LINKS, deps=[NAME_VECTORS], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
+            NAME_LINKS, code_version=CODE_VERSION, metadata=column_schema(NAME_LINKS_TABLE), deps=[NAME_VECTORS], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
             description="Pairs of live names of one type with cosine similarity at or above the synonym threshold "
             "(0.80), computed exactly with blocked matrix products.",
         ),
         dg.AssetSpec(
-            ENTITIES, deps=[NAME_LINKS], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
+            ENTITIES, code_version=CODE_VERSION, metadata=column_schema(ENTITIES_TABLE, ALIASES, MENTIONS), deps=[NAME_LINKS], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
             description="Connected components of names linked at the entity threshold (0.92), with their aliases "
             "and the passages that mention them.",
         ),
         dg.AssetSpec(
-            SYNONYM_EDGES, deps=[ENTITIES, NAME_LINKS], group_name=GRAPH_GROUP, kinds={"deltalake"},
+            SYNONYM_EDGES, code_version=CODE_VERSION, metadata=column_schema(SYNONYM_EDGES_TABLE), deps=[ENTITIES, NAME_LINKS], group_name=GRAPH_GROUP, kinds={"deltalake"},
             automation_condition=_EAGER,
             description="Same-type entity pairs with a member-name pair at cosine at or above 0.80 (no top-k).",
         ),
         dg.AssetSpec(
-            FACTS, deps=[FORMS, TOMBSTONES], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
+            FACTS, code_version=CODE_VERSION, metadata=column_schema(FACTS_TABLE, FACT_SOURCES_TABLE), deps=[FORMS, TOMBSTONES], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
             description="(subject, predicate, object) facts that at least one live passage asserts, with the set "
             "of asserting passages.",
         ),
@@ -70,40 +78,91 @@ GRAPH_TABLES: dict[dg.AssetKey, list[TableSpec]] = {
 
 @dg.multi_asset(specs=_specs(), can_subset=False, pool=STORE_POOL, name="graph")
 def graph(context: dg.AssetExecutionContext, store: StoreResource, embedder: EmbedderResource):
-    """Bring the global tables in line with the live forms and fact assertions (one commit)."""
+    """Bring the global tables in line with the live forms and fact assertions (one commit).
+
+    Each materialization says which documents the graph gained and lost, and lists the entities
+    and facts that changed with their source documents; its data version is the version of its
+    tables, so an unchanged table leaves what reads it fresh.
+    """
     lightfoot = store.open()
     settings = store.settings()
     model = None
     try:
-        change, manifest, changed = _reconcile(lightfoot, settings, None, context.run.run_id)
+        change, manifest, changed, diff = _reconcile(lightfoot, settings, None, context.run.run_id)
     except EmbedderRequired:
         model = embedder.get()
         context.log.info(f"new names need vectors: embedding with {model.model_id}")
-        change, manifest, changed = _reconcile(lightfoot, settings, model, context.run.run_id)
+        change, manifest, changed, diff = _reconcile(lightfoot, settings, model, context.run.run_id)
     context.log.info(
         f"names +{change.names_added} -{change.names_removed} ~{change.names_changed}; "
-        f"{change.entities_recomputed} entities recomputed; store commit {manifest.seq} (changed: {changed})"
+        f"{change.entities_recomputed} entities recomputed; documents +{len(diff['documents_added'])} "
+        f"-{len(diff['documents_removed'])}; store commit {manifest.seq} (changed: {changed})"
     )
-    digest = pipeline.fingerprint(lightfoot, manifest).digest if store.report_fingerprint and manifest.seq else None
+    fingerprint = pipeline.fingerprint(lightfoot, manifest) if store.report_fingerprint and manifest.seq else None
     details = _details(change, manifest.config.get("embedder"))
     for key, specs in GRAPH_TABLES.items():
         names = [s.name for s in specs]
         metadata = store_metadata(
             lightfoot, manifest, names, fingerprint=False, changed=changed, rows=table_rows(lightfoot, manifest, names)
         )
-        if digest:
-            metadata["fingerprint"] = dg.MetadataValue.text(digest)
+        if fingerprint is not None:
+            metadata["store_fingerprint"] = dg.MetadataValue.text(fingerprint.digest)
+            own = "name_vectors" if key == NAME_VECTORS else names[0]
+            metadata["tables_digest"] = dg.MetadataValue.text(fingerprint.tables[own].digest)
+        metadata["documents_added"] = dg.MetadataValue.json(diff["documents_added"][:200])
+        metadata["documents_removed"] = dg.MetadataValue.json(diff["documents_removed"][:200])
+        if key in (ENTITIES, FACTS):
+            metadata["changes"] = dg.MetadataValue.md(diff["entities" if key == ENTITIES else "facts"])
         metadata.update(details[key])
-        yield dg.MaterializeResult(asset_key=key, metadata=metadata)
+        version = hashlib.sha256(json.dumps({n: manifest.versions.get(n) for n in names}, sort_keys=True).encode())
+        yield dg.MaterializeResult(asset_key=key, metadata=metadata, data_version=dg.DataVersion(version.hexdigest()[:16]))
 
 
-def _reconcile(lightfoot, settings, model, run_id: str) -> tuple[GraphChange, object, bool]:
+def _reconcile(lightfoot, settings, model, run_id: str) -> tuple[GraphChange, object, bool, dict]:
     with lightfoot.transaction() as tx:
         pipeline.check_config(tx, settings, model)
         vectors = pipeline.name_vector_cache(lightfoot, model) if model is not None else None
+        before = {name: tx.table(name) for name in WATCHED}
         change = reconcile_graph(tx, settings, vectors)
+        diff = _changes(before, {name: tx.table(name) for name in WATCHED})
         manifest, changed = commit_if_changed(tx, "graph", {"graph": change.as_dict(), "run_id": run_id})
-    return change, manifest, changed
+    return change, manifest, changed, diff
+
+
+WATCHED = (ENTITIES_TABLE.name, MENTIONS.name, FACTS_TABLE.name, FACT_SOURCES_TABLE.name)
+
+
+def _changes(before: dict[str, pl.DataFrame], after: dict[str, pl.DataFrame]) -> dict:
+    """Documents the graph gained and lost, and markdown tables of the changed entities and facts
+    (at most MAX_CHANGED_ROWS rows each) with their source documents."""
+    def doc_ids(frames: dict[str, pl.DataFrame]) -> set[str]:  # every name of a passage has a mention
+        return set(frames[MENTIONS.name].get_column("doc_id").unique().to_list())
+
+    old, new = doc_ids(before), doc_ids(after)
+    sources = {}
+    for frames in (before, after):
+        for table, key in ((MENTIONS.name, "entity_id"), (FACT_SOURCES_TABLE.name, "fact_id")):
+            for row in frames[table].group_by(key).agg(pl.col("doc_id").unique().sort()).iter_rows():
+                sources.setdefault(row[0], set()).update(row[1])
+
+    def table(frame_name: str, key: str, label: list[str]) -> str:
+        columns = [key, *label, "n_sources" if key == "fact_id" else "n_chunks"]
+        removed, added, changed = table_differences(before[frame_name].select(columns), after[frame_name].select(columns), [key])
+        rows = [("removed", r) for r in removed] + [("added", r) for r in added] + [("changed", r) for r in changed]
+        lines = [f"{len(removed)} removed, {len(added)} added, {len(changed)} changed"
+                 + (f" (first {MAX_CHANGED_ROWS} shown)" if len(rows) > MAX_CHANGED_ROWS else ""), "",
+                 "| change | id | name | documents |", "|---|---|---|---|"]
+        for what, r in rows[:MAX_CHANGED_ROWS]:
+            name = " ".join(str(r[c]) for c in label).replace("|", "/")
+            docs = sorted(sources.get(r[key], ()))
+            lines.append(f"| {what} | {r[key]} | {name} | {', '.join(docs[:5])}{' …' if len(docs) > 5 else ''} |")
+        return "\n".join(lines)
+
+    return {
+        "documents_added": sorted(new - old), "documents_removed": sorted(old - new),
+        "entities": table(ENTITIES_TABLE.name, "entity_id", ["display_name"]),
+        "facts": table(FACTS_TABLE.name, "fact_id", ["subject", "predicate", "object"]),
+    }
 
 
 def _details(change: GraphChange, embedder_id: str | None) -> dict[dg.AssetKey, dict]:

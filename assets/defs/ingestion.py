@@ -14,10 +14,11 @@ import dagster as dg
 import polars as pl
 
 from assets.keys import (
-    DOCUMENTS_GROUP, GRAPH_GROUP, INGESTION_JOB, REBUILD_CHECKS, SERVING_GROUP, TRIGGER_TAG,
+    DOCUMENTS_GROUP, GRAPH_GROUP, INGESTION_JOB, SERVING_GROUP, TRIGGER_TAG,
 )
+from assets.defs.checks import INGESTION_REBUILD_LIMIT
 from assets.partitions import DOCUMENTS, PER_DOCUMENT, key_ranges, range_tags
-from assets.provenance import commit_if_changed, store_metadata
+from assets.provenance import CODE_VERSION, add_document_metadata, column_schema, commit_if_changed, store_metadata
 from assets.receipts import receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
 from lightfoot_pipeline.index.documents import upsert_documents
@@ -30,13 +31,15 @@ from lightfoot_pipeline.store.tables import PASSAGES as PASSAGES_TABLE
 from lightfoot_pipeline.store.tables import TOMBSTONES as TOMBSTONES_TABLE
 
 
-@dg.asset(**PER_DOCUMENT, kinds={"deltalake", "python"})
+@dg.asset(**PER_DOCUMENT, kinds={"deltalake", "python"}, code_version=CODE_VERSION,
+          metadata=column_schema(PASSAGES_TABLE, DOCUMENTS_TABLE))
 def passages(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     """A document's row (title, source, retention date) and its passages, from its landed copy.
 
-    One partition per document. A document whose deletion is pending is left to the deletion
-    run; a document that was deleted is reported as such; a partition with neither a landed copy
-    nor a stored document fails the run, saying which.
+    One partition per document, each with its own passages as its row count and its status
+    (``stored``, ``awaiting deletion`` or ``deleted``). A document whose deletion is pending is
+    left to the deletion run; a partition with neither a landed copy nor a stored document fails
+    the run, saying which.
     """
     keys = sorted(context.partition_keys)
     lightfoot = store.open()
@@ -59,18 +62,25 @@ def passages(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Mate
             tx, "passages", {"documents": len(documents), "run_id": context.run.run_id}
         )
     context.log.info(f"{len(documents)} documents staged; store commit {manifest.seq} (changed: {changed})")
+    stored = lightfoot.read(PASSAGES_TABLE.name, manifest, columns=["doc_id", "title"]).filter(pl.col("doc_id").is_in(keys))
+    per_doc = stored.group_by("doc_id").agg(pl.len().alias("n"), pl.col("title").first())
+    counts = {r["doc_id"]: (r["n"], r["title"]) for r in per_doc.iter_rows(named=True)}
+    add_document_metadata(context, {
+        key: {"dagster/row_count": counts.get(key, (0, ""))[0], "title": counts.get(key, (0, ""))[1] or "",
+              "status": "awaiting deletion" if key in awaiting_deletion else "deleted" if key in deleted
+              and key not in counts else "stored"}
+        for key in keys
+    })
     metadata = store_metadata(
         lightfoot, manifest, [PASSAGES_TABLE.name, DOCUMENTS_TABLE.name],
-        fingerprint=store.report_fingerprint, changed=changed,
+        fingerprint=store.report_fingerprint, changed=changed, per_document=True,
     )
     metadata.update({
-        "documents_in_run": dg.MetadataValue.int(len(keys)),
-        "documents_staged": dg.MetadataValue.int(len(documents)),
-        "awaiting_deletion": dg.MetadataValue.json(awaiting_deletion[:100]),
-        "already_deleted": dg.MetadataValue.json(sorted(deleted)[:100]),
-        "passages_in_run": dg.MetadataValue.int(
-            lightfoot.read(PASSAGES_TABLE.name, manifest, columns=["doc_id"]).filter(pl.col("doc_id").is_in(keys)).height
-        ),
+        "run_documents": dg.MetadataValue.int(len(keys)),
+        "run_documents_staged": dg.MetadataValue.int(len(documents)),
+        "run_awaiting_deletion": dg.MetadataValue.json(awaiting_deletion[:100]),
+        "run_already_deleted": dg.MetadataValue.json(sorted(deleted)[:100]),
+        "run_passages": dg.MetadataValue.int(stored.height),
     })
     return dg.MaterializeResult(metadata=metadata)
 
@@ -84,9 +94,10 @@ document_ingestion = dg.define_asset_job(
     INGESTION_JOB,
     selection=(
         dg.AssetSelection.groups(DOCUMENTS_GROUP, GRAPH_GROUP, SERVING_GROUP)
-        - dg.AssetSelection.checks(*REBUILD_CHECKS)
     ),
-    description="Ingest a range of document partitions, then bring the graph and the serving snapshot up to date.",
+    description="Ingest a range of document partitions, then bring the graph and the serving snapshot up to date; "
+    "every blocking check runs before the export (the comparison with a fresh rebuild while the store holds at "
+    f"most {INGESTION_REBUILD_LIMIT:,} documents: the check's ingestion_limit).",
     executor_def=dg.in_process_executor,
 )
 

@@ -3,10 +3,11 @@ schedule, and the removal of deleted documents' partitions.
 
 A deletion request — a file in the erasure inbox, the retention schedule, or ``lightfoot delete``
 on the command line — becomes a tombstone: one store commit removes the documents' rows, and a
-materialization of each document's partition (passages, extractions, forms) records it as
-tombstoned. The graph then recomputes only the components the deleted names touched; erasure
-removes the documents' text from history; and only then, with everything downstream clean, is the
-partition key removed.
+observation of each document's partition (passages, extractions, forms) records it as
+tombstoned — an observation, not a materialization, so a deleted document is never an asset's
+latest materialization. The graph then recomputes only the components the deleted names touched,
+and every blocking check runs again; erasure removes the documents' text from history; and only
+then, with everything downstream clean, is the partition key removed.
 """
 
 from collections import defaultdict
@@ -15,11 +16,11 @@ import dagster as dg
 import polars as pl
 
 from assets.keys import (
-    DELETION_JOB, ERASURES, GRAPH_ASSETS, PER_DOCUMENT_ASSETS, RETENTION_GROUP, SERVING_SNAPSHOT, TOMBSTONES,
-    TRIGGER_TAG,
+    DELETION_JOB, ERASURES, GRAPH_ASSETS, PASSAGES_CHECK, PER_DOCUMENT_ASSETS, RETENTION_GROUP, SERVING_SNAPSHOT,
+    TOMBSTONES, TRIGGER_TAG,
 )
 from assets.partitions import DOCUMENTS
-from assets.provenance import STORE_POOL, commit_if_changed, store_metadata
+from assets.provenance import CODE_VERSION, STORE_POOL, column_schema, commit_if_changed, store_metadata
 from assets.receipts import IN_FLIGHT, receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
 from lightfoot_pipeline.index.documents import tombstone_documents
@@ -36,9 +37,9 @@ from lightfoot_pipeline.store.tables import TOMBSTONES as TOMBSTONES_TABLE
 TOMBSTONED = "tombstoned"
 
 
-def tombstone_event(asset_key: dg.AssetKey, doc_id: str, reason: str, erase: bool, seq: int) -> dg.AssetMaterialization:
-    """The materialization that marks a document's partition of a per-document asset as deleted."""
-    return dg.AssetMaterialization(
+def tombstone_event(asset_key: dg.AssetKey, doc_id: str, reason: str, erase: bool, seq: int) -> dg.AssetObservation:
+    """The observation that records a document's partition of a per-document asset as deleted."""
+    return dg.AssetObservation(
         asset_key=asset_key,
         partition=doc_id,
         description=f"tombstone: {reason}" if reason else "tombstone",
@@ -47,17 +48,17 @@ def tombstone_event(asset_key: dg.AssetKey, doc_id: str, reason: str, erase: boo
             "reason": dg.MetadataValue.text(reason),
             "erase": dg.MetadataValue.bool(erase),
             "store_commit": dg.MetadataValue.int(seq),
-            "dagster/row_count": dg.MetadataValue.int(0),
         },
     )
 
 
-@dg.asset(group_name=RETENTION_GROUP, kinds={"deltalake"}, pool=STORE_POOL)
+@dg.asset(group_name=RETENTION_GROUP, kinds={"deltalake"}, pool=STORE_POOL, code_version=CODE_VERSION,
+          metadata=column_schema(TOMBSTONES_TABLE))
 def tombstones(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     """The deletion log: pending deletion requests applied, one tombstone per deleted document.
 
     One commit removes the documents' rows from every per-document table; their landed copies go
-    too. Each deleted document's partition gets a tombstone materialization. No model call.
+    too. Each deleted document's partition gets a tombstone observation. No model call.
     """
     lightfoot = store.open()
     landing = Landing(lightfoot)
@@ -106,6 +107,7 @@ def tombstones(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Ma
     group_name=RETENTION_GROUP,
     kinds={"deltalake", "lancedb"},
     pool=STORE_POOL,
+    code_version=CODE_VERSION,
 )
 def erasures(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     """Hard erasure: the text of deleted documents that asked for it, removed from everything the
@@ -140,9 +142,10 @@ def erasures(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Mate
 
 document_deletion = dg.define_asset_job(
     DELETION_JOB,
-    selection=dg.AssetSelection.assets(TOMBSTONES, *GRAPH_ASSETS, SERVING_SNAPSHOT, ERASURES),
-    description="Apply pending deletion requests as tombstones, recompute the affected graph, verify it "
-    "against a fresh rebuild, re-export the serving snapshot and erase history where asked.",
+    selection=dg.AssetSelection.assets(TOMBSTONES, *GRAPH_ASSETS, SERVING_SNAPSHOT, ERASURES)
+    | dg.AssetSelection.checks(PASSAGES_CHECK),
+    description="Apply pending deletion requests as tombstones, recompute the affected graph, run every blocking "
+    "check (a fresh rebuild among them), re-export the serving snapshot and erase history where asked.",
     executor_def=dg.in_process_executor,
 )
 
@@ -312,7 +315,7 @@ def deleted_partitions(context: dg.SensorEvaluationContext, store: StoreResource
     """Removes the partition of a deleted document once everything downstream of its tombstone is
     clean: the graph has applied it, and its history is erased when that was asked.
 
-    A document deleted outside Dagster (``lightfoot delete``) gets its tombstone materialization
+    A document deleted outside Dagster (``lightfoot delete``) gets its tombstone observation
     here. The cursor is the store commit and the partition count it last looked at.
     """
     lightfoot = store.open()
@@ -345,12 +348,15 @@ def deleted_partitions(context: dg.SensorEvaluationContext, store: StoreResource
 
 
 def _has_tombstone(instance: dg.DagsterInstance, doc_id: str) -> bool:
-    """Whether the partition's latest materialization of the first per-document asset is a tombstone."""
-    result = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=PER_DOCUMENT_ASSETS[0], asset_partitions=[doc_id]), limit=1
-    )
-    if not result.records:
+    """Whether the partition's latest observation of the first per-document asset is a tombstone
+    newer than its latest materialization (a document ingested again after its deletion has none)."""
+    asset = PER_DOCUMENT_ASSETS[0]
+    observed = instance.fetch_observations(dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[doc_id]), limit=1)
+    if not observed.records:
         return False
-    materialization = result.records[0].asset_materialization
-    status = materialization.metadata.get("status") if materialization else None
-    return getattr(status, "value", None) == TOMBSTONED
+    record = observed.records[0]
+    status = record.asset_observation.metadata.get("status") if record.asset_observation else None
+    if getattr(status, "value", None) != TOMBSTONED:
+        return False
+    made = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[doc_id]), limit=1)
+    return not made.records or made.records[0].storage_id < record.storage_id

@@ -7,7 +7,7 @@ it; under automation, it waits for the checks to pass.
 import dagster as dg
 
 from assets.keys import GRAPH_ASSETS, SERVING_GROUP
-from assets.provenance import STORE_POOL
+from assets.provenance import CODE_VERSION, STORE_POOL
 from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline.serving.export import DEFAULT_KEEP, export_snapshot
 
@@ -17,6 +17,7 @@ from lightfoot_pipeline.serving.export import DEFAULT_KEEP, export_snapshot
     group_name=SERVING_GROUP,
     kinds={"numpy", "parquet"},
     pool=STORE_POOL,
+    code_version=CODE_VERSION,
     automation_condition=dg.AutomationCondition.eager() & dg.AutomationCondition.all_deps_blocking_checks_passed(),
 )
 def serving_snapshot(
@@ -30,9 +31,10 @@ def serving_snapshot(
     context.log.info(f"serving snapshot {info.snapshot_id} (store commit {info.store_seq})")
     counts = info.counts
     return dg.MaterializeResult(
+        data_version=dg.DataVersion(info.fingerprint[:16]),
         metadata={
             "snapshot_id": dg.MetadataValue.text(info.snapshot_id),
-            "uri": dg.MetadataValue.path(info.uri),
+            "dagster/uri": dg.MetadataValue.path(info.uri),
             "fingerprint": dg.MetadataValue.text(info.fingerprint),
             "store_commit": dg.MetadataValue.int(info.store_seq),
             "created_at": dg.MetadataValue.text(info.created_at),

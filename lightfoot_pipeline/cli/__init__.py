@@ -17,6 +17,7 @@ from pathlib import Path
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.ingest.dataset import DatasetError, bundled_sample_dir, has_recorded_extractions, load_corpus
 from lightfoot_pipeline.cli.query import add_query_commands
+from lightfoot_pipeline.cli.explain import add_explain_commands
 from lightfoot_pipeline.cli.evaluation import add_eval_commands, fraction
 from lightfoot_pipeline.settings import IndexSettings, SettingsError
 
@@ -361,6 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_query_commands(sub, common)  # snapshot, query, serve, serve-token
     add_eval_commands(sub, common)  # eval, eval-deletion, report, compare
+    add_explain_commands(sub, common)  # explain doc, explain entity, explain query
     return parser
 
 

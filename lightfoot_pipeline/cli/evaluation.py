@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from lightfoot_pipeline.evaluation.modes import K_VALUES, LIGHTFOOT_RERANK, MODE_NAMES
+from lightfoot_pipeline.evaluation.modes import HGMEM, K_VALUES, LIGHTFOOT_RERANK, MODE_NAMES
 from lightfoot_pipeline.ingest.dataset import DatasetError, bundled_sample_dir, default_questions_file
 from lightfoot_pipeline.settings import SettingsError
 
@@ -106,7 +106,8 @@ def cmd_eval(args) -> int:
             raise SettingsError(why, hint="set OPENAI_BASE_URL, or price the answers with --dry-run")
         answers = AnswerOptions(answerer=answerer, budget_usd=None if args.no_budget else args.answer_budget,
                                 dry_run=args.dry_run,
-                                modes=_names(args.answer_modes) if args.answer_modes else None)
+                                modes=_names(args.answer_modes) if args.answer_modes else None,
+                                traces=args.traces)
     one_thread_per_query()  # retrieval timed as the query service runs it
     outcome = run_evaluation(
         store, dataset, questions_file, embedder, plan, answers=answers,
@@ -204,8 +205,8 @@ def cmd_compare(args) -> int:
 def _add_plan_options(p: argparse.ArgumentParser) -> None:
     """--modes and --k: which modes a run compares, at which recall cut-offs (modes.py)."""
     p.add_argument("--modes", default=None,
-                   help=f"comma-separated modes of {', '.join(MODE_NAMES)} (default: all; "
-                        f"{LIGHTFOOT_RERANK} only with a cross-encoder)")
+                   help=f"comma-separated modes of {', '.join(MODE_NAMES)} (default: all but {HGMEM}, which "
+                        f"needs --answer; {LIGHTFOOT_RERANK} only with a cross-encoder)")
     cutoffs = ",".join(map(str, K_VALUES))
     p.add_argument("--k", type=_ks, default=list(K_VALUES), help=f"recall cut-offs, comma-separated (default {cutoffs})")
 
@@ -227,6 +228,9 @@ def add_eval_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--no-budget", action="store_true", help="answer with no budget cap")
     p.add_argument("--answer-modes", default=None, help="comma-separated modes to answer for (default: all)")
     p.add_argument("--dry-run", action="store_true", help="print what the answers would cost, call nothing")
+    p.add_argument("--traces", action="store_true",
+                   help=f"keep the text of each {HGMEM} step (subqueries, memory) in --run-dir/deep.json; "
+                        "erasing a document does not reach these traces")
     p.add_argument("--overwrite", action="store_true", help="replace a run already in --run-dir")
     p.set_defaults(func=cmd_eval)
 

@@ -67,6 +67,11 @@ def cmd_query(args) -> int:
     from lightfoot_pipeline.serving.serve import open_service, snapshot_is_stale
 
     store = _store(args)
+    if args.mode == "deep":
+        return query_deep(args, store)
+    if args.trace or args.max_steps is not None or args.question_budget is not None:
+        raise SettingsError("query: --trace, --max-steps and --question-budget are options of the deep mode",
+                            hint="add --mode deep")
     service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker,
                            answers=not args.no_answer)
     result = service.query(args.question, top_k=args.top_k, answer=not args.no_answer, rerank=not args.no_rerank)
@@ -93,6 +98,40 @@ def cmd_query(args) -> int:
         print(f"answer: {result['answer_status']}")
     print("top passages:")
     print_passages(result["passages"])
+    print_latency(result["latency_ms"])
+    return 0
+
+
+def query_deep(args, store) -> int:
+    """``lightfoot query --mode deep``: the answer, the memory points it used, and (--trace) the steps."""
+    from lightfoot_pipeline.serving.deep import DeepSettings, provenance_lines, trace_lines
+    from lightfoot_pipeline.serving.serve import open_service
+
+    settings = DeepSettings.from_env(max_steps=args.max_steps, question_budget_usd=args.question_budget)
+    service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker, answers=True)
+    if service.answerer is None:
+        raise SettingsError(f"query --mode deep: {service.answer_status}",
+                            hint="set OPENAI_BASE_URL to an OpenAI-compatible endpoint (the README's settings table)")
+    result = service.deep(args.question, rerank=not args.no_rerank, settings=settings)
+    if args.json:
+        _print_json(result)
+        return 0
+    snap, deep = result["snapshot"], result.get("deep")
+    print(f"snapshot {snap['snapshot_id']} (store commit {snap['store_seq']}); mode deep, at most "
+          f"{settings.max_steps} steps, ${settings.question_budget_usd:g} a question")
+    if deep is None or result["answer"] is None:
+        print(f"answer: none ({result['answer_status']})")
+    else:
+        print(f"answer: {result['answer']}   [{len(deep['calls'])} calls, {deep['tokens_in']}/{deep['tokens_out']} "
+              f"tokens, ${deep['cost_usd']:.6f}]")
+    if deep is not None:
+        print("memory points used:" if deep["points"] else f"memory points: {len(deep['memory'])}, none used")
+        for line in provenance_lines(deep):
+            print(line)
+        if args.trace:
+            print("steps:")
+            for line in trace_lines(deep):
+                print("  " + line)
     print_latency(result["latency_ms"])
     return 0
 
@@ -201,6 +240,16 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=10, help="passages to show (1-30, default 10)")
     p.add_argument("--no-answer", action="store_true", help="retrieval only: no language-model call")
     p.add_argument("--no-rerank", action="store_true", help="keep the PageRank order")
+    p.add_argument("--mode", choices=("lightfoot", "deep"), default="lightfoot",
+                   help="lightfoot: retrieve once, answer once (default); deep: a multi-step answer from a "
+                        "working memory, with model calls before the answer")
+    p.add_argument("--trace", "--explain", dest="trace", action="store_true",
+                   help="deep mode: print the steps (subqueries, what each retrieved, the memory operations)")
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="deep mode: retrieval steps at most (default: $LIGHTFOOT_DEEP_MAX_STEPS, else 3)")
+    p.add_argument("--question-budget", type=float, default=None,
+                   help="deep mode: most one question spends, USD (default: $LIGHTFOOT_DEEP_QUESTION_BUDGET_USD, "
+                        "else 0.05)")
     p.add_argument("--embedder", default=None, help=embedder_help)
     p.add_argument("--reranker", default=None, help=reranker_help)
     p.add_argument("--json", action="store_true")

@@ -29,7 +29,7 @@ from lightfoot_pipeline.evaluation.audit import AFTER, BEFORE, FRESH, run_trial
 from lightfoot_pipeline.evaluation.eval_run import (
     Echo, EvalPlan, PhaseResult, ProgressFactory, evaluate_store, plan_evaluation, snapshot_record,
 )
-from lightfoot_pipeline.evaluation.harness import QuestionResult
+from lightfoot_pipeline.evaluation.harness import HarnessError, QuestionResult
 from lightfoot_pipeline.evaluation.runs import DELETION_FILE, index_cost, remove_tree, results_frame, write_run
 from lightfoot_pipeline.ingest.dataset import load_questions
 from lightfoot_pipeline.models.embedder import Embedder
@@ -78,6 +78,9 @@ def run_deletion_audit(dataset_dir: Path, questions_file: Path, embedder: Embedd
     """The deletion audit (audit.run_trial, both stores built here) with the plan's questions run
     at each phase; the stores go with a temporary ``work_dir``, and the run goes to ``run_dir``."""
     plan = plan or plan_evaluation()
+    deep = [m.name for m in plan.modes if m.deep]
+    if deep:  # its rankings come from model calls, which a model-free audit does not make
+        raise HarnessError(f"the deletion audit runs retrieval modes only; {', '.join(deep)} calls the model")
     dataset_dir = Path(dataset_dir)
     questions = load_questions(questions_file)
     scratch = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="lightfoot-deletion-audit-"))

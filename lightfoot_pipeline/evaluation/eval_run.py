@@ -7,7 +7,8 @@
 2. export (or reuse) the serving snapshot and load it;
 3. run every question through every mode (harness.py): Lightfoot and the baselines;
 4. optionally answer through the model: the cost is estimated first (``dry_run`` stops there),
-   then the calls run under the budget cap, and each is charged to the store's cost ledger;
+   then the calls run under the budget cap, and each is charged to the store's cost ledger; the
+   ``hgmem`` mode's questions run the deep loop under the same cap (deep_eval.py);
 5. write the run directory (runs.py), and/or the run as one JSON document (:func:`eval_json`,
    ``--out``).
 """
@@ -15,18 +16,21 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
 from lightfoot_pipeline import pipeline
+from lightfoot_pipeline.evaluation.deep_eval import (
+    DEEP_FILE, add_estimates, add_spends, deep_record, deep_rows, estimate_deep_cost,
+)
 from lightfoot_pipeline.evaluation.harness import (
-    AnswerSpend, CostEstimate, HarnessError, QuestionResult, answer_rows, estimate_answer_cost, mean_recalls,
+    DEPTH, AnswerSpend, CostEstimate, HarnessError, QuestionResult, answer_rows, estimate_answer_cost, mean_recalls,
     run_questions, select_modes,
 )
-from lightfoot_pipeline.evaluation.modes import K_VALUES, LIGHTFOOT, Mode, standard_modes
+from lightfoot_pipeline.evaluation.modes import K_VALUES, LIGHTFOOT, Mode, available_modes, standard_modes
 from lightfoot_pipeline.evaluation.runs import EVAL, index_cost, results_frame, write_run
 from lightfoot_pipeline.ingest.dataset import (
     DatasetError, has_recorded_extractions, load_corpus, load_questions, load_recorded_extractions,
@@ -34,9 +38,12 @@ from lightfoot_pipeline.ingest.dataset import (
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.ingest.passages import text_hash
 from lightfoot_pipeline.models.embedder import Embedder
-from lightfoot_pipeline.serving.answer import MAX_TOKENS, Answerer, answer_charge
+from lightfoot_pipeline.serving.answer import MAX_TOKENS, AnswerBudget, Answerer, answer_charge
+from lightfoot_pipeline.serving.deep import DeepQuery, DeepSettings
+from lightfoot_pipeline.serving.deep import charges as deep_charges
 from lightfoot_pipeline.serving.export import export_snapshot
 from lightfoot_pipeline.serving.rerank import Reranker, RerankerStatus
+from lightfoot_pipeline.serving.retrieve import RetrievalSettings, Retriever
 from lightfoot_pipeline.serving.snapshot import Snapshot, SnapshotInfo, load_snapshot
 from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.store import Store
@@ -71,7 +78,8 @@ def plan_evaluation(modes: Sequence[str] | None = None, ks: Sequence[int] = K_VA
         status = RerankerStatus("available", reranker.model_id)
     else:
         status = reranker_status or RerankerStatus("disabled", None, "no reranker configured")
-    chosen = select_modes(standard_modes(reranker is not None), modes)
+    available = available_modes(reranker is not None)
+    chosen = select_modes(available, modes) if modes else standard_modes(reranker is not None)
     return EvalPlan(modes=tuple(chosen), ks=cutoffs, reranker=reranker, reranker_status=status)
 
 
@@ -83,6 +91,8 @@ class AnswerOptions:
     budget_usd: float | None = 1.0
     dry_run: bool = False
     modes: Sequence[str] | None = None  # default: every mode of the run
+    deep: DeepSettings | None = None  # the hgmem mode's bounds (default: from the environment)
+    traces: bool = False  # keep the text of the hgmem mode's steps in the run directory
 
     def describe(self) -> dict:
         settings = self.answerer.client.settings if self.answerer is not None else None
@@ -186,6 +196,10 @@ def run_evaluation(
 ) -> EvaluationOutcome:
     """Every question of the file through every mode of the plan (default: the standard modes)."""
     plan = plan or plan_evaluation()
+    deep_modes = [m.name for m in plan.modes if m.deep]
+    if deep_modes and (answers is None or (answers.modes and not set(deep_modes) <= set(answers.modes))):
+        raise HarnessError(f"mode {', '.join(deep_modes)} calls the model at every step: run it with --answer "
+                           "(or --dry-run to price it), and with it among the --answer-modes")
     questions = load_questions(questions_file)
     build = ensure_dataset_indexed(store, dataset_dir, embedder, progress=progress_factory("building the store"))
     if build["built"]:
@@ -209,6 +223,7 @@ def run_evaluation(
         "answers": None,
     }
     outcome = EvaluationOutcome(config=config, results=results, live_doc_ids=phase.live_doc_ids, build=build)
+    extra_files: dict[str, dict] = {}
     if answers is not None:
         answered = [r for r in results if not answers.modes or r.mode in answers.modes]
         if answers.modes:
@@ -216,8 +231,15 @@ def run_evaluation(
             if missing:
                 raise HarnessError(f"cannot answer for modes {missing}: they are not in this run")
         model, prices = _pricing(answers)
-        outcome.estimate = estimate_answer_cost(answered, model, prices,
+        one_step = [r for r in answered if r.mode not in deep_modes]
+        deep = [r for r in answered if r.mode in deep_modes]
+        deep_settings = answers.deep or DeepSettings.from_env()
+        deep_retriever = Retriever(snapshot, embedder, settings=RetrievalSettings()) if deep else None
+        outcome.estimate = estimate_answer_cost(one_step, model, prices,
                                                 answers.answerer.max_tokens if answers.answerer else MAX_TOKENS)
+        if deep:
+            outcome.estimate = add_estimates(outcome.estimate, estimate_deep_cost(
+                deep, deep_retriever, deep_settings, model, prices))
         echo(("dry run: " if answers.dry_run else "answering: ") + outcome.estimate.line()
              + (f"; budget ${answers.budget_usd:g}" if answers.budget_usd is not None else "; no budget cap"))
         if answers.dry_run:
@@ -227,14 +249,26 @@ def run_evaluation(
             raise HarnessError("answers need a language-model endpoint; set OPENAI_BASE_URL (or use --dry-run)")
         if answers.budget_usd is not None and outcome.estimate.cost_usd > answers.budget_usd:
             echo(f"the estimate passes the budget: the run stops answering at ${answers.budget_usd:g}")
-        outcome.spend = answer_rows(answered, answers.answerer, budget_usd=answers.budget_usd,
+        budget = AnswerBudget(answers.budget_usd)
+        outcome.spend = answer_rows(one_step, answers.answerer, budget_usd=answers.budget_usd, budget=budget,
                                     progress=progress_factory("answers"))
-        ledger_run_id = charge_answers(store, answered, answers.answerer)
+        try:
+            if deep:  # an endpoint that cannot serve stops the run here, with what was spent charged
+                engine = DeepQuery(deep_retriever, answers.answerer.client, deep_settings, budget, rerank=False)
+                outcome.spend = add_spends(outcome.spend, deep_rows(
+                    deep, engine, plan.ks, DEPTH, budget_usd=answers.budget_usd,
+                    progress=progress_factory("deep questions")))
+        finally:
+            ledger_run_id = charge_answers(store, answered, answers.answerer)
         config["answers"] = {**answers.describe(), "estimate": outcome.estimate.as_dict(),
                              "spend": outcome.spend.as_dict(), "ledger_run_id": ledger_run_id}
+        if deep:
+            config["answers"]["deep"] = {**asdict(deep_settings), "traces": answers.traces, "file": DEEP_FILE}
+            extra_files[DEEP_FILE] = deep_record(deep, deep_settings, answers.traces)
     if run_dir is not None:
         rows = [{"phase": EVAL, "evidence": None, **r.row()} for r in results]
-        outcome.run_dir = write_run(run_dir, config, results_frame(rows, plan.ks), overwrite=overwrite)
+        outcome.run_dir = write_run(run_dir, config, results_frame(rows, plan.ks), overwrite=overwrite,
+                                    extra_files=extra_files)
     return outcome
 
 
@@ -249,13 +283,20 @@ def _pricing(answers: AnswerOptions) -> tuple[str, tuple[float, float, str]]:
 
 
 def charge_answers(store: Store, answered: Sequence[QuestionResult], answerer: Answerer) -> str:
-    """Every answer call goes into the store's cost ledger (purpose ``answer``), as extraction calls do.
+    """Every answer call goes into the store's cost ledger (purpose ``answer``; ``deep-<stage>`` for
+    each call of a deep question), as extraction calls do.
 
     Returns the ledger's run id (``lightfoot cost --run RUN_ID`` shows the run).
     """
     run_id = ledger.new_run_id("eval")
     prices = answerer.client.settings.prices()
-    ledger.record(store, [answer_charge(run_id, r.answer, prices) for r in answered if r.answer is not None])
+    rows = []
+    for r in answered:
+        if r.deep is not None:
+            rows += deep_charges(r.deep, run_id, prices)
+        elif r.answer is not None:
+            rows.append(answer_charge(run_id, r.answer, prices))
+    ledger.record(store, rows)
     return run_id
 
 

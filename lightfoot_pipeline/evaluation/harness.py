@@ -72,6 +72,7 @@ class QuestionResult:
     facts: list[FactHit] = field(default_factory=list, repr=False)
     answer: Answer | None = None
     answer_status: str = "not asked"  # "answered", "failed: …", "skipped: …", "not asked"
+    deep: object | None = field(default=None, repr=False)  # the deep mode's DeepResult (deep_eval.py)
 
     def row(self) -> dict:
         a = self.answer
@@ -268,17 +269,19 @@ def answer_rows(
     *,
     budget_usd: float | None,
     progress: Callable[[int, int], None] | None = None,
+    budget: AnswerBudget | None = None,
 ) -> AnswerSpend:
     """Answer each (mode, question) through the model, never letting the spend pass the budget.
 
     Before a call, its worst case (the prompt at 3 characters a token and a full ``max_tokens``
     answer) is reserved against the budget (answer.AnswerBudget); a call that does not fit is
     skipped, with the reason recorded on its row, and so is every call after it. Calls run
-    ``concurrency`` at a time (the client's setting).
+    ``concurrency`` at a time (the client's setting). ``budget``: one shared with other calls of
+    the run (default: a new one of ``budget_usd``).
     """
     if budget_usd is not None and budget_usd < 0:
         raise HarnessError(f"the budget must not be negative, got {budget_usd}")
-    budget = AnswerBudget(budget_usd)
+    budget = budget or AnswerBudget(budget_usd)
     spend = AnswerSpend(budget_usd=budget_usd)
     lock = threading.Lock()
     started = time.perf_counter()

@@ -9,7 +9,10 @@ side by side, on the same snapshot and question vectors:
   cross-encoder is available);
 - ``hipporag2``: a HippoRAG 2-style configuration of the same graph (baseline): damping 0.5,
   every passage seeded at 0.05 × its min–max scaled similarity, the entities of the top 5 facts
-  seeded, no reranker.
+  seeded, no reranker;
+- ``hgmem``: the deep mode (serving/deep), HGMem's working memory over the same graph: model calls
+  at every step, so it runs only when named and with answers (``--answer`` or ``--dry-run``). Its
+  ranked passages are those its answer was written from, then the rest it retrieved, in order.
 
 This module imports no retrieval code at load time, so that the command line can name the modes
 and cut-offs without loading it.
@@ -28,7 +31,8 @@ K_VALUES = (2, 5, 10)  # recall@k reported by default
 ANSWER_FACTS = 10  # facts the Lightfoot modes give the answer model with the passages
 
 DENSE, LIGHTFOOT, LIGHTFOOT_RERANK, HIPPORAG2 = "dense", "lightfoot", "lightfoot+rerank", "hipporag2"
-MODE_NAMES = (DENSE, LIGHTFOOT, LIGHTFOOT_RERANK, HIPPORAG2)
+HGMEM = "hgmem"
+MODE_NAMES = (DENSE, LIGHTFOOT, LIGHTFOOT_RERANK, HIPPORAG2, HGMEM)
 BASELINES = (DENSE, HIPPORAG2)
 
 
@@ -43,6 +47,7 @@ class Mode:
     all_passages_seeded: bool = False  # seed every passage (seed_passages = the snapshot's count)
     rerank: bool = False
     answer_facts: int = 0  # facts given to the answer model with the passages
+    deep: bool = False  # the deep mode: retrieval and memory driven by the model, step by step
 
     def settings_for(self, snapshot: Snapshot) -> RetrievalSettings | None:
         if self.settings is None or not self.all_passages_seeded:
@@ -53,7 +58,7 @@ class Mode:
         settings = self.settings_for(snapshot) if snapshot is not None else self.settings
         return {
             "name": self.name, "description": self.description, "graph": self.graph, "rerank": self.rerank,
-            "all_passages_seeded": self.all_passages_seeded, "answer_facts": self.answer_facts,
+            "all_passages_seeded": self.all_passages_seeded, "answer_facts": self.answer_facts, "deep": self.deep,
             "retrieval": asdict(settings) if settings is not None else None,
         }
 
@@ -77,3 +82,14 @@ def standard_modes(reranker_available: bool) -> list[Mode]:
         all_passages_seeded=True,
     ))
     return modes
+
+
+def available_modes(reranker_available: bool) -> list[Mode]:
+    """Every mode an evaluation can run: the standard ones (its default), then ``hgmem``."""
+    from lightfoot_pipeline.serving.retrieve import RetrievalSettings
+
+    return [*standard_modes(reranker_available), Mode(
+        HGMEM, "HGMem-style deep mode: a working memory of points over the graph, local and global subqueries "
+        "for up to 3 steps, the answer written from the memory (model calls at every step)",
+        graph=True, settings=RetrievalSettings(), deep=True,
+    )]

@@ -290,8 +290,9 @@ def answers_section(run: Run, phase: str) -> list[str]:
                      asked.filter(pl.col("answer_status").str.starts_with("failed")).height,
                      asked.filter(pl.col("answer_status").str.starts_with("skipped")).height,
                      _fmt(scored.get_column("em").mean() if scored.height else None),
-                     _fmt(scored.get_column("f1").mean() if scored.height else None)])
-    lines += _table(["mode", "asked", "answered", "failed", "skipped (budget)", "EM", "F1"], rows)
+                     _fmt(scored.get_column("f1").mean() if scored.height else None),
+                     f"${float(asked.get_column('answer_cost_usd').fill_null(0.0).sum()):.4f}"])
+    lines += _table(["mode", "asked", "answered", "failed", "skipped (budget)", "EM", "F1", "cost"], rows)
     lines += ["EM and F1 use the SQuAD normalisation against the answer and its aliases; failed and skipped "
               "questions are left out of the means and of the paired comparisons.", ""]
     compared = []
@@ -309,6 +310,11 @@ def answers_section(run: Run, phase: str) -> list[str]:
     if compared:
         lines += _table(["comparison", "metric", "questions", "difference", "95% interval", "significant"], compared)
     lines += [cost_line(answers), ""]
+    deep = answers.get("deep")
+    if deep:
+        lines += [f"`hgmem` ran at most {deep['max_steps']} steps a question with {deep['passages']} passages a step "
+                  f"and in its answer, ${deep['question_budget_usd']:g} a question; its steps are in "
+                  f"`{deep['file']}` ({'with their text' if deep['traces'] else 'ids only'}).", ""]
     return lines
 
 

@@ -8,6 +8,7 @@ A run directory holds
     results.parquet   one row per (phase, mode, question): ranked documents and passages,
                       recall@k, retrieval time, and the answer with its EM, F1, tokens and cost
     deletion.json     the deletion audit's figures (deletion audits only)
+    deep.json         the hgmem mode's steps by question: ids and numbers, text only with --traces
     report.md, *.png  written by ``lightfoot report RUN_DIR`` (report.py)
 
 Phases: ``eval`` for an evaluation; ``before``, ``after`` and ``fresh`` for a deletion audit (the
@@ -113,7 +114,8 @@ def write_run(run_dir: Path | str, config: dict, results: pl.DataFrame, *, overw
         raise RunError("results hold a (phase, mode, question) twice")
     run_dir.mkdir(parents=True, exist_ok=True)
     if overwrite:
-        for stale in [run_dir / RESULTS_FILE, run_dir / DELETION_FILE, *run_dir.glob("*.png"), run_dir / "report.md"]:
+        for stale in [run_dir / RESULTS_FILE, run_dir / DELETION_FILE, run_dir / "deep.json", *run_dir.glob("*.png"),
+                      run_dir / "report.md"]:
             stale.unlink(missing_ok=True)
     payload = {"format": FORMAT_VERSION, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
                "software": software(), **config}

@@ -285,3 +285,28 @@ class Retriever:
         row = self.snapshot.passages.row(index, named=True)
         return PassageHit(rank=rank, chunk_id=row["chunk_id"], doc_id=row["doc_id"], title=row["title"] or "",
                           text=row["text"], pagerank_rank=rank, pagerank_score=score, dense_score=dense)
+
+
+def anchored_seeds(snapshot: Snapshot, anchors: np.ndarray, facts: list[FactHit], dense: np.ndarray,
+                   passages: np.ndarray, passage_seed_weight: float) -> np.ndarray:
+    """The (N,) seed weights of a walk anchored at entities (a deep question's local investigation).
+
+    The anchor entities share a mass of 1 equally; the ends of ``facts`` get mass as in
+    :meth:`Retriever.seeds`; the passages ``passages`` (indices into the snapshot's passages, the
+    anchors' neighbourhood) get their similarity ``dense`` min–max scaled to
+    [0, ``passage_seed_weight``].
+    """
+    seeds = np.zeros(snapshot.graph.n_nodes, dtype=np.float64)
+    anchors = np.asarray(anchors, dtype=np.int64)
+    if anchors.size:
+        np.add.at(seeds, anchors, 1.0 / anchors.size)
+    for hit in facts:
+        for entity in (int(snapshot.fact_subjects[hit.row]), int(snapshot.fact_objects[hit.row])):
+            seeds[entity] += max(hit.similarity, 0.0) / max(int(snapshot.entity_passage_counts[entity]), 1)
+    passages = np.asarray(passages, dtype=np.int64)
+    if passages.size:
+        values = dense[passages].astype(np.float64)
+        low, high = values.min(), values.max()
+        scaled = (values - low) / (high - low) if high > low else np.ones_like(values)
+        seeds[snapshot.graph.n_entities + passages] = scaled * passage_seed_weight
+    return seeds

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.serving.answer import Answer, AnswerBudget, Answerer, answer_charge, build_answerer
+from lightfoot_pipeline.serving.deep import DeepQuery, DeepQueryError, DeepSettings, charges
 from lightfoot_pipeline.models.embedder import Embedder, load_embedder
 from lightfoot_pipeline.serving.rerank import Reranker, RerankerStatus, load_reranker
 from lightfoot_pipeline.serving.retrieve import (
@@ -107,6 +108,14 @@ class QueryService:
     def snapshot(self) -> Snapshot | None:
         serving = self._serving
         return serving.snapshot if serving else None
+
+    def current(self) -> _Serving:
+        """The snapshot being served, its retriever and when it was loaded (one reference: a query
+        that takes it runs on one snapshot)."""
+        serving = self._serving
+        if serving is None:
+            raise NoSnapshotLoaded("no snapshot is loaded yet: export one with `lightfoot snapshot`")
+        return serving
 
     def use(self, snapshot: Snapshot) -> None:
         """Serve this snapshot from now on (queries already running finish on the old one)."""
@@ -222,6 +231,38 @@ class QueryService:
         payload["latency_ms"]["answer"] = _ms_since(clock)
         payload["latency_ms"]["total"] = _ms_since(pending.started)
 
+    def deep(self, question: str, *, rerank: bool = True, settings: DeepSettings | None = None) -> dict:
+        """The deep mode (serving/deep): a multi-step answer from a working memory, its points with
+        their passages and facts, and its steps; every call within the service's budget and in the
+        cost ledger. Raises DeepQueryError when the model endpoint cannot serve."""
+        started = time.perf_counter()
+        serving = self._serving
+        if serving is None:
+            raise NoSnapshotLoaded("no snapshot is loaded yet: export one with `lightfoot snapshot`")
+        snapshot = serving.snapshot
+        payload: dict = {"question": question, "mode": "deep", "answer": None,
+                         "snapshot": {"snapshot_id": snapshot.snapshot_id, "store_seq": snapshot.info.store_seq,
+                                      "fingerprint": snapshot.info.fingerprint, "loaded_at": serving.loaded_at}}
+        if self.answerer is None:
+            payload["answer_status"] = self.answer_status
+        elif self.budget.spent():
+            payload["answer_status"] = self._budget_spent()
+        else:
+            engine = DeepQuery(serving.retriever, self.answerer.client, settings or DeepSettings.from_env(),
+                               self.budget, rerank=rerank)
+            try:
+                result = engine.run(question)
+            except DeepQueryError as err:
+                if err.result is not None:
+                    self._record(charges(err.result, self.ledger_run_id, self.answerer.client.settings.prices()))
+                raise
+            self._record(charges(result, self.ledger_run_id, self.answerer.client.settings.prices()))
+            payload["deep"] = result.as_dict(text=True)
+            payload["answer"] = result.answer
+            payload["answer_status"] = "answered" if result.status == "answered" else f"stopped: {result.reason}"
+        payload["latency_ms"] = {"total": _ms_since(started)}
+        return payload
+
     def _budget_spent(self) -> str:
         return (f"the answer budget of ${self.budget.limit_usd:g} for this service process is spent; "
                 "retrieval only (a restart starts a new budget)")
@@ -230,9 +271,13 @@ class QueryService:
         """The answer call's row in the cost ledger; a failure to write it is logged, not raised."""
         if not self.charge_ledger:
             return
-        charge = answer_charge(self.ledger_run_id, result, self.answerer.client.settings.prices())
+        self._record([answer_charge(self.ledger_run_id, result, self.answerer.client.settings.prices())])
+
+    def _record(self, charges: list[ledger.Charge]) -> None:
+        if not self.charge_ledger:
+            return
         try:
-            ledger.record(self.store, [charge])
+            ledger.record(self.store, charges)
         except Exception:  # the answer is already paid for; the operator must hear of the gap
             self.ledger_errors += 1
             log.exception("could not write an answer call to the cost ledger of %s", self.store.uri)

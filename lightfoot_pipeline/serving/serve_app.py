@@ -2,14 +2,17 @@
 
 Endpoints (JSON in and out)::
 
-    POST /query     {"question": "...", "top_k": 10, "answer": true, "rerank": true}
+    POST /query     {"question": "...", "top_k": 10, "answer": true, "rerank": true, "mode": "lightfoot"}
+                    ("mode": "deep": a multi-step answer from a working memory, serving/deep)
     GET  /status    the served snapshot, reloads, the reranker, the answer budget (authenticated)
     GET  /snapshot  the served snapshot's manifest and the published one's id (authenticated)
     GET  /health    {"status": "ok" | "no_snapshot"}: liveness, open to all, nothing more
+    GET  /          the web page, and POST /explain/query, GET /explain/entity, /explain/doc (serve_page.py)
 
-Every endpoint but ``/health`` needs ``Authorization: Bearer <token>`` when the service has
-tokens (serve_auth.py); a missing or wrong token gets 401 with ``WWW-Authenticate``. GET
-endpoints answer HEAD too, and query strings are ignored.
+Every endpoint but ``/health`` and the page's static files needs ``Authorization: Bearer <token>``
+when the service has tokens (serve_auth.py); a missing or wrong token gets 401 with
+``WWW-Authenticate``. GET endpoints answer HEAD too, and query strings are ignored but by
+``/explain/entity`` and ``/explain/doc``.
 
 What the application bounds (:class:`HttpLimits`, which holds the server's bounds too: see
 serve_http.py):
@@ -48,13 +51,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from lightfoot_pipeline.errors import LightfootError
+from lightfoot_pipeline.serving.deep import DeepQueryError
 from lightfoot_pipeline.serving.retrieve import RetrievalError
 from lightfoot_pipeline.serving.serve import DEFAULT_TOP_K, MAX_QUESTION_CHARS, MAX_TOP_K, NoSnapshotLoaded, QueryService
 from lightfoot_pipeline.serving.serve_auth import Tokens
+from lightfoot_pipeline.serving.serve_page import STATIC_PREFIX, page_routes
 
 log = logging.getLogger(__name__)
 
-OPEN_PATHS = frozenset({"/health"})  # answered without a token
+QUERY_MODES = ("lightfoot", "deep")
+OPEN_PATHS = frozenset({"/health", "/"})  # answered without a token; so is everything under /static/
 REALM = "lightfoot"
 
 
@@ -105,10 +111,10 @@ def parse_query_request(body: bytes) -> dict:
         raise BadRequest(f"the body is not JSON: {err}") from None
     if not isinstance(payload, dict):
         raise BadRequest("the body must be a JSON object")
-    unknown = set(payload) - {"question", "top_k", "answer", "rerank"}
+    unknown = set(payload) - {"question", "top_k", "answer", "rerank", "mode"}
     if unknown:
         names = ", ".join(sorted(ascii(name)[:40] for name in unknown))
-        raise BadRequest(f"unknown fields: {names}; the fields are question, top_k, answer, rerank")
+        raise BadRequest(f"unknown fields: {names}; the fields are question, top_k, answer, rerank, mode")
     question = payload.get("question")
     if not isinstance(question, str) or not question.strip():
         raise BadRequest("question must be a non-empty string")
@@ -128,7 +134,13 @@ def parse_query_request(body: bytes) -> dict:
         if not isinstance(value, bool):
             raise BadRequest(f"{name} must be true or false")
         flags[name] = value
-    return {"question": question, "top_k": top_k, **flags}
+    mode = payload.get("mode", "lightfoot")
+    if mode not in QUERY_MODES:
+        raise BadRequest(f"mode must be one of {', '.join(QUERY_MODES)}")
+    if mode == "deep" and not flags["answer"]:
+        raise BadRequest("mode deep answers through the model at every step; it cannot run with answer false")
+    deep = {"mode": mode} if mode != "lightfoot" else {}  # the default mode is left implicit
+    return {"question": question, "top_k": top_k, **flags, **deep}
 
 
 class HttpError(LightfootError):
@@ -244,7 +256,8 @@ class TokenAuth:
         self.tokens = tokens if tokens is not None and tokens.configured else None
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http" or self.tokens is None or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or self.tokens is None or scope["path"] in OPEN_PATHS \
+                or scope["path"].startswith(STATIC_PREFIX):
             await self.app(scope, receive, send)
             return
         header = next((value for name, value in scope["headers"] if name == b"authorization"), None)
@@ -275,16 +288,47 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
         service.answer(payload, pending)
         return encode(payload)
 
+    def deep_and_encode(arguments: dict) -> bytes:
+        return encode(service.deep(arguments["question"], rerank=arguments["rerank"]))
+
+    async def parse_body(request: Request) -> tuple[str, int, bool]:
+        arguments = await read_arguments(request)
+        return arguments["question"], arguments["top_k"], arguments["rerank"]
+
+    async def read_arguments(request: Request) -> dict:
+        body = await read_body(request, limits.max_body_bytes, limits.body_timeout_s)
+        try:
+            return parse_query_request(body)
+        except BadRequest as err:
+            raise HttpError(400, str(err)) from None
+
+    def guard(endpoint):
+        """The endpoint, with the service's errors answered as query's are."""
+        async def guarded(request: Request) -> Response:
+            try:
+                return await endpoint(request)
+            except HttpError as err:
+                return json_response(err.status, {"error": str(err)}, err.headers, close=err.close)
+            except ClientDisconnect:
+                return Response(status_code=400)
+            except NoSnapshotLoaded as err:
+                return json_response(503, {"error": str(err)}, {"retry-after": "5"})
+            except RetrievalError as err:
+                return json_response(422, {"error": str(err)})
+            except Exception:
+                log.exception("%s failed", request.url.path)
+                return json_response(500, {"error": "the request failed inside the service (logged there)"})
+        return guarded
+
     async def query(request: Request) -> Response:
         try:
-            body = await read_body(request, limits.max_body_bytes, limits.body_timeout_s)
-            try:
-                arguments = parse_query_request(body)
-            except BadRequest as err:
-                raise HttpError(400, str(err)) from None
-            encoded, payload, pending = await retrieval.run(retrieve_and_encode, arguments)
-            if encoded is None:
-                encoded = await answers.run(answer_and_encode, payload, pending)
+            arguments = await read_arguments(request)
+            if arguments.pop("mode", "lightfoot") == "deep":  # model calls between retrievals: the answer pool
+                encoded = await answers.run(deep_and_encode, arguments)
+            else:
+                encoded, payload, pending = await retrieval.run(retrieve_and_encode, arguments)
+                if encoded is None:
+                    encoded = await answers.run(answer_and_encode, payload, pending)
         except HttpError as err:
             return json_response(err.status, {"error": str(err)}, err.headers, close=err.close)
         except ClientDisconnect:
@@ -293,6 +337,8 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
             return json_response(503, {"error": str(err)}, {"retry-after": "5"})
         except RetrievalError as err:
             return json_response(422, {"error": str(err)})
+        except DeepQueryError as err:  # the model endpoint cannot serve
+            return json_response(502, {"error": str(err)})
         except Exception:  # a bug must not take the server down; the details stay in the log
             log.exception("query failed")
             return json_response(500, {"error": "the query failed inside the service (logged there)"})
@@ -314,7 +360,7 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
 
     async def http_error(request: Request, err: HTTPException) -> Response:
         message = {404: f"no such resource {request.url.path}; try POST /query, GET /status, GET /snapshot, "
-                        "GET /health", 405: f"{request.method} is not allowed on {request.url.path}"}
+                        "GET /health, or the page at GET /", 405: f"{request.method} is not allowed on {request.url.path}"}
         return json_response(err.status_code, {"error": message.get(err.status_code, err.detail)},
                              dict(err.headers or {}), close=_may_have_body(request.scope))
 
@@ -324,6 +370,7 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
             Route("/health", health, methods=["GET"]),
             Route("/status", status, methods=["GET"]),
             Route("/snapshot", snapshot, methods=["GET"]),
+            *page_routes(service, retrieval.run, guard, json_response, HttpError, parse_body),
         ],
         middleware=[Middleware(TokenAuth, tokens=tokens)],
         exception_handlers={HTTPException: http_error},

@@ -73,19 +73,23 @@ def test_checks_are_blocking_and_guard_the_serving_export(defs):
 def test_jobs_sensors_and_schedules(defs):
     assert {j.name for j in defs.jobs} == {"document_ingestion", "document_deletion"}
     sensors = {s.name: s for s in defs.sensors}
-    assert set(sensors) == {"document_inbox", "erasure_inbox", "deleted_partitions"}
+    assert set(sensors) == {"document_inbox", "erasure_inbox", "deleted_partitions", "lightfoot_automation"}
     assert all(s.default_status == dg.DefaultSensorStatus.RUNNING for s in sensors.values())
+    assert isinstance(sensors["lightfoot_automation"], dg.AutomationConditionSensorDefinition)
     schedules = {s.name: s for s in defs.schedules}
     assert schedules["hourly_ingestion"].cron_schedule == "15 * * * *"
     assert schedules["retention_schedule"].cron_schedule == "0 3 * * *"
     ingestion = defs.resolve_job_def("document_ingestion")
     selected = {k.to_user_string() for k in ingestion.asset_layer.selected_asset_keys}
     assert selected == PER_DOCUMENT | GRAPH | {"serving_snapshot"}
-    assert "matches_fresh_rebuild" not in ingestion.graph.node_dict  # a rebuild per ingestion costs too much
+    # every blocking check runs in each job that can change its answer
+    assert {"matches_fresh_rebuild", "entities_no_dangling_references", "extractions_passages_accounted_for"} \
+        <= set(ingestion.graph.node_dict)
     deletion = defs.resolve_job_def("document_deletion")
     selected = {k.to_user_string() for k in deletion.asset_layer.selected_asset_keys}
     assert selected == GRAPH | {"tombstones", "erasures", "serving_snapshot"}
-    assert {"matches_fresh_rebuild", "entities_no_dangling_references"} <= set(deletion.graph.node_dict)
+    assert {"matches_fresh_rebuild", "entities_no_dangling_references", "extractions_passages_accounted_for"} \
+        <= set(deletion.graph.node_dict)
 
 
 def test_secrets_reach_the_extractor_only_as_environment_variables(monkeypatch):
@@ -117,3 +121,17 @@ def test_the_local_instance_file_loads_with_sqlite_storage_and_one_store_writer(
         assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
         instance.add_dynamic_partitions("documents", ["doc-1"])
     assert any(p.suffix == ".db" for p in home.rglob("*")), "the SQLite files live under DAGSTER_HOME"
+
+
+def test_every_asset_has_a_code_version_and_every_table_its_column_schema(defs):
+    from lightfoot_pipeline.store.tables import spec_for
+
+    graph = defs.resolve_asset_graph()
+    versions = {graph.get(key).code_version for key in graph.materializable_asset_keys}
+    assert len(versions) == 1 and None not in versions, "one code version: the engine's and the settings'"
+    for name in PER_DOCUMENT | GRAPH | {"tombstones"}:
+        metadata = graph.get(dg.AssetKey(name)).metadata
+        schema = metadata["dagster/column_schema"]
+        assert schema.columns and all(c.type for c in schema.columns), name
+    entities = graph.get(dg.AssetKey("entities")).metadata
+    assert [c.name for c in entities["column_schema/mentions"].columns] == spec_for("mentions").columns

@@ -39,7 +39,7 @@ def test_twenty_arrive_three_are_erased_and_the_store_equals_a_fresh_build_of_se
     store = Store(lightfoot.store_uri)
     assert store.read("documents").height == 20
     facts = materializations(ingestion, "facts")[0]
-    assert facts.metadata["fingerprint"].value == pipeline.fingerprint(store).digest
+    assert facts.metadata["store_fingerprint"].value == pipeline.fingerprint(store).digest
 
     # Three documents are erased through a request file.
     doomed = sorted([twenty[2].doc_id, twenty[9].doc_id, twenty[15].doc_id])
@@ -51,8 +51,10 @@ def test_twenty_arrive_three_are_erased_and_the_store_equals_a_fresh_build_of_se
     checks = {(e.asset_key.to_user_string(), e.check_name): e.passed for e in deletion.get_asset_check_evaluations()}
     assert ("facts", "matches_fresh_rebuild") in checks and ("entities", "no_dangling_references") in checks
     assert all(checks.values()), checks
+    observed = [e.event_specific_data.asset_observation for e in deletion.get_asset_observation_events()]
     for asset in ("passages", "extractions", "forms"):
-        tombstoned = materializations(deletion, asset)
+        assert materializations(deletion, asset) == [], "a deletion is no materialization"
+        tombstoned = [o for o in observed if o.asset_key.to_user_string() == asset]
         assert sorted(m.partition for m in tombstoned) == doomed
         assert {m.metadata["status"].value for m in tombstoned} == {"tombstoned"}
     assert materializations(deletion, "erasures")[0].metadata["erased_count"].value == 3

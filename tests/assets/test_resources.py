@@ -40,11 +40,13 @@ def test_auto_mode_replays_recordings_and_asks_the_model_for_the_rest(
     assert extractions.get_column("status").to_list() == ["ok", "ok"]
     by_doc = dict(zip(extractions.get_column("doc_id").to_list(), extractions.get_column("extractor").to_list()))
     assert by_doc[recorded.doc_id].startswith("replay:") and by_doc[asked.doc_id] == "openai:test-model"
-    metadata = next(e.event_specific_data.materialization.metadata for e in result.get_asset_materialization_events()
-                    if e.event_specific_data.materialization.asset_key.to_user_string() == "extractions")
-    assert metadata["model_calls"].value == 1
-    assert metadata["tokens_in"].value == 500 and metadata["tokens_out"].value == 50
-    assert metadata["cost_usd"].value == pytest.approx((500 * 0.10 + 50 * 0.32) / 1e6, abs=1e-6)
+    metadata = {m.partition: m.metadata for m in result.asset_materializations_for_node("extractions")}
+    assert metadata[asked.doc_id]["model_calls"].value == 1 and metadata[recorded.doc_id]["model_calls"].value == 0
+    for partition in metadata.values():  # the run's totals on every partition, under run_ keys
+        assert partition["run_model_calls"].value == 1
+        assert partition["run_tokens_in"].value == 500 and partition["run_tokens_out"].value == 50
+        assert partition["run_cost_usd"].value == pytest.approx((500 * 0.10 + 50 * 0.32) / 1e6, abs=1e-6)
+    assert metadata[asked.doc_id]["cost_usd"].value == pytest.approx((500 * 0.10 + 50 * 0.32) / 1e6, abs=1e-6)
     forms = lightfoot.store().read("forms").filter(pl.col("doc_id") == asked.doc_id)
     assert "oslo" in forms.get_column("name").to_list()
 

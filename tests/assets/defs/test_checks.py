@@ -38,7 +38,7 @@ def test_a_sound_store_passes_every_check(ingested):
     result = deletion_run(ingested)
     assert result.success
     checks = evaluations(result)
-    assert len(checks) == 6 and all(c.passed for c in checks.values())
+    assert len(checks) == 7 and all(c.passed for c in checks.values())  # the passages check runs after deletions too
     rebuild = checks[("facts", "matches_fresh_rebuild")].metadata
     assert rebuild["store_fingerprint"].value == rebuild["rebuild_fingerprint"].value
     assert rebuild["differing_tables"].value == []
@@ -102,3 +102,24 @@ def test_a_passage_with_no_extraction_is_not_accounted_for(ingested):
     assert not result.passed
     assert result.metadata["missing"].value == 1
     assert "1 passages without an extraction" in result.description
+
+
+def test_the_ingestion_job_compares_with_a_rebuild_up_to_its_limit(lightfoot, twenty, sample_records):
+    lightfoot.drop_documents("small", twenty[:3], sample_records)
+    (request,) = lightfoot.tick("document_inbox").run_requests
+    result = lightfoot.run(request)
+    assert result.success
+    checks = evaluations(result)
+    assert checks[("facts", "matches_fresh_rebuild")].passed, "3 documents are under the ingestion job's limit"
+    lightfoot.drop_documents("more", twenty[3:5], sample_records)
+    (request,) = lightfoot.tick("document_inbox").run_requests
+    limited = {"ops": {"matches_fresh_rebuild": {"config": {"ingestion_limit": 4}}}}
+    result = lightfoot.run(request, run_config=limited)
+    assert result.success
+    check = evaluations(result)[("facts", "matches_fresh_rebuild")]
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+    assert "5 live documents, more than the ingestion job's limit of 4" in check.description
+    assert "serving_snapshot" in materialized(result), "a warning blocks nothing"
+    result = deletion_run(lightfoot, run_config=limited)
+    assert result.success and evaluations(result)[("facts", "matches_fresh_rebuild")].passed, \
+        "the deletion job always compares"

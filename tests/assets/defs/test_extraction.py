@@ -40,12 +40,14 @@ def test_extractions_reuse_a_crashed_runs_answers_and_count_retries_apart_from_c
     result = lightfoot.run(lightfoot.tick("document_inbox").run_requests[0])
     assert result.success
     assert chat_server.count == 1 + 2  # the asked passage only: one call, retried once
-    metadata = next(e.event_specific_data.materialization.metadata for e in result.get_asset_materialization_events()
-                    if e.event_specific_data.materialization.asset_key.to_user_string() == "extractions")
-    values = {k: metadata[k].value for k in ("model_calls", "retries", "from_cache", "already_extracted",
-                                             "extracted", "failed")}
+    by_partition = {m.partition: m.metadata for m in result.asset_materializations_for_node("extractions")}
+    metadata = by_partition[asked.doc_id]
+    values = {k: metadata[f"run_{k}"].value for k in ("model_calls", "retries", "from_cache", "already_extracted",
+                                                      "extracted", "failed")}
     assert values == {"model_calls": 1, "retries": 1, "from_cache": 1, "already_extracted": 1, "extracted": 1,
                       "failed": 0}
+    assert (metadata["model_calls"].value, metadata["retries"].value) == (1, 1)
+    assert (by_partition[cached.doc_id]["model_calls"].value, by_partition[cached.doc_id]["from_cache"].value) == (0, 1)
     totals = ledger.totals(lightfoot.store())
     assert (totals["calls"], totals["retries"], totals["runs"]) == (2, 1, 2)
     assert lightfoot.store().read("extractions").get_column("status").to_list() == ["ok", "ok"]

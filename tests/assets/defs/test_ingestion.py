@@ -109,10 +109,11 @@ def test_materializing_one_partition_reports_rows_versions_fingerprint_and_cost(
     first_commit = json.loads(store.history().row(0, named=True)["versions"])
     assert by_asset["passages"]["table_versions"].value == {t: first_commit[t] for t in ("passages", "documents")}
     assert by_asset["passages"]["store_commit"].value == 1
-    assert by_asset["extractions"]["extracted"].value == 1
+    assert by_asset["extractions"]["run_extracted"].value == 1 and by_asset["extractions"]["status"].value == "extracted"
     assert by_asset["extractions"]["model_calls"].value == 0 and by_asset["extractions"]["cost_usd"].value == 0.0
-    assert by_asset["forms"]["forms_in_run"].value == store.read("forms").height > 0
-    assert by_asset["facts"]["fingerprint"].value == digest
+    assert by_asset["forms"]["run_forms"].value == by_asset["forms"]["dagster/row_count"].value \
+        == store.read("forms").height > 0
+    assert by_asset["facts"]["store_fingerprint"].value == digest
     assert by_asset["entities"]["rows"].value["entities"] == store.read("entities").height
     assert by_asset["name_vectors"]["embedder"].value == "hashing-3gram-32d"
     history = store.history()

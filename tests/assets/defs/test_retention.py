@@ -259,7 +259,9 @@ def test_a_soft_deletion_tombstones_the_partition_and_keeps_history(lightfoot, t
     assert log.metadata["deleted"].value == [docs[1].doc_id]
     assert log.metadata["not_found"].value == ["never-ingested"]
     assert log.metadata["model_calls"].value == 0
-    per_partition = [m for m in tombstones if m.partition == docs[1].doc_id]
+    assert not [m for m in tombstones if m.partition == docs[1].doc_id], "a deletion is no materialization"
+    observed = [e.event_specific_data.asset_observation for e in result.get_asset_observation_events()]
+    per_partition = [m for m in observed if m.partition == docs[1].doc_id]
     assert sorted(m.asset_key.to_user_string() for m in per_partition) == ["extractions", "forms", "passages"]
     assert all(m.metadata["reason"].value == "duplicate" and m.metadata["erase"].value is False for m in per_partition)
     erasures = next(m for m in tombstones if m.asset_key.to_user_string() == "erasures")

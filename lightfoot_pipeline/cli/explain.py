@@ -1,0 +1,165 @@
+"""``lightfoot explain doc | entity | query``: provenance on the command line, as text or JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from lightfoot_pipeline.settings import SettingsError
+
+
+def _print_json(payload) -> None:
+    json.dump(payload, sys.stdout, indent=2, sort_keys=True, default=str)
+    sys.stdout.write("\n")
+
+
+def _existing_store(args):
+    from lightfoot_pipeline.store.store import Store, StoreError
+
+    store = Store(args.store)
+    if not store.exists():
+        raise StoreError(f"no store at {store.uri}",
+                         hint="name the store with --store (or LIGHTFOOT_STORE), or build one with `lightfoot ingest`")
+    return store
+
+
+def _short(text: str | None, width: int = 90) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def cmd_explain_doc(args) -> int:
+    from lightfoot_pipeline.explain.documents import explain_document
+
+    explanation = explain_document(_existing_store(args), args.doc_id, preview=not args.no_preview)
+    if args.json:
+        _print_json(explanation.as_dict())
+        return 0
+    e = explanation
+    if e.status == "deleted":
+        d = e.deletion
+        print(f"{e.doc_id}: deleted at {d['requested_at']}" + (f" ({d['reason']})" if d["reason"] else "")
+              + ("; erased" if d["erased_at"] else "; erase pending" if d["erase"] else ""))
+        return 0
+    print(f"{e.doc_id}: {e.document.get('title')!r}, {len(e.passages)} passages (store commit {e.store_seq})")
+    for p in e.passages:
+        status = p["status"] or "not extracted"
+        print(f"  passage {p['ordinal']} {p['chunk_id']}: {status}, {p['n_entities'] or 0} entities, "
+              f"{p['n_facts'] or 0} facts" + (f" ({p['reason']})" if p["reason"] else ""))
+    print(f"names ({len(e.names)}):")
+    for n in e.names:
+        print(f"  {n['surface']} [{n['type']}] -> {n['display_name']} ({n['entity_id']})")
+    print(f"facts ({len(e.facts)}):")
+    for f in e.facts:
+        print(f"  ({f['subject']}; {f['predicate']}; {f['object']}) asserted by {f['n_sources']} passages"
+              + (f"\n      evidence: \"{_short(f['evidence'])}\"" if f["evidence"] else ""))
+    if e.preview is not None:
+        c = e.preview.counts()
+        print("deleting it would remove (dry run, nothing written):")
+        print(f"  passages {c['passages_removed']}, names {c['names_removed']}, entities {c['entities_removed']} "
+              f"removed, {c['entities_changed']} changed, {c['entities_added']} split off; facts {c['facts_dropped']} "
+              f"dropped, {c['facts_changed']} with fewer sources; synonym edges {c['synonym_edges_removed']} removed, "
+              f"{c['synonym_edges_added']} added")
+        for row in e.preview.entities_removed[:20]:
+            print(f"  - entity {row['display_name']} ({row['entity_id']})")
+        for row in e.preview.entities_changed[:20]:
+            print(f"  ~ entity {row['display_name']} ({row['entity_id']}): "
+                  + ", ".join(f"{k} {v} -> {row[k]}" for k, v in row["before"].items()))
+        for row in e.preview.facts_dropped[:20]:
+            print(f"  - fact ({row['subject']}; {row['predicate']}; {row['object']})")
+    return 0
+
+
+def cmd_explain_entity(args) -> int:
+    from lightfoot_pipeline.explain.entities import explain_entity
+
+    found = explain_entity(_existing_store(args), args.name)
+    if args.json:
+        _print_json([e.as_dict() for e in found])
+        return 0
+    for e in found:
+        print(f"{e.display_name} [{e.type}] {e.entity_id}: {len(e.aliases)} aliases, {e.n_passages} passages in "
+              f"{len(e.documents)} documents (store commit {e.store_seq})")
+        for a in e.aliases:
+            docs = sorted({p["doc_id"] for p in a["passages"]})
+            print(f"  alias {a['surface']!r}: {a['n_passages']} passages, documents {', '.join(docs[:8])}"
+                  + (" …" if len(docs) > 8 else ""))
+        for s in e.synonyms:
+            print(f"  synonym {s['display_name']} ({s['entity_id']}), similarity {s['similarity']:.3f}")
+        print(f"  facts ({e.n_facts}" + (f", {len(e.facts)} shown" if len(e.facts) < e.n_facts else "") + "):")
+        for f in e.facts[:args.facts]:
+            print(f"    ({f['subject']}; {f['predicate']}; {f['object']}), {f['n_sources']} sources")
+            for ev in (f["evidence"] or [])[:2]:
+                print(f"      {ev['doc_id']}: \"{_short(ev['evidence'])}\"" if ev["evidence"] else f"      {ev['doc_id']}")
+    return 0
+
+
+def cmd_explain_query(args) -> int:
+    from lightfoot_pipeline.serving.explain import explain_query
+    from lightfoot_pipeline.serving.serve import open_service
+
+    if args.mode == "deep":  # the steps of a deep answer: subqueries, what each retrieved, memory operations
+        from lightfoot_pipeline.cli.query import query_deep
+
+        args.trace = True
+        return query_deep(args, _existing_store(args))
+    if args.max_steps is not None or args.question_budget is not None:
+        raise SettingsError("explain query: --max-steps and --question-budget are options of the deep mode",
+                            hint="add --mode deep")
+    service = open_service(_existing_store(args), embedder_spec=args.embedder, reranker_spec=args.reranker,
+                           answers=False, answers_off_reason="explain does not answer")
+    try:
+        result = explain_query(service.current().retriever, args.question, top_k=args.top_k,
+                               rerank=not args.no_rerank)
+    finally:
+        service.close()
+    if args.json:
+        _print_json(result)
+        return 0
+    print(f"snapshot {result['snapshot_id']}; order {result['order']}")
+    print("seed facts (the question's most similar facts; their entities seed the walk):")
+    for f in result["seed_facts"]:
+        print(f"  ({f['subject']}; {f['predicate']}; {f['object']}) similarity {f['similarity']:.3f}")
+        for ev in f["evidence"][:2]:
+            if ev["evidence"]:
+                print(f"      {ev['doc_id']}: \"{_short(ev['evidence'])}\"")
+    for p in result["passages"]:
+        print(f"{p['rank']:>2}. {p['doc_id']} {p['title']!r}: pagerank #{p['pagerank_rank']} "
+              f"({p['pagerank_score']:.5f}), dense #{p['dense_rank']} ({p['dense_score']:.3f})"
+              + (f", rerank #{p['rerank_rank']}" if p["rerank_rank"] else ""))
+        if "restart_share" in p:
+            print(f"      {p['restart_share']:.0%} from its own seed; through "
+                  + ", ".join(f"{e['display_name']}{' (seed)' if e['seed'] else ''} {e['share']:.0%}"
+                              for e in p["entities"]))
+    return 0
+
+
+def add_explain_commands(sub, common) -> None:
+    p = sub.add_parser("explain", help="provenance: what a document contributed, an entity's sources, "
+                                       "why a passage ranked")
+    kinds = p.add_subparsers(dest="kind", required=True)
+    d = kinds.add_parser("doc", parents=[common], help="a document's passages, names, entities and facts, and "
+                                                       "what deleting it would remove (a dry run)")
+    d.add_argument("doc_id", metavar="DOC_ID")
+    d.add_argument("--no-preview", action="store_true", help="skip the deletion dry run")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_explain_doc)
+    e = kinds.add_parser("entity", parents=[common], help="an entity's aliases, their passages and documents, "
+                                                          "synonym edges and facts")
+    e.add_argument("name", metavar="NAME", help="a name as written in a passage, or an entity id")
+    e.add_argument("--facts", type=int, default=20, help="facts to print (default 20; --json has up to 200)")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=cmd_explain_entity)
+    q = kinds.add_parser("query", parents=[common], help="why each passage ranked for a question")
+    q.add_argument("question")
+    q.add_argument("--top-k", type=int, default=10, help="passages to explain (1-30, default 10)")
+    q.add_argument("--no-rerank", action="store_true", help="keep the PageRank order")
+    q.add_argument("--embedder", default=None, help="embedding model name or path, or hashing[:DIM]")
+    q.add_argument("--reranker", default=None, help="cross-encoder name or path; none turns reranking off")
+    q.add_argument("--mode", choices=("lightfoot", "deep"), default="lightfoot",
+                   help="lightfoot: why each passage ranked (default); deep: the steps of a deep answer "
+                        "(model calls: needs an endpoint)")
+    q.add_argument("--max-steps", type=int, default=None, help="deep mode: retrieval steps at most")
+    q.add_argument("--question-budget", type=float, default=None, help="deep mode: most one question spends, USD")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_explain_query)
