@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -43,12 +42,13 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from lightfoot_pipeline.settings import object_store_options, resolve_store_uri
+from lightfoot_pipeline.store.roots import check_store_root, local_file_lock, storage_failure
 from lightfoot_pipeline.store.log import (
-    EXACT_VERSION, LOG_SCHEMA, TABLE_CONFIGURATION, ConcurrentCommitError, Manifest, StoreError, StoreLayoutError,
+    LOG_SCHEMA, TABLE_CONFIGURATION, ConcurrentCommitError, Manifest, StoreError, StoreLayoutError,
     StoreUnavailable, conflicts_as,
 )
 from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, conform, spec_for
-from lightfoot_pipeline.store.transaction import Transaction
+from lightfoot_pipeline.store.transaction import Transaction, recover
 
 DEFAULT_BUCKETS = 16
 # A data file that no table version references is either left over from a failed commit or the
@@ -58,33 +58,6 @@ DEFAULT_BUCKETS = 16
 ORPHAN_GRACE_HOURS = 1
 # Journal appends (an answer at a time) leave small files; compaction waits for this many per bucket.
 JOURNAL_FILES_PER_BUCKET = 4
-
-
-# Schemes of a store root that both Delta (deltalake) and LanceDB open; a bare path is a local one.
-STORE_SCHEMES = ("file", "s3", "gs", "az", "abfss")
-_TERMINAL_STYLE = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _storage_failure(err: BaseException) -> str:
-    """An object-store error on one line: deltalake's outermost and innermost causes, without
-    terminal colours."""
-    lines = [line.strip(" ↳") for line in _TERMINAL_STYLE.sub("", str(err)).splitlines()]
-    lines = [line for line in lines if line] or [type(err).__name__]
-    return lines[0] if len(lines) == 1 else f"{lines[0]}: {lines[-1]}"
-
-
-def check_store_root(uri: str) -> None:
-    """Refuse a store root that cannot hold a store: an unknown scheme, or a local path under a file."""
-    scheme = uri.split("://", 1)[0].casefold() if "://" in uri else None
-    if scheme is not None and scheme not in STORE_SCHEMES:
-        raise StoreUnavailable(f"store {uri}: unknown scheme {scheme + '://'!r}",
-                               hint=f"give a local path or a URI of {', '.join(s + '://' for s in STORE_SCHEMES)}")
-    if scheme in (None, "file"):
-        root = Path(uri.removeprefix("file://"))
-        existing = next((p for p in (root, *root.parents) if p.exists()), None)
-        if existing is not None and not existing.is_dir():
-            raise StoreUnavailable(f"store {root}: {existing} is a file, not a directory",
-                                   hint="give --store (or LIGHTFOOT_STORE) a directory, or a path that does not exist yet")
 
 
 class Store:
@@ -180,7 +153,7 @@ class Store:
         except OSError as err:  # storage that does not answer, or refuses the credentials
             endpoint = self.storage_options.get("AWS_ENDPOINT_URL")
             at = f" at {endpoint}" if endpoint else ""
-            raise StoreUnavailable(f"store {self.uri}: cannot read {uri}{at}: {_storage_failure(err)}") from err
+            raise StoreUnavailable(f"store {self.uri}: cannot read {uri}{at}: {storage_failure(err)}") from err
 
     def read(self, name: str, manifest: Manifest | None = None, columns: list[str] | None = None) -> pl.DataFrame:
         """A table as of the committed state (an empty frame of its schema if never written)."""
@@ -357,7 +330,7 @@ class Store:
         recorded count, else this Store's).
         """
         with self._lock():
-            manifest, heads = self._recover()
+            manifest, heads = recover(self)
             if relayout is not None:
                 layout = manifest.details.get("layout") or {}
                 self.n_buckets = relayout or int(layout.get("n_buckets") or self.n_buckets)
@@ -366,31 +339,6 @@ class Store:
     def _lock(self) -> contextlib.AbstractContextManager[None]:
         root = self.local_root()
         return contextlib.nullcontext() if root is None else local_file_lock(root / "_lightfoot" / "writer.lock")
-
-    def _recover(self) -> tuple[Manifest, dict[str, int]]:
-        """The state, and each existing table's version once it holds exactly the logged content.
-
-        A transaction writes each table on top of that version (see the module docstring). The
-        undoing commits are exact-version too: if another writer moves a table meanwhile, this
-        raises ConcurrentCommitError rather than mixing the two writers' files.
-        """
-        manifest = self.manifest()
-        heads: dict[str, int] = {}
-        for spec_name, uri in self._physical_tables():
-            table = self._open(uri)
-            if table is None:
-                continue
-            logged = manifest.versions.get(spec_name)
-            with conflicts_as(ConcurrentCommitError, f"recovering {spec_name}"):
-                if logged is None:
-                    if table.to_pyarrow_dataset().count_rows() > 0:
-                        table.delete(commit_properties=EXACT_VERSION)
-                elif table.version() > logged:
-                    table.restore(logged, commit_properties=EXACT_VERSION)
-            heads[spec_name] = table.version()
-            if table.version() == logged:
-                self._keep_open(spec_name, table)
-        return manifest, heads
 
     def _physical_tables(self) -> list[tuple[str, str]]:
         from lightfoot_pipeline.store.tables import all_specs
@@ -431,20 +379,6 @@ class Store:
         import lancedb
 
         return lancedb.connect(self.path("vectors"), storage_options=self._options())
-
-
-@contextlib.contextmanager
-def local_file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on a local file, held for the block (released if the process dies)."""
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _typed(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:

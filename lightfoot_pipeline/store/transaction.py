@@ -349,3 +349,31 @@ def changed_buckets(old: pl.DataFrame, new: pl.DataFrame, spec: TableSpec) -> se
         | (pl.col("hi") != pl.col("hi_new")).fill_null(True)
     )
     return set(differs.get_column(BUCKET).to_list())
+
+
+def recover(store) -> tuple[Manifest, dict[str, int]]:
+    """The store's state, and each existing table's version once it holds exactly the logged
+    content (a table ahead of the log, left by a crash between the two steps of a commit, is
+    restored to the logged version first).
+
+    A transaction writes each table on top of that version (see the module docstring). The
+    undoing commits are exact-version too: if another writer moves a table meanwhile, this
+    raises ConcurrentCommitError rather than mixing the two writers' files.
+    """
+    manifest = store.manifest()
+    heads: dict[str, int] = {}
+    for spec_name, uri in store._physical_tables():
+        table = store._open(uri)
+        if table is None:
+            continue
+        logged = manifest.versions.get(spec_name)
+        with conflicts_as(ConcurrentCommitError, f"recovering {spec_name}"):
+            if logged is None:
+                if table.to_pyarrow_dataset().count_rows() > 0:
+                    table.delete(commit_properties=EXACT_VERSION)
+            elif table.version() > logged:
+                table.restore(logged, commit_properties=EXACT_VERSION)
+        heads[spec_name] = table.version()
+        if table.version() == logged:
+            store._keep_open(spec_name, table)
+    return manifest, heads
