@@ -1,28 +1,48 @@
-"""Engine benchmark at MuSiQue scale: full build, 10% deletion, single-document deletion, memory.
+"""Engine benchmark at corpus scale: full build, deletions, a 1,000-document ingest, memory.
 
-    python benchmarks/scale.py [--passages 11402] [--dim 384] [--verify] [--json OUT.json]
+    python benchmarks/scale.py [--passages 100000] [--buckets 256] [--json OUT.json]
 
 Synthetic extractions (benchmarks/synthetic.py) replayed through the real pipeline into a
-temporary local store, with the model-free hashing embedder so that the figures measure the
-engine: name vectors, exact blocked links, components, synonym edges, facts, and the Delta and
-LanceDB writes. Deletion times include the store commit (every changed bucket written). They are
-measured in the process that built the store, which keeps the table versions it wrote in memory
-(as a Dagster run or the query service does); ``delete_one_cold_s`` is one deletion through a new
-``Store`` that first reads every table from disk, as a fresh ``lightfoot delete`` process does
-(Python's own start-up and imports excluded).
+temporary local store, with the model-free hashing embedder (384 dimensions, as MiniLM), so that
+the figures measure the engine: name vectors, LSH-filtered links, components, synonym edges,
+facts, and the Delta and LanceDB writes. One run, in this order:
 
-Targets on a 2-core machine: 10% deletion <= 5 s and <= a tenth of the full build; one-document
-deletion <= 0.5 s; peak RSS <= 4 GB.
+1. ``full_build_s``: the N passages ingested in one commit; ``peak_rss_mb`` is the process's peak
+   right after it;
+2. ``delete_one_s``: the median of ``--singles`` one-document deletions, each through a new
+   ``Store`` object (so nothing is read from this process's memory of the build);
+3. ``delete_10pct_s``: 10% of the documents deleted in one commit;
+4. in fresh processes on the built store: one more one-document deletion
+   (``delete_one_fresh``) and ``ingest_1k_s``, 1,000 new documents (replayed extractions), each
+   with its engine time and the process's peak RSS;
+5. ``fingerprint_equal``: a fresh build of the surviving documents, made in a separate process,
+   has the store's fingerprint;
+6. ``link_pairs_found_share``: of the exhaustive pairs at the synonym and entity thresholds
+   between a sample of live names and every live name of their type, the share that the
+   store's links hold (what the LSH filter finds);
+7. ``delete_one_s_10k``: step 2 in a separate run at 10,000 passages (when N > 10,000), made
+   first.
+
+The JSON file is written after every step, so a run stopped part-way keeps what it measured.
+
+Every step also records its CPU seconds (``*_cpu_s``; a fresh process's ``cpu_s`` includes its
+imports) and the load average when it ended (``load_by_step``): on a shared machine the CPU
+figures are the stable ones. Progress goes to stderr with timestamps. Targets at 100,000 passages on 2 cores (issue 12):
+one-document deletion p50 <= 0.5 s and <= 1.5x the 10k figure; 1,000-document ingest <= 30 s;
+10% deletion <= a tenth of the full build; full build <= 15 min; peak RSS <= 6 GB for the build
+and <= 2 GB for a one-document deletion or a 1,000-document ingest in a fresh process.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,101 +50,258 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import polars as pl  # noqa: E402
 from synthetic import synthetic_documents_and_records  # noqa: E402
 
 from lightfoot_pipeline import pipeline  # noqa: E402
-from lightfoot_pipeline.models.embedder import HashingEmbedder  # noqa: E402
+from lightfoot_pipeline.ingest.dataset import load_corpus, load_recorded_extractions  # noqa: E402
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor  # noqa: E402
+from lightfoot_pipeline.index.links import LinkRule, pairs_between  # noqa: E402
+from lightfoot_pipeline.models.embedder import HashingEmbedder  # noqa: E402
 from lightfoot_pipeline.settings import IndexSettings  # noqa: E402
 from lightfoot_pipeline.store.store import Store  # noqa: E402
+from lightfoot_pipeline.store.vectors import VectorCache  # noqa: E402
+
+COMPARE_AT = 10_000
+INGEST_DOCS = 1_000
+STARTED = time.perf_counter()
+CPU_STARTED = time.process_time()
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')} +{time.perf_counter() - STARTED:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 
 def peak_rss_mb() -> float:
+    """This process's peak resident memory: VmHWM where Linux gives it (a fork's copy of its parent
+    does not count, unlike ru_maxrss), else ru_maxrss."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def run(passages: int, dim: int, seed: int, verify: bool, singles: int) -> dict:
+def write_dataset(target: Path, documents, records) -> Path:
+    target.mkdir(parents=True, exist_ok=True)
+    with (target / "corpus.jsonl").open("w") as corpus, (target / "extractions.jsonl").open("w") as extractions:
+        for doc in documents:
+            corpus.write(json.dumps({"doc_id": doc.doc_id, "title": doc.title, "text": doc.text}) + "\n")
+            extractions.write(json.dumps(records[doc.doc_id]) + "\n")
+    return target
+
+
+def child(args: list[str]) -> dict:
+    """Run this script in a fresh process; its JSON answer, with its peak RSS."""
+    command = [sys.executable, __file__, *args]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    out = process.stdout.read() if process.stdout else b""
+    if process.wait() != 0:
+        raise RuntimeError(f"{' '.join(command)} failed with status {process.returncode}")
+    return json.loads(out.decode().strip().splitlines()[-1])
+
+
+def link_share(store: Store, dim: int, settings: IndexSettings, sample: int, seed: int) -> dict:
+    """Share of the exhaustive pairs of sampled names that the stored links hold, per threshold."""
+    manifest = store.manifest()
+    aliases = store.read("aliases", manifest, columns=["name", "type"])
+    links = store.read("name_links", manifest, columns=["type", "name_a", "name_b", "similarity"])
+    cache = VectorCache.for_model(store, "name", manifest.config["embedder"], dim)
+    rng = random.Random(seed)
+    found = {settings.synonym_threshold: [0, 0], settings.entity_threshold: [0, 0]}
+    for (type_,), group in sorted(aliases.partition_by("type", as_dict=True).items()):
+        names = sorted(group.get_column("name").to_list())
+        picked = sorted(rng.sample(names, min(sample, len(names))))
+        vectors = cache.vectors(names)
+        picked_vectors = cache.vectors(picked)
+        rule = LinkRule.of(settings).exhaustive()
+        i, j, s = pairs_between(picked, picked_vectors, names, vectors, rule)
+        pairs = {(min(picked[a], names[b]), max(picked[a], names[b])): sim for a, b, sim in zip(i, j, s)
+                 if picked[a] != names[b]}
+        stored = {(a, b) for a, b in links.filter(pl.col("type") == type_).select("name_a", "name_b").iter_rows()}
+        for threshold, tally in found.items():
+            wanted = [p for p, sim in pairs.items() if sim >= threshold]
+            tally[0] += sum(1 for p in wanted if p in stored)
+            tally[1] += len(wanted)
+    return {f"{t:.2f}": {"found": f, "exhaustive": n, "share": round(f / n, 5) if n else 1.0}
+            for t, (f, n) in sorted(found.items())}
+
+
+def singles(store_uri: str, doc_ids: list[str], settings: IndexSettings) -> list[float]:
+    times, cpu = [], []
+    for doc_id in doc_ids:
+        t0, c0 = time.perf_counter(), time.process_time()
+        pipeline.delete(Store(store_uri), [doc_id], settings)
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return times, cpu
+
+
+def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, singles_only: bool, sample: int,
+        verify: bool, result: dict, save) -> dict:
+    """The steps of the module docstring, filling ``result`` and calling ``save`` after each."""
     settings = IndexSettings()
     embedder = HashingEmbedder(dim=dim)
     t0 = time.perf_counter()
-    documents, records = synthetic_documents_and_records(passages, seed)
-    generate_s = time.perf_counter() - t0
+    extra = 0 if singles_only else INGEST_DOCS
+    every, records = synthetic_documents_and_records(passages + extra, seed)
+    documents, later = every[:passages], every[passages:]
+    result.update({"passages": passages, "dim": dim, "buckets": buckets, "generate_s": round(time.perf_counter() - t0, 3)})
+    say(f"generated {len(every)} documents")
     root = Path(tempfile.mkdtemp(prefix="lightfoot-scale-"))
     try:
-        store = Store(str(root / "store"))
-        t0 = time.perf_counter()
+        store = Store(str(root / "store"), n_buckets=buckets)
+        t0, c0 = time.perf_counter(), time.process_time()
         built = pipeline.ingest(store, documents, ReplayExtractor(records), embedder, settings)
-        full_build_s = time.perf_counter() - t0
-        counts_full = pipeline.counts(store)
+        result["full_build_s"] = round(time.perf_counter() - t0, 3)
+        result["full_build_cpu_s"] = round(time.process_time() - c0, 3)
+        result["peak_rss_mb"] = round(peak_rss_mb(), 1)
+        result["build_graph"] = built.graph.as_dict()
+        result["counts_full"] = pipeline.counts(store)
+        save("build")
+        say(f"built in {result['full_build_s']} s, peak RSS {result['peak_rss_mb']} MB: {result['counts_full']}")
 
         rng = random.Random(seed)
         ids = [d.doc_id for d in documents]
-        doomed = sorted(rng.sample(ids, round(len(ids) * 0.1)))
-        t0 = time.perf_counter()
-        deleted = pipeline.delete(store, doomed, settings)
-        delete_10pct_s = time.perf_counter() - t0
+        chosen = rng.sample(ids, n_singles)
+        times, cpu = singles(store.uri, chosen, settings)
+        result["delete_one_s"] = round(statistics.median(times), 4)
+        result["delete_one_cpu_s"] = round(statistics.median(cpu), 4)
+        result["delete_one_max_s"] = round(max(times), 4)
+        result["delete_one_times_s"] = [round(t, 4) for t in times]
+        save("delete_one")
+        say(f"one-document deletions: p50 {result['delete_one_s']} s, max {result['delete_one_max_s']} s")
+        if singles_only:
+            return result
 
-        survivors = sorted(set(ids) - set(doomed))
-        chosen = rng.sample(survivors, singles + 1)
-        single_times = []
-        for doc_id in chosen[:-1]:
-            t0 = time.perf_counter()
-            pipeline.delete(store, [doc_id], settings)
-            single_times.append(time.perf_counter() - t0)
-        # Cold: a new Store object has none of the tables in memory, as a fresh process would.
-        t0 = time.perf_counter()
-        pipeline.delete(Store(store.uri), [chosen[-1]], settings)
-        delete_one_cold_s = time.perf_counter() - t0
+        survivors = sorted(set(ids) - set(chosen))
+        doomed = sorted(rng.sample(survivors, round(len(ids) * 0.1)))
+        t0, c0 = time.perf_counter(), time.process_time()
+        deleted = pipeline.delete(Store(store.uri), doomed, settings)
+        result["delete_10pct_s"] = round(time.perf_counter() - t0, 3)
+        result["delete_10pct_cpu_s"] = round(time.process_time() - c0, 3)
+        result["delete_10pct_ratio"] = round(result["delete_10pct_s"] / result["full_build_s"], 4)
+        result["delete_10pct_graph"] = deleted.graph.as_dict()
+        save("delete_10pct")
+        say(f"10% deletion in {result['delete_10pct_s']} s (ratio {result['delete_10pct_ratio']})")
 
-        result = {
-            "passages": passages,
-            "dim": dim,
-            "generate_s": round(generate_s, 3),
-            "full_build_s": round(full_build_s, 3),
-            "delete_10pct_s": round(delete_10pct_s, 3),
-            "delete_10pct_ratio": round(delete_10pct_s / full_build_s, 4),
-            "delete_one_s": round(statistics.median(single_times), 4),
-            "delete_one_max_s": round(max(single_times), 4),
-            "delete_one_cold_s": round(delete_one_cold_s, 4),
-            "peak_rss_mb": round(peak_rss_mb(), 1),
-            "counts_full": counts_full,
-            "delete_10pct_graph": deleted.graph.as_dict(),
-            "build_graph": built.graph.as_dict(),
-        }
-        if verify:
-            deleted_all = set(doomed) | set(deleted.deleted)
-            remaining = {d for d in ids} - set(doomed)
-            current_docs = set(store.read("documents").get_column("doc_id").to_list())
-            fresh = Store(str(root / "fresh"))
-            t0 = time.perf_counter()
-            pipeline.ingest(fresh, [d for d in documents if d.doc_id in current_docs], ReplayExtractor(records),
-                            embedder, settings)
-            result["fresh_build_s"] = round(time.perf_counter() - t0, 3)
-            result["fingerprint_equal"] = pipeline.fingerprint(store).digest == pipeline.fingerprint(fresh).digest
-            result["verified_docs"] = len(current_docs)
-            del deleted_all, remaining
+        survivors = sorted(set(survivors) - set(doomed))
+        fresh_one = child(["--child-delete", store.uri, survivors[0]])
+        result["delete_one_fresh"] = fresh_one
+        save("delete_one_fresh")
+        say(f"one-document deletion in a fresh process: {fresh_one}")
+        later_dir = write_dataset(root / "later", later, records)
+        fresh_ingest = child(["--child-ingest", store.uri, str(later_dir), str(dim)])
+        result["ingest_1k_s"] = fresh_ingest["seconds"]
+        result["ingest_1k"] = fresh_ingest
+        save("ingest_1k")
+        say(f"{len(later)}-document ingest in a fresh process: {fresh_ingest}")
+
+        if not verify:
+            return result
+        live = set(store.read("documents", columns=["doc_id"]).get_column("doc_id").to_list())
+        by_id = {d.doc_id: d for d in every}
+        survivors_dir = write_dataset(root / "survivors", [by_id[d] for d in sorted(live)], records)
+        fresh = child(["--child-build", str(root / "fresh"), str(survivors_dir), str(dim), str(buckets)])
+        mine = pipeline.fingerprint(Store(store.uri)).digest
+        result["fresh_build"] = fresh
+        result["fingerprint"] = mine
+        result["fingerprint_equal"] = fresh["fingerprint"] == mine
+        result["verified_docs"] = len(live)
+        save("fresh_build")
+        say(f"fresh build of {len(live)} survivors in {fresh['seconds']} s: fingerprint equal {result['fingerprint_equal']}")
+
+        shares = link_share(Store(store.uri), dim, settings, sample, seed)
+        result["link_pairs"] = shares
+        result["link_pairs_found_share"] = min(v["share"] for v in shares.values())
+        say(f"link pairs found: {shares}")
+        result["peak_rss_mb_run"] = round(peak_rss_mb(), 1)
         return result
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def child_main(argv: list[str]) -> int:
+    """The fresh-process steps: one answer line of JSON on stdout."""
+    settings = IndexSettings()
+    mode, args = argv[0], argv[1:]
+    if mode == "--child-delete":
+        store_uri, doc_id = args
+        t0 = time.perf_counter()
+        report = pipeline.delete(Store(store_uri), [doc_id], settings)
+        out = {"seconds": round(time.perf_counter() - t0, 4), "deleted": report.deleted}
+    elif mode == "--child-ingest":
+        store_uri, dataset, dim = args
+        documents, records = load_corpus(dataset), load_recorded_extractions(dataset)
+        t0 = time.perf_counter()
+        report = pipeline.ingest(Store(store_uri), documents, ReplayExtractor(records), HashingEmbedder(dim=int(dim)),
+                                 settings)
+        out = {"seconds": round(time.perf_counter() - t0, 3), "ingested": report.ingested,
+               "links_added": report.graph.links_added, "entities_recomputed": report.graph.entities_recomputed}
+    elif mode == "--child-build":
+        store_uri, dataset, dim, buckets = args
+        documents, records = load_corpus(dataset), load_recorded_extractions(dataset)
+        store = Store(store_uri, n_buckets=int(buckets))
+        t0 = time.perf_counter()
+        pipeline.ingest(store, documents, ReplayExtractor(records), HashingEmbedder(dim=int(dim)), settings)
+        seconds = round(time.perf_counter() - t0, 3)
+        out = {"seconds": seconds, "fingerprint": pipeline.fingerprint(store).digest}
+    else:
+        raise SystemExit(f"unknown child mode {mode}")
+    out["peak_rss_mb"] = round(peak_rss_mb(), 1)
+    out["cpu_s"] = round(time.process_time() - CPU_STARTED, 3)  # the step's, imports included
+    print(json.dumps(out))
+    return 0
+
+
 def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1].startswith("--child-"):
+        return child_main(sys.argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--passages", type=int, default=11402)
+    parser.add_argument("--passages", type=int, default=100_000)
     parser.add_argument("--dim", type=int, default=384, help="hashing-embedder dimensions (MiniLM has 384)")
+    parser.add_argument("--buckets", type=int, default=256, help="hash buckets of every table")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--singles", type=int, default=5, help="single-document deletions to time (median)")
-    parser.add_argument("--verify", action="store_true", help="also build the survivors fresh and compare fingerprints")
+    parser.add_argument("--singles", type=int, default=9, help="one-document deletions to time (median)")
+    parser.add_argument("--sample", type=int, default=500, help="names per type whose exhaustive pairs are checked")
+    parser.add_argument("--singles-only", action="store_true", help="only build and time one-document deletions")
+    parser.add_argument("--no-verify", action="store_true",
+                        help="skip steps 5 and 6 (the fresh build of the survivors and the links' share)")
+    parser.add_argument("--compare-at", type=int, default=COMPARE_AT,
+                        help="also time one-document deletions at this many passages (0: no)")
     parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args()
-    result = run(args.passages, args.dim, args.seed, args.verify, args.singles)
-    for key in ("passages", "full_build_s", "delete_10pct_s", "delete_10pct_ratio", "delete_one_s", "delete_one_max_s",
-                "delete_one_cold_s", "peak_rss_mb", "fresh_build_s", "fingerprint_equal"):
+    if args.passages < 10 or args.singles < 1 or args.buckets < 1:
+        parser.error("--passages must be at least 10, --singles and --buckets at least 1")
+    result: dict = {}
+
+    def save(step: str = "end") -> None:
+        result["load_average"] = [round(x, 2) for x in os.getloadavg()]
+        result.setdefault("load_by_step", {})[step] = result["load_average"][0]
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps(result, indent=2, default=float) + "\n")
+
+    compare_key = f"delete_one_s_{args.compare_at // 1000}k"
+    if args.compare_at and args.passages > args.compare_at and not args.singles_only:
+        say(f"one-document deletions at {args.compare_at} passages, in a separate run")
+        with tempfile.TemporaryDirectory() as scratch:
+            out = Path(scratch) / "compare.json"
+            subprocess.run([sys.executable, __file__, "--passages", str(args.compare_at), "--dim", str(args.dim),
+                            "--buckets", str(args.buckets), "--seed", str(args.seed), "--singles", str(args.singles),
+                            "--singles-only", "--json", str(out)], check=True)
+            result[compare_key] = json.loads(out.read_text())["delete_one_s"]
+        save("compare")
+    run(args.passages, args.dim, args.seed, args.buckets, args.singles, args.singles_only, args.sample,
+        not args.no_verify, result, save)
+    if compare_key in result:
+        result["delete_one_ratio"] = round(result["delete_one_s"] / result[compare_key], 3)
+    save()
+    for key in ("passages", "full_build_s", "delete_10pct_s", "delete_10pct_ratio", "delete_one_s", "delete_one_s_10k",
+                "delete_one_ratio", "ingest_1k_s", "peak_rss_mb", "fingerprint_equal", "link_pairs_found_share"):
         if key in result:
-            print(f"{key:<20} {result[key]}")
-    print("counts:", json.dumps(result["counts_full"]))
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result, indent=2) + "\n")
+            print(f"{key:<24} {result[key]}")
     return 0
 
 

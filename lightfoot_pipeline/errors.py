@@ -9,8 +9,9 @@ catch it by (``ValueError``, ``RuntimeError``, ``OSError``):
 
 - ``settings``: SettingsError (an environment variable or setting that cannot be used);
 - ``models``: LLMError (a model call; its hint follows its kind), EmbedderUnavailable;
-- ``store``: StoreError, with ConcurrentCommitError (another writer won) and StoreUnavailable
-  (the store's URI cannot be read: a file, an unknown scheme, an unreachable object store);
+- ``store``: StoreError, with ConcurrentCommitError (another writer won), StoreUnavailable
+  (the store's URI cannot be read: a file, an unknown scheme, an unreachable object store) and
+  StoreLayoutError (a store laid out by an earlier version: ``lightfoot migrate``);
 - ``ingest``: DatasetError, PolicyError (a retention policy file);
 - ``index``: EmbedderRequired;
 - ``pipeline``: IndexConfigError (a store built with another embedder or other settings);

@@ -30,7 +30,7 @@ from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.tables import (
-    DOCUMENTS, EXTRACTIONS, INDEX_TABLES, PASSAGE_SOURCES, PASSAGES, TOMBSTONES, with_buckets,
+    DOCUMENTS, EXTRACTIONS, INDEX_TABLES, PASSAGE_SOURCES, PASSAGES, TOMBSTONES, all_specs, with_buckets,
 )
 from lightfoot_pipeline.store.vectors import VectorCache
 from lightfoot_pipeline.errors import LightfootError
@@ -154,8 +154,8 @@ def ingest(
     passages = document_passages(documents, settings)
     report.passages = len(passages)
     report.ignored_records = unmatched_records(recorded or {}, passages)
-    extracted = set(store.read(EXTRACTIONS.name, columns=["chunk_id", "status"])
-                    .filter(pl.col("status") == OK).get_column("chunk_id").to_list())
+    stored = store.rows(EXTRACTIONS.name, "doc_id", [d.doc_id for d in documents])
+    extracted = set(stored.filter(pl.col("status") == OK).get_column("chunk_id").to_list())
     needed = [p for p in passages if p.chunk_id not in extracted]
     report.already_extracted = len(passages) - len(needed)
     outcomes = extractor.extract(needed, progress) if needed else []
@@ -250,6 +250,38 @@ def rebuild(source: Store, target: Store, embedder: Embedder, settings: IndexSet
         derive_forms(tx, tx.table(DOCUMENTS.name).get_column("doc_id").to_list())
         change = reconcile_graph(tx, settings, name_vector_cache(target, embedder))
         tx.commit("rebuild", {"source": source.uri, "source_seq": manifest.seq})
+    return change
+
+
+# What a migration keeps of a store: its documents and their extractions, and the deletion log.
+KEPT_BY_MIGRATION = (DOCUMENTS, PASSAGES, EXTRACTIONS, TOMBSTONES)
+
+
+def migrate(store: Store, embedder: Embedder, settings: IndexSettings | None = None,
+            n_buckets: int | None = None) -> GraphChange:
+    """Bring a store to this version's layout and index, in place and in one commit; no model call.
+
+    The documents, passages, extractions and deletion log are kept, re-bucketed (into
+    ``n_buckets``, else the store's own count); everything else is derived again from them with
+    ``settings``, as :func:`rebuild` does, so the store then equals a fresh build of its live
+    documents. Name vectors come from the store's cache, and the embedder computes only the ones
+    it lacks. Works on any earlier layout (``lightfoot migrate``).
+    """
+    settings = settings or IndexSettings()
+    with store.transaction(relayout=n_buckets) as tx:
+        if not tx.manifest.seq:
+            raise IndexConfigError(f"no store at {store.uri} to migrate")
+        tx.config = {}
+        check_config(tx, settings, embedder)
+        kept = {spec.name for spec in KEPT_BY_MIGRATION}
+        for spec in all_specs():
+            if spec.name not in tx.manifest.versions:
+                continue
+            rows = tx.table(spec.name) if spec.name in kept else spec.empty()
+            tx.put(spec.name, with_buckets(rows, spec, tx.n_buckets).cast(spec.empty().schema))
+        derive_forms(tx, tx.table(DOCUMENTS.name).get_column("doc_id").to_list())
+        change = reconcile_graph(tx, settings, name_vector_cache(store, embedder))
+        tx.commit("migrate", {"from_layout": tx.manifest.details.get("layout"), "n_buckets": tx.n_buckets})
     return change
 
 

@@ -24,9 +24,12 @@ from lightfoot_pipeline.settings import IndexSettings, SettingsError
 
 
 def _store(args):
-    from lightfoot_pipeline.store.store import Store
+    from lightfoot_pipeline.store.store import DEFAULT_BUCKETS, Store
 
-    return Store(args.store)
+    buckets = getattr(args, "buckets", None)
+    if buckets is not None and buckets < 1:
+        raise SettingsError(f"--buckets must be a whole number of at least 1, got {buckets}")
+    return Store(args.store, n_buckets=buckets or DEFAULT_BUCKETS)
 
 
 def _existing_store(args):
@@ -180,6 +183,30 @@ def cmd_vacuum(args) -> int:
     return 0
 
 
+def cmd_migrate(args) -> int:
+    from lightfoot_pipeline import pipeline
+    from lightfoot_pipeline.models.embedder import load_embedder
+
+    store = _existing_store(args)
+    config = store.manifest().config
+    if args.embedder is not None:
+        embedder = load_embedder(args.embedder)
+    else:  # every live name has a cached vector: the model itself is not needed
+        from lightfoot_pipeline.store.vectors import UnloadedEmbedder
+
+        embedder = UnloadedEmbedder(config["embedder"], config["dim"])
+    change = pipeline.migrate(store, embedder, IndexSettings(), args.buckets)
+    manifest = store.manifest()
+    payload = {"store": store.uri, "commit": manifest.seq, "layout": manifest.details.get("layout"),
+               "graph": change.as_dict()}
+    if args.json:
+        _print_json(payload)
+        return 0
+    print(f"migrated {store.uri} to layout {payload['layout']['version']} with {payload['layout']['n_buckets']} "
+          f"buckets (commit {manifest.seq}): {change.names_added} names, {change.entities_after} entities")
+    return 0
+
+
 def cmd_status(args) -> int:
     from lightfoot_pipeline import pipeline
 
@@ -290,6 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extractor", choices=["replay", "openai"], default=None,
                    help="replay recorded extractions (default when the dataset has them) or call a model")
     p.add_argument("--embedder", default=None, help="embedding model name or path, or hashing[:DIM]")
+    p.add_argument("--buckets", type=int, default=None,
+                   help="hash buckets of a new store's tables (default 16; an existing store keeps its own)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_ingest)
 
@@ -304,6 +333,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="remove from history, caches and snapshots what no live row uses (replaced text)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_vacuum)
+
+    p = sub.add_parser("migrate", parents=[common],
+                       help="rewrite a store of an earlier version in this version's layout (no model call)")
+    p.add_argument("--buckets", type=int, default=None, help="hash buckets of every table (default: the store's)")
+    p.add_argument("--embedder", default=None,
+                   help="embedder for names without a cached vector (default: none, every name has one)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_migrate)
 
     p = sub.add_parser("status", parents=[common], help="table counts, fingerprint and config of the store")
     p.add_argument("--json", action="store_true")

@@ -1,8 +1,10 @@
 """The per-document stage: documents, passages, extractions, forms and fact assertions.
 
 Each function rewrites the rows of a set of documents in the per-document tables of a
-transaction and leaves every other document's rows as they are. Re-running a function on the
-same input stages the same rows, so nothing is written: the stage is idempotent.
+transaction and leaves every other document's rows as they are. It reads only the buckets that
+hold those documents' rows: their own for documents, passages and extractions, those of their
+names and facts (listed in ``document_keys``) for forms and fact assertions. Re-running a
+function on the same input stages the same rows, so nothing is written: the stage is idempotent.
 """
 
 from __future__ import annotations
@@ -21,27 +23,53 @@ from lightfoot_pipeline.ingest.passages import Passage, split_passages, text_has
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.tables import (
-    DOCUMENTS, EXTRACTIONS, FACT_SOURCES, FORMS, GRAPH_QUEUE, PASSAGE_SOURCES, PASSAGES, PER_DOCUMENT_TABLES,
-    TOMBSTONES, TableSpec, with_buckets,
+    DOCUMENT_KEYS, DOCUMENTS, EXTRACTIONS, FACT_SOURCES, FORMS, GRAPH_QUEUE, PASSAGE_SOURCES, PASSAGES,
+    PER_DOCUMENT_TABLES, TOMBSTONES, TableSpec, with_buckets,
 )
 
 
-def _doc_mask(frame: pl.DataFrame, doc_ids: list[str]) -> pl.Series:
-    return frame.get_column("doc_id").is_in(doc_ids)
+def _document_rows(tx: Transaction, spec: TableSpec, doc_ids: list[str]) -> pl.DataFrame:
+    """The staged rows of documents in a per-document table, reading only the buckets that hold them.
+
+    Forms and fact assertions are bucketed by name and by fact: the documents' keys say which.
+    """
+    if spec.bucket_by == "doc_id":
+        return tx.rows(spec.name, "doc_id", doc_ids)
+    kind = "name" if spec is FORMS else "fact"
+    keys = tx.rows(DOCUMENT_KEYS.name, "doc_id", doc_ids).filter(pl.col("kind") == kind)
+    tx.load(spec.name, tx.buckets_of(keys.get_column("key").unique().to_list()))
+    return tx.staged(spec.name).filter(pl.col("doc_id").is_in(doc_ids))
+
+
+def _doc_rows(doc_ids: list[str]) -> pl.Expr:
+    return pl.col("doc_id").is_in(doc_ids)
 
 
 def _replace_rows(tx: Transaction, spec: TableSpec, doc_ids: Iterable[str], rows: pl.DataFrame) -> None:
     """Stage ``rows`` as the whole content of ``doc_ids`` in a per-document table."""
     ids = sorted(set(doc_ids))
-    current = tx.table(spec.name)
-    mask = _doc_mask(current, ids)
+    old = _document_rows(tx, spec, ids)
     fresh = with_buckets(rows, spec, tx.n_buckets) if rows.height else None
     if spec in (FORMS, FACT_SOURCES):
-        old = current.filter(mask).select(spec.columns)
+        old = old.select(spec.columns)
         new = fresh.select(spec.columns) if fresh is not None else old.clear()
         _enqueue(tx, spec, pl.concat([old.join(new, on=spec.columns, how="anti", nulls_equal=True),
                                       new.join(old, on=spec.columns, how="anti", nulls_equal=True)]))
-    tx.update(spec.name, remove=mask, add=fresh)
+    tx.update(spec.name, remove=_doc_rows(ids), add=fresh)
+    if spec in (FORMS, FACT_SOURCES):
+        _replace_keys(tx, spec, ids, rows)
+
+
+def _replace_keys(tx: Transaction, spec: TableSpec, doc_ids: list[str], rows: pl.DataFrame) -> None:
+    """Stage the documents' keys of one kind (names of forms, or facts) from their new rows."""
+    if spec is FORMS:
+        kind, keys = "name", rows.select("doc_id", "type", pl.col("name").alias("key"))
+    else:
+        kind, keys = "fact", rows.select("doc_id", pl.lit("").alias("type"), pl.col("fact_id").alias("key"))
+    keys = keys.unique().select("doc_id", pl.lit(kind).alias("kind"), "type", "key")
+    tx.rows(DOCUMENT_KEYS.name, "doc_id", doc_ids)
+    tx.update(DOCUMENT_KEYS.name, remove=_doc_rows(doc_ids) & (pl.col("kind") == kind),
+              add=with_buckets(keys, DOCUMENT_KEYS, tx.n_buckets) if keys.height else None)
 
 
 def _enqueue(tx: Transaction, spec: TableSpec, changed: pl.DataFrame) -> None:
@@ -52,8 +80,9 @@ def _enqueue(tx: Transaction, spec: TableSpec, changed: pl.DataFrame) -> None:
         items = changed.select(pl.lit("name").alias("kind"), "type", pl.col("name").alias("key"))
     else:
         items = changed.select(pl.lit("fact").alias("kind"), pl.lit("").alias("type"), pl.col("fact_id").alias("key"))
-    queue = tx.table(GRAPH_QUEUE.name)
-    items = items.unique().join(queue.select(GRAPH_QUEUE.columns), on=GRAPH_QUEUE.columns, how="anti")
+    items = items.unique()
+    queued = tx.rows(GRAPH_QUEUE.name, "key", items.get_column("key").to_list())
+    items = items.join(queued.select(GRAPH_QUEUE.columns), on=GRAPH_QUEUE.columns, how="anti")
     if items.height:
         tx.update(GRAPH_QUEUE.name, add=with_buckets(items, GRAPH_QUEUE, tx.n_buckets))
 
@@ -75,8 +104,7 @@ def document_changes(tx: Transaction, documents: Sequence[Document]) -> Document
     """Which documents are new, which replace a stored document of the same id, which are the same."""
     stored = {
         row["doc_id"]: row
-        for row in tx.table(DOCUMENTS.name)
-        .filter(pl.col("doc_id").is_in([d.doc_id for d in documents]))
+        for row in tx.rows(DOCUMENTS.name, "doc_id", [d.doc_id for d in documents])
         .select("doc_id", "title", "source", "content_hash", "retention_until")
         .iter_rows(named=True)
     }
@@ -142,19 +170,31 @@ def upsert_documents(tx: Transaction, documents: Sequence[Document], settings: I
     _replace_rows(tx, PASSAGES, doc_ids, passage_rows)
     _replace_rows(tx, PASSAGE_SOURCES, doc_ids, source_rows)
     live_chunks = passage_rows.get_column("chunk_id").to_list()
+    ids = sorted(set(doc_ids))
+    stale = _doc_rows(ids) & ~pl.col("chunk_id").is_in(live_chunks)
     for spec in (EXTRACTIONS, FORMS, FACT_SOURCES):
-        table = tx.table(spec.name)
-        stale = _doc_mask(table, doc_ids) & ~table.get_column("chunk_id").is_in(live_chunks)
-        if stale.any():
+        rows = _document_rows(tx, spec, ids).filter(stale)
+        if rows.height:
             if spec is not EXTRACTIONS:
-                _enqueue(tx, spec, table.filter(stale))
+                _enqueue(tx, spec, rows)
+                _drop_keys(tx, spec, rows)
             tx.update(spec.name, remove=stale)
     return passages
 
 
+def _drop_keys(tx: Transaction, spec: TableSpec, removed: pl.DataFrame) -> None:
+    """Drop the documents' keys that none of their remaining rows (after removing ``removed``) uses."""
+    ids = removed.get_column("doc_id").unique().to_list()
+    column = "name" if spec is FORMS else "fact_id"
+    rest = _document_rows(tx, spec, ids).join(removed.select(spec.columns), on=spec.columns, how="anti",
+                                               nulls_equal=True)
+    _replace_keys(tx, spec, ids, rest.select("doc_id", column, *(["type"] if spec is FORMS else [])))
+
+
 def passages_to_extract(tx: Transaction, passages: Sequence[Passage]) -> list[Passage]:
     """Passages with no successful extraction yet (failed ones are tried again)."""
-    done = set(tx.table(EXTRACTIONS.name).filter(pl.col("status") == OK).get_column("chunk_id").to_list())
+    stored = tx.rows(EXTRACTIONS.name, "doc_id", {p.doc_id for p in passages})
+    done = set(stored.filter(pl.col("status") == OK).get_column("chunk_id").to_list())
     return [p for p in passages if p.chunk_id not in done]
 
 
@@ -185,17 +225,17 @@ def record_extractions(tx: Transaction, outcomes: Sequence[ExtractionOutcome]) -
                 "raw_output": o.raw_output if o.status != OK else None,
             }
         )
-    frame = pl.DataFrame(rows, schema=pl.from_arrow(EXTRACTIONS.schema.empty_table()).schema)
+    frame = pl.DataFrame(rows, schema=EXTRACTIONS.empty().select(EXTRACTIONS.columns).schema)
     chunk_ids = frame.get_column("chunk_id").to_list()
-    table = tx.table(EXTRACTIONS.name)
-    tx.update(EXTRACTIONS.name, remove=table.get_column("chunk_id").is_in(chunk_ids),
+    tx.rows(EXTRACTIONS.name, "doc_id", frame.get_column("doc_id").to_list())
+    tx.update(EXTRACTIONS.name, remove=pl.col("chunk_id").is_in(chunk_ids),
               add=with_buckets(frame, EXTRACTIONS, tx.n_buckets))
 
 
 def derive_forms(tx: Transaction, doc_ids: Iterable[str]) -> tuple[int, int]:
     """Stage forms and fact assertions of the documents from their stored extractions."""
     ids = sorted(set(doc_ids))
-    extractions = tx.table(EXTRACTIONS.name).filter(pl.col("doc_id").is_in(ids) & (pl.col("status") == OK))
+    extractions = tx.rows(EXTRACTIONS.name, "doc_id", ids).filter(pl.col("status") == OK)
     form_rows: list[dict] = []
     fact_rows: list[dict] = []
     for row in extractions.select("chunk_id", "doc_id", "record").iter_rows(named=True):
@@ -221,20 +261,19 @@ def tombstone_documents(
 ) -> TombstoneReport:
     """Remove documents' rows from every per-document table and log the deletion."""
     ids = sorted(set(doc_ids))
-    live = set(tx.table(DOCUMENTS.name).filter(pl.col("doc_id").is_in(ids)).get_column("doc_id").to_list())
+    live = set(tx.rows(DOCUMENTS.name, "doc_id", ids).get_column("doc_id").to_list())
     report = TombstoneReport(deleted=[d for d in ids if d in live], not_found=[d for d in ids if d not in live])
     if not report.deleted:
         return report
-    extractions = tx.table(EXTRACTIONS.name).filter(pl.col("doc_id").is_in(report.deleted))
-    report.chunk_ids = sorted(tx.table(PASSAGES.name).filter(pl.col("doc_id").is_in(report.deleted))
-                              .get_column("chunk_id").to_list())
+    extractions = tx.rows(EXTRACTIONS.name, "doc_id", report.deleted)
+    report.chunk_ids = sorted(tx.rows(PASSAGES.name, "doc_id", report.deleted).get_column("chunk_id").to_list())
     report.cache_keys = sorted(k for k in extractions.get_column("cache_key").to_list() if k)
     for spec in PER_DOCUMENT_TABLES:
-        table = tx.table(spec.name)
-        mask = _doc_mask(table, report.deleted)
+        rows = _document_rows(tx, spec, report.deleted)
         if spec in (FORMS, FACT_SOURCES):
-            _enqueue(tx, spec, table.filter(mask))
-        tx.update(spec.name, remove=mask)
+            _enqueue(tx, spec, rows)
+        tx.update(spec.name, remove=_doc_rows(report.deleted))
+    tx.update(DOCUMENT_KEYS.name, remove=_doc_rows(report.deleted))
     when = now or dt.datetime.now(dt.timezone.utc)
     log = pl.DataFrame(
         {

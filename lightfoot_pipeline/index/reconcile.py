@@ -9,7 +9,7 @@ that crashed half-way is healed by the next one.
    forms. Names new to the aliases table are *added*, names gone from the forms are *removed*,
    names whose passages changed are *changed*.
 2. **Vectors and links.** Added names get vectors (cached per model and name) and are linked
-   against every live name of their type (exact, blocked; see links.py). Links of removed names
+   against every live name of their type that shares an LSH band key (links.py, name_keys.py). Links of removed names
    are dropped. No other link is recomputed: a link depends on its two names only.
 3. **Components.** The affected entities are those of removed and changed names, and of old
    names that an added name links to at the entity threshold. Their surviving members plus the
@@ -18,25 +18,31 @@ that crashed half-way is healed by the next one.
 4. **Entities, aliases, mentions, synonym edges** of the affected entities are replaced; synonym
    edges are recomputed from the links that touch a re-partitioned name.
 5. **Facts** are regrouped from the live fact assertions.
+
+Every step reads only the buckets of the names, entities and facts it looks up (see tables.py):
+a name's forms and alias, its links from both ends, the members of its entity (found by walking
+the committed links at the entity threshold), their mentions and synonym edges. Linking an added
+name holds the band keys of the live names of its type and reads the vectors of the names that
+share a key with it (name_keys.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-import numpy as np
 import polars as pl
 
 from lightfoot_pipeline.index.components import components, entity_rows, mention_rows
 from lightfoot_pipeline.index.digests import set_digest
 from lightfoot_pipeline.index.facts import fact_rows
-from lightfoot_pipeline.index.links import LINK_SCHEMA, LinkRule, links_between
+from lightfoot_pipeline.index.links import LINK_SCHEMA, LinkRule
+from lightfoot_pipeline.index.name_keys import drop_keys, link_added_names, store_keys
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.index.synonyms import synonym_edges
 from lightfoot_pipeline.store.tables import (
-    ALIASES, ENTITIES, FACT_SOURCES, FACTS, FORMS, GRAPH_QUEUE, MENTIONS, NAME_LINKS, SYNONYM_EDGES, TableSpec,
-    with_buckets,
+    ALIASES, ENTITIES, FACT_SOURCES, FACTS, FORMS, GRAPH_QUEUE, MENTIONS, NAME_LINKS, NAME_LINKS_REVERSE,
+    SYNONYM_EDGES, TableSpec, with_buckets,
 )
 from lightfoot_pipeline.store.vectors import VectorCache
 from lightfoot_pipeline.errors import LightfootError
@@ -98,33 +104,87 @@ def _in_names(frame: pl.DataFrame, names: pl.DataFrame, name_col: str = "name") 
     return _keys(frame, name_col).is_in(_keys(names).implode())
 
 
+def _name_rows(tx: Transaction, spec: TableSpec, names: pl.DataFrame, *, committed: bool = False) -> pl.DataFrame:
+    """The rows of a table bucketed by name (forms, aliases) for some (name, type) pairs."""
+    read = tx.committed_rows if committed else tx.rows
+    rows = read(spec.name, "name", names.get_column("name").unique().to_list())
+    return rows.filter(_in_names(rows, names))
+
+
+def _links_of(tx: Transaction, names: pl.DataFrame, *, committed: bool = False) -> pl.DataFrame:
+    """Every link with at least one end among names: from the buckets of those names in the links
+    table (by name_a) and in its mirror (by name_b)."""
+    read = tx.committed_rows if committed else tx.rows
+    listed = names.get_column("name").unique().to_list()
+    by_a = read(NAME_LINKS.name, "name_a", listed)
+    by_b = read(NAME_LINKS_REVERSE.name, "name_b", listed)
+    found = pl.concat([by_a.filter(_in_names(by_a, names, "name_a")).select(NAME_LINKS.columns),
+                       by_b.filter(_in_names(by_b, names, "name_b")).select(NAME_LINKS.columns)])
+    return found.unique(subset=NAME_LINKS.key)
+
+
+def _link_key() -> pl.Expr:
+    return pl.concat_str(*(pl.col(c) for c in NAME_LINKS.key), separator="\x00")
+
+
+def _drop_links(tx: Transaction, gone: pl.DataFrame) -> None:
+    """Remove links from the links table and its mirror."""
+    keys = gone.select(_link_key().alias("k")).get_column("k").implode()
+    for spec, by in ((NAME_LINKS, "name_a"), (NAME_LINKS_REVERSE, "name_b")):
+        tx.rows(spec.name, by, gone.get_column(by).unique().to_list())
+        tx.update(spec.name, remove=_link_key().is_in(keys))
+
+
+def _old_members(tx: Transaction, touched: pl.DataFrame, threshold: float) -> pl.DataFrame:
+    """The names of the entities that the touched names belonged to, as committed: the closure of the
+    touched stored names under the committed links at the entity threshold (an entity is a
+    connected component of those links)."""
+    stored = _name_rows(tx, ALIASES, touched, committed=True).select(NAME_KEY)
+    seen = stored
+    frontier = stored
+    while frontier.height:
+        strong = _links_of(tx, frontier, committed=True).filter(pl.col("similarity") >= threshold)
+        ends = pl.concat([strong.select(pl.col("name_a").alias("name"), "type"),
+                          strong.select(pl.col("name_b").alias("name"), "type")]).unique()
+        frontier = ends.join(seen, on=NAME_KEY, how="anti")
+        seen = pl.concat([seen, frontier])
+    return seen
+
+
+def _entities_of(tx: Transaction, names: pl.DataFrame, region_aliases: pl.DataFrame) -> pl.DataFrame:
+    """(name, type, entity_id) of names: from ``region_aliases`` where given, else as staged."""
+    outside = names.join(region_aliases.select(NAME_KEY), on=NAME_KEY, how="anti")
+    return pl.concat([region_aliases.select("name", "type", "entity_id"),
+                      _name_rows(tx, ALIASES, outside).select("name", "type", "entity_id")])
+
+
 def reconcile_graph(
     tx: Transaction, settings: IndexSettings, name_vectors: VectorCache | None, *, full: bool = False
 ) -> GraphChange:
     """Update the global tables for the names and facts queued by the document stage.
 
-    With ``full=True`` every live and stored name and fact is compared instead of the queued
-    ones (the level-triggered repair path: it finds and fixes any difference, whatever caused it).
+    Reads only the buckets of the names, entities and facts the change touches. With
+    ``full=True`` every live and stored name and fact is compared instead of the queued ones (the
+    level-triggered repair path: it reads every table and finds and fixes any difference,
+    whatever caused it).
     """
     change = GraphChange()
     n = tx.n_buckets
     queue = tx.table(GRAPH_QUEUE.name)
-    forms = tx.table(FORMS.name)
-    aliases = tx.table(ALIASES.name)
-    links = tx.table(NAME_LINKS.name)
-    entities = tx.table(ENTITIES.name)
-    edges = tx.table(SYNONYM_EDGES.name)
-    change.entities_before, change.synonym_edges_before = entities.height, edges.height
+    if full:
+        for spec in (FORMS, ALIASES, NAME_LINKS, NAME_LINKS_REVERSE, ENTITIES, MENTIONS, SYNONYM_EDGES, FACTS,
+                     FACT_SOURCES):
+            tx.table(spec.name)
+    change.entities_before, change.synonym_edges_before = tx.count(ENTITIES.name), tx.count(SYNONYM_EDGES.name)
 
     # 1. Which of the candidate names were added, removed or changed.
     if full:
-        candidates = pl.concat([forms.select(NAME_KEY), aliases.select(NAME_KEY)]).unique()
+        candidates = pl.concat([tx.table(FORMS.name).select(NAME_KEY), tx.table(ALIASES.name).select(NAME_KEY)]).unique()
     else:
-        candidates = queue.filter(pl.col("kind") == "name").select("type", pl.col("key").alias("name")).unique()
-    candidate_forms = forms.filter(_in_names(forms, candidates))
-    stats = name_statistics(candidate_forms)
+        candidates = queue.filter(pl.col("kind") == "name").select(pl.col("key").alias("name"), "type").unique()
+    stats = name_statistics(_name_rows(tx, FORMS, candidates))
     compared = stats.join(
-        aliases.filter(_in_names(aliases, candidates)).select(
+        _name_rows(tx, ALIASES, candidates).select(
             *NAME_KEY, pl.col("surface").alias("old_surface"), pl.col("n_chunks").alias("old_n"),
             pl.col("chunk_digest").alias("old_digest"), "entity_id",
         ),
@@ -141,19 +201,22 @@ def reconcile_graph(
 
     # 2. Links: drop those of removed names, add those of added names.
     if removed.height:
-        gone = _in_names(links, removed, "name_a") | _in_names(links, removed, "name_b")
-        change.links_removed = int(gone.sum())
-        tx.update(NAME_LINKS.name, remove=gone)
+        gone = _links_of(tx, removed)
+        change.links_removed = gone.height
+        _drop_links(tx, gone)
+        drop_keys(tx, removed)
+    if full and name_vectors is not None:
+        store_keys(tx, tx.table(ALIASES.name).select(NAME_KEY).join(removed, on=NAME_KEY, how="anti"),
+                   name_vectors, LinkRule.of(settings))
     new_links = pl.DataFrame(schema=LINK_SCHEMA)
     if added.height:
         if name_vectors is None:
             raise EmbedderRequired(f"{added.height} new names need vectors, and no embedder was given")
-        live_names = forms.select(NAME_KEY).unique()
-        new_links = _link_added_names(added, live_names, name_vectors, settings)
+        new_links = link_added_names(tx, added, removed, name_vectors, settings)
         change.vectors_computed = name_vectors.computed
         change.links_added = new_links.height
         tx.update(NAME_LINKS.name, add=_fresh(new_links, NAME_LINKS, n))
-    links = tx.table(NAME_LINKS.name)
+        tx.update(NAME_LINKS_REVERSE.name, add=_fresh(new_links, NAME_LINKS_REVERSE, n))
 
     # 3. Affected entities, and the names to re-partition.
     strong_new = new_links.filter(pl.col("similarity") >= settings.entity_threshold)
@@ -162,74 +225,66 @@ def reconcile_graph(
         strong_new.select("type", pl.col("name_b").alias("name")),
     ]).select(NAME_KEY).unique()
     touched = pl.concat([removed, changed, neighbours]).unique()
-    affected_ids = aliases.filter(_in_names(aliases, touched)).get_column("entity_id").unique()
+    members = _old_members(tx, touched, settings.entity_threshold)
+    old_aliases = _name_rows(tx, ALIASES, members)
+    affected_ids = old_aliases.get_column("entity_id").unique()
     change.entities_recomputed = affected_ids.len()
-    members = aliases.filter(aliases.get_column("entity_id").is_in(affected_ids.implode())).select(NAME_KEY)
     region = pl.concat([members.join(removed, on=NAME_KEY, how="anti"), added]).unique()
     change.names_repartitioned = region.height
-    region_forms = forms.filter(_in_names(forms, region))
+    region_forms = _name_rows(tx, FORMS, region)
     region_stats = name_statistics(region_forms)
-    region_links = links.filter(_in_names(links, region, "name_a") & _in_names(links, region, "name_b"))
+    touching = _links_of(tx, region)
+    region_links = touching.filter(_in_names(touching, region, "name_a") & _in_names(touching, region, "name_b"))
     labels = components(region, region_links, settings.entity_threshold)
 
     # 4. Replace aliases, entities, mentions and synonym edges of the affected region.
+    affected = affected_ids.implode()
     region_aliases = region_stats.join(labels, on=NAME_KEY).select(ALIASES.columns)
-    tx.update(ALIASES.name, remove=aliases.get_column("entity_id").is_in(affected_ids.implode()),
-              add=_fresh(region_aliases, ALIASES, n))
-    tx.update(ENTITIES.name, remove=entities.get_column("entity_id").is_in(affected_ids.implode()),
+    stale_partners = _stale_edge_partners(tx, members, settings.synonym_threshold)
+    tx.update(ALIASES.name, remove=pl.col("entity_id").is_in(affected), add=_fresh(region_aliases, ALIASES, n))
+    tx.rows(ENTITIES.name, "entity_id", affected_ids.to_list())
+    tx.update(ENTITIES.name, remove=pl.col("entity_id").is_in(affected),
               add=_fresh(entity_rows(region_aliases, region_forms).select(ENTITIES.columns), ENTITIES, n))
-    change.entities_after = tx.table(ENTITIES.name).height
-    mentions = tx.table(MENTIONS.name)
-    tx.update(MENTIONS.name, remove=mentions.get_column("entity_id").is_in(affected_ids.implode()),
+    change.entities_after = tx.count(ENTITIES.name)
+    tx.rows(MENTIONS.name, "entity_id", affected_ids.to_list())
+    tx.update(MENTIONS.name, remove=pl.col("entity_id").is_in(affected),
               add=_fresh(mention_rows(region_aliases, region_forms), MENTIONS, n))
 
-    touching = links.filter(_in_names(links, region, "name_a") | _in_names(links, region, "name_b"))
-    fresh_edges = synonym_edges(
-        touching, tx.table(ALIASES.name), settings.synonym_threshold, settings.numbers_must_agree
-    )
-    stale_edges = edges.get_column("entity_a").is_in(affected_ids.implode()) | edges.get_column("entity_b").is_in(
-        affected_ids.implode()
-    )
-    tx.update(SYNONYM_EDGES.name, remove=stale_edges, add=_fresh(fresh_edges, SYNONYM_EDGES, n))
-    change.synonym_edges_after = tx.table(SYNONYM_EDGES.name).height
+    partners = pl.concat([touching.select(pl.col("name_a").alias("name"), "type"),
+                          touching.select(pl.col("name_b").alias("name"), "type")]).unique()
+    fresh_edges = synonym_edges(touching, _entities_of(tx, partners, region_aliases), settings.synonym_threshold,
+                                settings.numbers_must_agree)
+    tx.rows(SYNONYM_EDGES.name, "entity_a", [*affected_ids.to_list(), *stale_partners])
+    tx.update(SYNONYM_EDGES.name,
+              remove=pl.col("entity_a").is_in(affected) | pl.col("entity_b").is_in(affected),
+              add=_fresh(fresh_edges, SYNONYM_EDGES, n))
+    change.synonym_edges_after = tx.count(SYNONYM_EDGES.name)
 
     # 5. Facts whose assertions changed, regrouped from their live assertions.
-    facts = tx.table(FACTS.name)
-    sources = tx.table(FACT_SOURCES.name)
-    change.facts_before = facts.height
+    change.facts_before = tx.count(FACTS.name)
     if full:
-        fact_ids = pl.concat([facts.get_column("fact_id"), sources.get_column("fact_id")]).unique()
+        fact_ids = pl.concat([tx.table(FACTS.name).get_column("fact_id"),
+                              tx.table(FACT_SOURCES.name).get_column("fact_id")]).unique()
     else:
         fact_ids = queue.filter(pl.col("kind") == "fact").get_column("key").unique()
-    regrouped = fact_rows(sources.filter(sources.get_column("fact_id").is_in(fact_ids.implode())))
-    tx.update(FACTS.name, remove=facts.get_column("fact_id").is_in(fact_ids.implode()),
+    sources = tx.rows(FACT_SOURCES.name, "fact_id", fact_ids.to_list())
+    regrouped = fact_rows(sources)
+    tx.rows(FACTS.name, "fact_id", fact_ids.to_list())
+    tx.update(FACTS.name, remove=pl.col("fact_id").is_in(fact_ids.implode()),
               add=_fresh(regrouped.select(FACTS.columns), FACTS, n))
-    change.facts_after = tx.table(FACTS.name).height
+    change.facts_after = tx.count(FACTS.name)
 
     # 6. The queue is done.
     if queue.height:
-        tx.update(GRAPH_QUEUE.name, remove=pl.Series([True] * queue.height))
+        tx.update(GRAPH_QUEUE.name, remove=pl.col("kind").is_not_null())
     return change
 
 
-def _link_added_names(
-    added: pl.DataFrame, live_names: pl.DataFrame, name_vectors: VectorCache, settings: IndexSettings
-) -> pl.DataFrame:
-    """Links of every added name against every live name of its type."""
-    added_by_type = added.partition_by("type", as_dict=True)
-    live = live_names.join(added, on=NAME_KEY, how="anti")
-    live_by_type = live.partition_by("type", as_dict=True)
-    frames = []
-    for (type_,), group in sorted(added_by_type.items()):
-        new_names = sorted(group.get_column("name").to_list())
-        old_frame = live_by_type.get((type_,))
-        old_names = sorted(old_frame.get_column("name").to_list()) if old_frame is not None else []
-        vectors = name_vectors.vectors(new_names + old_names)
-        new_vecs, old_vecs = vectors[: len(new_names)], vectors[len(new_names):]
-        frames.append(
-            links_between(
-                type_, new_names, np.ascontiguousarray(new_vecs), old_names, np.ascontiguousarray(old_vecs),
-                LinkRule.of(settings),
-            )
-        )
-    return pl.concat(frames) if frames else pl.DataFrame(schema=LINK_SCHEMA)
+def _stale_edge_partners(tx: Transaction, members: pl.DataFrame, threshold: float) -> list[str]:
+    """Entities outside the affected ones that share a committed synonym edge with one of them: an
+    edge is bucketed by its smaller entity, which may be the partner's."""
+    links = _links_of(tx, members, committed=True).filter(pl.col("similarity") >= threshold)
+    ends = pl.concat([links.select(pl.col("name_a").alias("name"), "type"),
+                      links.select(pl.col("name_b").alias("name"), "type")]).unique()
+    outside = ends.join(members, on=NAME_KEY, how="anti")
+    return _name_rows(tx, ALIASES, outside, committed=True).get_column("entity_id").unique().to_list()

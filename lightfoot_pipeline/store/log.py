@@ -50,6 +50,10 @@ class ConcurrentCommitError(StoreError):
     hint = "run the operation again: it starts from the other writer's commit"
 
 
+class StoreLayoutError(StoreError):
+    """The store's files are laid out by another version of Lightfoot."""
+
+
 class StoreUnavailable(StoreError, OSError):
     """The store's URI cannot be read: a file, an unknown scheme, an object store out of reach."""
 

@@ -32,60 +32,29 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import polars as pl
-from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 
 from lightfoot_pipeline.settings import object_store_options, resolve_store_uri
+from lightfoot_pipeline.store.journals import ORPHAN_GRACE_HOURS, Journals, typed
+from lightfoot_pipeline.store.roots import check_store_root, local_file_lock, storage_failure
 from lightfoot_pipeline.store.log import (
-    EXACT_VERSION, LOG_SCHEMA, TABLE_CONFIGURATION, ConcurrentCommitError, Manifest, StoreError, StoreUnavailable,
-    conflicts_as,
+    LOG_SCHEMA, Manifest, StoreError, StoreLayoutError,
+    StoreUnavailable,
 )
-from lightfoot_pipeline.store.tables import BUCKET, TableSpec, conform, spec_for
-from lightfoot_pipeline.store.transaction import Transaction
+from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, spec_for
+from lightfoot_pipeline.store.transaction import Transaction, recover
 
 DEFAULT_BUCKETS = 16
-# A data file that no table version references is either left over from a failed commit or the
-# upload of a commit still in flight (journal appends run beside everything, and on object stores
-# so may another writer), so vacuum leaves unreferenced files younger than this alone. The files
-# that a commit removed, which hold deleted rows, go at once.
-ORPHAN_GRACE_HOURS = 1
-# Journal appends (an answer at a time) leave small files; compaction waits for this many per bucket.
-JOURNAL_FILES_PER_BUCKET = 4
 
 
-# Schemes of a store root that both Delta (deltalake) and LanceDB open; a bare path is a local one.
-STORE_SCHEMES = ("file", "s3", "gs", "az", "abfss")
-_TERMINAL_STYLE = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _storage_failure(err: BaseException) -> str:
-    """An object-store error on one line: deltalake's outermost and innermost causes, without
-    terminal colours."""
-    lines = [line.strip(" ↳") for line in _TERMINAL_STYLE.sub("", str(err)).splitlines()]
-    lines = [line for line in lines if line] or [type(err).__name__]
-    return lines[0] if len(lines) == 1 else f"{lines[0]}: {lines[-1]}"
-
-
-def check_store_root(uri: str) -> None:
-    """Refuse a store root that cannot hold a store: an unknown scheme, or a local path under a file."""
-    scheme = uri.split("://", 1)[0].casefold() if "://" in uri else None
-    if scheme is not None and scheme not in STORE_SCHEMES:
-        raise StoreUnavailable(f"store {uri}: unknown scheme {scheme + '://'!r}",
-                               hint=f"give a local path or a URI of {', '.join(s + '://' for s in STORE_SCHEMES)}")
-    if scheme in (None, "file"):
-        root = Path(uri.removeprefix("file://"))
-        existing = next((p for p in (root, *root.parents) if p.exists()), None)
-        if existing is not None and not existing.is_dir():
-            raise StoreUnavailable(f"store {root}: {existing} is a file, not a directory",
-                                   hint="give --store (or LIGHTFOOT_STORE) a directory, or a path that does not exist yet")
-
-
-class Store:
+class Store(Journals):
     """A store root: read tables at the committed state, write through a locked transaction."""
 
     def __init__(
@@ -104,6 +73,12 @@ class Store:
         # Table versions are immutable, so a version read (or written) once in this process is
         # kept and reused: a process that runs several operations reads each table once.
         self._frames: dict[str, tuple[int, pl.DataFrame]] = {}
+        self._tables: dict[tuple[str, int], DeltaTable] = {}
+        # What this Store read, per table, for tests and reports: buckets and rows by bucket reads,
+        # and whole-table reads.
+        self.buckets_read: dict[str, int] = {}
+        self.rows_read: dict[str, int] = {}
+        self.tables_read: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
@@ -172,7 +147,7 @@ class Store:
         except OSError as err:  # storage that does not answer, or refuses the credentials
             endpoint = self.storage_options.get("AWS_ENDPOINT_URL")
             at = f" at {endpoint}" if endpoint else ""
-            raise StoreUnavailable(f"store {self.uri}: cannot read {uri}{at}: {_storage_failure(err)}") from err
+            raise StoreUnavailable(f"store {self.uri}: cannot read {uri}{at}: {storage_failure(err)}") from err
 
     def read(self, name: str, manifest: Manifest | None = None, columns: list[str] | None = None) -> pl.DataFrame:
         """A table as of the committed state (an empty frame of its schema if never written)."""
@@ -185,15 +160,96 @@ class Store:
         cached = self._frames.get(name)
         if cached is not None and cached[0] == version:
             return cached[1].select(wanted)
-        table = self._open(self.table_uri(name), version)
-        if table is None:
-            raise StoreError(f"table {name!r} is in the store log at version {version} but missing on storage")
-        frame = _typed(self._read_files(table, spec), spec)
+        table = self._open_version(name, version)
+        frame = typed(self._read_files(table, spec), spec)
+        self.tables_read[name] = self.tables_read.get(name, 0) + 1
         self._remember(name, version, frame)
         return frame.select(wanted)
 
+    def read_buckets(self, name: str, manifest: Manifest, buckets: Iterable[int]) -> pl.DataFrame:
+        """The rows of some buckets of a table as of the committed state (with the bucket column).
+
+        Only those buckets' data files are read (a Delta partition filter), unless this process
+        already holds the whole table at that version.
+        """
+        spec = spec_for(name)
+        wanted = sorted(set(buckets))
+        version = manifest.versions.get(name)
+        if version is None or not wanted:
+            return spec.empty()
+        self.buckets_read[name] = self.buckets_read.get(name, 0) + len(wanted)
+        cached = self._frames.get(name)
+        if cached is not None and cached[0] == version:
+            return cached[1].filter(pl.col(BUCKET).is_in(wanted))
+        table = self._open_version(name, version)
+        partitions = [(BUCKET, "in", [str(b) for b in wanted])]
+        if self.is_remote:
+            frame = pl.from_arrow(table.to_pyarrow_table(partitions=partitions))
+        else:
+            files = table.file_uris(file_pruning_predicate=partitions)
+            frame = pl.read_parquet(files, hive_partitioning=True) if files else spec.empty()
+        self.rows_read[name] = self.rows_read.get(name, 0) + frame.height
+        return typed(frame, spec)  # type: ignore[arg-type]
+
+    def row_count(self, name: str, manifest: Manifest) -> int:
+        """Rows of a table as of the committed state, from the table's metadata (no data read)."""
+        version = manifest.versions.get(name)
+        if version is None:
+            return 0
+        recorded = (manifest.details.get("rows") or {}).get(name)
+        if recorded is not None:
+            return int(recorded)
+        cached = self._frames.get(name)
+        if cached is not None and cached[0] == version:
+            return cached[1].height
+        actions = self._open_version(name, version).get_add_actions(flatten=True)
+        return int(pc.sum(pa.table(actions).column("num_records")).as_py() or 0)
+
+    def rows(self, name: str, column: str, values: Iterable[str], manifest: Manifest | None = None) -> pl.DataFrame:
+        """The committed rows whose ``column`` (the table's bucket column) is one of ``values``."""
+        spec = spec_for(name)
+        if column != spec.bucket_by:
+            raise ValueError(f"table {name!r} is bucketed by {spec.bucket_by!r}; rows by {column!r} need a whole read")
+        manifest = manifest or self.manifest()
+        wanted = sorted(set(values))
+        n_buckets = self.layout_buckets(manifest)
+        frame = self.read_buckets(name, manifest, {bucket_of(v, n_buckets) for v in wanted})
+        return frame.filter(pl.col(column).is_in(wanted))
+
+    def layout_buckets(self, manifest: Manifest) -> int:
+        """The bucket count the store's rows were written with (this Store's own for a new store)."""
+        layout = manifest.details.get("layout") if manifest.seq else None
+        if manifest.seq and not layout:
+            raise StoreLayoutError(
+                f"store {self.uri} has the layout of an earlier version (forms and fact assertions bucketed by "
+                "document)", hint=f"run: lightfoot migrate --store {self.uri}")
+        if layout and layout.get("version") != LAYOUT_VERSION:
+            raise StoreLayoutError(f"store {self.uri} has layout {layout.get('version')}, this version reads "
+                                   f"layout {LAYOUT_VERSION}", hint="use the Lightfoot version that wrote it")
+        if layout:
+            self.n_buckets = int(layout["n_buckets"])
+        return self.n_buckets
+
+    def _open_version(self, name: str, version: int) -> DeltaTable:
+        """The table at a version, opened once per process (a version never changes)."""
+        table = self._tables.pop((name, version), None)
+        if table is None:
+            table = self._open(self.table_uri(name), version)
+            if table is None:
+                raise StoreError(f"table {name!r} is in the store log at version {version} but missing on storage")
+        self._keep_open(name, table)
+        return table
+
+    def _keep_open(self, name: str, table: DeltaTable) -> None:
+        """Remember a table opened at its current version (one version per table)."""
+        self._tables = {k: t for k, t in self._tables.items() if k[0] != name}
+        self._tables[(name, table.version())] = table
+
     def _remember(self, name: str, version: int, frame: pl.DataFrame) -> None:
         self._frames[name] = (version, frame.select([*spec_for(name).columns, BUCKET]))
+
+    def _forget(self, name: str) -> None:
+        self._frames.pop(name, None)
 
     def _read_files(self, table: DeltaTable, spec: TableSpec) -> pl.DataFrame:
         """The table's current data files. Local tables are read straight from their Parquet files
@@ -205,125 +261,26 @@ class Store:
             return spec.empty()
         return pl.read_parquet(files, hive_partitioning=True)
 
-    def read_journal(self, name: str) -> pl.DataFrame:
-        """An append-only journal table at its latest version."""
-        spec = spec_for(name)
-        table = self._open(self.journal_uri(name))
-        if table is None:
-            return spec.empty()
-        return _typed(self._read_files(table, spec), spec).select([*spec.columns, BUCKET])
-
-    def append_journal(self, name: str, rows: pl.DataFrame) -> None:
-        """Append rows to a journal table (safe beside other appenders: appends never conflict)."""
-        if rows.height == 0:
-            return
-        spec = spec_for(name)
-        write_deltalake(
-            self.journal_uri(name),
-            conform(rows, spec),
-            mode="append",
-            partition_by=[BUCKET],
-            configuration=TABLE_CONFIGURATION,
-            storage_options=self._options(),
-        )
-
-    def read_journal_version(self, name: str) -> tuple[int | None, pl.DataFrame]:
-        """A journal table at its latest version, and that version (None when it does not exist)."""
-        spec = spec_for(name)
-        table = self._open(self.journal_uri(name))
-        if table is None:
-            return None, spec.empty()
-        return table.version(), _typed(self._read_files(table, spec), spec).select([*spec.columns, BUCKET])
-
-    def append_journal_after(self, name: str, rows: pl.DataFrame, version: int | None) -> bool:
-        """Append rows as the journal's next version after ``version`` (None: create the journal);
-        False, with nothing written, when another writer took that version first."""
-        spec = spec_for(name)
-        if version is None:
-            try:
-                write_deltalake(self.journal_uri(name), conform(rows, spec), mode="error", partition_by=[BUCKET],
-                                configuration=TABLE_CONFIGURATION, storage_options=self._options(),
-                                commit_properties=EXACT_VERSION)
-                return True
-            except DeltaError as err:  # another writer created it first (or storage failed)
-                if self._open(self.journal_uri(name)) is None:
-                    raise StoreError(f"cannot create journal {name}: {_storage_failure(err)}") from err
-                return False
-        table = self._open(self.journal_uri(name), version)
-        if table is None:
-            raise StoreError(f"journal {name!r} at version {version} is missing on storage")
-        try:
-            write_deltalake(table, conform(rows, spec), mode="append", partition_by=[BUCKET],
-                            commit_properties=EXACT_VERSION)
-        except CommitFailedError:
-            return False
-        return True
-
-    def compact_journal(self, name: str) -> int:
-        """Rewrite a journal table's small appended files into about one per bucket, once it has
-        more than JOURNAL_FILES_PER_BUCKET files per bucket; the files removed are deleted once
-        older than ORPHAN_GRACE_HOURS (a reader may still be reading them).
-
-        Safe beside appenders (compaction commutes with appends). Beside a deletion from the same
-        journal the later of the two fails: this with ConcurrentCommitError, the deletion with
-        deltalake's CommitFailedError. Returns the files compacted.
-        """
-        table = self._open(self.journal_uri(name))
-        if table is None or len(table.file_uris()) <= JOURNAL_FILES_PER_BUCKET * self.n_buckets:
-            return 0
-        with conflicts_as(ConcurrentCommitError, f"compacting journal {name}"):
-            metrics = table.optimize.compact()
-        table.vacuum(retention_hours=ORPHAN_GRACE_HOURS, enforce_retention_duration=False, dry_run=False, full=False)
-        return int(metrics.get("numFilesRemoved", 0) or 0)
-
-    def delete_from_journal(self, name: str, column: str, values: list[str]) -> int:
-        """Delete journal rows whose column is one of values (ids and hashes only, never text)."""
-        table = self._open(self.journal_uri(name))
-        if table is None or not values:
-            return 0
-        total = 0
-        for start in range(0, len(values), 500):
-            chunk = values[start : start + 500]
-            quoted = ", ".join("'" + v.replace("'", "''") + "'" for v in chunk)
-            metrics = table.delete(f"{column} IN ({quoted})")
-            total += int(metrics.get("num_deleted_rows", 0) or 0)
-        return total
-
     # -- writing ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator["Transaction"]:
-        """Exclusive write access: lock, recover a crashed commit, then stage and commit writes."""
+    def transaction(self, relayout: int | None = None) -> Iterator["Transaction"]:
+        """Exclusive write access: lock, recover a crashed commit, then stage and commit writes.
+
+        The store's recorded layout sets the bucket count. ``relayout`` (a migration) opens a store
+        of any layout instead, to rewrite every table whole into ``relayout`` buckets (or the
+        recorded count, else this Store's).
+        """
         with self._lock():
-            manifest, heads = self._recover()
-            yield Transaction(self, manifest, heads)
+            manifest, heads = recover(self)
+            if relayout is not None:
+                layout = manifest.details.get("layout") or {}
+                self.n_buckets = relayout or int(layout.get("n_buckets") or self.n_buckets)
+            yield Transaction(self, manifest, heads, adopt_layout=relayout is None)
 
     def _lock(self) -> contextlib.AbstractContextManager[None]:
         root = self.local_root()
         return contextlib.nullcontext() if root is None else local_file_lock(root / "_lightfoot" / "writer.lock")
-
-    def _recover(self) -> tuple[Manifest, dict[str, int]]:
-        """The state, and each existing table's version once it holds exactly the logged content.
-
-        A transaction writes each table on top of that version (see the module docstring). The
-        undoing commits are exact-version too: if another writer moves a table meanwhile, this
-        raises ConcurrentCommitError rather than mixing the two writers' files.
-        """
-        manifest = self.manifest()
-        heads: dict[str, int] = {}
-        for spec_name, uri in self._physical_tables():
-            table = self._open(uri)
-            if table is None:
-                continue
-            logged = manifest.versions.get(spec_name)
-            with conflicts_as(ConcurrentCommitError, f"recovering {spec_name}"):
-                if logged is None:
-                    if table.to_pyarrow_dataset().count_rows() > 0:
-                        table.delete(commit_properties=EXACT_VERSION)
-                elif table.version() > logged:
-                    table.restore(logged, commit_properties=EXACT_VERSION)
-            heads[spec_name] = table.version()
-        return manifest, heads
 
     def _physical_tables(self) -> list[tuple[str, str]]:
         from lightfoot_pipeline.store.tables import all_specs
@@ -364,25 +321,5 @@ class Store:
         import lancedb
 
         return lancedb.connect(self.path("vectors"), storage_options=self._options())
-
-
-@contextlib.contextmanager
-def local_file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on a local file, held for the block (released if the process dies)."""
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _typed(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:
-    """Columns in the spec's order and types (Parquet and Arrow types differ in small ways)."""
-    target = spec.empty().schema
-    return frame.select([pl.col(c).cast(t) for c, t in target.items()])
 
 

@@ -6,12 +6,21 @@ Operational tables (the extraction cache, the cost ledger, the deletion log) rec
 are not part of the fingerprint; erasure purges the parts of them that hold deleted text.
 
 Every table is partitioned by ``bucket``, a stable hash of one column modulo the store's bucket
-count (``doc_id`` for per-document tables, the table's key for the others), so that a change
-rewrites a few partitions instead of a whole table or one file per document.
+count, so that a change reads and rewrites a few partitions instead of a whole table or one file
+per document. The column is the one a change looks rows up by: ``doc_id`` for documents,
+passages, extractions and ``document_keys`` (each document's names and facts); the name for
+forms and the fact for fact assertions, so that the graph stage reads a name's passages from one
+bucket and a document's forms are found through its keys; the key for the graph tables. A link
+is found from either of its names: ``name_links`` is bucketed by ``name_a`` and its mirror
+``name_links_reverse`` by ``name_b``.
+
+The store log records this layout (``LAYOUT_VERSION`` and the bucket count) with every commit;
+``lightfoot migrate`` rewrites a store of an earlier layout.
 """
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass
 
@@ -19,6 +28,8 @@ import polars as pl
 import pyarrow as pa
 
 BUCKET = "bucket"
+# How rows are bucketed (see the module docstring); 1 was every per-document table by doc_id.
+LAYOUT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -40,7 +51,22 @@ class TableSpec:
         return list(self.schema.names)
 
     def empty(self) -> pl.DataFrame:
-        return pl.from_arrow(self.arrow_schema.empty_table())  # type: ignore[return-value]
+        """No rows, the table's columns and types (bucket included)."""
+        return pl.DataFrame(schema=_polars_schema(self.arrow_schema))
+
+
+_POLARS_TYPES = {
+    pa.string(): pl.String, pa.int64(): pl.Int64, pa.int32(): pl.Int32, pa.float64(): pl.Float64,
+    pa.bool_(): pl.Boolean, pa.date32(): pl.Date, pa.binary(): pl.Binary,
+    pa.timestamp("us", tz="UTC"): pl.Datetime("us", "UTC"),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _polars_schema(schema: pa.Schema) -> dict:
+    """The Polars types of an Arrow schema (direct, so that no conversion machinery loads)."""
+    return {f.name: _POLARS_TYPES.get(f.type) or pl.from_arrow(pa.schema([f]).empty_table()).dtypes[0]
+            for f in schema}
 
 
 def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
@@ -79,14 +105,14 @@ EXTRACTIONS = TableSpec(
 FORMS = TableSpec(
     "forms",
     _schema(("chunk_id", S), ("doc_id", S), ("name", S), ("type", S), ("surface", S)),
-    key=("chunk_id", "name", "type"), bucket_by="doc_id", per_document=True,
+    key=("chunk_id", "name", "type"), bucket_by="name", per_document=True,
     description="Every normalised entity name and fact subject and object, per passage.",
 )
 FACT_SOURCES = TableSpec(
     "fact_sources",
     _schema(("fact_id", S), ("chunk_id", S), ("doc_id", S), ("subject", S), ("subject_type", S),
             ("predicate", S), ("object", S), ("object_type", S), ("evidence", S), ("evidence_verified", B)),
-    key=("fact_id", "chunk_id"), bucket_by="doc_id", per_document=True,
+    key=("fact_id", "chunk_id"), bucket_by="fact_id", per_document=True,
     description="Which passage asserted which fact, with its evidence quote.",
 )
 NAME_LINKS = TableSpec(
@@ -94,6 +120,12 @@ NAME_LINKS = TableSpec(
     _schema(("type", S), ("name_a", S), ("name_b", S), ("similarity", F)),
     key=("type", "name_a", "name_b"), bucket_by="name_a", per_document=False,
     description="Pairs of live names of one type with cosine >= the synonym threshold (name_a < name_b).",
+)
+NAME_LINKS_REVERSE = TableSpec(
+    "name_links_reverse",
+    NAME_LINKS.schema,
+    key=("type", "name_a", "name_b"), bucket_by="name_b", per_document=False, fingerprinted=False,
+    description="The rows of name_links again, bucketed by name_b: the links of a name are in its two buckets.",
 )
 ALIASES = TableSpec(
     "aliases",
@@ -135,6 +167,19 @@ TOMBSTONES = TableSpec(
     description="The deletion log: which documents were deleted, when, why, and whether erased.",
 )
 
+NAME_KEYS = TableSpec(
+    "name_keys",
+    _schema(("type", S), ("name", S), ("keys", pa.binary())),
+    key=("type", "name"), bucket_by="name", per_document=False, fingerprinted=False,
+    description="The LSH band keys of every live name (index/name_keys.py), from its vector alone.",
+)
+DOCUMENT_KEYS = TableSpec(
+    "document_keys",
+    _schema(("doc_id", S), ("kind", S), ("type", S), ("key", S)),
+    key=("doc_id", "kind", "type", "key"), bucket_by="doc_id", per_document=False, fingerprinted=False,
+    description="The names (kind 'name') and facts (kind 'fact') of each document's forms and fact assertions.",
+)
+
 GRAPH_QUEUE = TableSpec(
     "graph_queue",
     _schema(("kind", S), ("type", S), ("key", S)),
@@ -149,7 +194,7 @@ INDEX_TABLES: tuple[TableSpec, ...] = (
 PER_DOCUMENT_TABLES: tuple[TableSpec, ...] = tuple(t for t in INDEX_TABLES if t.per_document)
 GRAPH_TABLES: tuple[TableSpec, ...] = tuple(t for t in INDEX_TABLES if not t.per_document)
 
-_REGISTRY: dict[str, TableSpec] = {t.name: t for t in (*INDEX_TABLES, TOMBSTONES, GRAPH_QUEUE)}
+_REGISTRY: dict[str, TableSpec] = {t.name: t for t in (*INDEX_TABLES, NAME_LINKS_REVERSE, NAME_KEYS, DOCUMENT_KEYS, TOMBSTONES, GRAPH_QUEUE)}
 
 
 def register(spec: TableSpec) -> TableSpec:

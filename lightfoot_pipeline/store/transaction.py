@@ -33,6 +33,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from concurrent.futures import ThreadPoolExecutor
+from typing import Iterable
 
 import polars as pl
 import pyarrow as pa
@@ -42,7 +43,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from lightfoot_pipeline.store.log import (
     EXACT_VERSION, LOG_SCHEMA, TABLE_CONFIGURATION, ConcurrentCommitError, Manifest, StoreError, conflicts_as,
 )
-from lightfoot_pipeline.store.tables import BUCKET, TableSpec, conform, spec_for
+from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, conform, spec_for
 
 # Tables written at once by one commit.
 WRITE_THREADS = 4
@@ -51,19 +52,30 @@ WRITE_THREADS = 4
 class Transaction:
     """A working copy of the tables, read at one manifest and committed together.
 
-    Stages read a table with :meth:`table` and stage its new content with :meth:`put`; nothing
-    reaches storage until :meth:`commit`, which writes only the buckets that differ from what
-    was read. ``store`` is the Store whose ``transaction()`` opened it (store.py).
+    A stage reads the rows it needs with :meth:`rows` (the buckets of the given keys only) or a
+    whole table with :meth:`table` (a full rebuild), and stages changes with :meth:`update` (or a
+    whole new table with :meth:`put`). The transaction holds, per table, the buckets it has read;
+    a change can only touch those (added rows first bring in their buckets), and nothing reaches
+    storage until :meth:`commit`, which compares and writes only the buckets that changed.
+    ``store`` is the Store whose ``transaction()`` opened it (store.py); a transaction opened
+    directly on a manifest (a dry run, never committed) works the same. Either way the store's
+    recorded layout sets the bucket count, and a store of an earlier layout is refused
+    (StoreLayoutError), except by a migration (``adopt_layout=False``).
     """
 
-    def __init__(self, store, manifest: Manifest, heads: dict[str, int] | None = None) -> None:
+    def __init__(self, store, manifest: Manifest, heads: dict[str, int] | None = None, *,
+                 adopt_layout: bool = True) -> None:
         self.store = store
         self.manifest = manifest
+        if adopt_layout:  # rows are found in the buckets the store's layout put them in
+            store.layout_buckets(manifest)
         # The version each table is written on top of (see the module docstring): its version at
         # the start, after recovery; without recovery, the logged one.
         self._heads: dict[str, int] = dict(manifest.versions if heads is None else heads)
         self._original: dict[str, pl.DataFrame] = {}
         self._working: dict[str, pl.DataFrame] = {}
+        # Buckets read per table; None means the whole table.
+        self._loaded: dict[str, set[int] | None] = {}
         # Buckets each table's staged changes may touch; None means "compare every bucket".
         self._touched: dict[str, set[int] | None] = {}
         # What the index is built with (embedder, thresholds); carried from commit to commit.
@@ -73,14 +85,82 @@ class Transaction:
     def n_buckets(self) -> int:
         return self.store.n_buckets
 
-    def table(self, name: str) -> pl.DataFrame:
-        """The table as staged so far in this transaction (with its bucket column)."""
+    def buckets_of(self, values: Iterable[str]) -> set[int]:
+        return {bucket_of(v, self.n_buckets) for v in values}
+
+    def loaded(self, name: str) -> set[int] | None:
+        """The buckets of a table read so far (None: all of them)."""
+        return self._loaded.get(name, set())
+
+    def _start(self, name: str) -> None:
         if name not in self._working:
-            frame = self.store.read(name, self.manifest)
-            self._original[name] = frame
-            self._working[name] = frame
+            frame = spec_for(name).empty()
+            self._original[name] = self._working[name] = frame
+            self._loaded[name] = set()
             self._touched[name] = set()
+
+    def load(self, name: str, buckets: Iterable[int]) -> None:
+        """Read the given buckets of a table into the transaction (those not read yet)."""
+        self._start(name)
+        loaded = self._loaded[name]
+        if loaded is None:
+            return
+        missing = set(buckets) - loaded
+        if not missing:
+            return
+        frame = self.store.read_buckets(name, self.manifest, missing)
+        self._original[name] = pl.concat([self._original[name], frame])
+        self._working[name] = pl.concat([self._working[name], frame])
+        loaded |= missing
+
+    def table(self, name: str) -> pl.DataFrame:
+        """The whole table as staged so far in this transaction (with its bucket column)."""
+        self._start(name)
+        loaded = self._loaded[name]
+        if loaded is not None:
+            whole = self.store.read(name, self.manifest)
+            if loaded:
+                whole = whole.filter(~pl.col(BUCKET).is_in(sorted(loaded)))
+                self._original[name] = pl.concat([self._original[name], whole])
+                self._working[name] = pl.concat([self._working[name], whole])
+            else:
+                self._original[name] = self._working[name] = whole
+            self._loaded[name] = None
         return self._working[name]
+
+    def rows(self, name: str, column: str, values: Iterable[str]) -> pl.DataFrame:
+        """The staged rows whose ``column`` is one of ``values``, reading only their buckets.
+
+        ``column`` is the table's bucket column (tables.py), or any column once the whole table
+        has been read.
+        """
+        spec = spec_for(name)
+        wanted = sorted(set(values))
+        if column == spec.bucket_by:
+            self.load(name, self.buckets_of(wanted))
+        elif self.loaded(name) is not None:
+            raise ValueError(f"table {name!r} is bucketed by {spec.bucket_by!r}: rows by {column!r} need tx.table()")
+        frame = self._working[name]
+        return frame.filter(pl.col(column).is_in(wanted)) if wanted else frame.clear()
+
+    def count(self, name: str) -> int:
+        """Rows of the table as staged: the committed count, with this transaction's changes."""
+        self._start(name)
+        if self._loaded[name] is None:
+            return self._working[name].height
+        committed = self.store.row_count(name, self.manifest)
+        return committed + self._working[name].height - self._original[name].height
+
+    def staged(self, name: str) -> pl.DataFrame:
+        """The rows of the buckets read so far, with this transaction's changes."""
+        self._start(name)
+        return self._working[name]
+
+    def committed_rows(self, name: str, column: str, values: Iterable[str]) -> pl.DataFrame:
+        """Like :meth:`rows`, as the table was read (before this transaction's changes)."""
+        wanted = sorted(set(values))
+        self.rows(name, column, wanted)
+        return self._original[name].filter(pl.col(column).is_in(wanted))
 
     def put(self, name: str, frame: pl.DataFrame) -> None:
         """Stage the whole new content of a table (rows carry their bucket column)."""
@@ -89,23 +169,33 @@ class Transaction:
         self._working[name] = frame.select([*spec.columns, BUCKET])
         self._touched[name] = None
 
-    def update(self, name: str, remove: pl.Series | None = None, add: pl.DataFrame | None = None) -> None:
-        """Stage a change: drop the rows where ``remove`` (a mask over :meth:`table`) is true, add ``add``.
+    def update(self, name: str, remove: pl.Series | pl.Expr | None = None, add: pl.DataFrame | None = None) -> None:
+        """Stage a change: drop the staged rows that ``remove`` selects, then add ``add``.
 
-        Only the buckets of the dropped and added rows are compared at commit, so small changes to
-        large tables cost little.
+        ``remove`` is a predicate over the table's columns, or a mask over the frame that
+        :meth:`table` or the staged rows currently are; it reaches only the buckets read so far,
+        so read the buckets of the rows to drop first (:meth:`rows`). The buckets of added rows
+        are read before they are added. Only the buckets of dropped and added rows are compared at
+        commit, so small changes to large tables cost little.
         """
         spec = spec_for(name)
-        current = self.table(name)
+        self._start(name)
+        current = self._working[name]
         touched: set[int] = set()
-        if remove is not None and remove.any():
-            touched.update(current.filter(remove).get_column(BUCKET).unique().to_list())
-            current = current.filter(~remove)
-        if add is not None and add.height:
-            add = add.select([*spec.columns, BUCKET]).cast(current.schema)
-            touched.update(add.get_column(BUCKET).unique().to_list())
-            current = pl.concat([current, add])
+        if remove is not None:
+            mask = current.select(remove.fill_null(False)).to_series() if isinstance(remove, pl.Expr) else remove
+            if mask.len() != current.height:
+                raise ValueError(f"a removal mask over {mask.len()} rows given for {current.height} staged rows of {name!r}")
+            if mask.any():
+                touched.update(current.filter(mask).get_column(BUCKET).unique().to_list())
+                current = current.filter(~mask)
         self._working[name] = current
+        if add is not None and add.height:
+            add = add.select([*spec.columns, BUCKET]).cast(spec.empty().schema)
+            buckets = set(add.get_column(BUCKET).unique().to_list())
+            self.load(name, buckets)
+            touched.update(buckets)
+            self._working[name] = pl.concat([self._working[name], add])
         previous = self._touched[name]
         self._touched[name] = None if previous is None else previous | touched
 
@@ -154,12 +244,18 @@ class Transaction:
             futures = {name: pool.submit(write, name, buckets) for name, buckets in pending[1:]}
             for name, future in futures.items():
                 versions[name] = future.result()
-        details = {**(details or {}), "buckets_written": written, "config": self.config}
+        rows = dict(self.manifest.details.get("rows") or {})
+        rows.update({name: self.count(name) for name in written})
+        details = {**(details or {}), "buckets_written": written, "config": self.config, "rows": rows,
+                   "layout": {"version": LAYOUT_VERSION, "n_buckets": self.n_buckets}}
         manifest = self._append_log(
             self.manifest.seq + 1, operation, versions, details, read_at=self.manifest.log_version
         )
         for name in written:
-            self.store._remember(name, versions[name], self._working[name])
+            if self._loaded[name] is None:
+                self.store._remember(name, versions[name], self._working[name])
+            else:
+                self.store._forget(name)
         self.manifest = manifest
         self._original = dict(self._working)
         self._touched = {name: set() for name in self._working}
@@ -175,14 +271,17 @@ class Transaction:
                 uri, spec.arrow_schema, [BUCKET], f"table {spec.name!r}", name=spec.name, description=spec.description
             )
         else:
-            table = self.store._open(uri, head)
-            if table is None:
-                raise StoreError(f"table {spec.name!r} was at version {head} when this transaction began, and is gone")
+            try:
+                table = self.store._open_version(spec.name, head)
+            except StoreError as err:
+                raise StoreError(f"table {spec.name!r} was at version {head} when this transaction began, "
+                                 "and is gone") from err
         predicate = f"{BUCKET} IN ({', '.join(str(b) for b in buckets)})"
         with conflicts_as(ConcurrentCommitError, f"writing {spec.name}"):
             write_deltalake(table, data, mode="overwrite", predicate=predicate, partition_by=[BUCKET],
                             commit_properties=EXACT_VERSION)
         self._heads[spec.name] = table.version()
+        self.store._keep_open(spec.name, table)
         return table.version()
 
     def _append_log(
@@ -192,16 +291,13 @@ class Transaction:
         committing transaction read), or raise ConcurrentCommitError if another writer got there
         first: two writers can never both commit seq N+1."""
         now = dt.datetime.now(dt.timezone.utc)
-        row = pa.table(
-            {
-                "seq": [seq],
-                "operation": [operation],
-                "versions": [json.dumps(versions, sort_keys=True)],
-                "details": [json.dumps(details, sort_keys=True, default=str)],
-                "committed_at": [now],
-            },
-            schema=LOG_SCHEMA,
-        )
+        # Built through Polars: a row of Python values given to pyarrow makes it load pandas (seconds).
+        row = pl.DataFrame(
+            {"seq": [seq], "operation": [operation], "versions": [json.dumps(versions, sort_keys=True)],
+             "details": [json.dumps(details, sort_keys=True, default=str)], "committed_at": [now]},
+            schema={"seq": pl.Int64, "operation": pl.String, "versions": pl.String, "details": pl.String,
+                    "committed_at": pl.Datetime("us", "UTC")},
+        ).to_arrow().cast(LOG_SCHEMA)
         uri = self.store.path("_lightfoot", "store_log")
         if read_at is None:
             log = self._create_table(uri, LOG_SCHEMA, partition_by=None, what="the store log")
@@ -253,3 +349,31 @@ def changed_buckets(old: pl.DataFrame, new: pl.DataFrame, spec: TableSpec) -> se
         | (pl.col("hi") != pl.col("hi_new")).fill_null(True)
     )
     return set(differs.get_column(BUCKET).to_list())
+
+
+def recover(store) -> tuple[Manifest, dict[str, int]]:
+    """The store's state, and each existing table's version once it holds exactly the logged
+    content (a table ahead of the log, left by a crash between the two steps of a commit, is
+    restored to the logged version first).
+
+    A transaction writes each table on top of that version (see the module docstring). The
+    undoing commits are exact-version too: if another writer moves a table meanwhile, this
+    raises ConcurrentCommitError rather than mixing the two writers' files.
+    """
+    manifest = store.manifest()
+    heads: dict[str, int] = {}
+    for spec_name, uri in store._physical_tables():
+        table = store._open(uri)
+        if table is None:
+            continue
+        logged = manifest.versions.get(spec_name)
+        with conflicts_as(ConcurrentCommitError, f"recovering {spec_name}"):
+            if logged is None:
+                if table.to_pyarrow_dataset().count_rows() > 0:
+                    table.delete(commit_properties=EXACT_VERSION)
+            elif table.version() > logged:
+                table.restore(logged, commit_properties=EXACT_VERSION)
+        heads[spec_name] = table.version()
+        if table.version() == logged:
+            store._keep_open(spec_name, table)
+    return manifest, heads

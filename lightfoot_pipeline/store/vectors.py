@@ -24,7 +24,6 @@ from lightfoot_pipeline.models.embedder import Embedder
 log = logging.getLogger(__name__)
 
 EMBED_CHUNK = 2048  # texts embedded between two progress reports
-FILTER_MAX_KEYS = 2000  # up to this many keys are looked up by a filter, not a full read
 
 
 def lance_table_names(db) -> list[str]:
@@ -106,21 +105,23 @@ class VectorCache:
             table.add(replaced.select(["key", "vector"]).cast(self._schema))
 
     def _stored(self, keys: set[str]) -> dict[str, np.ndarray]:
+        """The stored vectors of keys: the key column is scanned, and only the rows of the keys
+        found are read."""
         table = self._table(create=False)
         if table is None or not keys:
             return {}
-        if len(keys) <= FILTER_MAX_KEYS:
-            quoted = ", ".join(f"'{k}'" for k in sorted(keys))  # keys are hex digests
-            data = table.search().where(f"key IN ({quoted})").select(["key", "vector"]).limit(None).to_arrow()
-        else:
-            data = table.to_arrow()
-        stored_keys = data.column("key").to_pylist()
-        wanted = [i for i, k in enumerate(stored_keys) if k in keys]
-        if not wanted:
+        stored_keys = table.search().select(["key"]).limit(None).to_arrow().column("key").to_pylist()
+        offsets = [i for i, k in enumerate(stored_keys) if k in keys]
+        if not offsets:
             return {}
-        flat = data.column("vector").combine_chunks().take(pa.array(wanted)).flatten().to_numpy(zero_copy_only=False)
-        matrix = flat.reshape(len(wanted), self.embedder.dim).astype(np.float32)
-        return {stored_keys[i]: matrix[j] for j, i in enumerate(wanted)}
+        data = table.take_offsets(offsets).select(["key", "vector"]).to_arrow()
+        got = data.column("key").to_pylist()
+        if sorted(got) != sorted(stored_keys[i] for i in offsets):  # the table changed between the two reads
+            data = table.to_arrow()
+            got = data.column("key").to_pylist()
+        flat = data.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        matrix = flat.reshape(len(got), self.embedder.dim).astype(np.float32)
+        return {k: matrix[j] for j, k in enumerate(got) if k in keys}
 
     def _add(self, batch: pa.Table, attempts: int = 5) -> None:
         """Append vectors, surviving a concurrent writer: on object stores two writers can race to

@@ -1,0 +1,109 @@
+"""Linking added names: each against the stored names it can link to, and no others.
+
+With the LSH filter on (``settings.banding``), two names are compared only when they share a band
+key (lsh.py), and a name's keys depend on its own vector alone. The keys of every live name are
+stored in ``name_keys`` (one row per name, its keys as bytes: ``bands`` little-endian int64), so
+linking added names holds the live names' keys in memory, finds the stored names that collide
+with an added name, and reads the vectors of those names alone. With the filter off, every live
+name of the type is compared, so every vector of the type is read.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from lightfoot_pipeline.index.links import LINK_SCHEMA, LinkRule, links_between
+from lightfoot_pipeline.index.lsh import candidates_between
+from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.store.tables import ALIASES, NAME_KEYS, with_buckets
+from lightfoot_pipeline.store.transaction import Transaction
+from lightfoot_pipeline.store.vectors import VectorCache
+
+NAME_KEY = ["name", "type"]
+
+
+def _key_frame(type_: str, names: list[str], keys: np.ndarray) -> pl.DataFrame:
+    rows = np.ascontiguousarray(keys, dtype="<i8")
+    return pl.DataFrame({"type": [type_] * len(names), "name": names, "keys": [r.tobytes() for r in rows]},
+                        schema={"type": pl.String, "name": pl.String, "keys": pl.Binary})
+
+
+def decode_keys(frame: pl.DataFrame, bands: int) -> np.ndarray:
+    """(rows, bands) int64 band keys of a ``name_keys`` frame."""
+    if frame.height == 0:
+        return np.zeros((0, bands), dtype=np.int64)
+    return np.frombuffer(b"".join(frame.get_column("keys").to_list()), dtype="<i8").reshape(-1, bands).astype(np.int64)
+
+
+def drop_keys(tx: Transaction, names: pl.DataFrame) -> None:
+    """Remove the stored keys of names that are no longer live."""
+    if names.height == 0:
+        return
+    listed = names.get_column("name").unique().to_list()
+    tx.rows(NAME_KEYS.name, "name", listed)
+    wanted = names.select(pl.concat_str("type", pl.lit("\x00"), "name").alias("k")).get_column("k").implode()
+    tx.update(NAME_KEYS.name, remove=pl.concat_str("type", pl.lit("\x00"), "name").is_in(wanted))
+
+
+def store_keys(tx: Transaction, names: pl.DataFrame, name_vectors: VectorCache, rule: LinkRule) -> int:
+    """Compute and stage the keys of live names that have none stored (a repair; returns how many)."""
+    if rule.banding is None or names.height == 0:
+        return 0
+    missing = names.join(tx.table(NAME_KEYS.name).select(NAME_KEY), on=NAME_KEY, how="anti")
+    frames = []
+    for (type_,), group in sorted(missing.partition_by("type", as_dict=True).items()):
+        listed = sorted(group.get_column("name").to_list())
+        frames.append(_key_frame(type_, listed, rule.keys(listed, name_vectors.vectors(listed))))
+    if frames:
+        tx.update(NAME_KEYS.name, add=with_buckets(pl.concat(frames), NAME_KEYS, tx.n_buckets))
+    return missing.height
+
+
+def link_added_names(
+    tx: Transaction, added: pl.DataFrame, removed: pl.DataFrame, name_vectors: VectorCache, settings: IndexSettings
+) -> pl.DataFrame:
+    """Links of every added name against every live name of its type, and stage the added names' keys.
+
+    ``removed``: names no longer live, whose keys :func:`drop_keys` has dropped.
+    """
+    rule = LinkRule.of(settings)
+    if rule.banding is None:
+        return _link_exhaustively(tx, added, removed, name_vectors, rule)
+    stored = tx.table(NAME_KEYS.name).join(added, on=NAME_KEY, how="anti")
+    frames, new_rows = [], []
+    for (type_,), group in sorted(added.partition_by("type", as_dict=True).items()):
+        new_names = sorted(group.get_column("name").to_list())
+        new_vectors = name_vectors.vectors(new_names)
+        new_keys = rule.keys(new_names, new_vectors)
+        new_rows.append(_key_frame(type_, new_names, new_keys))
+        old = stored.filter(pl.col("type") == type_)
+        old_keys = decode_keys(old, rule.banding.bands)
+        _, j = candidates_between(new_keys, old_keys)
+        colliding = np.unique(j)
+        old_names = old.get_column("name").gather(colliding).to_list()
+        old_vectors = name_vectors.vectors(old_names) if old_names else np.zeros((0, new_vectors.shape[1]), np.float32)
+        frames.append(links_between(type_, new_names, new_vectors, old_names, old_vectors, rule,
+                                    new_keys, old_keys[colliding]))
+    if new_rows:
+        tx.update(NAME_KEYS.name, add=with_buckets(pl.concat(new_rows), NAME_KEYS, tx.n_buckets))
+    return pl.concat(frames) if frames else pl.DataFrame(schema=LINK_SCHEMA)
+
+
+def _link_exhaustively(
+    tx: Transaction, added: pl.DataFrame, removed: pl.DataFrame, name_vectors: VectorCache, rule: LinkRule
+) -> pl.DataFrame:
+    """Links of added names against every live name of their type, every vector read."""
+    stored = tx.store.read(ALIASES.name, tx.manifest, columns=NAME_KEY)
+    live = stored.join(removed, on=NAME_KEY, how="anti").join(added, on=NAME_KEY, how="anti")
+    live_by_type = live.partition_by("type", as_dict=True)
+    frames = []
+    for (type_,), group in sorted(added.partition_by("type", as_dict=True).items()):
+        new_names = sorted(group.get_column("name").to_list())
+        old_frame = live_by_type.get((type_,))
+        old_names = sorted(old_frame.get_column("name").to_list()) if old_frame is not None else []
+        vectors = name_vectors.vectors(new_names + old_names)
+        new_vecs, old_vecs = vectors[: len(new_names)], vectors[len(new_names):]
+        frames.append(links_between(type_, new_names, np.ascontiguousarray(new_vecs), old_names,
+                                    np.ascontiguousarray(old_vecs), rule))
+    return pl.concat(frames) if frames else pl.DataFrame(schema=LINK_SCHEMA)

@@ -1,0 +1,123 @@
+"""Journals: append-only store tables outside the store log (the extraction cache, its claims,
+the cost ledger and the other records that many writers append to at once).
+
+Appends never conflict with each other, so journals are not versioned with the index tables; a
+journal is read at its latest version. ``append_journal_after`` appends only on top of an exact
+version, for records that must not race (a claim on a passage). :class:`Journals` is a part of
+:class:`~lightfoot_pipeline.store.store.Store`.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from deltalake import write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError
+
+from lightfoot_pipeline.store.log import (
+    EXACT_VERSION, TABLE_CONFIGURATION, ConcurrentCommitError, StoreError, conflicts_as,
+)
+from lightfoot_pipeline.store.roots import storage_failure
+from lightfoot_pipeline.store.tables import BUCKET, TableSpec, conform, spec_for
+
+# A data file that no table version references is either left over from a failed commit or the
+# upload of a commit still in flight (journal appends run beside everything, and on object stores
+# so may another writer), so vacuum leaves unreferenced files younger than this alone. The files
+# that a commit removed, which hold deleted rows, go at once.
+ORPHAN_GRACE_HOURS = 1
+# Journal appends (an answer at a time) leave small files; compaction waits for this many per bucket.
+JOURNAL_FILES_PER_BUCKET = 4
+
+
+def typed(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:
+    """Columns in the spec's order and types (Parquet and Arrow types differ in small ways)."""
+    target = spec.empty().schema
+    return frame.select([pl.col(c).cast(t) for c, t in target.items()])
+
+
+class Journals:
+    """The journal operations of a Store (which supplies ``_open``, ``journal_uri``, ``_options``,
+    ``_read_files`` and ``n_buckets``)."""
+
+    def read_journal(self, name: str) -> pl.DataFrame:
+        """An append-only journal table at its latest version."""
+        spec = spec_for(name)
+        table = self._open(self.journal_uri(name))
+        if table is None:
+            return spec.empty()
+        return typed(self._read_files(table, spec), spec).select([*spec.columns, BUCKET])
+
+    def append_journal(self, name: str, rows: pl.DataFrame) -> None:
+        """Append rows to a journal table (safe beside other appenders: appends never conflict)."""
+        if rows.height == 0:
+            return
+        spec = spec_for(name)
+        write_deltalake(
+            self.journal_uri(name),
+            conform(rows, spec),
+            mode="append",
+            partition_by=[BUCKET],
+            configuration=TABLE_CONFIGURATION,
+            storage_options=self._options(),
+        )
+
+    def read_journal_version(self, name: str) -> tuple[int | None, pl.DataFrame]:
+        """A journal table at its latest version, and that version (None when it does not exist)."""
+        spec = spec_for(name)
+        table = self._open(self.journal_uri(name))
+        if table is None:
+            return None, spec.empty()
+        return table.version(), typed(self._read_files(table, spec), spec).select([*spec.columns, BUCKET])
+
+    def append_journal_after(self, name: str, rows: pl.DataFrame, version: int | None) -> bool:
+        """Append rows as the journal's next version after ``version`` (None: create the journal);
+        False, with nothing written, when another writer took that version first."""
+        spec = spec_for(name)
+        if version is None:
+            try:
+                write_deltalake(self.journal_uri(name), conform(rows, spec), mode="error", partition_by=[BUCKET],
+                                configuration=TABLE_CONFIGURATION, storage_options=self._options(),
+                                commit_properties=EXACT_VERSION)
+                return True
+            except DeltaError as err:  # another writer created it first (or storage failed)
+                if self._open(self.journal_uri(name)) is None:
+                    raise StoreError(f"cannot create journal {name}: {storage_failure(err)}") from err
+                return False
+        table = self._open(self.journal_uri(name), version)
+        if table is None:
+            raise StoreError(f"journal {name!r} at version {version} is missing on storage")
+        try:
+            write_deltalake(table, conform(rows, spec), mode="append", partition_by=[BUCKET],
+                            commit_properties=EXACT_VERSION)
+        except CommitFailedError:
+            return False
+        return True
+
+    def compact_journal(self, name: str) -> int:
+        """Rewrite a journal table's small appended files into about one per bucket, once it has
+        more than JOURNAL_FILES_PER_BUCKET files per bucket; the files removed are deleted once
+        older than ORPHAN_GRACE_HOURS (a reader may still be reading them).
+
+        Safe beside appenders (compaction commutes with appends). Beside a deletion from the same
+        journal the later of the two fails: this with ConcurrentCommitError, the deletion with
+        deltalake's CommitFailedError. Returns the files compacted.
+        """
+        table = self._open(self.journal_uri(name))
+        if table is None or len(table.file_uris()) <= JOURNAL_FILES_PER_BUCKET * self.n_buckets:
+            return 0
+        with conflicts_as(ConcurrentCommitError, f"compacting journal {name}"):
+            metrics = table.optimize.compact()
+        table.vacuum(retention_hours=ORPHAN_GRACE_HOURS, enforce_retention_duration=False, dry_run=False, full=False)
+        return int(metrics.get("numFilesRemoved", 0) or 0)
+
+    def delete_from_journal(self, name: str, column: str, values: list[str]) -> int:
+        """Delete journal rows whose column is one of values (ids and hashes only, never text)."""
+        table = self._open(self.journal_uri(name))
+        if table is None or not values:
+            return 0
+        total = 0
+        for start in range(0, len(values), 500):
+            chunk = values[start : start + 500]
+            quoted = ", ".join("'" + v.replace("'", "''") + "'" for v in chunk)
+            metrics = table.delete(f"{column} IN ({quoted})")
+            total += int(metrics.get("num_deleted_rows", 0) or 0)
+        return total

@@ -1,0 +1,201 @@
+"""Transactions read only the buckets of what they touch; the layout is recorded and migrates.
+
+A one-document deletion or ingest on a built store reads the buckets of that document, its names,
+their entities and facts, and no whole table but the (empty) graph queue and, for an ingest, the
+names' band keys; what it leaves is still what a fresh build of the survivors gives.
+"""
+
+from __future__ import annotations
+
+import random
+
+import polars as pl
+import pytest
+
+from lightfoot_pipeline import pipeline
+from lightfoot_pipeline.cli import main as cli_main
+from lightfoot_pipeline.ingest.dataset import Document
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.store.log import StoreLayoutError
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.tables import (
+    BUCKET, DOCUMENTS, FORMS, INDEX_TABLES, LAYOUT_VERSION, all_specs, bucket_of, with_buckets,
+)
+from lightfoot_pipeline.store.transaction import Transaction
+
+EMBEDDER = HashingEmbedder(dim=32)
+BUCKETS = 64
+STEMS = ["Orvel Tanning", "Mirabel Stoke", "Kasimir Dunn", "Halvard Press", "Ostrava Mills", "Lindqvist Hall",
+         "Peder Sand", "Quill Harbour", "Tessaly Road", "Brannock Fen", "Iver Castell", "Saffron Weald"]
+
+
+def _corpus(n: int, seed: int = 0) -> tuple[list[Document], dict[str, dict]]:
+    """Documents naming a few of many names, some with a near-duplicate spelling (so names link)."""
+    rng = random.Random(seed)
+    vocabulary = [f"{stem} {i}" if i else stem for stem in STEMS for i in range(12)]
+    documents, records = [], {}
+    for d in range(n):
+        names = rng.sample(vocabulary, 4)
+        names = [name + "s" if rng.random() < 0.2 else name for name in names]
+        facts = [[names[0], "is part of", names[1], None], [names[2], "founded", names[3], None]]
+        doc_id = f"doc-{d:04d}"
+        documents.append(Document(doc_id=doc_id, title=names[0], text="Mentions " + "; ".join(names) + "."))
+        records[doc_id] = {"doc_id": doc_id, "entities": [{"name": x, "type": "entity"} for x in names], "facts": facts}
+    return documents, records
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    documents, records = _corpus(160)
+    root = tmp_path_factory.mktemp("buckets")
+    store = Store(str(root / "store"), n_buckets=BUCKETS)
+    pipeline.ingest(store, documents[:150], ReplayExtractor(records), EMBEDDER)
+    return root, store.uri, documents, records
+
+
+def _copy(root, uri: str, name: str) -> str:
+    import shutil
+
+    target = root / name
+    shutil.copytree(uri, target)
+    return str(target)
+
+
+def _fresh_fingerprint(root, documents, records, live: set[str]) -> str:
+    fresh = Store(str(root / f"fresh-{len(live)}-{random.random():.6f}"), n_buckets=8)
+    pipeline.ingest(fresh, [d for d in documents if d.doc_id in live], ReplayExtractor(records), EMBEDDER)
+    return pipeline.fingerprint(fresh).digest
+
+
+def test_a_one_document_deletion_reads_only_the_buckets_it_touches(built):
+    root, uri, documents, records = built
+    uri = _copy(root, uri, "delete-one")
+    doomed = documents[7].doc_id
+    before = Store(uri)
+    forms = before.read(FORMS.name).filter(pl.col("doc_id") == doomed)
+    rows_before = sum(before.read(spec.name).height for spec in INDEX_TABLES)
+
+    store = Store(uri)
+    pipeline.delete(store, [doomed])
+
+    assert set(store.tables_read) <= {"graph_queue"}  # no index table is read whole
+    for name in ("documents", "passages", "extractions", "document_keys"):
+        assert store.buckets_read[name] == 1
+    name_buckets = {bucket_of(n, BUCKETS) for n in forms.get_column("name").to_list()}
+    assert store.buckets_read[FORMS.name] == len(name_buckets)
+    assert sum(store.buckets_read.values()) < BUCKETS * len(INDEX_TABLES) / 2
+    assert sum(store.rows_read.values()) < rows_before / 3
+    written = store.manifest().details["buckets_written"]
+    assert all(written[name] <= store.buckets_read.get(name, 0) for name in written if name != "tombstones")
+
+    live = {d.doc_id for d in documents[:150]} - {doomed}
+    assert pipeline.fingerprint(Store(uri)).digest == _fresh_fingerprint(root, documents, records, live)
+
+
+def test_a_one_document_ingest_reads_only_its_buckets_and_the_band_keys(built):
+    root, uri, documents, records = built
+    uri = _copy(root, uri, "ingest-one")
+    store = Store(uri)
+    report = pipeline.ingest(store, [documents[155]], ReplayExtractor(records), EMBEDDER)
+
+    assert report.ingested == 1
+    assert set(store.tables_read) <= {"graph_queue", "name_keys"}
+    assert store.buckets_read["documents"] == 1
+    assert sum(store.rows_read.values()) < sum(Store(uri).read(s.name).height for s in INDEX_TABLES) / 3
+    live = {d.doc_id for d in documents[:150]} | {documents[155].doc_id}
+    assert pipeline.fingerprint(Store(uri)).digest == _fresh_fingerprint(root, documents, records, live)
+
+
+def test_rows_added_to_an_unread_bucket_keep_the_rows_already_there(tmp_path):
+    store = Store(str(tmp_path / "store"), n_buckets=4)
+    rows = pl.DataFrame({"doc_id": [f"d{i}" for i in range(40)], "title": "t", "source": "s", "content_hash": "h",
+                         "n_passages": 1, "retention_until": None},
+                        schema=pl.from_arrow(DOCUMENTS.schema.empty_table()).schema)
+    with store.transaction() as tx:
+        tx.update(DOCUMENTS.name, add=with_buckets(rows, DOCUMENTS, tx.n_buckets))
+        tx.commit("seed")
+    extra = with_buckets(rows.head(1).with_columns(pl.lit("d-new").alias("doc_id")), DOCUMENTS, 4)
+    with Store(store.uri).transaction() as tx:
+        tx.update(DOCUMENTS.name, add=extra)  # nothing read before: the bucket is read first
+        assert tx.loaded(DOCUMENTS.name) == {extra.get_column(BUCKET).item()}
+        tx.commit("add one")
+    assert Store(store.uri).read(DOCUMENTS.name).height == 41
+
+
+def test_a_removal_mask_of_the_wrong_length_is_refused(tmp_path):
+    store = Store(str(tmp_path / "store"))
+    with store.transaction() as tx:
+        tx.rows(DOCUMENTS.name, "doc_id", ["x"])
+        with pytest.raises(ValueError, match="removal mask over 3 rows"):
+            tx.update(DOCUMENTS.name, remove=pl.Series([True, False, True]))
+        with pytest.raises(ValueError, match="bucketed by 'doc_id'"):
+            tx.rows(DOCUMENTS.name, "title", ["x"])
+
+
+def _as_earlier_layout(uri: str) -> None:
+    """Append a log row without the layout, as stores written before it was recorded have."""
+    store = Store(uri)
+    manifest = store.manifest()
+    details = {k: v for k, v in manifest.details.items() if k not in ("layout", "rows")}
+    Transaction(store, manifest)._append_log(manifest.seq + 1, "earlier", dict(manifest.versions), details,
+                                             read_at=manifest.log_version)
+
+
+def test_an_earlier_layout_is_refused_until_migrate_rewrites_it(built, capsys):
+    root, uri, documents, records = built
+    uri = _copy(root, uri, "earlier")
+    digest = pipeline.fingerprint(Store(uri)).digest
+    _as_earlier_layout(uri)
+
+    with pytest.raises(StoreLayoutError, match="layout of an earlier version") as refused:
+        pipeline.delete(Store(uri), [documents[0].doc_id])
+    assert f"lightfoot migrate --store {uri}" in refused.value.line()
+    assert pipeline.fingerprint(Store(uri)).digest == digest  # readers still read it
+
+    assert cli_main(["migrate", "--store", uri, "--buckets", "16", "--json"]) == 0
+    assert '"n_buckets": 16' in capsys.readouterr().out
+    migrated = Store(uri)
+    assert migrated.manifest().details["layout"] == {"version": LAYOUT_VERSION, "n_buckets": 16}
+    assert pipeline.fingerprint(migrated).digest == digest
+    for spec in all_specs():
+        if spec.name in migrated.manifest().versions:
+            frame = migrated.read(spec.name)
+            expected = [bucket_of(v, 16) for v in frame.get_column(spec.bucket_by).to_list()]
+            assert frame.get_column(BUCKET).to_list() == expected, spec.name
+
+    pipeline.delete(Store(uri), [documents[0].doc_id])
+    live = {d.doc_id for d in documents[:150]} - {documents[0].doc_id}
+    assert pipeline.fingerprint(Store(uri)).digest == _fresh_fingerprint(root, documents, records, live)
+
+
+def test_migrate_refuses_a_store_that_does_not_exist(tmp_path, capsys):
+    assert cli_main(["migrate", "--store", str(tmp_path / "none")]) == 2
+    assert "no store at" in capsys.readouterr().err
+
+
+def test_ingest_sets_a_new_stores_bucket_count_and_refuses_a_bad_one(tmp_path, capsys):
+    from lightfoot_pipeline.ingest.dataset import bundled_sample_dir
+
+    dataset = tmp_path / "data"
+    dataset.mkdir()
+    lines = (bundled_sample_dir() / "corpus.jsonl").read_text().splitlines()[:3]
+    (dataset / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+    extractions = (bundled_sample_dir() / "extractions.jsonl").read_text().splitlines()
+    (dataset / "extractions.jsonl").write_text("\n".join(extractions) + "\n")
+    store = str(tmp_path / "store")
+    assert cli_main(["ingest", "--store", store, "--dataset", str(dataset), "--embedder", "hashing",
+                     "--buckets", "0"]) == 2
+    assert "--buckets must be a whole number of at least 1" in capsys.readouterr().err
+    assert cli_main(["ingest", "--store", store, "--dataset", str(dataset), "--embedder", "hashing",
+                     "--buckets", "5", "--json"]) == 0
+    assert Store(store).manifest().details["layout"]["n_buckets"] == 5
+    assert set(Store(store).read(DOCUMENTS.name).get_column(BUCKET).to_list()) <= set(range(5))
+
+
+def test_a_transaction_opened_on_a_manifest_finds_rows_in_the_stores_own_buckets(built):
+    _, uri, documents, _ = built
+    manifest = Store(uri).manifest()
+    tx = Transaction(Store(uri, n_buckets=3), manifest)  # another count than the store's 64
+    assert tx.n_buckets == BUCKETS
+    assert tx.rows(DOCUMENTS.name, "doc_id", [documents[3].doc_id]).height == 1
