@@ -12,11 +12,15 @@ catch it by (``ValueError``, ``RuntimeError``, ``OSError``):
 - ``store``: StoreError, with ConcurrentCommitError (another writer won), StoreUnavailable
   (the store's URI cannot be read: a file, an unknown scheme, an unreachable object store) and
   StoreLayoutError (a store laid out by an earlier version: ``lightfoot migrate``);
-- ``ingest``: DatasetError, PolicyError (a retention policy file);
+- ``ingest``: DatasetError, PolicyError (a retention policy file), FileReadError (a synced file
+  that cannot be read: its reason is recorded, the rest of the batch goes on);
 - ``index``: EmbedderRequired;
 - ``pipeline``: IndexConfigError (a store built with another embedder or other settings);
+- ``explain``: ExplainError (a document or entity the store does not know);
 - ``serving``: SnapshotError, NoSnapshotLoaded, RetrievalError, RerankerUnavailable,
   AuthConfigError, BadRequest and HttpError (what the query service answers other than 200);
+  in the deep mode DeepQueryError (an endpoint that cannot serve: the run stops), QuestionStopped
+  and ReplyError (one question ends with its memory so far and the reason);
 - ``evaluation``: HarnessError, RunError.
 """
 

@@ -13,7 +13,7 @@ from lightfoot_pipeline import errors
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.models.llm import HINTS, LLMError
 from lightfoot_pipeline.settings import SettingsError
-from lightfoot_pipeline.store.store import ConcurrentCommitError, StoreError, StoreUnavailable
+from lightfoot_pipeline.store.log import ConcurrentCommitError, StoreError, StoreUnavailable
 
 
 def engine_exception_classes() -> dict[str, type]:

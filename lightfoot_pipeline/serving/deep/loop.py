@@ -189,15 +189,16 @@ class DeepResult:
         return out
 
 
-class _Stop(Exception):
-    """Ends a question early; the message is the reason kept on the result."""
+class QuestionStopped(LightfootError, RuntimeError):
+    """Ends a deep question early (a budget, a failed or unusable call); the message is the reason
+    kept on the result, and the run goes on with the next question."""
 
 
-def _unusable(result: DeepResult, reason: str) -> _Stop:
+def _unusable(result: DeepResult, reason: str) -> QuestionStopped:
     """The stop for a reply that could not be read; its call is marked unusable in the ledger."""
     if result.calls:
         result.calls[-1].record.error = reason
-    return _Stop(reason)
+    return QuestionStopped(reason)
 
 
 class DeepQuery:
@@ -258,7 +259,7 @@ class DeepQuery:
                     break
                 subqueries = step.check.subqueries
             self._answer(result, vector, question_budget)
-        except _Stop as stop:
+        except QuestionStopped as stop:
             result.status, result.reason = "stopped", str(stop)
         except DeepQueryError as err:
             result.status, result.reason = "stopped", str(err)
@@ -340,14 +341,14 @@ class DeepQuery:
 
     def _call(self, result: DeepResult, stage: str, step: int, messages: list[dict],
               question_budget: AnswerBudget) -> str:
-        """The reply's text, within both budgets; raises _Stop (or DeepQueryError for a dead endpoint)."""
+        """The reply's text, within both budgets; raises QuestionStopped (or DeepQueryError for a dead endpoint)."""
         hold = self.worst_case_usd(messages, stage)
         if not question_budget.reserve(hold):
-            raise _Stop(f"budget: the {stage} call of step {step} could cost ${hold:.6f}, more than is left of "
+            raise QuestionStopped(f"budget: the {stage} call of step {step} could cost ${hold:.6f}, more than is left of "
                         f"the question's ${question_budget.limit_usd:g} (${question_budget.spent_usd:.6f} spent)")
         if not self.budget.reserve(hold):
             question_budget.settle(hold, 0.0)
-            raise _Stop(f"budget: the run's budget of ${self.budget.limit_usd:g} cannot hold the {stage} call "
+            raise QuestionStopped(f"budget: the run's budget of ${self.budget.limit_usd:g} cannot hold the {stage} call "
                         f"of step {step}")
         record: Answer | None = None
         try:
@@ -361,7 +362,7 @@ class DeepQuery:
                 if err.kind in FATAL_KINDS:
                     raise DeepQueryError(f"deep query: the model endpoint cannot serve ({err})",
                                          hint=err.hint) from None
-                raise _Stop(f"the {stage} call of step {step} failed: {err}") from None
+                raise QuestionStopped(f"the {stage} call of step {step} failed: {err}") from None
             price_in, price_out, _ = self.client.settings.prices()
             refused = completion.finish_reason == "content_filter" or not completion.text.strip()
             record = Answer(
@@ -377,7 +378,7 @@ class DeepQuery:
             question_budget.settle(hold, cost)
             self.budget.settle(hold, cost)
         if refused:
-            raise _Stop(f"step {step}: the model refused the {stage} call or returned nothing "
+            raise QuestionStopped(f"step {step}: the model refused the {stage} call or returned nothing "
                         f"(finish reason {completion.finish_reason})")
         return completion.text
 

@@ -14,6 +14,8 @@ question there, keeping the memory it has. Nothing here raises anything else on 
 
 from __future__ import annotations
 
+from lightfoot_pipeline.errors import LightfootError
+
 import ast
 import json
 import re
@@ -33,7 +35,7 @@ _OPS = {"insert": "insert", "insertion": "insert", "add": "insert", "create": "i
 _YES, _NO = {"true", "yes", "y", "sufficient", "1"}, {"false", "no", "n", "insufficient", "0"}
 
 
-class ReplyError(ValueError):
+class ReplyError(LightfootError, ValueError):
     """A reply the step cannot use; the message says why."""
 
 

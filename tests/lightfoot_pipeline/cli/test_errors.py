@@ -14,7 +14,7 @@ from lightfoot_pipeline import cli
 from lightfoot_pipeline.cli import main
 from lightfoot_pipeline.ingest.dataset import DatasetError
 from lightfoot_pipeline.models.llm import HINTS
-from lightfoot_pipeline.store.store import StoreUnavailable
+from lightfoot_pipeline.store.log import StoreUnavailable
 
 DATA = Path(__file__).parents[1] / "data" / "query-corpus"
 ENDPOINT_VARIABLES = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "LIGHTFOOT_LLM_BASE_URL", "LIGHTFOOT_LLM_API_KEY")
