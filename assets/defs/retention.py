@@ -11,6 +11,7 @@ then, with everything downstream clean, is the partition key removed.
 """
 
 from collections import defaultdict
+from typing import Callable
 
 import dagster as dg
 import polars as pl
@@ -52,6 +53,33 @@ def tombstone_event(asset_key: dg.AssetKey, doc_id: str, reason: str, erase: boo
     )
 
 
+def restate_latest(instance: dg.DagsterInstance, key: dg.AssetKey, deleted: set[str],
+                   live: Callable[[], set[str]], look_back: int = 200) -> str | None:
+    """Keep a deleted document from being the asset's latest materialization.
+
+    Dagster's SQL event storage cannot remove one partition's events, so when the latest
+    materialization of ``key`` is a deleted document's, the newest materialization of a live
+    document is recorded again, unchanged but for ``restated``: that partition's data is what it
+    was, and the asset's latest materialization is a live one. Returns the restated partition.
+    """
+    latest = instance.get_latest_materialization_event(key)
+    if latest is None or latest.dagster_event is None or latest.dagster_event.partition not in deleted:
+        return None
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=look_back,
+                                              ascending=False).records
+    live_ids = live()
+    for record in records:
+        if record.partition_key in live_ids and record.asset_materialization is not None:
+            metadata = {**record.asset_materialization.metadata,
+                        "restated": dg.MetadataValue.text("recorded again after a deletion: unchanged since "
+                                                          f"run {record.run_id}")}
+            instance.report_runless_asset_event(dg.AssetMaterialization(
+                asset_key=key, partition=record.partition_key, metadata=metadata,
+                description=record.asset_materialization.description))
+            return record.partition_key
+    return None
+
+
 @dg.asset(group_name=RETENTION_GROUP, kinds={"deltalake"}, pool=STORE_POOL, code_version=CODE_VERSION,
           metadata=column_schema(TOMBSTONES_TABLE))
 def tombstones(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
@@ -86,6 +114,11 @@ def tombstones(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Ma
         if doc_id in partitions:
             for key in PER_DOCUMENT_ASSETS:
                 context.log_event(tombstone_event(key, doc_id, reason, erase, manifest.seq))
+    def live() -> set[str]:
+        return set(lightfoot.read(DOCUMENTS_TABLE.name, manifest, columns=["doc_id"]).get_column("doc_id").to_list())
+
+    for key in PER_DOCUMENT_ASSETS:
+        restate_latest(context.instance, key, set(deleted), live)
     context.log.info(f"tombstoned {len(deleted)} documents ({passages_removed} passages); not in the store: "
                      f"{len(not_found)}; store commit {manifest.seq}")
     metadata = store_metadata(

@@ -110,7 +110,8 @@ def test_materializing_one_partition_reports_rows_versions_fingerprint_and_cost(
     assert by_asset["passages"]["table_versions"].value == {t: first_commit[t] for t in ("passages", "documents")}
     assert by_asset["passages"]["store_commit"].value == 1
     assert by_asset["extractions"]["run_extracted"].value == 1 and by_asset["extractions"]["status"].value == "extracted"
-    assert by_asset["extractions"]["model_calls"].value == 0 and by_asset["extractions"]["cost_usd"].value == 0.0
+    assert by_asset["extractions"]["run_model_calls"].value == 0  # replayed: no call, here or in extraction_cache
+    assert by_asset["extraction_cache"]["model_calls"].value == 0 and by_asset["extraction_cache"]["cost_usd"].value == 0.0
     assert by_asset["forms"]["run_forms"].value == by_asset["forms"]["dagster/row_count"].value \
         == store.read("forms").height > 0
     assert by_asset["facts"]["store_fingerprint"].value == digest

@@ -78,8 +78,8 @@ def test_the_audit_reports_recall_of_both_groups_before_and_after(small_audit):
                                     & (pl.col("phase") == phase))
                 assert groups[group][phase]["n"] == mine.height
                 assert groups[group][phase]["recall@5"] == pytest.approx(mine.get_column("recall@5").mean(), abs=1e-4)
-        # the deleted group loses recall; the fresh build scores exactly as the store after the deletion
-        assert groups["deleted"]["after"]["recall@10"] <= groups["deleted"]["before"]["recall@10"]
+        # the fresh build scores exactly as the store after the deletion (the deleted group need not
+        # lose recall: a deleted passage can free a place in the top 10 for another gold passage)
         assert groups["deleted"]["after"] == groups["deleted"]["fresh"]
         assert groups["intact"]["after"] == groups["intact"]["fresh"]
 
