@@ -77,7 +77,11 @@ def s3_endpoint():
         raise RuntimeError(f"the moto S3 server did not start: {line!r} {process.stderr.read()[-2000:]}")
     yield f"http://127.0.0.1:{line.split()[1]}"
     process.terminate()
-    process.wait(timeout=10)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # a busy machine, or a request still being served: stop it
+        process.kill()
+        process.wait(timeout=10)
 
 
 @pytest.fixture
