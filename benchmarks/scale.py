@@ -51,7 +51,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import polars as pl  # noqa: E402
-from synthetic import synthetic_documents_and_records  # noqa: E402
+from synthetic import synthetic_documents_and_records, write_documents  # noqa: E402
 
 from lightfoot_pipeline import pipeline  # noqa: E402
 from lightfoot_pipeline.ingest.dataset import load_corpus, load_recorded_extractions  # noqa: E402
@@ -82,15 +82,6 @@ def peak_rss_mb() -> float:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
-def write_dataset(target: Path, documents, records) -> Path:
-    target.mkdir(parents=True, exist_ok=True)
-    with (target / "corpus.jsonl").open("w") as corpus, (target / "extractions.jsonl").open("w") as extractions:
-        for doc in documents:
-            corpus.write(json.dumps({"doc_id": doc.doc_id, "title": doc.title, "text": doc.text}) + "\n")
-            extractions.write(json.dumps(records[doc.doc_id]) + "\n")
-    return target
 
 
 def child(args: list[str]) -> dict:
@@ -192,7 +183,7 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
         result["delete_one_fresh"] = fresh_one
         save("delete_one_fresh")
         say(f"one-document deletion in a fresh process: {fresh_one}")
-        later_dir = write_dataset(root / "later", later, records)
+        later_dir = write_documents(root / "later", later, records)
         fresh_ingest = child(["--child-ingest", store.uri, str(later_dir), str(dim)])
         result["ingest_1k_s"] = fresh_ingest["seconds"]
         result["ingest_1k"] = fresh_ingest
@@ -203,7 +194,7 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
             return result
         live = set(store.read("documents", columns=["doc_id"]).get_column("doc_id").to_list())
         by_id = {d.doc_id: d for d in every}
-        survivors_dir = write_dataset(root / "survivors", [by_id[d] for d in sorted(live)], records)
+        survivors_dir = write_documents(root / "survivors", [by_id[d] for d in sorted(live)], records)
         fresh = child(["--child-build", str(root / "fresh"), str(survivors_dir), str(dim), str(buckets)])
         mine = pipeline.fingerprint(Store(store.uri)).digest
         result["fresh_build"] = fresh

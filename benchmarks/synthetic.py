@@ -140,6 +140,11 @@ def synthetic_documents_and_records(
 def write_dataset(target: Path, n_passages: int = 11402, seed: int = 0) -> Path:
     """The synthetic corpus as a dataset directory (corpus.jsonl and extractions.jsonl)."""
     documents, records = synthetic_documents_and_records(n_passages, seed)
+    return write_documents(target, documents, records)
+
+
+def write_documents(target: Path, documents, records) -> Path:
+    """Documents and their recorded extractions as a dataset directory."""
     target.mkdir(parents=True, exist_ok=True)
     with (target / "corpus.jsonl").open("w") as corpus, (target / "extractions.jsonl").open("w") as extractions:
         for doc in documents:
