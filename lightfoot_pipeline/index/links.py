@@ -6,9 +6,9 @@ of its two names: their exact cosine reaches the threshold, they carry the same 
 (numbers.py), and, when the rule has a banding, they share a key in some LSH band (lsh.py), which
 depends on each name alone. Which pairs are compared:
 
-- **banded** (the default): only the pairs that share a band key, found by sorting the keys a
-  band at a time; the work follows the number of such pairs, not the square of the number of
-  names;
+- **banded** (the default): only the pairs that share a band key and whose sketches (the keys'
+  sign bits) are close enough for the threshold, found by sorting the keys a band at a time; the
+  work follows the number of such pairs, not the square of the number of names;
 - **exhaustive** (``banding=None``): every pair, in float32 block products of at most
   ``block_rows x block_cols`` (never an n x n matrix); kept to measure what the bands find.
 
@@ -22,13 +22,13 @@ vectors, so no pair that reaches the threshold is missed by the first cut.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import polars as pl
 
 from lightfoot_pipeline.index.exact import exact_dots, float32_margin
-from lightfoot_pipeline.index.lsh import band_keys, band_pairs_between, band_pairs_within, group_hash
+from lightfoot_pipeline.index.lsh import band_keys, group_hash, near_between, near_within
 from lightfoot_pipeline.index.numbers import number_signature
 from lightfoot_pipeline.settings import Banding, IndexSettings
 
@@ -101,16 +101,6 @@ def _verified(
     return np.concatenate(found_i), np.concatenate(found_j), np.concatenate(found_s)
 
 
-def _banded_pairs(
-    chunks: Iterable[tuple[np.ndarray, np.ndarray]], queries: np.ndarray, targets: np.ndarray, threshold: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The pairs of every band's chunk of candidates that reach the threshold, each pair once."""
-    found = [_verified(queries, targets, i, j, threshold) for i, j in chunks]
-    i, j, s = (np.concatenate([f[k] for f in found]) if found else np.zeros(0) for k in range(3))
-    _, first = np.unique(i.astype(np.int64) * max(len(targets), 1) + j.astype(np.int64), return_index=True)
-    return i[first].astype(np.int64), j[first].astype(np.int64), s[first].astype(np.float64)
-
-
 def _block_pairs(
     queries: np.ndarray, targets: np.ndarray, rule: LinkRule, upper_only: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -149,8 +139,8 @@ def pairs_within(
     if rule.banding is None:
         i, j, s = _block_pairs(vectors, vectors, rule, upper_only=True)
     else:
-        chunks = band_pairs_within(rule.keys(names, vectors) if keys is None else keys)
-        i, j, s = _banded_pairs(chunks, vectors, vectors, rule.threshold)
+        near = near_within(rule.keys(names, vectors) if keys is None else keys, rule.banding, rule.threshold)
+        i, j, s = _verified(vectors, vectors, *near, rule.threshold)
     same = _numbers_agree(rule, names, names, i, j)
     return i[same], j[same], s[same]
 
@@ -170,11 +160,12 @@ def pairs_between(
     if rule.banding is None:
         i, j, s = _block_pairs(new_vectors, old_vectors, rule, upper_only=False)
     else:
-        chunks = band_pairs_between(
+        near = near_between(
             rule.keys(new_names, new_vectors) if new_keys is None else new_keys,
             rule.keys(old_names, old_vectors) if old_keys is None else old_keys,
+            rule.banding, rule.threshold,
         )
-        i, j, s = _banded_pairs(chunks, new_vectors, old_vectors, rule.threshold)
+        i, j, s = _verified(new_vectors, old_vectors, *near, rule.threshold)
     same = _numbers_agree(rule, new_names, old_names, i, j)
     return i[same], j[same], s[same]
 

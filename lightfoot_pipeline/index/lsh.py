@@ -15,11 +15,23 @@ bits whatever batch it arrives in.
 
 Candidate pairs come from sorting each band's keys and pairing equal ones, a band and a bounded
 chunk at a time: never an n x n matrix.
+
+**The sketch cut.** A band collision says little on its own: two unrelated names (cosine near 0)
+agree on all 16 signs of some band of 200 with probability about 200 / 2^16, so a corpus of n names
+of a type yields about 0.003 n^2 / 2 candidates whatever the threshold. All ``bands x rows`` sign
+bits of the two names are at hand in their keys, though, and the number of signs on which they
+differ (the Hamming distance of the sketches) estimates their angle: it is Binomial(N, θ/π) for N
+bits. A candidate goes on to the exact cosine only when that distance is at most
+``hamming_cut(threshold)``, the mean for a pair exactly at the threshold plus ``SKETCH_Z`` standard
+deviations; a pair at or above the threshold is cut with probability below 1e-9 (z = 6). The cut
+is a function of the two names' keys alone, so the link stays pairwise; it spares reading the
+vectors of unrelated names, which at 100k passages is nearly every name of the type.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from functools import lru_cache
 from typing import Iterator
 
@@ -29,8 +41,10 @@ from lightfoot_pipeline.index.exact import exact_dots, float32_margin
 from lightfoot_pipeline.settings import Banding
 
 ROW_CHUNK = 2048  # names projected at a time: bounds the memory to ROW_CHUNK x bands x rows floats
-PAIRS_PER_CHUNK = 1 << 18  # candidate pairs yielded at a time: bounds the memory of a band's pairs
+PAIRS_PER_CHUNK = 1 << 16  # candidate pairs yielded at a time: bounds the memory of a band's pairs and sketches
 PAIRS_PER_MERGE = 1 << 22  # candidate codes gathered before they are deduplicated
+DIRECT_ROWS = 20  # bands of at most this many rows are looked up in a table of 2**rows entries
+SKETCH_Z = 6.0  # standard deviations of the Hamming distance that the sketch cut allows (see above)
 
 
 @lru_cache(maxsize=8)
@@ -145,19 +159,44 @@ def band_pairs_within(keys: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray
             yield np.minimum(i, j), np.maximum(i, j)
 
 
-def band_pairs_between(new_keys: np.ndarray, old_keys: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Per band, the pairs (i into new, j into old) with equal keys; a pair recurs in every band it shares."""
+def band_pairs_between(new_keys: np.ndarray, old_keys: np.ndarray, rows: int = 64) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Per band, the pairs (i into new, j into old) with equal keys; a pair recurs in every band it shares.
+
+    The smaller side is indexed and the larger one looked up in it, so adding a few names to many
+    costs one pass over the many per band, not a sort of them. With ``rows`` sign bits of at most
+    DIRECT_ROWS a band's index is a table addressed by the sign bits (the keys' low ``rows`` bits),
+    and a hit also needs the high bits (the group) to agree; otherwise it is the sorted keys.
+    """
     if len(new_keys) == 0 or len(old_keys) == 0:
         return
+    small, large, swapped = (new_keys, old_keys, False) if len(new_keys) <= len(old_keys) else (old_keys, new_keys, True)
+    direct = rows <= DIRECT_ROWS
+    if direct:
+        mask = np.int64((1 << rows) - 1)
+        small_high, large_high = small[:, 0] & ~mask, large[:, 0] & ~mask  # every band's key has the same high bits
     for band in range(new_keys.shape[1]):
-        order = np.argsort(old_keys[:, band], kind="stable")
-        ordered = old_keys[order, band]
-        lo = np.searchsorted(ordered, new_keys[:, band], side="left")
-        counts = np.searchsorted(ordered, new_keys[:, band], side="right") - lo
+        if direct:
+            small_low, large_low = small[:, band] & mask, large[:, band] & mask
+            order = np.argsort(small_low, kind="stable")
+            table = np.bincount(small_low, minlength=1 << rows)
+            starts = np.cumsum(table) - table
+            counts = table[large_low]
+            hits = np.flatnonzero(counts)
+            lo, counts = starts[large_low[hits]], counts[hits]
+        else:
+            order = np.argsort(small[:, band], kind="stable")
+            ordered = small[order, band]
+            lo = np.searchsorted(ordered, large[:, band], side="left")
+            counts = np.searchsorted(ordered, large[:, band], side="right") - lo
+            hits = np.flatnonzero(counts)
+            lo, counts = lo[hits], counts[hits]
         for p0, p1 in _spans(counts):
-            i = np.repeat(np.arange(p0, p1), counts[p0:p1])
-            j = order[np.repeat(lo[p0:p1], counts[p0:p1]) + _runs(counts[p0:p1])]
-            yield i, j
+            a = np.repeat(hits[p0:p1], counts[p0:p1])  # into large
+            b = order[np.repeat(lo[p0:p1], counts[p0:p1]) + _runs(counts[p0:p1])]  # into small
+            if direct:
+                same = small_high[b] == large_high[a]
+                a, b = a[same], b[same]
+            yield (a, b) if swapped else (b, a)
 
 
 def _spans(counts: np.ndarray) -> Iterator[tuple[int, int]]:
@@ -180,9 +219,65 @@ def candidates_within(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return found.pairs()
 
 
-def candidates_between(new_keys: np.ndarray, old_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def candidates_between(new_keys: np.ndarray, old_keys: np.ndarray, rows: int = 64) -> tuple[np.ndarray, np.ndarray]:
     """Pairs (i into new, j into old) that share a key in some band; sorted, each pair once."""
     found = _PairSet(len(old_keys))
-    for i, j in band_pairs_between(new_keys, old_keys):
+    for i, j in band_pairs_between(new_keys, old_keys, rows):
         found.add(i, j)
     return found.pairs()
+
+
+def sketches(keys: np.ndarray, banding: Banding) -> np.ndarray:
+    """(n, bands) unsigned sign bits of each band key (its low ``rows`` bits): the name's sketch."""
+    width = np.uint16 if banding.rows <= 16 else np.uint32 if banding.rows <= 32 else np.uint64
+    low = np.uint64((1 << banding.rows) - 1)
+    return (np.asarray(keys).view(np.uint64) & low).astype(width)
+
+
+def hamming_cut(banding: Banding, threshold: float) -> int:
+    """The largest sketch distance kept for a link threshold (see the module docstring)."""
+    n_bits = banding.bands * banding.rows
+    q = math.acos(min(1.0, max(-1.0, threshold))) / math.pi  # chance that one sign differs at the threshold
+    return min(n_bits, math.floor(n_bits * q + SKETCH_Z * math.sqrt(n_bits * q * (1.0 - q))))
+
+
+def sketch_distances(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """Row-wise Hamming distances of two equally long lists of sketches."""
+    return np.bitwise_count(left ^ right).sum(axis=1, dtype=np.int32)
+
+
+def _near(chunks: Iterator[tuple[np.ndarray, np.ndarray]], left: np.ndarray, right: np.ndarray, cut: int,
+          width: int) -> tuple[np.ndarray, np.ndarray]:
+    kept = [np.zeros(0, dtype=np.int64)]
+    for i, j in chunks:
+        close = sketch_distances(left[i], right[j]) <= cut
+        kept.append(i[close].astype(np.int64) * width + j[close].astype(np.int64))
+    codes = np.unique(np.concatenate(kept))
+    return codes // width, codes % width
+
+
+def near_within(keys: np.ndarray, banding: Banding, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (i, j), i < j, that share a band key and pass the sketch cut; sorted, each pair once."""
+    marks = sketches(keys, banding)
+    return _near(band_pairs_within(keys), marks, marks, hamming_cut(banding, threshold), max(len(keys), 1))
+
+
+def near_between(new_keys: np.ndarray, old_keys: np.ndarray, banding: Banding,
+                 threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (i into new, j into old) that share a band key and pass the sketch cut; sorted, each pair once."""
+    return _near(band_pairs_between(new_keys, old_keys, banding.rows), sketches(new_keys, banding),
+                 sketches(old_keys, banding),
+                 hamming_cut(banding, threshold), max(len(old_keys), 1))
+
+
+def split_keys(keys: np.ndarray, banding: Banding) -> tuple[np.ndarray, np.ndarray]:
+    """The two parts of names' band keys: (n,) int64 high bits (the group's) and (n, bands) sketches."""
+    keys = np.asarray(keys, dtype=np.int64)
+    if len(keys) == 0:
+        return np.zeros(0, dtype=np.int64), sketches(np.zeros((0, banding.bands), dtype=np.int64), banding)
+    return keys[:, 0] & ~np.int64((1 << banding.rows) - 1), sketches(keys, banding)
+
+
+def join_keys(high: np.ndarray, marks: np.ndarray) -> np.ndarray:
+    """(n, bands) int64 band keys from their parts (split_keys)."""
+    return (np.asarray(high, dtype=np.int64)[:, None] | marks.astype(np.int64)).astype(np.int64)

@@ -2,9 +2,10 @@
 
 With the LSH filter on (``settings.banding``), two names are compared only when they share a band
 key (lsh.py), and a name's keys depend on its own vector alone. The keys of every live name are
-stored in ``name_keys`` (one row per name, its keys as bytes: ``bands`` little-endian int64), so
+stored in ``name_sketches`` (one row per name: the keys' common high bits, which its number group
+sets, and its sketch, the ``rows`` sign bits of each band, 2 bytes a band at the default), so
 linking added names holds the live names' keys in memory, finds the stored names that collide
-with an added name, and reads the vectors of those names alone. With the filter off, every live
+with an added name and pass the sketch cut (lsh.py), and reads the vectors of those names alone. With the filter off, every live
 name of the type is compared, so every vector of the type is read.
 """
 
@@ -14,26 +15,30 @@ import numpy as np
 import polars as pl
 
 from lightfoot_pipeline.index.links import LINK_SCHEMA, LinkRule, links_between
-from lightfoot_pipeline.index.lsh import candidates_between
-from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.store.tables import ALIASES, NAME_KEYS, with_buckets
+from lightfoot_pipeline.index.lsh import join_keys, near_between, sketches, split_keys
+from lightfoot_pipeline.settings import Banding, IndexSettings
+from lightfoot_pipeline.store.tables import ALIASES, NAME_SKETCHES, with_buckets
 from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.vectors import VectorCache
 
 NAME_KEY = ["name", "type"]
 
 
-def _key_frame(type_: str, names: list[str], keys: np.ndarray) -> pl.DataFrame:
-    rows = np.ascontiguousarray(keys, dtype="<i8")
-    return pl.DataFrame({"type": [type_] * len(names), "name": names, "keys": [r.tobytes() for r in rows]},
-                        schema={"type": pl.String, "name": pl.String, "keys": pl.Binary})
+def _key_frame(type_: str, names: list[str], keys: np.ndarray, banding: Banding) -> pl.DataFrame:
+    high, marks = split_keys(keys, banding)
+    rows = np.ascontiguousarray(marks.astype(marks.dtype.newbyteorder("<")))
+    return pl.DataFrame({"type": [type_] * len(names), "name": names, "group_hash": high,
+                         "sketch": [r.tobytes() for r in rows]},
+                        schema={"type": pl.String, "name": pl.String, "group_hash": pl.Int64, "sketch": pl.Binary})
 
 
-def decode_keys(frame: pl.DataFrame, bands: int) -> np.ndarray:
-    """(rows, bands) int64 band keys of a ``name_keys`` frame."""
+def decode_keys(frame: pl.DataFrame, banding: Banding) -> np.ndarray:
+    """(rows, bands) int64 band keys of a ``name_sketches`` frame."""
+    width = sketches(np.zeros((0, banding.bands), dtype=np.int64), banding).dtype.newbyteorder("<")
     if frame.height == 0:
-        return np.zeros((0, bands), dtype=np.int64)
-    return np.frombuffer(b"".join(frame.get_column("keys").to_list()), dtype="<i8").reshape(-1, bands).astype(np.int64)
+        return np.zeros((0, banding.bands), dtype=np.int64)
+    marks = np.frombuffer(b"".join(frame.get_column("sketch").to_list()), dtype=width).reshape(-1, banding.bands)
+    return join_keys(frame.get_column("group_hash").to_numpy(), marks)
 
 
 def drop_keys(tx: Transaction, names: pl.DataFrame) -> None:
@@ -41,22 +46,22 @@ def drop_keys(tx: Transaction, names: pl.DataFrame) -> None:
     if names.height == 0:
         return
     listed = names.get_column("name").unique().to_list()
-    tx.rows(NAME_KEYS.name, "name", listed)
+    tx.rows(NAME_SKETCHES.name, "name", listed)
     wanted = names.select(pl.concat_str("type", pl.lit("\x00"), "name").alias("k")).get_column("k").implode()
-    tx.update(NAME_KEYS.name, remove=pl.concat_str("type", pl.lit("\x00"), "name").is_in(wanted))
+    tx.update(NAME_SKETCHES.name, remove=pl.concat_str("type", pl.lit("\x00"), "name").is_in(wanted))
 
 
 def store_keys(tx: Transaction, names: pl.DataFrame, name_vectors: VectorCache, rule: LinkRule) -> int:
     """Compute and stage the keys of live names that have none stored (a repair; returns how many)."""
     if rule.banding is None or names.height == 0:
         return 0
-    missing = names.join(tx.table(NAME_KEYS.name).select(NAME_KEY), on=NAME_KEY, how="anti")
+    missing = names.join(tx.table(NAME_SKETCHES.name).select(NAME_KEY), on=NAME_KEY, how="anti")
     frames = []
     for (type_,), group in sorted(missing.partition_by("type", as_dict=True).items()):
         listed = sorted(group.get_column("name").to_list())
-        frames.append(_key_frame(type_, listed, rule.keys(listed, name_vectors.vectors(listed))))
+        frames.append(_key_frame(type_, listed, rule.keys(listed, name_vectors.vectors(listed)), rule.banding))
     if frames:
-        tx.update(NAME_KEYS.name, add=with_buckets(pl.concat(frames), NAME_KEYS, tx.n_buckets))
+        tx.update(NAME_SKETCHES.name, add=with_buckets(pl.concat(frames), NAME_SKETCHES, tx.n_buckets))
     return missing.height
 
 
@@ -70,23 +75,23 @@ def link_added_names(
     rule = LinkRule.of(settings)
     if rule.banding is None:
         return _link_exhaustively(tx, added, removed, name_vectors, rule)
-    stored = tx.table(NAME_KEYS.name).join(added, on=NAME_KEY, how="anti")
+    stored = tx.table(NAME_SKETCHES.name)
     frames, new_rows = [], []
     for (type_,), group in sorted(added.partition_by("type", as_dict=True).items()):
         new_names = sorted(group.get_column("name").to_list())
         new_vectors = name_vectors.vectors(new_names)
         new_keys = rule.keys(new_names, new_vectors)
-        new_rows.append(_key_frame(type_, new_names, new_keys))
-        old = stored.filter(pl.col("type") == type_)
-        old_keys = decode_keys(old, rule.banding.bands)
-        _, j = candidates_between(new_keys, old_keys)
+        new_rows.append(_key_frame(type_, new_names, new_keys, rule.banding))
+        old = stored.filter((pl.col("type") == type_) & ~pl.col("name").is_in(pl.Series(new_names, dtype=pl.String).implode()))
+        old_keys = decode_keys(old, rule.banding)
+        _, j = near_between(new_keys, old_keys, rule.banding, rule.threshold)
         colliding = np.unique(j)
         old_names = old.get_column("name").gather(colliding).to_list()
         old_vectors = name_vectors.vectors(old_names) if old_names else np.zeros((0, new_vectors.shape[1]), np.float32)
         frames.append(links_between(type_, new_names, new_vectors, old_names, old_vectors, rule,
                                     new_keys, old_keys[colliding]))
     if new_rows:
-        tx.update(NAME_KEYS.name, add=with_buckets(pl.concat(new_rows), NAME_KEYS, tx.n_buckets))
+        tx.update(NAME_SKETCHES.name, add=with_buckets(pl.concat(new_rows), NAME_SKETCHES, tx.n_buckets))
     return pl.concat(frames) if frames else pl.DataFrame(schema=LINK_SCHEMA)
 
 

@@ -224,8 +224,11 @@ class Store(Journals):
                 f"store {self.uri} has the layout of an earlier version (forms and fact assertions bucketed by "
                 "document)", hint=f"run: lightfoot migrate --store {self.uri}")
         if layout and layout.get("version") != LAYOUT_VERSION:
+            older = isinstance(layout.get("version"), int) and layout["version"] < LAYOUT_VERSION
             raise StoreLayoutError(f"store {self.uri} has layout {layout.get('version')}, this version reads "
-                                   f"layout {LAYOUT_VERSION}", hint="use the Lightfoot version that wrote it")
+                                   f"layout {LAYOUT_VERSION}",
+                                   hint=f"run: lightfoot migrate --store {self.uri}" if older
+                                   else "use the Lightfoot version that wrote it")
         if layout:
             self.n_buckets = int(layout["n_buckets"])
         return self.n_buckets

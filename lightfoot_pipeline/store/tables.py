@@ -28,8 +28,9 @@ import polars as pl
 import pyarrow as pa
 
 BUCKET = "bucket"
-# How rows are bucketed (see the module docstring); 1 was every per-document table by doc_id.
-LAYOUT_VERSION = 2
+# How rows are bucketed and stored (see the module docstring); 1 was every per-document table by
+# doc_id, 2 kept each name's band keys whole (``name_keys``, 1,600 bytes a name at the default banding).
+LAYOUT_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -167,11 +168,12 @@ TOMBSTONES = TableSpec(
     description="The deletion log: which documents were deleted, when, why, and whether erased.",
 )
 
-NAME_KEYS = TableSpec(
-    "name_keys",
-    _schema(("type", S), ("name", S), ("keys", pa.binary())),
+NAME_SKETCHES = TableSpec(
+    "name_sketches",
+    _schema(("type", S), ("name", S), ("group_hash", pa.int64()), ("sketch", pa.binary())),
     key=("type", "name"), bucket_by="name", per_document=False, fingerprinted=False,
-    description="The LSH band keys of every live name (index/name_keys.py), from its vector alone.",
+    description="The LSH band keys of every live name in two parts: the high bits its number group sets, and its "
+                "sketch, the sign bits of every band (index/name_keys.py); from its vector and name alone.",
 )
 DOCUMENT_KEYS = TableSpec(
     "document_keys",
@@ -194,7 +196,7 @@ INDEX_TABLES: tuple[TableSpec, ...] = (
 PER_DOCUMENT_TABLES: tuple[TableSpec, ...] = tuple(t for t in INDEX_TABLES if t.per_document)
 GRAPH_TABLES: tuple[TableSpec, ...] = tuple(t for t in INDEX_TABLES if not t.per_document)
 
-_REGISTRY: dict[str, TableSpec] = {t.name: t for t in (*INDEX_TABLES, NAME_LINKS_REVERSE, NAME_KEYS, DOCUMENT_KEYS, TOMBSTONES, GRAPH_QUEUE)}
+_REGISTRY: dict[str, TableSpec] = {t.name: t for t in (*INDEX_TABLES, NAME_LINKS_REVERSE, NAME_SKETCHES, DOCUMENT_KEYS, TOMBSTONES, GRAPH_QUEUE)}
 
 
 def register(spec: TableSpec) -> TableSpec:

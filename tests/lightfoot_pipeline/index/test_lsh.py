@@ -12,7 +12,8 @@ from lightfoot_pipeline import pipeline
 from lightfoot_pipeline.index.links import LinkRule, exact_cosines, links_between, links_within
 from lightfoot_pipeline.index.link_recall import link_pairs_found_share, link_recall
 from lightfoot_pipeline.index.lsh import (
-    band_keys, candidates_between, candidates_within, group_hash, hyperplanes, keys_from_signs,
+    band_keys, candidates_between, candidates_within, group_hash, hamming_cut, hyperplanes, keys_from_signs,
+    near_between, near_within, sketch_distances, sketches,
 )
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.settings import Banding, IndexSettings
@@ -111,6 +112,67 @@ def test_candidates_are_the_pairs_that_share_a_key_in_a_band():
     i, _ = candidates_within(np.array([[1, 2], [2, 1]]))
     assert len(i) == 0
     assert len(candidates_between(keys[:0], old)[0]) == 0
+
+
+def test_candidates_between_do_not_depend_on_which_side_is_larger():
+    rng = np.random.default_rng(11)
+    few, many = rng.integers(0, 5, size=(7, 4)), rng.integers(0, 5, size=(90, 4))
+    i, j = candidates_between(few, many)
+    back_j, back_i = candidates_between(many, few)
+    assert set(zip(i.tolist(), j.tolist())) == set(zip(back_i.tolist(), back_j.tolist())) != set()
+
+
+def test_band_keys_looked_up_by_their_sign_bits_pair_as_sorted_keys_do():
+    """The table addressed by a band's sign bits finds the pairs that sorting the whole keys finds:
+    equal sign bits in a band, and equal group bits."""
+    rng = np.random.default_rng(13)
+    banding = Banding(bands=6, rows=4, seed=0)  # 16 sign patterns a band: many collisions
+    signs = rng.integers(0, 2, size=(150, 24)).astype(bool)
+    groups = np.array([group_hash(g) for g in rng.choice(["", "1945", "36th"], size=150)], dtype=np.uint64)
+    keys = keys_from_signs(signs, banding, groups)
+    new, old = keys[:40], keys[40:]
+    by_sorting = set(zip(*(a.tolist() for a in candidates_between(new, old))))
+    by_table = set(zip(*(a.tolist() for a in candidates_between(new, old, rows=banding.rows))))
+    assert by_table == by_sorting and len(by_sorting) > 100
+    assert all(groups[i] >> np.uint64(4) == groups[40 + j] >> np.uint64(4) for i, j in by_sorting)
+    swapped = set(zip(*(a.tolist() for a in candidates_between(old, new, rows=banding.rows))))
+    assert {(i, j) for j, i in swapped} == by_sorting
+
+
+def test_the_sketch_cut_keeps_the_pairs_at_the_threshold_and_drops_unrelated_ones():
+    """Of the pairs that share a band key, those at or above the threshold always pass the cut (z = 6),
+    and the unrelated pairs that collide by chance do not reach the vectors."""
+    rng = np.random.default_rng(3)
+    banding = Banding()  # the default: 200 bands of 16 rows
+    base = rng.normal(size=(3000, 384)).astype(np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    # Copies at cosine 0.80 to 0.84 of the first 300 vectors: the hardest links at the synonym threshold.
+    target = rng.uniform(0.80, 0.84, size=(300, 1)).astype(np.float32)
+    noise = rng.normal(size=(300, 384)).astype(np.float32)
+    noise -= (noise * base[:300]).sum(axis=1, keepdims=True) * base[:300]
+    noise /= np.linalg.norm(noise, axis=1, keepdims=True)
+    copies = target * base[:300] + np.sqrt(1 - target**2) * noise
+    vectors = np.concatenate([base, copies]).astype(np.float32)
+    keys = band_keys(vectors, banding)
+    candidates = set(zip(*(a.tolist() for a in candidates_within(keys))))
+    near = set(zip(*(a.tolist() for a in near_within(keys, banding, 0.80))))
+    planted = {(k, 3000 + k) for k in range(300)}
+    assert near <= candidates
+    assert planted & candidates <= near, "a pair above the threshold was cut"
+    assert len(planted & candidates) >= 295
+    unrelated = candidates - planted
+    assert len(unrelated) > 1000, "unrelated pairs should collide by chance at this size"
+    assert len(near - planted) < len(unrelated) / 100
+    # Between: the same pairs, seen from the new names.
+    i, j = near_between(keys[3000:], keys[:3000], banding, 0.80)
+    assert {(b, 3000 + a) for a, b in zip(i.tolist(), j.tolist())} == {p for p in near if p[1] >= 3000 > p[0]}
+    # The distance is the number of differing sign bits; the cut grows as the threshold falls.
+    marks = sketches(keys, banding)
+    assert sketch_distances(marks[:1], marks[:1])[0] == 0
+    assert sketch_distances(marks[:1], marks[1:2])[0] == sum(bin(int(a) ^ int(b)).count("1")
+                                                            for a, b in zip(marks[0], marks[1]))
+    assert hamming_cut(banding, 1.0) == 0 < hamming_cut(banding, 0.92) < hamming_cut(banding, 0.80) < 3200 // 2
+    assert hamming_cut(banding, -1.0) == 3200
 
 
 def test_banded_links_are_the_exhaustive_links_whose_names_collide():

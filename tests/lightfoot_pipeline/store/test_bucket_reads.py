@@ -100,7 +100,7 @@ def test_a_one_document_ingest_reads_only_its_buckets_and_the_band_keys(built):
     report = pipeline.ingest(store, [documents[155]], ReplayExtractor(records), EMBEDDER)
 
     assert report.ingested == 1
-    assert set(store.tables_read) <= {"graph_queue", "name_keys"}
+    assert set(store.tables_read) <= {"graph_queue", "name_sketches"}
     assert store.buckets_read["documents"] == 1
     assert sum(store.rows_read.values()) < sum(Store(uri).read(s.name).height for s in INDEX_TABLES) / 3
     live = {d.doc_id for d in documents[:150]} | {documents[155].doc_id}
