@@ -49,7 +49,8 @@ from lightfoot_pipeline.store.log import (
     StoreUnavailable,
 )
 from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, spec_for
-from lightfoot_pipeline.store.transaction import Transaction, recover
+from lightfoot_pipeline.store.recovery import recover
+from lightfoot_pipeline.store.transaction import Transaction
 
 DEFAULT_BUCKETS = 16
 
@@ -79,6 +80,7 @@ class Store(Journals):
         self.buckets_read: dict[str, int] = {}
         self.rows_read: dict[str, int] = {}
         self.tables_read: dict[str, int] = {}
+        self.columns_read: dict[str, int] = {}  # single columns read whole (read_column), per table
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
@@ -165,6 +167,24 @@ class Store(Journals):
         self.tables_read[name] = self.tables_read.get(name, 0) + 1
         self._remember(name, version, frame)
         return frame.select(wanted)
+
+    def read_column(self, name: str, manifest: Manifest, column: str) -> pl.Series:
+        """One column of a table as of the committed state: only that column is read from storage."""
+        spec = spec_for(name)
+        version = manifest.versions.get(name)
+        if version is None:
+            return spec.empty().get_column(column)
+        cached = self._frames.get(name)
+        if cached is not None and cached[0] == version:
+            return cached[1].get_column(column)
+        table = self._open_version(name, version)
+        self.columns_read[name] = self.columns_read.get(name, 0) + 1
+        if self.is_remote:
+            frame = pl.from_arrow(table.to_pyarrow_table(columns=[column]))
+        else:
+            files = table.file_uris()
+            frame = pl.read_parquet(files, columns=[column]) if files else spec.empty().select(column)
+        return frame.get_column(column).cast(spec.empty().schema[column])
 
     def read_buckets(self, name: str, manifest: Manifest, buckets: Iterable[int]) -> pl.DataFrame:
         """The rows of some buckets of a table as of the committed state (with the bucket column).

@@ -235,3 +235,26 @@ def with_buckets(frame: pl.DataFrame, spec: TableSpec, n_buckets: int) -> pl.Dat
 def conform(frame: pl.DataFrame, spec: TableSpec) -> pa.Table:
     """Rows as an Arrow table of exactly the spec's schema (bucket included)."""
     return frame.select([*spec.columns, BUCKET]).to_arrow().cast(spec.arrow_schema)
+
+
+def changed_buckets(old: pl.DataFrame, new: pl.DataFrame, spec: TableSpec) -> set[int]:
+    """Buckets whose set of rows differs between two versions of a table."""
+    columns = [*spec.columns, BUCKET]
+
+    def summary(frame: pl.DataFrame) -> pl.DataFrame:
+        if frame.height == 0:
+            return pl.DataFrame(schema={BUCKET: pl.Int32, "n": pl.UInt32, "lo": pl.Int64, "hi": pl.Int64})
+        hashed = frame.select(columns).with_columns(_h=frame.select(columns).hash_rows(seed=7))
+        return hashed.group_by(BUCKET).agg(
+            pl.len().alias("n"),
+            (pl.col("_h") % (1 << 32)).cast(pl.Int64).sum().alias("lo"),
+            (pl.col("_h") // (1 << 32)).cast(pl.Int64).sum().alias("hi"),
+        )
+
+    joined = summary(old).join(summary(new), on=BUCKET, how="full", coalesce=True, suffix="_new")
+    differs = joined.filter(
+        (pl.col("n") != pl.col("n_new")).fill_null(True)
+        | (pl.col("lo") != pl.col("lo_new")).fill_null(True)
+        | (pl.col("hi") != pl.col("hi_new")).fill_null(True)
+    )
+    return set(differs.get_column(BUCKET).to_list())

@@ -43,10 +43,13 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from lightfoot_pipeline.store.log import (
     EXACT_VERSION, LOG_SCHEMA, TABLE_CONFIGURATION, ConcurrentCommitError, Manifest, StoreError, conflicts_as,
 )
-from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, conform, spec_for
+from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, changed_buckets, conform, spec_for
 
 # Tables written at once by one commit.
 WRITE_THREADS = 4
+# A lookup that would read more buckets than this first reads the looked-up column whole, and reads
+# only the buckets of the values the table holds (Transaction.rows).
+PRESENCE_CHECK_BUCKETS = 8
 
 
 class Transaction:
@@ -78,6 +81,8 @@ class Transaction:
         self._loaded: dict[str, set[int] | None] = {}
         # Buckets each table's staged changes may touch; None means "compare every bucket".
         self._touched: dict[str, set[int] | None] = {}
+        # Committed columns read whole to tell which looked-up values a table holds (see rows).
+        self._columns: dict[tuple[str, str], pl.Series] = {}
         # What the index is built with (embedder, thresholds); carried from commit to commit.
         self.config: dict = dict(manifest.config)
 
@@ -121,6 +126,7 @@ class Transaction:
             whole = self.store.read(name, self.manifest)
             if loaded:
                 whole = whole.filter(~pl.col(BUCKET).is_in(sorted(loaded)))
+            if self._original[name].height or self._working[name].height:  # buckets read, or rows added
                 self._original[name] = pl.concat([self._original[name], whole])
                 self._working[name] = pl.concat([self._working[name], whole])
             else:
@@ -137,11 +143,25 @@ class Transaction:
         spec = spec_for(name)
         wanted = sorted(set(values))
         if column == spec.bucket_by:
-            self.load(name, self.buckets_of(wanted))
+            buckets = self.buckets_of(wanted)
+            loaded = self.loaded(name)
+            if loaded is not None and len(buckets - loaded) > PRESENCE_CHECK_BUCKETS:
+                # Many buckets to read: read those of the values the table holds, and not those of
+                # values that are new to it (a batch of new documents, new names).
+                buckets = self.buckets_of(self._committed_among(name, column, wanted))
+            self.load(name, buckets)
         elif self.loaded(name) is not None:
             raise ValueError(f"table {name!r} is bucketed by {spec.bucket_by!r}: rows by {column!r} need tx.table()")
         frame = self._working[name]
         return frame.filter(pl.col(column).is_in(wanted)) if wanted else frame.clear()
+
+    def _committed_among(self, name: str, column: str, values: list[str]) -> list[str]:
+        """The values that the committed table holds in ``column`` (one column read, kept for the transaction)."""
+        key = (name, column)
+        if key not in self._columns:
+            self._columns[key] = self.store.read_column(name, self.manifest, column).unique()
+        looked_up = pl.Series(values, dtype=pl.String)
+        return looked_up.filter(looked_up.is_in(self._columns[key].implode())).to_list()
 
     def count(self, name: str) -> int:
         """Rows of the table as staged: the committed count, with this transaction's changes."""
@@ -174,8 +194,10 @@ class Transaction:
 
         ``remove`` is a predicate over the table's columns, or a mask over the frame that
         :meth:`table` or the staged rows currently are; it reaches only the buckets read so far,
-        so read the buckets of the rows to drop first (:meth:`rows`). The buckets of added rows
-        are read before they are added. Only the buckets of dropped and added rows are compared at
+        so read the buckets of the rows to drop first (:meth:`rows`). Added rows need no read: a
+        bucket that was read is compared and rewritten at commit, and one that was not gets the
+        added rows appended, so a batch of new documents writes what it adds and reads nothing
+        of the buckets it lands in. Only the buckets of dropped and added rows are compared at
         commit, so small changes to large tables cost little.
         """
         spec = spec_for(name)
@@ -192,33 +214,46 @@ class Transaction:
         self._working[name] = current
         if add is not None and add.height:
             add = add.select([*spec.columns, BUCKET]).cast(spec.empty().schema)
-            buckets = set(add.get_column(BUCKET).unique().to_list())
-            self.load(name, buckets)
-            touched.update(buckets)
+            touched.update(add.get_column(BUCKET).unique().to_list())
             self._working[name] = pl.concat([self._working[name], add])
         previous = self._touched[name]
         self._touched[name] = None if previous is None else previous | touched
 
     def pending(self) -> dict[str, list[int]]:
         """Buckets that a commit now would write, per table."""
+        return {name: sorted(set(rewrite) | set(append)) for name, (rewrite, append) in self._plan().items()}
+
+    def _plan(self) -> dict[str, tuple[list[int], list[int]]]:
+        """Per changed table: the buckets to rewrite (read, and changed), and those to append to.
+
+        A bucket that was never read and got rows is appended to: its staged rows are exactly the
+        added ones, and the rows already stored there stay as they are.
+        """
         out = {}
         for name, frame in self._working.items():
             original = self._original[name]
             if frame is original:
                 continue
-            touched = self._touched.get(name)
-            if touched is not None:
-                if not touched:
-                    continue
-                scope = sorted(touched)
+            touched, loaded = self._touched.get(name), self._loaded.get(name)
+            if touched is not None and not touched:
+                continue
+            if touched is None or loaded is None:
+                scope, append = None if touched is None else sorted(touched), []
+            else:
+                scope = sorted(touched & loaded)
+                append = sorted(touched - loaded)
+                if append:
+                    present = set(frame.filter(pl.col(BUCKET).is_in(append)).get_column(BUCKET).unique().to_list())
+                    append = [b for b in append if b in present]
+            if scope is None:
+                changed = changed_buckets(original, frame, spec_for(name))
+            else:
                 changed = changed_buckets(
                     original.filter(pl.col(BUCKET).is_in(scope)), frame.filter(pl.col(BUCKET).is_in(scope)),
                     spec_for(name),
-                )
-            else:
-                changed = changed_buckets(original, frame, spec_for(name))
-            if changed:
-                out[name] = sorted(changed)
+                ) if scope else set()
+            if changed or append:
+                out[name] = (sorted(changed), append)
         return out
 
     def commit(self, operation: str, details: dict | None = None) -> Manifest:
@@ -229,14 +264,21 @@ class Transaction:
                 f"store changed while this {operation} ran (read seq {self.manifest.seq}, now {current.seq})"
             )
         versions = dict(self.manifest.versions)
-        pending = sorted(self.pending().items())
-        written = {name: len(buckets) for name, buckets in pending}
+        pending = sorted(self._plan().items())
+        written = {name: len(rewrite) + len(append) for name, (rewrite, append) in pending}
         # The first table is written alone: of two writers racing on the same tables, the one that
         # loses it stops there. The rest are independent until the log row names them and are written
         # in parallel (delta-rs releases the GIL); a failure leaves the log untouched.
-        def write(name: str, buckets: list[int]) -> int:
-            rows = self._working[name].filter(pl.col(BUCKET).is_in(buckets))
-            return self._write_table(spec_for(name), rows, buckets)
+        def write(name: str, plan: tuple[list[int], list[int]]) -> int:
+            rewrite, append = plan
+            version = self._heads.get(name)
+            if rewrite:
+                rows = self._working[name].filter(pl.col(BUCKET).is_in(rewrite))
+                version = self._write_table(spec_for(name), rows, rewrite)
+            if append:
+                rows = self._working[name].filter(pl.col(BUCKET).is_in(append))
+                version = self._write_table(spec_for(name), rows, append, append=True)
+            return version
 
         if pending:
             versions[pending[0][0]] = write(*pending[0])
@@ -257,12 +299,17 @@ class Transaction:
             else:
                 self.store._forget(name)
         self.manifest = manifest
+        for name, loaded in self._loaded.items():
+            if loaded is not None and name in written:  # rows appended to unread buckets are stored now
+                self._working[name] = self._working[name].filter(pl.col(BUCKET).is_in(sorted(loaded)))
         self._original = dict(self._working)
         self._touched = {name: set() for name in self._working}
+        self._columns.clear()
         return manifest
 
-    def _write_table(self, spec: TableSpec, rows: pl.DataFrame, buckets: list[int]) -> int:
-        """Replace the buckets' rows as the version right after this transaction's head of the table."""
+    def _write_table(self, spec: TableSpec, rows: pl.DataFrame, buckets: list[int], append: bool = False) -> int:
+        """Replace the buckets' rows (or, with ``append``, add these rows to them) as the version right
+        after this transaction's head of the table."""
         uri = self.store.table_uri(spec.name)
         data = conform(rows, spec)
         head = self._heads.get(spec.name)
@@ -276,10 +323,13 @@ class Transaction:
             except StoreError as err:
                 raise StoreError(f"table {spec.name!r} was at version {head} when this transaction began, "
                                  "and is gone") from err
-        predicate = f"{BUCKET} IN ({', '.join(str(b) for b in buckets)})"
         with conflicts_as(ConcurrentCommitError, f"writing {spec.name}"):
-            write_deltalake(table, data, mode="overwrite", predicate=predicate, partition_by=[BUCKET],
-                            commit_properties=EXACT_VERSION)
+            if append:
+                write_deltalake(table, data, mode="append", partition_by=[BUCKET], commit_properties=EXACT_VERSION)
+            else:
+                predicate = f"{BUCKET} IN ({', '.join(str(b) for b in buckets)})"
+                write_deltalake(table, data, mode="overwrite", predicate=predicate, partition_by=[BUCKET],
+                                commit_properties=EXACT_VERSION)
         self._heads[spec.name] = table.version()
         self.store._keep_open(spec.name, table)
         return table.version()
@@ -326,54 +376,3 @@ class Transaction:
         if table.version() != 0:
             raise ConcurrentCommitError(f"another writer created {what} first")
         return table
-
-
-def changed_buckets(old: pl.DataFrame, new: pl.DataFrame, spec: TableSpec) -> set[int]:
-    """Buckets whose set of rows differs between two versions of a table."""
-    columns = [*spec.columns, BUCKET]
-
-    def summary(frame: pl.DataFrame) -> pl.DataFrame:
-        if frame.height == 0:
-            return pl.DataFrame(schema={BUCKET: pl.Int32, "n": pl.UInt32, "lo": pl.Int64, "hi": pl.Int64})
-        hashed = frame.select(columns).with_columns(_h=frame.select(columns).hash_rows(seed=7))
-        return hashed.group_by(BUCKET).agg(
-            pl.len().alias("n"),
-            (pl.col("_h") % (1 << 32)).cast(pl.Int64).sum().alias("lo"),
-            (pl.col("_h") // (1 << 32)).cast(pl.Int64).sum().alias("hi"),
-        )
-
-    joined = summary(old).join(summary(new), on=BUCKET, how="full", coalesce=True, suffix="_new")
-    differs = joined.filter(
-        (pl.col("n") != pl.col("n_new")).fill_null(True)
-        | (pl.col("lo") != pl.col("lo_new")).fill_null(True)
-        | (pl.col("hi") != pl.col("hi_new")).fill_null(True)
-    )
-    return set(differs.get_column(BUCKET).to_list())
-
-
-def recover(store) -> tuple[Manifest, dict[str, int]]:
-    """The store's state, and each existing table's version once it holds exactly the logged
-    content (a table ahead of the log, left by a crash between the two steps of a commit, is
-    restored to the logged version first).
-
-    A transaction writes each table on top of that version (see the module docstring). The
-    undoing commits are exact-version too: if another writer moves a table meanwhile, this
-    raises ConcurrentCommitError rather than mixing the two writers' files.
-    """
-    manifest = store.manifest()
-    heads: dict[str, int] = {}
-    for spec_name, uri in store._physical_tables():
-        table = store._open(uri)
-        if table is None:
-            continue
-        logged = manifest.versions.get(spec_name)
-        with conflicts_as(ConcurrentCommitError, f"recovering {spec_name}"):
-            if logged is None:
-                if table.to_pyarrow_dataset().count_rows() > 0:
-                    table.delete(commit_properties=EXACT_VERSION)
-            elif table.version() > logged:
-                table.restore(logged, commit_properties=EXACT_VERSION)
-        heads[spec_name] = table.version()
-        if table.version() == logged:
-            store._keep_open(spec_name, table)
-    return manifest, heads

@@ -116,11 +116,27 @@ def test_rows_added_to_an_unread_bucket_keep_the_rows_already_there(tmp_path):
         tx.update(DOCUMENTS.name, add=with_buckets(rows, DOCUMENTS, tx.n_buckets))
         tx.commit("seed")
     extra = with_buckets(rows.head(1).with_columns(pl.lit("d-new").alias("doc_id")), DOCUMENTS, 4)
-    with Store(store.uri).transaction() as tx:
-        tx.update(DOCUMENTS.name, add=extra)  # nothing read before: the bucket is read first
-        assert tx.loaded(DOCUMENTS.name) == {extra.get_column(BUCKET).item()}
+    adding = Store(store.uri)
+    with adding.transaction() as tx:
+        tx.update(DOCUMENTS.name, add=extra)  # nothing read: the row is appended to its bucket
+        assert tx.loaded(DOCUMENTS.name) == set()
+        assert tx.pending() == {DOCUMENTS.name: [extra.get_column(BUCKET).item()]}
         tx.commit("add one")
-    assert Store(store.uri).read(DOCUMENTS.name).height == 41
+        assert tx.staged(DOCUMENTS.name).height == 0  # what was appended is stored, not held
+    assert adding.buckets_read.get(DOCUMENTS.name, 0) == 0 and not adding.tables_read
+    stored = Store(store.uri).read(DOCUMENTS.name)
+    assert stored.height == 41 and stored.filter(pl.col("doc_id") == "d-new").height == 1
+    # Read afterwards, the bucket holds its earlier rows and the appended one, once each.
+    with Store(store.uri).transaction() as tx:
+        assert tx.rows(DOCUMENTS.name, "doc_id", ["d-new", "d0"]).height == 2
+        tx.update(DOCUMENTS.name, remove=pl.col("doc_id") == "d0")
+        tx.commit("remove one")
+    assert sorted(Store(store.uri).read(DOCUMENTS.name).get_column("doc_id").to_list()) == sorted(
+        [f"d{i}" for i in range(1, 40)] + ["d-new"])
+    # A whole-table read after an add holds the stored rows and the added one.
+    with Store(store.uri).transaction() as tx:
+        tx.update(DOCUMENTS.name, add=extra.with_columns(pl.lit("d-later").alias("doc_id")))
+        assert tx.table(DOCUMENTS.name).height == 41 and tx.count(DOCUMENTS.name) == 41
 
 
 def test_a_removal_mask_of_the_wrong_length_is_refused(tmp_path):

@@ -1,0 +1,38 @@
+"""Recovery: a writer first brings every table back to the version the store log names.
+
+A commit writes its tables, then the store-log row that names their new versions (transaction.py).
+A crash between the two leaves tables ahead of the log; readers never see that (they read the
+logged versions), and the next writer undoes it here before it stages anything.
+"""
+
+from __future__ import annotations
+
+from lightfoot_pipeline.store.log import EXACT_VERSION, ConcurrentCommitError, Manifest, conflicts_as
+
+
+def recover(store) -> tuple[Manifest, dict[str, int]]:
+    """The store's state, and each existing table's version once it holds exactly the logged
+    content (a table ahead of the log, left by a crash between the two steps of a commit, is
+    restored to the logged version first).
+
+    A transaction writes each table on top of that version (see the module docstring). The
+    undoing commits are exact-version too: if another writer moves a table meanwhile, this
+    raises ConcurrentCommitError rather than mixing the two writers' files.
+    """
+    manifest = store.manifest()
+    heads: dict[str, int] = {}
+    for spec_name, uri in store._physical_tables():
+        table = store._open(uri)
+        if table is None:
+            continue
+        logged = manifest.versions.get(spec_name)
+        with conflicts_as(ConcurrentCommitError, f"recovering {spec_name}"):
+            if logged is None:
+                if table.to_pyarrow_dataset().count_rows() > 0:
+                    table.delete(commit_properties=EXACT_VERSION)
+            elif table.version() > logged:
+                table.restore(logged, commit_properties=EXACT_VERSION)
+        heads[spec_name] = table.version()
+        if table.version() == logged:
+            store._keep_open(spec_name, table)
+    return manifest, heads
