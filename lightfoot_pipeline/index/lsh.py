@@ -164,39 +164,55 @@ def band_pairs_between(new_keys: np.ndarray, old_keys: np.ndarray, rows: int = 6
 
     The smaller side is indexed and the larger one looked up in it, so adding a few names to many
     costs one pass over the many per band, not a sort of them. With ``rows`` sign bits of at most
-    DIRECT_ROWS a band's index is a table addressed by the sign bits (the keys' low ``rows`` bits),
-    and a hit also needs the high bits (the group) to agree; otherwise it is the sorted keys.
+    DIRECT_ROWS the keys are taken apart (split_keys) and paired by :func:`sketch_pairs_between`;
+    otherwise a band's index is its sorted keys.
     """
     if len(new_keys) == 0 or len(old_keys) == 0:
         return
-    small, large, swapped = (new_keys, old_keys, False) if len(new_keys) <= len(old_keys) else (old_keys, new_keys, True)
-    direct = rows <= DIRECT_ROWS
-    if direct:
+    if rows <= DIRECT_ROWS:
         mask = np.int64((1 << rows) - 1)
-        small_high, large_high = small[:, 0] & ~mask, large[:, 0] & ~mask  # every band's key has the same high bits
+        yield from sketch_pairs_between(new_keys[:, 0] & ~mask, new_keys & mask, old_keys[:, 0] & ~mask,
+                                        old_keys & mask, rows)
+        return
+    small, large, swapped = (new_keys, old_keys, False) if len(new_keys) <= len(old_keys) else (old_keys, new_keys, True)
     for band in range(new_keys.shape[1]):
-        if direct:
-            small_low, large_low = small[:, band] & mask, large[:, band] & mask
-            order = np.argsort(small_low, kind="stable")
-            table = np.bincount(small_low, minlength=1 << rows)
-            starts = np.cumsum(table) - table
-            counts = table[large_low]
-            hits = np.flatnonzero(counts)
-            lo, counts = starts[large_low[hits]], counts[hits]
-        else:
-            order = np.argsort(small[:, band], kind="stable")
-            ordered = small[order, band]
-            lo = np.searchsorted(ordered, large[:, band], side="left")
-            counts = np.searchsorted(ordered, large[:, band], side="right") - lo
-            hits = np.flatnonzero(counts)
-            lo, counts = lo[hits], counts[hits]
-        for p0, p1 in _spans(counts):
-            a = np.repeat(hits[p0:p1], counts[p0:p1])  # into large
-            b = order[np.repeat(lo[p0:p1], counts[p0:p1]) + _runs(counts[p0:p1])]  # into small
-            if direct:
-                same = small_high[b] == large_high[a]
-                a, b = a[same], b[same]
+        order = np.argsort(small[:, band], kind="stable")
+        ordered = small[order, band]
+        lo = np.searchsorted(ordered, large[:, band], side="left")
+        counts = np.searchsorted(ordered, large[:, band], side="right") - lo
+        hits = np.flatnonzero(counts)
+        for a, b in _expand(hits, lo[hits], counts[hits], order):
             yield (a, b) if swapped else (b, a)
+
+
+def sketch_pairs_between(new_high: np.ndarray, new_marks: np.ndarray, old_high: np.ndarray, old_marks: np.ndarray,
+                         rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """band_pairs_between on keys taken apart: (n,) high bits and (n, bands) sketches of ``rows`` bits.
+
+    A band's index is a table addressed by the smaller side's sign bits in that band (2**rows
+    entries), and a hit also needs the high bits (the group) to agree.
+    """
+    if len(new_high) == 0 or len(old_high) == 0:
+        return
+    swapped = len(new_high) > len(old_high)
+    small_high, small_marks, large_high, large_marks = (
+        (old_high, old_marks, new_high, new_marks) if swapped else (new_high, new_marks, old_high, old_marks))
+    for band in range(new_marks.shape[1]):
+        small_low, large_low = small_marks[:, band].astype(np.int64), large_marks[:, band].astype(np.int64)
+        order = np.argsort(small_low, kind="stable")
+        table = np.bincount(small_low, minlength=1 << rows)
+        starts = np.cumsum(table) - table
+        counts = table[large_low]
+        hits = np.flatnonzero(counts)
+        for a, b in _expand(hits, starts[large_low[hits]], counts[hits], order):
+            same = small_high[b] == large_high[a]
+            yield (a[same], b[same]) if swapped else (b[same], a[same])
+
+
+def _expand(hits: np.ndarray, lo: np.ndarray, counts: np.ndarray, order: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The pairs (position in the larger side, row of the smaller side) of a band's lookups, in chunks."""
+    for p0, p1 in _spans(counts):
+        yield np.repeat(hits[p0:p1], counts[p0:p1]), order[np.repeat(lo[p0:p1], counts[p0:p1]) + _runs(counts[p0:p1])]
 
 
 def _spans(counts: np.ndarray) -> Iterator[tuple[int, int]]:
@@ -266,8 +282,16 @@ def near_between(new_keys: np.ndarray, old_keys: np.ndarray, banding: Banding,
                  threshold: float) -> tuple[np.ndarray, np.ndarray]:
     """Pairs (i into new, j into old) that share a band key and pass the sketch cut; sorted, each pair once."""
     return _near(band_pairs_between(new_keys, old_keys, banding.rows), sketches(new_keys, banding),
-                 sketches(old_keys, banding),
-                 hamming_cut(banding, threshold), max(len(old_keys), 1))
+                 sketches(old_keys, banding), hamming_cut(banding, threshold), max(len(old_keys), 1))
+
+
+def near_between_parts(new: tuple[np.ndarray, np.ndarray], old: tuple[np.ndarray, np.ndarray], banding: Banding,
+                       threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """near_between on keys taken apart (split_keys): the old side's keys are never put together."""
+    if banding.rows > DIRECT_ROWS:
+        return near_between(join_keys(*new), join_keys(*old), banding, threshold)
+    return _near(sketch_pairs_between(*new, *old, banding.rows), new[1], old[1], hamming_cut(banding, threshold),
+                 max(len(old[0]), 1))
 
 
 def split_keys(keys: np.ndarray, banding: Banding) -> tuple[np.ndarray, np.ndarray]:

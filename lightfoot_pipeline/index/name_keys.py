@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from lightfoot_pipeline.index.links import LINK_SCHEMA, LinkRule, links_between
-from lightfoot_pipeline.index.lsh import join_keys, near_between, sketches, split_keys
+from lightfoot_pipeline.index.lsh import join_keys, near_between_parts, sketches, split_keys
 from lightfoot_pipeline.settings import Banding, IndexSettings
 from lightfoot_pipeline.store.tables import ALIASES, NAME_SKETCHES, with_buckets
 from lightfoot_pipeline.store.transaction import Transaction
@@ -32,13 +33,17 @@ def _key_frame(type_: str, names: list[str], keys: np.ndarray, banding: Banding)
                         schema={"type": pl.String, "name": pl.String, "group_hash": pl.Int64, "sketch": pl.Binary})
 
 
-def decode_keys(frame: pl.DataFrame, banding: Banding) -> np.ndarray:
-    """(rows, bands) int64 band keys of a ``name_sketches`` frame."""
+def decode_keys(frame: pl.DataFrame, banding: Banding) -> tuple[np.ndarray, np.ndarray]:
+    """The band keys of a ``name_sketches`` frame, taken apart: (rows,) high bits and (rows, bands) sketches."""
     width = sketches(np.zeros((0, banding.bands), dtype=np.int64), banding).dtype.newbyteorder("<")
     if frame.height == 0:
-        return np.zeros((0, banding.bands), dtype=np.int64)
-    marks = np.frombuffer(b"".join(frame.get_column("sketch").to_list()), dtype=width).reshape(-1, banding.bands)
-    return join_keys(frame.get_column("group_hash").to_numpy(), marks)
+        return np.zeros(0, dtype=np.int64), np.zeros((0, banding.bands), dtype=width)
+    column = frame.get_column("sketch").to_arrow().cast(pa.large_binary())
+    offsets = np.frombuffer(column.buffers()[1], dtype=np.int64)[column.offset : column.offset + len(column) + 1]
+    data = np.frombuffer(column.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
+    if len(data) != len(column) * banding.bands * width.itemsize:
+        raise ValueError(f"name sketches of {len(data)} bytes for {len(column)} names of {banding.bands} bands")
+    return frame.get_column("group_hash").to_numpy(), data.view(width).reshape(-1, banding.bands)
 
 
 def drop_keys(tx: Transaction, names: pl.DataFrame) -> None:
@@ -83,13 +88,14 @@ def link_added_names(
         new_keys = rule.keys(new_names, new_vectors)
         new_rows.append(_key_frame(type_, new_names, new_keys, rule.banding))
         old = stored.filter((pl.col("type") == type_) & ~pl.col("name").is_in(pl.Series(new_names, dtype=pl.String).implode()))
-        old_keys = decode_keys(old, rule.banding)
-        _, j = near_between(new_keys, old_keys, rule.banding, rule.threshold)
+        old_high, old_marks = decode_keys(old, rule.banding)
+        _, j = near_between_parts(split_keys(new_keys, rule.banding), (old_high, old_marks), rule.banding,
+                                  rule.threshold)
         colliding = np.unique(j)
         old_names = old.get_column("name").gather(colliding).to_list()
         old_vectors = name_vectors.vectors(old_names) if old_names else np.zeros((0, new_vectors.shape[1]), np.float32)
         frames.append(links_between(type_, new_names, new_vectors, old_names, old_vectors, rule,
-                                    new_keys, old_keys[colliding]))
+                                    new_keys, join_keys(old_high[colliding], old_marks[colliding])))
     if new_rows:
         tx.update(NAME_SKETCHES.name, add=with_buckets(pl.concat(new_rows), NAME_SKETCHES, tx.n_buckets))
     return pl.concat(frames) if frames else pl.DataFrame(schema=LINK_SCHEMA)

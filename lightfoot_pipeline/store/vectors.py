@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lightfoot_pipeline.models.embedder import Embedder
 
@@ -53,6 +54,7 @@ class VectorCache:
         self.embedder = embedder
         self.table_name = f"{kind}__{_slug(embedder.model_id)}"
         self.computed = 0
+        self._keys_at: tuple[tuple[int, int], pa.ChunkedArray] | None = None  # the key column, at one table version
 
     @classmethod
     def for_model(cls, store, kind: str, model_id: str, dim: int) -> "VectorCache":
@@ -104,19 +106,26 @@ class VectorCache:
                      self.table_name, replaced.num_rows)
             table.add(replaced.select(["key", "vector"]).cast(self._schema))
 
+    def _key_column(self, table) -> pa.ChunkedArray:
+        """The table's keys in row order, read once per table version."""
+        version = (table.version, table.count_rows())  # a table dropped and made again restarts its versions
+        if self._keys_at is None or self._keys_at[0] != version:
+            self._keys_at = (version, table.search().select(["key"]).limit(None).to_arrow().column("key"))
+        return self._keys_at[1]
+
     def _stored(self, keys: set[str]) -> dict[str, np.ndarray]:
         """The stored vectors of keys: the key column is scanned, and only the rows of the keys
         found are read."""
         table = self._table(create=False)
         if table is None or not keys:
             return {}
-        stored_keys = table.search().select(["key"]).limit(None).to_arrow().column("key").to_pylist()
-        offsets = [i for i, k in enumerate(stored_keys) if k in keys]
-        if not offsets:
+        stored_keys = self._key_column(table)
+        offsets = pc.indices_nonzero(pc.is_in(stored_keys, value_set=pa.array(sorted(keys), pa.string())))
+        if len(offsets) == 0:
             return {}
-        data = table.take_offsets(offsets).select(["key", "vector"]).to_arrow()
+        data = table.take_offsets(offsets.to_pylist()).select(["key", "vector"]).to_arrow()
         got = data.column("key").to_pylist()
-        if sorted(got) != sorted(stored_keys[i] for i in offsets):  # the table changed between the two reads
+        if sorted(got) != sorted(stored_keys.take(offsets).to_pylist()):  # the table changed between the two reads
             data = table.to_arrow()
             got = data.column("key").to_pylist()
         flat = data.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
@@ -137,8 +146,8 @@ class VectorCache:
                     raise
                 log.info("vector cache %s: append conflicted (%s); retrying", self.table_name, err)
             else:
-                present = set(table.search().select(["key"]).limit(None).to_arrow().column("key").to_pylist())
-                if wanted <= present:
+                present = self._key_column(table)
+                if pc.all(pc.is_in(pa.array(sorted(wanted), pa.string()), value_set=present)).as_py():
                     return
             time.sleep(0.05 * (2 ** attempt))
         raise RuntimeError(f"vector cache {self.table_name}: vectors could not be stored after {attempts} attempts")

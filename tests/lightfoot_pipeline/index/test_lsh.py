@@ -13,7 +13,7 @@ from lightfoot_pipeline.index.links import LinkRule, exact_cosines, links_betwee
 from lightfoot_pipeline.index.link_recall import link_pairs_found_share, link_recall
 from lightfoot_pipeline.index.lsh import (
     band_keys, candidates_between, candidates_within, group_hash, hamming_cut, hyperplanes, keys_from_signs,
-    near_between, near_within, sketch_distances, sketches,
+    near_between, near_between_parts, near_within, sketch_distances, sketches, split_keys,
 )
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.settings import Banding, IndexSettings
@@ -166,6 +166,9 @@ def test_the_sketch_cut_keeps_the_pairs_at_the_threshold_and_drops_unrelated_one
     # Between: the same pairs, seen from the new names.
     i, j = near_between(keys[3000:], keys[:3000], banding, 0.80)
     assert {(b, 3000 + a) for a, b in zip(i.tolist(), j.tolist())} == {p for p in near if p[1] >= 3000 > p[0]}
+    parts_i, parts_j = near_between_parts(split_keys(keys[3000:], banding), split_keys(keys[:3000], banding),
+                                          banding, 0.80)
+    assert np.array_equal(parts_i, i) and np.array_equal(parts_j, j)
     # The distance is the number of differing sign bits; the cut grows as the threshold falls.
     marks = sketches(keys, banding)
     assert sketch_distances(marks[:1], marks[:1])[0] == 0
