@@ -80,14 +80,21 @@ def link_added_names(
     rule = LinkRule.of(settings)
     if rule.banding is None:
         return _link_exhaustively(tx, added, removed, name_vectors, rule)
-    stored = tx.table(NAME_SKETCHES.name)
+    if tx.loaded(NAME_SKETCHES.name) is None:  # a repair has staged the whole table (store_keys)
+        stored = tx.table(NAME_SKETCHES.name).join(added, on=NAME_KEY, how="anti")
+    else:
+        # Otherwise the transaction has only dropped the sketches of removed names: the committed
+        # table less those and the added names is the live one. It is read past the transaction,
+        # which then holds only the rows it adds.
+        stored = (tx.store.read(NAME_SKETCHES.name, tx.manifest, remember=False)
+                  .join(pl.concat([removed.select(NAME_KEY), added.select(NAME_KEY)]), on=NAME_KEY, how="anti"))
     frames, new_rows = [], []
     for (type_,), group in sorted(added.partition_by("type", as_dict=True).items()):
         new_names = sorted(group.get_column("name").to_list())
         new_vectors = name_vectors.vectors(new_names)
         new_keys = rule.keys(new_names, new_vectors)
         new_rows.append(_key_frame(type_, new_names, new_keys, rule.banding))
-        old = stored.filter((pl.col("type") == type_) & ~pl.col("name").is_in(pl.Series(new_names, dtype=pl.String).implode()))
+        old = stored.filter(pl.col("type") == type_)
         old_high, old_marks = decode_keys(old, rule.banding)
         _, j = near_between_parts(split_keys(new_keys, rule.banding), (old_high, old_marks), rule.banding,
                                   rule.threshold)

@@ -48,7 +48,7 @@ from lightfoot_pipeline.store.log import (
     LOG_SCHEMA, Manifest, StoreError, StoreLayoutError,
     StoreUnavailable,
 )
-from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, spec_for
+from lightfoot_pipeline.store.tables import PRESENCE_CHECK_BUCKETS, BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, spec_for
 from lightfoot_pipeline.store.recovery import recover
 from lightfoot_pipeline.store.transaction import Transaction
 
@@ -151,8 +151,12 @@ class Store(Journals):
             at = f" at {endpoint}" if endpoint else ""
             raise StoreUnavailable(f"store {self.uri}: cannot read {uri}{at}: {storage_failure(err)}") from err
 
-    def read(self, name: str, manifest: Manifest | None = None, columns: list[str] | None = None) -> pl.DataFrame:
-        """A table as of the committed state (an empty frame of its schema if never written)."""
+    def read(self, name: str, manifest: Manifest | None = None, columns: list[str] | None = None,
+             *, remember: bool = True) -> pl.DataFrame:
+        """A table as of the committed state (an empty frame of its schema if never written).
+
+        The table is kept in memory for the next read of the same version unless ``remember`` is
+        false (a large table read once)."""
         spec = spec_for(name)
         manifest = manifest or self.manifest()
         version = manifest.versions.get(name)
@@ -165,7 +169,8 @@ class Store(Journals):
         table = self._open_version(name, version)
         frame = typed(self._read_files(table, spec), spec)
         self.tables_read[name] = self.tables_read.get(name, 0) + 1
-        self._remember(name, version, frame)
+        if remember:
+            self._remember(name, version, frame)
         return frame.select(wanted)
 
     def read_column(self, name: str, manifest: Manifest, column: str) -> pl.Series:
@@ -233,8 +238,18 @@ class Store(Journals):
         manifest = manifest or self.manifest()
         wanted = sorted(set(values))
         n_buckets = self.layout_buckets(manifest)
-        frame = self.read_buckets(name, manifest, {bucket_of(v, n_buckets) for v in wanted})
+        buckets = {bucket_of(v, n_buckets) for v in wanted}
+        if len(buckets) > PRESENCE_CHECK_BUCKETS:
+            buckets = {bucket_of(v, n_buckets) for v in self.held_among(name, manifest, column, wanted)}
+        frame = self.read_buckets(name, manifest, buckets)
         return frame.filter(pl.col(column).is_in(wanted))
+
+    def held_among(self, name: str, manifest: Manifest, column: str, values: list[str],
+                   held: pl.Series | None = None) -> list[str]:
+        """The values that the committed table holds in ``column`` (``held``: that column, if read)."""
+        held = self.read_column(name, manifest, column).unique() if held is None else held
+        looked_up = pl.Series(values, dtype=pl.String)
+        return looked_up.filter(looked_up.is_in(held.implode())).to_list()
 
     def layout_buckets(self, manifest: Manifest) -> int:
         """The bucket count the store's rows were written with (this Store's own for a new store)."""

@@ -28,6 +28,9 @@ import polars as pl
 import pyarrow as pa
 
 BUCKET = "bucket"
+# A lookup of values in more buckets than this first reads the looked-up column whole, and reads
+# only the buckets of the values the table holds (a batch of new documents reads none).
+PRESENCE_CHECK_BUCKETS = 8
 # How rows are bucketed and stored (see the module docstring); 1 was every per-document table by
 # doc_id, 2 kept each name's band keys whole (``name_keys``, 1,600 bytes a name at the default banding).
 LAYOUT_VERSION = 3

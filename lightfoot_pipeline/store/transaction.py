@@ -43,13 +43,10 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from lightfoot_pipeline.store.log import (
     EXACT_VERSION, LOG_SCHEMA, TABLE_CONFIGURATION, ConcurrentCommitError, Manifest, StoreError, conflicts_as,
 )
-from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, changed_buckets, conform, spec_for
+from lightfoot_pipeline.store.tables import PRESENCE_CHECK_BUCKETS, BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, changed_buckets, conform, spec_for
 
-# Tables written at once by one commit.
-WRITE_THREADS = 4
-# A lookup that would read more buckets than this first reads the looked-up column whole, and reads
-# only the buckets of the values the table holds (Transaction.rows).
-PRESENCE_CHECK_BUCKETS = 8
+# Tables written at once by one commit (each holds an Arrow copy of its rows while it is written).
+WRITE_THREADS = 2
 
 
 class Transaction:
@@ -156,12 +153,11 @@ class Transaction:
         return frame.filter(pl.col(column).is_in(wanted)) if wanted else frame.clear()
 
     def _committed_among(self, name: str, column: str, values: list[str]) -> list[str]:
-        """The values that the committed table holds in ``column`` (one column read, kept for the transaction)."""
+        """The values that the committed table holds in ``column`` (the column is read once per transaction)."""
         key = (name, column)
         if key not in self._columns:
             self._columns[key] = self.store.read_column(name, self.manifest, column).unique()
-        looked_up = pl.Series(values, dtype=pl.String)
-        return looked_up.filter(looked_up.is_in(self._columns[key].implode())).to_list()
+        return self.store.held_among(name, self.manifest, column, values, self._columns[key])
 
     def count(self, name: str) -> int:
         """Rows of the table as staged: the committed count, with this transaction's changes."""
@@ -266,6 +262,9 @@ class Transaction:
         versions = dict(self.manifest.versions)
         pending = sorted(self._plan().items())
         written = {name: len(rewrite) + len(append) for name, (rewrite, append) in pending}
+        counts = {name: self.count(name) for name in written}
+        for name in written:  # the rows as read are compared now: let them go before the writes copy rows
+            self._original[name] = self._working[name]
         # The first table is written alone: of two writers racing on the same tables, the one that
         # loses it stops there. The rest are independent until the log row names them and are written
         # in parallel (delta-rs releases the GIL); a failure leaves the log untouched.
@@ -273,7 +272,9 @@ class Transaction:
             rewrite, append = plan
             version = self._heads.get(name)
             if rewrite:
-                rows = self._working[name].filter(pl.col(BUCKET).is_in(rewrite))
+                rows = self._working[name]
+                if not set(rows.get_column(BUCKET).unique().to_list()) <= set(rewrite):
+                    rows = rows.filter(pl.col(BUCKET).is_in(rewrite))
                 version = self._write_table(spec_for(name), rows, rewrite)
             if append:
                 rows = self._working[name].filter(pl.col(BUCKET).is_in(append))
@@ -287,7 +288,7 @@ class Transaction:
             for name, future in futures.items():
                 versions[name] = future.result()
         rows = dict(self.manifest.details.get("rows") or {})
-        rows.update({name: self.count(name) for name in written})
+        rows.update(counts)
         details = {**(details or {}), "buckets_written": written, "config": self.config, "rows": rows,
                    "layout": {"version": LAYOUT_VERSION, "n_buckets": self.n_buckets}}
         manifest = self._append_log(
