@@ -150,6 +150,7 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
         result["full_build_cpu_s"] = round(time.process_time() - c0, 3)
         result["peak_rss_mb"] = round(peak_rss_mb(), 1)
         result["build_graph"] = built.graph.as_dict()
+        result["build_stages_s"] = built.stage_seconds
         result["counts_full"] = pipeline.counts(store)
         save("build")
         say(f"built in {result['full_build_s']} s, peak RSS {result['peak_rss_mb']} MB: {result['counts_full']}")
@@ -230,15 +231,16 @@ def child_main(argv: list[str]) -> int:
         report = pipeline.ingest(Store(store_uri), documents, ReplayExtractor(records), HashingEmbedder(dim=int(dim)),
                                  settings)
         out = {"seconds": round(time.perf_counter() - t0, 3), "ingested": report.ingested,
-               "links_added": report.graph.links_added, "entities_recomputed": report.graph.entities_recomputed}
+               "links_added": report.graph.links_added, "entities_recomputed": report.graph.entities_recomputed,
+               "stages_s": report.stage_seconds}
     elif mode == "--child-build":
         store_uri, dataset, dim, buckets = args
         documents, records = load_corpus(dataset), load_recorded_extractions(dataset)
         store = Store(store_uri, n_buckets=int(buckets))
         t0 = time.perf_counter()
-        pipeline.ingest(store, documents, ReplayExtractor(records), HashingEmbedder(dim=int(dim)), settings)
+        built = pipeline.ingest(store, documents, ReplayExtractor(records), HashingEmbedder(dim=int(dim)), settings)
         seconds = round(time.perf_counter() - t0, 3)
-        out = {"seconds": seconds, "fingerprint": pipeline.fingerprint(store).digest}
+        out = {"seconds": seconds, "stages_s": built.stage_seconds, "fingerprint": pipeline.fingerprint(store).digest}
     else:
         raise SystemExit(f"unknown child mode {mode}")
     out["peak_rss_mb"] = round(peak_rss_mb(), 1)

@@ -69,6 +69,9 @@ class IngestReport:
     graph: GraphChange = field(default_factory=GraphChange)
     seq: int = 0
     seconds: float = 0.0
+    # Wall-clock seconds of each stage: extract (model or replay), documents (passages, forms, fact
+    # assertions), graph (names, links, entities, facts; links_s of it is linking), commit.
+    stage_seconds: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         nested = {"graph", "validation", "failures", "ignored_records"}
@@ -159,6 +162,8 @@ def ingest(
     needed = [p for p in passages if p.chunk_id not in extracted]
     report.already_extracted = len(passages) - len(needed)
     outcomes = extractor.extract(needed, progress) if needed else []
+    clock = _StageClock(report.stage_seconds, started)
+    clock.lap("extract")
     for o in outcomes:
         report.model_calls += o.model_calls
         report.retries += o.retries
@@ -184,16 +189,32 @@ def ingest(
         derive_forms(tx, [d.doc_id for d in documents])
         if stage is not None:
             stage(tx)
-        report.graph = reconcile_graph(tx, settings, name_vector_cache(store, embedder))
+        clock.lap("documents")
+        report.graph = reconcile_graph(tx, settings, name_vector_cache(store, embedder),
+                                       timings=report.stage_seconds)
+        clock.lap("graph")
         manifest = tx.commit(operation, {"documents": len(documents), "replaced": len(changes.replaced),
                                          "model_calls": report.model_calls, "retries": report.retries,
                                          "extracted": report.extracted, "from_cache": report.from_cache,
                                          "failed": report.failed})
+        clock.lap("commit")
     report.ingested, report.replaced, report.unchanged = len(changes.new), len(changes.replaced), len(changes.unchanged)
     report.replaced_doc_ids = changes.replaced
     report.seq = manifest.seq
     report.seconds = time.perf_counter() - started
     return report
+
+
+class _StageClock:
+    """Records the seconds since the previous lap under each stage's name."""
+
+    def __init__(self, into: dict[str, float], started: float) -> None:
+        self.into, self.last = into, started
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.into[stage] = round(now - self.last, 3)
+        self.last = now
 
 
 def delete(

@@ -28,6 +28,7 @@ share a key with it (name_keys.py).
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 
 import polars as pl
@@ -159,14 +160,15 @@ def _entities_of(tx: Transaction, names: pl.DataFrame, region_aliases: pl.DataFr
 
 
 def reconcile_graph(
-    tx: Transaction, settings: IndexSettings, name_vectors: VectorCache | None, *, full: bool = False
+    tx: Transaction, settings: IndexSettings, name_vectors: VectorCache | None, *, full: bool = False,
+    timings: dict[str, float] | None = None,
 ) -> GraphChange:
     """Update the global tables for the names and facts queued by the document stage.
 
     Reads only the buckets of the names, entities and facts the change touches. With
     ``full=True`` every live and stored name and fact is compared instead of the queued ones (the
     level-triggered repair path: it reads every table and finds and fixes any difference,
-    whatever caused it).
+    whatever caused it). ``timings`` gets the seconds spent linking added names (``links``).
     """
     change = GraphChange()
     n = tx.n_buckets
@@ -212,7 +214,10 @@ def reconcile_graph(
     if added.height:
         if name_vectors is None:
             raise EmbedderRequired(f"{added.height} new names need vectors, and no embedder was given")
+        linking = time.perf_counter()
         new_links = link_added_names(tx, added, removed, name_vectors, settings)
+        if timings is not None:  # linking the added names: vectors, band keys, candidates, cosines
+            timings["links"] = round(time.perf_counter() - linking, 3)
         change.vectors_computed = name_vectors.computed
         change.links_added = new_links.height
         tx.update(NAME_LINKS.name, add=_fresh(new_links, NAME_LINKS, n))

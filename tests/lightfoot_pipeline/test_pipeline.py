@@ -33,3 +33,15 @@ def test_a_store_refuses_other_settings_with_or_without_an_embedder_and_another_
             pipeline.check_config(tx, other, built)
         with pytest.raises(pipeline.IndexConfigError, match="name vectors come from"):
             pipeline.check_config(tx, IndexSettings(), HashingEmbedder(dim=64))
+
+
+def test_an_ingest_reports_the_seconds_of_each_stage(store, sample_documents, sample_records):
+    from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+
+    report = pipeline.ingest(store, sample_documents[:40], ReplayExtractor(sample_records), HashingEmbedder(dim=32))
+    stages = report.stage_seconds
+    assert set(stages) == {"extract", "documents", "graph", "links", "commit"}
+    assert all(v >= 0 for v in stages.values())
+    assert stages["links"] <= stages["graph"]
+    assert sum(v for k, v in stages.items() if k != "links") <= report.seconds + 0.01
+    assert report.as_dict()["stage_seconds"] == stages
