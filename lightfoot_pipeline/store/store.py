@@ -48,7 +48,7 @@ from lightfoot_pipeline.store.log import (
     LOG_SCHEMA, Manifest, StoreError, StoreLayoutError,
     StoreUnavailable,
 )
-from lightfoot_pipeline.store.tables import PRESENCE_CHECK_BUCKETS, BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, spec_for
+from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, spec_for, worth_a_presence_check
 from lightfoot_pipeline.store.recovery import recover
 from lightfoot_pipeline.store.transaction import Transaction
 
@@ -239,7 +239,7 @@ class Store(Journals):
         wanted = sorted(set(values))
         n_buckets = self.layout_buckets(manifest)
         buckets = {bucket_of(v, n_buckets) for v in wanted}
-        if len(buckets) > PRESENCE_CHECK_BUCKETS:
+        if worth_a_presence_check(len(buckets), n_buckets):
             buckets = {bucket_of(v, n_buckets) for v in self.held_among(name, manifest, column, wanted)}
         frame = self.read_buckets(name, manifest, buckets)
         return frame.filter(pl.col(column).is_in(wanted))

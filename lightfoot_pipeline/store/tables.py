@@ -28,9 +28,6 @@ import polars as pl
 import pyarrow as pa
 
 BUCKET = "bucket"
-# A lookup of values in more buckets than this first reads the looked-up column whole, and reads
-# only the buckets of the values the table holds (a batch of new documents reads none).
-PRESENCE_CHECK_BUCKETS = 8
 # How rows are bucketed and stored (see the module docstring); 1 was every per-document table by
 # doc_id, 2 kept each name's band keys whole (``name_keys``, 1,600 bytes a name at the default banding).
 LAYOUT_VERSION = 3
@@ -261,3 +258,11 @@ def changed_buckets(old: pl.DataFrame, new: pl.DataFrame, spec: TableSpec) -> se
         | (pl.col("hi") != pl.col("hi_new")).fill_null(True)
     )
     return set(differs.get_column(BUCKET).to_list())
+
+
+def worth_a_presence_check(n_read: int, n_buckets: int) -> bool:
+    """Whether a lookup that would read ``n_read`` buckets first reads the looked-up column whole,
+    to read only the buckets of the values the table holds (a batch of new documents then reads
+    none of theirs). A column read costs about what reading every bucket of it does, so it pays
+    only for a lookup of a quarter of the buckets or more: a batch, never one document."""
+    return n_read > max(8, n_buckets // 4)

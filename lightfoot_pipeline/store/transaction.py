@@ -43,7 +43,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from lightfoot_pipeline.store.log import (
     EXACT_VERSION, LOG_SCHEMA, TABLE_CONFIGURATION, ConcurrentCommitError, Manifest, StoreError, conflicts_as,
 )
-from lightfoot_pipeline.store.tables import PRESENCE_CHECK_BUCKETS, BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, changed_buckets, conform, spec_for
+from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, changed_buckets, conform, spec_for, worth_a_presence_check
 
 # Tables written at once by one commit (each holds an Arrow copy of its rows while it is written).
 WRITE_THREADS = 2
@@ -142,7 +142,7 @@ class Transaction:
         if column == spec.bucket_by:
             buckets = self.buckets_of(wanted)
             loaded = self.loaded(name)
-            if loaded is not None and len(buckets - loaded) > PRESENCE_CHECK_BUCKETS:
+            if loaded is not None and worth_a_presence_check(len(buckets - loaded), self.n_buckets):
                 # Many buckets to read: read those of the values the table holds, and not those of
                 # values that are new to it (a batch of new documents, new names).
                 buckets = self.buckets_of(self._committed_among(name, column, wanted))

@@ -7,6 +7,8 @@ names' band keys; what it leaves is still what a fresh build of the survivors gi
 
 from __future__ import annotations
 
+import dataclasses
+
 import random
 
 import polars as pl
@@ -105,6 +107,27 @@ def test_a_one_document_ingest_reads_only_its_buckets_and_the_band_keys(built):
     assert sum(store.rows_read.values()) < sum(Store(uri).read(s.name).height for s in INDEX_TABLES) / 3
     live = {d.doc_id for d in documents[:150]} | {documents[155].doc_id}
     assert pipeline.fingerprint(Store(uri)).digest == _fresh_fingerprint(root, documents, records, live)
+
+
+def test_a_batch_of_new_documents_reads_none_of_their_buckets_and_appends_its_rows(built):
+    """Sixty new documents land in most of the 64 buckets: the store reads the doc_id column once
+    instead, finds none of them, and appends their rows to the buckets it never read."""
+    root, uri, documents, records = built
+    uri = _copy(root, uri, "ingest-batch")
+    more, more_records = _corpus(60, seed=5)
+    more = [dataclasses.replace(d, doc_id="new-" + d.doc_id) for d in more]
+    more_records = {"new-" + k: {**r, "doc_id": "new-" + k} for k, r in more_records.items()}
+    store = Store(uri)
+    report = pipeline.ingest(store, more, ReplayExtractor(more_records), EMBEDDER)
+
+    assert report.ingested == 60
+    for name in ("documents", "passages", "extractions", "document_keys"):
+        assert store.buckets_read.get(name, 0) == 0, name
+        assert store.columns_read.get(name, 0) >= 1, name
+    assert Store(uri).read(DOCUMENTS.name).height == 210
+    every, every_records = [*documents[:150], *more], {**records, **more_records}
+    live = {d.doc_id for d in every}
+    assert pipeline.fingerprint(Store(uri)).digest == _fresh_fingerprint(root, every, every_records, live)
 
 
 def test_rows_added_to_an_unread_bucket_keep_the_rows_already_there(tmp_path):
