@@ -230,6 +230,18 @@ class Store(Journals):
         actions = self._open_version(name, version).get_add_actions(flatten=True)
         return int(pc.sum(pa.table(actions).column("num_records")).as_py() or 0)
 
+    def files_per_bucket(self, name: str, manifest: Manifest) -> dict[int, int]:
+        """How many data files make up each bucket of a table as committed."""
+        version = manifest.versions.get(name)
+        if version is None:
+            return {}
+        actions = pa.table(self._open_version(name, version).get_add_actions(flatten=True))
+        buckets = actions.column(f"partition.{BUCKET}").to_pylist()
+        counts: dict[int, int] = {}
+        for bucket in buckets:
+            counts[int(bucket)] = counts.get(int(bucket), 0) + 1
+        return counts
+
     def rows(self, name: str, column: str, values: Iterable[str], manifest: Manifest | None = None) -> pl.DataFrame:
         """The committed rows whose ``column`` (the table's bucket column) is one of ``values``."""
         spec = spec_for(name)

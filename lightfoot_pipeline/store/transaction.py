@@ -45,8 +45,13 @@ from lightfoot_pipeline.store.log import (
 )
 from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, changed_buckets, conform, spec_for, worth_a_presence_check
 
-# Tables written at once by one commit (each holds an Arrow copy of its rows while it is written).
-WRITE_THREADS = 2
+# Tables written at once by one commit. Each holds an Arrow copy of its rows while it is written, so
+# a commit of more than LARGE_COMMIT_ROWS rows writes fewer at a time.
+WRITE_THREADS = 4
+LARGE_COMMIT_ROWS = 500_000
+# A bucket made of this many files is rewritten whole rather than appended to once more, so that
+# appends never leave a bucket in more files than this (each is opened on every read of it).
+MAX_FILES_PER_BUCKET = 8
 
 
 class Transaction:
@@ -260,6 +265,7 @@ class Transaction:
                 f"store changed while this {operation} ran (read seq {self.manifest.seq}, now {current.seq})"
             )
         versions = dict(self.manifest.versions)
+        self._read_crowded_buckets()
         pending = sorted(self._plan().items())
         written = {name: len(rewrite) + len(append) for name, (rewrite, append) in pending}
         counts = {name: self.count(name) for name in written}
@@ -283,7 +289,9 @@ class Transaction:
 
         if pending:
             versions[pending[0][0]] = write(*pending[0])
-        with ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="commit") as pool:
+        large = sum(self._working[name].height for name, _ in pending) > LARGE_COMMIT_ROWS
+        with ThreadPoolExecutor(max_workers=WRITE_THREADS // 2 if large else WRITE_THREADS,
+                                thread_name_prefix="commit") as pool:
             futures = {name: pool.submit(write, name, buckets) for name, buckets in pending[1:]}
             for name, future in futures.items():
                 versions[name] = future.result()
@@ -307,6 +315,18 @@ class Transaction:
         self._touched = {name: set() for name in self._working}
         self._columns.clear()
         return manifest
+
+    def _read_crowded_buckets(self) -> None:
+        """Read the unread buckets that rows are to be appended to and that already hold
+        MAX_FILES_PER_BUCKET - 1 files or more: the commit then rewrites them in one file."""
+        for name, touched in self._touched.items():
+            loaded = self._loaded.get(name)
+            if not touched or loaded is None or not touched - loaded:
+                continue
+            files = self.store.files_per_bucket(name, self.manifest)
+            crowded = {b for b in touched - loaded if files.get(b, 0) >= MAX_FILES_PER_BUCKET - 1}
+            if crowded:
+                self.load(name, crowded)
 
     def _write_table(self, spec: TableSpec, rows: pl.DataFrame, buckets: list[int], append: bool = False) -> int:
         """Replace the buckets' rows (or, with ``append``, add these rows to them) as the version right

@@ -162,6 +162,24 @@ def test_rows_added_to_an_unread_bucket_keep_the_rows_already_there(tmp_path):
         assert tx.table(DOCUMENTS.name).height == 41 and tx.count(DOCUMENTS.name) == 41
 
 
+def test_appends_never_leave_a_bucket_in_more_files_than_the_bound(tmp_path):
+    from lightfoot_pipeline.store.transaction import MAX_FILES_PER_BUCKET
+
+    store = Store(str(tmp_path / "store"), n_buckets=1)
+    schema = pl.from_arrow(DOCUMENTS.schema.empty_table()).schema
+    for i in range(3 * MAX_FILES_PER_BUCKET):
+        row = pl.DataFrame({"doc_id": [f"d{i}"], "title": "t", "source": "s", "content_hash": "h", "n_passages": 1,
+                            "retention_until": None}, schema=schema)
+        writer = Store(store.uri)
+        with writer.transaction() as tx:
+            tx.update(DOCUMENTS.name, add=with_buckets(row, DOCUMENTS, 1))
+            tx.commit(f"add {i}")
+        files = writer.files_per_bucket(DOCUMENTS.name, writer.manifest())
+        assert 1 <= files[0] <= MAX_FILES_PER_BUCKET
+    assert sorted(Store(store.uri).read(DOCUMENTS.name).get_column("doc_id").to_list()) == sorted(
+        f"d{i}" for i in range(3 * MAX_FILES_PER_BUCKET))
+
+
 def test_a_removal_mask_of_the_wrong_length_is_refused(tmp_path):
     store = Store(str(tmp_path / "store"))
     with store.transaction() as tx:
