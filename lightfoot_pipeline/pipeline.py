@@ -289,7 +289,7 @@ def migrate(store: Store, embedder: Embedder, settings: IndexSettings | None = N
     it lacks. Works on any earlier layout (``lightfoot migrate``).
     """
     settings = settings or IndexSettings()
-    with store.transaction(relayout=n_buckets) as tx:
+    with store.transaction(relayout=n_buckets or 0) as tx:  # 0: the store's own bucket count
         if not tx.manifest.seq:
             raise IndexConfigError(f"no store at {store.uri} to migrate")
         tx.config = {}
@@ -303,6 +303,7 @@ def migrate(store: Store, embedder: Embedder, settings: IndexSettings | None = N
         derive_forms(tx, tx.table(DOCUMENTS.name).get_column("doc_id").to_list())
         change = reconcile_graph(tx, settings, name_vector_cache(store, embedder))
         tx.commit("migrate", {"from_layout": tx.manifest.details.get("layout"), "n_buckets": tx.n_buckets})
+    store.drop_retired_tables()
     return change
 
 

@@ -38,17 +38,19 @@ from typing import Iterable, Iterator
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from lightfoot_pipeline.settings import object_store_options, resolve_store_uri
+from lightfoot_pipeline.store.filesystem import open_filesystem
 from lightfoot_pipeline.store.journals import ORPHAN_GRACE_HOURS, Journals, typed
 from lightfoot_pipeline.store.roots import check_store_root, local_file_lock, storage_failure
 from lightfoot_pipeline.store.log import (
     LOG_SCHEMA, Manifest, StoreError, StoreLayoutError,
     StoreUnavailable,
 )
-from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, spec_for, worth_a_presence_check
+from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, RETIRED_TABLES, TableSpec, bucket_of, spec_for, worth_a_presence_check
 from lightfoot_pipeline.store.recovery import recover
 from lightfoot_pipeline.store.transaction import Transaction
 
@@ -229,6 +231,16 @@ class Store(Journals):
             return cached[1].height
         actions = self._open_version(name, version).get_add_actions(flatten=True)
         return int(pc.sum(pa.table(actions).column("num_records")).as_py() or 0)
+
+    def drop_retired_tables(self) -> list[str]:
+        """Delete the tables that earlier layouts kept and this one does not (after a migration)."""
+        dropped = []
+        for name in RETIRED_TABLES:
+            fs, path = open_filesystem(self.table_uri(name), self._options())
+            if fs.get_file_info(path).type != pafs.FileType.NotFound:
+                fs.delete_dir(path)
+                dropped.append(name)
+        return dropped
 
     def files_per_bucket(self, name: str, manifest: Manifest) -> dict[int, int]:
         """How many data files make up each bucket of a table as committed."""

@@ -31,6 +31,8 @@ BUCKET = "bucket"
 # How rows are bucketed and stored (see the module docstring); 1 was every per-document table by
 # doc_id, 2 kept each name's band keys whole (``name_keys``, 1,600 bytes a name at the default banding).
 LAYOUT_VERSION = 3
+# Tables of earlier layouts that this one no longer has; a migration deletes them.
+RETIRED_TABLES = ("name_keys",)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 import random
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -256,3 +257,27 @@ def test_a_transaction_opened_on_a_manifest_finds_rows_in_the_stores_own_buckets
     tx = Transaction(Store(uri, n_buckets=3), manifest)  # another count than the store's 64
     assert tx.n_buckets == BUCKETS
     assert tx.rows(DOCUMENTS.name, "doc_id", [documents[3].doc_id]).height == 1
+
+
+def test_a_layout_2_store_is_refused_with_the_migrate_hint_and_migrate_drops_its_name_keys(built):
+    """Layout 2 kept each name's whole band keys in ``name_keys``; layout 3 keeps sketches."""
+    root, uri, documents, records = built
+    uri = _copy(root, uri, "layout-2")
+    digest = pipeline.fingerprint(Store(uri)).digest
+    store = Store(uri)
+    manifest = store.manifest()
+    details = {**manifest.details, "layout": {"version": 2, "n_buckets": BUCKETS}}
+    Transaction(store, manifest)._append_log(manifest.seq + 1, "layout 2", dict(manifest.versions), details,
+                                             read_at=manifest.log_version)
+    old_keys = Path(uri) / "tables" / "name_keys"
+    old_keys.mkdir(parents=True)
+    (old_keys / "part-0.parquet").write_bytes(b"earlier band keys")
+
+    with pytest.raises(StoreLayoutError, match="has layout 2") as refused:
+        pipeline.delete(Store(uri), [documents[0].doc_id])
+    assert f"lightfoot migrate --store {uri}" in refused.value.line()
+
+    pipeline.migrate(Store(uri), EMBEDDER)
+    assert not old_keys.exists()
+    assert Store(uri).manifest().details["layout"]["version"] == LAYOUT_VERSION
+    assert pipeline.fingerprint(Store(uri)).digest == digest
