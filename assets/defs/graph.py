@@ -24,7 +24,7 @@ import polars as pl
 from lightfoot_pipeline import pipeline
 from lightfoot_pipeline.explain.documents import table_differences
 from lightfoot_pipeline.index.reconcile import EmbedderRequired, GraphChange, reconcile_graph
-from lightfoot_pipeline.store.tables import ALIASES, MENTIONS, TableSpec
+from lightfoot_pipeline.store.tables import ALIASES, BUCKET, MENTIONS, TableSpec
 from lightfoot_pipeline.store.tables import ENTITIES as ENTITIES_TABLE
 from lightfoot_pipeline.store.tables import FACT_SOURCES as FACT_SOURCES_TABLE
 from lightfoot_pipeline.store.tables import FACTS as FACTS_TABLE
@@ -122,9 +122,15 @@ def _reconcile(lightfoot, settings, model, run_id: str) -> tuple[GraphChange, ob
     with lightfoot.transaction() as tx:
         pipeline.check_config(tx, settings, model)
         vectors = pipeline.name_vector_cache(lightfoot, model) if model is not None else None
-        before = {name: tx.table(name) for name in WATCHED}
         change = reconcile_graph(tx, settings, vectors)
-        diff = _changes(before, {name: tx.table(name) for name in WATCHED})
+        # What changed is read from the buckets the transaction changed, never from whole tables:
+        # an entity's mentions and a fact's sources share its bucket, so those buckets hold all of them.
+        touched = {name: tx.touched_rows(name) for name in WATCHED}
+        before, after = ({name: rows[k] for name, rows in touched.items()} for k in (0, 1))
+        mentioned = lightfoot.read_columns(MENTIONS.name, tx.manifest, ["doc_id", BUCKET])
+        elsewhere = mentioned.filter(~pl.col(BUCKET).is_in(before[MENTIONS.name].get_column(BUCKET).unique().implode()))
+        diff = _changes(before, after, set(mentioned.get_column("doc_id").unique().to_list()),
+                        set(elsewhere.get_column("doc_id").unique().to_list()))
         manifest, changed = commit_if_changed(tx, "graph", {"graph": change.as_dict(), "run_id": run_id})
     return change, manifest, changed, diff
 
@@ -132,13 +138,16 @@ def _reconcile(lightfoot, settings, model, run_id: str) -> tuple[GraphChange, ob
 WATCHED = (ENTITIES_TABLE.name, MENTIONS.name, FACTS_TABLE.name, FACT_SOURCES_TABLE.name)
 
 
-def _changes(before: dict[str, pl.DataFrame], after: dict[str, pl.DataFrame]) -> dict:
+def _changes(before: dict[str, pl.DataFrame], after: dict[str, pl.DataFrame], mentioned: set[str],
+             untouched: set[str]) -> dict:
     """Documents the graph gained and lost, and markdown tables of the changed entities and facts
-    (at most MAX_CHANGED_ROWS rows each) with their source documents."""
-    def doc_ids(frames: dict[str, pl.DataFrame]) -> set[str]:  # every name of a passage has a mention
-        return set(frames[MENTIONS.name].get_column("doc_id").unique().to_list())
+    (at most MAX_CHANGED_ROWS rows each) with their source documents.
 
-    old, new = doc_ids(before), doc_ids(after)
+    ``before``/``after``: the rows of the buckets the change touched; ``mentioned``: the documents
+    with a mention before it; ``untouched``: those with a mention in a bucket it did not touch.
+    Every name of a passage has a mention, so a document is in the graph when it has one."""
+    old = mentioned
+    new = untouched | set(after[MENTIONS.name].get_column("doc_id").unique().to_list())
     sources = {}
     for frames in (before, after):
         for table, key in ((MENTIONS.name, "entity_id"), (FACT_SOURCES_TABLE.name, "fact_id")):

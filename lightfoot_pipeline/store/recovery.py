@@ -1,4 +1,5 @@
-"""Recovery: a writer first brings every table back to the version the store log names.
+"""Recovery: a writer first brings every table back to the version the store log names; and the
+creation of a table, which recovery's conditional versions start from.
 
 A commit writes its tables, then the store-log row that names their new versions (transaction.py).
 A crash between the two leaves tables ahead of the log; readers never see that (they read the
@@ -7,7 +8,13 @@ logged versions), and the next writer undoes it here before it stages anything.
 
 from __future__ import annotations
 
-from lightfoot_pipeline.store.log import EXACT_VERSION, ConcurrentCommitError, Manifest, conflicts_as
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError, DeltaError
+
+from lightfoot_pipeline.store.log import (
+    EXACT_VERSION, TABLE_CONFIGURATION, ConcurrentCommitError, Manifest, conflicts_as,
+)
 
 
 def recover(store) -> tuple[Manifest, dict[str, int]]:
@@ -36,3 +43,20 @@ def recover(store) -> tuple[Manifest, dict[str, int]]:
         if table.version() == logged:
             store._keep_open(spec_name, table)
     return manifest, heads
+
+
+def create_table(store, uri: str, schema: pa.Schema, partition_by: list[str] | None, what: str,
+                 **metadata: str) -> DeltaTable:
+    """A new empty table at version 0, or ConcurrentCommitError if another writer created it."""
+    try:
+        table = DeltaTable.create(
+            uri, schema, mode="error", partition_by=partition_by, configuration=TABLE_CONFIGURATION,
+            storage_options=store._options(), commit_properties=EXACT_VERSION, **metadata,
+        )
+    except (CommitFailedError, DeltaError) as err:
+        if isinstance(err, CommitFailedError) or store._open(uri) is not None:
+            raise ConcurrentCommitError(f"another writer created {what} first") from err
+        raise
+    if table.version() != 0:
+        raise ConcurrentCommitError(f"another writer created {what} first")
+    return table

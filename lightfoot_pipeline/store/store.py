@@ -177,21 +177,26 @@ class Store(Journals):
 
     def read_column(self, name: str, manifest: Manifest, column: str) -> pl.Series:
         """One column of a table as of the committed state: only that column is read from storage."""
+        return self.read_columns(name, manifest, [column]).get_column(column)
+
+    def read_columns(self, name: str, manifest: Manifest, columns: list[str]) -> pl.DataFrame:
+        """Some columns of a table (the bucket among them, if asked) as of the committed state:
+        only those are read from storage."""
         spec = spec_for(name)
         version = manifest.versions.get(name)
         if version is None:
-            return spec.empty().get_column(column)
+            return spec.empty().select(columns)
         cached = self._frames.get(name)
         if cached is not None and cached[0] == version:
-            return cached[1].get_column(column)
+            return cached[1].select(columns)
         table = self._open_version(name, version)
         self.columns_read[name] = self.columns_read.get(name, 0) + 1
         if self.is_remote:
-            frame = pl.from_arrow(table.to_pyarrow_table(columns=[column]))
+            frame = pl.from_arrow(table.to_pyarrow_table(columns=columns))
         else:
             files = table.file_uris()
-            frame = pl.read_parquet(files, columns=[column]) if files else spec.empty().select(column)
-        return frame.get_column(column).cast(spec.empty().schema[column])
+            frame = pl.read_parquet(files, columns=columns, hive_partitioning=BUCKET in columns) if files else spec.empty()
+        return frame.select(columns).cast({c: spec.empty().schema[c] for c in columns})
 
     def read_buckets(self, name: str, manifest: Manifest, buckets: Iterable[int]) -> pl.DataFrame:
         """The rows of some buckets of a table as of the committed state (with the bucket column).

@@ -36,13 +36,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
 import polars as pl
-import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake import write_deltalake
 
 from lightfoot_pipeline.store.log import (
-    EXACT_VERSION, LOG_SCHEMA, TABLE_CONFIGURATION, ConcurrentCommitError, Manifest, StoreError, conflicts_as,
+    EXACT_VERSION, LOG_SCHEMA, ConcurrentCommitError, Manifest, StoreError, conflicts_as,
 )
+from lightfoot_pipeline.store.recovery import create_table
 from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, changed_buckets, conform, spec_for, worth_a_presence_check
 
 # Tables written at once by one commit. Each holds an Arrow copy of its rows while it is written, so
@@ -176,6 +175,15 @@ class Transaction:
         """The rows of the buckets read so far, with this transaction's changes."""
         self._start(name)
         return self._working[name]
+
+    def touched_rows(self, name: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The rows of the buckets this transaction changed in a table: as read, and as staged."""
+        self._start(name)
+        touched, original, working = self._touched[name], self._original[name], self._working[name]
+        if touched is None:
+            return original, working
+        scope = sorted(touched)
+        return original.filter(pl.col(BUCKET).is_in(scope)), working.filter(pl.col(BUCKET).is_in(scope))
 
     def committed_rows(self, name: str, column: str, values: Iterable[str]) -> pl.DataFrame:
         """Like :meth:`rows`, as the table was read (before this transaction's changes)."""
@@ -335,9 +343,8 @@ class Transaction:
         data = conform(rows, spec)
         head = self._heads.get(spec.name)
         if head is None:
-            table = self._create_table(
-                uri, spec.arrow_schema, [BUCKET], f"table {spec.name!r}", name=spec.name, description=spec.description
-            )
+            table = create_table(self.store, uri, spec.arrow_schema, [BUCKET], f"table {spec.name!r}",
+                                 name=spec.name, description=spec.description)
         else:
             try:
                 table = self.store._open_version(spec.name, head)
@@ -371,7 +378,7 @@ class Transaction:
         ).to_arrow().cast(LOG_SCHEMA)
         uri = self.store.path("_lightfoot", "store_log")
         if read_at is None:
-            log = self._create_table(uri, LOG_SCHEMA, partition_by=None, what="the store log")
+            log = create_table(self.store, uri, LOG_SCHEMA, partition_by=None, what="the store log")
         else:
             log = self.store._open(uri, read_at)
             if log is None:
@@ -380,20 +387,3 @@ class Transaction:
             write_deltalake(log, row, mode="append", commit_properties=EXACT_VERSION)
         return Manifest(seq=seq, versions=versions, operation=operation, details=details, committed_at=now,
                         log_version=log.version())
-
-    def _create_table(
-        self, uri: str, schema: pa.Schema, partition_by: list[str] | None, what: str, **metadata: str
-    ) -> DeltaTable:
-        """A new empty table at version 0, or ConcurrentCommitError if another writer created it."""
-        try:
-            table = DeltaTable.create(
-                uri, schema, mode="error", partition_by=partition_by, configuration=TABLE_CONFIGURATION,
-                storage_options=self.store._options(), commit_properties=EXACT_VERSION, **metadata,
-            )
-        except (CommitFailedError, DeltaError) as err:
-            if isinstance(err, CommitFailedError) or self.store._open(uri) is not None:
-                raise ConcurrentCommitError(f"another writer created {what} first") from err
-            raise
-        if table.version() != 0:
-            raise ConcurrentCommitError(f"another writer created {what} first")
-        return table
