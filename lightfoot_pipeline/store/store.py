@@ -83,6 +83,8 @@ class Store(Journals):
         self.rows_read: dict[str, int] = {}
         self.tables_read: dict[str, int] = {}
         self.columns_read: dict[str, int] = {}  # single columns read whole (read_column), per table
+        # Digests of buckets by their data files (fingerprint.py), as this process last read or wrote them.
+        self.fingerprint_cache: dict | None = None
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
@@ -244,15 +246,24 @@ class Store(Journals):
 
     def files_per_bucket(self, name: str, manifest: Manifest) -> dict[int, int]:
         """How many data files make up each bucket of a table as committed."""
+        return {bucket: len(files) for bucket, files in self.bucket_files(name, manifest).items()}
+
+    def bucket_files(self, name: str, manifest: Manifest) -> dict[int, list[str]]:
+        """The data files (paths in the table, sorted) of each bucket of a table as of the committed
+        state, from the table's metadata (no data read). Data files are immutable and their paths
+        unique, so equal lists mean equal rows (a file's deletion vector, if any, is named after its
+        path)."""
         version = manifest.versions.get(name)
         if version is None:
             return {}
         actions = pa.table(self._open_version(name, version).get_add_actions(flatten=True))
-        buckets = actions.column(f"partition.{BUCKET}").to_pylist()
-        counts: dict[int, int] = {}
-        for bucket in buckets:
-            counts[int(bucket)] = counts.get(int(bucket), 0) + 1
-        return counts
+        paths = actions.column("path").to_pylist()
+        vectors = [actions.column(c).to_pylist() for c in actions.column_names if c.startswith("deletionVector.")]
+        files: dict[int, list[str]] = {}
+        for i, bucket in enumerate(actions.column(f"partition.{BUCKET}").to_pylist()):
+            marks = [str(v[i]) for v in vectors if v[i] is not None]  # a deletion vector: fewer rows
+            files.setdefault(int(bucket), []).append("#".join([paths[i], *marks]))
+        return {bucket: sorted(paths) for bucket, paths in sorted(files.items())}
 
     def rows(self, name: str, column: str, values: Iterable[str], manifest: Manifest | None = None) -> pl.DataFrame:
         """The committed rows whose ``column`` (the table's bucket column) is one of ``values``."""
