@@ -32,7 +32,7 @@ from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.tables import (
     DOCUMENTS, EXTRACTIONS, INDEX_TABLES, PASSAGE_SOURCES, PASSAGES, TOMBSTONES, all_specs, with_buckets,
 )
-from lightfoot_pipeline.store.vectors import VectorCache
+from lightfoot_pipeline.store.vectors import EmbedProgress, VectorCache
 from lightfoot_pipeline.errors import LightfootError
 
 
@@ -127,8 +127,9 @@ def check_config(tx: Transaction, settings: IndexSettings, embedder: Embedder | 
         )
 
 
-def name_vector_cache(store: Store, embedder: Embedder) -> VectorCache:
-    return VectorCache(store, "name", embedder)
+def name_vector_cache(store: Store, embedder: Embedder, progress: EmbedProgress | None = None) -> VectorCache:
+    """The cache of name vectors; ``progress`` hears how embedding the names it lacks proceeds."""
+    return VectorCache(store, "name", embedder, progress)
 
 
 def ingest(
@@ -141,6 +142,7 @@ def ingest(
     operation: str = "ingest",
     recorded: Mapping[str, dict | list] | None = None,
     stage: Callable[[Transaction], None] | None = None,
+    embed_progress: EmbedProgress | None = None,
 ) -> IngestReport:
     """Add (or replace) documents: extract what is new, then update the graph, in one commit.
 
@@ -149,7 +151,7 @@ def ingest(
     next vacuum (:func:`lightfoot_pipeline.erase.vacuum`). ``recorded``: the recorded extractions the
     extractor replays, if any; those that match no passage are counted in ``ignored_records``.
     ``stage``: further changes to make in the same commit, before the graph update (the records
-    and deletions of a sync).
+    and deletions of a sync). ``embed_progress``: hears how embedding the new names proceeds.
     """
     settings = settings or IndexSettings()
     started = time.perf_counter()
@@ -190,7 +192,7 @@ def ingest(
         if stage is not None:
             stage(tx)
         clock.lap("documents")
-        report.graph = reconcile_graph(tx, settings, name_vector_cache(store, embedder),
+        report.graph = reconcile_graph(tx, settings, name_vector_cache(store, embedder, embed_progress),
                                        timings=report.stage_seconds)
         clock.lap("graph")
         manifest = tx.commit(operation, {"documents": len(documents), "replaced": len(changes.replaced),
