@@ -7,6 +7,7 @@ credentials in ``storage_options`` or the standard environment variables)::
     journal/<name>/         append-only Delta tables read at their latest version (caches, ledgers)
     vectors/                LanceDB database: vector caches keyed by (model, text hash)
     _lightfoot/store_log/   Delta table: one row per store commit, naming every table's version
+    _lightfoot/fingerprint_cache.json   digests of buckets by their data files (fingerprint.py; a cache)
 
 Readers read each table at the version the newest store-log row names (log.py), so they never
 see half of a commit; writers stage and commit through a :class:`Transaction` (transaction.py),
