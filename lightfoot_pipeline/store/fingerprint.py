@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from typing import Callable
 
 import numpy as np
 import polars as pl
@@ -98,7 +99,7 @@ def _entry_key(kind: str, scope: str, files: list[str]) -> str:
 
 
 def _cached_digest(store: Store, manifest: Manifest, table: str, kind: str, scope: str, known: Cache, used: Cache,
-                   compute) -> TableDigest:
+                   compute: Callable[[list[int]], dict[int, TableDigest]]) -> TableDigest:
     """A digest summed over the buckets of ``table``: kept ones from ``known``, the others by
     ``compute(buckets) -> {bucket: digest}``; every bucket's entry goes to ``used``."""
     keys = {bucket: _entry_key(kind, scope, files) for bucket, files in store.bucket_files(table, manifest).items()}
