@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 import polars as pl
+import pyarrow.fs as pafs
 
 from lightfoot_pipeline.erase import erase_history
 from lightfoot_pipeline.ingest.dataset import Document, unmatched_records
@@ -26,13 +27,15 @@ from lightfoot_pipeline.ingest.extraction.outcome import OK, Extractor, Progress
 from lightfoot_pipeline.store.fingerprint import fingerprint as fingerprint  # re-exported: an operation on a store
 from lightfoot_pipeline.index.reconcile import GraphChange, reconcile_graph
 from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.store.filesystem import open_filesystem
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.tables import (
+    RETIRED_TABLES,
     DOCUMENTS, EXTRACTIONS, INDEX_TABLES, PASSAGE_SOURCES, PASSAGES, TOMBSTONES, all_specs, with_buckets,
 )
-from lightfoot_pipeline.store.vectors import VectorCache
+from lightfoot_pipeline.store.vectors import EmbedProgress, VectorCache
 from lightfoot_pipeline.errors import LightfootError
 
 
@@ -127,8 +130,9 @@ def check_config(tx: Transaction, settings: IndexSettings, embedder: Embedder | 
         )
 
 
-def name_vector_cache(store: Store, embedder: Embedder) -> VectorCache:
-    return VectorCache(store, "name", embedder)
+def name_vector_cache(store: Store, embedder: Embedder, progress: EmbedProgress | None = None) -> VectorCache:
+    """The cache of name vectors; ``progress`` hears how embedding the names it lacks proceeds."""
+    return VectorCache(store, "name", embedder, progress)
 
 
 def ingest(
@@ -141,6 +145,7 @@ def ingest(
     operation: str = "ingest",
     recorded: Mapping[str, dict | list] | None = None,
     stage: Callable[[Transaction], None] | None = None,
+    embed_progress: EmbedProgress | None = None,
 ) -> IngestReport:
     """Add (or replace) documents: extract what is new, then update the graph, in one commit.
 
@@ -149,7 +154,7 @@ def ingest(
     next vacuum (:func:`lightfoot_pipeline.erase.vacuum`). ``recorded``: the recorded extractions the
     extractor replays, if any; those that match no passage are counted in ``ignored_records``.
     ``stage``: further changes to make in the same commit, before the graph update (the records
-    and deletions of a sync).
+    and deletions of a sync). ``embed_progress``: hears how embedding the new names proceeds.
     """
     settings = settings or IndexSettings()
     started = time.perf_counter()
@@ -190,7 +195,7 @@ def ingest(
         if stage is not None:
             stage(tx)
         clock.lap("documents")
-        report.graph = reconcile_graph(tx, settings, name_vector_cache(store, embedder),
+        report.graph = reconcile_graph(tx, settings, name_vector_cache(store, embedder, embed_progress),
                                        timings=report.stage_seconds)
         clock.lap("graph")
         manifest = tx.commit(operation, {"documents": len(documents), "replaced": len(changes.replaced),
@@ -303,8 +308,19 @@ def migrate(store: Store, embedder: Embedder, settings: IndexSettings | None = N
         derive_forms(tx, tx.table(DOCUMENTS.name).get_column("doc_id").to_list())
         change = reconcile_graph(tx, settings, name_vector_cache(store, embedder))
         tx.commit("migrate", {"from_layout": tx.manifest.details.get("layout"), "n_buckets": tx.n_buckets})
-    store.drop_retired_tables()
+    _drop_retired_tables(store)
     return change
+
+
+def _drop_retired_tables(store: Store) -> list[str]:
+    """Delete the tables that earlier layouts kept and this one does not (after a migration)."""
+    dropped = []
+    for name in RETIRED_TABLES:
+        fs, path = open_filesystem(store.table_uri(name), store._options())
+        if fs.get_file_info(path).type != pafs.FileType.NotFound:
+            fs.delete_dir(path)
+            dropped.append(name)
+    return dropped
 
 
 def counts(store: Store, manifest: Manifest | None = None) -> dict[str, int]:

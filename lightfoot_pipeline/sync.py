@@ -38,6 +38,7 @@ from lightfoot_pipeline.store.filesystem import open_filesystem
 from lightfoot_pipeline.store.store import Store, StoreError
 from lightfoot_pipeline.store.tables import DOCUMENTS, with_buckets
 from lightfoot_pipeline.store.transaction import Transaction
+from lightfoot_pipeline.store.vectors import EmbedProgress
 
 BATCH_FILES = 200
 
@@ -91,8 +92,11 @@ def sync(
     erase: bool = False,
     batch_files: int = BATCH_FILES,
     progress: ProgressCallback | None = None,
+    embed_progress: EmbedProgress | None = None,
 ) -> SyncReport:
-    """Mirror ``source`` (a folder or an ``s3://`` prefix) into ``store``; see the module docstring."""
+    """Mirror ``source`` (a folder or an ``s3://`` prefix) into ``store``; see the module docstring.
+
+    ``progress`` hears how extraction proceeds, ``embed_progress`` how embedding new names does."""
     settings = settings or IndexSettings()
     chunking = chunking or ChunkSettings()
     if not isinstance(batch_files, int) or batch_files < 1:
@@ -141,7 +145,7 @@ def sync(
             _put_records(tx, rows, [])
 
         ingested = pipeline.ingest(store, documents, extractor, embedder, settings, progress=progress,
-                                   operation="sync", stage=stage)
+                                   operation="sync", stage=stage, embed_progress=embed_progress)
         report.commits.append(ingested.seq)
         report.passages += ingested.passages
         report.extracted += ingested.extracted

@@ -30,6 +30,7 @@ from lightfoot_pipeline.store.tables import FACT_SOURCES as FACT_SOURCES_TABLE
 from lightfoot_pipeline.store.tables import FACTS as FACTS_TABLE
 from lightfoot_pipeline.store.tables import NAME_LINKS as NAME_LINKS_TABLE
 from lightfoot_pipeline.store.tables import SYNONYM_EDGES as SYNONYM_EDGES_TABLE
+from lightfoot_pipeline.store.vectors import progress_lines
 
 _EAGER = dg.AutomationCondition.eager()
 
@@ -92,7 +93,8 @@ def graph(context: dg.AssetExecutionContext, store: StoreResource, embedder: Emb
     except EmbedderRequired:
         model = embedder.get()
         context.log.info(f"new names need vectors: embedding with {model.model_id}")
-        change, manifest, changed, diff = _reconcile(lightfoot, settings, model, context.run.run_id)
+        progress = progress_lines(context.log.info, "embedding name vectors")
+        change, manifest, changed, diff = _reconcile(lightfoot, settings, model, context.run.run_id, progress)
     context.log.info(
         f"names +{change.names_added} -{change.names_removed} ~{change.names_changed}; "
         f"{change.entities_recomputed} entities recomputed; documents +{len(diff['documents_added'])} "
@@ -118,10 +120,10 @@ def graph(context: dg.AssetExecutionContext, store: StoreResource, embedder: Emb
         yield dg.MaterializeResult(asset_key=key, metadata=metadata, data_version=dg.DataVersion(version.hexdigest()[:16]))
 
 
-def _reconcile(lightfoot, settings, model, run_id: str) -> tuple[GraphChange, object, bool, dict]:
+def _reconcile(lightfoot, settings, model, run_id: str, progress=None) -> tuple[GraphChange, object, bool, dict]:
     with lightfoot.transaction() as tx:
         pipeline.check_config(tx, settings, model)
-        vectors = pipeline.name_vector_cache(lightfoot, model) if model is not None else None
+        vectors = pipeline.name_vector_cache(lightfoot, model, progress) if model is not None else None
         change = reconcile_graph(tx, settings, vectors)
         # What changed is read from the buckets the transaction changed, never from whole tables:
         # an entity's mentions and a fact's sources share its bucket, so those buckets hold all of them.

@@ -82,7 +82,7 @@ def _listed(ids: list[str], limit: int = 10) -> str:
 def cmd_ingest(args) -> int:
     from lightfoot_pipeline import pipeline
     from lightfoot_pipeline.models.embedder import load_embedder
-    from lightfoot_pipeline.cli.progress import Progress
+    from lightfoot_pipeline.cli.progress import Progress, name_progress
 
     settings = IndexSettings()
     dataset = Path(args.dataset)
@@ -91,7 +91,8 @@ def cmd_ingest(args) -> int:
     extractor, recorded = make_extractor(args.extractor, dataset, store, settings)
     embedder = load_embedder(args.embedder)
     progress = None if args.json else Progress("extracting")
-    report = pipeline.ingest(store, documents, extractor, embedder, settings, progress=progress, recorded=recorded)
+    report = pipeline.ingest(store, documents, extractor, embedder, settings, progress=progress, recorded=recorded,
+                             embed_progress=None if args.json else name_progress())
     _refuse_a_failed_endpoint(extractor, report, store)
     if args.json:
         _print_json(report.as_dict())

@@ -24,7 +24,7 @@ from lightfoot_pipeline import pipeline
 from lightfoot_pipeline.ingest.dataset import bundled_sample_dir, load_corpus, load_recorded_extractions
 from lightfoot_pipeline.models.embedder import load_embedder
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
-from lightfoot_pipeline.cli.progress import Progress, StepProgress
+from lightfoot_pipeline.cli.progress import Progress, StepProgress, name_progress
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, ENTITIES, SYNONYM_EDGES
@@ -47,7 +47,7 @@ def run_demo(args) -> int:
 
     _section("1. build (recorded extractions: no model call)")
     report = pipeline.ingest(store, documents, ReplayExtractor(records), embedder, settings,
-                             progress=Progress("extracting"))
+                             progress=Progress("extracting"), embed_progress=name_progress())
     print(f"{report.passages} passages: {report.extracted} extracted now, {report.already_extracted} already "
           f"extracted, {report.failed} failed; {report.model_calls} model calls; {report.graph.vectors_computed} "
           f"name vectors computed; {report.seconds:.1f}s")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
+from lightfoot_pipeline.store.vectors import EmbedProgress, progress_lines
+
 
 class Progress:
     """A callback ``(done, total)`` that prints a rate-limited progress line with an ETA."""
@@ -44,3 +46,9 @@ class StepProgress:
         if progress is None:
             progress = self._steps[step] = Progress(f"{self.label}: {step}", self.stream, self.every)
         progress(done, total)
+
+
+def name_progress(stream=None, every_seconds: float = 2.0) -> EmbedProgress:
+    """Lines on embedding the new names of an ingest, for a pass longer than ``every_seconds``."""
+    out = stream or sys.stderr
+    return progress_lines(lambda line: print(line, file=out, flush=True), "embedding names", every_seconds)

@@ -13,7 +13,7 @@ from lightfoot_pipeline.settings import (
 
 
 def cmd_sync(args) -> int:
-    from lightfoot_pipeline.cli.progress import Progress
+    from lightfoot_pipeline.cli.progress import Progress, name_progress
     from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
     from lightfoot_pipeline.models.embedder import load_embedder
     from lightfoot_pipeline.store.store import Store
@@ -29,7 +29,8 @@ def cmd_sync(args) -> int:
     look = look_at_source(store, args.source, chunking)
     extractor = build_openai_extractor(store, settings) if look.to_read else ReplayExtractor({})
     report = sync(store, args.source, extractor, load_embedder(args.embedder), settings, chunking, erase=args.erase,
-                  batch_files=args.batch_files, progress=None if args.json else Progress("extracting"))
+                  batch_files=args.batch_files, progress=None if args.json else Progress("extracting"),
+                  embed_progress=None if args.json else name_progress())
     cause = getattr(extractor, "endpoint_error", None)
     if cause is not None:
         raise LightfootError(

@@ -182,7 +182,10 @@ def _vectors(store: Store, kind: str, embedder: Embedder, rows: pl.DataFrame, ke
         )
         new_rows = matched.get_column("new").to_numpy().astype(np.int64)
         old_rows = matched.get_column("old").to_numpy().astype(np.int64)
-        out[new_rows] = previous_vectors[old_rows]
+        if new_rows.size == rows.height and previous_vectors.dtype == out.dtype:  # all matched: gather in order
+            np.take(previous_vectors, old_rows, axis=0, out=out)
+        else:
+            out[new_rows] = previous_vectors[old_rows]
         todo = np.setdiff1d(todo, new_rows, assume_unique=True)
     if todo.size:
         texts = texts_of(rows[todo])

@@ -7,6 +7,7 @@ credentials in ``storage_options`` or the standard environment variables)::
     journal/<name>/         append-only Delta tables read at their latest version (caches, ledgers)
     vectors/                LanceDB database: vector caches keyed by (model, text hash)
     _lightfoot/store_log/   Delta table: one row per store commit, naming every table's version
+    _lightfoot/fingerprint_cache.json   digests of buckets by their data files (fingerprint.py; a cache)
 
 Readers read each table at the version the newest store-log row names (log.py), so they never
 see half of a commit; writers stage and commit through a :class:`Transaction` (transaction.py),
@@ -38,19 +39,17 @@ from typing import Iterable, Iterator
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from lightfoot_pipeline.settings import object_store_options, resolve_store_uri
-from lightfoot_pipeline.store.filesystem import open_filesystem
 from lightfoot_pipeline.store.journals import ORPHAN_GRACE_HOURS, Journals, typed
 from lightfoot_pipeline.store.roots import check_store_root, local_file_lock, storage_failure
 from lightfoot_pipeline.store.log import (
     LOG_SCHEMA, Manifest, StoreError, StoreLayoutError,
     StoreUnavailable,
 )
-from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, RETIRED_TABLES, TableSpec, bucket_of, spec_for, worth_a_presence_check
+from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, spec_for, worth_a_presence_check
 from lightfoot_pipeline.store.recovery import recover
 from lightfoot_pipeline.store.transaction import Transaction
 
@@ -83,6 +82,8 @@ class Store(Journals):
         self.rows_read: dict[str, int] = {}
         self.tables_read: dict[str, int] = {}
         self.columns_read: dict[str, int] = {}  # single columns read whole (read_column), per table
+        # Digests of buckets by their data files (fingerprint.py), as this process last read or wrote them.
+        self.fingerprint_cache: dict | None = None
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
@@ -237,27 +238,26 @@ class Store(Journals):
         actions = self._open_version(name, version).get_add_actions(flatten=True)
         return int(pc.sum(pa.table(actions).column("num_records")).as_py() or 0)
 
-    def drop_retired_tables(self) -> list[str]:
-        """Delete the tables that earlier layouts kept and this one does not (after a migration)."""
-        dropped = []
-        for name in RETIRED_TABLES:
-            fs, path = open_filesystem(self.table_uri(name), self._options())
-            if fs.get_file_info(path).type != pafs.FileType.NotFound:
-                fs.delete_dir(path)
-                dropped.append(name)
-        return dropped
-
     def files_per_bucket(self, name: str, manifest: Manifest) -> dict[int, int]:
         """How many data files make up each bucket of a table as committed."""
+        return {bucket: len(files) for bucket, files in self.bucket_files(name, manifest).items()}
+
+    def bucket_files(self, name: str, manifest: Manifest) -> dict[int, list[str]]:
+        """The data files (paths in the table, sorted) of each bucket of a table as of the committed
+        state, from the table's metadata (no data read). Data files are immutable and their paths
+        unique, so equal lists mean equal rows (a file's deletion vector, if any, is named after its
+        path)."""
         version = manifest.versions.get(name)
         if version is None:
             return {}
         actions = pa.table(self._open_version(name, version).get_add_actions(flatten=True))
-        buckets = actions.column(f"partition.{BUCKET}").to_pylist()
-        counts: dict[int, int] = {}
-        for bucket in buckets:
-            counts[int(bucket)] = counts.get(int(bucket), 0) + 1
-        return counts
+        paths = actions.column("path").to_pylist()
+        vectors = [actions.column(c).to_pylist() for c in actions.column_names if c.startswith("deletionVector.")]
+        files: dict[int, list[str]] = {}
+        for i, bucket in enumerate(actions.column(f"partition.{BUCKET}").to_pylist()):
+            marks = [str(v[i]) for v in vectors if v[i] is not None]  # a deletion vector: fewer rows
+            files.setdefault(int(bucket), []).append("#".join([paths[i], *marks]))
+        return {bucket: sorted(paths) for bucket, paths in sorted(files.items())}
 
     def rows(self, name: str, column: str, values: Iterable[str], manifest: Manifest | None = None) -> pl.DataFrame:
         """The committed rows whose ``column`` (the table's bucket column) is one of ``values``."""

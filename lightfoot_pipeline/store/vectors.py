@@ -24,7 +24,8 @@ from lightfoot_pipeline.models.embedder import Embedder
 
 log = logging.getLogger(__name__)
 
-EMBED_CHUNK = 2048  # texts embedded between two progress reports
+EMBED_CHUNK = 512  # texts embedded between two progress reports
+EmbedProgress = Callable[[int, int], None]  # (done, total) of one pass of texts to embed; 0 starts a pass
 
 
 def lance_table_names(db) -> list[str]:
@@ -47,14 +48,39 @@ def _slug(model_id: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", model_id.casefold()).strip("_")
 
 
+def progress_lines(emit: Callable[[str], None], label: str, every_seconds: float = 5.0) -> EmbedProgress:
+    """An :data:`EmbedProgress` that emits ``label: done/total (rate/s, seconds left)`` at most every
+    ``every_seconds`` during a pass, and when a pass that lasted longer ends; a shorter pass says
+    nothing (for a terminal or a log, such as Dagster's)."""
+    state = {"started": 0.0, "last": 0.0, "spoken": False}
+
+    def report(done: int, total: int) -> None:
+        now = time.monotonic()
+        if done == 0:
+            state.update(started=now, last=now, spoken=False)
+            return
+        finished = done >= total
+        if now - state["last"] < every_seconds and not (finished and state["spoken"]):
+            return
+        elapsed = now - state["started"]
+        rate = done / elapsed if elapsed > 0 else 0.0
+        left = f", {(total - done) / rate:,.0f}s left" if rate > 0 and not finished else ""
+        emit(f"{label}: {done:,}/{total:,} ({rate:,.0f}/s{left})")
+        state.update(last=now, spoken=not finished)
+
+    return report
+
+
 class VectorCache:
-    def __init__(self, store, kind: str, embedder: Embedder) -> None:
+    def __init__(self, store, kind: str, embedder: Embedder, progress: EmbedProgress | None = None) -> None:
+        """``progress`` hears how each pass of :meth:`vectors` that embeds texts proceeds."""
         self.store = store
         self.kind = kind
         self.embedder = embedder
         self.table_name = f"{kind}__{_slug(embedder.model_id)}"
         self.computed = 0
         self._keys_at: tuple[tuple[int, int], pa.ChunkedArray] | None = None  # the key column, at one table version
+        self.progress = progress
 
     @classmethod
     def for_model(cls, store, kind: str, model_id: str, dim: int) -> "VectorCache":
@@ -152,11 +178,13 @@ class VectorCache:
             time.sleep(0.05 * (2 ** attempt))
         raise RuntimeError(f"vector cache {self.table_name}: vectors could not be stored after {attempts} attempts")
 
-    def vectors(self, texts: Sequence[str], progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+    def vectors(self, texts: Sequence[str], progress: EmbedProgress | None = None) -> np.ndarray:
         """(len(texts), dim) vectors: cached ones read, missing ones embedded and stored.
 
-        ``progress(done, total)`` hears after every chunk of embedded texts (a text's vector does
-        not depend on its batch, so the chunks do not change the vectors)."""
+        ``progress(done, total)`` (else the cache's own) hears ``(0, total)`` before the missing
+        texts are embedded and then after every chunk of them (a text's vector does not depend on
+        its batch, so the chunks do not change the vectors)."""
+        progress = progress or self.progress
         keys = [text_key(t) for t in texts]
         found = self._stored(set(keys))
         missing: dict[str, str] = {}
@@ -166,6 +194,8 @@ class VectorCache:
         if missing:
             pending = list(missing.values())
             parts = []
+            if progress is not None:
+                progress(0, len(pending))
             for start in range(0, len(pending), EMBED_CHUNK):
                 parts.append(self.embedder.embed(pending[start : start + EMBED_CHUNK]))
                 if progress is not None:

@@ -261,3 +261,18 @@ def test_an_export_reports_its_embedding_as_progress(store, hashing_embedder):
     assert names[-1] == "writing the snapshot"
     passages = [(done, total) for step, done, total in steps if step == "passage vectors"]
     assert passages[0] == (0, 6) and passages[-1] == (6, 6)
+
+
+def test_a_re_export_after_a_deletion_fingerprints_only_the_buckets_it_rewrote(store, hashing_embedder):
+    from lightfoot_pipeline.store.store import Store
+
+    build(store, hashing_embedder)
+    export_snapshot(store, hashing_embedder)
+    pipeline.delete(Store(store.uri), ["d-paris"])
+    fresh = Store(store.uri)  # a new process: the fingerprint's cache is the store's file
+    info = export_snapshot(fresh, hashing_embedder)
+    assert info.fingerprint == pipeline.fingerprint(Store(store.uri), use_cache=False).digest
+    # The tables only the fingerprint reads are read by bucket, and only where the deletion wrote.
+    assert not {"documents", "extractions", "forms", "name_links"} & set(fresh.tables_read)
+    assert fresh.buckets_read.get("documents", 0) <= 1  # its bucket, unless the deletion emptied it
+    assert 0 < sum(fresh.buckets_read.values()) < 16 * 4

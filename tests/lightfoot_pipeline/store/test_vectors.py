@@ -41,3 +41,61 @@ def test_a_creation_on_an_empty_store_restores_nothing(tmp_path, hashing_embedde
     cache = VectorCache(store, "name", hashing_embedder)
     table = cache._table(create=True)
     assert table.version == 1 and table.count_rows() == 0
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_progress_lines_speak_only_during_long_passes(monkeypatch):
+    from lightfoot_pipeline.store import vectors
+
+    clock = _Clock()
+    monkeypatch.setattr(vectors.time, "monotonic", clock)
+    lines: list[str] = []
+    report = vectors.progress_lines(lines.append, "embedding names", every_seconds=5.0)
+    report(0, 1200)
+    for seconds, done in ((3, 512), (6, 1024), (9, 1200)):
+        clock.now = 100.0 + seconds
+        report(done, 1200)
+    assert lines == ["embedding names: 1,024/1,200 (171/s, 1s left)", "embedding names: 1,200/1,200 (133/s)"]
+    report(0, 300)  # a new pass starts its own clock
+    clock.now += 1
+    report(300, 300)
+    assert len(lines) == 2  # a pass of a second says nothing
+    report(0, 50)
+    clock.now += 7
+    report(50, 50)
+    assert lines[-1] == "embedding names: 50/50 (7/s)"  # one slow chunk: its end is reported
+
+
+def test_each_embedding_pass_is_reported_from_its_start(tmp_path, hashing_embedder):
+    heard: list[tuple[int, int]] = []
+    cache = VectorCache(Store(str(tmp_path / "store")), "name", hashing_embedder, progress=lambda d, t: heard.append((d, t)))
+    texts = [f"name {i}" for i in range(1300)]
+    cache.vectors(texts)
+    assert heard == [(0, 1300), (512, 1300), (1024, 1300), (1300, 1300)]
+    heard.clear()
+    cache.vectors(texts[:10] + ["one more"])
+    assert heard == [(0, 1), (1, 1)]  # only what the cache lacks is a pass
+
+
+def test_an_ingest_reports_the_names_it_embeds(tmp_path, hashing_embedder):
+    from lightfoot_pipeline import pipeline
+    from lightfoot_pipeline.ingest.dataset import Document
+    from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+
+    documents = [Document(doc_id=f"d{i}", title=f"T{i}", text=f"Alpha {i} met Beta {i}.") for i in range(30)]
+    records = {d.doc_id: {"doc_id": d.doc_id, "entities": [{"name": f"Alpha {i}", "type": "person"},
+                                                           {"name": f"Beta {i}", "type": "person"}], "facts": []}
+               for i, d in enumerate(documents)}
+    heard: list[tuple[int, int]] = []
+    report = pipeline.ingest(Store(str(tmp_path / "store")), documents, ReplayExtractor(records), hashing_embedder,
+                             embed_progress=lambda d, t: heard.append((d, t)))
+    passes = [total for done, total in heard if done == 0]
+    assert sum(passes) == report.graph.vectors_computed == 60
+    assert heard[-1] == (passes[-1], passes[-1])
