@@ -33,7 +33,7 @@ import numpy as np
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.serving.graph import DAMPING, TOLERANCE
 from lightfoot_pipeline.serving.localwalk import EPSILON
-from lightfoot_pipeline.serving.seeding import PROBE_SHARE, HalfScorer, InvertedFileScorer
+from lightfoot_pipeline.serving.seeding import HalfScorer, InvertedFileScorer
 from lightfoot_pipeline.serving.rerank import RRF_K, Reranker, RerankerStatus, reciprocal_rank_fusion
 from lightfoot_pipeline.serving.snapshot import Snapshot
 from lightfoot_pipeline.errors import LightfootError
@@ -59,7 +59,7 @@ class RetrievalSettings:
     walk: str = "local"  # "local" (forward push) or "exact" (power iteration over the whole graph)
     epsilon: float = EPSILON  # the local walk's residual per unit of degree
     seeding: str = "index"  # "index" (the fact index where the snapshot has one) or "exact"
-    probe_share: float = PROBE_SHARE  # share of the fact index's groups a question scores
+    probe_share: float | None = None  # share of the fact index's groups a question scores (None: seeding.probes_for)
 
     def __post_init__(self) -> None:
         if self.walk not in WALKS:
@@ -68,7 +68,7 @@ class RetrievalSettings:
             raise ValueError(f"seeding must be one of {', '.join(SEEDINGS)}, got {self.seeding!r}")
         if not self.epsilon > 0:
             raise ValueError(f"epsilon must be positive, got {self.epsilon}")
-        if not 0 < self.probe_share <= 1:
+        if self.probe_share is not None and not 0 < self.probe_share <= 1:
             raise ValueError(f"probe_share must be in (0, 1], got {self.probe_share}")
         for name in ("top_facts", "seed_passages", "candidates"):
             if getattr(self, name) < 1:

@@ -66,3 +66,14 @@ def test_bad_index_offsets_are_refused():
     vectors = unit_rows(100, 16, seed=4)
     with pytest.raises(ValueError, match="offsets"):
         InvertedFileScorer(vectors, np.zeros((4, 16), dtype=np.float32), np.array([0, 10, 20, 30, 99]))
+
+
+def test_a_question_scores_a_share_of_the_groups_that_falls_as_the_index_grows():
+    from lightfoot_pipeline.serving.seeding import MIN_PROBES, probes_for
+
+    assert probes_for(65) == 26  # 40% at the sample's size, where the parity bars are measured
+    assert probes_for(441) == 68  # 15% at 100,000 synthetic passages
+    assert probes_for(4) == 4 and probes_for(20) == max(MIN_PROBES, 15)
+    shares = [probes_for(n) / n for n in (65, 441, 1400, 5000)]
+    assert shares == sorted(shares, reverse=True)
+    assert probes_for(441, probe_share=1.0) == 441 and probes_for(441, probe_share=0.1) == 45
