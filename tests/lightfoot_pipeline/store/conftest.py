@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import random
 import subprocess
 import sys
 import uuid
@@ -19,6 +20,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+from lightfoot_pipeline.ingest.dataset import Document
 
 SERVER_SCRIPT = Path(__file__).with_name("moto_server.py")
 
@@ -134,3 +137,28 @@ def make_dataset(tmp_path, sample_dir):
         return target
 
     return make
+
+
+STEMS = ["Orvel Tanning", "Mirabel Stoke", "Kasimir Dunn", "Halvard Press", "Ostrava Mills", "Lindqvist Hall",
+         "Peder Sand", "Quill Harbour", "Tessaly Road", "Brannock Fen", "Iver Castell", "Saffron Weald"]
+
+
+def _linked_names_corpus(n: int, seed: int = 0) -> tuple[list[Document], dict[str, dict]]:
+    """Documents naming a few of many names, some with a near-duplicate spelling (so names link)."""
+    rng = random.Random(seed)
+    vocabulary = [f"{stem} {i}" if i else stem for stem in STEMS for i in range(12)]
+    documents, records = [], {}
+    for d in range(n):
+        names = rng.sample(vocabulary, 4)
+        names = [name + "s" if rng.random() < 0.2 else name for name in names]
+        facts = [[names[0], "is part of", names[1], None], [names[2], "founded", names[3], None]]
+        doc_id = f"doc-{d:04d}"
+        documents.append(Document(doc_id=doc_id, title=names[0], text="Mentions " + "; ".join(names) + "."))
+        records[doc_id] = {"doc_id": doc_id, "entities": [{"name": x, "type": "entity"} for x in names], "facts": facts}
+    return documents, records
+
+
+@pytest.fixture(scope="session")
+def names_corpus():
+    """``names_corpus(n, seed=0)``: n documents with their recorded extractions, whose names link."""
+    return _linked_names_corpus

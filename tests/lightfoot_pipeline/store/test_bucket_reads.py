@@ -17,7 +17,6 @@ import pytest
 
 from lightfoot_pipeline import pipeline
 from lightfoot_pipeline.cli import main as cli_main
-from lightfoot_pipeline.ingest.dataset import Document
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.store.log import StoreLayoutError
@@ -29,28 +28,11 @@ from lightfoot_pipeline.store.transaction import Transaction
 
 EMBEDDER = HashingEmbedder(dim=32)
 BUCKETS = 64
-STEMS = ["Orvel Tanning", "Mirabel Stoke", "Kasimir Dunn", "Halvard Press", "Ostrava Mills", "Lindqvist Hall",
-         "Peder Sand", "Quill Harbour", "Tessaly Road", "Brannock Fen", "Iver Castell", "Saffron Weald"]
-
-
-def _corpus(n: int, seed: int = 0) -> tuple[list[Document], dict[str, dict]]:
-    """Documents naming a few of many names, some with a near-duplicate spelling (so names link)."""
-    rng = random.Random(seed)
-    vocabulary = [f"{stem} {i}" if i else stem for stem in STEMS for i in range(12)]
-    documents, records = [], {}
-    for d in range(n):
-        names = rng.sample(vocabulary, 4)
-        names = [name + "s" if rng.random() < 0.2 else name for name in names]
-        facts = [[names[0], "is part of", names[1], None], [names[2], "founded", names[3], None]]
-        doc_id = f"doc-{d:04d}"
-        documents.append(Document(doc_id=doc_id, title=names[0], text="Mentions " + "; ".join(names) + "."))
-        records[doc_id] = {"doc_id": doc_id, "entities": [{"name": x, "type": "entity"} for x in names], "facts": facts}
-    return documents, records
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    documents, records = _corpus(160)
+def built(tmp_path_factory, names_corpus):
+    documents, records = names_corpus(160)
     root = tmp_path_factory.mktemp("buckets")
     store = Store(str(root / "store"), n_buckets=BUCKETS)
     pipeline.ingest(store, documents[:150], ReplayExtractor(records), EMBEDDER)
@@ -110,12 +92,12 @@ def test_a_one_document_ingest_reads_only_its_buckets_and_the_band_keys(built):
     assert pipeline.fingerprint(Store(uri)).digest == _fresh_fingerprint(root, documents, records, live)
 
 
-def test_a_batch_of_new_documents_reads_none_of_their_buckets_and_appends_its_rows(built):
+def test_a_batch_of_new_documents_reads_none_of_their_buckets_and_appends_its_rows(built, names_corpus):
     """Sixty new documents land in most of the 64 buckets: the store reads the doc_id column once
     instead, finds none of them, and appends their rows to the buckets it never read."""
     root, uri, documents, records = built
     uri = _copy(root, uri, "ingest-batch")
-    more, more_records = _corpus(60, seed=5)
+    more, more_records = names_corpus(60, seed=5)
     more = [dataclasses.replace(d, doc_id="new-" + d.doc_id) for d in more]
     more_records = {"new-" + k: {**r, "doc_id": "new-" + k} for k, r in more_records.items()}
     store = Store(uri)

@@ -3,109 +3,27 @@ equals the one that reads every row, after every kind of change and whatever its
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import random
 import shutil
 
-import polars as pl
 import pytest
-from hypothesis import given, settings, strategies as st
 
 from lightfoot_pipeline import pipeline
 from lightfoot_pipeline.erase import vacuum
-from lightfoot_pipeline.ingest.dataset import Document
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.store import fingerprint as fingerprint_module
-from lightfoot_pipeline.store.digests import _column_tokens, column_tokens, combine, digest_by_bucket
-from lightfoot_pipeline.store.fingerprint import CACHE_FILE, digest_frame, fingerprint
+from lightfoot_pipeline.store.fingerprint import CACHE_FILE, fingerprint
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, DOCUMENTS, EXTRACTIONS, INDEX_TABLES, PASSAGES
 
 EMBEDDER = HashingEmbedder(dim=32)
 BUCKETS = 16
-STEMS = ["Orvel Tanning", "Mirabel Stoke", "Kasimir Dunn", "Halvard Press", "Ostrava Mills", "Lindqvist Hall",
-         "Peder Sand", "Quill Harbour", "Tessaly Road", "Brannock Fen", "Iver Castell", "Saffron Weald"]
-
-
-def test_digest_ignores_row_order_and_sees_every_value():
-    frame = pl.DataFrame({"a": ["x", "y", None], "b": [1.0, 2.5, float("nan")], "c": [1, 2, 3]})
-    base = digest_frame(frame, ["a", "b", "c"])
-    assert digest_frame(frame.reverse(), ["a", "b", "c"]) == base
-    assert digest_frame(frame.with_columns(pl.col("b") + 1e-12), ["a", "b", "c"]) != base
-    assert digest_frame(frame.with_columns(pl.Series("a", ["x", "y", ""])), ["a", "b", "c"]) != base
-    assert digest_frame(frame.head(2), ["a", "b", "c"]).rows == 2
-
-
-def test_values_cannot_run_into_each_other():
-    left = pl.DataFrame({"a": ["ab"], "b": ["c"]})
-    right = pl.DataFrame({"a": ["a"], "b": ["bc"]})
-    assert digest_frame(left, ["a", "b"]) != digest_frame(right, ["a", "b"])
-
-
-def test_a_repeated_row_counts_twice():
-    one = pl.DataFrame({"a": ["x"]})
-    assert digest_frame(pl.concat([one, one]), ["a"]) != digest_frame(one, ["a"])
-    assert digest_frame(pl.concat([one, one]), ["a"]).rows == 2
-
-
-@pytest.mark.parametrize("series", [
-    pl.Series(["a", None, "", "héllo", "\x00N", "a:b"]),
-    pl.Series([1.0, None, float("nan"), -0.0, 1e300, float("-inf")]),
-    pl.Series([1.5, None, 2.0, -3.25, 4.0, 0.0], dtype=pl.Float32),
-    pl.Series([1, None, -5, 2**62, 0, -(2**63)]),
-    pl.Series([1, None, -5, 7, 0, 2**31 - 1], dtype=pl.Int32),
-    pl.Series([True, None, False, True, False, None]),
-    pl.Series([dt.date(2024, 1, 2), None, dt.date(999, 1, 1), dt.date(1, 1, 1), dt.date(9999, 12, 31), None]),
-    pl.Series([[1.0, 2.0], None, [], [3.0], [0.5, 0.25], [-1.0]], dtype=pl.List(pl.Float32)),
-    pl.Series([[1.0, 2.0], None, [0.0, 1.0], [3.0, -1.0], [0.5, 0.25], None], dtype=pl.Array(pl.Float32, 2)),
-    pl.Series([b"x", None, b"", b"\x00", b"yy", b"z"]),
-])
-def test_column_tokens_are_the_canonical_encoding(series):
-    assert column_tokens(series).to_pylist() == _column_tokens(series)
-    assert column_tokens(series.slice(2, 3)).to_pylist() == _column_tokens(series.slice(2, 3))
-
-
-rows = st.lists(st.tuples(st.one_of(st.none(), st.text(max_size=8)),
-                          st.one_of(st.none(), st.floats(allow_nan=False, width=64)),
-                          st.integers(-(2**63), 2**63 - 1), st.integers(0, 5)), max_size=40)
-
-
-@settings(max_examples=60, deadline=None)
-@given(rows)
-def test_the_digest_of_a_split_is_the_digest_of_the_whole(values):
-    frame = pl.DataFrame(values, schema={"a": pl.String, "b": pl.Float64, "c": pl.Int64, "part": pl.Int32},
-                         orient="row")
-    columns = ["a", "b", "c"]
-    whole = digest_frame(frame, columns)
-    parts = [digest_frame(frame.filter(pl.col("part") == p), columns) for p in range(6)]
-    assert combine(parts) == whole
-    assert combine(digest_by_bucket(frame, columns, "part").values()) == whole
-    assert sum(parts[1:], parts[0]) == whole
-    if frame.height:  # a row taken out changes the digest
-        assert digest_frame(frame.slice(1), columns) != whole
-
-
-# -- the store fingerprint ----------------------------------------------------------------------
-
-
-def _corpus(n: int, seed: int = 0) -> tuple[list[Document], dict[str, dict]]:
-    rng = random.Random(seed)
-    vocabulary = [f"{stem} {i}" if i else stem for stem in STEMS for i in range(12)]
-    documents, records = [], {}
-    for d in range(n):
-        names = [name + "s" if rng.random() < 0.2 else name for name in rng.sample(vocabulary, 4)]
-        facts = [[names[0], "is part of", names[1], None], [names[2], "founded", names[3], None]]
-        doc_id = f"doc-{d:04d}"
-        documents.append(Document(doc_id=doc_id, title=names[0], text="Mentions " + "; ".join(names) + "."))
-        records[doc_id] = {"doc_id": doc_id, "entities": [{"name": x, "type": "entity"} for x in names], "facts": facts}
-    return documents, records
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    documents, records = _corpus(70)
+def built(tmp_path_factory, names_corpus):
+    documents, records = names_corpus(70)
     root = tmp_path_factory.mktemp("fingerprint")
     store = Store(str(root / "store"), n_buckets=BUCKETS)
     pipeline.ingest(store, documents[:60], ReplayExtractor(records), EMBEDDER)
