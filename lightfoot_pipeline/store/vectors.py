@@ -80,6 +80,7 @@ class VectorCache:
         self.table_name = f"{kind}__{_slug(embedder.model_id)}"
         self.computed = 0
         self._keys_at: tuple[tuple[int, int], pa.ChunkedArray] | None = None  # the key column, at one table version
+        self.key_reads = 0  # times the whole key column was read (it grows with the cache)
         self.progress = progress
 
     @classmethod
@@ -134,8 +135,9 @@ class VectorCache:
 
     def _key_column(self, table) -> pa.ChunkedArray:
         """The table's keys in row order, read once per table version."""
-        version = (table.version, table.count_rows())  # a table dropped and made again restarts its versions
+        version = self._version(table)
         if self._keys_at is None or self._keys_at[0] != version:
+            self.key_reads += 1
             self._keys_at = (version, table.search().select(["key"]).limit(None).to_arrow().column("key"))
         return self._keys_at[1]
 
@@ -162,21 +164,41 @@ class VectorCache:
         """Append vectors, surviving a concurrent writer: on object stores two writers can race to
         create the table (the later creation replaces the earlier one) or commit at once (LanceDB
         refuses one). The batch is added until every one of its keys is in the table."""
-        wanted = set(batch.column("key").to_pylist())
+        wanted = pa.array(sorted(set(batch.column("key").to_pylist())), pa.string())
         for attempt in range(attempts):
             try:
                 table = self._table(create=True)
+                known = self._keys_at if self._keys_at is not None and self._keys_at[0] == self._version(table) else None
                 table.add(batch)
             except (RuntimeError, OSError) as err:
                 if attempt == attempts - 1:
                     raise
                 log.info("vector cache %s: append conflicted (%s); retrying", self.table_name, err)
             else:
+                if self._appended_alone(table, known, batch):
+                    return
                 present = self._key_column(table)
-                if pc.all(pc.is_in(pa.array(sorted(wanted), pa.string()), value_set=present)).as_py():
+                if len(pc.unique(present.filter(pc.is_in(present, value_set=wanted)))) == len(wanted):
                     return
             time.sleep(0.05 * (2 ** attempt))
         raise RuntimeError(f"vector cache {self.table_name}: vectors could not be stored after {attempts} attempts")
+
+    @staticmethod
+    def _version(table) -> tuple[int, int]:
+        return table.version, table.count_rows()  # a table dropped and made again restarts its versions
+
+    def _appended_alone(self, table, known: tuple[tuple[int, int], pa.ChunkedArray] | None, batch: pa.Table) -> bool:
+        """Whether the table's only commit since the key column ``known`` is this append: then its
+        keys are those keys and the batch's, and the column is not read again (it grows with the
+        cache, an append with the change)."""
+        if known is None:
+            return False
+        (version, count), keys = known
+        now = self._version(table)
+        if now != (version + 1, count + batch.num_rows):
+            return False
+        self._keys_at = (now, pa.chunked_array([*keys.chunks, *batch.column("key").chunks], pa.string()))
+        return True
 
     def vectors(self, texts: Sequence[str], progress: EmbedProgress | None = None) -> np.ndarray:
         """(len(texts), dim) vectors: cached ones read, missing ones embedded and stored.

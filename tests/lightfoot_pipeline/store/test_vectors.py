@@ -99,3 +99,33 @@ def test_an_ingest_reports_the_names_it_embeds(tmp_path, hashing_embedder):
     passes = [total for done, total in heard if done == 0]
     assert sum(passes) == report.graph.vectors_computed == 60
     assert heard[-1] == (passes[-1], passes[-1])
+
+
+def test_an_append_by_the_only_writer_does_not_read_the_keys_again(tmp_path, hashing_embedder):
+    """The key column grows with the cache, an append with the change: once the column is read,
+    appending this writer's vectors extends it instead of reading it again."""
+    cache = VectorCache(Store(str(tmp_path / "store")), "name", hashing_embedder)
+    cache.vectors(["alpha", "beta"])  # creates the table
+    reads = cache.key_reads
+    cache.vectors(["gamma", "alpha", "delta"])
+    assert cache.key_reads == reads  # the lookup finds the column as the last append left it
+    assert cache.computed == 4
+    table = cache._table(create=False)
+    assert sorted(cache._key_column(table).to_pylist()) == sorted(table.to_arrow().column("key").to_pylist())
+    assert cache.key_reads == reads
+
+
+def test_an_append_after_another_writers_reads_the_keys_and_finds_its_own(tmp_path, hashing_embedder):
+    store = Store(str(tmp_path / "store"))
+    mine = VectorCache(store, "name", hashing_embedder)
+    mine.vectors(["alpha"])
+    other = VectorCache(Store(store.uri), "name", hashing_embedder)
+    mine._stored({"x"})  # this writer's key column, at the current version
+    reads = mine.key_reads
+    other.vectors(["beta"])  # a commit this writer has not seen
+    mine.vectors(["gamma"])
+    assert mine.key_reads > reads
+    fresh = VectorCache(Store(store.uri), "name", hashing_embedder)
+    assert [v is not None for v in fresh.stored_vectors(["alpha", "beta", "gamma"])] == [True, True, True]
+    assert sorted(mine._key_column(mine._table(create=False)).to_pylist()) == \
+        sorted(fresh._key_column(fresh._table(create=False)).to_pylist())
