@@ -275,10 +275,13 @@ class Store(Journals):
 
     def held_among(self, name: str, manifest: Manifest, column: str, values: list[str],
                    held: pl.Series | None = None) -> list[str]:
-        """The values that the committed table holds in ``column`` (``held``: that column, if read)."""
-        held = self.read_column(name, manifest, column).unique() if held is None else held
-        looked_up = pl.Series(values, dtype=pl.String)
-        return looked_up.filter(looked_up.is_in(held.implode())).to_list()
+        """The values that the committed table holds in ``column`` (``held``: that column, if read).
+
+        The column is probed for the looked-up values (a set the size of the change), not made
+        unique (a set the size of the table)."""
+        held = self.read_column(name, manifest, column) if held is None else held
+        found = held.filter(held.is_in(pl.Series(values, dtype=pl.String).implode())).unique()
+        return sorted(found.to_list())
 
     def layout_buckets(self, manifest: Manifest) -> int:
         """The bucket count the store's rows were written with (this Store's own for a new store)."""

@@ -160,7 +160,7 @@ class Transaction:
         """The values that the committed table holds in ``column`` (the column is read once per transaction)."""
         key = (name, column)
         if key not in self._columns:
-            self._columns[key] = self.store.read_column(name, self.manifest, column).unique()
+            self._columns[key] = self.store.read_column(name, self.manifest, column)
         return self.store.held_among(name, self.manifest, column, values, self._columns[key])
 
     def count(self, name: str) -> int:
