@@ -34,7 +34,7 @@ from lightfoot_pipeline.store.digests import (
     EMPTY, Fingerprint, TableDigest, combine, digest_by_bucket, digest_frame,
 )
 from lightfoot_pipeline.store.filesystem import open_filesystem, read_json, write_json
-from lightfoot_pipeline.store.log import Manifest
+from lightfoot_pipeline.store.log import Manifest, StoreError
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, BUCKET, INDEX_TABLES, PASSAGE_SOURCES, TableSpec
 from lightfoot_pipeline.store.vectors import VectorCache
@@ -51,6 +51,7 @@ CACHE_FILE = ("_lightfoot", "fingerprint_cache.json")
 # Names the row encoding and digest; a cache written under another is ignored.
 CACHE_FORMAT = "lightfoot fingerprint cache 1: blake2b-256 rows, sum mod 2^256"
 ROWS, NAMES = "rows", "names"
+READ_BUCKETS = 16  # buckets of a table read and digested at a time
 
 Cache = dict[str, TableDigest]
 
@@ -83,11 +84,24 @@ def _counted(tables: dict[str, TableDigest]) -> Fingerprint:
 
 
 def _fingerprint_every_row(store: Store, manifest: Manifest, include_vectors: bool) -> Fingerprint:
-    frames = {spec.name: store.read(spec.name, manifest) for spec in INDEX_TABLES}
-    tables = {spec.name: digest_frame(frames[spec.name], spec.columns) for spec in INDEX_TABLES}
+    """Every row read, READ_BUCKETS buckets of a table at a time (memory follows a bucket, not the store)."""
+    tables = {}
+    for spec in INDEX_TABLES:
+        groups = _groups(sorted(store.bucket_files(spec.name, manifest)))
+        tables[spec.name] = combine(digest_frame(store.read_buckets(spec.name, manifest, group), spec.columns)
+                                    for group in groups)
     if include_vectors:
-        tables[NAME_VECTORS] = digest_frame(_name_vectors(store, manifest, frames[ALIASES.name]), ["name", "vector"])
+        cache = _name_cache(manifest, store)
+        groups = _groups(sorted(store.bucket_files(ALIASES.name, manifest)))
+        tables[NAME_VECTORS] = combine(
+            digest_frame(_name_vectors(store, manifest, store.read_buckets(ALIASES.name, manifest, group), cache),
+                         ["name", "vector"])
+            for group in groups)
     return _counted(tables)
+
+
+def _groups(buckets: list[int]) -> list[list[int]]:
+    return [buckets[start : start + READ_BUCKETS] for start in range(0, len(buckets), READ_BUCKETS)]
 
 
 def _entry_key(kind: str, scope: str, files: list[str]) -> str:
@@ -103,8 +117,9 @@ def _cached_digest(store: Store, manifest: Manifest, table: str, kind: str, scop
     """A digest summed over the buckets of ``table``: kept ones from ``known``, the others by
     ``compute(buckets) -> {bucket: digest}``; every bucket's entry goes to ``used``."""
     keys = {bucket: _entry_key(kind, scope, files) for bucket, files in store.bucket_files(table, manifest).items()}
-    missing = sorted(bucket for bucket, key in keys.items() if key not in known)
-    computed = compute(missing) if missing else {}
+    computed: dict[int, TableDigest] = {}
+    for group in _groups(sorted(bucket for bucket, key in keys.items() if key not in known)):
+        computed.update(compute(group))
     for bucket, key in keys.items():
         used[key] = known[key] if key in known else computed.get(bucket, EMPTY)
     return combine(used[key] for key in keys.values())
@@ -118,21 +133,31 @@ def _table_digest(store: Store, manifest: Manifest, spec: TableSpec, known: Cach
 
 
 def _names_digest(store: Store, manifest: Manifest, known: Cache, used: Cache) -> TableDigest:
+    cache = _name_cache(manifest, store)
+
     def compute(buckets: list[int]) -> dict[int, TableDigest]:
         aliases = store.read_buckets(ALIASES.name, manifest, buckets)
-        return digest_by_bucket(_name_vectors(store, manifest, aliases), ["name", "vector"], BUCKET)
+        return digest_by_bucket(_name_vectors(store, manifest, aliases, cache), ["name", "vector"], BUCKET)
 
     scope = f"{manifest.config.get('embedder')}\x00{manifest.config.get('dim')}"
     return _cached_digest(store, manifest, ALIASES.name, NAMES, scope, known, used, compute)
 
 
-def _name_vectors(store: Store, manifest: Manifest, aliases: pl.DataFrame) -> pl.DataFrame:
+def _name_cache(manifest: Manifest, store: Store) -> VectorCache | None:
+    """The cache of the index's name vectors (None for a store with no index config yet)."""
+    if "embedder" not in manifest.config:
+        return None
+    return VectorCache.for_model(store, "name", manifest.config["embedder"], int(manifest.config["dim"]))
+
+
+def _name_vectors(store: Store, manifest: Manifest, aliases: pl.DataFrame, cache: VectorCache | None) -> pl.DataFrame:
     """(name, vector, bucket): each name of the alias rows once, with its stored vector (null if none)."""
     names = aliases.select("name", BUCKET).unique().sort("name")
     if names.height == 0:
         return pl.DataFrame(schema={"name": pl.String, "vector": pl.List(pl.Float32), BUCKET: pl.Int32})
-    dim = int(manifest.config["dim"])
-    cache = VectorCache.for_model(store, "name", manifest.config["embedder"], dim)
+    if cache is None:
+        raise StoreError(f"store {store.uri} holds names but records no embedder in its config")
+    dim = cache.embedder.dim
     stored = cache.stored_vectors(names.get_column("name").to_list())
     matrix = np.zeros((len(stored), dim), dtype=np.float32)
     for row, vector in enumerate(stored):

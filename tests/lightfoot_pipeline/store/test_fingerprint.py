@@ -160,3 +160,25 @@ def test_the_name_vectors_follow_the_vector_cache(built):
     again = fingerprint(Store(uri), include_vectors=False)
     assert "name_vectors" not in again.tables
     assert fingerprint(Store(uri)).tables["name_vectors"] == digest  # the name entries were kept
+
+
+def test_every_row_is_read_a_few_buckets_at_a_time(built, monkeypatch):
+    """Reading every row holds a few buckets of one table at a time, never the store: the digest
+    is the same however the buckets are grouped."""
+    _, uri, _, _ = built
+    whole = fingerprint(Store(uri), use_cache=False)  # READ_BUCKETS >= BUCKETS: one group a table
+    sizes = []
+    read_buckets = Store.read_buckets
+
+    def spy(self, name, manifest, buckets):
+        buckets = list(buckets)
+        sizes.append(len(buckets))
+        return read_buckets(self, name, manifest, buckets)
+
+    monkeypatch.setattr(Store, "read_buckets", spy)
+    monkeypatch.setattr(fingerprint_module, "READ_BUCKETS", 3)
+    assert fingerprint(Store(uri), use_cache=False) == whole
+    assert sizes and max(sizes) == 3
+    store = Store(uri)
+    stored = [len(store.bucket_files(spec.name, store.manifest())) for spec in (*INDEX_TABLES, ALIASES)]
+    assert sum(sizes) == sum(stored)  # every bucket of every table once, and the names' buckets
