@@ -44,6 +44,7 @@ ROW_CHUNK = 2048  # names projected at a time: bounds the memory to ROW_CHUNK x 
 PAIRS_PER_CHUNK = 1 << 16  # candidate pairs yielded at a time: bounds the memory of a band's pairs and sketches
 PAIRS_PER_MERGE = 1 << 22  # candidate codes gathered before they are deduplicated
 DIRECT_ROWS = 20  # bands of at most this many rows are looked up in a table of 2**rows entries
+SCAN_ROWS = 1 << 15  # rows of the larger side's sketches made band-major at a time (see sketch_pairs_between)
 SKETCH_Z = 6.0  # standard deviations of the Hamming distance that the sketch cut allows (see above)
 
 
@@ -189,24 +190,39 @@ def sketch_pairs_between(new_high: np.ndarray, new_marks: np.ndarray, old_high: 
                          rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """band_pairs_between on keys taken apart: (n,) high bits and (n, bands) sketches of ``rows`` bits.
 
-    A band's index is a table addressed by the smaller side's sign bits in that band (2**rows
-    entries), and a hit also needs the high bits (the group) to agree.
+    The smaller side is indexed per band: which of the 2**rows sign patterns it holds (a bit
+    table), and where the rows of each pattern start in its rows ordered by pattern. The larger
+    side is scanned SCAN_ROWS rows at a time, each chunk's sketches turned band-major once so that
+    a band's lookups read its bits in sequence; only the rows that hit the bit table are looked up
+    further. A hit also needs the high bits (the group) to agree.
     """
     if len(new_high) == 0 or len(old_high) == 0:
         return
     swapped = len(new_high) > len(old_high)
     small_high, small_marks, large_high, large_marks = (
         (old_high, old_marks, new_high, new_marks) if swapped else (new_high, new_marks, old_high, old_marks))
-    for band in range(new_marks.shape[1]):
-        small_low, large_low = small_marks[:, band].astype(np.int64), large_marks[:, band].astype(np.int64)
-        order = np.argsort(small_low, kind="stable")
-        table = np.bincount(small_low, minlength=1 << rows)
-        starts = np.cumsum(table) - table
-        counts = table[large_low]
-        hits = np.flatnonzero(counts)
-        for a, b in _expand(hits, starts[large_low[hits]], counts[hits], order):
-            same = small_high[b] == large_high[a]
-            yield (a[same], b[same]) if swapped else (b[same], a[same])
+    index = [_band_index(np.ascontiguousarray(small_marks[:, band]), rows) for band in range(small_marks.shape[1])]
+    for r0 in range(0, len(large_high), SCAN_ROWS):
+        chunk = np.ascontiguousarray(large_marks[r0 : r0 + SCAN_ROWS].T)
+        for (held, starts, order), low in zip(index, chunk):
+            hits = np.flatnonzero(held.take(low))
+            if len(hits) == 0:
+                continue
+            keys = low[hits].astype(np.int64)
+            first = starts[keys]
+            for a, b in _expand(hits, first, starts[keys + 1] - first, order):
+                a = a + r0
+                same = small_high[b] == large_high[a]
+                yield (a[same], b[same]) if swapped else (b[same], a[same])
+
+
+def _band_index(low: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One band of the smaller side: which sign patterns it holds, where each pattern's rows start
+    (2**rows + 1 offsets), and its rows ordered by pattern."""
+    counts = np.bincount(low, minlength=1 << rows)
+    starts = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(counts, out=starts[1:])
+    return counts > 0, starts, np.argsort(low, kind="stable").astype(np.int32)
 
 
 def _expand(hits: np.ndarray, lo: np.ndarray, counts: np.ndarray, order: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from lightfoot_pipeline import pipeline
+from lightfoot_pipeline.index import lsh
 from lightfoot_pipeline.index.links import LinkRule, exact_cosines, links_between, links_within
 from lightfoot_pipeline.index.link_recall import link_pairs_found_share, link_recall
 from lightfoot_pipeline.index.lsh import (
@@ -122,9 +123,12 @@ def test_candidates_between_do_not_depend_on_which_side_is_larger():
     assert set(zip(i.tolist(), j.tolist())) == set(zip(back_i.tolist(), back_j.tolist())) != set()
 
 
-def test_band_keys_looked_up_by_their_sign_bits_pair_as_sorted_keys_do():
+@pytest.mark.parametrize("scan_rows", [1 << 15, 7])
+def test_band_keys_looked_up_by_their_sign_bits_pair_as_sorted_keys_do(monkeypatch, scan_rows):
     """The table addressed by a band's sign bits finds the pairs that sorting the whole keys finds:
-    equal sign bits in a band, and equal group bits."""
+    equal sign bits in a band, and equal group bits; however many rows of the larger side are
+    scanned at a time."""
+    monkeypatch.setattr(lsh, "SCAN_ROWS", scan_rows)
     rng = np.random.default_rng(13)
     banding = Banding(bands=6, rows=4, seed=0)  # 16 sign patterns a band: many collisions
     signs = rng.integers(0, 2, size=(150, 24)).astype(bool)
