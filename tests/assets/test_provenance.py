@@ -113,3 +113,38 @@ def dg_in(ids):
     import polars as pl
 
     return pl.col("doc_id").is_in(sorted(ids))
+
+
+def test_per_document_metadata_lists_the_partition_keys_once_a_run(monkeypatch):
+    """Dagster checks each document's key against the run's range by listing every partition key:
+    a run over a range lists them once, not once per document, and each partition gets its own."""
+    from assets.provenance import add_document_metadata
+
+    letters = dg.DynamicPartitionsDefinition(name="letters")
+    listings, during = [], []
+
+    @dg.asset(partitions_def=letters, backfill_policy=dg.BackfillPolicy.single_run())
+    def per_letter(context) -> None:
+        read = context.instance.get_dynamic_partitions
+        per_document = {key: {"letter": key} for key in context.partition_keys}
+        before = len(listings)
+        add_document_metadata(context, per_document)
+        during.append(len(listings) - before)
+        assert context.instance.get_dynamic_partitions == read  # the instance is left as it was
+
+    counted = dg.DagsterInstance.get_dynamic_partitions
+
+    def counting(self, partitions_def_name):
+        listings.append(partitions_def_name)
+        return counted(self, partitions_def_name)
+
+    monkeypatch.setattr(dg.DagsterInstance, "get_dynamic_partitions", counting)
+    keys = [f"k{i:03d}" for i in range(40)]
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("letters", keys)
+        result = dg.materialize([per_letter], instance=instance, tags={
+            "dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
+    assert result.success
+    assert during == [1]  # one listing for the 40 documents
+    got = {m.partition: m.metadata["letter"].value for m in result.asset_materializations_for_node("per_letter")}
+    assert got == {key: key for key in keys}
