@@ -140,8 +140,8 @@ def drop_runs(instance: dg.DagsterInstance, receipts: Receipts, trigger: str) ->
     documents that still have a landed copy, re-adding any partition the instance lacks.
     """
     out = DropRuns()
-    order = list(instance.get_dynamic_partitions(DOCUMENTS.name))
-    known = set(order)
+    order: list[str] = []  # the instance's partition keys, listed once a drop needs runs
+    known: set[str] | None = None
     for receipt in receipts.pending(INGESTION):
         runs = receipt_runs(instance, receipt)
         if runs.succeeded:
@@ -155,6 +155,9 @@ def drop_runs(instance: dg.DagsterInstance, receipts: Receipts, trigger: str) ->
         if not wanted:
             out.settled.append(receipts.settle(receipt, "none of its documents has a landed copy (deleted since)"))
             continue
+        if known is None:
+            order = list(instance.get_dynamic_partitions(DOCUMENTS.name))
+            known = set(order)
         new = [d for d in wanted if d not in known]
         order.extend(new)
         known.update(new)
