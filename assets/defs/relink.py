@@ -47,7 +47,8 @@ class StagedOutputs(dg.IOManager):
 
     @staticmethod
     def _name(context: dg.OutputContext) -> str:
-        return "outputs/" + re.sub(r"[^A-Za-z0-9_.-]", "_", f"{context.step_key}.{context.name}") + ".json"
+        mapped = f".{context.mapping_key}" if context.mapping_key else ""  # one of a dynamic output's values
+        return "outputs/" + re.sub(r"[^A-Za-z0-9_.-]", "_", f"{context.step_key}.{context.name}{mapped}") + ".json"
 
     def handle_output(self, context: dg.OutputContext, obj) -> None:
         if obj is not None:  # the commit step returns nothing once the area is gone
@@ -136,8 +137,9 @@ def relink_graph():
 
 
 @dg.definitions
-def relink_resources() -> dg.Definitions:
-    return dg.Definitions(resources={OUTPUTS: staged_outputs})
+def relink_definitions() -> dg.Definitions:
+    """The job and the IO manager of its steps (a module with definitions gives the loader those alone)."""
+    return dg.Definitions(jobs=[relink_graph], resources={OUTPUTS: staged_outputs})
 
 
 def relink_job(store_uri: str, embedder: str | None = None) -> dg.JobDefinition:

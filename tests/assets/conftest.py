@@ -173,7 +173,7 @@ def _harness(tmp_path, monkeypatch, instance: dg.DagsterInstance) -> Harness:
     loaded = shipped_definitions()
     defs = dg.Definitions(
         assets=loaded.assets, asset_checks=loaded.asset_checks, jobs=loaded.jobs, sensors=loaded.sensors,
-        schedules=loaded.schedules, resources=resources,
+        schedules=loaded.schedules, resources={**loaded.resources, **resources},
     )
     return Harness(tmp_path, instance, defs, resources)
 

@@ -125,3 +125,21 @@ def test_bad_input_is_refused_with_its_reason(built, tmp_path):
     prepared = relink.prepare(store, HashingEmbedder(dim=32), SETTINGS, "run-5")
     with pytest.raises(RelinkError, match="prepared for settings"):
         relink.link_pieces(store, prepared, [], IndexSettings(lsh_seed=3))
+
+
+def test_migrate_with_pieces_on_the_command_line(built, tmp_path, monkeypatch, capsys):
+    import json
+
+    from lightfoot_pipeline.cli import main
+
+    one, spread = _copy(built, tmp_path / "one"), _copy(built, tmp_path / "spread")
+    pipeline.migrate(one, HashingEmbedder(dim=32), SETTINGS)
+    monkeypatch.setenv("LIGHTFOOT_LINK_PIECE_SIZE", str(SIZE))
+    assert main(["migrate", "--store", spread.uri, "--pieces", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["commit"] == 2 and payload["graph"]["links_added"] > 1000
+    assert pipeline.fingerprint(Store(spread.uri)).digest == pipeline.fingerprint(one).digest
+    assert _staging(spread) == []
+    monkeypatch.setenv("LIGHTFOOT_LINK_PIECE_SIZE", "0")
+    assert main(["migrate", "--store", spread.uri, "--pieces"]) == 2
+    assert "LIGHTFOOT_LINK_PIECE_SIZE=0" in capsys.readouterr().err
