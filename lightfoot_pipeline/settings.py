@@ -299,15 +299,15 @@ def sync_source_uri() -> str | None:
     return _read(SYNC_SOURCE_ENV)
 
 
-# Names x bands that one step of a spread link computation pairs (index/link_pieces.py): about
-# 25 s of pairing on one core, and a type of 250,000 names on all 200 bands.
-LINK_PIECE_SIZE = 50_000_000
+# Names x bands that one step of a spread link computation pairs (index/link_pieces.py): a type of
+# 100,000 names on all 200 bands, about 10 s of pairing on one core (benchmarks/relink.py).
+LINK_PIECE_SIZE = 20_000_000
 RELINK_EXECUTORS = ("multiprocess", "k8s")
 
 
 def link_piece_size() -> int:
     """Names x bands per step of the relink job and ``lightfoot migrate --pieces``:
-    ``$LIGHTFOOT_LINK_PIECE_SIZE``, else 50,000,000."""
+    ``$LIGHTFOOT_LINK_PIECE_SIZE``, else 20,000,000."""
     text = _read(LINK_PIECE_SIZE_ENV)
     size = LINK_PIECE_SIZE if text is None else _number(LINK_PIECE_SIZE_ENV, text, int)
     if size < 1:

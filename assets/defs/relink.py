@@ -22,6 +22,8 @@ left as it was; running the job again starts afresh.
 """
 
 import re
+import resource
+from pathlib import Path
 
 import dagster as dg
 
@@ -93,6 +95,8 @@ def link_pieces(context: dg.OpExecutionContext, store: StoreResource, prepared: 
     found = relink.link_pieces(store.open(), Prepared.of(prepared), [LinkPiece.of(p) for p in pieces],
                                store.settings())
     context.log.info(f"{sum(found.values()):,} links from {len(found)} pieces")
+    context.add_output_metadata({"links": sum(found.values()), "pieces": len(found),
+                                 "peak_rss_mb": round(_peak_rss_mb(), 1)})
     return found
 
 
@@ -111,6 +115,17 @@ def commit_relink(context: dg.OpExecutionContext, store: StoreResource, prepared
         metadata["store_fingerprint"] = dg.MetadataValue.text(pipeline.fingerprint(lightfoot, manifest).digest)
     for key in GRAPH_ASSETS:  # the graph's tables are new: what reads them is stale
         context.log_event(dg.AssetMaterialization(asset_key=key, metadata=metadata))
+
+
+def _peak_rss_mb() -> float:
+    """The peak resident memory of the process running the step (a process per step, but in process)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _executor() -> dg.ExecutorDefinition:
