@@ -25,6 +25,7 @@ outlive an erasure even when a run was killed before it could clean up.
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
@@ -205,8 +206,9 @@ def commit(store: Store, prepared: Prepared, settings: IndexSettings, n_buckets:
 
 
 def relink(store: Store, embedder: Embedder, settings: IndexSettings, *, n_buckets: int | None = None,
-           size: int | None = None, run_id: str = "local", progress: EmbedProgress | None = None) -> GraphChange:
+           size: int | None = None, progress: EmbedProgress | None = None) -> GraphChange:
     """Every step in this process, one piece after another (``lightfoot migrate --pieces``)."""
+    run_id = f"local-{uuid.uuid4().hex}"
     area = StagingArea(store, run_id)
     try:
         prepared = prepare(store, embedder, settings, run_id, progress)

@@ -31,7 +31,7 @@ from assets.keys import GRAPH_ASSETS
 from assets.provenance import STORE_POOL
 from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline import pipeline, relink
-from lightfoot_pipeline.index.link_pieces import LinkPiece
+from lightfoot_pipeline.index.link_pieces import LinkPiece, RelinkError
 from lightfoot_pipeline.relink import Prepared, StagingArea
 from lightfoot_pipeline.settings import SettingsError, relink_executor
 from lightfoot_pipeline.store.store import Store
@@ -53,8 +53,12 @@ class StagedOutputs(dg.IOManager):
         return "outputs/" + re.sub(r"[^A-Za-z0-9_.-]", "_", f"{context.step_key}.{context.name}{mapped}") + ".json"
 
     def handle_output(self, context: dg.OutputContext, obj) -> None:
-        if obj is not None:  # the commit step returns nothing once the area is gone
-            StagingArea(self.store, context.run_id).write_json(self._name(context), obj)
+        if obj is None:  # the commit step returns nothing once the area is gone
+            return
+        area = StagingArea(self.store, context.run_id)
+        if not area.alive():  # removed since the step began (the run failed, or an erasure ran)
+            raise RelinkError(f"relink staging {area.uri} was removed (the run failed or was cleaned up)")
+        area.write_json(self._name(context), obj)
 
     def load_input(self, context: dg.InputContext):
         upstream = context.upstream_output
@@ -79,6 +83,8 @@ def prepare_relink(context: dg.OpExecutionContext, store: StoreResource, embedde
                               progress_lines(context.log.info, "embedding name vectors"))
     context.log.info(f"prepared {sum(prepared.names.values()):,} names of {len(prepared.names)} types at store "
                      f"commit {prepared.seq}")
+    context.add_output_metadata({"names": sum(prepared.names.values()), "store_commit": prepared.seq,
+                                 "peak_rss_mb": round(_peak_rss_mb(), 1)})
     return prepared.as_dict()
 
 
@@ -110,7 +116,8 @@ def commit_relink(context: dg.OpExecutionContext, store: StoreResource, prepared
     metadata = {"store_commit": dg.MetadataValue.int(manifest.seq), "operation": dg.MetadataValue.text("relink"),
                 "links": dg.MetadataValue.int(change.links_added),
                 "link_pieces": dg.MetadataValue.int(sum(len(f) for f in found)),
-                "entities": dg.MetadataValue.int(change.entities_after)}
+                "entities": dg.MetadataValue.int(change.entities_after),
+                "peak_rss_mb": dg.MetadataValue.float(round(_peak_rss_mb(), 1))}
     if store.report_fingerprint:
         metadata["store_fingerprint"] = dg.MetadataValue.text(pipeline.fingerprint(lightfoot, manifest).digest)
     for key in GRAPH_ASSETS:  # the graph's tables are new: what reads them is stale
