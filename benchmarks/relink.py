@@ -67,9 +67,10 @@ def one_process(store_uri: str, dim: int) -> dict:
     original = reconcile.link_added_names
 
     def timed(*args):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         links = original(*args)
         linked["links_s"] = round(time.perf_counter() - t0, 3)
+        linked["links_cpu_s"] = round(time.process_time() - c0, 3)
         return links
 
     reconcile.link_added_names = timed
@@ -82,9 +83,10 @@ def one_process(store_uri: str, dim: int) -> dict:
         return out
 
     LinkRule.keys = timed_keys
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     change = pipeline.migrate(Store(store_uri), HashingEmbedder(dim=dim), IndexSettings())
-    return {"migrate_s": round(time.perf_counter() - t0, 3), **linked, "links": change.links_added,
+    return {"migrate_s": round(time.perf_counter() - t0, 3), "migrate_cpu_s": round(time.process_time() - c0, 3),
+            **linked, "links": change.links_added,
             "names": change.names_added, "peak_rss_mb": round(peak_rss_mb(), 1)}
 
 
@@ -111,9 +113,11 @@ def job(store_uri: str, dim: int, processes: int) -> dict:
                         for e in events if e.event_type_value == "ASSET_MATERIALIZATION"})
             pieces = [e.event_specific_data.metadata["pieces"].value for e in events
                       if e.event_type_value == "STEP_OUTPUT" and "pieces" in e.event_specific_data.metadata]
+            cpu = {e.step_key: e.event_specific_data.metadata["cpu_s"].value for e in events
+                   if e.event_type_value == "STEP_OUTPUT" and "cpu_s" in e.event_specific_data.metadata}
     steps = {key: round(ends[key] - starts[key], 3) for key in sorted(starts)}
     piece_keys = [k for k in starts if k.startswith("link_pieces[")]
-    return {"wall_s": round(wall, 3), "steps_s": steps, "link_steps": len(piece_keys), "link_pieces": sum(pieces),
+    return {"wall_s": round(wall, 3), "steps_s": steps, "piece_steps_cpu_s": cpu, "link_steps": len(piece_keys), "link_pieces": sum(pieces),
             "link_stage_s": round(max(ends[k] for k in piece_keys) - min(starts[k] for k in piece_keys), 3),
             "step_peak_rss_mb": rss, "max_piece_step_peak_rss_mb": max(v for k, v in rss.items() if k in piece_keys)}
 

@@ -23,6 +23,7 @@ left as it was; running the job again starts afresh.
 
 import re
 import resource
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -98,10 +99,12 @@ def plan_link_pieces(context: dg.OpExecutionContext, store: StoreResource, prepa
 
 @dg.op(out=dg.Out(dict, io_manager_key=OUTPUTS), description="Compute one step's link pieces and stage their links.")
 def link_pieces(context: dg.OpExecutionContext, store: StoreResource, prepared: dict, pieces: list) -> dict:
+    started = time.process_time()
     found = relink.link_pieces(store.open(), Prepared.of(prepared), [LinkPiece.of(p) for p in pieces],
                                store.settings())
     context.log.info(f"{sum(found.values()):,} links from {len(found)} pieces")
     context.add_output_metadata({"links": sum(found.values()), "pieces": len(found),
+                                 "cpu_s": round(time.process_time() - started, 3),
                                  "peak_rss_mb": round(_peak_rss_mb(), 1)})
     return found
 
