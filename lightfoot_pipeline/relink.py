@@ -34,11 +34,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from lightfoot_pipeline.index.link_pieces import (
-    STAGING, LinkPiece, PrecomputedLinks, RelinkError, piece_links, plan_pieces, plan_steps, type_keys, type_label,
-    union_links,
+    STAGING, LinkPiece, PrecomputedLinks, RelinkError, key_rows, piece_links, plan_pieces, plan_steps, type_keys,
+    type_label, union_links,
 )
 from lightfoot_pipeline.index.links import LinkRule
-from lightfoot_pipeline.index.name_keys import _key_frame
 from lightfoot_pipeline.index.reconcile import GraphChange
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.pipeline import index_config, migrate
@@ -146,7 +145,7 @@ def prepare(store: Store, embedder: Embedder, settings: IndexSettings, run_id: s
         frames = [kept]
         for c0 in range(0, len(missing), KEY_CHUNK):
             chunk = missing[c0 : c0 + KEY_CHUNK]
-            frames.append(_key_frame(type_, chunk, rule.keys(chunk, cache.vectors(chunk)), rule.banding))
+            frames.append(key_rows(type_, chunk, cache.vectors(chunk), rule))
         keys = pl.concat(frames).sort("name")
         area.write("keys", type_label(type_), keys)
         prepared.names[type_] = keys.height

@@ -32,7 +32,7 @@ import pyarrow.fs as pafs
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.index.links import LINK_SCHEMA, LinkRule, links_of_pairs
 from lightfoot_pipeline.index.lsh import join_keys, near_within
-from lightfoot_pipeline.index.name_keys import decode_keys
+from lightfoot_pipeline.index.name_keys import _key_frame, decode_keys
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.filesystem import open_filesystem
 from lightfoot_pipeline.store.store import Store
@@ -142,6 +142,11 @@ def piece_links(
     listed = [names[k] for k in used]
     return links_of_pairs(piece.type, listed, vectors(listed), np.searchsorted(used, i), np.searchsorted(used, j),
                           rule)
+
+
+def key_rows(type_: str, names: list[str], vectors: np.ndarray, rule: LinkRule) -> pl.DataFrame:
+    """The ``name_sketches`` rows of some names of one type, their keys computed from their vectors."""
+    return _key_frame(type_, names, rule.keys(names, vectors), rule.banding)
 
 
 def type_keys(frame: pl.DataFrame, rule: LinkRule) -> tuple[list[str], np.ndarray]:
