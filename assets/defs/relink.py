@@ -3,8 +3,8 @@
 ``relink_graph`` does what ``lightfoot migrate`` does to a store of this layout — every graph table
 derived again from the live documents and extractions with the deployment's embedder and index
 settings, in one commit — with the links computed in pieces (``lightfoot_pipeline/relink.py``):
-an operator runs it after changing the link settings or the embedder, and a first build of a large
-corpus runs it after ingesting the documents. Its steps:
+an operator runs it after changing the link settings or the embedder, or to build the graph of a
+large corpus whose documents were committed without it (the per-document assets alone). Its steps:
 
 1. ``prepare_relink`` stages every live name's band keys (embedding names that have no vector);
 2. ``plan_link_pieces`` cuts the work into steps of at most LIGHTFOOT_LINK_PIECE_SIZE names x

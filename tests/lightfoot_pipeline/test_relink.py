@@ -143,3 +143,27 @@ def test_migrate_with_pieces_on_the_command_line(built, tmp_path, monkeypatch, c
     monkeypatch.setenv("LIGHTFOOT_LINK_PIECE_SIZE", "0")
     assert main(["migrate", "--store", spread.uri, "--pieces"]) == 2
     assert "LIGHTFOOT_LINK_PIECE_SIZE=0" in capsys.readouterr().err
+
+
+def test_a_first_build_with_the_graph_deferred_equals_a_fresh_build(tmp_path, sample_documents, sample_records):
+    """Documents through the document stage alone (as the per-document assets commit them), then a
+    relink: the store a one-commit ingest builds."""
+    from lightfoot_pipeline.index.documents import derive_forms, document_passages, record_extractions, upsert_documents
+
+    documents, embedder = sample_documents[:300], HashingEmbedder(dim=32)
+    fresh = Store(str(tmp_path / "fresh"))
+    pipeline.ingest(fresh, documents, ReplayExtractor(sample_records), embedder, SETTINGS)
+    deferred = Store(str(tmp_path / "deferred"))
+    outcomes = ReplayExtractor(sample_records).extract(document_passages(documents, SETTINGS))
+    with deferred.transaction() as tx:
+        pipeline.check_config(tx, SETTINGS, embedder)
+        upsert_documents(tx, documents, SETTINGS)
+        record_extractions(tx, outcomes)
+        derive_forms(tx, [d.doc_id for d in documents])
+        tx.commit("ingest", {})
+    assert deferred.read("aliases").height == 0  # no graph yet
+    change = relink.relink(deferred, embedder, SETTINGS, size=SIZE // 4)
+    assert change.names_added > 1000
+    assert pipeline.fingerprint(deferred).digest == pipeline.fingerprint(fresh).digest
+    assert _sketches(deferred).equals(_sketches(fresh))
+    assert deferred.read("graph_queue").height == 0  # nothing left for the graph asset to do
