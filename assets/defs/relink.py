@@ -128,7 +128,7 @@ def commit_relink(context: dg.OpExecutionContext, store: StoreResource, prepared
 
 
 def _peak_rss_mb() -> float:
-    """The peak resident memory of the process running the step (a process per step, but in process)."""
+    """The peak resident memory of the process running the step (the step's own, unless run in process)."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
