@@ -79,6 +79,7 @@ def _definitions(root: Path) -> tuple[dg.Definitions, dict]:
                                erasure_requests=str(root / "inbox" / "erasure")),
     }
     loaded = defs()
+    resources.update({key: value for key, value in loaded.resources.items() if key not in resources})  # relink_outputs
     return dg.Definitions(
         assets=loaded.assets, asset_checks=loaded.asset_checks, jobs=loaded.jobs, sensors=loaded.sensors,
         schedules=loaded.schedules, resources=resources,

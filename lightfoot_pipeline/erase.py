@@ -11,6 +11,7 @@ Erasure also removes what history and caches still hold:
 5. the landed copies of documents that came through an inbox (landing.py);
 6. every serving snapshot that holds an erased document (serving/export.py; a fresh one replaces the
    published one first);
+7. the keys and links that relink runs staged (relink.py), whether or not they are still running;
 
 and then marks the tombstones as erased. After it, no file under the store root holds the text;
 the tests plant a canary string and search every file for it.
@@ -30,6 +31,7 @@ import polars as pl
 
 from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache
 from lightfoot_pipeline.index.facts import fact_text
+from lightfoot_pipeline.index.link_pieces import remove_relink_staging
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.serving.export import erase_from_snapshots
 from lightfoot_pipeline.store.store import Store
@@ -95,6 +97,7 @@ def erase_history(store: Store, doc_ids: Sequence[str]) -> EraseReport:
     report.landed_copies_removed = Landing(store).forget(doc_ids)  # documents that came through an inbox
     # Serving copies of the text: of the erased documents, and earlier versions of re-ingested ones.
     report.snapshots_removed = erase_from_snapshots(store, doc_ids, replaced_text=True)
+    remove_relink_staging(store)  # staged links are derived from names that may be erased now
     report.files_vacuumed = store.vacuum()
     cleanup_vector_history(store)
     report.erased_at = now.isoformat()

@@ -14,7 +14,7 @@ catch it by (``ValueError``, ``RuntimeError``, ``OSError``):
   StoreLayoutError (a store laid out by an earlier version: ``lightfoot migrate``);
 - ``ingest``: DatasetError, PolicyError (a retention policy file), FileReadError (a synced file
   that cannot be read: its reason is recorded, the rest of the batch goes on);
-- ``index``: EmbedderRequired;
+- ``index``: EmbedderRequired, RelinkError (a spread link computation that cannot go on);
 - ``pipeline``: IndexConfigError (a store built with another embedder or other settings);
 - ``explain``: ExplainError (a document or entity the store does not know);
 - ``serving``: SnapshotError, NoSnapshotLoaded, RetrievalError, RerankerUnavailable,

@@ -25,7 +25,7 @@ from lightfoot_pipeline.index.documents import (
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.ingest.extraction.outcome import OK, Extractor, ProgressCallback
 from lightfoot_pipeline.store.fingerprint import fingerprint as fingerprint  # re-exported: an operation on a store
-from lightfoot_pipeline.index.reconcile import GraphChange, reconcile_graph
+from lightfoot_pipeline.index.reconcile import GraphChange, Linker, reconcile_graph
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.filesystem import open_filesystem
 from lightfoot_pipeline.store.log import Manifest
@@ -284,14 +284,15 @@ KEPT_BY_MIGRATION = (DOCUMENTS, PASSAGES, EXTRACTIONS, TOMBSTONES)
 
 
 def migrate(store: Store, embedder: Embedder, settings: IndexSettings | None = None,
-            n_buckets: int | None = None) -> GraphChange:
+            n_buckets: int | None = None, linker: Linker | None = None) -> GraphChange:
     """Bring a store to this version's layout and index, in place and in one commit; no model call.
 
     The documents, passages, extractions and deletion log are kept, re-bucketed (into
     ``n_buckets``, else the store's own count); everything else is derived again from them with
     ``settings``, as :func:`rebuild` does, so the store then equals a fresh build of its live
     documents. Name vectors come from the store's cache, and the embedder computes only the ones
-    it lacks. Works on any earlier layout (``lightfoot migrate``).
+    it lacks. Works on any earlier layout (``lightfoot migrate``). ``linker``: the names' links
+    computed elsewhere (link_pieces.PrecomputedLinks, see relink.py) instead of in this process.
     """
     settings = settings or IndexSettings()
     with store.transaction(relayout=n_buckets or 0) as tx:  # 0: the store's own bucket count
@@ -306,7 +307,7 @@ def migrate(store: Store, embedder: Embedder, settings: IndexSettings | None = N
             rows = tx.table(spec.name) if spec.name in kept else spec.empty()
             tx.put(spec.name, with_buckets(rows, spec, tx.n_buckets).cast(spec.empty().schema))
         derive_forms(tx, tx.table(DOCUMENTS.name).get_column("doc_id").to_list())
-        change = reconcile_graph(tx, settings, name_vector_cache(store, embedder))
+        change = reconcile_graph(tx, settings, name_vector_cache(store, embedder), linker=linker)
         tx.commit("migrate", {"from_layout": tx.manifest.details.get("layout"), "n_buckets": tx.n_buckets})
     _drop_retired_tables(store)
     return change

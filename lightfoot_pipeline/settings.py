@@ -172,6 +172,8 @@ DOCUMENT_INBOX_ENV = "LIGHTFOOT_INBOX"
 ERASURE_INBOX_ENV = "LIGHTFOOT_ERASURE_INBOX"
 RETENTION_POLICY_ENV = "LIGHTFOOT_RETENTION_POLICY"
 SYNC_SOURCE_ENV = "LIGHTFOOT_SYNC_SOURCE"
+LINK_PIECE_SIZE_ENV = "LIGHTFOOT_LINK_PIECE_SIZE"
+RELINK_EXECUTOR_ENV = "LIGHTFOOT_RELINK_EXECUTOR"
 SERVE_TOKEN_ENV = "LIGHTFOOT_SERVE_TOKEN"
 SERVE_TOKENS_FILE_ENV = "LIGHTFOOT_SERVE_TOKENS_FILE"
 SERVE_ANSWERS_ENV = "LIGHTFOOT_SERVE_ANSWERS"
@@ -208,7 +210,8 @@ MODEL_HUB_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 VARIABLES: tuple[str, ...] = (
     STORE_ENV, EMBEDDER_ENV, RERANKER_ENV, EXTRACTOR_ENV, EXTRACTION_SLOTS_ENV, DOCUMENT_INBOX_ENV, ERASURE_INBOX_ENV,
-    RETENTION_POLICY_ENV, SYNC_SOURCE_ENV, *(name for names, _ in LLM_VARIABLES.values() for name in names),
+    RETENTION_POLICY_ENV, SYNC_SOURCE_ENV, LINK_PIECE_SIZE_ENV, RELINK_EXECUTOR_ENV,
+    *(name for names, _ in LLM_VARIABLES.values() for name in names),
     SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, SERVE_ANSWERS_ENV, SERVE_BUDGET_ENV,
     *(name for name, _ in DEEP_VARIABLES.values()),
     *OBJECT_STORE_VARIABLES, *MODEL_HUB_VARIABLES,
@@ -294,6 +297,33 @@ def retention_policy_path() -> str | None:
 def sync_source_uri() -> str | None:
     """The folder or prefix the Dagster sensor keeps the store in sync with: ``$LIGHTFOOT_SYNC_SOURCE``, if set."""
     return _read(SYNC_SOURCE_ENV)
+
+
+# Names x bands that one step of a spread link computation pairs (index/link_pieces.py): a type of
+# 100,000 names on all 200 bands, about 10 s of pairing on one core (benchmarks/relink.py).
+LINK_PIECE_SIZE = 20_000_000
+RELINK_EXECUTORS = ("multiprocess", "k8s")
+
+
+def link_piece_size() -> int:
+    """Names x bands per step of the relink job and ``lightfoot migrate --pieces``:
+    ``$LIGHTFOOT_LINK_PIECE_SIZE``, else 20,000,000."""
+    text = _read(LINK_PIECE_SIZE_ENV)
+    size = LINK_PIECE_SIZE if text is None else _number(LINK_PIECE_SIZE_ENV, text, int)
+    if size < 1:
+        raise SettingsError(f"{LINK_PIECE_SIZE_ENV}={size}: a piece pairs at least one name on one band",
+                            hint=f"set {LINK_PIECE_SIZE_ENV} to 1 or more, or unset it ({LINK_PIECE_SIZE:,})")
+    return size
+
+
+def relink_executor() -> str:
+    """Where the relink job's steps run: ``$LIGHTFOOT_RELINK_EXECUTOR`` (``multiprocess``, one process
+    a step on this machine, or ``k8s``, one Kubernetes Job a step), else ``multiprocess``."""
+    value = (_read(RELINK_EXECUTOR_ENV) or "multiprocess").casefold()
+    if value not in RELINK_EXECUTORS:
+        raise SettingsError(f"{RELINK_EXECUTOR_ENV}={value!r}: expected multiprocess or k8s",
+                            hint=f"set {RELINK_EXECUTOR_ENV} to one of those, or unset it (multiprocess)")
+    return value
 
 
 def llm_environment(environ: Mapping[str, str] | None = None) -> dict[str, object]:

@@ -196,7 +196,12 @@ def cmd_migrate(args) -> int:
         from lightfoot_pipeline.store.vectors import UnloadedEmbedder
 
         embedder = UnloadedEmbedder(config["embedder"], config["dim"])
-    change = pipeline.migrate(store, embedder, IndexSettings(), args.buckets)
+    if args.pieces:  # the links in pieces, as the relink_graph job computes them
+        from lightfoot_pipeline import relink
+
+        change = relink.relink(store, embedder, IndexSettings(), n_buckets=args.buckets)
+    else:
+        change = pipeline.migrate(store, embedder, IndexSettings(), args.buckets)
     manifest = store.manifest()
     payload = {"store": store.uri, "commit": manifest.seq, "layout": manifest.details.get("layout"),
                "graph": change.as_dict()}
@@ -340,6 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--buckets", type=int, default=None, help="hash buckets of every table (default: the store's)")
     p.add_argument("--embedder", default=None,
                    help="embedder for names without a cached vector (default: none, every name has one)")
+    p.add_argument("--pieces", action="store_true",
+                   help="compute the links in pieces by type and band range, as the relink_graph job does "
+                        "(a store of this layout; LIGHTFOOT_LINK_PIECE_SIZE names x bands a step)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_migrate)
 

@@ -170,6 +170,16 @@ def pairs_between(
     return i[same], j[same], s[same]
 
 
+def links_of_pairs(
+    type_: str, names: Sequence[str], vectors: np.ndarray, i: np.ndarray, j: np.ndarray, rule: LinkRule
+) -> pl.DataFrame:
+    """The candidate pairs (i, j) of one type's names that are links: exact cosine and the number rule."""
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    i, j, s = _verified(vectors, vectors, i, j, rule.threshold)
+    same = _numbers_agree(rule, names, names, i, j)
+    return _ordered(type_, [names[k] for k in i[same]], [names[k] for k in j[same]], s[same])
+
+
 def _ordered(type_: str, names_i: list[str], names_j: list[str], sims: np.ndarray) -> pl.DataFrame:
     a = [min(x, y) for x, y in zip(names_i, names_j)]
     b = [max(x, y) for x, y in zip(names_i, names_j)]

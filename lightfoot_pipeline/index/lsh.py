@@ -288,10 +288,15 @@ def _near(chunks: Iterator[tuple[np.ndarray, np.ndarray]], left: np.ndarray, rig
     return codes // width, codes % width
 
 
-def near_within(keys: np.ndarray, banding: Banding, threshold: float) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs (i, j), i < j, that share a band key and pass the sketch cut; sorted, each pair once."""
+def near_within(keys: np.ndarray, banding: Banding, threshold: float,
+                bands: range | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (i, j), i < j, that share a band key and pass the sketch cut; sorted, each pair once.
+
+    ``bands``: only the pairs that share a key in one of these bands (the cut still reads every
+    band's bits); None for all of them."""
     marks = sketches(keys, banding)
-    return _near(band_pairs_within(keys), marks, marks, hamming_cut(banding, threshold), max(len(keys), 1))
+    shared = keys if bands is None else keys[:, bands.start : bands.stop]
+    return _near(band_pairs_within(shared), marks, marks, hamming_cut(banding, threshold), max(len(keys), 1))
 
 
 def near_between(new_keys: np.ndarray, old_keys: np.ndarray, banding: Banding,

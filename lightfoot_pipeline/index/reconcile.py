@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import polars as pl
 
@@ -49,6 +50,8 @@ from lightfoot_pipeline.store.vectors import VectorCache
 from lightfoot_pipeline.errors import LightfootError
 
 NAME_KEY = ["name", "type"]
+# Links the added names against the live ones and stages their keys (link_added_names' signature).
+Linker = Callable[[Transaction, pl.DataFrame, pl.DataFrame, VectorCache, IndexSettings], pl.DataFrame]
 
 
 class EmbedderRequired(LightfootError, RuntimeError):
@@ -161,7 +164,7 @@ def _entities_of(tx: Transaction, names: pl.DataFrame, region_aliases: pl.DataFr
 
 def reconcile_graph(
     tx: Transaction, settings: IndexSettings, name_vectors: VectorCache | None, *, full: bool = False,
-    timings: dict[str, float] | None = None,
+    timings: dict[str, float] | None = None, linker: Linker | None = None,
 ) -> GraphChange:
     """Update the global tables for the names and facts queued by the document stage.
 
@@ -169,6 +172,8 @@ def reconcile_graph(
     ``full=True`` every live and stored name and fact is compared instead of the queued ones (the
     level-triggered repair path: it reads every table and finds and fixes any difference,
     whatever caused it). ``timings`` gets the seconds spent linking added names (``links``).
+    ``linker`` links the added names and stages their keys in place of
+    :func:`name_keys.link_added_names` (links computed elsewhere: link_pieces.PrecomputedLinks).
     """
     change = GraphChange()
     n = tx.n_buckets
@@ -215,7 +220,7 @@ def reconcile_graph(
         if name_vectors is None:
             raise EmbedderRequired(f"{added.height} new names need vectors, and no embedder was given")
         linking = time.perf_counter()
-        new_links = link_added_names(tx, added, removed, name_vectors, settings)
+        new_links = (linker or link_added_names)(tx, added, removed, name_vectors, settings)
         if timings is not None:  # linking the added names: vectors, band keys, candidates, cosines
             timings["links"] = round(time.perf_counter() - linking, 3)
         change.vectors_computed = name_vectors.computed

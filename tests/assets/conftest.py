@@ -171,6 +171,7 @@ def _harness(tmp_path, monkeypatch, instance: dg.DagsterInstance) -> Harness:
         ),
     }
     loaded = shipped_definitions()
+    resources.update({key: value for key, value in loaded.resources.items() if key not in resources})  # relink_outputs
     defs = dg.Definitions(
         assets=loaded.assets, asset_checks=loaded.asset_checks, jobs=loaded.jobs, sensors=loaded.sensors,
         schedules=loaded.schedules, resources=resources,

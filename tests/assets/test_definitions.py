@@ -80,7 +80,7 @@ def test_model_calls_run_in_their_own_pool_and_commits_in_the_store_pool(defs):
 
 
 def test_jobs_sensors_and_schedules(defs):
-    assert {j.name for j in defs.jobs} == {"document_ingestion", "document_deletion", "source_sync_job"}
+    assert {j.name for j in defs.jobs} == {"document_ingestion", "document_deletion", "source_sync_job", "relink_graph"}
     sensors = {s.name: s for s in defs.sensors}
     assert set(sensors) == {"document_inbox", "erasure_inbox", "deleted_partitions", "lightfoot_automation",
                             "source_sync", "extraction_pool"}
