@@ -258,14 +258,16 @@ def delete(
     return report
 
 
-def rebuild(source: Store, target: Store, embedder: Embedder, settings: IndexSettings | None = None) -> GraphChange:
-    """A fresh index in ``target`` from the live documents, passages and extractions of ``source``.
+def rebuild(source: Store, target: Store, embedder: Embedder, settings: IndexSettings | None = None,
+            manifest: Manifest | None = None) -> GraphChange:
+    """A fresh index in ``target`` from the live documents, passages and extractions of ``source``
+    (as of ``manifest``, else its latest commit).
 
     No model call: the stored extractions are reused. Everything else is derived again from them,
     so the result is what a fresh build of the surviving documents gives.
     """
     settings = settings or IndexSettings()
-    manifest = source.manifest()
+    manifest = manifest or source.manifest()
     with target.transaction() as tx:
         if tx.manifest.seq:
             raise IndexConfigError(f"rebuild needs an empty target store; {target.uri} has commits")

@@ -124,3 +124,50 @@ def test_the_ingestion_job_compares_with_a_rebuild_up_to_its_limit(lightfoot, tw
     result = deletion_run(lightfoot, run_config=limited)
     assert result.success and evaluations(result)[("facts", "matches_fresh_rebuild")].passed, \
         "the deletion job always compares"
+
+
+def test_the_rebuild_comparison_waits_for_no_other_run_to_be_mid_way(ingested, twenty, sample_records):
+    """Another run's documents can be in the store before its graph step runs; while such a run is
+    in progress the comparison is left to a later check and its passages to its own check, and the
+    first check that finds none mid-way compares."""
+    from assets.defs.checks import runs_mid_way
+
+    instance = ingested.instance
+    other = dg.DagsterRun(job_name="document_ingestion", run_id="other-ingestion-run", status=dg.DagsterRunStatus.STARTED)
+    instance.add_run(other)
+    assert runs_mid_way(instance, "this-run") == ["other-ingestion-run"]
+    assert runs_mid_way(instance, "other-ingestion-run") == []
+
+    # Its documents and their extractions are in the store; its forms and graph steps have not run.
+    from lightfoot_pipeline.index.documents import record_extractions, upsert_documents
+    from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+    from lightfoot_pipeline.settings import IndexSettings
+
+    store = ingested.store()
+    other.tags.update({"dagster/asset_partition_range_start": twenty[6].doc_id,
+                       "dagster/asset_partition_range_end": twenty[7].doc_id})
+    instance.add_run_tags("other-ingestion-run", {"dagster/asset_partition_range_start": twenty[6].doc_id,
+                                                  "dagster/asset_partition_range_end": twenty[7].doc_id})
+    instance.add_dynamic_partitions("documents", [twenty[6].doc_id, twenty[7].doc_id])
+    with store.transaction() as tx:
+        passages = upsert_documents(tx, twenty[6:8], IndexSettings())
+        tx.commit("the other run's passages", {})
+    with store.transaction() as tx:
+        record_extractions(tx, ReplayExtractor(sample_records).extract(passages[:-1]))  # one passage still to ask
+        tx.commit("the other run's extractions", {})
+    result = deletion_run(ingested)
+    rebuild = evaluations(result)[("facts", "matches_fresh_rebuild")]
+    assert not rebuild.passed and rebuild.severity == dg.AssetCheckSeverity.WARN
+    assert "other-ingestion-run is mid-way" in rebuild.description
+    assert result.success and "serving_snapshot" in materialized(result)  # a warning blocks nothing
+    accounted = evaluations(result)[("extractions", "passages_accounted_for")]
+    assert accounted.passed and accounted.metadata["mid_way_passages"].value == len(passages)
+
+    instance.report_run_failed(instance.get_run_by_id("other-ingestion-run"))  # it stops mid-way
+    assert runs_mid_way(instance, "this-run") == []
+    result = deletion_run(ingested)
+    checks = evaluations(result)
+    # Nothing is mid-way now, and what the failed run left is found: its last passage has no
+    # extraction, and its documents' forms were never derived, so no fresh rebuild is equal.
+    assert not checks[("extractions", "passages_accounted_for")].passed
+    assert not checks[("facts", "matches_fresh_rebuild")].passed
