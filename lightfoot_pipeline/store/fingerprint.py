@@ -84,19 +84,11 @@ def _counted(tables: dict[str, TableDigest]) -> Fingerprint:
 
 
 def _fingerprint_every_row(store: Store, manifest: Manifest, include_vectors: bool) -> Fingerprint:
-    """Every row read, READ_BUCKETS buckets of a table at a time (memory follows a bucket, not the store)."""
-    tables = {}
-    for spec in INDEX_TABLES:
-        groups = _groups(sorted(store.bucket_files(spec.name, manifest)))
-        tables[spec.name] = combine(digest_frame(store.read_buckets(spec.name, manifest, group), spec.columns)
-                                    for group in groups)
+    """Every bucket computed, as with a cache that holds nothing (READ_BUCKETS of a table at a time:
+    memory follows a bucket, not the store); no cache is read or written."""
+    tables = {spec.name: _table_digest(store, manifest, spec, {}, {}) for spec in INDEX_TABLES}
     if include_vectors:
-        cache = _name_cache(manifest, store)
-        groups = _groups(sorted(store.bucket_files(ALIASES.name, manifest)))
-        tables[NAME_VECTORS] = combine(
-            digest_frame(_name_vectors(store, manifest, store.read_buckets(ALIASES.name, manifest, group), cache),
-                         ["name", "vector"])
-            for group in groups)
+        tables[NAME_VECTORS] = _names_digest(store, manifest, {}, {})
     return _counted(tables)
 
 
