@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 import polars as pl
-import pyarrow.fs as pafs
 
 from lightfoot_pipeline.erase import erase_history
 from lightfoot_pipeline.ingest.dataset import Document, unmatched_records
@@ -27,7 +26,7 @@ from lightfoot_pipeline.ingest.extraction.outcome import OK, Extractor, Progress
 from lightfoot_pipeline.store.fingerprint import fingerprint as fingerprint  # re-exported: an operation on a store
 from lightfoot_pipeline.index.reconcile import GraphChange, Linker, reconcile_graph
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.store.filesystem import open_filesystem
+from lightfoot_pipeline.store.filesystem import delete_folder_quietly, open_filesystem
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.transaction import Transaction
@@ -319,9 +318,7 @@ def _drop_retired_tables(store: Store) -> list[str]:
     """Delete the tables that earlier layouts kept and this one does not (after a migration)."""
     dropped = []
     for name in RETIRED_TABLES:
-        fs, path = open_filesystem(store.table_uri(name), store._options())
-        if fs.get_file_info(path).type != pafs.FileType.NotFound:
-            fs.delete_dir(path)
+        if delete_folder_quietly(*open_filesystem(store.table_uri(name), store._options())):
             dropped.append(name)
     return dropped
 

@@ -42,7 +42,9 @@ from lightfoot_pipeline.index.reconcile import GraphChange
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.pipeline import index_config, migrate
 from lightfoot_pipeline.settings import IndexSettings, link_piece_size
-from lightfoot_pipeline.store.filesystem import delete_quietly, open_filesystem, read_json, write_json
+from lightfoot_pipeline.store.filesystem import (
+    delete_folder_quietly, delete_quietly, open_filesystem, read_json, write_json,
+)
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import FORMS, NAME_SKETCHES
@@ -115,8 +117,7 @@ class StagingArea:
     def remove(self) -> None:
         """Delete the area: its mark first, so that a step still writing sees it gone."""
         delete_quietly(self.fs, f"{self.root}/{self.MARK}")
-        if self.fs.get_file_info(self.root).type != pafs.FileType.NotFound:
-            self.fs.delete_dir(self.root)
+        delete_folder_quietly(self.fs, self.root)
 
 
 def prepare(store: Store, embedder: Embedder, settings: IndexSettings, run_id: str,

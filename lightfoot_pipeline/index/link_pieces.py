@@ -27,14 +27,13 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import polars as pl
-import pyarrow.fs as pafs
 
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.index.links import LINK_SCHEMA, LinkRule, links_of_pairs
 from lightfoot_pipeline.index.lsh import join_keys, near_within
 from lightfoot_pipeline.index.name_keys import _key_frame, decode_keys
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.store.filesystem import open_filesystem
+from lightfoot_pipeline.store.filesystem import delete_folder_quietly, open_filesystem
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, NAME_LINKS, NAME_SKETCHES, with_buckets
 from lightfoot_pipeline.store.transaction import Transaction
@@ -48,11 +47,7 @@ STAGING = ("_lightfoot", "relink")
 
 def remove_relink_staging(store: Store) -> bool:
     """Delete every relink run's staged keys and links (an erasure does); False when there were none."""
-    fs, path = open_filesystem(store.path(*STAGING), store.storage_options or None)
-    if fs.get_file_info(path).type == pafs.FileType.NotFound:
-        return False
-    fs.delete_dir(path)
-    return True
+    return delete_folder_quietly(*open_filesystem(store.path(*STAGING), store.storage_options or None))
 
 
 class RelinkError(LightfootError, RuntimeError):

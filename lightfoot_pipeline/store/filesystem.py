@@ -92,6 +92,14 @@ def delete_quietly(fs: pafs.FileSystem, path: str) -> bool:
     return True
 
 
+def delete_folder_quietly(fs: pafs.FileSystem, path: str) -> bool:
+    """Delete a folder and all it holds; False when it was not there."""
+    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+        return False
+    fs.delete_dir(path)
+    return True
+
+
 def json_files(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
     """The JSON files in a folder (not those whose names start with a dot), in path order."""
     infos = fs.get_file_info(pafs.FileSelector(folder, recursive=False, allow_not_found=True))
