@@ -31,7 +31,7 @@ import polars as pl
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.index.links import LINK_SCHEMA, LinkRule, links_of_pairs
 from lightfoot_pipeline.index.lsh import join_keys, near_within
-from lightfoot_pipeline.index.name_keys import _key_frame, decode_keys
+from lightfoot_pipeline.index.name_keys import key_frame, decode_keys
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.filesystem import delete_folder_quietly, open_filesystem
 from lightfoot_pipeline.store.store import Store
@@ -141,7 +141,7 @@ def piece_links(
 
 def key_rows(type_: str, names: list[str], vectors: np.ndarray, rule: LinkRule) -> pl.DataFrame:
     """The ``name_sketches`` rows of some names of one type, their keys computed from their vectors."""
-    return _key_frame(type_, names, rule.keys(names, vectors), rule.banding)
+    return key_frame(type_, names, rule.keys(names, vectors), rule.banding)
 
 
 def type_keys(frame: pl.DataFrame, rule: LinkRule) -> tuple[list[str], np.ndarray]:

@@ -25,7 +25,8 @@ from lightfoot_pipeline.store.vectors import VectorCache
 NAME_KEY = ["name", "type"]
 
 
-def _key_frame(type_: str, names: list[str], keys: np.ndarray, banding: Banding) -> pl.DataFrame:
+def key_frame(type_: str, names: list[str], keys: np.ndarray, banding: Banding) -> pl.DataFrame:
+    """``name_sketches`` rows (without buckets) of names of one type, from their band keys."""
     high, marks = split_keys(keys, banding)
     rows = np.ascontiguousarray(marks.astype(marks.dtype.newbyteorder("<")))
     return pl.DataFrame({"type": [type_] * len(names), "name": names, "group_hash": high,
@@ -64,7 +65,7 @@ def store_keys(tx: Transaction, names: pl.DataFrame, name_vectors: VectorCache, 
     frames = []
     for (type_,), group in sorted(missing.partition_by("type", as_dict=True).items()):
         listed = sorted(group.get_column("name").to_list())
-        frames.append(_key_frame(type_, listed, rule.keys(listed, name_vectors.vectors(listed)), rule.banding))
+        frames.append(key_frame(type_, listed, rule.keys(listed, name_vectors.vectors(listed)), rule.banding))
     if frames:
         tx.update(NAME_SKETCHES.name, add=with_buckets(pl.concat(frames), NAME_SKETCHES, tx.n_buckets))
     return missing.height
@@ -93,7 +94,7 @@ def link_added_names(
         new_names = sorted(group.get_column("name").to_list())
         new_vectors = name_vectors.vectors(new_names)
         new_keys = rule.keys(new_names, new_vectors)
-        new_rows.append(_key_frame(type_, new_names, new_keys, rule.banding))
+        new_rows.append(key_frame(type_, new_names, new_keys, rule.banding))
         old = stored.filter(pl.col("type") == type_)
         old_high, old_marks = decode_keys(old, rule.banding)
         _, j = near_between_parts(split_keys(new_keys, rule.banding), (old_high, old_marks), rule.banding,
