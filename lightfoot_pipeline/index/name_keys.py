@@ -81,26 +81,31 @@ def link_added_names(
     rule = LinkRule.of(settings)
     if rule.banding is None:
         return _link_exhaustively(tx, added, removed, name_vectors, rule)
+    gone = pl.concat([removed.select(NAME_KEY), added.select(NAME_KEY)])
     if tx.loaded(NAME_SKETCHES.name) is None:  # a repair has staged the whole table (store_keys)
-        stored = tx.table(NAME_SKETCHES.name).join(added, on=NAME_KEY, how="anti")
+        stored = tx.table(NAME_SKETCHES.name)
     else:
         # Otherwise the transaction has only dropped the sketches of removed names: the committed
         # table less those and the added names is the live one. It is read past the transaction,
         # which then holds only the rows it adds.
-        stored = (tx.store.read(NAME_SKETCHES.name, tx.manifest, remember=False)
-                  .join(pl.concat([removed.select(NAME_KEY), added.select(NAME_KEY)]), on=NAME_KEY, how="anti"))
+        stored = tx.store.read(NAME_SKETCHES.name, tx.manifest, remember=False)
+    stored_by_type = stored.partition_by("type", as_dict=True)
     frames, new_rows = [], []
     for (type_,), group in sorted(added.partition_by("type", as_dict=True).items()):
         new_names = sorted(group.get_column("name").to_list())
         new_vectors = name_vectors.vectors(new_names)
         new_keys = rule.keys(new_names, new_vectors)
         new_rows.append(key_frame(type_, new_names, new_keys, rule.banding))
-        old = stored.filter(pl.col("type") == type_)
+        old = stored_by_type.get((type_,), NAME_SKETCHES.empty())
         old_high, old_marks = decode_keys(old, rule.banding)
         _, j = near_between_parts(split_keys(new_keys, rule.banding), (old_high, old_marks), rule.banding,
                                   rule.threshold)
         colliding = np.unique(j)
-        old_names = old.get_column("name").gather(colliding).to_list()
+        # Stored rows of removed or added names are not live ones: dropped here, among the few that
+        # collide, rather than from every stored row beforehand.
+        candidates = old.get_column("name").gather(colliding)
+        live = ~candidates.is_in(gone.filter(pl.col("type") == type_).get_column("name").implode()).to_numpy()
+        colliding, old_names = colliding[live], candidates.filter(pl.Series(live)).to_list()
         old_vectors = name_vectors.vectors(old_names) if old_names else np.zeros((0, new_vectors.shape[1]), np.float32)
         frames.append(links_between(type_, new_names, new_vectors, old_names, old_vectors, rule,
                                     new_keys, join_keys(old_high[colliding], old_marks[colliding])))

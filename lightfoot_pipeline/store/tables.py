@@ -239,27 +239,52 @@ def conform(frame: pl.DataFrame, spec: TableSpec) -> pa.Table:
     return frame.select([*spec.columns, BUCKET]).to_arrow().cast(spec.arrow_schema)
 
 
-def changed_buckets(old: pl.DataFrame, new: pl.DataFrame, spec: TableSpec) -> set[int]:
-    """Buckets whose set of rows differs between two versions of a table."""
+def bucket_changes(old: pl.DataFrame, new: pl.DataFrame, spec: TableSpec) -> tuple[set[int], pl.DataFrame]:
+    """Buckets whose rows differ between two versions of a table, and the rows added to those of
+    them that only grew: every row they had is still there, so a commit can append the added rows
+    instead of rewriting the bucket (a batch of new documents adds forms, mentions and links to
+    nearly every bucket and changes none of the rows already there).
+
+    Rows are compared by a 64-bit hash of all their columns, buckets by the count and sums of
+    their rows' hashes. A grown bucket's row count must be its old count plus the added rows, so
+    a row repeated in the new version makes the bucket a rewrite, never an append that loses it.
+    """
     columns = [*spec.columns, BUCKET]
 
-    def summary(frame: pl.DataFrame) -> pl.DataFrame:
-        if frame.height == 0:
-            return pl.DataFrame(schema={BUCKET: pl.Int32, "n": pl.UInt32, "lo": pl.Int64, "hi": pl.Int64})
-        hashed = frame.select(columns).with_columns(_h=frame.select(columns).hash_rows(seed=7))
-        return hashed.group_by(BUCKET).agg(
+    def hashed(frame: pl.DataFrame) -> pl.DataFrame:
+        return frame.select(BUCKET).with_columns(_h=frame.select(columns).hash_rows(seed=7))
+
+    def summary(rows: pl.DataFrame) -> pl.DataFrame:
+        return rows.group_by(BUCKET).agg(
             pl.len().alias("n"),
             (pl.col("_h") % (1 << 32)).cast(pl.Int64).sum().alias("lo"),
             (pl.col("_h") // (1 << 32)).cast(pl.Int64).sum().alias("hi"),
         )
 
-    joined = summary(old).join(summary(new), on=BUCKET, how="full", coalesce=True, suffix="_new")
+    old_rows, new_rows = hashed(old), hashed(new).with_row_index("_row")
+    joined = summary(old_rows).join(summary(new_rows.drop("_row")), on=BUCKET, how="full", coalesce=True,
+                                    suffix="_new")
     differs = joined.filter(
         (pl.col("n") != pl.col("n_new")).fill_null(True)
         | (pl.col("lo") != pl.col("lo_new")).fill_null(True)
         | (pl.col("hi") != pl.col("hi_new")).fill_null(True)
     )
-    return set(differs.get_column(BUCKET).to_list())
+    changed = set(differs.get_column(BUCKET).to_list())
+    if not changed:
+        return changed, new.clear()
+    scope = sorted(changed)
+    old_rows, new_rows = old_rows.filter(pl.col(BUCKET).is_in(scope)), new_rows.filter(pl.col(BUCKET).is_in(scope))
+    # A row's bucket follows from its columns, so equal hashes are in the same bucket.
+    shrunk = old_rows.join(new_rows, on="_h", how="anti").get_column(BUCKET).unique().to_list()
+    added = new_rows.filter(~pl.col(BUCKET).is_in(shrunk)).join(old_rows.select("_h"), on="_h", how="anti")
+    counts = (
+        differs.filter(~pl.col(BUCKET).is_in(shrunk))
+        .join(added.group_by(BUCKET).agg(pl.len().alias("n_added")), on=BUCKET, how="left")
+        .filter((pl.col("n_added") > 0) & (pl.col("n_new") == pl.col("n").fill_null(0) + pl.col("n_added")))
+    )
+    grown = counts.get_column(BUCKET).to_list()
+    rows = added.filter(pl.col(BUCKET).is_in(grown)).get_column("_row")
+    return changed, new.select(pl.all().gather(rows))
 
 
 def worth_a_presence_check(n_read: int, n_buckets: int) -> bool:

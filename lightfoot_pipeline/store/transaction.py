@@ -42,15 +42,13 @@ from lightfoot_pipeline.store.log import (
     EXACT_VERSION, LOG_SCHEMA, ConcurrentCommitError, Manifest, StoreError, conflicts_as,
 )
 from lightfoot_pipeline.store.recovery import create_table
-from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, changed_buckets, conform, spec_for, worth_a_presence_check
+from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, conform, spec_for, worth_a_presence_check
+from lightfoot_pipeline.store.write_plan import MAX_FILES_PER_BUCKET, WritePlan, plan_writes
 
 # Tables written at once by one commit. Each holds an Arrow copy of its rows while it is written, so
 # a commit of more than LARGE_COMMIT_ROWS rows writes fewer at a time.
 WRITE_THREADS = 4
 LARGE_COMMIT_ROWS = 500_000
-# A bucket made of this many files is rewritten whole rather than appended to once more, so that
-# appends never leave a bucket in more files than this (each is opened on every read of it).
-MAX_FILES_PER_BUCKET = 8
 
 
 class Transaction:
@@ -204,10 +202,10 @@ class Transaction:
         ``remove`` is a predicate over the table's columns, or a mask over the frame that
         :meth:`table` or the staged rows currently are; it reaches only the buckets read so far,
         so read the buckets of the rows to drop first (:meth:`rows`). Added rows need no read: a
-        bucket that was read is compared and rewritten at commit, and one that was not gets the
-        added rows appended, so a batch of new documents writes what it adds and reads nothing
-        of the buckets it lands in. Only the buckets of dropped and added rows are compared at
-        commit, so small changes to large tables cost little.
+        bucket that was not read gets the added rows appended, so a batch of new documents writes
+        what it adds and reads nothing of the buckets it lands in; a bucket that was read is
+        compared at commit, and appended to as well if it only grew (write_plan.py). Only the
+        buckets of dropped and added rows are compared, so small changes to large tables cost little.
         """
         spec = spec_for(name)
         self._start(name)
@@ -230,39 +228,18 @@ class Transaction:
 
     def pending(self) -> dict[str, list[int]]:
         """Buckets that a commit now would write, per table."""
-        return {name: sorted(set(rewrite) | set(append)) for name, (rewrite, append) in self._plan().items()}
+        return {name: sorted(set(plan.rewrite) | set(plan.append)) for name, plan in self._plan().items()}
 
-    def _plan(self) -> dict[str, tuple[list[int], list[int]]]:
-        """Per changed table: the buckets to rewrite (read, and changed), and those to append to.
-
-        A bucket that was never read and got rows is appended to: its staged rows are exactly the
-        added ones, and the rows already stored there stay as they are.
-        """
+    def _plan(self) -> dict[str, WritePlan]:
+        """Per changed table, what a commit writes (write_plan.py)."""
         out = {}
         for name, frame in self._working.items():
-            original = self._original[name]
-            if frame is original:
+            if frame is self._original[name]:
                 continue
-            touched, loaded = self._touched.get(name), self._loaded.get(name)
-            if touched is not None and not touched:
-                continue
-            if touched is None or loaded is None:
-                scope, append = None if touched is None else sorted(touched), []
-            else:
-                scope = sorted(touched & loaded)
-                append = sorted(touched - loaded)
-                if append:
-                    present = set(frame.filter(pl.col(BUCKET).is_in(append)).get_column(BUCKET).unique().to_list())
-                    append = [b for b in append if b in present]
-            if scope is None:
-                changed = changed_buckets(original, frame, spec_for(name))
-            else:
-                changed = changed_buckets(
-                    original.filter(pl.col(BUCKET).is_in(scope)), frame.filter(pl.col(BUCKET).is_in(scope)),
-                    spec_for(name),
-                ) if scope else set()
-            if changed or append:
-                out[name] = (sorted(changed), append)
+            plan = plan_writes(spec_for(name), self._original[name], frame, self._touched.get(name),
+                               self._loaded.get(name), lambda name=name: self.store.files_per_bucket(name, self.manifest))
+            if plan is not None:
+                out[name] = plan
         return out
 
     def commit(self, operation: str, details: dict | None = None) -> Manifest:
@@ -274,25 +251,30 @@ class Transaction:
             )
         versions = dict(self.manifest.versions)
         self._read_crowded_buckets()
-        pending = sorted(self._plan().items())
-        written = {name: len(rewrite) + len(append) for name, (rewrite, append) in pending}
+        # The smallest write is the one written alone (see below); the others start largest first, so
+        # that the longest does not start last.
+        def rows_written(item: tuple[str, WritePlan]) -> tuple[int, str]:
+            name, plan = item
+            return (self._working[name].height if plan.rewrite else 0) + plan.added.height, name
+
+        pending = sorted(self._plan().items(), key=rows_written)
+        pending = pending[:1] + pending[:0:-1]
+        written = {name: len(plan.rewrite) + len(plan.append) for name, plan in pending}
         counts = {name: self.count(name) for name in written}
         for name in written:  # the rows as read are compared now: let them go before the writes copy rows
             self._original[name] = self._working[name]
         # The first table is written alone: of two writers racing on the same tables, the one that
         # loses it stops there. The rest are independent until the log row names them and are written
         # in parallel (delta-rs releases the GIL); a failure leaves the log untouched.
-        def write(name: str, plan: tuple[list[int], list[int]]) -> int:
-            rewrite, append = plan
+        def write(name: str, plan: WritePlan) -> int:
             version = self._heads.get(name)
-            if rewrite:
+            if plan.rewrite:
                 rows = self._working[name]
-                if not set(rows.get_column(BUCKET).unique().to_list()) <= set(rewrite):
-                    rows = rows.filter(pl.col(BUCKET).is_in(rewrite))
-                version = self._write_table(spec_for(name), rows, rewrite)
-            if append:
-                rows = self._working[name].filter(pl.col(BUCKET).is_in(append))
-                version = self._write_table(spec_for(name), rows, append, append=True)
+                if not set(rows.get_column(BUCKET).unique().to_list()) <= set(plan.rewrite):
+                    rows = rows.filter(pl.col(BUCKET).is_in(plan.rewrite))
+                version = self._write_table(spec_for(name), rows, plan.rewrite)
+            if plan.append:
+                version = self._write_table(spec_for(name), plan.added, plan.append, append=True)
             return version
 
         if pending:
@@ -300,7 +282,7 @@ class Transaction:
         large = sum(self._working[name].height for name, _ in pending) > LARGE_COMMIT_ROWS
         with ThreadPoolExecutor(max_workers=WRITE_THREADS // 2 if large else WRITE_THREADS,
                                 thread_name_prefix="commit") as pool:
-            futures = {name: pool.submit(write, name, buckets) for name, buckets in pending[1:]}
+            futures = {name: pool.submit(write, name, plan) for name, plan in pending[1:]}
             for name, future in futures.items():
                 versions[name] = future.result()
         rows = dict(self.manifest.details.get("rows") or {})

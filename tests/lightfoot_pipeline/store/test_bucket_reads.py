@@ -146,7 +146,7 @@ def test_rows_added_to_an_unread_bucket_keep_the_rows_already_there(tmp_path):
 
 
 def test_appends_never_leave_a_bucket_in_more_files_than_the_bound(tmp_path):
-    from lightfoot_pipeline.store.transaction import MAX_FILES_PER_BUCKET
+    from lightfoot_pipeline.store.write_plan import MAX_FILES_PER_BUCKET
 
     store = Store(str(tmp_path / "store"), n_buckets=1)
     schema = pl.from_arrow(DOCUMENTS.schema.empty_table()).schema

@@ -1,0 +1,81 @@
+"""A commit appends to a read bucket that only grew, and rewrites one that lost or changed a row.
+
+What is stored is the staged rows either way; the difference is how many files a bucket is made
+of, which stays within MAX_FILES_PER_BUCKET.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.tables import DOCUMENTS, bucket_changes, with_buckets
+from lightfoot_pipeline.store.write_plan import MAX_FILES_PER_BUCKET
+
+SCHEMA = pl.from_arrow(DOCUMENTS.schema.empty_table()).schema
+
+
+def documents(*ids: str, title: str = "t") -> pl.DataFrame:
+    frame = pl.DataFrame({"doc_id": list(ids), "title": title, "source": "s", "content_hash": "h",
+                          "n_passages": 1, "retention_until": None}, schema=SCHEMA)
+    return with_buckets(frame, DOCUMENTS, 1)
+
+
+def stored(store: Store) -> list[tuple]:
+    return sorted(Store(store.uri).read(DOCUMENTS.name).drop("bucket").rows())
+
+
+def files(store: Store) -> int:
+    reader = Store(store.uri)
+    return reader.files_per_bucket(DOCUMENTS.name, reader.manifest())[0]
+
+
+def test_bucket_changes_finds_the_rows_a_bucket_only_gained():
+    old = documents("a", "b")
+    new = pl.concat([old, documents("c")])
+    changed, added = bucket_changes(old, new, DOCUMENTS)
+    assert changed == {0} and added.get_column("doc_id").to_list() == ["c"]
+    # A changed row: the bucket did not only grow, nothing is offered for appending.
+    changed, added = bucket_changes(old, pl.concat([documents("a"), documents("b", title="u"), documents("c")]),
+                                    DOCUMENTS)
+    assert changed == {0} and added.height == 0
+    # A row staged twice: the count gives it away, so the bucket is rewritten, not appended to.
+    changed, added = bucket_changes(old, pl.concat([old, documents("a")]), DOCUMENTS)
+    assert changed == {0} and added.height == 0
+    assert bucket_changes(old, old.reverse(), DOCUMENTS)[0] == set()
+
+
+def test_a_read_bucket_that_only_grew_is_appended_to_and_one_that_changed_is_rewritten(tmp_path):
+    store = Store(str(tmp_path / "store"), n_buckets=1)
+    with store.transaction() as tx:
+        tx.update(DOCUMENTS.name, add=documents("a", "b"))
+        tx.commit("seed")
+    assert files(store) == 1
+    with Store(store.uri).transaction() as tx:
+        assert tx.rows(DOCUMENTS.name, "doc_id", ["a"]).height == 1  # the bucket is read
+        tx.update(DOCUMENTS.name, add=documents("c"))
+        plan = tx._plan()[DOCUMENTS.name]
+        assert plan.rewrite == [] and plan.append == [0] and plan.added.get_column("doc_id").to_list() == ["c"]
+        tx.commit("grow")
+    assert files(store) == 2
+    assert [r[0] for r in stored(store)] == ["a", "b", "c"]
+    with Store(store.uri).transaction() as tx:
+        tx.rows(DOCUMENTS.name, "doc_id", ["b"])
+        tx.update(DOCUMENTS.name, remove=pl.col("doc_id") == "b", add=documents("b", title="u"))
+        assert tx._plan()[DOCUMENTS.name].rewrite == [0]
+        tx.commit("change")
+    assert files(store) == 1
+    assert stored(store) == sorted(documents("a", "c").drop("bucket").rows() + documents("b", title="u").drop("bucket").rows())
+
+
+def test_a_read_bucket_grown_again_and_again_stays_within_the_file_bound(tmp_path):
+    store = Store(str(tmp_path / "store"), n_buckets=1)
+    counts = []
+    for i in range(2 * MAX_FILES_PER_BUCKET):
+        with Store(store.uri).transaction() as tx:
+            tx.rows(DOCUMENTS.name, "doc_id", [f"d{i}"])
+            tx.update(DOCUMENTS.name, add=documents(f"d{i}"))
+            tx.commit(f"add {i}")
+        counts.append(files(store))
+    assert max(counts) == MAX_FILES_PER_BUCKET - 1 and counts.count(1) >= 2
+    assert [r[0] for r in stored(store)] == sorted(f"d{i}" for i in range(2 * MAX_FILES_PER_BUCKET))
