@@ -287,6 +287,34 @@ def bucket_changes(old: pl.DataFrame, new: pl.DataFrame, spec: TableSpec) -> tup
     return changed, new.select(pl.all().gather(rows))
 
 
+def net_changes(removed: pl.DataFrame, added: pl.DataFrame, spec: TableSpec) -> tuple[set[int], set[int], pl.DataFrame]:
+    """What a transaction's removals and additions amount to, from those rows alone: the buckets
+    whose rows changed, those of them that lost a row, and the rows added to the others.
+
+    A row removed and added again (a derived row recomputed to the same values) cancels out, as
+    do a row added and removed again; rows are told apart by a 64-bit hash of all their columns,
+    as in :func:`bucket_changes`, and counted, so a row added twice is added twice. A row with
+    some copies removed and more added makes its bucket one that lost a row (it is rewritten).
+    """
+    columns = [*spec.columns, BUCKET]
+
+    def counted(frame: pl.DataFrame, what: str) -> pl.DataFrame:
+        hashed = frame.select(BUCKET).with_columns(_h=frame.select(columns).hash_rows(seed=7))
+        return hashed.group_by("_h").agg(pl.first(BUCKET), pl.len().cast(pl.Int64).alias(what))
+
+    net = (
+        counted(added, "n_added").join(counted(removed, "n_removed"), on="_h", how="full", coalesce=True)
+        .with_columns(pl.coalesce(BUCKET, f"{BUCKET}_right").alias(BUCKET),
+                      pl.col("n_added").fill_null(0), pl.col("n_removed").fill_null(0))
+        .filter(pl.col("n_added") != pl.col("n_removed"))
+    )
+    changed = set(net.get_column(BUCKET).to_list())
+    shrunk = set(net.filter(pl.col("n_removed") > 0).get_column(BUCKET).to_list())
+    gained = net.filter(~pl.col(BUCKET).is_in(sorted(shrunk))).get_column("_h")
+    rows = added.with_row_index("_row").filter(added.select(columns).hash_rows(seed=7).is_in(gained.implode()))
+    return changed, shrunk, rows.drop("_row")
+
+
 def worth_a_presence_check(n_read: int, n_buckets: int) -> bool:
     """Whether a lookup that would read ``n_read`` buckets first reads the looked-up column whole,
     to read only the buckets of the values the table holds (a batch of new documents then reads

@@ -80,6 +80,9 @@ class Transaction:
         self._loaded: dict[str, set[int] | None] = {}
         # Buckets each table's staged changes may touch; None means "compare every bucket".
         self._touched: dict[str, set[int] | None] = {}
+        # The rows each table's staged changes removed and added, so that a commit finds what
+        # changed from them rather than by comparing every bucket read; None after put().
+        self._changes: dict[str, tuple[list[pl.DataFrame], list[pl.DataFrame]] | None] = {}
         # Committed columns read whole to tell which looked-up values a table holds (see rows).
         self._columns: dict[tuple[str, str], pl.Series] = {}
         # What the index is built with (embedder, thresholds); carried from commit to commit.
@@ -102,6 +105,7 @@ class Transaction:
             self._original[name] = self._working[name] = frame
             self._loaded[name] = set()
             self._touched[name] = set()
+            self._changes[name] = ([], [])
 
     def load(self, name: str, buckets: Iterable[int]) -> None:
         """Read the given buckets of a table into the transaction (those not read yet)."""
@@ -195,6 +199,7 @@ class Transaction:
         self.table(name)
         self._working[name] = frame.select([*spec.columns, BUCKET])
         self._touched[name] = None
+        self._changes[name] = None
 
     def update(self, name: str, remove: pl.Series | pl.Expr | None = None, add: pl.DataFrame | None = None) -> None:
         """Stage a change: drop the staged rows that ``remove`` selects, then add ``add``.
@@ -216,13 +221,18 @@ class Transaction:
             if mask.len() != current.height:
                 raise ValueError(f"a removal mask over {mask.len()} rows given for {current.height} staged rows of {name!r}")
             if mask.any():
-                touched.update(current.filter(mask).get_column(BUCKET).unique().to_list())
+                dropped = current.filter(mask)
+                touched.update(dropped.get_column(BUCKET).unique().to_list())
                 current = current.filter(~mask)
+                if self._changes[name] is not None:
+                    self._changes[name][0].append(dropped)
         self._working[name] = current
         if add is not None and add.height:
             add = add.select([*spec.columns, BUCKET]).cast(spec.empty().schema)
             touched.update(add.get_column(BUCKET).unique().to_list())
             self._working[name] = pl.concat([self._working[name], add])
+            if self._changes[name] is not None:
+                self._changes[name][1].append(add)
         previous = self._touched[name]
         self._touched[name] = None if previous is None else previous | touched
 
@@ -237,7 +247,8 @@ class Transaction:
             if frame is self._original[name]:
                 continue
             plan = plan_writes(spec_for(name), self._original[name], frame, self._touched.get(name),
-                               self._loaded.get(name), lambda name=name: self.store.files_per_bucket(name, self.manifest))
+                               self._loaded.get(name), self._changes.get(name),
+                               lambda name=name: self.store.files_per_bucket(name, self.manifest))
             if plan is not None:
                 out[name] = plan
         return out
@@ -303,6 +314,7 @@ class Transaction:
                 self._working[name] = self._working[name].filter(pl.col(BUCKET).is_in(sorted(loaded)))
         self._original = dict(self._working)
         self._touched = {name: set() for name in self._working}
+        self._changes = {name: ([], []) for name in self._working}
         self._columns.clear()
         return manifest
 

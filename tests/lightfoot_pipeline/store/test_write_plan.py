@@ -79,3 +79,30 @@ def test_a_read_bucket_grown_again_and_again_stays_within_the_file_bound(tmp_pat
         counts.append(files(store))
     assert max(counts) == MAX_FILES_PER_BUCKET - 1 and counts.count(1) >= 2
     assert [r[0] for r in stored(store)] == sorted(f"d{i}" for i in range(2 * MAX_FILES_PER_BUCKET))
+
+
+def test_net_changes_cancel_a_row_removed_and_added_again_and_count_copies():
+    from lightfoot_pipeline.store.tables import net_changes
+
+    a, b = documents("a"), documents("b")
+    assert net_changes(a, a, DOCUMENTS)[0] == set()  # recomputed to the same values
+    changed, shrunk, gained = net_changes(DOCUMENTS.empty(), pl.concat([b, b]), DOCUMENTS)
+    assert changed == {0} and shrunk == set() and gained.height == 2  # added twice is added twice
+    # Removed once and added twice: its bucket is rewritten rather than sorted out copy by copy.
+    changed, shrunk, gained = net_changes(a, pl.concat([a, a]), DOCUMENTS)
+    assert changed == shrunk == {0} and gained.height == 0
+    changed, shrunk, _ = net_changes(a, documents("a", title="u"), DOCUMENTS)
+    assert changed == shrunk == {0}
+
+
+def test_a_transaction_that_recomputes_rows_to_the_same_values_writes_nothing(tmp_path):
+    store = Store(str(tmp_path / "store"), n_buckets=1)
+    with store.transaction() as tx:
+        tx.update(DOCUMENTS.name, add=documents("a", "b"))
+        tx.commit("seed")
+    with Store(store.uri).transaction() as tx:
+        tx.rows(DOCUMENTS.name, "doc_id", ["a", "b"])
+        tx.update(DOCUMENTS.name, remove=pl.col("doc_id").is_in(["a", "b"]), add=documents("a", "b"))
+        tx.update(DOCUMENTS.name, add=documents("z"))
+        tx.update(DOCUMENTS.name, remove=pl.col("doc_id") == "z")  # added and removed again
+        assert tx.pending() == {}
