@@ -321,3 +321,20 @@ def worth_a_presence_check(n_read: int, n_buckets: int) -> bool:
     none of theirs). A column read costs about what reading every bucket of it does, so it pays
     only for a lookup of a quarter of the buckets or more: a batch, never one document."""
     return n_read > max(8, n_buckets // 4)
+
+
+# A lookup of many values reads one bucket in PROBE_EVERY of theirs first; if the table holds looked-up
+# values in PROBE_HELD_SHARE of those or more, it reads them all instead of the looked-up column.
+PROBE_EVERY = 16
+PROBE_HELD_SHARE = 0.75
+
+
+def probe_of(unread: set[int]) -> list[int]:
+    """The buckets read first of a lookup worth a presence check (about one in PROBE_EVERY)."""
+    return sorted(unread)[::PROBE_EVERY]
+
+
+def held_nearly_everywhere(buckets_with_values: int, probe: list[int]) -> bool:
+    """Whether the looked-up values are in so many of the probed buckets that they are in nearly
+    every bucket: reading the looked-up column whole would then leave almost every bucket to read."""
+    return buckets_with_values >= PROBE_HELD_SHARE * len(probe)

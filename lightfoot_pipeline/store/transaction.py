@@ -8,11 +8,10 @@ version before it does anything else.
 
 **Commits are conditional, so racing writers lose no commit.** The check that nobody committed
 since the transaction read (store.py, "One writer at a time") is only a fast path; what makes a
-commit safe without a lock is that every step of it is a Delta commit of one exact version,
-written with no retry. Delta writes version N+1 of a table by creating
-``_delta_log/<N+1>.json`` only if it does not exist: an atomic rename on a local disk, a
-conditional PUT (``If-None-Match: *``) on S3 and S3-compatible stores, which deltalake 1.6 uses
-by default (it no longer has a DynamoDB locking provider). So:
+commit safe without a lock is that every step of it is a Delta commit of one exact version, written
+with no retry. Delta writes version N+1 of a table by creating ``_delta_log/<N+1>.json`` only if it
+does not exist: an atomic rename on a local disk, a conditional PUT (``If-None-Match: *``) on S3 and
+S3-compatible stores, which deltalake 1.6 uses by default (it has no DynamoDB locking provider). So:
 
 - a transaction notes each table's version when it starts (after recovery) and writes the table
   on top of exactly that version: if another writer wrote the table since, the write fails;
@@ -24,8 +23,8 @@ by default (it no longer has a DynamoDB locking provider). So:
 
 The guarantee needs a store that honours conditional PUTs (AWS S3 since August 2024, MinIO and
 Cloudflare R2 do; check any other S3-compatible server); on one that ignores them two writers can
-both create the same version, so keep a single writer there (the orchestrator's pool). deltalake 1.6 ignores the
-old ``AWS_S3_LOCKING_PROVIDER=dynamodb`` setting, so the store does not pass it on.
+both create the same version, so keep a single writer there (the orchestrator's pool). deltalake 1.6
+ignores the old ``AWS_S3_LOCKING_PROVIDER=dynamodb`` setting, so the store does not pass it on.
 """
 
 from __future__ import annotations
@@ -42,7 +41,9 @@ from lightfoot_pipeline.store.log import (
     EXACT_VERSION, LOG_SCHEMA, ConcurrentCommitError, Manifest, StoreError, conflicts_as,
 )
 from lightfoot_pipeline.store.recovery import create_table
-from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, conform, spec_for, worth_a_presence_check
+from lightfoot_pipeline.store.tables import (
+    BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, conform, held_nearly_everywhere, probe_of, spec_for, worth_a_presence_check,
+)
 from lightfoot_pipeline.store.write_plan import MAX_FILES_PER_BUCKET, WritePlan, plan_writes
 
 # Tables written at once by one commit. Each holds an Arrow copy of its rows while it is written, so
@@ -83,8 +84,10 @@ class Transaction:
         # The rows each table's staged changes removed and added, so that a commit finds what
         # changed from them rather than by comparing every bucket read; None after put().
         self._changes: dict[str, tuple[list[pl.DataFrame], list[pl.DataFrame]] | None] = {}
-        # Committed columns read whole to tell which looked-up values a table holds (see rows).
+        # Committed columns read whole to tell which looked-up values a table holds, and the columns
+        # whose values a table was found to hold in nearly every bucket (see rows).
         self._columns: dict[tuple[str, str], pl.Series] = {}
+        self._dense: set[tuple[str, str]] = set()
         # What the index is built with (embedder, thresholds); carried from commit to commit.
         self.config: dict = dict(manifest.config)
 
@@ -151,12 +154,28 @@ class Transaction:
             if loaded is not None and worth_a_presence_check(len(buckets - loaded), self.n_buckets):
                 # Many buckets to read: read those of the values the table holds, and not those of
                 # values that are new to it (a batch of new documents, new names).
-                buckets = self.buckets_of(self._committed_among(name, column, wanted))
+                buckets = self._buckets_holding(name, column, wanted, buckets - loaded)
             self.load(name, buckets)
         elif self.loaded(name) is not None:
             raise ValueError(f"table {name!r} is bucketed by {spec.bucket_by!r}: rows by {column!r} need tx.table()")
         frame = self._working[name]
         return frame.filter(pl.col(column).is_in(wanted)) if wanted else frame.clear()
+
+    def _buckets_holding(self, name: str, column: str, values: list[str], unread: set[int]) -> set[int]:
+        """Of the unread buckets of many looked-up values, those of the values the table holds. The first
+        such lookup of a column reads a few buckets first (tables.probe_of): if they nearly all hold values,
+        every bucket is read, then and later, rather than the column whole; otherwise the column tells
+        which values the table holds (a batch's new documents and facts)."""
+        key = (name, column)
+        if key not in self._columns and key not in self._dense:
+            probe = probe_of(unread)
+            self.load(name, probe)
+            hits = self._original[name].filter(pl.col(BUCKET).is_in(probe) & pl.col(column).is_in(values))
+            if held_nearly_everywhere(hits.get_column(BUCKET).n_unique(), probe):
+                self._dense.add(key)
+        if key in self._dense:
+            return unread
+        return self.buckets_of(self._committed_among(name, column, values))
 
     def _committed_among(self, name: str, column: str, values: list[str]) -> list[str]:
         """The values that the committed table holds in ``column`` (the column is read once per transaction)."""
@@ -296,13 +315,10 @@ class Transaction:
             futures = {name: pool.submit(write, name, plan) for name, plan in pending[1:]}
             for name, future in futures.items():
                 versions[name] = future.result()
-        rows = dict(self.manifest.details.get("rows") or {})
-        rows.update(counts)
+        rows = {**(self.manifest.details.get("rows") or {}), **counts}
         details = {**(details or {}), "buckets_written": written, "config": self.config, "rows": rows,
                    "layout": {"version": LAYOUT_VERSION, "n_buckets": self.n_buckets}}
-        manifest = self._append_log(
-            self.manifest.seq + 1, operation, versions, details, read_at=self.manifest.log_version
-        )
+        manifest = self._append_log(self.manifest.seq + 1, operation, versions, details, read_at=self.manifest.log_version)
         for name in written:
             if self._loaded[name] is None:
                 self.store._remember(name, versions[name], self._working[name])
@@ -316,6 +332,7 @@ class Transaction:
         self._touched = {name: set() for name in self._working}
         self._changes = {name: ([], []) for name in self._working}
         self._columns.clear()
+        self._dense.clear()
         return manifest
 
     def _read_crowded_buckets(self) -> None:

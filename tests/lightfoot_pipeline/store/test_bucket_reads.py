@@ -22,7 +22,7 @@ from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.store.log import StoreLayoutError
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
-    BUCKET, DOCUMENTS, FORMS, INDEX_TABLES, LAYOUT_VERSION, all_specs, bucket_of, with_buckets,
+    BUCKET, DOCUMENTS, FORMS, INDEX_TABLES, LAYOUT_VERSION, PROBE_EVERY, all_specs, bucket_of, with_buckets,
 )
 from lightfoot_pipeline.store.transaction import Transaction
 
@@ -93,8 +93,9 @@ def test_a_one_document_ingest_reads_only_its_buckets_and_the_band_keys(built):
 
 
 def test_a_batch_of_new_documents_reads_none_of_their_buckets_and_appends_its_rows(built, names_corpus):
-    """Sixty new documents land in most of the 64 buckets: the store reads the doc_id column once
-    instead, finds none of them, and appends their rows to the buckets it never read."""
+    """Sixty new documents land in most of the 64 buckets: the store reads a probe of one bucket in
+    PROBE_EVERY, finds none of them there, so reads the doc_id column once instead of the rest,
+    finds none of them, and appends their rows to the buckets it never read."""
     root, uri, documents, records = built
     uri = _copy(root, uri, "ingest-batch")
     more, more_records = names_corpus(60, seed=5)
@@ -104,8 +105,9 @@ def test_a_batch_of_new_documents_reads_none_of_their_buckets_and_appends_its_ro
     report = pipeline.ingest(store, more, ReplayExtractor(more_records), EMBEDDER)
 
     assert report.ingested == 60
+    probe = -(-BUCKETS // PROBE_EVERY)
     for name in ("documents", "passages", "extractions", "document_keys"):
-        assert store.buckets_read.get(name, 0) == 0, name
+        assert store.buckets_read.get(name, 0) <= probe, name
         assert store.columns_read.get(name, 0) >= 1, name
     assert Store(uri).read(DOCUMENTS.name).height == 210
     every, every_records = [*documents[:150], *more], {**records, **more_records}

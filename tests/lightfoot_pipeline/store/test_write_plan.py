@@ -106,3 +106,26 @@ def test_a_transaction_that_recomputes_rows_to_the_same_values_writes_nothing(tm
         tx.update(DOCUMENTS.name, add=documents("z"))
         tx.update(DOCUMENTS.name, remove=pl.col("doc_id") == "z")  # added and removed again
         assert tx.pending() == {}
+
+
+def test_a_lookup_of_values_held_in_nearly_every_bucket_reads_them_without_the_column(tmp_path):
+    from lightfoot_pipeline.store.tables import PROBE_EVERY
+
+    ids = [f"d{i}" for i in range(640)]
+    store = Store(str(tmp_path / "store"), n_buckets=64)
+    with store.transaction() as tx:
+        tx.update(DOCUMENTS.name, add=with_buckets(documents(*ids).drop("bucket"), DOCUMENTS, 64))
+        tx.commit("seed")
+    dense = Store(store.uri)
+    with dense.transaction() as tx:
+        assert tx.rows(DOCUMENTS.name, "doc_id", ids[::3] + ["new-1"]).height == len(ids[::3])
+        assert tx.rows(DOCUMENTS.name, "doc_id", ids[1::3]).height == len(ids[1::3])
+    assert dense.columns_read.get(DOCUMENTS.name, 0) == 0 and dense.buckets_read[DOCUMENTS.name] == 64
+    # Values the table mostly lacks: after the probe, the column is read once, for both lookups.
+    sparse = Store(store.uri)
+    wanted = [f"new-{i}" for i in range(300)] + ["d7"]
+    with sparse.transaction() as tx:
+        assert tx.rows(DOCUMENTS.name, "doc_id", wanted).height == 1
+        assert tx.rows(DOCUMENTS.name, "doc_id", wanted[100:]).height == 1
+    assert sparse.columns_read[DOCUMENTS.name] == 1
+    assert sparse.buckets_read[DOCUMENTS.name] <= -(-64 // PROBE_EVERY) + 1
