@@ -89,21 +89,23 @@ def link_added_names(
         # table less those and the added names is the live one. It is read past the transaction,
         # which then holds only the rows it adds.
         stored = tx.store.read(NAME_SKETCHES.name, tx.manifest, remember=False)
-    stored_by_type = stored.partition_by("type", as_dict=True)
+    # Taken apart once; each type's rows are then picked out of the arrays, not out of the frame.
+    stored_high, stored_marks = decode_keys(stored, rule.banding)
+    stored_types = stored.get_column("type")
     frames, new_rows = [], []
     for (type_,), group in sorted(added.partition_by("type", as_dict=True).items()):
         new_names = sorted(group.get_column("name").to_list())
         new_vectors = name_vectors.vectors(new_names)
         new_keys = rule.keys(new_names, new_vectors)
         new_rows.append(key_frame(type_, new_names, new_keys, rule.banding))
-        old = stored_by_type.get((type_,), NAME_SKETCHES.empty())
-        old_high, old_marks = decode_keys(old, rule.banding)
+        of_type = np.flatnonzero((stored_types == type_).to_numpy())
+        old_high, old_marks = stored_high[of_type], stored_marks[of_type]
         _, j = near_between_parts(split_keys(new_keys, rule.banding), (old_high, old_marks), rule.banding,
                                   rule.threshold)
         colliding = np.unique(j)
         # Stored rows of removed or added names are not live ones: dropped here, among the few that
         # collide, rather than from every stored row beforehand.
-        candidates = old.get_column("name").gather(colliding)
+        candidates = stored.get_column("name").gather(of_type[colliding])
         live = ~candidates.is_in(gone.filter(pl.col("type") == type_).get_column("name").implode()).to_numpy()
         colliding, old_names = colliding[live], candidates.filter(pl.Series(live)).to_list()
         old_vectors = name_vectors.vectors(old_names) if old_names else np.zeros((0, new_vectors.shape[1]), np.float32)
