@@ -297,13 +297,16 @@ def net_changes(removed: pl.DataFrame, added: pl.DataFrame, spec: TableSpec) -> 
     some copies removed and more added makes its bucket one that lost a row (it is rewritten).
     """
     columns = [*spec.columns, BUCKET]
+    added_hashes = added.select(columns).hash_rows(seed=7)
 
-    def counted(frame: pl.DataFrame, what: str) -> pl.DataFrame:
-        hashed = frame.select(BUCKET).with_columns(_h=frame.select(columns).hash_rows(seed=7))
-        return hashed.group_by("_h").agg(pl.first(BUCKET), pl.len().cast(pl.Int64).alias(what))
+    def counted(frame: pl.DataFrame, hashes: pl.Series, what: str) -> pl.DataFrame:
+        return (frame.select(BUCKET).with_columns(_h=hashes)
+                .group_by("_h").agg(pl.first(BUCKET), pl.len().cast(pl.Int64).alias(what)))
 
     net = (
-        counted(added, "n_added").join(counted(removed, "n_removed"), on="_h", how="full", coalesce=True)
+        counted(added, added_hashes, "n_added")
+        .join(counted(removed, removed.select(columns).hash_rows(seed=7), "n_removed"), on="_h", how="full",
+              coalesce=True)
         .with_columns(pl.coalesce(BUCKET, f"{BUCKET}_right").alias(BUCKET),
                       pl.col("n_added").fill_null(0), pl.col("n_removed").fill_null(0))
         .filter(pl.col("n_added") != pl.col("n_removed"))
@@ -311,8 +314,7 @@ def net_changes(removed: pl.DataFrame, added: pl.DataFrame, spec: TableSpec) -> 
     changed = set(net.get_column(BUCKET).to_list())
     shrunk = set(net.filter(pl.col("n_removed") > 0).get_column(BUCKET).to_list())
     gained = net.filter(~pl.col(BUCKET).is_in(sorted(shrunk))).get_column("_h")
-    rows = added.with_row_index("_row").filter(added.select(columns).hash_rows(seed=7).is_in(gained.implode()))
-    return changed, shrunk, rows.drop("_row")
+    return changed, shrunk, added.filter(added_hashes.is_in(gained.implode()))
 
 
 def worth_a_presence_check(n_read: int, n_buckets: int) -> bool:

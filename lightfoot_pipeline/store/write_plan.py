@@ -49,7 +49,7 @@ def plan_writes(
     if touched is not None and not touched:
         return None
     if changes is not None and touched is not None:
-        return _plan_from_changes(spec, staged, loaded, changes, files_per_bucket)
+        return _plan_from_changes(spec, loaded, changes, files_per_bucket)
     if touched is None or loaded is None:
         scope, append = None if touched is None else sorted(touched), []
     else:
@@ -80,7 +80,7 @@ def plan_writes(
 
 
 def _plan_from_changes(
-    spec: TableSpec, staged: pl.DataFrame, loaded: set[int] | None,
+    spec: TableSpec, loaded: set[int] | None,
     changes: tuple[list[pl.DataFrame], list[pl.DataFrame]], files_per_bucket: Callable[[], dict[int, int]],
 ) -> WritePlan | None:
     """plan_writes from the removed and added rows. A bucket that lost a row was read (a removal
