@@ -227,7 +227,7 @@ class Transaction:
         :meth:`table` or the staged rows currently are; it reaches only the buckets read so far,
         so read the buckets of the rows to drop first (:meth:`rows`). Added rows need no read: a
         bucket that was not read gets the added rows appended, so a batch of new documents writes
-        what it adds and reads nothing of the buckets it lands in; a bucket that was read is
+        what it adds and reads few of the buckets it lands in (see rows); a bucket that was read is
         compared at commit, and appended to as well if it only grew (write_plan.py). Only the
         buckets of dropped and added rows are compared, so small changes to large tables cost little.
         """
