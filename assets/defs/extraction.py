@@ -18,7 +18,7 @@ import polars as pl
 from assets.keys import EXTRACTION_CACHE, EXTRACTIONS, PASSAGES
 from assets.partitions import PER_DOCUMENT
 from assets.provenance import (
-    CODE_VERSION, EXTRACTION_POOL, add_document_metadata, column_schema, commit_if_changed, store_metadata,
+    CODE_VERSION, EXTRACTION_POOL, STORE_POOL, add_document_metadata, column_schema, commit_if_changed, store_metadata,
 )
 from assets.resources import ExtractorResource, StoreResource
 from lightfoot_pipeline.index.documents import derive_forms, record_extractions
@@ -270,20 +270,26 @@ def forms(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Materia
 
 
 @dg.sensor(minimum_interval_seconds=300, default_status=dg.DefaultSensorStatus.RUNNING)
-def extraction_pool(context: dg.SensorEvaluationContext) -> dg.SkipReason:
-    """Keeps the ``lightfoot_extraction`` pool at LIGHTFOOT_EXTRACTION_SLOTS slots.
+def pool_limits(context: dg.SensorEvaluationContext) -> dg.SkipReason:
+    """Keeps the pools' limits in the instance's storage: ``lightfoot_store`` at one slot,
+    ``lightfoot_extraction`` at LIGHTFOOT_EXTRACTION_SLOTS.
 
-    The instance's configuration (dagster.yaml, the Helm values) gives every pool one slot by
-    default, which keeps ``lightfoot_store`` to one writer; a wider pool's limit lives in the
-    instance's storage, so this sensor sets it there (as ``dagster instance concurrency set``
-    does) whenever it differs from the setting. It never asks for a run.
+    A pool's own limit lives in the instance's storage (``dagster instance concurrency set`` sets
+    it there). The configuration's default (dagster.yaml, the Helm values: one slot) is applied
+    only when a step first claims a pool, and two runs whose store steps first claim it at the same
+    moment can each apply it and each get a slot (seen on SQLite): two store writers at once. So
+    this sensor sets the store pool too, before runs claim it, and whenever either limit differs
+    from its setting. It never asks for a run.
     """
-    slots = extraction_slots()
     storage = context.instance.event_log_storage
     if not storage.supports_global_concurrency_limits:
         return dg.SkipReason("this instance's storage keeps no pool limits")
-    current = storage.get_concurrency_info(EXTRACTION_POOL).slot_count
-    if current == slots:
-        return dg.SkipReason(f"pool {EXTRACTION_POOL} has {slots} slots")
-    storage.set_concurrency_slots(EXTRACTION_POOL, slots)
-    return dg.SkipReason(f"pool {EXTRACTION_POOL} set from {current} to {slots} slots")
+    said = []
+    for pool, slots in ((STORE_POOL, 1), (EXTRACTION_POOL, extraction_slots())):
+        current = storage.get_concurrency_info(pool).slot_count
+        if current == slots:
+            said.append(f"pool {pool} has {slots} slots")
+        else:
+            storage.set_concurrency_slots(pool, slots)
+            said.append(f"pool {pool} set from {current} to {slots} slots")
+    return dg.SkipReason("; ".join(said))

@@ -83,7 +83,7 @@ def test_jobs_sensors_and_schedules(defs):
     assert {j.name for j in defs.jobs} == {"document_ingestion", "document_deletion", "source_sync_job", "relink_graph"}
     sensors = {s.name: s for s in defs.sensors}
     assert set(sensors) == {"document_inbox", "erasure_inbox", "deleted_partitions", "lightfoot_automation",
-                            "source_sync", "extraction_pool"}
+                            "source_sync", "pool_limits"}
     assert all(s.default_status == dg.DefaultSensorStatus.RUNNING for s in sensors.values())
     assert isinstance(sensors["lightfoot_automation"], dg.AutomationConditionSensorDefinition)
     schedules = {s.name: s for s in defs.schedules}

@@ -123,7 +123,9 @@ def test_two_concurrent_batches_ask_each_passage_once_and_commit_one_at_a_time(
 ):
     lightfoot = lightfoot_pooled
     monkeypatch.setenv("LIGHTFOOT_EXTRACTION_SLOTS", "2")
-    assert "set from" in lightfoot.tick("extraction_pool").skip_message  # the pool gets its two slots
+    said = lightfoot.tick("pool_limits").skip_message
+    assert "lightfoot_extraction set from 0 to 2" in said  # the model calls' pool gets its two slots
+    assert "lightfoot_store set from 0 to 1" in said  # the store's pool its one, before any step claims it
     both_asking = threading.Event()
 
     def answer(request):
