@@ -239,6 +239,11 @@ def conform(frame: pl.DataFrame, spec: TableSpec) -> pa.Table:
     return frame.select([*spec.columns, BUCKET]).to_arrow().cast(spec.arrow_schema)
 
 
+def row_hashes(frame: pl.DataFrame, spec: TableSpec) -> pl.Series:
+    """A 64-bit hash of each row's columns (bucket included): how two versions' rows are told apart."""
+    return frame.select([*spec.columns, BUCKET]).hash_rows(seed=7)
+
+
 def bucket_changes(old: pl.DataFrame, new: pl.DataFrame, spec: TableSpec) -> tuple[set[int], pl.DataFrame]:
     """Buckets whose rows differ between two versions of a table, and the rows added to those of
     them that only grew: every row they had is still there, so a commit can append the added rows
@@ -249,10 +254,8 @@ def bucket_changes(old: pl.DataFrame, new: pl.DataFrame, spec: TableSpec) -> tup
     their rows' hashes. A grown bucket's row count must be its old count plus the added rows, so
     a row repeated in the new version makes the bucket a rewrite, never an append that loses it.
     """
-    columns = [*spec.columns, BUCKET]
-
     def hashed(frame: pl.DataFrame) -> pl.DataFrame:
-        return frame.select(BUCKET).with_columns(_h=frame.select(columns).hash_rows(seed=7))
+        return frame.select(BUCKET).with_columns(_h=row_hashes(frame, spec))
 
     def summary(rows: pl.DataFrame) -> pl.DataFrame:
         return rows.group_by(BUCKET).agg(
@@ -296,8 +299,7 @@ def net_changes(removed: pl.DataFrame, added: pl.DataFrame, spec: TableSpec) -> 
     as in :func:`bucket_changes`, and counted, so a row added twice is added twice. A row with
     some copies removed and more added makes its bucket one that lost a row (it is rewritten).
     """
-    columns = [*spec.columns, BUCKET]
-    added_hashes = added.select(columns).hash_rows(seed=7)
+    added_hashes = row_hashes(added, spec)
 
     def counted(frame: pl.DataFrame, hashes: pl.Series, what: str) -> pl.DataFrame:
         return (frame.select(BUCKET).with_columns(_h=hashes)
@@ -305,7 +307,7 @@ def net_changes(removed: pl.DataFrame, added: pl.DataFrame, spec: TableSpec) -> 
 
     net = (
         counted(added, added_hashes, "n_added")
-        .join(counted(removed, removed.select(columns).hash_rows(seed=7), "n_removed"), on="_h", how="full",
+        .join(counted(removed, row_hashes(removed, spec), "n_removed"), on="_h", how="full",
               coalesce=True)
         .with_columns(pl.coalesce(BUCKET, f"{BUCKET}_right").alias(BUCKET),
                       pl.col("n_added").fill_null(0), pl.col("n_removed").fill_null(0))

@@ -44,7 +44,7 @@ from lightfoot_pipeline.store.recovery import create_table
 from lightfoot_pipeline.store.tables import (
     BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, conform, held_nearly_everywhere, probe_of, spec_for, worth_a_presence_check,
 )
-from lightfoot_pipeline.store.write_plan import MAX_FILES_PER_BUCKET, WritePlan, plan_writes
+from lightfoot_pipeline.store.write_plan import WritePlan, crowded, plan_writes
 
 # Tables written at once by one commit. Each holds an Arrow copy of its rows while it is written, so
 # a commit of more than LARGE_COMMIT_ROWS rows writes fewer at a time.
@@ -337,15 +337,14 @@ class Transaction:
 
     def _read_crowded_buckets(self) -> None:
         """Read the unread buckets that rows are to be appended to and that already hold
-        MAX_FILES_PER_BUCKET - 1 files or more: the commit then rewrites them in one file."""
+        MAX_FILES_PER_BUCKET - 1 files or more (write_plan.crowded): the commit then rewrites them in one file."""
         for name, touched in self._touched.items():
             loaded = self._loaded.get(name)
             if not touched or loaded is None or not touched - loaded:
                 continue
-            files = self.store.files_per_bucket(name, self.manifest)
-            crowded = {b for b in touched - loaded if files.get(b, 0) >= MAX_FILES_PER_BUCKET - 1}
-            if crowded:
-                self.load(name, crowded)
+            full = crowded(self.store.files_per_bucket(name, self.manifest)) & (touched - loaded)
+            if full:
+                self.load(name, full)
 
     def _write_table(self, spec: TableSpec, rows: pl.DataFrame, buckets: list[int], append: bool = False) -> int:
         """Replace the buckets' rows (or, with ``append``, add these rows to them) as the version right

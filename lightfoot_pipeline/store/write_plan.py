@@ -31,6 +31,11 @@ class WritePlan(NamedTuple):
     added: pl.DataFrame
 
 
+def crowded(files_per_bucket: dict[int, int]) -> set[int]:
+    """The buckets made of MAX_FILES_PER_BUCKET - 1 files or more: one more append is one too many."""
+    return {b for b, n in files_per_bucket.items() if n >= MAX_FILES_PER_BUCKET - 1}
+
+
 def plan_writes(
     spec: TableSpec, original: pl.DataFrame, staged: pl.DataFrame, touched: set[int] | None,
     loaded: set[int] | None, changes: tuple[list[pl.DataFrame], list[pl.DataFrame]] | None,
@@ -39,62 +44,29 @@ def plan_writes(
     """The writes of one table; None if nothing changed.
 
     ``changes`` are the rows the transaction removed and added: what changed is found from them
-    alone (tables.net_changes), whatever the size of the buckets read. Without them (a table staged
-    whole), the rows as read (``original``) and as staged are compared: ``touched`` are the buckets
-    the staged changes may have changed (None: any), ``loaded`` the buckets read (None: all); a
-    touched bucket that was never read is appended to, its staged rows being exactly the added
-    ones, and a read bucket is compared (tables.bucket_changes). ``files_per_bucket`` gives the
-    committed table's file count per bucket; it is asked only when a bucket grew.
+    alone (tables.net_changes), whatever the size of the buckets read. A table staged whole
+    (``changes`` None, ``touched`` None) was read whole, so its rows as read (``original``) and as
+    staged are compared (tables.bucket_changes). ``touched`` are the buckets the staged changes may
+    have changed, ``loaded`` the buckets read (None: all). ``files_per_bucket`` gives the committed
+    table's file count per bucket; it is asked only when a bucket grew.
     """
     if touched is not None and not touched:
         return None
-    if changes is not None and touched is not None:
-        return _plan_from_changes(spec, loaded, changes, files_per_bucket)
-    if touched is None or loaded is None:
-        scope, append = None if touched is None else sorted(touched), []
+    if changes is None:
+        changed, gained = bucket_changes(original, staged, spec)
+        shrunk = changed - set(gained.get_column(BUCKET).unique().to_list())
     else:
-        scope = sorted(touched & loaded)
-        append = sorted(touched - loaded)
-        if append:
-            present = set(staged.filter(pl.col(BUCKET).is_in(append)).get_column(BUCKET).unique().to_list())
-            append = [b for b in append if b in present]
-    added = staged.filter(pl.col(BUCKET).is_in(append)) if append else spec.empty()
-    if scope is None:
-        changed, grown = bucket_changes(original, staged, spec)
-    elif scope:
-        in_scope = pl.col(BUCKET).is_in(scope)
-        changed, grown = bucket_changes(original.filter(in_scope), staged.filter(in_scope), spec)
-    else:
-        changed, grown = set(), spec.empty()
-    if grown.height:
-        crowded = [b for b, n in files_per_bucket().items() if n >= MAX_FILES_PER_BUCKET - 1]
-        grown = grown.filter(~pl.col(BUCKET).is_in(crowded))
-    if grown.height:
-        grew = set(grown.get_column(BUCKET).unique().to_list())
-        changed -= grew
-        append = sorted(set(append) | grew)
-        added = pl.concat([added, grown.select(added.columns)])
-    if not changed and not append:
-        return None
-    return WritePlan(sorted(changed), append, added)
-
-
-def _plan_from_changes(
-    spec: TableSpec, loaded: set[int] | None,
-    changes: tuple[list[pl.DataFrame], list[pl.DataFrame]], files_per_bucket: Callable[[], dict[int, int]],
-) -> WritePlan | None:
-    """plan_writes from the removed and added rows. A bucket that lost a row was read (a removal
-    reaches only rows read), so it can be rewritten from its staged rows; a crowded bucket that only
-    grew is rewritten too when it was read, which the commit sees to (it reads crowded buckets first)."""
-    removed, added = (pl.concat(frames) if frames else spec.empty() for frames in changes)
-    changed, shrunk, gained = net_changes(removed, added, spec)
+        removed, added = (pl.concat(frames) if frames else spec.empty() for frames in changes)
+        changed, shrunk, gained = net_changes(removed, added, spec)
     if not changed:
         return None
+    # A bucket that lost a row was read (a removal reaches only rows read), so it can be rewritten
+    # from its staged rows; so can a crowded bucket that only grew when it was read, which the
+    # commit sees to (it reads crowded buckets first).
     grew = changed - shrunk
     if grew:
-        crowded = {b for b, n in files_per_bucket().items() if n >= MAX_FILES_PER_BUCKET - 1}
-        crowded &= grew if loaded is None else grew & loaded
-        if crowded:
-            grew -= crowded
-            gained = gained.filter(~pl.col(BUCKET).is_in(sorted(crowded)))
+        full = crowded(files_per_bucket()) & (grew if loaded is None else grew & loaded)
+        if full:
+            grew -= full
+            gained = gained.filter(~pl.col(BUCKET).is_in(sorted(full)))
     return WritePlan(sorted(changed - grew), sorted(grew), gained)
