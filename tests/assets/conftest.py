@@ -14,6 +14,7 @@ against that instance once it is disposed.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import json
@@ -54,6 +55,7 @@ class Harness:
     defs: dg.Definitions
     resources: dict
     cursors: dict[str, str | None] = field(default_factory=dict)
+    storage: str = "sqlite"  # where the instance keeps its runs and pools: "sqlite" or "postgres"
 
     @property
     def store_uri(self) -> str:
@@ -155,7 +157,7 @@ def shipped_definitions() -> dg.Definitions:
     return defs()
 
 
-def _harness(tmp_path, monkeypatch, instance: dg.DagsterInstance) -> Harness:
+def _harness(tmp_path, monkeypatch, instance: dg.DagsterInstance, storage: str = "sqlite") -> Harness:
     from assets.resources import EmbedderResource, ExtractorResource, InboxResource, StoreResource
 
     for name in ("LIGHTFOOT_STORE", "LIGHTFOOT_INBOX", "LIGHTFOOT_ERASURE_INBOX", "LIGHTFOOT_RETENTION_POLICY",
@@ -176,7 +178,7 @@ def _harness(tmp_path, monkeypatch, instance: dg.DagsterInstance) -> Harness:
         assets=loaded.assets, asset_checks=loaded.asset_checks, jobs=loaded.jobs, sensors=loaded.sensors,
         schedules=loaded.schedules, resources=resources,
     )
-    return Harness(tmp_path, instance, defs, resources)
+    return Harness(tmp_path, instance, defs, resources, storage=storage)
 
 
 @pytest.fixture
@@ -201,18 +203,43 @@ def lightfoot_on_disk(tmp_path, monkeypatch):
         instance.dispose()
 
 
-@pytest.fixture
-def lightfoot_pooled(tmp_path, monkeypatch):
-    """The harness on a temporary on-disk instance configured by the shipped dagster.yaml, so that
-    runs executing at once share its concurrency pools as they do under the daemon."""
+@pytest.fixture(scope="session")
+def postgres():
+    """The tests' own PostgreSQL server (postgres_server.py): its ``DAGSTER_PG_*`` settings. A test
+    that needs it is skipped, saying why, where none can be started."""
+    from tests.assets.postgres_server import NoServer, postgres_server
+
+    with contextlib.ExitStack() as stack:
+        try:
+            settings = stack.enter_context(postgres_server())
+        except NoServer as reason:
+            pytest.skip(str(reason))
+        yield settings
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def lightfoot_pooled(request, tmp_path, monkeypatch):
+    """The harness on a temporary instance configured by a shipped instance file, so that runs
+    executing at once share its concurrency pools as they do under the daemon: ``dagster.yaml``
+    (SQLite files under the instance's home), or ``dagster.postgres.yaml`` on a database of its own
+    on the tests' PostgreSQL server. ``harness.storage`` says which."""
+    import secrets
     import shutil
 
     home = tmp_path / "dagster_home"
     home.mkdir()
-    shutil.copy(Path(__file__).resolve().parents[2] / "dagster.yaml", home / "dagster.yaml")
+    instance_file = "dagster.yaml"
+    if request.param == "postgres":
+        from tests.assets.postgres_server import new_database
+
+        instance_file = "dagster.postgres.yaml"
+        server = request.getfixturevalue("postgres")
+        for name, value in new_database(server, f"pooled_{secrets.token_hex(4)}").items():
+            monkeypatch.setenv(name, value)
+    shutil.copy(Path(__file__).resolve().parents[2] / instance_file, home / "dagster.yaml")
     instance = dg.DagsterInstance.from_config(str(home))
     try:
-        yield _harness(tmp_path, monkeypatch, instance)
+        yield _harness(tmp_path, monkeypatch, instance, storage=request.param)
     finally:
         instance.dispose()
 

@@ -1,9 +1,9 @@
 """The pipeline's Dagster jobs on an instance stored in a real PostgreSQL server.
 
 The instance is the deployment one: ``dagster.postgres.yaml`` as ``$DAGSTER_HOME/dagster.yaml``,
-its credentials in the ``DAGSTER_PG_*`` environment variables only. The test starts its own
-PostgreSQL server (Debian's ``postgresql`` package: initdb and pg_ctl on a free port on
-127.0.0.1, password authentication), and is skipped, saying why, only where none can be started.
+its credentials in the ``DAGSTER_PG_*`` environment variables only, on the tests' own PostgreSQL
+server (the ``postgres`` fixture, postgres_server.py); the tests are skipped, saying why, only where
+none can be started.
 
 Documents arrive in the inbox; the sensor is evaluated against the PostgreSQL instance; the
 ingestion run and then an erasure run execute in separate ``dagster job execute`` processes, as
@@ -12,16 +12,12 @@ run workers do in a deployment; this process then reads back from PostgreSQL wha
 
 from __future__ import annotations
 
-import glob
 import json
 import os
-import pwd
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import dagster as dg
@@ -32,88 +28,20 @@ from lightfoot_pipeline.ingest.dataset import CORPUS_FILE, EXTRACTIONS_FILE
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.store.store import Store
+from tests.assets.postgres_server import new_database
 
 ROOT = Path(__file__).resolve().parents[2]
 STORE_POOL = "lightfoot_store"
 
 
-def _postgres_bin() -> Path | None:
-    found = shutil.which("pg_ctl")
-    if found:
-        return Path(found).parent
-    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(p.split("/")[4]))
-    return Path(candidates[-1]).parent if candidates else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    """A PostgreSQL server of its own on 127.0.0.1: connection settings, with a password."""
-    binaries = _postgres_bin()
-    if binaries is None:
-        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl): install Debian's postgresql package")
-    run_as: list[str] = []
-    if os.geteuid() == 0:  # PostgreSQL refuses to run as root: run it as the postgres account
-        try:
-            account = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root and there is no 'postgres' account to run the server as")
-        if shutil.which("runuser") is None:
-            pytest.skip("running as root and runuser(1) is missing, so the server cannot run as 'postgres'")
-        run_as = ["runuser", "-u", "postgres", "--"]
-    root = Path(tempfile.mkdtemp(prefix="lightfoot-pg-"))
-    if run_as:
-        os.chown(root, account.pw_uid, account.pw_gid)
-    password = secrets.token_urlsafe(16)
-    (root / "pw").write_text(password)
-    if run_as:
-        os.chown(root / "pw", account.pw_uid, account.pw_gid)
-    port = _free_port()
-    data, log = root / "data", root / "server.log"
-
-    def call(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*run_as, *args], capture_output=True, text=True, timeout=120)
-
-    made = call(str(binaries / "initdb"), "-D", str(data), "-U", "lightfoot", f"--pwfile={root / 'pw'}",
-                "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8")
-    if made.returncode != 0:
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.skip(f"initdb could not create a PostgreSQL cluster: {made.stderr.strip()[-500:]}")
-    started = call(str(binaries / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60",
-                   "-o", f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start")
-    if started.returncode != 0:
-        tail = log.read_text()[-500:] if log.exists() else started.stderr[-500:]
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.skip(f"pg_ctl could not start PostgreSQL: {tail.strip()}")
-    try:
-        import psycopg2
-
-        connection = psycopg2.connect(host="127.0.0.1", port=port, user="lightfoot", password=password,
-                                      dbname="postgres")
-        connection.autocommit = True
-        with connection.cursor() as cursor:
-            cursor.execute("CREATE DATABASE dagster")
-        connection.close()
-        yield {"DAGSTER_PG_HOST": "127.0.0.1", "DAGSTER_PG_PORT": str(port), "DAGSTER_PG_DB": "dagster",
-               "DAGSTER_PG_USERNAME": "lightfoot", "DAGSTER_PG_PASSWORD": password}
-    finally:
-        call(str(binaries / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
-        shutil.rmtree(root, ignore_errors=True)
-
-
 @pytest.fixture
 def deployment(postgres, tmp_path, monkeypatch):
-    """The environment of a deployment: the PostgreSQL instance, and Lightfoot's settings."""
+    """The environment of a deployment: a PostgreSQL instance of its own, and Lightfoot's settings."""
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(ROOT / "dagster.postgres.yaml", home / "dagster.yaml")
     env = {
-        **postgres,
+        **new_database(postgres, f"deployment_{secrets.token_hex(4)}"),
         "DAGSTER_HOME": str(home),
         "LIGHTFOOT_STORE": str(tmp_path / "store"),
         "LIGHTFOOT_INBOX": str(tmp_path / "inbox" / "documents"),

@@ -156,11 +156,22 @@ def test_two_concurrent_batches_ask_each_passage_once_and_commit_one_at_a_time(
     extractions = lightfoot.store().read("extractions")
     assert extractions.height == 9 and set(extractions.get_column("status").to_list()) == {"ok"}
 
+    # Commits serialised: both runs' commits are in the store log, each made on top of the one before
+    # (a commit on a state that the other run's commit had replaced would have failed its run with
+    # ConcurrentCommitError).
+    history = lightfoot.store().history()
+    assert history.get_column("seq").to_list() == list(range(1, history.height + 1))
+    made = history.get_column("operation").value_counts()
+    assert {op: n for op, n in made.iter_rows() if op in ("passages", "extractions", "forms")} == \
+        {"passages": 2, "extractions": 2, "forms": 2}, "each run committed its own passages, extractions and forms"
     spans = {run["run_id"]: _step_spans(lightfoot.instance, run["run_id"]) for run in runs}
     writes = sorted((*spans[run_id][step], run_id, step) for run_id in spans for step in STORE_STEPS)
     assert len(writes) == 2 * len(STORE_STEPS)
-    for (_, end, *which), (start, _, *following) in zip(writes, writes[1:]):
-        assert end <= start, f"store steps {which} and {following} overlapped"
+    if lightfoot.storage == "postgres":
+        # The store pool holds one store step at a time across runs. (On SQLite the pool's one slot
+        # is best effort, dagster.yaml says why, and the local store's writer lock serialises instead.)
+        for (_, end, *which), (start, _, *following) in zip(writes, writes[1:]):
+            assert end <= start, f"store steps {which} and {following} overlapped"
     waited = sorted(_run_metadata(lightfoot.instance, run["run_id"], "extraction_cache")["run_answered_by_other_runs"].value
                     for run in runs)
     assert waited == [0, 3], "the later run waited for the three passages the other was asking"
