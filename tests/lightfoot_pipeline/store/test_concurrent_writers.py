@@ -155,18 +155,20 @@ def test_racing_ingests_lose_no_document(where, object_store, tmp_path, sample_d
     slices = [sample_documents[0:12], sample_documents[12:24]]
     extractor = ReplayExtractor(sample_records)
     start = threading.Barrier(len(slices), timeout=60)
-    conflicts = [0] * len(slices)
+    conflicts: list[list[str]] = [[] for _ in slices]
 
     def writer(i: int):
         def run():
             start.wait()
-            for _attempt in range(10):
+            for attempt in range(10):
                 try:
                     return pipeline.ingest(Store(uri), slices[i], extractor, hashing_embedder, SETTINGS).seq
-                except ConcurrentCommitError:
-                    conflicts[i] += 1
-                    time.sleep(random.uniform(0.05, 0.5))
-            raise AssertionError(f"writer {i} kept conflicting")
+                except ConcurrentCommitError as lost:
+                    conflicts[i].append(f"{time.monotonic():.3f} {lost}")
+                    # Random pauses that grow, as an orchestrator's retries do; every conflict is
+                    # kept with its reason, for the failure message.
+                    time.sleep(random.uniform(0.05, 0.5) * 2 ** min(attempt, 4))
+            raise AssertionError(f"writer {i} kept conflicting: " + "; ".join(conflicts[i]))
         return run
 
     results = race([writer(i) for i in range(len(slices))])
@@ -176,7 +178,7 @@ def test_racing_ingests_lose_no_document(where, object_store, tmp_path, sample_d
     assert documents_of(store) == sorted(d.doc_id for part in slices for d in part)
     assert_log_is_a_sequence(store)
     if where == "local":
-        assert conflicts == [0, 0], "the local writer lock serialises writers"
+        assert conflicts == [[], []], "the local writer lock serialises writers"
     fresh = Store(str(tmp_path / "fresh"))
     pipeline.ingest(fresh, [d for part in slices for d in part], extractor, hashing_embedder, SETTINGS)
     assert pipeline.fingerprint(store).digest == pipeline.fingerprint(fresh).digest
