@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import resource
 import shutil
 import statistics
 import sys
@@ -34,6 +33,7 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from memory import peak_rss_mb  # noqa: E402
 from synthetic import synthetic_documents_and_records  # noqa: E402
 
 from lightfoot_pipeline import pipeline  # noqa: E402
@@ -158,7 +158,7 @@ def run(passages: int, dim: int, seed: int, questions: int) -> dict:
             },
             "snapshot": snapshot,
             "query": queries,
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
+            "peak_rss_mb": peak_rss_mb(),
         }
     finally:
         shutil.rmtree(root, ignore_errors=True)

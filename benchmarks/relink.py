@@ -34,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from memory import peak_rss_mb  # noqa: E402
 from synthetic import synthetic_documents_and_records  # noqa: E402
 
 STARTED = time.perf_counter()
@@ -45,13 +46,6 @@ def say(message: str) -> None:
 
 def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
-
-
-def peak_rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024.0
-    return 0.0
 
 
 def one_process(store_uri: str, dim: int) -> dict:
@@ -87,7 +81,7 @@ def one_process(store_uri: str, dim: int) -> dict:
     change = pipeline.migrate(Store(store_uri), HashingEmbedder(dim=dim), IndexSettings())
     return {"migrate_s": round(time.perf_counter() - t0, 3), "migrate_cpu_s": round(time.process_time() - c0, 3),
             **linked, "links": change.links_added,
-            "names": change.names_added, "peak_rss_mb": round(peak_rss_mb(), 1)}
+            "names": change.names_added, "peak_rss_mb": peak_rss_mb()}
 
 
 def job(store_uri: str, dim: int, processes: int) -> dict:

@@ -39,7 +39,6 @@ import argparse
 import json
 import os
 import random
-import resource
 import shutil
 import statistics
 import subprocess
@@ -51,6 +50,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import polars as pl  # noqa: E402
+from memory import peak_rss_mb  # noqa: E402
 from synthetic import synthetic_documents_and_records, write_documents  # noqa: E402
 
 from lightfoot_pipeline import pipeline  # noqa: E402
@@ -70,18 +70,6 @@ CPU_STARTED = time.process_time()
 
 def say(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')} +{time.perf_counter() - STARTED:7.1f}s] {message}", file=sys.stderr, flush=True)
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory: VmHWM where Linux gives it (a fork's copy of its parent
-    does not count, unlike ru_maxrss), else ru_maxrss."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def child(args: list[str]) -> dict:
@@ -148,7 +136,7 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
         built = pipeline.ingest(store, documents, ReplayExtractor(records), embedder, settings)
         result["full_build_s"] = round(time.perf_counter() - t0, 3)
         result["full_build_cpu_s"] = round(time.process_time() - c0, 3)
-        result["peak_rss_mb"] = round(peak_rss_mb(), 1)
+        result["peak_rss_mb"] = peak_rss_mb()
         result["build_graph"] = built.graph.as_dict()
         result["build_stages_s"] = built.stage_seconds
         result["counts_full"] = pipeline.counts(store)
@@ -209,7 +197,7 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
         result["link_pairs"] = shares
         result["link_pairs_found_share"] = min(v["share"] for v in shares.values())
         say(f"link pairs found: {shares}")
-        result["peak_rss_mb_run"] = round(peak_rss_mb(), 1)
+        result["peak_rss_mb_run"] = peak_rss_mb()
         return result
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -243,7 +231,7 @@ def child_main(argv: list[str]) -> int:
         out = {"seconds": seconds, "stages_s": built.stage_seconds, "fingerprint": pipeline.fingerprint(store).digest}
     else:
         raise SystemExit(f"unknown child mode {mode}")
-    out["peak_rss_mb"] = round(peak_rss_mb(), 1)
+    out["peak_rss_mb"] = peak_rss_mb()
     out["cpu_s"] = round(time.process_time() - CPU_STARTED, 3)  # the step's, imports included
     print(json.dumps(out))
     return 0
