@@ -44,7 +44,7 @@ from lightfoot_pipeline.store.recovery import create_table
 from lightfoot_pipeline.store.tables import (
     BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, conform, held_nearly_everywhere, probe_of, spec_for, worth_a_presence_check,
 )
-from lightfoot_pipeline.store.write_plan import WritePlan, crowded, plan_writes
+from lightfoot_pipeline.store.write_plan import WritePlan, crowded, plan_writes, write_order
 
 # Tables written at once by one commit. Each holds an Arrow copy of its rows while it is written, so
 # a commit of more than LARGE_COMMIT_ROWS rows writes fewer at a time.
@@ -281,21 +281,17 @@ class Transaction:
             )
         versions = dict(self.manifest.versions)
         self._read_crowded_buckets()
-        # The smallest write is the one written alone (see below); the others start largest first, so
-        # that the longest does not start last.
-        def rows_written(item: tuple[str, WritePlan]) -> tuple[int, str]:
-            name, plan = item
-            return (self._working[name].height if plan.rewrite else 0) + plan.added.height, name
-
-        pending = sorted(self._plan().items(), key=rows_written)
-        pending = pending[:1] + pending[:0:-1]
+        plans = self._plan()
+        order = write_order({name: (self._working[name].height if plan.rewrite else 0) + plan.added.height
+                             for name, plan in plans.items()})
+        pending = [(name, plans[name]) for name in order]
         written = {name: len(plan.rewrite) + len(plan.append) for name, plan in pending}
         counts = {name: self.count(name) for name in written}
         for name in written:  # the rows as read are compared now: let them go before the writes copy rows
             self._original[name] = self._working[name]
-        # The first table is written alone: of two writers racing on the same tables, the one that
-        # loses it stops there. The rest are independent until the log row names them and are written
-        # in parallel (delta-rs releases the GIL); a failure leaves the log untouched.
+        # The first table is written alone (write_plan.write_order says why). The rest are independent
+        # until the log row names them and are written in parallel (delta-rs releases the GIL); a
+        # failure leaves the log untouched.
         def write(name: str, plan: WritePlan) -> int:
             version = self._heads.get(name)
             if plan.rewrite:

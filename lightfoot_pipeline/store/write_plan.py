@@ -8,6 +8,10 @@ file, so a batch of new documents, which adds forms, mentions and links to nearl
 and changes none of the rows already there, writes what it adds rather than every bucket it lands
 in. Appends are bounded: a bucket already made of MAX_FILES_PER_BUCKET - 1 files is rewritten
 whole instead (one file again), so a read of a bucket never opens more than MAX_FILES_PER_BUCKET.
+
+A commit writes its tables in the order :func:`write_order` gives: the first one alone, the
+rest at once. The first is the same for every writer that changes it, so that of two writers
+racing on the same tables one loses there, before it writes anything else, and the other wins.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Callable, NamedTuple
 
 import polars as pl
 
-from lightfoot_pipeline.store.tables import BUCKET, TableSpec, bucket_changes, net_changes
+from lightfoot_pipeline.store.tables import BUCKET, INDEX_TABLES, TableSpec, bucket_changes, net_changes
 
 # A bucket made of this many files is rewritten whole rather than appended to once more, so that
 # appends never leave a bucket in more files than this (each is opened on every read of it).
@@ -70,3 +74,23 @@ def plan_writes(
             grew -= full
             gained = gained.filter(~pl.col(BUCKET).is_in(sorted(full)))
     return WritePlan(sorted(changed - grew), sorted(grew), gained)
+
+
+# The tables in the order that decides which one a commit writes first: the per-document tables
+# before the graph ones (a batch changes documents, a deletion its tombstones or documents), then
+# any other table by name.
+_FIRST_WRITTEN = {spec.name: i for i, spec in enumerate(INDEX_TABLES)}
+
+
+def write_order(rows_written: dict[str, int]) -> list[str]:
+    """The order a commit writes its changed tables in (``rows_written``: the rows each write
+    holds). The first, written alone, is the earliest of them in one fixed order, whatever their
+    sizes: two writers that change the same tables then race on the same first write, and the
+    loser stops there. (Were it the smallest write, two writers of different sizes could each win
+    a different first table, each lose the other's, and both fail.) The rest are written at once,
+    largest first, so that the longest write does not start last."""
+    if not rows_written:
+        return []
+    first = min(rows_written, key=lambda name: (_FIRST_WRITTEN.get(name, len(_FIRST_WRITTEN)), name))
+    rest = sorted((name for name in rows_written if name != first), key=lambda name: (-rows_written[name], name))
+    return [first, *rest]

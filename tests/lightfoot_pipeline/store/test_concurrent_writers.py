@@ -146,6 +146,42 @@ def test_two_writers_on_different_tables_cannot_both_commit_the_next_seq(object_
     assert_log_is_a_sequence(store)
 
 
+def test_two_writers_of_different_sizes_on_the_same_tables_one_wins(object_store, monkeypatch):
+    """Writers that change the same tables start on the same table, whatever their sizes. Here one
+    adds a row to documents and three to passages, the other three to documents and one to
+    passages, so each one's smallest write is a different table. Both pass the seq check and start
+    writing at once: exactly one must lose, at its first write, and the other commit."""
+    store = Store(object_store.uri("race"))
+    add_documents(store, ["d-0"])
+    gate_once(monkeypatch, Transaction, "_write_table", 2)  # the first write of each, at once
+
+    def stage(doc_ids: list[str], chunk_ids: list[str]):
+        def write() -> int:
+            with Store(store.uri).transaction() as tx:
+                documents = pl.DataFrame([{"doc_id": d, "title": "t", "source": "", "content_hash": d,
+                                           "n_passages": 1, "retention_until": None} for d in doc_ids])
+                passages = pl.DataFrame([{"chunk_id": c, "doc_id": c.split("#")[0], "ordinal": 0, "title": "t",
+                                          "text": "x", "text_hash": c} for c in chunk_ids])
+                for spec, rows in ((DOCUMENTS, documents), (PASSAGES, passages)):
+                    current = tx.table(spec.name)
+                    tx.put(spec.name, pl.concat([current, with_buckets(rows, spec, tx.n_buckets).cast(current.schema)]))
+                return tx.commit("ingest").seq
+        return write
+
+    first = (["d-a"], ["d-a#0", "d-a#1", "d-a#2"])
+    second = (["d-b", "d-c", "d-d"], ["d-b#0"])
+    results = race([stage(*first), stage(*second)])
+
+    failed = [r for r in results if isinstance(r, Exception)]
+    assert len(failed) == 1 and isinstance(failed[0], ConcurrentCommitError), results
+    assert [r for r in results if isinstance(r, int)] == [2]
+    assert_log_is_a_sequence(store)
+    won = first if isinstance(results[0], int) else second
+    assert documents_of(store) == sorted(["d-0", *won[0]])
+    passages = store.read(PASSAGES.name).filter(pl.col("doc_id") != "d-0")
+    assert sorted(passages.get_column("chunk_id").to_list()) == sorted(won[1])
+
+
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_racing_ingests_lose_no_document(where, object_store, tmp_path, sample_documents, sample_records,
                                          hashing_embedder):

@@ -1,7 +1,8 @@
 """A commit appends to a read bucket that only grew, and rewrites one that lost or changed a row.
 
 What is stored is the staged rows either way; the difference is how many files a bucket is made
-of, which stays within MAX_FILES_PER_BUCKET.
+of, which stays within MAX_FILES_PER_BUCKET. A commit writes first, alone, the same table as any
+other commit that changes it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import polars as pl
 
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENTS, bucket_changes, with_buckets
-from lightfoot_pipeline.store.write_plan import MAX_FILES_PER_BUCKET
+from lightfoot_pipeline.store.write_plan import MAX_FILES_PER_BUCKET, write_order
 
 SCHEMA = pl.from_arrow(DOCUMENTS.schema.empty_table()).schema
 
@@ -129,3 +130,15 @@ def test_a_lookup_of_values_held_in_nearly_every_bucket_reads_them_without_the_c
         assert tx.rows(DOCUMENTS.name, "doc_id", wanted[100:]).height == 1
     assert sparse.columns_read[DOCUMENTS.name] == 1
     assert sparse.buckets_read[DOCUMENTS.name] <= -(-64 // PROBE_EVERY) + 1
+
+
+def test_the_first_table_written_is_fixed_by_name_and_the_rest_go_largest_first():
+    # Whatever the sizes, documents comes first of the tables a batch changes; a graph commit
+    # starts on the earliest of its tables; tables outside the index come after them, by name.
+    assert write_order({"passages": 1, "documents": 500, "forms": 90, "facts": 700}) == \
+        ["documents", "facts", "forms", "passages"]
+    assert write_order({"facts": 3, "entities": 10, "forms": 10_000, "aliases": 10}) == \
+        ["forms", "aliases", "entities", "facts"]
+    assert write_order({"tombstones": 1, "graph_queue": 2, "entities": 0}) == ["entities", "graph_queue", "tombstones"]
+    assert write_order({"tombstones": 5, "graph_queue": 2}) == ["graph_queue", "tombstones"]
+    assert write_order({}) == []
