@@ -284,16 +284,15 @@ class Transaction:
         plans = self._plan()
         order = write_order({name: (self._working[name].height if plan.rewrite else 0) + plan.added.height
                              for name, plan in plans.items()})
-        pending = [(name, plans[name]) for name in order]
-        written = {name: len(plan.rewrite) + len(plan.append) for name, plan in pending}
+        written = {name: len(plan.rewrite) + len(plan.append) for name, plan in plans.items()}
         counts = {name: self.count(name) for name in written}
         for name in written:  # the rows as read are compared now: let them go before the writes copy rows
             self._original[name] = self._working[name]
-        # The first table is written alone (write_plan.write_order says why). The rest are independent
-        # until the log row names them and are written in parallel (delta-rs releases the GIL); a
-        # failure leaves the log untouched.
-        def write(name: str, plan: WritePlan) -> int:
-            version = self._heads.get(name)
+        # The first table is written alone, the heavy ones in turn (write_plan.write_order says why).
+        # The tables are independent until the log row names them and are written in parallel (delta-rs
+        # releases the GIL); a failure leaves the log untouched.
+        def write(name: str) -> int:
+            plan, version = plans[name], self._heads.get(name)
             if plan.rewrite:
                 rows = self._working[name]
                 if not set(rows.get_column(BUCKET).unique().to_list()) <= set(plan.rewrite):
@@ -303,12 +302,14 @@ class Transaction:
                 version = self._write_table(spec_for(name), plan.added, plan.append, append=True)
             return version
 
-        if pending:
-            versions[pending[0][0]] = write(*pending[0])
-        large = sum(self._working[name].height for name, _ in pending) > LARGE_COMMIT_ROWS
+        if order.first is not None:
+            versions[order.first] = write(order.first)
+        large = sum(self._working[name].height for name in plans) > LARGE_COMMIT_ROWS
         with ThreadPoolExecutor(max_workers=WRITE_THREADS // 2 if large else WRITE_THREADS,
                                 thread_name_prefix="commit") as pool:
-            futures = {name: pool.submit(write, name, plan) for name, plan in pending[1:]}
+            in_turn = pool.submit(lambda: {name: write(name) for name in order.in_turn})
+            futures = {name: pool.submit(write, name) for name in order.at_once}
+            versions.update(in_turn.result())
             for name, future in futures.items():
                 versions[name] = future.result()
         rows = {**(self.manifest.details.get("rows") or {}), **counts}

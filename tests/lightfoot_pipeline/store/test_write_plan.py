@@ -11,7 +11,7 @@ import polars as pl
 
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENTS, bucket_changes, with_buckets
-from lightfoot_pipeline.store.write_plan import MAX_FILES_PER_BUCKET, write_order
+from lightfoot_pipeline.store.write_plan import HEAVY_WRITE_ROWS, MAX_FILES_PER_BUCKET, WriteOrder, write_order
 
 SCHEMA = pl.from_arrow(DOCUMENTS.schema.empty_table()).schema
 
@@ -132,13 +132,17 @@ def test_a_lookup_of_values_held_in_nearly_every_bucket_reads_them_without_the_c
     assert sparse.buckets_read[DOCUMENTS.name] <= -(-64 // PROBE_EVERY) + 1
 
 
-def test_the_first_table_written_is_fixed_by_name_and_the_rest_go_largest_first():
+def test_the_first_table_written_is_fixed_by_name_and_the_heavy_ones_go_in_turn():
     # Whatever the sizes, documents comes first of the tables a batch changes; a graph commit
     # starts on the earliest of its tables; tables outside the index come after them, by name.
     assert write_order({"passages": 1, "documents": 500, "forms": 90, "facts": 700}) == \
-        ["documents", "facts", "forms", "passages"]
+        WriteOrder("documents", [], ["facts", "forms", "passages"])
     assert write_order({"facts": 3, "entities": 10, "forms": 10_000, "aliases": 10}) == \
-        ["forms", "aliases", "entities", "facts"]
-    assert write_order({"tombstones": 1, "graph_queue": 2, "entities": 0}) == ["entities", "graph_queue", "tombstones"]
-    assert write_order({"tombstones": 5, "graph_queue": 2}) == ["graph_queue", "tombstones"]
-    assert write_order({}) == []
+        WriteOrder("forms", [], ["aliases", "entities", "facts"])
+    assert write_order({"tombstones": 1, "graph_queue": 2, "entities": 0}).first == "entities"
+    assert write_order({"tombstones": 5, "graph_queue": 2}) == WriteOrder("graph_queue", [], ["tombstones"])
+    assert write_order({}) == WriteOrder(None, [], [])
+    # Writes of more than HEAVY_WRITE_ROWS rows go one after another, largest first, beside the rest.
+    heavy = HEAVY_WRITE_ROWS + 1
+    assert write_order({"documents": 2 * heavy, "aliases": heavy, "entities": 3 * heavy, "facts": 7, "forms": 9}) == \
+        WriteOrder("documents", ["entities", "aliases"], ["forms", "facts"])
