@@ -9,9 +9,10 @@ and changes none of the rows already there, writes what it adds rather than ever
 in. Appends are bounded: a bucket already made of MAX_FILES_PER_BUCKET - 1 files is rewritten
 whole instead (one file again), so a read of a bucket never opens more than MAX_FILES_PER_BUCKET.
 
-A commit writes its tables in the order :func:`write_order` gives: the first one alone, the
-rest at once. The first is the same for every writer that changes it, so that of two writers
-racing on the same tables one loses there, before it writes anything else, and the other wins.
+A commit writes its tables in the order :func:`write_order` gives: the first one alone, then the
+heavy ones one after another beside the rest at once. The first is the same for every writer that
+changes it, so that of two writers racing on the same tables one loses there, before it writes
+anything else, and the other wins.
 """
 
 from __future__ import annotations
