@@ -277,9 +277,10 @@ def pool_limits(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     A pool's own limit lives in the instance's storage (``dagster instance concurrency set`` sets
     it there). The configuration's default (dagster.yaml, the Helm values: one slot) is applied
     only when a step first claims a pool, and two runs whose store steps first claim it at the same
-    moment can each apply it and each get a slot (seen on SQLite): two store writers at once. So
-    this sensor sets the store pool too, before runs claim it, and whenever either limit differs
-    from its setting. It never asks for a run.
+    moment could each apply it and each get a slot: two store writers at once. So this sensor sets
+    the store pool too, before runs claim it, and whenever either limit differs from its setting.
+    (On SQLite the one slot stays best effort even then, as dagster.yaml says: its slot claim has
+    no row lock.) It never asks for a run.
     """
     storage = context.instance.event_log_storage
     if not storage.supports_global_concurrency_limits:
