@@ -21,7 +21,7 @@ from typing import Iterator, Mapping, Sequence
 import dagster as dg
 
 import lightfoot_pipeline
-from lightfoot_pipeline import pipeline
+from lightfoot_pipeline.store.fingerprint import fingerprint as store_fingerprint
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
@@ -124,5 +124,5 @@ def store_metadata(
         metadata["dagster/uri"] = dg.MetadataValue.path(store.table_uri(tables[0]))
         metadata["table_rows" if per_document else "dagster/row_count"] = dg.MetadataValue.int(rows[tables[0]])
     if fingerprint and manifest.seq:
-        metadata["store_fingerprint"] = dg.MetadataValue.text(pipeline.fingerprint(store, manifest).digest)
+        metadata["store_fingerprint"] = dg.MetadataValue.text(store_fingerprint(store, manifest).digest)
     return metadata

@@ -36,14 +36,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory import peak_rss_mb  # noqa: E402
 from synthetic import synthetic_documents_and_records  # noqa: E402
 
-from lightfoot_pipeline import pipeline  # noqa: E402
+from lightfoot_pipeline import operations  # noqa: E402
+
+from lightfoot_pipeline.store.fingerprint import counts  # noqa: E402
 from lightfoot_pipeline.models.embedder import HashingEmbedder  # noqa: E402
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor  # noqa: E402
 from lightfoot_pipeline.index.links import LinkRule, links_between, links_within  # noqa: E402
-from lightfoot_pipeline.serving.retrieve import Retriever  # noqa: E402
+from lightfoot_pipeline.retrieval.retrieve import Retriever  # noqa: E402
 from lightfoot_pipeline.settings import IndexSettings  # noqa: E402
-from lightfoot_pipeline.serving.snapshot import load_snapshot  # noqa: E402
-from lightfoot_pipeline.serving.export import export_snapshot  # noqa: E402
+from lightfoot_pipeline.snapshot.format import load_snapshot  # noqa: E402
+from lightfoot_pipeline.snapshot.export import export_snapshot  # noqa: E402
 from lightfoot_pipeline.store.store import Store  # noqa: E402
 from lightfoot_pipeline.store.tables import ALIASES, FACTS  # noqa: E402
 from lightfoot_pipeline.store.vectors import VectorCache  # noqa: E402
@@ -130,13 +132,13 @@ def run(passages: int, dim: int, seed: int, questions: int) -> dict:
     root = Path(tempfile.mkdtemp(prefix="lightfoot-deployment-"))
     try:
         store = Store(str(root / "store"))
-        built, build_s = timed(pipeline.ingest, store, documents, ReplayExtractor(records), embedder, settings)
-        counts = pipeline.counts(store)
+        built, build_s = timed(operations.ingest, store, documents, ReplayExtractor(records), embedder, settings)
+        table_counts = counts(store)
         links = link_figures(store, embedder, settings)
         rng = random.Random(seed)
         singles = []
         for doc_id in rng.sample([d.doc_id for d in documents], 3):
-            report, seconds = timed(pipeline.delete, store, [doc_id], settings)
+            report, seconds = timed(operations.delete, store, [doc_id], settings)
             singles.append((seconds, report.graph.entities_recomputed, report.graph.names_removed))
         snapshot, loaded = snapshot_figures(store, embedder)
         queries = query_figures(store, loaded, embedder, questions)
@@ -148,7 +150,7 @@ def run(passages: int, dim: int, seed: int, questions: int) -> dict:
                 "extraction_calls_needed": built.passages,
                 "names_added": built.graph.names_added,
                 "links_added": built.graph.links_added,
-                "counts": counts,
+                "counts": table_counts,
             },
             "links": links,
             "delete_one": {

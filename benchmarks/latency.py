@@ -52,15 +52,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory import peak_rss_mb  # noqa: E402
 from synthetic import synthetic_documents_and_records  # noqa: E402
 
-from lightfoot_pipeline import pipeline  # noqa: E402
+from lightfoot_pipeline import operations  # noqa: E402
 from lightfoot_pipeline.ingest.dataset import bundled_sample_dir, load_questions  # noqa: E402
 from lightfoot_pipeline.models.embedder import HashingEmbedder, SentenceTransformerEmbedder  # noqa: E402
 from lightfoot_pipeline.evaluation.eval_run import ensure_dataset_indexed  # noqa: E402
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor  # noqa: E402
-from lightfoot_pipeline.serving.retrieve import Retriever, one_thread_per_query  # noqa: E402
-from lightfoot_pipeline.serving.snapshot import load_snapshot  # noqa: E402
-from lightfoot_pipeline.serving.export import export_snapshot  # noqa: E402
-from lightfoot_pipeline.serving.collect import with_fact_index  # noqa: E402
+from lightfoot_pipeline.retrieval.retrieve import Retriever, one_thread_per_query  # noqa: E402
+from lightfoot_pipeline.snapshot.format import load_snapshot  # noqa: E402
+from lightfoot_pipeline.snapshot.export import export_snapshot  # noqa: E402
+from lightfoot_pipeline.snapshot.collect import with_fact_index  # noqa: E402
 from lightfoot_pipeline.evaluation.parity import local_settings, retrieval_parity  # noqa: E402
 from lightfoot_pipeline.store.fingerprint import fingerprint  # noqa: E402
 from lightfoot_pipeline.store.store import Store  # noqa: E402
@@ -157,7 +157,7 @@ def synthetic_store(store: Store, passages: int, seed: int = 0) -> dict[str, dic
     documents, records = synthetic_documents_and_records(passages, seed)
     if not store.exists():
         started = time.perf_counter()
-        pipeline.ingest(store, documents, ReplayExtractor(records), HashingEmbedder(dim=384))
+        operations.ingest(store, documents, ReplayExtractor(records), HashingEmbedder(dim=384))
         print(f"  built the synthetic store in {time.perf_counter() - started:.1f}s", file=sys.stderr)
     return records
 
@@ -199,7 +199,7 @@ def large_scale(store: Store, passages: int, n_queries: int, seed: int = 0) -> d
     live = store.read("documents", columns=["doc_id"]).get_column("doc_id").sort().to_list()
     doomed = random.Random(len(live)).choice(live)
     started = time.perf_counter()
-    pipeline.delete(store, [doomed])
+    operations.delete(store, [doomed])
     delete_s = time.perf_counter() - started
     started, cpu_started = time.perf_counter(), time.process_time()
     after = export_snapshot(store, embedder, progress=progress_line)

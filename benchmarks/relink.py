@@ -6,7 +6,7 @@ Synthetic extractions (benchmarks/synthetic.py) replayed into a temporary local 
 hashing embedder (384 dimensions, as MiniLM); then the whole graph derived again twice, from two
 copies of that store:
 
-1. ``one_process``: ``pipeline.migrate`` in a fresh process: its wall time, the seconds of its
+1. ``one_process``: ``operations.migrate`` in a fresh process: its wall time, the seconds of its
    link stage (``link_added_names``, every live name added; ``keys_s`` of it computing the names'
    band keys, which the job's prepare step reuses from the store when the embedder and settings
    are unchanged) and the process's peak RSS;
@@ -49,8 +49,8 @@ def load() -> list[float]:
 
 
 def one_process(store_uri: str, dim: int) -> dict:
-    """``pipeline.migrate`` with its link stage timed (run in a fresh process)."""
-    from lightfoot_pipeline import pipeline
+    """``operations.migrate`` with its link stage timed (run in a fresh process)."""
+    from lightfoot_pipeline import operations
     from lightfoot_pipeline.index import reconcile
     from lightfoot_pipeline.index.links import LinkRule
     from lightfoot_pipeline.models.embedder import HashingEmbedder
@@ -78,7 +78,7 @@ def one_process(store_uri: str, dim: int) -> dict:
 
     LinkRule.keys = timed_keys
     t0, c0 = time.perf_counter(), time.process_time()
-    change = pipeline.migrate(Store(store_uri), HashingEmbedder(dim=dim), IndexSettings())
+    change = operations.migrate(Store(store_uri), HashingEmbedder(dim=dim), IndexSettings())
     return {"migrate_s": round(time.perf_counter() - t0, 3), "migrate_cpu_s": round(time.process_time() - c0, 3),
             **linked, "links": change.links_added,
             "names": change.names_added, "peak_rss_mb": peak_rss_mb()}
@@ -138,7 +138,9 @@ def main() -> int:
     if args.piece_size is not None:
         os.environ["LIGHTFOOT_LINK_PIECE_SIZE"] = str(args.piece_size)
 
-    from lightfoot_pipeline import pipeline
+    from lightfoot_pipeline import operations
+
+    from lightfoot_pipeline.store.fingerprint import fingerprint
     from lightfoot_pipeline.ingest.extraction import ReplayExtractor
     from lightfoot_pipeline.models.embedder import HashingEmbedder
     from lightfoot_pipeline.settings import IndexSettings, link_piece_size
@@ -151,7 +153,7 @@ def main() -> int:
         documents, records = synthetic_documents_and_records(args.passages, args.seed)
         built = root / "built"
         t0 = time.perf_counter()
-        pipeline.ingest(Store(str(built), n_buckets=args.buckets), documents, ReplayExtractor(records),
+        operations.ingest(Store(str(built), n_buckets=args.buckets), documents, ReplayExtractor(records),
                         HashingEmbedder(dim=args.dim), IndexSettings())
         result["build_s"] = round(time.perf_counter() - t0, 3)
         say(f"built {args.passages} passages in {result['build_s']} s")
@@ -163,7 +165,7 @@ def main() -> int:
         result["job"] = job(str(root / "job"), args.dim, args.processes)
         result["load_after_job"] = load()
         say(f"job: {result['job']}")
-        one, spread = pipeline.fingerprint(Store(str(root / "one"))), pipeline.fingerprint(Store(str(root / "job")))
+        one, spread = fingerprint(Store(str(root / "one"))), fingerprint(Store(str(root / "job")))
         result["fingerprint_equal"] = one.digest == spread.digest
         linking = result["one_process"]["links_s"] - result["one_process"].get("keys_s", 0.0)
         result["ratios"] = {

@@ -53,7 +53,9 @@ import polars as pl  # noqa: E402
 from memory import peak_rss_mb  # noqa: E402
 from synthetic import synthetic_documents_and_records, write_documents  # noqa: E402
 
-from lightfoot_pipeline import pipeline  # noqa: E402
+from lightfoot_pipeline import operations  # noqa: E402
+
+from lightfoot_pipeline.store.fingerprint import counts, fingerprint  # noqa: E402
 from lightfoot_pipeline.ingest.dataset import load_corpus, load_recorded_extractions  # noqa: E402
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor  # noqa: E402
 from lightfoot_pipeline.index.links import LinkRule, pairs_between  # noqa: E402
@@ -112,7 +114,7 @@ def singles(store_uri: str, doc_ids: list[str], settings: IndexSettings) -> list
     times, cpu = [], []
     for doc_id in doc_ids:
         t0, c0 = time.perf_counter(), time.process_time()
-        pipeline.delete(Store(store_uri), [doc_id], settings)
+        operations.delete(Store(store_uri), [doc_id], settings)
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
     return times, cpu
@@ -133,13 +135,13 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
     try:
         store = Store(str(root / "store"), n_buckets=buckets)
         t0, c0 = time.perf_counter(), time.process_time()
-        built = pipeline.ingest(store, documents, ReplayExtractor(records), embedder, settings)
+        built = operations.ingest(store, documents, ReplayExtractor(records), embedder, settings)
         result["full_build_s"] = round(time.perf_counter() - t0, 3)
         result["full_build_cpu_s"] = round(time.process_time() - c0, 3)
         result["peak_rss_mb"] = peak_rss_mb()
         result["build_graph"] = built.graph.as_dict()
         result["build_stages_s"] = built.stage_seconds
-        result["counts_full"] = pipeline.counts(store)
+        result["counts_full"] = counts(store)
         save("build")
         say(f"built in {result['full_build_s']} s, peak RSS {result['peak_rss_mb']} MB: {result['counts_full']}")
 
@@ -159,7 +161,7 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
         survivors = sorted(set(ids) - set(chosen))
         doomed = sorted(rng.sample(survivors, round(len(ids) * 0.1)))
         t0, c0 = time.perf_counter(), time.process_time()
-        deleted = pipeline.delete(Store(store.uri), doomed, settings)
+        deleted = operations.delete(Store(store.uri), doomed, settings)
         result["delete_10pct_s"] = round(time.perf_counter() - t0, 3)
         result["delete_10pct_cpu_s"] = round(time.process_time() - c0, 3)
         result["delete_10pct_ratio"] = round(result["delete_10pct_s"] / result["full_build_s"], 4)
@@ -185,7 +187,7 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
         by_id = {d.doc_id: d for d in every}
         survivors_dir = write_documents(root / "survivors", [by_id[d] for d in sorted(live)], records)
         fresh = child(["--child-build", str(root / "fresh"), str(survivors_dir), str(dim), str(buckets)])
-        mine = pipeline.fingerprint(Store(store.uri)).digest
+        mine = fingerprint(Store(store.uri)).digest
         result["fresh_build"] = fresh
         result["fingerprint"] = mine
         result["fingerprint_equal"] = fresh["fingerprint"] == mine
@@ -210,13 +212,13 @@ def child_main(argv: list[str]) -> int:
     if mode == "--child-delete":
         store_uri, doc_id = args
         t0 = time.perf_counter()
-        report = pipeline.delete(Store(store_uri), [doc_id], settings)
+        report = operations.delete(Store(store_uri), [doc_id], settings)
         out = {"seconds": round(time.perf_counter() - t0, 4), "deleted": report.deleted}
     elif mode == "--child-ingest":
         store_uri, dataset, dim = args
         documents, records = load_corpus(dataset), load_recorded_extractions(dataset)
         t0 = time.perf_counter()
-        report = pipeline.ingest(Store(store_uri), documents, ReplayExtractor(records), HashingEmbedder(dim=int(dim)),
+        report = operations.ingest(Store(store_uri), documents, ReplayExtractor(records), HashingEmbedder(dim=int(dim)),
                                  settings)
         out = {"seconds": round(time.perf_counter() - t0, 3), "ingested": report.ingested,
                "links_added": report.graph.links_added, "entities_recomputed": report.graph.entities_recomputed,
@@ -226,9 +228,9 @@ def child_main(argv: list[str]) -> int:
         documents, records = load_corpus(dataset), load_recorded_extractions(dataset)
         store = Store(store_uri, n_buckets=int(buckets))
         t0 = time.perf_counter()
-        built = pipeline.ingest(store, documents, ReplayExtractor(records), HashingEmbedder(dim=int(dim)), settings)
+        built = operations.ingest(store, documents, ReplayExtractor(records), HashingEmbedder(dim=int(dim)), settings)
         seconds = round(time.perf_counter() - t0, 3)
-        out = {"seconds": seconds, "stages_s": built.stage_seconds, "fingerprint": pipeline.fingerprint(store).digest}
+        out = {"seconds": seconds, "stages_s": built.stage_seconds, "fingerprint": fingerprint(store).digest}
     else:
         raise SystemExit(f"unknown child mode {mode}")
     out["peak_rss_mb"] = peak_rss_mb()

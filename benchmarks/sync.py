@@ -30,13 +30,13 @@ from pathlib import Path
 
 import polars as pl
 
-from lightfoot_pipeline import pipeline
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.models.llm import LLMSettings
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import PASSAGES
-from lightfoot_pipeline.sync import sync
+from lightfoot_pipeline.operations.sync import sync
 
 KINDS = ("pdf", "docx", "html", "md", "txt")
 SYLLABLES = "ka lo mi ra ten vos dar il un bre sa to fen gor ali mur pe zan".split()
@@ -212,7 +212,7 @@ def main() -> int:
             fresh = Store(str(root / "fresh"))
             run_sync(fresh, folder, model, embedder)
             result["fingerprint_equal_to_fresh_sync"] = (
-                pipeline.fingerprint(fresh).digest == pipeline.fingerprint(store).digest)
+                fingerprint(fresh).digest == fingerprint(store).digest)
         print(json.dumps(result, indent=2))
         if args.json:
             Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

@@ -26,7 +26,8 @@ from assets.keys import (
 )
 from assets.partitions import DOCUMENTS, RANGE_END_TAG, RANGE_START_TAG
 from assets.resources import EmbedderResource, StoreResource
-from lightfoot_pipeline import pipeline
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.ingest.extraction.outcome import FAILED, OK
 from lightfoot_pipeline.index.references import dangling_references
 from lightfoot_pipeline.store.store import Store
@@ -210,9 +211,9 @@ def matches_fresh_rebuild(
         if config.reuse_vector_cache and root is not None and (root / "vectors").exists():
             shutil.copytree(root / "vectors", scratch / "store" / "vectors")
         started = time.perf_counter()
-        pipeline.rebuild(source, target, embedder.get(), store.settings(), manifest)
+        operations.rebuild(source, target, embedder.get(), store.settings(), manifest)
         seconds = time.perf_counter() - started
-        mine, fresh = pipeline.fingerprint(source, manifest), pipeline.fingerprint(target)
+        mine, fresh = fingerprint(source, manifest), fingerprint(target)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     differing = mine.differences(fresh)

@@ -21,8 +21,10 @@ import json
 
 import polars as pl
 
-from lightfoot_pipeline import pipeline
-from lightfoot_pipeline.explain.documents import table_differences
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.store.fingerprint import fingerprint as store_fingerprint
+from lightfoot_pipeline.store.vectors import name_vector_cache
+from lightfoot_pipeline.provenance.documents import table_differences
 from lightfoot_pipeline.index.reconcile import EmbedderRequired, GraphChange, reconcile_graph
 from lightfoot_pipeline.store.tables import ALIASES, BUCKET, MENTIONS, TableSpec
 from lightfoot_pipeline.store.tables import ENTITIES as ENTITIES_TABLE
@@ -100,7 +102,7 @@ def graph(context: dg.AssetExecutionContext, store: StoreResource, embedder: Emb
         f"{change.entities_recomputed} entities recomputed; documents +{len(diff['documents_added'])} "
         f"-{len(diff['documents_removed'])}; store commit {manifest.seq} (changed: {changed})"
     )
-    fingerprint = pipeline.fingerprint(lightfoot, manifest) if store.report_fingerprint and manifest.seq else None
+    fingerprint = store_fingerprint(lightfoot, manifest) if store.report_fingerprint and manifest.seq else None
     details = _details(change, manifest.config.get("embedder"))
     for key, specs in GRAPH_TABLES.items():
         names = [s.name for s in specs]
@@ -122,8 +124,8 @@ def graph(context: dg.AssetExecutionContext, store: StoreResource, embedder: Emb
 
 def _reconcile(lightfoot, settings, model, run_id: str, progress=None) -> tuple[GraphChange, object, bool, dict]:
     with lightfoot.transaction() as tx:
-        pipeline.check_config(tx, settings, model)
-        vectors = pipeline.name_vector_cache(lightfoot, model, progress) if model is not None else None
+        operations.check_config(tx, settings, model)
+        vectors = name_vector_cache(lightfoot, model, progress) if model is not None else None
         change = reconcile_graph(tx, settings, vectors)
         # What changed is read from the buckets the transaction changed, never from whole tables:
         # an entity's mentions and a fact's sources share its bucket, so those buckets hold all of them.

@@ -31,9 +31,10 @@ import dagster as dg
 from assets.keys import GRAPH_ASSETS
 from assets.provenance import STORE_POOL
 from assets.resources import EmbedderResource, StoreResource
-from lightfoot_pipeline import pipeline, relink
+from lightfoot_pipeline.store.fingerprint import fingerprint
+from lightfoot_pipeline.operations import relink
 from lightfoot_pipeline.index.link_pieces import LinkPiece, RelinkError
-from lightfoot_pipeline.relink import Prepared, StagingArea
+from lightfoot_pipeline.operations.relink import Prepared, StagingArea
 from lightfoot_pipeline.settings import SettingsError, relink_executor
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.vectors import progress_lines
@@ -122,7 +123,7 @@ def commit_relink(context: dg.OpExecutionContext, store: StoreResource, prepared
                 "entities": dg.MetadataValue.int(change.entities_after),
                 "peak_rss_mb": dg.MetadataValue.float(round(_peak_rss_mb(), 1))}
     if store.report_fingerprint:
-        metadata["store_fingerprint"] = dg.MetadataValue.text(pipeline.fingerprint(lightfoot, manifest).digest)
+        metadata["store_fingerprint"] = dg.MetadataValue.text(fingerprint(lightfoot, manifest).digest)
     for key in GRAPH_ASSETS:  # the graph's tables are new: what reads them is stale
         context.log_event(dg.AssetMaterialization(asset_key=key, metadata=metadata))
 

@@ -25,7 +25,7 @@ from assets.provenance import CODE_VERSION, STORE_POOL, column_schema, commit_if
 from assets.receipts import IN_FLIGHT, receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
 from lightfoot_pipeline.index.documents import tombstone_documents
-from lightfoot_pipeline.erase import erase_history
+from lightfoot_pipeline.operations.erase import erase_history
 from lightfoot_pipeline.ingest.inbox import take_requests
 from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing, utc_now
 from lightfoot_pipeline.ingest.receipts import ERASURE, Receipt, Receipts

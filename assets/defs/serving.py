@@ -9,8 +9,8 @@ import dagster as dg
 from assets.keys import GRAPH_ASSETS, SERVING_GROUP
 from assets.provenance import CODE_VERSION, STORE_POOL
 from assets.resources import EmbedderResource, StoreResource
-from lightfoot_pipeline.serving.collect import progress_lines
-from lightfoot_pipeline.serving.export import DEFAULT_KEEP, export_snapshot
+from lightfoot_pipeline.snapshot.collect import progress_lines
+from lightfoot_pipeline.snapshot.export import DEFAULT_KEEP, export_snapshot
 
 
 @dg.asset(

@@ -19,7 +19,7 @@ from assets.provenance import CODE_VERSION, STORE_POOL, column_schema, store_met
 from assets.resources import EmbedderResource, ExtractorResource, InboxResource, StoreResource
 from lightfoot_pipeline.ingest.sources import SOURCE_FILES
 from lightfoot_pipeline.store.tables import DOCUMENTS, PASSAGE_SOURCES, PASSAGES
-from lightfoot_pipeline.sync import look_at_source, sync
+from lightfoot_pipeline.operations.sync import look_at_source, sync
 
 SOURCES_GROUP = "sources"
 SOURCE_SYNC_JOB = "source_sync_job"

@@ -80,7 +80,7 @@ def _listed(ids: list[str], limit: int = 10) -> str:
 
 
 def cmd_ingest(args) -> int:
-    from lightfoot_pipeline import pipeline
+    from lightfoot_pipeline import operations
     from lightfoot_pipeline.models.embedder import load_embedder
     from lightfoot_pipeline.cli.progress import Progress, name_progress
 
@@ -91,7 +91,7 @@ def cmd_ingest(args) -> int:
     extractor, recorded = make_extractor(args.extractor, dataset, store, settings)
     embedder = load_embedder(args.embedder)
     progress = None if args.json else Progress("extracting")
-    report = pipeline.ingest(store, documents, extractor, embedder, settings, progress=progress, recorded=recorded,
+    report = operations.ingest(store, documents, extractor, embedder, settings, progress=progress, recorded=recorded,
                              embed_progress=None if args.json else name_progress())
     _refuse_a_failed_endpoint(extractor, report, store)
     if args.json:
@@ -137,14 +137,14 @@ def _refuse_a_failed_endpoint(extractor, report, store) -> None:
 
 
 def cmd_delete(args) -> int:
-    from lightfoot_pipeline import pipeline
+    from lightfoot_pipeline import operations
     from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
 
     problems = [p for p in map(doc_id_problem, args.doc_ids) if p]
     if problems:
         raise SettingsError("delete: " + "; ".join(problems), hint="no document can have such an id")
     store = _existing_store(args)
-    report = pipeline.delete(store, args.doc_ids, erase=args.erase, reason=args.reason or "requested on the command line")
+    report = operations.delete(store, args.doc_ids, erase=args.erase, reason=args.reason or "requested on the command line")
     if args.json:
         _print_json(report.as_dict())
         return 0
@@ -172,7 +172,7 @@ def _print_erase(erase: dict) -> None:
 
 
 def cmd_vacuum(args) -> int:
-    from lightfoot_pipeline.erase import vacuum
+    from lightfoot_pipeline.operations.erase import vacuum
 
     store = _existing_store(args)
     report = vacuum(store)
@@ -185,7 +185,7 @@ def cmd_vacuum(args) -> int:
 
 
 def cmd_migrate(args) -> int:
-    from lightfoot_pipeline import pipeline
+    from lightfoot_pipeline import operations
     from lightfoot_pipeline.models.embedder import load_embedder
 
     store = _existing_store(args)
@@ -197,11 +197,11 @@ def cmd_migrate(args) -> int:
 
         embedder = UnloadedEmbedder(config["embedder"], config["dim"])
     if args.pieces:  # the links in pieces, as the relink_graph job computes them
-        from lightfoot_pipeline import relink
+        from lightfoot_pipeline.operations import relink
 
         change = relink.relink(store, embedder, IndexSettings(), n_buckets=args.buckets)
     else:
-        change = pipeline.migrate(store, embedder, IndexSettings(), args.buckets)
+        change = operations.migrate(store, embedder, IndexSettings(), args.buckets)
     manifest = store.manifest()
     payload = {"store": store.uri, "commit": manifest.seq, "layout": manifest.details.get("layout"),
                "graph": change.as_dict()}
@@ -214,14 +214,14 @@ def cmd_migrate(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from lightfoot_pipeline import pipeline
+    from lightfoot_pipeline.store.fingerprint import fingerprint
 
     store = _store(args)
     manifest = store.manifest()
     if manifest.seq == 0:
         print(f"no store at {store.uri}")
         return 1
-    fp = pipeline.fingerprint(store, manifest)
+    fp = fingerprint(store, manifest)
     payload = {
         "store": store.uri,
         "commit": manifest.seq,

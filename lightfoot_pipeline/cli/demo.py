@@ -20,7 +20,8 @@ from pathlib import Path
 
 import polars as pl
 
-from lightfoot_pipeline import pipeline
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.store.fingerprint import counts, fingerprint
 from lightfoot_pipeline.ingest.dataset import bundled_sample_dir, load_corpus, load_recorded_extractions
 from lightfoot_pipeline.models.embedder import load_embedder
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
@@ -46,7 +47,7 @@ def run_demo(args) -> int:
     print(f"embedder: {embedder.model_id} ({embedder.dim} dimensions)")
 
     _section("1. build (recorded extractions: no model call)")
-    report = pipeline.ingest(store, documents, ReplayExtractor(records), embedder, settings,
+    report = operations.ingest(store, documents, ReplayExtractor(records), embedder, settings,
                              progress=Progress("extracting"), embed_progress=name_progress())
     print(f"{report.passages} passages: {report.extracted} extracted now, {report.already_extracted} already "
           f"extracted, {report.failed} failed; {report.model_calls} model calls; {report.graph.vectors_computed} "
@@ -57,13 +58,13 @@ def run_demo(args) -> int:
             print(f"  {key:<48} {count:>6}")
 
     _section("2. what was built")
-    for name, rows in pipeline.counts(store).items():
+    for name, rows in counts(store).items():
         print(f"  {name:<14} {rows:>8,}")
     _show_entities(store)
 
     _section(f"3. delete {args.delete} documents (no model call) and compare with a fresh build")
     doomed = sorted(random.Random(0).sample([d.doc_id for d in documents], args.delete))
-    deleted = pipeline.delete(store, doomed, settings, reason="demo")
+    deleted = operations.delete(store, doomed, settings, reason="demo")
     g = deleted.graph
     print(f"deleted {', '.join(deleted.deleted)} in {deleted.seconds:.2f}s with {deleted.model_calls} model calls")
     print(f"  names removed {g.names_removed}, changed {g.names_changed}; {g.entities_recomputed} of "
@@ -74,9 +75,9 @@ def run_demo(args) -> int:
         fresh = Store(str(fresh_root / "store"))
         _share_vector_cache(store, fresh)
         started = time.perf_counter()
-        pipeline.ingest(fresh, survivors, ReplayExtractor(records), embedder, settings)
+        operations.ingest(fresh, survivors, ReplayExtractor(records), embedder, settings)
         fresh_seconds = time.perf_counter() - started
-        mine, theirs = pipeline.fingerprint(store), pipeline.fingerprint(fresh)
+        mine, theirs = fingerprint(store), fingerprint(fresh)
         print(f"fresh build of the {len(survivors)} survivors: {fresh_seconds:.1f}s "
               "(name vectors from the content-addressed cache)")
         print(f"  fingerprint after delete : {mine.digest[:32]}")
@@ -87,10 +88,10 @@ def run_demo(args) -> int:
         shutil.rmtree(fresh_root, ignore_errors=True)
 
     _section("4. restore the deleted documents")
-    restored = pipeline.ingest(store, [d for d in documents if d.doc_id in set(doomed)], ReplayExtractor(records),
+    restored = operations.ingest(store, [d for d in documents if d.doc_id in set(doomed)], ReplayExtractor(records),
                                embedder, settings)
     print(f"re-added {restored.documents} documents with {restored.model_calls} model calls; "
-          f"store fingerprint {pipeline.fingerprint(store).digest[:32]}")
+          f"store fingerprint {fingerprint(store).digest[:32]}")
 
     _section("5. serve: export a snapshot and retrieve with no model call")
     _show_retrieval(store, embedder, dataset)
@@ -100,11 +101,11 @@ def run_demo(args) -> int:
 
 
 def _show_retrieval(store: Store, embedder, dataset: Path, n_questions: int = 2) -> None:
-    from lightfoot_pipeline.serving.answer import build_answerer
+    from lightfoot_pipeline.retrieval.answer import build_answerer
     from lightfoot_pipeline.ingest.dataset import default_questions_file, load_questions
-    from lightfoot_pipeline.serving.rerank import load_reranker
-    from lightfoot_pipeline.serving.serve import QueryService
-    from lightfoot_pipeline.serving.export import export_snapshot
+    from lightfoot_pipeline.retrieval.rerank import load_reranker
+    from lightfoot_pipeline.service.queries import QueryService
+    from lightfoot_pipeline.snapshot.export import export_snapshot
 
     started = time.perf_counter()
     info = export_snapshot(store, embedder, progress=StepProgress("snapshot"))

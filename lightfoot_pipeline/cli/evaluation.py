@@ -84,9 +84,9 @@ def cmd_eval(args) -> int:
     from lightfoot_pipeline.evaluation.report import significance_rows
     from lightfoot_pipeline.evaluation.runs import load_run
     from lightfoot_pipeline.models.embedder import load_embedder
-    from lightfoot_pipeline.serving.rerank import load_reranker
-    from lightfoot_pipeline.serving.retrieve import one_thread_per_query
-    from lightfoot_pipeline.serving.serve import resolve_embedder
+    from lightfoot_pipeline.retrieval.rerank import load_reranker
+    from lightfoot_pipeline.retrieval.retrieve import one_thread_per_query
+    from lightfoot_pipeline.service.queries import resolve_embedder
     from lightfoot_pipeline.store.store import Store
 
     if args.run_dir is None and args.out is None and not args.dry_run:
@@ -99,7 +99,7 @@ def cmd_eval(args) -> int:
     plan = _plan(args, reranker, status)
     answers = None
     if args.answer or args.dry_run:
-        from lightfoot_pipeline.serving.answer import build_answerer
+        from lightfoot_pipeline.retrieval.answer import build_answerer
 
         answerer, why = build_answerer()
         if answerer is None and not args.dry_run:
@@ -146,7 +146,7 @@ def cmd_eval_deletion(args) -> int:
     from lightfoot_pipeline.cli.progress import Progress
     from lightfoot_pipeline.evaluation.deletion_audit import run_deletion_audit
     from lightfoot_pipeline.models.embedder import DEFAULT_EMBEDDER, load_embedder
-    from lightfoot_pipeline.serving.rerank import load_reranker
+    from lightfoot_pipeline.retrieval.rerank import load_reranker
 
     dataset = Path(args.dataset)
     questions_file = _questions_file(dataset, args.questions)

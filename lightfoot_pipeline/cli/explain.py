@@ -29,7 +29,7 @@ def _short(text: str | None, width: int = 90) -> str:
 
 
 def cmd_explain_doc(args) -> int:
-    from lightfoot_pipeline.explain.documents import explain_document
+    from lightfoot_pipeline.provenance.documents import explain_document
 
     explanation = explain_document(_existing_store(args), args.doc_id, preview=not args.no_preview)
     if args.json:
@@ -72,7 +72,7 @@ def cmd_explain_doc(args) -> int:
 
 
 def cmd_explain_entity(args) -> int:
-    from lightfoot_pipeline.explain.entities import explain_entity
+    from lightfoot_pipeline.provenance.entities import explain_entity
 
     found = explain_entity(_existing_store(args), args.name)
     if args.json:
@@ -96,8 +96,8 @@ def cmd_explain_entity(args) -> int:
 
 
 def cmd_explain_query(args) -> int:
-    from lightfoot_pipeline.serving.explain import explain_query
-    from lightfoot_pipeline.serving.serve import open_service
+    from lightfoot_pipeline.retrieval.explain import explain_query
+    from lightfoot_pipeline.service.queries import open_service
 
     if args.mode == "deep":  # the steps of a deep answer: subqueries, what each retrieved, memory operations
         from lightfoot_pipeline.cli.query import query_deep

@@ -47,8 +47,8 @@ def print_latency(latency: dict) -> None:
 
 
 def cmd_snapshot(args) -> int:
-    from lightfoot_pipeline.serving.serve import resolve_embedder
-    from lightfoot_pipeline.serving.export import export_snapshot
+    from lightfoot_pipeline.service.queries import resolve_embedder
+    from lightfoot_pipeline.snapshot.export import export_snapshot
     from lightfoot_pipeline.cli.progress import StepProgress
 
     store = _store(args)
@@ -66,7 +66,7 @@ def cmd_snapshot(args) -> int:
 
 
 def cmd_query(args) -> int:
-    from lightfoot_pipeline.serving.serve import open_service, snapshot_is_stale
+    from lightfoot_pipeline.service.queries import open_service, snapshot_is_stale
 
     store = _store(args)
     if args.mode == "deep":
@@ -106,8 +106,8 @@ def cmd_query(args) -> int:
 
 def query_deep(args, store) -> int:
     """``lightfoot query --mode deep``: the answer, the memory points it used, and (--trace) the steps."""
-    from lightfoot_pipeline.serving.deep import DeepSettings, provenance_lines, trace_lines
-    from lightfoot_pipeline.serving.serve import open_service
+    from lightfoot_pipeline.retrieval.deep import DeepSettings, provenance_lines, trace_lines
+    from lightfoot_pipeline.service.queries import open_service
 
     settings = DeepSettings.from_env(max_steps=args.max_steps, question_budget_usd=args.question_budget)
     service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker, answers=True)
@@ -139,7 +139,7 @@ def query_deep(args, store) -> int:
 
 
 def _serve_budget(args) -> float:
-    from lightfoot_pipeline.serving.serve import DEFAULT_ANSWER_BUDGET_USD
+    from lightfoot_pipeline.service.queries import DEFAULT_ANSWER_BUDGET_USD
 
     if args.answer_budget_usd is not None:
         return args.answer_budget_usd
@@ -150,10 +150,10 @@ def _serve_budget(args) -> float:
 def cmd_serve(args) -> int:
     import logging
 
-    from lightfoot_pipeline.serving.answer import AnswerBudget
-    from lightfoot_pipeline.serving.serve import open_service
-    from lightfoot_pipeline.serving.serve_auth import Tokens, check_exposure
-    from lightfoot_pipeline.serving.serve_http import HttpLimits, QueryServer
+    from lightfoot_pipeline.retrieval.answer import AnswerBudget
+    from lightfoot_pipeline.service.queries import open_service
+    from lightfoot_pipeline.service.auth import Tokens, check_exposure
+    from lightfoot_pipeline.service.server import HttpLimits, QueryServer
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tokens = Tokens.from_env(tokens_file=args.tokens_file)
@@ -213,7 +213,7 @@ def cmd_serve(args) -> int:
 
 
 def cmd_serve_token(args) -> int:
-    from lightfoot_pipeline.serving.serve_auth import TOKENS_FILE_ENV, hash_token, new_token
+    from lightfoot_pipeline.service.auth import TOKENS_FILE_ENV, hash_token, new_token
 
     if args.hash:
         print(hash_token(sys.stdin.readline()))

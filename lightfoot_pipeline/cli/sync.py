@@ -18,7 +18,7 @@ def cmd_sync(args) -> int:
     from lightfoot_pipeline.models.embedder import load_embedder
     from lightfoot_pipeline.store.store import Store
     from lightfoot_pipeline.ingest.extraction.replay import ReplayExtractor
-    from lightfoot_pipeline.sync import look_at_source, sync
+    from lightfoot_pipeline.operations.sync import look_at_source, sync
 
     chunking = ChunkSettings(tokens=args.chunk_tokens, overlap=args.chunk_overlap, max_passages=args.max_passages,
                              max_file_bytes=int(args.max_file_mb * 1024 * 1024))

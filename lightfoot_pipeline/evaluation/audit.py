@@ -5,7 +5,7 @@ eval-deletion`` run:
 
 1. Build the store of the whole dataset from its recorded extractions (no model call).
 2. Delete a seeded random fraction of its documents through the engine's deletion path
-   (``pipeline.delete``), timing it and counting the model calls (every language-model client of
+   (``operations.delete``), timing it and counting the model calls (every language-model client of
    the process, :meth:`LLMClient.calls_started`) and embedder calls it makes: there are none.
 3. Build a fresh store of the surviving documents only, in this process or, with an embedder
    spec, in a separate one (``lightfoot ingest``), which shares nothing in memory with the first.
@@ -30,7 +30,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from lightfoot_pipeline import pipeline
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.store.fingerprint import counts, fingerprint
 from lightfoot_pipeline.evaluation.harness import HarnessError
 from lightfoot_pipeline.ingest.dataset import (
     CORPUS_FILE, EXTRACTIONS_FILE, DatasetError, Document, has_recorded_extractions, load_corpus,
@@ -94,10 +95,10 @@ class Trial:
 
     documents: list[Document]
     doomed: list[str]
-    built: pipeline.IngestReport
+    built: operations.IngestReport
     build_seconds: float
     counts_built: dict[str, int]  # table rows of the whole dataset's store
-    deleted: pipeline.DeleteReport
+    deleted: operations.DeleteReport
     counts_deleted: dict[str, int]  # table rows after the deletion
     model_calls: int  # counted during the deletion, by every client of the process
     embedder_calls: int  # counted during the deletion
@@ -151,16 +152,16 @@ def run_trial(
     observe = observe or (lambda phase, store: None)
 
     started = time.perf_counter()
-    built = pipeline.ingest(full, documents, ReplayExtractor(records), counting)
+    built = operations.ingest(full, documents, ReplayExtractor(records), counting)
     build_seconds = round(time.perf_counter() - started, 3)
-    counts_built = pipeline.counts(full)
+    counts_built = counts(full)
     echo(f"built {len(documents)} documents in {build_seconds}s with {built.model_calls} model calls")
     observe(BEFORE, full)
 
     models_before, embeds_before = LLMClient.calls_started(), counting.calls
-    deleted = pipeline.delete(full, doomed, reason=f"deletion audit (fraction {fraction}, seed {seed})")
+    deleted = operations.delete(full, doomed, reason=f"deletion audit (fraction {fraction}, seed {seed})")
     model_calls, embedder_calls = LLMClient.calls_started() - models_before, counting.calls - embeds_before
-    counts_deleted = pipeline.counts(full)
+    counts_deleted = counts(full)
     echo(f"deleted {len(deleted.deleted)} of {len(documents)} documents in {deleted.seconds:.2f}s with "
          f"{model_calls} model calls and {embedder_calls} embedder calls")
     observe(AFTER, full)
@@ -169,11 +170,11 @@ def run_trial(
     survivors = [d for d in documents if d.doc_id not in doomed_set]
     started = time.perf_counter()
     if separate_process is None:
-        fresh_model_calls = pipeline.ingest(fresh, survivors, ReplayExtractor(records), counting).model_calls
+        fresh_model_calls = operations.ingest(fresh, survivors, ReplayExtractor(records), counting).model_calls
     else:
         fresh_model_calls = _ingest_elsewhere(dataset_dir, survivors, fresh, separate_process, scratch)
     fresh_seconds = round(time.perf_counter() - started, 3)
-    mine, theirs = pipeline.fingerprint(full), pipeline.fingerprint(fresh)
+    mine, theirs = fingerprint(full), fingerprint(fresh)
     observe(FRESH, fresh)
     return Trial(documents=documents, doomed=doomed, built=built, build_seconds=build_seconds,
                  counts_built=counts_built, deleted=deleted, counts_deleted=counts_deleted, model_calls=model_calls,

@@ -19,11 +19,11 @@ from typing import Callable, Sequence
 
 from lightfoot_pipeline.evaluation.harness import AnswerSpend, CostEstimate, QuestionResult
 from lightfoot_pipeline.evaluation.metrics import distinct, recall_at_k
-from lightfoot_pipeline.serving.answer import Answer
-from lightfoot_pipeline.serving.deep import DeepQuery, DeepQueryError, DeepSettings
-from lightfoot_pipeline.serving.deep.estimate import estimate_question
-from lightfoot_pipeline.serving.deep.evidence import SnapshotIndex
-from lightfoot_pipeline.serving.retrieve import Retriever
+from lightfoot_pipeline.retrieval.answer import Answer
+from lightfoot_pipeline.retrieval.deep import DeepQuery, DeepQueryError, DeepSettings
+from lightfoot_pipeline.retrieval.deep.estimate import estimate_question
+from lightfoot_pipeline.retrieval.deep.evidence import SnapshotIndex
+from lightfoot_pipeline.retrieval.retrieve import Retriever
 
 DEEP_FILE = "deep.json"
 

@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from lightfoot_pipeline import pipeline
+from lightfoot_pipeline import operations
 from lightfoot_pipeline.evaluation.deep_eval import (
     DEEP_FILE, add_estimates, add_spends, deep_record, deep_rows, estimate_deep_cost,
 )
@@ -38,13 +38,13 @@ from lightfoot_pipeline.ingest.dataset import (
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.ingest.passages import text_hash
 from lightfoot_pipeline.models.embedder import Embedder
-from lightfoot_pipeline.serving.answer import MAX_TOKENS, AnswerBudget, Answerer, answer_charge
-from lightfoot_pipeline.serving.deep import DeepQuery, DeepSettings
-from lightfoot_pipeline.serving.deep import charges as deep_charges
-from lightfoot_pipeline.serving.export import export_snapshot
-from lightfoot_pipeline.serving.rerank import Reranker, RerankerStatus
-from lightfoot_pipeline.serving.retrieve import RetrievalSettings, Retriever
-from lightfoot_pipeline.serving.snapshot import Snapshot, SnapshotInfo, load_snapshot
+from lightfoot_pipeline.retrieval.answer import MAX_TOKENS, AnswerBudget, Answerer, answer_charge
+from lightfoot_pipeline.retrieval.deep import DeepQuery, DeepSettings
+from lightfoot_pipeline.retrieval.deep import charges as deep_charges
+from lightfoot_pipeline.snapshot.export import export_snapshot
+from lightfoot_pipeline.retrieval.rerank import Reranker, RerankerStatus
+from lightfoot_pipeline.retrieval.retrieve import RetrievalSettings, Retriever
+from lightfoot_pipeline.snapshot.format import Snapshot, SnapshotInfo, load_snapshot
 from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENTS
@@ -151,7 +151,7 @@ def ensure_dataset_indexed(store: Store, dataset_dir: Path, embedder: Embedder,
             f"{dataset_dir} has no extractions.jsonl and {store.uri} does not hold its {len(missing)} documents; "
             "evaluation builds with no model call, so ingest the dataset first (`lightfoot ingest`)")
     started = time.perf_counter()
-    report = pipeline.ingest(store, missing, ReplayExtractor(load_recorded_extractions(dataset_dir)), embedder,
+    report = operations.ingest(store, missing, ReplayExtractor(load_recorded_extractions(dataset_dir)), embedder,
                              progress=progress)
     return {"built": True, "documents": len(missing), "failed": report.failed, "model_calls": report.model_calls,
             "seconds": round(time.perf_counter() - started, 2)}

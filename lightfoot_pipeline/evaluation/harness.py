@@ -23,12 +23,12 @@ from lightfoot_pipeline.evaluation.metrics import distinct, exact_match, recall_
 from lightfoot_pipeline.evaluation.modes import K_VALUES, Mode
 from lightfoot_pipeline.ingest.dataset import Question
 from lightfoot_pipeline.models.embedder import Embedder
-from lightfoot_pipeline.serving.answer import (
+from lightfoot_pipeline.retrieval.answer import (
     MAX_TOKENS, RESERVE_CHARS_PER_TOKEN, SYSTEM_PROMPT, Answer, AnswerBudget, Answerer, render_prompt,
 )
-from lightfoot_pipeline.serving.rerank import Reranker, RerankerStatus
-from lightfoot_pipeline.serving.retrieve import FactHit, PassageHit, Retriever, top_indices
-from lightfoot_pipeline.serving.snapshot import Snapshot
+from lightfoot_pipeline.retrieval.rerank import Reranker, RerankerStatus
+from lightfoot_pipeline.retrieval.retrieve import FactHit, PassageHit, Retriever, top_indices
+from lightfoot_pipeline.snapshot.format import Snapshot
 from lightfoot_pipeline.errors import LightfootError
 
 DEPTH = 30  # ranked passages kept per (mode, question)

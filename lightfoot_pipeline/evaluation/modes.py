@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from lightfoot_pipeline.serving.retrieve import RetrievalSettings
-    from lightfoot_pipeline.serving.snapshot import Snapshot
+    from lightfoot_pipeline.retrieval.retrieve import RetrievalSettings
+    from lightfoot_pipeline.snapshot.format import Snapshot
 
 K_VALUES = (2, 5, 10)  # recall@k reported by default
 ANSWER_FACTS = 10  # facts the Lightfoot modes give the answer model with the passages
@@ -65,7 +65,7 @@ class Mode:
 
 def standard_modes(reranker_available: bool) -> list[Mode]:
     """Lightfoot (with the reranker when there is one) and the two baselines, in MODE_NAMES order."""
-    from lightfoot_pipeline.serving.retrieve import RetrievalSettings
+    from lightfoot_pipeline.retrieval.retrieve import RetrievalSettings
 
     modes = [
         Mode(DENSE, "dense-only: passages by cosine similarity with the question", graph=False),
@@ -86,7 +86,7 @@ def standard_modes(reranker_available: bool) -> list[Mode]:
 
 def available_modes(reranker_available: bool) -> list[Mode]:
     """Every mode an evaluation can run: the standard ones (its default), then ``hgmem``."""
-    from lightfoot_pipeline.serving.retrieve import RetrievalSettings
+    from lightfoot_pipeline.retrieval.retrieve import RetrievalSettings
 
     return [*standard_modes(reranker_available), Mode(
         HGMEM, "HGMem-style deep mode: a working memory of points over the graph, local and global subqueries "

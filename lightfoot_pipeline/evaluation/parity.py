@@ -14,8 +14,8 @@ import numpy as np
 from lightfoot_pipeline.evaluation.metrics import recall_at_k
 from lightfoot_pipeline.ingest.dataset import Question
 from lightfoot_pipeline.models.embedder import Embedder
-from lightfoot_pipeline.serving.retrieve import RetrievalSettings, Retriever
-from lightfoot_pipeline.serving.snapshot import Snapshot
+from lightfoot_pipeline.retrieval.retrieve import RetrievalSettings, Retriever
+from lightfoot_pipeline.snapshot.format import Snapshot
 
 KS = (2, 5, 10)
 OVERLAP_AT = 10

@@ -198,3 +198,9 @@ def _save_cache(store: Store, cache: Cache) -> None:
         write_json(fs, path, {"format": CACHE_FORMAT, "check": _check(entries), "entries": entries})
     except OSError as err:
         log.info("fingerprint cache of %s not written: %s", store.uri, err)
+
+
+def counts(store: Store, manifest: Manifest | None = None) -> dict[str, int]:
+    """Rows of each index table at ``manifest`` (else the latest commit)."""
+    manifest = manifest or store.manifest()
+    return {spec.name: store.read(spec.name, manifest, columns=[spec.key[0]]).height for spec in INDEX_TABLES}

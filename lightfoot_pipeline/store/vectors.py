@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.store.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -287,3 +288,8 @@ def cleanup_vector_history(store) -> None:
             # their keys are present (VectorCache._add).
             warnings.filterwarnings("ignore", message=r"optimize\(cleanup_older_than=0\)", category=UserWarning)
             db.open_table(name).optimize(cleanup_older_than=dt.timedelta(0), delete_unverified=True)
+
+
+def name_vector_cache(store: Store, embedder: Embedder, progress: EmbedProgress | None = None) -> VectorCache:
+    """The cache of name vectors; ``progress`` hears how embedding the names it lacks proceeds."""
+    return VectorCache(store, "name", embedder, progress)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import dagster as dg
 import polars as pl
 
-from lightfoot_pipeline import pipeline
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.ingest.landing import Landing
-from lightfoot_pipeline.serving.snapshot import load_snapshot
+from lightfoot_pipeline.snapshot.format import load_snapshot
 from lightfoot_pipeline.store.store import Store
 
 
@@ -39,7 +40,7 @@ def test_twenty_arrive_three_are_erased_and_the_store_equals_a_fresh_build_of_se
     store = Store(lightfoot.store_uri)
     assert store.read("documents").height == 20
     facts = materializations(ingestion, "facts")[0]
-    assert facts.metadata["store_fingerprint"].value == pipeline.fingerprint(store).digest
+    assert facts.metadata["store_fingerprint"].value == fingerprint(store).digest
 
     # Three documents are erased through a request file.
     doomed = sorted([twenty[2].doc_id, twenty[9].doc_id, twenty[15].doc_id])
@@ -67,8 +68,8 @@ def test_twenty_arrive_three_are_erased_and_the_store_equals_a_fresh_build_of_se
     # The store equals a fresh build of the 17 survivors, table for table.
     fresh = Store(str(tmp_path / "fresh"))
     survivors = [d for d in twenty if d.doc_id not in doomed]
-    pipeline.ingest(fresh, survivors, ReplayExtractor(sample_records), HashingEmbedder(dim=32))
-    mine, theirs = pipeline.fingerprint(store), pipeline.fingerprint(fresh)
+    operations.ingest(fresh, survivors, ReplayExtractor(sample_records), HashingEmbedder(dim=32))
+    mine, theirs = fingerprint(store), fingerprint(fresh)
     assert mine.differences(theirs) == []
     assert mine.digest == theirs.digest
     assert store.read("documents").height == 17

@@ -23,7 +23,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from lightfoot_pipeline import pipeline
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.ingest.dataset import CORPUS_FILE, EXTRACTIONS_FILE
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
@@ -146,5 +147,5 @@ def test_ingestion_and_erasure_runs_on_a_postgres_instance(deployment, sample_do
     survivors = [d for d in twelve if d.doc_id not in doomed]
     assert sorted(store.read("documents").get_column("doc_id").to_list()) == sorted(d.doc_id for d in survivors)
     fresh = Store(str(root / "fresh"))
-    pipeline.ingest(fresh, survivors, ReplayExtractor(sample_records), HashingEmbedder(dim=32))
-    assert pipeline.fingerprint(store).digest == pipeline.fingerprint(fresh).digest
+    operations.ingest(fresh, survivors, ReplayExtractor(sample_records), HashingEmbedder(dim=32))
+    assert fingerprint(store).digest == fingerprint(fresh).digest

@@ -12,7 +12,9 @@ import itertools
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from lightfoot_pipeline import pipeline
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.store.fingerprint import fingerprint
+from lightfoot_pipeline.store.vectors import name_vector_cache
 from lightfoot_pipeline.ingest.dataset import Document
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
@@ -62,7 +64,7 @@ def make_corpus(raw: list[dict]) -> tuple[list[Document], dict[str, dict]]:
 def build(root, name: str, batches, records) -> Store:
     store = Store(str(root / name))
     for batch in batches:
-        pipeline.ingest(store, list(batch), ReplayExtractor(records), EMBEDDER)
+        operations.ingest(store, list(batch), ReplayExtractor(records), EMBEDDER)
     return store
 
 
@@ -76,7 +78,7 @@ def table_rows(store: Store) -> dict[str, list[tuple]]:
 
 def assert_same_store(left: Store, right: Store) -> None:
     assert table_rows(left) == table_rows(right)
-    assert pipeline.fingerprint(left).as_dict() == pipeline.fingerprint(right).as_dict()
+    assert fingerprint(left).as_dict() == fingerprint(right).as_dict()
 
 
 @SETTINGS
@@ -86,7 +88,7 @@ def test_deleting_b_from_g_of_d_equals_g_of_a(tmp_path_factory, raw, data):
     documents, records = make_corpus(raw)
     doomed = data.draw(st.sets(st.sampled_from([d.doc_id for d in documents]), min_size=1))
     full = build(root, "full", [documents], records)
-    report = pipeline.delete(full, sorted(doomed))
+    report = operations.delete(full, sorted(doomed))
     assert report.model_calls == 0 and sorted(report.deleted) == sorted(doomed)
     survivors = [d for d in documents if d.doc_id not in doomed]
     fresh = build(root, "fresh", [survivors] if survivors else [], records)
@@ -116,10 +118,10 @@ def test_interleaved_additions_and_deletions(tmp_path_factory, raw, data):
                                min_size=1, max_size=5))
     for is_add, ids in steps:
         if is_add:
-            pipeline.ingest(store, [by_id[i] for i in sorted(ids)], ReplayExtractor(records), EMBEDDER)
+            operations.ingest(store, [by_id[i] for i in sorted(ids)], ReplayExtractor(records), EMBEDDER)
             live |= ids
         elif store.exists():
-            pipeline.delete(store, sorted(ids))
+            operations.delete(store, sorted(ids))
             live -= ids
     fresh = build(root, "fresh", [[by_id[i] for i in sorted(live)]] if live else [], records)
     if store.exists():
@@ -133,12 +135,12 @@ def test_full_reconcile_finds_nothing_to_change(tmp_path):
         for i in range(12)
     ])
     store = build(tmp_path, "s", [documents[:8], documents[8:]], records)
-    pipeline.delete(store, ["doc-03", "doc-09"])
+    operations.delete(store, ["doc-03", "doc-09"])
     from lightfoot_pipeline.index.reconcile import reconcile_graph
     from lightfoot_pipeline.settings import IndexSettings
 
     with store.transaction() as tx:
-        change = reconcile_graph(tx, IndexSettings(), pipeline.name_vector_cache(store, EMBEDDER), full=True)
+        change = reconcile_graph(tx, IndexSettings(), name_vector_cache(store, EMBEDDER), full=True)
         assert tx.pending() == {}
     assert (change.names_added, change.names_removed, change.names_changed) == (0, 0, 0)
 
@@ -147,7 +149,7 @@ def test_deleting_every_document_empties_every_index_table(tmp_path):
     documents, records = make_corpus([{"entities": [(n, "entity")], "facts": [(n, "founded", "1963")]}
                                       for n in VOCABULARY[:6]])
     store = build(tmp_path, "s", [documents], records)
-    pipeline.delete(store, [d.doc_id for d in documents])
+    operations.delete(store, [d.doc_id for d in documents])
     assert all(rows == [] for rows in table_rows(store).values())
 
 
@@ -159,7 +161,7 @@ def test_deletion_needs_no_embedder_and_no_model(tmp_path, monkeypatch):
         raise AssertionError("deletion must not embed")
 
     monkeypatch.setattr(HashingEmbedder, "embed", forbidden)
-    report = pipeline.delete(store, ["doc-01", "doc-04"])
+    report = operations.delete(store, ["doc-01", "doc-04"])
     assert report.model_calls == 0 and report.graph.vectors_computed == 0
 
 
@@ -168,15 +170,15 @@ def test_invariant_with_the_packaged_minilm_on_a_sample_slice(tmp_path, sample_d
     documents = sample_documents[:60]
     doomed = {d.doc_id for d in documents[::6]}
     full = Store(str(tmp_path / "full"))
-    pipeline.ingest(full, documents, ReplayExtractor(sample_records), minilm)
-    pipeline.delete(full, sorted(doomed))
+    operations.ingest(full, documents, ReplayExtractor(sample_records), minilm)
+    operations.delete(full, sorted(doomed))
     fresh = Store(str(tmp_path / "fresh"))
     survivors = [d for d in documents if d.doc_id not in doomed]
     # A second embedder instance, in reverse order and two batches: vectors must not depend on batches.
     from lightfoot_pipeline.models.embedder import SentenceTransformerEmbedder
 
     other = SentenceTransformerEmbedder()
-    pipeline.ingest(fresh, survivors[::-1][:20], ReplayExtractor(sample_records), other)
-    pipeline.ingest(fresh, survivors[::-1][20:], ReplayExtractor(sample_records), other)
+    operations.ingest(fresh, survivors[::-1][:20], ReplayExtractor(sample_records), other)
+    operations.ingest(fresh, survivors[::-1][20:], ReplayExtractor(sample_records), other)
     assert_same_store(full, fresh)
     assert full.read("entities").height > 0 and full.read("name_links").height > 0

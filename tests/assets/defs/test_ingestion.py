@@ -9,7 +9,8 @@ import json
 import dagster as dg
 import polars as pl
 
-from lightfoot_pipeline import pipeline
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.ingest.landing import LandedDocument, Landing, utc_now
@@ -72,8 +73,8 @@ def test_new_and_changed_documents_run_as_few_ranges_as_the_partition_order_allo
     stored = store.read("passages").filter(pl.col("doc_id") == changed.doc_id).get_column("text").to_list()
     assert stored == [changed.text]
     fresh = Store(str(tmp_path / "fresh"))
-    pipeline.ingest(fresh, final, ReplayExtractor(sample_records), HashingEmbedder(dim=32))
-    assert pipeline.fingerprint(store).differences(pipeline.fingerprint(fresh)) == []
+    operations.ingest(fresh, final, ReplayExtractor(sample_records), HashingEmbedder(dim=32))
+    assert fingerprint(store).differences(fingerprint(fresh)) == []
 
 
 def test_an_unreadable_drop_is_rejected_with_its_reason(lightfoot):
@@ -111,7 +112,7 @@ def test_materializing_one_partition_reports_rows_versions_fingerprint_and_cost(
     assert result.success
     events = [e.event_specific_data.materialization for e in result.get_asset_materialization_events()]
     by_asset = {m.asset_key.to_user_string(): m.metadata for m in events}
-    digest = pipeline.fingerprint(store).digest
+    digest = fingerprint(store).digest
     assert by_asset["passages"]["dagster/row_count"].value == 1
     first_commit = json.loads(store.history().row(0, named=True)["versions"])
     assert by_asset["passages"]["table_versions"].value == {t: first_commit[t] for t in ("passages", "documents")}

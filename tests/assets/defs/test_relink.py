@@ -8,7 +8,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from lightfoot_pipeline import pipeline, relink
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.store.fingerprint import fingerprint
+from lightfoot_pipeline.operations import relink
 from lightfoot_pipeline.ingest.extraction.replay import ReplayExtractor
 from lightfoot_pipeline.models.embedder import load_embedder
 from lightfoot_pipeline.settings import IndexSettings, SettingsError
@@ -24,11 +26,11 @@ def sample_store(tmp_path_factory, sample_documents, sample_records) -> tuple[Pa
     """The bundled sample built with the harness's embedder, and the fingerprint migrate gives it."""
     root = tmp_path_factory.mktemp("relink-job")
     built = root / "built"
-    pipeline.ingest(Store(str(built)), sample_documents, ReplayExtractor(sample_records), load_embedder(HASHING))
+    operations.ingest(Store(str(built)), sample_documents, ReplayExtractor(sample_records), load_embedder(HASHING))
     shutil.copytree(built, root / "migrated")
     migrated = Store(str(root / "migrated"))
-    pipeline.migrate(migrated, load_embedder(HASHING), IndexSettings())
-    return built, pipeline.fingerprint(migrated).digest
+    operations.migrate(migrated, load_embedder(HASHING), IndexSettings())
+    return built, fingerprint(migrated).digest
 
 
 def _staged(store_uri: str) -> list[Path]:
@@ -58,7 +60,7 @@ def test_the_job_commits_the_store_that_migrate_commits(lightfoot, sample_store,
     monkeypatch.setenv("LIGHTFOOT_LINK_PIECE_SIZE", PIECE_SIZE)
     result = _run(lightfoot)
     assert result.success
-    assert pipeline.fingerprint(lightfoot.store()).digest == expected
+    assert fingerprint(lightfoot.store()).digest == expected
     assert len([e for e in result.all_events if e.is_step_success and "link_pieces[" in e.step_key]) == 3
     materialized = {e.asset_key.to_user_string() for e in result.all_events if e.is_step_materialization}
     assert materialized == {"name_vectors", "name_links", "entities", "synonym_edges", "facts"}
@@ -68,7 +70,7 @@ def test_the_job_commits_the_store_that_migrate_commits(lightfoot, sample_store,
 def test_a_failing_piece_fails_the_run_and_leaves_the_store_as_it_was(lightfoot, sample_store, monkeypatch):
     built, expected = sample_store
     shutil.copytree(built, lightfoot.store_uri)
-    before = pipeline.fingerprint(lightfoot.store()).digest
+    before = fingerprint(lightfoot.store()).digest
     vectors = Path(lightfoot.store_uri) / "vectors"
     vectors.rename(vectors.with_name("vectors.aside"))  # keys are stored: only the pieces need vectors
     monkeypatch.setenv("LIGHTFOOT_LINK_PIECE_SIZE", PIECE_SIZE)
@@ -76,12 +78,12 @@ def test_a_failing_piece_fails_the_run_and_leaves_the_store_as_it_was(lightfoot,
     assert not result.success
     assert "have no cached vector" in _failure(result)  # the piece's reason
     assert not [e for e in result.all_events if e.step_key == "commit_relink" and e.is_step_success]
-    assert lightfoot.store().manifest().seq == 1 and pipeline.fingerprint(lightfoot.store()).digest == before
+    assert lightfoot.store().manifest().seq == 1 and fingerprint(lightfoot.store()).digest == before
     assert _staged(lightfoot.store_uri) == []
 
     vectors.with_name("vectors.aside").rename(vectors)
     assert _run(lightfoot).success  # a rerun succeeds
-    assert pipeline.fingerprint(lightfoot.store()).digest == expected
+    assert fingerprint(lightfoot.store()).digest == expected
 
 
 def test_a_store_changed_since_prepare_is_refused(lightfoot, sample_store, sample_documents, monkeypatch):
@@ -92,7 +94,7 @@ def test_a_store_changed_since_prepare_is_refused(lightfoot, sample_store, sampl
 
     def deleting_first(store, *args):  # a deletion commits while the pieces run
         if not deleted:
-            deleted.append(pipeline.delete(Store(lightfoot.store_uri), [sample_documents[0].doc_id]))
+            deleted.append(operations.delete(Store(lightfoot.store_uri), [sample_documents[0].doc_id]))
         return original(store, *args)
 
     monkeypatch.setattr(relink, "link_pieces", deleting_first)
@@ -114,7 +116,7 @@ def test_steps_run_in_processes_of_their_own(sample_store, tmp_path, monkeypatch
             assert result.success
             started = [e for e in result.all_events if e.event_type_value == "STEP_START"]
             assert len({e.pid for e in started}) == len(started) == 4  # prepare, plan, one step, commit
-    assert pipeline.fingerprint(Store(str(tmp_path / "store"))).digest == expected
+    assert fingerprint(Store(str(tmp_path / "store"))).digest == expected
     assert _staged(str(tmp_path / "store")) == []
 
 

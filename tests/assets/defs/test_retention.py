@@ -9,7 +9,7 @@ import json
 import dagster as dg
 import pytest
 
-from lightfoot_pipeline import pipeline
+from lightfoot_pipeline import operations
 from lightfoot_pipeline.ingest.landing import LandedDocument, Landing, utc_now
 from lightfoot_pipeline.ingest.receipts import Receipts
 
@@ -302,7 +302,7 @@ def test_a_deletion_on_the_command_line_is_recorded_on_its_partition(lightfoot, 
     docs = twenty[:3]
     lightfoot.ingest_through_the_inbox(docs, sample_records)
     store = lightfoot.store()
-    pipeline.delete(store, [docs[2].doc_id], reason="lightfoot delete")
+    operations.delete(store, [docs[2].doc_id], reason="lightfoot delete")
     assert docs[2].doc_id in Landing(store).landed_ids()  # a soft delete leaves the landed copy
 
     tick = lightfoot.tick("deleted_partitions")
@@ -318,7 +318,7 @@ def test_a_document_landed_again_after_its_deletion_keeps_its_partition(lightfoo
     docs = twenty[:2]
     lightfoot.ingest_through_the_inbox(docs, sample_records)
     store = lightfoot.store()
-    pipeline.delete(store, [docs[0].doc_id], reason="test")
+    operations.delete(store, [docs[0].doc_id], reason="test")
     Landing(store).put_documents([LandedDocument(docs[0], sample_records[docs[0].doc_id], utc_now(), "again")])
     lightfoot.tick("deleted_partitions")
     assert docs[0].doc_id in lightfoot.partitions()

@@ -152,7 +152,7 @@ def test_serve_token_makes_a_token_and_hashes_one(capsys, monkeypatch, tmp_path)
     assert main(["serve-token", "--hash"]) == 0
     assert capsys.readouterr().out.strip() == digest
     (tmp_path / "tokens").write_text(digest + "\n")
-    from lightfoot_pipeline.serving.serve_auth import Tokens
+    from lightfoot_pipeline.service.auth import Tokens
 
     assert Tokens(tokens_file=tmp_path / "tokens").check(token)
     monkeypatch.setattr(sys, "stdin", io.StringIO("short\n"))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lightfoot_pipeline.cli import main
-from lightfoot_pipeline.serving.deep.prompts import ANSWER_SYSTEM, MEMORY_SYSTEM
+from lightfoot_pipeline.retrieval.deep.prompts import ANSWER_SYSTEM, MEMORY_SYSTEM
 from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.store import Store
 

@@ -52,15 +52,15 @@ def small_questions(small_dataset):
 @pytest.fixture(scope="session")
 def small_index(tmp_path_factory, small_dataset, hashing_embedder):
     """(store, snapshot) of the slice: built once, read by every test (tests must not write to it)."""
-    from lightfoot_pipeline import pipeline
+    from lightfoot_pipeline import operations
     from lightfoot_pipeline.ingest.dataset import load_corpus, load_recorded_extractions
     from lightfoot_pipeline.ingest.extraction import ReplayExtractor
-    from lightfoot_pipeline.serving.snapshot import load_snapshot
-    from lightfoot_pipeline.serving.export import export_snapshot
+    from lightfoot_pipeline.snapshot.format import load_snapshot
+    from lightfoot_pipeline.snapshot.export import export_snapshot
     from lightfoot_pipeline.store.store import Store
 
     store = Store(str(tmp_path_factory.mktemp("small-index") / "store"))
-    pipeline.ingest(store, load_corpus(small_dataset), ReplayExtractor(load_recorded_extractions(small_dataset)),
+    operations.ingest(store, load_corpus(small_dataset), ReplayExtractor(load_recorded_extractions(small_dataset)),
                     hashing_embedder)
     info = export_snapshot(store, hashing_embedder)
     return store, load_snapshot(store, info.snapshot_id)

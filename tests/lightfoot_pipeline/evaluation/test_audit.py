@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lightfoot_pipeline import pipeline
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.store.fingerprint import counts, fingerprint
 from lightfoot_pipeline.evaluation.audit import (
     AFTER, BEFORE, FRESH, CountingEmbedder, audit_deletion, choose_deletions, run_trial,
 )
@@ -35,7 +36,7 @@ def test_a_trial_is_exact_and_shows_the_store_at_each_phase(small_dataset, hashi
     seen = []
 
     def observe(phase, store):
-        seen.append((phase, store.uri, pipeline.fingerprint(store).digest, pipeline.counts(store)["documents"]))
+        seen.append((phase, store.uri, fingerprint(store).digest, counts(store)["documents"]))
 
     full, fresh = Store(str(tmp_path / "full")), Store(str(tmp_path / "fresh"))
     trial = run_trial(small_dataset, full, fresh, hashing_embedder, fraction=0.1, seed=5, observe=observe)
@@ -46,19 +47,19 @@ def test_a_trial_is_exact_and_shows_the_store_at_each_phase(small_dataset, hashi
         (BEFORE, full.uri, 160), (AFTER, full.uri, 144), (FRESH, fresh.uri, 144)]
     assert seen[0][2] != seen[1][2] == seen[2][2] == trial.mine.digest == trial.theirs.digest
     assert trial.fingerprint_equal and trial.mine.differences(trial.theirs) == []
-    assert trial.counts_built["documents"] == 160 and trial.counts_deleted == pipeline.counts(full)
+    assert trial.counts_built["documents"] == 160 and trial.counts_deleted == counts(full)
     assert (trial.model_calls, trial.embedder_calls, trial.built.model_calls, trial.fresh_model_calls) == (0, 0, 0, 0)
 
 
 def test_a_model_call_made_while_deleting_is_counted(chat_server, hashing_embedder, tmp_path, monkeypatch):
     client = LLMClient(LLMSettings(base_url=chat_server.base_url, model="m", max_retries=0))
-    delete = pipeline.delete
+    delete = operations.delete
 
     def delete_and_ask(*args, **kwargs):
         client.complete([{"role": "user", "content": "which documents go?"}])
         return delete(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "delete", delete_and_ask)
+    monkeypatch.setattr(operations, "delete", delete_and_ask)
     trial = run_trial(DATA, Store(str(tmp_path / "full")), Store(str(tmp_path / "fresh")), hashing_embedder,
                       fraction=0.25, seed=0)
     assert trial.model_calls == 1 == chat_server.count and trial.fingerprint_equal
@@ -66,7 +67,7 @@ def test_a_model_call_made_while_deleting_is_counted(chat_server, hashing_embedd
 
 def test_the_audit_refuses_a_store_it_did_not_build_and_a_dataset_without_extractions(hashing_embedder, tmp_path):
     full = Store(str(tmp_path / "full"))
-    pipeline.ingest(full, load_corpus(DATA)[:1], ReplayExtractor(load_recorded_extractions(DATA)), hashing_embedder)
+    operations.ingest(full, load_corpus(DATA)[:1], ReplayExtractor(load_recorded_extractions(DATA)), hashing_embedder)
     with pytest.raises(HarnessError, match="already holds one"):
         run_trial(DATA, full, Store(str(tmp_path / "fresh")), hashing_embedder)
     bare = tmp_path / "bare"

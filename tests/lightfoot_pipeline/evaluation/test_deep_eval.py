@@ -14,8 +14,8 @@ from lightfoot_pipeline.evaluation.metrics import recall_at_k
 from lightfoot_pipeline.evaluation.report import write_report
 from lightfoot_pipeline.evaluation.runs import load_run
 from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
-from lightfoot_pipeline.serving.answer import Answerer
-from lightfoot_pipeline.serving.deep.prompts import ANSWER_SYSTEM, CHECK_SYSTEM, MEMORY_SYSTEM
+from lightfoot_pipeline.retrieval.answer import Answerer
+from lightfoot_pipeline.retrieval.deep.prompts import ANSWER_SYSTEM, CHECK_SYSTEM, MEMORY_SYSTEM
 from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.store import Store
 
@@ -126,7 +126,7 @@ def test_an_unreachable_endpoint_stops_the_run_at_once_and_what_was_asked_is_cha
         deep_store, small_dataset, hashing_embedder):
     import socket
 
-    from lightfoot_pipeline.serving.deep import DeepQueryError
+    from lightfoot_pipeline.retrieval.deep import DeepQueryError
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

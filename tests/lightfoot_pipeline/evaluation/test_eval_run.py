@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lightfoot_pipeline import pipeline
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.evaluation.eval_run import (
     AnswerOptions, ensure_dataset_indexed, eval_json, plan_evaluation, run_evaluation,
 )
@@ -20,7 +20,7 @@ from lightfoot_pipeline.evaluation.runs import load_run
 from lightfoot_pipeline.ingest.dataset import DatasetError
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
-from lightfoot_pipeline.serving.answer import Answerer
+from lightfoot_pipeline.retrieval.answer import Answerer
 from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.store import Store
 
@@ -51,7 +51,7 @@ def test_a_retrieval_run_is_kept_with_its_configuration(eval_store, small_datase
     assert run.results.height == 3 * 8
     config = run.config
     assert config["n_questions"] == 8 and config["questions_without_gold"] == 1
-    assert config["snapshots"]["eval"]["fingerprint"] == pipeline.fingerprint(eval_store).digest
+    assert config["snapshots"]["eval"]["fingerprint"] == fingerprint(eval_store).digest
     assert config["embedder"] == hashing_embedder.model_id
     assert config["modes"]["hipporag2"]["retrieval"]["damping"] == 0.5
     assert config["modes"]["hipporag2"]["retrieval"]["seed_passages"] == 160

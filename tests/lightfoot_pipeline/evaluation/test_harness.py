@@ -14,8 +14,8 @@ from lightfoot_pipeline.evaluation.harness import (
 from lightfoot_pipeline.evaluation.metrics import exact_match, token_f1
 from lightfoot_pipeline.evaluation.modes import DENSE, HIPPORAG2, LIGHTFOOT, LIGHTFOOT_RERANK, standard_modes
 from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
-from lightfoot_pipeline.serving.answer import Answerer
-from lightfoot_pipeline.serving.retrieve import Retriever
+from lightfoot_pipeline.retrieval.answer import Answerer
+from lightfoot_pipeline.retrieval.retrieve import Retriever
 
 
 class Reversed:
@@ -55,7 +55,7 @@ def test_the_hipporag2_baseline_seeds_every_passage(small_index, small_questions
     vector = retriever.question_vector(small_questions[0].question)
     dense = retriever.dense_scores(vector)
     seeds = retriever.seeds(dense, retriever.similar_facts(vector, 5))
-    passage_seeds = seeds[snapshot.graph.n_entities:]
+    passage_seeds = seeds[snapshot.n_entities:]
     # min-max scaling gives the least similar passage 0; every other passage gets a share ≤ 0.05
     assert np.count_nonzero(passage_seeds) == snapshot.passages.height - np.count_nonzero(dense == dense.min())
     assert passage_seeds.max() == pytest.approx(0.05)

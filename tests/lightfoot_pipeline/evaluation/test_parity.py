@@ -15,15 +15,15 @@ EMBEDDER = HashingEmbedder(dim=256)
 
 @pytest.fixture(scope="module")
 def sample_snapshot(tmp_path_factory, sample_dir, sample_documents, sample_records):
-    from lightfoot_pipeline import pipeline
+    from lightfoot_pipeline import operations
     from lightfoot_pipeline.ingest.extraction import ReplayExtractor
-    from lightfoot_pipeline.serving.collect import with_fact_index
-    from lightfoot_pipeline.serving.export import export_snapshot
-    from lightfoot_pipeline.serving.snapshot import load_snapshot
+    from lightfoot_pipeline.snapshot.collect import with_fact_index
+    from lightfoot_pipeline.snapshot.export import export_snapshot
+    from lightfoot_pipeline.snapshot.format import load_snapshot
     from lightfoot_pipeline.store.store import Store
 
     store = Store(str(tmp_path_factory.mktemp("parity") / "store"))
-    pipeline.ingest(store, sample_documents, ReplayExtractor(sample_records), EMBEDDER)
+    operations.ingest(store, sample_documents, ReplayExtractor(sample_records), EMBEDDER)
     export_snapshot(store, EMBEDDER)
     snapshot = load_snapshot(store)
     assert snapshot.fact_index is None  # the sample is below the size that gets one on export

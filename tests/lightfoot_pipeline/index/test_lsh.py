@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from lightfoot_pipeline import pipeline
+from lightfoot_pipeline import operations
 from lightfoot_pipeline.index import lsh
 from lightfoot_pipeline.index.links import LinkRule, exact_cosines, links_between, links_within
 from lightfoot_pipeline.index.link_recall import link_pairs_found_share, link_recall
@@ -234,12 +234,12 @@ def test_names_with_other_numbers_never_link():
 def test_a_store_refuses_other_link_settings(store, other):
     built = HashingEmbedder(dim=32)
     with store.transaction() as tx:
-        pipeline.check_config(tx, IndexSettings(), built)
+        operations.check_config(tx, IndexSettings(), built)
         tx.commit("config", {})
     with store.transaction() as tx:
-        pipeline.check_config(tx, IndexSettings(), built)
-        with pytest.raises(pipeline.IndexConfigError, match="built with settings"):
-            pipeline.check_config(tx, IndexSettings(**other), built)
+        operations.check_config(tx, IndexSettings(), built)
+        with pytest.raises(operations.IndexConfigError, match="built with settings"):
+            operations.check_config(tx, IndexSettings(**other), built)
 
 
 @pytest.mark.parametrize(

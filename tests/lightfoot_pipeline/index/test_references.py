@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from lightfoot_pipeline import pipeline
+from lightfoot_pipeline import operations
 from lightfoot_pipeline.index.references import dangling_references
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.store.tables import DOCUMENTS, MENTIONS, with_buckets
@@ -13,13 +13,13 @@ from lightfoot_pipeline.store.tables import DOCUMENTS, MENTIONS, with_buckets
 
 @pytest.fixture
 def indexed(store, sample_documents, sample_records, hashing_embedder):
-    pipeline.ingest(store, sample_documents[:6], ReplayExtractor(sample_records), hashing_embedder)
+    operations.ingest(store, sample_documents[:6], ReplayExtractor(sample_records), hashing_embedder)
     return store
 
 
 def test_a_sound_store_has_no_dangling_reference(indexed, sample_documents):
     assert set(dangling_references(indexed).values()) == {0}
-    pipeline.delete(indexed, [sample_documents[0].doc_id])
+    operations.delete(indexed, [sample_documents[0].doc_id])
     assert set(dangling_references(indexed).values()) == {0}
 
 

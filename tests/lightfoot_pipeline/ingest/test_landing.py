@@ -71,15 +71,15 @@ def test_requests_are_kept_until_resolved_and_never_downgraded(store):
 
 
 def test_hard_erase_removes_the_landed_copy(store, hashing_embedder):
-    from lightfoot_pipeline import pipeline
+    from lightfoot_pipeline import operations
     from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 
     canary = "canary-5e1d lives in Oslo."
     copies = [landed("a", canary), landed("b", "Bergen is a city.")]
     Landing(store).put_documents(copies)
     records = {"a": {"entities": [{"name": "Oslo"}], "facts": []}, "b": {"entities": [{"name": "Bergen"}], "facts": []}}
-    pipeline.ingest(store, [c.document for c in copies], ReplayExtractor(records), hashing_embedder)
-    report = pipeline.delete(store, ["a"], erase=True, reason="test")
+    operations.ingest(store, [c.document for c in copies], ReplayExtractor(records), hashing_embedder)
+    report = operations.delete(store, ["a"], erase=True, reason="test")
     assert report.erase["landed_copies_removed"] == 1
     assert Landing(store).landed_ids() == ["b"]
     for path in store.local_root().rglob("*"):

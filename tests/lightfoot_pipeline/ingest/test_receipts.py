@@ -84,15 +84,15 @@ def test_a_receipt_file_that_is_not_one_is_refused(store):
 
 
 def test_outstanding_deletions_say_what_is_left_of_each_document(store, hashing_embedder):
-    from lightfoot_pipeline import pipeline
+    from lightfoot_pipeline import operations
     from lightfoot_pipeline.index.documents import tombstone_documents
-    from lightfoot_pipeline.erase import erase_history
+    from lightfoot_pipeline.operations.erase import erase_history
     from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 
     names = {"a": "Oslo", "b": "Bergen", "c": "Tromso"}
     documents = [Document(d, "Title", f"{n} is a city.") for d, n in names.items()]
     records = {d: {"entities": [{"name": n}], "facts": []} for d, n in names.items()}
-    pipeline.ingest(store, documents, ReplayExtractor(records), hashing_embedder)
+    operations.ingest(store, documents, ReplayExtractor(records), hashing_embedder)
     landing, receipts = Landing(store), Receipts(store)
     requests = [request("a"), request("b", erase=False), request("c"), request("never-stored")]
     receipt = Receipt.for_deletions(SOURCE, requests, "/in/gdpr.json")

@@ -15,7 +15,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from lightfoot_pipeline import pipeline
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.cli import main as cli_main
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.embedder import HashingEmbedder
@@ -35,7 +36,7 @@ def built(tmp_path_factory, names_corpus):
     documents, records = names_corpus(160)
     root = tmp_path_factory.mktemp("buckets")
     store = Store(str(root / "store"), n_buckets=BUCKETS)
-    pipeline.ingest(store, documents[:150], ReplayExtractor(records), EMBEDDER)
+    operations.ingest(store, documents[:150], ReplayExtractor(records), EMBEDDER)
     return root, store.uri, documents, records
 
 
@@ -49,8 +50,8 @@ def _copy(root, uri: str, name: str) -> str:
 
 def _fresh_fingerprint(root, documents, records, live: set[str]) -> str:
     fresh = Store(str(root / f"fresh-{len(live)}-{random.random():.6f}"), n_buckets=8)
-    pipeline.ingest(fresh, [d for d in documents if d.doc_id in live], ReplayExtractor(records), EMBEDDER)
-    return pipeline.fingerprint(fresh).digest
+    operations.ingest(fresh, [d for d in documents if d.doc_id in live], ReplayExtractor(records), EMBEDDER)
+    return fingerprint(fresh).digest
 
 
 def test_a_one_document_deletion_reads_only_the_buckets_it_touches(built):
@@ -62,7 +63,7 @@ def test_a_one_document_deletion_reads_only_the_buckets_it_touches(built):
     rows_before = sum(before.read(spec.name).height for spec in INDEX_TABLES)
 
     store = Store(uri)
-    pipeline.delete(store, [doomed])
+    operations.delete(store, [doomed])
 
     assert set(store.tables_read) <= {"graph_queue"}  # no index table is read whole
     for name in ("documents", "passages", "extractions", "document_keys"):
@@ -75,21 +76,21 @@ def test_a_one_document_deletion_reads_only_the_buckets_it_touches(built):
     assert all(written[name] <= store.buckets_read.get(name, 0) for name in written if name != "tombstones")
 
     live = {d.doc_id for d in documents[:150]} - {doomed}
-    assert pipeline.fingerprint(Store(uri)).digest == _fresh_fingerprint(root, documents, records, live)
+    assert fingerprint(Store(uri)).digest == _fresh_fingerprint(root, documents, records, live)
 
 
 def test_a_one_document_ingest_reads_only_its_buckets_and_the_band_keys(built):
     root, uri, documents, records = built
     uri = _copy(root, uri, "ingest-one")
     store = Store(uri)
-    report = pipeline.ingest(store, [documents[155]], ReplayExtractor(records), EMBEDDER)
+    report = operations.ingest(store, [documents[155]], ReplayExtractor(records), EMBEDDER)
 
     assert report.ingested == 1
     assert set(store.tables_read) <= {"graph_queue", "name_sketches"}
     assert store.buckets_read["documents"] == 1
     assert sum(store.rows_read.values()) < sum(Store(uri).read(s.name).height for s in INDEX_TABLES) / 3
     live = {d.doc_id for d in documents[:150]} | {documents[155].doc_id}
-    assert pipeline.fingerprint(Store(uri)).digest == _fresh_fingerprint(root, documents, records, live)
+    assert fingerprint(Store(uri)).digest == _fresh_fingerprint(root, documents, records, live)
 
 
 def test_a_batch_of_new_documents_reads_none_of_their_buckets_and_appends_its_rows(built, names_corpus):
@@ -102,7 +103,7 @@ def test_a_batch_of_new_documents_reads_none_of_their_buckets_and_appends_its_ro
     more = [dataclasses.replace(d, doc_id="new-" + d.doc_id) for d in more]
     more_records = {"new-" + k: {**r, "doc_id": "new-" + k} for k, r in more_records.items()}
     store = Store(uri)
-    report = pipeline.ingest(store, more, ReplayExtractor(more_records), EMBEDDER)
+    report = operations.ingest(store, more, ReplayExtractor(more_records), EMBEDDER)
 
     assert report.ingested == 60
     probe = -(-BUCKETS // PROBE_EVERY)
@@ -112,7 +113,7 @@ def test_a_batch_of_new_documents_reads_none_of_their_buckets_and_appends_its_ro
     assert Store(uri).read(DOCUMENTS.name).height == 210
     every, every_records = [*documents[:150], *more], {**records, **more_records}
     live = {d.doc_id for d in every}
-    assert pipeline.fingerprint(Store(uri)).digest == _fresh_fingerprint(root, every, every_records, live)
+    assert fingerprint(Store(uri)).digest == _fresh_fingerprint(root, every, every_records, live)
 
 
 def test_rows_added_to_an_unread_bucket_keep_the_rows_already_there(tmp_path):
@@ -187,28 +188,28 @@ def _as_earlier_layout(uri: str) -> None:
 def test_an_earlier_layout_is_refused_until_migrate_rewrites_it(built, capsys):
     root, uri, documents, records = built
     uri = _copy(root, uri, "earlier")
-    digest = pipeline.fingerprint(Store(uri)).digest
+    digest = fingerprint(Store(uri)).digest
     _as_earlier_layout(uri)
 
     with pytest.raises(StoreLayoutError, match="layout of an earlier version") as refused:
-        pipeline.delete(Store(uri), [documents[0].doc_id])
+        operations.delete(Store(uri), [documents[0].doc_id])
     assert f"lightfoot migrate --store {uri}" in refused.value.line()
-    assert pipeline.fingerprint(Store(uri)).digest == digest  # readers still read it
+    assert fingerprint(Store(uri)).digest == digest  # readers still read it
 
     assert cli_main(["migrate", "--store", uri, "--buckets", "16", "--json"]) == 0
     assert '"n_buckets": 16' in capsys.readouterr().out
     migrated = Store(uri)
     assert migrated.manifest().details["layout"] == {"version": LAYOUT_VERSION, "n_buckets": 16}
-    assert pipeline.fingerprint(migrated).digest == digest
+    assert fingerprint(migrated).digest == digest
     for spec in all_specs():
         if spec.name in migrated.manifest().versions:
             frame = migrated.read(spec.name)
             expected = [bucket_of(v, 16) for v in frame.get_column(spec.bucket_by).to_list()]
             assert frame.get_column(BUCKET).to_list() == expected, spec.name
 
-    pipeline.delete(Store(uri), [documents[0].doc_id])
+    operations.delete(Store(uri), [documents[0].doc_id])
     live = {d.doc_id for d in documents[:150]} - {documents[0].doc_id}
-    assert pipeline.fingerprint(Store(uri)).digest == _fresh_fingerprint(root, documents, records, live)
+    assert fingerprint(Store(uri)).digest == _fresh_fingerprint(root, documents, records, live)
 
 
 def test_migrate_refuses_a_store_that_does_not_exist(tmp_path, capsys):
@@ -247,7 +248,7 @@ def test_a_layout_2_store_is_refused_with_the_migrate_hint_and_migrate_drops_its
     """Layout 2 kept each name's whole band keys in ``name_keys``; layout 3 keeps sketches."""
     root, uri, documents, records = built
     uri = _copy(root, uri, "layout-2")
-    digest = pipeline.fingerprint(Store(uri)).digest
+    digest = fingerprint(Store(uri)).digest
     store = Store(uri)
     manifest = store.manifest()
     details = {**manifest.details, "layout": {"version": 2, "n_buckets": BUCKETS}}
@@ -258,10 +259,10 @@ def test_a_layout_2_store_is_refused_with_the_migrate_hint_and_migrate_drops_its
     (old_keys / "part-0.parquet").write_bytes(b"earlier band keys")
 
     with pytest.raises(StoreLayoutError, match="has layout 2") as refused:
-        pipeline.delete(Store(uri), [documents[0].doc_id])
+        operations.delete(Store(uri), [documents[0].doc_id])
     assert f"lightfoot migrate --store {uri}" in refused.value.line()
 
-    pipeline.migrate(Store(uri), EMBEDDER)
+    operations.migrate(Store(uri), EMBEDDER)
     assert not old_keys.exists()
     assert Store(uri).manifest().details["layout"]["version"] == LAYOUT_VERSION
-    assert pipeline.fingerprint(Store(uri)).digest == digest
+    assert fingerprint(Store(uri)).digest == digest

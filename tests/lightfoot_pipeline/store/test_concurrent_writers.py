@@ -16,7 +16,8 @@ import time
 import polars as pl
 import pytest
 
-from lightfoot_pipeline import pipeline
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.ingest.dataset import Document
 from lightfoot_pipeline.index.documents import upsert_documents
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
@@ -198,7 +199,7 @@ def test_racing_ingests_lose_no_document(where, object_store, tmp_path, sample_d
             start.wait()
             for attempt in range(10):
                 try:
-                    return pipeline.ingest(Store(uri), slices[i], extractor, hashing_embedder, SETTINGS).seq
+                    return operations.ingest(Store(uri), slices[i], extractor, hashing_embedder, SETTINGS).seq
                 except ConcurrentCommitError as lost:
                     conflicts[i].append(f"{time.monotonic():.3f} {lost}")
                     # Random pauses that grow, as an orchestrator's retries do; every conflict is
@@ -216,8 +217,8 @@ def test_racing_ingests_lose_no_document(where, object_store, tmp_path, sample_d
     if where == "local":
         assert conflicts == [[], []], "the local writer lock serialises writers"
     fresh = Store(str(tmp_path / "fresh"))
-    pipeline.ingest(fresh, [d for part in slices for d in part], extractor, hashing_embedder, SETTINGS)
-    assert pipeline.fingerprint(store).digest == pipeline.fingerprint(fresh).digest
+    operations.ingest(fresh, [d for part in slices for d in part], extractor, hashing_embedder, SETTINGS)
+    assert fingerprint(store).digest == fingerprint(fresh).digest
 
 
 def test_two_writers_creating_the_same_vector_cache_both_store_their_vectors(object_store, monkeypatch,

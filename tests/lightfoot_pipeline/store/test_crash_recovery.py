@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from lightfoot_pipeline import pipeline
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.ingest.dataset import Document
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.store.store import Store
@@ -26,8 +27,8 @@ class Crash(RuntimeError):
 @pytest.mark.parametrize("where", ["before-log", "mid-tables"])
 def test_a_crashed_commit_is_invisible_and_undone(tmp_path, hashing_embedder, monkeypatch, where):
     store = Store(str(tmp_path / "store"))
-    pipeline.ingest(store, DOCUMENTS[:5], ReplayExtractor(RECORDS), hashing_embedder)
-    before = pipeline.fingerprint(store)
+    operations.ingest(store, DOCUMENTS[:5], ReplayExtractor(RECORDS), hashing_embedder)
+    before = fingerprint(store)
     seq = store.manifest().seq
 
     if where == "before-log":
@@ -44,18 +45,18 @@ def test_a_crashed_commit_is_invisible_and_undone(tmp_path, hashing_embedder, mo
 
         monkeypatch.setattr(Transaction, "_write_table", dies_on_the_third)
     with pytest.raises(Crash):
-        pipeline.delete(store, ["d1", "d2"])
+        operations.delete(store, ["d1", "d2"])
     monkeypatch.undo()
 
     # Readers see the last committed state, although some tables were written past it.
     fresh_reader = Store(store.uri)
     assert fresh_reader.manifest().seq == seq
-    assert pipeline.fingerprint(fresh_reader).digest == before.digest
+    assert fingerprint(fresh_reader).digest == before.digest
 
     # The next writer undoes the stray writes, then works as if the crash never happened.
-    pipeline.ingest(Store(store.uri), DOCUMENTS[5:], ReplayExtractor(RECORDS), hashing_embedder)
-    pipeline.delete(Store(store.uri), ["d1", "d2"])
+    operations.ingest(Store(store.uri), DOCUMENTS[5:], ReplayExtractor(RECORDS), hashing_embedder)
+    operations.delete(Store(store.uri), ["d1", "d2"])
     expected = Store(str(tmp_path / "expected"))
-    pipeline.ingest(expected, [d for d in DOCUMENTS if d.doc_id not in {"d1", "d2"}], ReplayExtractor(RECORDS),
+    operations.ingest(expected, [d for d in DOCUMENTS if d.doc_id not in {"d1", "d2"}], ReplayExtractor(RECORDS),
                     hashing_embedder)
-    assert pipeline.fingerprint(Store(store.uri)).digest == pipeline.fingerprint(expected).digest
+    assert fingerprint(Store(store.uri)).digest == fingerprint(expected).digest

@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from lightfoot_pipeline import pipeline
-from lightfoot_pipeline.erase import vacuum
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.operations.erase import vacuum
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.store import fingerprint as fingerprint_module
@@ -26,7 +26,7 @@ def built(tmp_path_factory, names_corpus):
     documents, records = names_corpus(70)
     root = tmp_path_factory.mktemp("fingerprint")
     store = Store(str(root / "store"), n_buckets=BUCKETS)
-    pipeline.ingest(store, documents[:60], ReplayExtractor(records), EMBEDDER)
+    operations.ingest(store, documents[:60], ReplayExtractor(records), EMBEDDER)
     return root, store.uri, documents, records
 
 
@@ -60,20 +60,20 @@ def test_the_kept_fingerprint_equals_every_row_after_each_kind_of_change(built):
     root, uri, documents, records = built
     uri = _copy(root, uri, "changes")
     digests = [_agree(uri)]
-    pipeline.ingest(Store(uri), documents[60:], ReplayExtractor(records), EMBEDDER)
+    operations.ingest(Store(uri), documents[60:], ReplayExtractor(records), EMBEDDER)
     digests.append(_agree(uri))
-    pipeline.delete(Store(uri), [documents[3].doc_id])
+    operations.delete(Store(uri), [documents[3].doc_id])
     digests.append(_agree(uri))
-    pipeline.delete(Store(uri), [documents[4].doc_id], erase=True)
+    operations.delete(Store(uri), [documents[4].doc_id], erase=True)
     digests.append(_agree(uri))
     vacuum(Store(uri))
     digests.append(_agree(uri))
-    pipeline.migrate(Store(uri), EMBEDDER, n_buckets=8)
+    operations.migrate(Store(uri), EMBEDDER, n_buckets=8)
     assert _agree(uri) == digests[-1]  # the same rows in other buckets and files
     assert len(set(digests)) == 4  # every change but the vacuum changed the rows
     fresh = Store(str(root / "changes-fresh"), n_buckets=4)
     live = [d for d in documents if d.doc_id not in {documents[3].doc_id, documents[4].doc_id}]
-    pipeline.ingest(fresh, live, ReplayExtractor(records), EMBEDDER)
+    operations.ingest(fresh, live, ReplayExtractor(records), EMBEDDER)
     assert fingerprint(fresh).digest == digests[-1]
 
 
@@ -83,7 +83,7 @@ def test_a_one_document_deletion_reads_only_the_buckets_it_rewrote(built):
     before = Store(uri)
     fingerprint(before)
     files_before = {spec.name: before.bucket_files(spec.name, before.manifest()) for spec in INDEX_TABLES}
-    pipeline.delete(Store(uri), [documents[11].doc_id])
+    operations.delete(Store(uri), [documents[11].doc_id])
 
     store = Store(uri)
     after = fingerprint(store)

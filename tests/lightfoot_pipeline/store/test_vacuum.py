@@ -8,7 +8,7 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from lightfoot_pipeline import pipeline
+from lightfoot_pipeline import operations
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import PASSAGES
@@ -22,13 +22,13 @@ def test_vacuum_removes_deleted_rows_at_once_and_unreferenced_files_after_the_gr
     store, sample_documents, sample_records, hashing_embedder
 ):
     documents = sample_documents[:12]
-    pipeline.ingest(store, documents, ReplayExtractor(sample_records), hashing_embedder)
+    operations.ingest(store, documents, ReplayExtractor(sample_records), hashing_embedder)
     before = data_files(store, PASSAGES.name)
     # An upload whose commit has not happened yet: a data file no version references.
     in_flight = next(iter(before)).with_name("part-00000-in-flight-c000.snappy.parquet")
     shutil.copyfile(next(iter(before)), in_flight)
 
-    pipeline.delete(store, [documents[0].doc_id])
+    operations.delete(store, [documents[0].doc_id])
     after = data_files(store, PASSAGES.name)
     removed = before - after
     assert removed, "the deletion rewrote the passages of the deleted document's bucket"

@@ -85,7 +85,7 @@ def test_each_embedding_pass_is_reported_from_its_start(tmp_path, hashing_embedd
 
 
 def test_an_ingest_reports_the_names_it_embeds(tmp_path, hashing_embedder):
-    from lightfoot_pipeline import pipeline
+    from lightfoot_pipeline import operations
     from lightfoot_pipeline.ingest.dataset import Document
     from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 
@@ -94,7 +94,7 @@ def test_an_ingest_reports_the_names_it_embeds(tmp_path, hashing_embedder):
                                                            {"name": f"Beta {i}", "type": "person"}], "facts": []}
                for i, d in enumerate(documents)}
     heard: list[tuple[int, int]] = []
-    report = pipeline.ingest(Store(str(tmp_path / "store")), documents, ReplayExtractor(records), hashing_embedder,
+    report = operations.ingest(Store(str(tmp_path / "store")), documents, ReplayExtractor(records), hashing_embedder,
                              embed_progress=lambda d, t: heard.append((d, t)))
     passes = [total for done, total in heard if done == 0]
     assert sum(passes) == report.graph.vectors_computed == 60

@@ -14,7 +14,8 @@ from pathlib import Path
 import polars as pl
 from deltalake import DeltaTable
 
-from lightfoot_pipeline import cli, pipeline
+from lightfoot_pipeline import cli
+from lightfoot_pipeline import operations
 from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.ingest.extraction.cache import EXTRACTION_CACHE
 from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
@@ -22,7 +23,7 @@ from lightfoot_pipeline.models.llm import LLMSettings
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import EXTRACTIONS
 
-REPO = Path(pipeline.__file__).resolve().parents[1]
+REPO = Path(operations.__file__).resolve().parents[2]
 
 
 def passage_of(request) -> tuple[str, str]:
@@ -72,7 +73,7 @@ def test_200_passages_with_5_percent_malformed_answers(store, chat_server, sampl
     chat_server.script(answer)
     settings = LLMSettings(base_url=chat_server.base_url, model="test-model", backoff_s=0.01, concurrency=8)
     extractor = build_openai_extractor(store, llm_settings=settings, run_id="run-200")
-    report = pipeline.ingest(store, documents, extractor, hashing_embedder)
+    report = operations.ingest(store, documents, extractor, hashing_embedder)
 
     expected_failed = sum(1 for d in documents if zlib.crc32(d.title.encode()) % 20 == 0)
     assert 3 <= expected_failed <= 20  # about 5% of 200
@@ -101,7 +102,7 @@ def test_200_passages_with_5_percent_malformed_answers(store, chat_server, sampl
     # Ingesting again asks only for the failed passages; now the model answers them well.
     chat_server.reset()
     chat_server.script(lambda r: chat_server.Reply(content=answer_for(r, chat_server)))
-    again = pipeline.ingest(store, documents,
+    again = operations.ingest(store, documents,
                             build_openai_extractor(store, llm_settings=settings, run_id="run-retry"),
                             hashing_embedder)
     assert chat_server.count == expected_failed
@@ -270,12 +271,12 @@ def test_erasing_a_document_purges_its_cached_answer_and_leaves_no_text(tmp_path
                                 text=f"The {canary} Institute was founded in 1901 by Ada Quill.")
     chat_server.script(lambda r: chat_server.Reply(content=answer_for(r, chat_server)))
     settings = LLMSettings(base_url=chat_server.base_url, model="test-model", backoff_s=0.01)
-    pipeline.ingest(store, documents + [secret], build_openai_extractor(store, llm_settings=settings),
+    operations.ingest(store, documents + [secret], build_openai_extractor(store, llm_settings=settings),
                     hashing_embedder)
     cache = store.read_journal(EXTRACTION_CACHE.name)
     assert cache.height == 6 and cache.get_column("output").str.contains(canary).sum() == 1
 
-    pipeline.delete(store, ["secret-doc"], erase=True)
+    operations.delete(store, ["secret-doc"], erase=True)
     cache = store.read_journal(EXTRACTION_CACHE.name)
     assert cache.height == 5 and not cache.get_column("output").str.contains(canary).any()
     assert ledger.totals(store)["calls"] == 6  # the ledger keeps what was paid, as ids and numbers
@@ -284,5 +285,5 @@ def test_erasing_a_document_purges_its_cached_answer_and_leaves_no_text(tmp_path
             assert canary.encode() not in path.read_bytes(), path
     # Re-adding the document asks the model again: its answer is gone.
     chat_server.reset()
-    pipeline.ingest(store, [secret], build_openai_extractor(store, llm_settings=settings), hashing_embedder)
+    operations.ingest(store, [secret], build_openai_extractor(store, llm_settings=settings), hashing_embedder)
     assert chat_server.count == 1

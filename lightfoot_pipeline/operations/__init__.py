@@ -1,0 +1,23 @@
+"""The engine's operations on a store: each moves it from one consistent state to the next.
+
+``ingest`` (ingestion.py) and ``delete`` (deletion.py), one commit each; ``rebuild`` and
+``migrate`` (migration.py: the index derived again with no model call); ``erase_history`` and
+``vacuum`` (erase.py: deleted text gone from history, caches and snapshots); the ``sync`` module (a
+folder of files mirrored into the store) and the ``relink`` module (the graph derived again with
+its links computed in pieces); the index's configuration (config.py). The command line, the Dagster assets, the benchmarks and
+the tests all call these.
+"""
+
+from lightfoot_pipeline.operations.config import IndexConfigError, check_config, index_config
+from lightfoot_pipeline.operations.deletion import DeleteReport, delete
+from lightfoot_pipeline.operations.erase import EraseReport, erase_history, vacuum
+from lightfoot_pipeline.operations.ingestion import IngestReport, ingest
+from lightfoot_pipeline.operations.migration import migrate, rebuild
+from lightfoot_pipeline.operations import relink, sync  # modules: relink.relink, sync.sync
+from lightfoot_pipeline.operations.sync import SyncReport
+
+__all__ = [
+    "DeleteReport", "EraseReport", "IndexConfigError", "IngestReport", "SyncReport",
+    "check_config", "delete", "erase_history", "index_config", "ingest", "migrate", "rebuild", "relink",
+    "sync", "vacuum",
+]

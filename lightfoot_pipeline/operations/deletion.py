@@ -1,0 +1,76 @@
+"""Delete: drop documents' rows and recompute only what their names touched. No model call.
+
+The result equals a fresh index of the surviving documents (the erasure invariant); with
+``erase`` the deleted text also leaves the store's history (``erase.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from lightfoot_pipeline.index.documents import TombstoneReport, tombstone_documents
+from lightfoot_pipeline.index.reconcile import GraphChange, reconcile_graph
+from lightfoot_pipeline.operations.erase import erase_history
+from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.tables import TOMBSTONES
+from lightfoot_pipeline.store.transaction import Transaction
+
+
+@dataclass
+class DeleteReport:
+    deleted: list[str] = field(default_factory=list)
+    not_found: list[str] = field(default_factory=list)  # not live: nothing to delete
+    already_deleted: list[str] = field(default_factory=list)  # those of not_found that were deleted before
+    passages_removed: int = 0
+    graph: GraphChange = field(default_factory=GraphChange)
+    model_calls: int = 0  # always 0: deletion never calls a model; reported so that it shows
+    seq: int = 0
+    seconds: float = 0.0
+    erase: dict | None = None
+    tombstone: TombstoneReport | None = field(default=None, repr=False)
+
+    def as_dict(self) -> dict:
+        out = {k: v for k, v in self.__dict__.items() if k not in {"graph", "tombstone"}}
+        out["graph"] = self.graph.as_dict()
+        return out
+
+
+def delete(
+    store: Store,
+    doc_ids: Sequence[str],
+    settings: IndexSettings | None = None,
+    *,
+    erase: bool = False,
+    reason: str = "",
+    stage: Callable[[Transaction], None] | None = None,
+) -> DeleteReport:
+    """Delete documents: drop their rows, recompute what their names touched. No model call.
+
+    Ids the store does not hold are reported in ``not_found`` (a deletion of what is not there is
+    done already). With ``erase``, the history of the deleted documents is erased, and so is that
+    of ids deleted earlier without an erase (``already_deleted``). ``stage``: further changes to
+    make in the same commit, before the graph update.
+    """
+    settings = settings or IndexSettings()
+    started = time.perf_counter()
+    with store.transaction() as tx:
+        tombstone = tombstone_documents(tx, doc_ids, reason=reason, erase=erase)
+        if stage is not None:
+            stage(tx)
+        graph = reconcile_graph(tx, settings, None)
+        earlier = tx.table(TOMBSTONES.name).filter(pl.col("doc_id").is_in(tombstone.not_found))
+        manifest = tx.commit("delete", {"deleted": len(tombstone.deleted), "erase": erase, "model_calls": 0})
+    report = DeleteReport(
+        deleted=tombstone.deleted, not_found=tombstone.not_found, passages_removed=len(tombstone.chunk_ids),
+        already_deleted=sorted(set(earlier.get_column("doc_id").to_list())),
+        graph=graph, seq=manifest.seq, tombstone=tombstone,
+    )
+    report.seconds = time.perf_counter() - started
+    if erase:
+        report.erase = erase_history(store, [*tombstone.deleted, *report.already_deleted]).as_dict()
+    return report

@@ -1,0 +1,104 @@
+"""Hard erasure: after a deletion, remove the deleted text from everything the store keeps.
+
+A deletion commit already removes the documents' rows from the current version of every table.
+Erasure also removes what history and caches still hold:
+
+1. extraction-cache entries that no live passage uses (the deleted passages' answers);
+2. cached vectors (names, passages, facts) that no live row uses;
+3. every Delta data file and log entry that the current table versions do not need (vacuum with
+   zero retention, then a checkpoint and log clean-up);
+4. every old LanceDB version and unreferenced data file;
+5. the landed copies of documents that came through an inbox (landing.py);
+6. every serving snapshot that holds an erased document (serving/export.py; a fresh one replaces the
+   published one first);
+7. the keys and links that relink runs staged (relink.py), whether or not they are still running;
+
+and then marks the tombstones as erased. After it, no file under the store root holds the text;
+the tests plant a canary string and search every file for it.
+
+Steps 1-4 keep only what the live rows use, and step 6 also removes snapshots that hold the
+earlier text of a document ingested again: so every erase, and :func:`vacuum` (``lightfoot
+vacuum``, an erase of no document), also purges the text that re-ingesting a document replaced.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+import polars as pl
+
+from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache
+from lightfoot_pipeline.index.facts import fact_text
+from lightfoot_pipeline.index.link_pieces import remove_relink_staging
+from lightfoot_pipeline.ingest.landing import Landing
+from lightfoot_pipeline.snapshot.export import erase_from_snapshots
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.tables import ALIASES, EXTRACTIONS, FACTS, PASSAGES, TOMBSTONES
+from lightfoot_pipeline.store.vectors import cleanup_vector_history, purge_vector_caches
+
+
+@dataclass
+class EraseReport:
+    documents: list[str] = field(default_factory=list)
+    cache_entries_purged: int = 0
+    vectors_purged: dict[str, int] = field(default_factory=dict)
+    files_vacuumed: dict[str, int] = field(default_factory=dict)
+    landed_copies_removed: int = 0
+    snapshots_removed: int = 0
+    erased_at: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def live_vector_texts(store: Store) -> dict[str, list[str]]:
+    """The texts whose vectors the live index uses, by cache kind."""
+    manifest = store.manifest()
+    names = store.read(ALIASES.name, manifest, columns=["name"]).get_column("name").unique().to_list()
+    passages = store.read(PASSAGES.name, manifest, columns=["title", "text"])
+    passage_texts = [f"{t}\n{x}" if t else x for t, x in passages.select("title", "text").iter_rows()]
+    facts = store.read(FACTS.name, manifest, columns=["subject", "predicate", "object"])
+    fact_texts = [fact_text(s, p, o) for s, p, o in facts.iter_rows()]
+    return {"name": names, "passage": passage_texts, "fact": fact_texts}
+
+
+def vacuum(store: Store) -> EraseReport:
+    """Remove from the store's history, caches and snapshots everything no live row uses.
+
+    An erase of no document: the text of documents deleted without an erase, and the earlier text
+    of documents that were ingested again, leaves the store. No tombstone changes.
+    """
+    return erase_history(store, [])
+
+
+def erase_history(store: Store, doc_ids: Sequence[str]) -> EraseReport:
+    """Erase the history of the deleted ``doc_ids`` (and whatever else no live row uses)."""
+    report = EraseReport(documents=sorted(doc_ids))
+    manifest = store.manifest()
+    live_keys = store.read(EXTRACTIONS.name, manifest, columns=["cache_key"]).get_column("cache_key").to_list()
+    report.cache_entries_purged = ExtractionCache(store).purge_except(k for k in live_keys if k)
+    report.vectors_purged = purge_vector_caches(store, live_vector_texts(store))
+    now = dt.datetime.now(dt.timezone.utc)
+    if doc_ids:
+        with store.transaction() as tx:
+            tombstones = tx.table(TOMBSTONES.name)
+            tx.put(
+                TOMBSTONES.name,
+                tombstones.with_columns(
+                    pl.when(pl.col("doc_id").is_in(list(doc_ids)) & pl.col("erased_at").is_null())
+                    .then(pl.lit(now, dtype=pl.Datetime("us", "UTC")))
+                    .otherwise(pl.col("erased_at"))
+                    .alias("erased_at")
+                ),
+            )
+            tx.commit("erase", {"documents": len(doc_ids)})
+    report.landed_copies_removed = Landing(store).forget(doc_ids)  # documents that came through an inbox
+    # Serving copies of the text: of the erased documents, and earlier versions of re-ingested ones.
+    report.snapshots_removed = erase_from_snapshots(store, doc_ids, replaced_text=True)
+    remove_relink_staging(store)  # staged links are derived from names that may be erased now
+    report.files_vacuumed = store.vacuum()
+    cleanup_vector_history(store)
+    report.erased_at = now.isoformat()
+    return report

@@ -1,0 +1,87 @@
+"""The index derived again from a store's documents and extractions, with no model call.
+
+``rebuild`` makes a fresh index of another store's live documents (what the deletion audits
+compare against); ``migrate`` does it in place, bringing a store of an earlier layout or bucket
+count to this version's.
+"""
+
+from __future__ import annotations
+
+from lightfoot_pipeline.index.documents import derive_forms
+from lightfoot_pipeline.index.reconcile import GraphChange, Linker, reconcile_graph
+from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.operations.config import IndexConfigError, check_config
+from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.store.filesystem import delete_folder_quietly, open_filesystem
+from lightfoot_pipeline.store.log import Manifest
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.tables import (
+    DOCUMENTS, EXTRACTIONS, PASSAGE_SOURCES, PASSAGES, RETIRED_TABLES, TOMBSTONES, all_specs, with_buckets,
+)
+from lightfoot_pipeline.store.vectors import name_vector_cache
+
+
+def rebuild(source: Store, target: Store, embedder: Embedder, settings: IndexSettings | None = None,
+            manifest: Manifest | None = None) -> GraphChange:
+    """A fresh index in ``target`` from the live documents, passages and extractions of ``source``
+    (as of ``manifest``, else its latest commit).
+
+    No model call: the stored extractions are reused. Everything else is derived again from them,
+    so the result is what a fresh build of the surviving documents gives.
+    """
+    settings = settings or IndexSettings()
+    manifest = manifest or source.manifest()
+    with target.transaction() as tx:
+        if tx.manifest.seq:
+            raise IndexConfigError(f"rebuild needs an empty target store; {target.uri} has commits")
+        check_config(tx, settings, embedder)
+        for spec in (DOCUMENTS, PASSAGES, PASSAGE_SOURCES, EXTRACTIONS):
+            rows = source.read(spec.name, manifest)
+            tx.put(spec.name, with_buckets(rows, spec, target.n_buckets).cast(tx.table(spec.name).schema))
+        derive_forms(tx, tx.table(DOCUMENTS.name).get_column("doc_id").to_list())
+        change = reconcile_graph(tx, settings, name_vector_cache(target, embedder))
+        tx.commit("rebuild", {"source": source.uri, "source_seq": manifest.seq})
+    return change
+
+
+# What a migration keeps of a store: its documents and their extractions, and the deletion log.
+KEPT_BY_MIGRATION = (DOCUMENTS, PASSAGES, EXTRACTIONS, TOMBSTONES)
+
+
+def migrate(store: Store, embedder: Embedder, settings: IndexSettings | None = None,
+            n_buckets: int | None = None, linker: Linker | None = None) -> GraphChange:
+    """Bring a store to this version's layout and index, in place and in one commit; no model call.
+
+    The documents, passages, extractions and deletion log are kept, re-bucketed (into
+    ``n_buckets``, else the store's own count); everything else is derived again from them with
+    ``settings``, as :func:`rebuild` does, so the store then equals a fresh build of its live
+    documents. Name vectors come from the store's cache, and the embedder computes only the ones
+    it lacks. Works on any earlier layout (``lightfoot migrate``). ``linker``: the names' links
+    computed elsewhere (link_pieces.PrecomputedLinks, see relink.py) instead of in this process.
+    """
+    settings = settings or IndexSettings()
+    with store.transaction(relayout=n_buckets or 0) as tx:  # 0: the store's own bucket count
+        if not tx.manifest.seq:
+            raise IndexConfigError(f"no store at {store.uri} to migrate")
+        tx.config = {}
+        check_config(tx, settings, embedder)
+        kept = {spec.name for spec in KEPT_BY_MIGRATION}
+        for spec in all_specs():
+            if spec.name not in tx.manifest.versions:
+                continue
+            rows = tx.table(spec.name) if spec.name in kept else spec.empty()
+            tx.put(spec.name, with_buckets(rows, spec, tx.n_buckets).cast(spec.empty().schema))
+        derive_forms(tx, tx.table(DOCUMENTS.name).get_column("doc_id").to_list())
+        change = reconcile_graph(tx, settings, name_vector_cache(store, embedder), linker=linker)
+        tx.commit("migrate", {"from_layout": tx.manifest.details.get("layout"), "n_buckets": tx.n_buckets})
+    _drop_retired_tables(store)
+    return change
+
+
+def _drop_retired_tables(store: Store) -> list[str]:
+    """Delete the tables that earlier layouts kept and this one does not (after a migration)."""
+    dropped = []
+    for name in RETIRED_TABLES:
+        if delete_folder_quietly(*open_filesystem(store.table_uri(name), store._options())):
+            dropped.append(name)
+    return dropped

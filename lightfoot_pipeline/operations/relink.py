@@ -1,0 +1,232 @@
+"""The graph derived again with its link stage spread over steps: prepare, pieces, commit.
+
+What it does is :func:`pipeline.migrate` (the whole graph derived again from the live documents
+and extractions, with the given settings and embedder, in one commit), with the links computed in
+independent pieces (index/link_pieces.py) that may run in other processes or on other machines:
+the Dagster ``relink`` job runs one step per group of pieces, ``lightfoot migrate --pieces`` runs
+them one after the other here. The store it commits is the one :func:`pipeline.migrate` commits.
+
+1. :func:`prepare` reads the live names (the forms), gets each one's band keys (the stored
+   sketches when the store was built with the same embedder and settings, else computed from the
+   cached vectors, embedding the names that have none) and stages them, one file per type.
+2. :func:`plan` cuts the work into pieces and steps (link_pieces.plan_pieces, plan_steps).
+3. :func:`link_pieces` computes pieces' links from the staged keys and the vectors of their
+   candidate pairs, and stages them, one file per piece.
+4. :func:`commit` unions the staged links and commits the graph with them, refusing a store that
+   changed since step 1 (its store-log seq); then removes the staging area.
+
+The staging area is ``<store>/_lightfoot/relink/<run id>/``. Its files hold live names, so they
+never outlive the run: :func:`commit` removes it whether or not it commits, a failed step removes
+it (the Dagster job's failure hook), a step that finds it gone stops and deletes what it wrote, and
+every erasure (erase.py) removes the whole ``_lightfoot/relink/`` folder, so staged names never
+outlive an erasure even when a run was killed before it could clean up.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+import polars as pl
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from lightfoot_pipeline.index.link_pieces import (
+    STAGING, LinkPiece, PrecomputedLinks, RelinkError, key_rows, piece_links, plan_pieces, plan_steps, type_keys,
+    type_label, union_links,
+)
+from lightfoot_pipeline.index.links import LinkRule
+from lightfoot_pipeline.index.reconcile import GraphChange
+from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.operations.config import index_config
+from lightfoot_pipeline.operations.migration import migrate
+from lightfoot_pipeline.settings import IndexSettings, link_piece_size
+from lightfoot_pipeline.store.filesystem import (
+    delete_folder_quietly, delete_quietly, open_filesystem, read_json, write_json,
+)
+from lightfoot_pipeline.store.log import Manifest
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.tables import FORMS, NAME_SKETCHES
+from lightfoot_pipeline.store.transaction import Transaction
+from lightfoot_pipeline.store.vectors import EmbedProgress, UnloadedEmbedder, VectorCache
+
+NAME_KEY = ["name", "type"]
+KEY_CHUNK = 65_536  # names whose vectors are read, and keys computed, at a time
+_RUN_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+@dataclass
+class Prepared:
+    """What :func:`prepare` staged: the run, the store state it read, and the names per type."""
+
+    run_id: str
+    seq: int  # the store commit the names were read at
+    embedder: str
+    dim: int
+    settings: dict  # IndexSettings.shape_of_index()
+    names: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def of(cls, value: dict) -> "Prepared":
+        return cls(**value)
+
+
+class StagingArea:
+    """One run's staged keys and links, under ``<store>/_lightfoot/relink/<run_id>/``."""
+
+    MARK = "prepared.json"
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        if not _RUN_ID.fullmatch(run_id):
+            raise RelinkError(f"a relink run id is 1 to 128 letters, digits, '.', '_' or '-', not {run_id!r}")
+        self.uri = store.path(*STAGING, run_id)
+        self.fs, self.root = open_filesystem(self.uri, store.storage_options or None)
+
+    def write(self, kind: str, label: str, frame: pl.DataFrame) -> None:
+        self.fs.create_dir(f"{self.root}/{kind}", recursive=True)
+        pq.write_table(frame.to_arrow(), f"{self.root}/{kind}/{label}.parquet", filesystem=self.fs)
+
+    def read(self, kind: str, label: str) -> pl.DataFrame:
+        try:
+            return pl.from_arrow(pq.read_table(f"{self.root}/{kind}/{label}.parquet", filesystem=self.fs))
+        except FileNotFoundError:
+            raise RelinkError(f"relink staging {self.uri}: no {kind} {label!r} (the run was cleaned up, or a "
+                              "step did not finish); run the job again") from None
+
+    def discard(self, kind: str, label: str) -> None:
+        delete_quietly(self.fs, f"{self.root}/{kind}/{label}.parquet")
+
+    def write_json(self, name: str, payload) -> None:
+        write_json(self.fs, f"{self.root}/{name}", payload)
+
+    def read_json(self, name: str):
+        try:
+            return read_json(self.fs, f"{self.root}/{name}")
+        except FileNotFoundError:
+            raise RelinkError(f"relink staging {self.uri}: no {name} (the run was cleaned up); run the job "
+                              "again") from None
+
+    def alive(self) -> bool:
+        """Whether the area is prepared and not removed."""
+        return self.fs.get_file_info(f"{self.root}/{self.MARK}").type == pafs.FileType.File
+
+    def remove(self) -> None:
+        """Delete the area: its mark first, so that a step still writing sees it gone."""
+        delete_quietly(self.fs, f"{self.root}/{self.MARK}")
+        delete_folder_quietly(self.fs, self.root)
+
+
+def prepare(store: Store, embedder: Embedder, settings: IndexSettings, run_id: str,
+            progress: EmbedProgress | None = None) -> Prepared:
+    """Stage every live name's band keys, one file per type, and mark the area prepared."""
+    manifest = store.manifest()
+    if not manifest.seq:
+        raise RelinkError(f"no store at {store.uri} to relink")
+    store.layout_buckets(manifest)  # an earlier layout is refused, with the hint to migrate it
+    rule = LinkRule.of(settings)
+    if rule.banding is None:
+        raise RelinkError("links that compare every pair (lsh_bands = 0) have no bands to split by; "
+                          "run lightfoot migrate without --pieces")
+    area = StagingArea(store, run_id)
+    area.remove()  # what an earlier attempt of this run left
+    names = store.read_columns(FORMS.name, manifest, NAME_KEY).unique()
+    if manifest.config == index_config(embedder.model_id, embedder.dim, settings):
+        stored = store.read(NAME_SKETCHES.name, manifest, remember=False).select(NAME_SKETCHES.columns)
+    else:  # keys from another embedder or banding: computed again
+        stored = NAME_SKETCHES.empty().select(NAME_SKETCHES.columns)
+    cache = VectorCache(store, "name", embedder, progress)
+    prepared = Prepared(run_id, manifest.seq, embedder.model_id, embedder.dim, settings.shape_of_index())
+    for (type_,), group in sorted(names.partition_by("type", as_dict=True).items()):
+        kept = stored.join(group, on=NAME_KEY, how="semi")
+        missing = sorted(group.join(kept, on=NAME_KEY, how="anti").get_column("name").to_list())
+        frames = [kept]
+        for c0 in range(0, len(missing), KEY_CHUNK):
+            chunk = missing[c0 : c0 + KEY_CHUNK]
+            frames.append(key_rows(type_, chunk, cache.vectors(chunk), rule))
+        keys = pl.concat(frames).sort("name")
+        area.write("keys", type_label(type_), keys)
+        prepared.names[type_] = keys.height
+    area.write_json(StagingArea.MARK, prepared.as_dict())
+    return prepared
+
+
+def plan(store: Store, prepared: Prepared, size: int | None = None) -> list[list[LinkPiece]]:
+    """The steps of the run (each a list of pieces of at most ``size`` names x bands, default
+    settings.link_piece_size), recorded in the staging area for :func:`commit`."""
+    size = link_piece_size() if size is None else size
+    pieces = plan_pieces(prepared.names, int(prepared.settings["lsh_bands"]), size)
+    StagingArea(store, prepared.run_id).write_json("plan.json", [p.as_dict() for p in pieces])
+    return plan_steps(pieces, prepared.names, size)
+
+
+def link_pieces(store: Store, prepared: Prepared, pieces: Sequence[LinkPiece], settings: IndexSettings) -> dict[str, int]:
+    """Compute and stage the links of some pieces; the number of links of each, by label."""
+    _same_settings(prepared, settings)
+    area = StagingArea(store, prepared.run_id)
+    rule = LinkRule.of(settings)
+    cache = VectorCache.for_model(store, "name", prepared.embedder, prepared.dim)
+    found: dict[str, int] = {}
+    for type_ in sorted({p.type for p in pieces}):
+        if not area.alive():
+            raise RelinkError(f"relink staging {area.uri} was removed (the run failed or was cleaned up)")
+        names, keys = type_keys(area.read("keys", type_label(type_)), rule)
+        for piece in (p for p in pieces if p.type == type_):
+            links = piece_links(piece, names, keys, cache.vectors, rule)
+            area.write("links", piece.label, links)
+            if not area.alive():  # removed while this piece ran: leave nothing behind
+                area.discard("links", piece.label)
+                raise RelinkError(f"relink staging {area.uri} was removed (the run failed or was cleaned up)")
+            found[piece.label] = links.height
+    return found
+
+
+def commit(store: Store, prepared: Prepared, settings: IndexSettings, n_buckets: int | None = None) -> GraphChange:
+    """Commit the graph derived again with the staged links (as :func:`pipeline.migrate`), if the
+    store has not changed since :func:`prepare`; the staging area is removed either way."""
+    area = StagingArea(store, prepared.run_id)
+    try:
+        _same_settings(prepared, settings)
+        _unchanged(store.manifest(), prepared, store)
+        pieces = [LinkPiece.of(p) for p in area.read_json("plan.json")]
+        links = union_links([area.read("links", p.label) for p in pieces])
+        keys = [area.read("keys", type_label(t)) for t in sorted(prepared.names)]
+        key_rows = pl.concat(keys) if keys else NAME_SKETCHES.empty().select(NAME_SKETCHES.columns)
+
+        def check(tx: Transaction) -> None:
+            _unchanged(tx.manifest, prepared, store)
+
+        linker = PrecomputedLinks(links, key_rows, check)
+        return migrate(store, UnloadedEmbedder(prepared.embedder, prepared.dim), settings, n_buckets, linker)
+    finally:
+        area.remove()
+
+
+def relink(store: Store, embedder: Embedder, settings: IndexSettings, *, n_buckets: int | None = None,
+           size: int | None = None, progress: EmbedProgress | None = None) -> GraphChange:
+    """Every step in this process, one piece after another (``lightfoot migrate --pieces``)."""
+    run_id = f"local-{uuid.uuid4().hex}"
+    area = StagingArea(store, run_id)
+    try:
+        prepared = prepare(store, embedder, settings, run_id, progress)
+        for step in plan(store, prepared, size):
+            link_pieces(store, prepared, step, settings)
+        return commit(store, prepared, settings, n_buckets)
+    finally:
+        area.remove()
+
+
+def _unchanged(manifest: Manifest, prepared: Prepared, store: Store) -> None:
+    if manifest.seq != prepared.seq:
+        raise RelinkError(f"store {store.uri} changed since its names were prepared (commit {prepared.seq}, now "
+                          f"{manifest.seq}); nothing was committed", hint="run the relink again")
+
+
+def _same_settings(prepared: Prepared, settings: IndexSettings) -> None:
+    if settings.shape_of_index() != prepared.settings:
+        raise RelinkError(f"the names were prepared for settings {prepared.settings}, not "
+                          f"{settings.shape_of_index()}; run the relink again")

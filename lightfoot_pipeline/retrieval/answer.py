@@ -1,0 +1,256 @@
+"""Answers: the retrieved facts and passages go to the language model, which names the answer.
+
+The model gets the ``n_facts`` (10) facts most similar to the question, each with the evidence
+quotes of the passages that assert it, and the ``n_passages`` (10) best passages in ranked order.
+It returns JSON ``{"answer": "..."}``: the shortest span that answers the question, and always a
+best guess rather than a refusal. This is the only model call at query time, and it comes after
+retrieval: the ranked passages never depend on it.
+
+The model is reached through the project's OpenAI-compatible client (llm.py); an endpoint that
+cannot be reached gives an :class:`Answer` with the error, never an exception from here.
+
+:class:`AnswerBudget` caps what answer calls may spend: each call's worst case (the prompt at
+three characters a token and a full ``max_tokens`` reply) is reserved before the call is made,
+so concurrent calls can never together pass the cap. ``eval --answer`` and ``lightfoot serve``
+both spend through it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+from lightfoot_pipeline.models.llm import LLMClient, LLMError
+from lightfoot_pipeline.retrieval.retrieve import FactHit, PassageHit
+from lightfoot_pipeline.store import ledger
+
+N_FACTS = 10
+N_PASSAGES = 10
+MAX_TOKENS = 200
+MAX_EVIDENCE = 2  # evidence quotes shown per fact
+# Characters per token assumed when reserving a call's worst case (a prompt of names and numbers
+# tokenises denser than prose, which runs at about 4).
+RESERVE_CHARS_PER_TOKEN = 3.0
+
+ANSWER_SCHEMA = {
+    "title": "answer",
+    "type": "object",
+    "properties": {"answer": {"type": "string", "description": "the shortest span that answers the question"}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+
+SYSTEM_PROMPT = (
+    "You answer questions using the retrieved knowledge you are given: facts extracted from a "
+    "document collection, with evidence quotes, and the most relevant passages, best first. "
+    "Questions may need several steps: combine facts and passages to reach the answer.\n"
+    'Reply with JSON only: {"answer": "..."}. The answer is the shortest span that answers the '
+    "question (a name, a date, a number or a short phrase), copied from the passages where "
+    "possible, with no explanation. Never refuse and never answer that you do not know: if the "
+    "knowledge does not settle the question, give your best guess."
+)
+
+
+@dataclass
+class Answer:
+    answer: str | None
+    model: str
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    seconds: float = 0.0
+    output_mode: str | None = None
+    parsed: bool = False  # the reply was the JSON asked for (else the answer is its first line)
+    error: str | None = None
+    error_kind: str | None = None  # LLMError.kind when the call failed
+    attempts: int = 0  # HTTP attempts the call took (retries included)
+    usage_reported: bool = True  # False: the endpoint sent no usage and the tokens are estimated
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def render_prompt(question: str, facts: Sequence[FactHit], passages: Sequence[PassageHit]) -> str:
+    """The user message: facts with evidence, passages in ranked order, then the question."""
+    lines = ["Facts (subject; predicate; object), most relevant first:"]
+    if not facts:
+        lines.append("(none)")
+    for number, fact in enumerate(facts, start=1):
+        lines.append(f"{number}. {fact.text}")
+        for quote in [e for e in fact.evidence if e.get("evidence")][:MAX_EVIDENCE]:
+            lines.append(f'   evidence: "{quote["evidence"]}"')
+    lines.append("")
+    lines.append("Passages, most relevant first:")
+    if not passages:
+        lines.append("(none)")
+    for number, passage in enumerate(passages, start=1):
+        heading = f"[{number}] {passage.title}" if passage.title else f"[{number}]"
+        if passage.location:
+            heading += f" (source: {passage.location})"
+        lines.append(heading)
+        lines.append(passage.text.strip())
+        lines.append("")
+    lines.append(f"Question: {question.strip()}")
+    return "\n".join(lines)
+
+
+_JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+
+
+def parse_answer(text: str) -> tuple[str | None, bool]:
+    """The answer in a reply, and whether the reply was the JSON asked for.
+
+    A reply that is not JSON (an endpoint without structured output may wrap it in prose or a
+    code fence) yields the ``answer`` of the first JSON object in it, else its first non-empty
+    line: the model's best guess is kept rather than thrown away.
+    """
+    stripped = text.strip()
+    candidates = [stripped]
+    match = _JSON_OBJECT.search(stripped)
+    if match and match.group(0) != stripped:
+        candidates.append(match.group(0))
+    for candidate in candidates:
+        try:
+            payload = json.loads(candidate)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(payload, dict) and isinstance(payload.get("answer"), (str, int, float)):
+            return str(payload["answer"]).strip(), True
+    first = next((line.strip() for line in stripped.splitlines() if line.strip()), "")
+    first = first.strip("`").strip()
+    return (first or None), False
+
+
+class Answerer:
+    def __init__(self, client: LLMClient, n_facts: int = N_FACTS, n_passages: int = N_PASSAGES,
+                 max_tokens: int = MAX_TOKENS) -> None:
+        self.client = client
+        self.n_facts = n_facts
+        self.n_passages = n_passages
+        self.max_tokens = max_tokens
+
+    @property
+    def model(self) -> str:
+        return self.client.settings.model
+
+    def messages(self, question: str, facts: Sequence[FactHit], passages: Sequence[PassageHit]) -> list[dict]:
+        """The system prompt and the user message for one question."""
+        return [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": render_prompt(question, facts[: self.n_facts], passages[: self.n_passages])},
+        ]
+
+    def worst_case_usd(self, messages: Sequence[dict]) -> float:
+        """The most a call with these messages can cost: the prompt at three characters a token
+        and a reply of ``max_tokens``, at the configured (or list) prices."""
+        price_in, price_out, _ = self.client.settings.prices()
+        tokens_in = math.ceil(sum(len(m["content"]) for m in messages) / RESERVE_CHARS_PER_TOKEN)
+        return (tokens_in * price_in + self.max_tokens * price_out) / 1e6
+
+    def answer(self, question: str, facts: Sequence[FactHit], passages: Sequence[PassageHit]) -> Answer:
+        return self.ask(self.messages(question, facts, passages))
+
+    def ask(self, messages: list[dict]) -> Answer:
+        """One call with messages from :meth:`messages`; failures come back as the Answer's error."""
+        try:
+            completion = self.client.complete(messages, json_schema=ANSWER_SCHEMA, max_tokens=self.max_tokens)
+        except LLMError as err:
+            return Answer(answer=None, model=self.model, error=str(err), error_kind=err.kind,
+                          attempts=max(err.attempts, 1))
+        price_in, price_out, _ = self.client.settings.prices()
+        text, parsed = parse_answer(completion.text)
+        return Answer(
+            answer=text,
+            model=self.model,
+            tokens_in=completion.tokens_in,
+            tokens_out=completion.tokens_out,
+            cost_usd=round((completion.tokens_in * price_in + completion.tokens_out * price_out) / 1e6, 8),
+            seconds=round(completion.seconds, 4),
+            output_mode=completion.mode,
+            parsed=parsed,
+            error=None if text else "the model returned no answer",
+            attempts=completion.attempts,
+            usage_reported=completion.usage_reported,
+        )
+
+
+class AnswerBudget:
+    """A cap in USD on what answer calls spend, shared by the threads that make them.
+
+    :meth:`reserve` holds a call's worst case before the call; a call whose worst case does not
+    fit beside what is spent and held is refused, and from then on every call is refused (the
+    budget is spent). :meth:`settle` releases the hold and charges what the call cost. A budget
+    of ``None`` refuses nothing and only counts.
+    """
+
+    def __init__(self, limit_usd: float | None) -> None:
+        if limit_usd is not None and not (math.isfinite(limit_usd) and limit_usd >= 0):
+            raise ValueError(f"the budget must be a non-negative number of USD, got {limit_usd}")
+        self.limit_usd = limit_usd
+        self.spent_usd = 0.0
+        self.held_usd = 0.0
+        self.calls = 0
+        self.refused = 0
+        self.exhausted = False
+        self._lock = threading.Lock()
+
+    def reserve(self, worst_case_usd: float) -> bool:
+        """Hold ``worst_case_usd`` for a call about to be made; False: the call must not be made."""
+        with self._lock:
+            over = self.limit_usd is not None and self.spent_usd + self.held_usd + worst_case_usd > self.limit_usd
+            if self.exhausted or over:
+                self.exhausted = True
+                self.refused += 1
+                return False
+            self.held_usd += worst_case_usd
+            return True
+
+    def spent(self) -> bool:
+        """Whether the budget refuses every call now; asking counts as a refused call when it does."""
+        with self._lock:
+            if self.exhausted:
+                self.refused += 1
+            return self.exhausted
+
+    def settle(self, worst_case_usd: float, cost_usd: float) -> None:
+        """Release a call's hold and charge what it cost."""
+        with self._lock:
+            self.held_usd = max(0.0, self.held_usd - worst_case_usd)
+            self.spent_usd += cost_usd
+            self.calls += 1
+
+    def as_dict(self) -> dict:
+        with self._lock:
+            return {"budget_usd": self.limit_usd, "spent_usd": round(self.spent_usd, 8), "calls": self.calls,
+                    "refused": self.refused, "exhausted": self.exhausted}
+
+
+def build_answerer(environ: dict | None = None) -> tuple[Answerer | None, str]:
+    """The answerer for the configured endpoint, or None and why there is none."""
+    from lightfoot_pipeline.models.llm import LLMSettings
+
+    try:
+        settings = LLMSettings.from_env(environ)
+        client = LLMClient(settings)
+    except (LLMError, ValueError) as err:
+        return None, f"answers need a language-model endpoint ({err}); retrieval works without one"
+    return Answerer(client), f"available: {settings.model} at {settings.endpoint()}"
+
+
+def answer_charge(run_id: str, answer: Answer, prices: tuple[float, float, str]) -> ledger.Charge:
+    """An answer call's row in the cost ledger: every HTTP attempt it took, its tokens at the prices.
+
+    A call that failed is an ``error``; one that came back without an answer is ``unusable``.
+    """
+    price_in, price_out, source = prices
+    status = "error" if answer.error_kind else ("unusable" if answer.error else "ok")
+    return ledger.Charge(
+        run_id=run_id, purpose="answer", model=answer.model, status=status, attempts=max(answer.attempts, 1),
+        tokens_in=answer.tokens_in, tokens_out=answer.tokens_out, price_in_per_mtok=price_in,
+        price_out_per_mtok=price_out, price_source=source, seconds=answer.seconds, error_kind=answer.error_kind,
+        usage_reported=answer.usage_reported,
+    )

@@ -1,0 +1,165 @@
+"""Personalized PageRank over a snapshot's graph (its adjacency: ``snapshot/adjacency.py``).
+
+Personalized PageRank walks the row-normalised matrix ``P = D⁻¹ A``: with probability ``damping``
+the walker follows an edge, otherwise it jumps back to the seed distribution ``s``; a walker on a
+node with no edges jumps back to ``s`` as well. The scores are the fixed point of
+
+    x = (1 - damping) · s + damping · (x P + (mass on edgeless nodes) · s)
+
+found by power iteration until the L1 change of ``x`` between two steps is below the tolerance:
+the exact walk, whose every iteration reads the whole graph. The local walk (localwalk.py) reaches
+the same ranking by forward push from the seeds, in time that follows the seeds' neighbourhood;
+retrieval uses it by default and keeps the exact walk as an option and as its reference.
+
+A snapshot's walk operators are prepared on first use and kept while the snapshot is in memory
+(:func:`walk_graph`), so every retriever over one snapshot shares them.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+from lightfoot_pipeline.retrieval.localwalk import EPSILON, LocalWalk
+from lightfoot_pipeline.retrieval.rowsplit import RowSplit
+from lightfoot_pipeline.snapshot.format import Snapshot
+
+DAMPING = 0.9
+# L1 change between successive iterates at which the walk stops (the scores sum to 1; the error is
+# at most damping / (1 - damping) times this). Measured against a walk run to 1e-9, it gives the
+# same top 10 passages in the same order for every question of the bundled sample's dev set and of
+# a synthetic MuSiQue-scale corpus, in 40 to 45 iterations.
+TOLERANCE = 1e-4
+MAX_ITERATIONS = 200
+
+
+@dataclass(frozen=True)
+class PageRankResult:
+    scores: np.ndarray  # (N,) sums to 1
+    iterations: int
+    delta: float  # L1 change at the last step
+    converged: bool
+    edge_visits: int | None = None  # edges the local walk read (None for the exact walk)
+
+
+class RetrievalGraph:
+    """The walk operators of an adjacency matrix, each prepared on first use and kept for every query."""
+
+    def __init__(self, adjacency: sp.csr_matrix, n_entities: int) -> None:
+        if adjacency.shape[0] != adjacency.shape[1]:
+            raise ValueError(f"adjacency must be square, got {adjacency.shape}")
+        self.adjacency = adjacency
+        self.n_nodes = adjacency.shape[0]
+        self.n_entities = n_entities
+        self.n_passages = self.n_nodes - n_entities
+        self._damped: dict[float, RowSplit] = {}  # damping -> damping · Pᵀ, split by rows
+
+    @cached_property
+    def local(self) -> LocalWalk:
+        """The forward-push walk (localwalk.py)."""
+        return LocalWalk(self.adjacency)
+
+    @cached_property
+    def _exact(self) -> tuple[np.ndarray, np.ndarray, sp.csr_matrix]:
+        """The exact walk's node order, edgeless positions and operator Pᵀ."""
+        # The walk runs on the nodes in reverse Cuthill–McKee order: it keeps each node's neighbours
+        # close together, so a product reads x with fewer cache misses (about a third faster at
+        # MuSiQue scale). Seeds go in and scores come out in node order.
+        order = reverse_cuthill_mckee(self.adjacency.tocsr(), symmetric_mode=True)  # position -> node
+        ordered = self.adjacency.tocsr()[order][:, order]
+        degree = np.asarray(ordered.sum(axis=1)).ravel()  # (N,)
+        dangling = degree == 0
+        inverse = np.zeros_like(degree)
+        inverse[~dangling] = 1.0 / degree[~dangling]
+        # The walk applied to a column vector: x_next = Pᵀ x with P = D⁻¹ A. A is symmetric, so
+        # Pᵀ = A D⁻¹ (column j scaled by 1/deg j), kept as CSR so each step is one CSR product.
+        walk = (ordered @ sp.diags(inverse)).tocsr().astype(np.float64)  # (N, N)
+        walk.sort_indices()
+        # positions with no edge: their walkers jump back to the seeds
+        return order, np.flatnonzero(dangling), walk
+
+    def _damped_walk(self, damping: float) -> RowSplit:
+        walk = self._damped.get(damping)
+        if walk is None:
+            walk = RowSplit((self._exact[2] * damping).tocsr())
+            self._damped[damping] = walk
+        return walk
+
+    def personalized_pagerank(
+        self,
+        seeds: np.ndarray,
+        damping: float = DAMPING,
+        tolerance: float = TOLERANCE,
+        max_iterations: int = MAX_ITERATIONS,
+    ) -> PageRankResult:
+        """PPR scores of every node for seed weights ``seeds`` (N,), normalised here to sum 1: the
+        exact walk, by power iteration over the whole graph."""
+        s, total = self._checked_seeds(seeds, damping)
+        order, dangling, _ = self._exact
+        s = s[order] / total  # (N,) in walk order
+        walk = self._damped_walk(damping)  # (N, N): damping · Pᵀ
+        restart = (1.0 - damping) * s  # (N,)
+        x = s.copy()
+        change = np.empty_like(x)
+        delta = np.inf
+        iterations = 0
+        while iterations < max_iterations:
+            iterations += 1
+            x_next = walk.matvec(x)  # (N, N) x (N,) -> (N,): one step of the walk
+            x_next += restart
+            if dangling.size:
+                stranded = x[dangling].sum()  # walkers on edgeless nodes jump back to the seeds
+                x_next += (damping * stranded) * s
+            np.subtract(x_next, x, out=change)
+            delta = float(np.abs(change, out=change).sum())
+            x = x_next
+            if delta < tolerance:
+                break
+        scores = np.empty_like(x)
+        scores[order] = x  # back to node order
+        return PageRankResult(scores=scores, iterations=iterations, delta=delta, converged=delta < tolerance)
+
+    def local_pagerank(self, seeds: np.ndarray, damping: float = DAMPING, epsilon: float = EPSILON) -> PageRankResult:
+        """PPR scores of every node for seed weights ``seeds`` (N,) by forward push from the seeds
+        (localwalk.py): ``iterations`` counts pushes, ``delta`` is the residual mass left."""
+        s, total = self._checked_seeds(seeds, damping)
+        nodes = np.flatnonzero(s)
+        scores, figures = self.local.run(nodes, s[nodes] / total, damping, epsilon)
+        return PageRankResult(scores=scores, iterations=figures["pushes"], delta=figures["residual"],
+                              converged=figures["converged"], edge_visits=figures["edge_visits"])
+
+    def _checked_seeds(self, seeds: np.ndarray, damping: float) -> tuple[np.ndarray, float]:
+        if not 0.0 < damping < 1.0:
+            raise ValueError(f"damping must be in (0, 1), got {damping}")
+        s = np.asarray(seeds, dtype=np.float64).ravel()  # (N,)
+        if s.shape[0] != self.n_nodes:
+            raise ValueError(f"seed vector has {s.shape[0]} entries for a graph of {self.n_nodes} nodes")
+        if np.any(s < 0) or not np.isfinite(s).all():
+            raise ValueError("seed weights must be finite and non-negative")
+        total = float(s.sum())
+        if total <= 0:
+            raise ValueError("seed weights are all zero: nothing to personalise the walk with")
+        return s, total
+
+    def passage_scores(self, scores: np.ndarray) -> np.ndarray:
+        """The passage part of a node vector: (N,) -> (#passages,)."""
+        return scores[self.n_entities:]
+
+
+_GRAPHS: weakref.WeakKeyDictionary[Snapshot, RetrievalGraph] = weakref.WeakKeyDictionary()
+_GRAPHS_LOCK = threading.Lock()
+
+
+def walk_graph(snapshot: Snapshot) -> RetrievalGraph:
+    """The walk operators of a snapshot's graph, one set per snapshot in memory."""
+    with _GRAPHS_LOCK:
+        graph = _GRAPHS.get(snapshot)
+        if graph is None:
+            graph = _GRAPHS[snapshot] = RetrievalGraph(snapshot.adjacency, snapshot.n_entities)
+        return graph

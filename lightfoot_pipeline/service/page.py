@@ -1,0 +1,100 @@
+"""The query service's web page: a question box, ranked passages with why they ranked, and the
+provenance of an entity or a document, at ``/`` of ``lightfoot serve``.
+
+Routes::
+
+    GET  /                   the page (static; it holds no data)
+    GET  /static/NAME        its script, style sheet and the vendored graph library
+    POST /explain/query      {"question": "...", "top_k": 10, "rerank": true}: explain_query
+    GET  /explain/entity?name=NAME    explain_entity, with the entities its facts and synonyms join
+    GET  /explain/doc?doc_id=ID       explain_document, with the dry run of its deletion
+
+The page and its files are open (they carry no data; the page asks for the token and keeps it in
+the tab's sessionStorage); every ``/explain`` route needs the same token as ``/query`` and runs in
+the same bounded pool of retrieval threads, under the same body and request limits.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from lightfoot_pipeline.provenance import ExplainError
+from lightfoot_pipeline.provenance.documents import explain_document
+from lightfoot_pipeline.provenance.entities import explain_entity
+from lightfoot_pipeline.retrieval.explain import explain_query
+
+STATIC_PREFIX = "/static/"
+PAGE_FILES = {
+    "index.html": "text/html; charset=utf-8",
+    "app.js": "text/javascript; charset=utf-8",
+    "app.css": "text/css; charset=utf-8",
+    "vendor/vis-network.min.js": "text/javascript; charset=utf-8",
+}
+MAX_PARAMETER_CHARS = 512  # a doc id or an entity name
+
+
+def page_file(name: str) -> bytes:
+    return resources.files("lightfoot_pipeline.service").joinpath("static", *name.split("/")).read_bytes()
+
+
+def page_routes(service, run: Callable[..., Awaitable], guard, json_response, http_error, parse_body) -> list[Route]:
+    """The page's routes. ``run`` runs a function in the retrieval pool; ``guard`` wraps an endpoint
+    so that the service's errors become its JSON error responses; ``parse_body`` reads and validates
+    a POST body into ``(question, top_k, rerank)`` or raises ``http_error`` (400, 408, 413)."""
+    cache = {name: page_file(name) for name in PAGE_FILES}
+
+    async def index(request: Request) -> Response:
+        return Response(cache["index.html"], media_type=PAGE_FILES["index.html"],
+                        headers={"cache-control": "no-cache", "x-content-type-options": "nosniff"})
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in PAGE_FILES or name == "index.html":
+            return json_response(404, {"error": f"no such file {STATIC_PREFIX}{name}"})
+        return Response(cache[name], media_type=PAGE_FILES[name],
+                        headers={"cache-control": "max-age=300", "x-content-type-options": "nosniff"})
+
+    def parameter(request: Request, name: str) -> str:
+        value = request.query_params.get(name, "")
+        if not value.strip() or len(value) > MAX_PARAMETER_CHARS:
+            raise http_error(400, f"give ?{name}= with 1 to {MAX_PARAMETER_CHARS} characters")
+        return value
+
+    async def answer(work: Callable[[], dict]) -> Response:
+        try:
+            return json_response(200, await run(work))
+        except ExplainError as err:
+            return json_response(404, {"error": err.line()})
+
+    async def query(request: Request) -> Response:
+        question, top_k, rerank = await parse_body(request)
+
+        def work() -> dict:
+            serving = service.current()
+            result = explain_query(serving.retriever, question, top_k=top_k, rerank=rerank)
+            result["snapshot"] = {"snapshot_id": serving.snapshot.snapshot_id,
+                                  "created_at": serving.snapshot.info.created_at, "loaded_at": serving.loaded_at}
+            return result
+
+        return await answer(work)
+
+    async def entity(request: Request) -> Response:
+        name = parameter(request, "name")
+        return await answer(lambda: {"entities": [e.as_dict() for e in explain_entity(service.store, name)]})
+
+    async def document(request: Request) -> Response:
+        doc_id = parameter(request, "doc_id")
+        return await answer(lambda: explain_document(service.store, doc_id).as_dict())
+
+    return [
+        Route("/", index, methods=["GET"]),
+        Route(STATIC_PREFIX + "{name:path}", static, methods=["GET"]),
+        Route("/explain/query", guard(query), methods=["POST"]),
+        Route("/explain/entity", guard(entity), methods=["GET"]),
+        Route("/explain/doc", guard(document), methods=["GET"]),
+    ]

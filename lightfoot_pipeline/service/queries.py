@@ -1,0 +1,386 @@
+"""The query service: answers from the published snapshot, and moves to a new one without a restart.
+
+:class:`QueryService` holds the loaded snapshot and its retriever as one reference. A watcher
+thread polls the store's ``snapshots/latest`` pointer; when it names a new snapshot, the watcher
+loads it in the background and then swaps the reference in one assignment. A query takes the
+reference once when it starts, so it runs entirely on one snapshot, and queries keep being
+answered from the old snapshot until the new one has loaded. A snapshot that fails to load is
+reported (``status``) and the service stays on the one it has.
+
+A query runs in two steps, so that a server can give each its own worker pool: :meth:`QueryService.retrieve`
+ranks the passages (local work, milliseconds) and, when an answer is wanted, :meth:`QueryService.answer`
+calls the language model (seconds). Every answer call first reserves its worst case against the
+service's :class:`~lightfoot_pipeline.retrieval.answer.AnswerBudget` and is written to the cost ledger
+(purpose ``answer``, one ledger run per service process); once the budget is spent, queries
+still get their passages and the answer says why it is missing.
+
+The HTTP side is serve_app.py (the Starlette application) under uvicorn (serve_http.py), and its
+authentication serve_auth.py.
+Every query result names the snapshot that served it and gives a latency breakdown in ms.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from lightfoot_pipeline.store import ledger
+from lightfoot_pipeline.retrieval.answer import Answer, AnswerBudget, Answerer, answer_charge, build_answerer
+from lightfoot_pipeline.retrieval.deep import DeepQuery, DeepQueryError, DeepSettings, charges
+from lightfoot_pipeline.models.embedder import Embedder, load_embedder
+from lightfoot_pipeline.retrieval.rerank import Reranker, RerankerStatus, load_reranker
+from lightfoot_pipeline.retrieval.retrieve import (
+    FactHit, PassageHit, RetrievalError, RetrievalSettings, Retriever, one_thread_per_query,
+)
+from lightfoot_pipeline.snapshot.format import (
+    Snapshot, SnapshotError, embedder_for_models, latest_snapshot, load_snapshot,
+)
+from lightfoot_pipeline.snapshot.export import export_snapshot
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.errors import LightfootError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOP_K = 10
+MAX_TOP_K = 30  # the passages PageRank keeps (RetrievalSettings.candidates)
+MAX_QUESTION_CHARS = 4000
+DEFAULT_ANSWER_BUDGET_USD = 1.0
+
+
+class NoSnapshotLoaded(LightfootError, RuntimeError):
+    """The service has no snapshot to answer from yet."""
+
+
+@dataclass(frozen=True)
+class _Serving:
+    snapshot: Snapshot
+    retriever: Retriever
+    loaded_at: str
+
+
+@dataclass
+class PendingAnswer:
+    """What :meth:`QueryService.answer` needs after retrieval: the question and its context."""
+
+    question: str
+    facts: list[FactHit]
+    passages: list[PassageHit]
+    started: float  # perf_counter at the start of the query
+
+
+class QueryService:
+    """Retrieval (and answers, when a model endpoint is configured) over the published snapshot.
+
+    ``answer_status`` says why there are no answers when ``answerer`` is None. ``budget`` caps
+    what answers spend (None: no cap, for one-off queries); ``charge_ledger`` writes every answer
+    call to the store's cost ledger, under one run whose id starts with ``ledger_prefix``.
+    """
+
+    def __init__(self, store: Store, embedder: Embedder, reranker: Reranker | None = None,
+                 reranker_status: RerankerStatus | None = None, answerer: Answerer | None = None,
+                 answer_status: str = "", settings: RetrievalSettings | None = None,
+                 budget: AnswerBudget | None = None, charge_ledger: bool = True,
+                 ledger_prefix: str = "query") -> None:
+        self.store = store
+        self.embedder = embedder
+        self.reranker = reranker
+        self.reranker_status = reranker_status
+        self.answerer = answerer
+        self.answer_status = "available" if answerer else (answer_status or "no answer model configured")
+        self.settings = settings or RetrievalSettings()
+        self.budget = budget or AnswerBudget(None)
+        self.charge_ledger = charge_ledger
+        self.ledger_run_id = ledger.new_run_id(ledger_prefix)
+        self.ledger_errors = 0
+        self._serving: _Serving | None = None
+        self._reload_lock = threading.Lock()  # one load at a time; queries never take it
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self.last_reload_error: str | None = None
+        self.reloads = 0
+
+    # -- snapshots -------------------------------------------------------------------------------
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        serving = self._serving
+        return serving.snapshot if serving else None
+
+    def current(self) -> _Serving:
+        """The snapshot being served, its retriever and when it was loaded (one reference: a query
+        that takes it runs on one snapshot)."""
+        serving = self._serving
+        if serving is None:
+            raise NoSnapshotLoaded("no snapshot is loaded yet: export one with `lightfoot snapshot`")
+        return serving
+
+    def use(self, snapshot: Snapshot) -> None:
+        """Serve this snapshot from now on (queries already running finish on the old one)."""
+        retriever = Retriever(snapshot, self.embedder, self.reranker, self.reranker_status, self.settings)
+        retriever.warm_up()  # the first query should not pay for lazy set-up
+        self._serving = _Serving(snapshot, retriever, dt.datetime.now(dt.timezone.utc).isoformat())
+        self.reloads += 1
+
+    def refresh(self) -> bool:
+        """Load the published snapshot if it is not the one being served; True if it switched."""
+        with self._reload_lock:
+            try:
+                published = latest_snapshot(self.store)
+                current = self._serving
+                if published is None or (current and current.snapshot.snapshot_id == published.snapshot_id):
+                    return False
+                snapshot = load_snapshot(self.store, published.snapshot_id)
+                self.use(snapshot)
+            except (SnapshotError, RetrievalError, OSError) as err:
+                self.last_reload_error = f"{type(err).__name__}: {err}"
+                log.warning("staying on snapshot %s: %s", self._serving and self._serving.snapshot.snapshot_id, err)
+                return False
+            self.last_reload_error = None
+            log.info("now serving snapshot %s", published.snapshot_id)
+            return True
+
+    def watch(self, interval_s: float = 2.0) -> None:
+        """Poll for new snapshots in a background thread until :meth:`close`."""
+        if self._watcher is not None:
+            return
+
+        def loop() -> None:
+            while not self._stop.wait(interval_s):
+                self.refresh()
+
+        self._watcher = threading.Thread(target=loop, name="snapshot-watcher", daemon=True)
+        self._watcher.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=10)
+            self._watcher = None
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    def query(self, question: str, *, top_k: int = DEFAULT_TOP_K, answer: bool = True, rerank: bool = True) -> dict:
+        """Retrieval and, when asked and available, the answer: :meth:`retrieve` then :meth:`answer`."""
+        payload, pending = self.retrieve(question, top_k=top_k, answer=answer, rerank=rerank)
+        if pending is not None:
+            self.answer(payload, pending)
+        return payload
+
+    def retrieve(self, question: str, *, top_k: int = DEFAULT_TOP_K, answer: bool = True,
+                 rerank: bool = True) -> tuple[dict, PendingAnswer | None]:
+        """The query's result without its answer, and what :meth:`answer` needs (None: no answer
+        will be made, and the result says why)."""
+        started = time.perf_counter()
+        serving = self._serving  # one snapshot for the whole query
+        if serving is None:
+            raise NoSnapshotLoaded("no snapshot is loaded yet: export one with `lightfoot snapshot`")
+        retriever = serving.retriever
+        if not 1 <= top_k <= retriever.settings.candidates:
+            raise RetrievalError(f"top_k must be from 1 to {retriever.settings.candidates}, got {top_k}")
+        vector = retriever.question_vector(question)
+        latency = {"embed": _ms_since(started)}
+        retrieval = retriever.retrieve(question, rerank=rerank, vector=vector)
+        latency.update({k: v for k, v in retrieval.timings_ms.items() if k not in ("embed", "total")})
+        latency["retrieval"] = _ms_since(started)
+        payload: dict = {
+            "question": question,
+            "snapshot": {"snapshot_id": serving.snapshot.snapshot_id, "store_seq": serving.snapshot.info.store_seq,
+                         "fingerprint": serving.snapshot.info.fingerprint, "loaded_at": serving.loaded_at},
+            "order": retrieval.order,
+            "reranker": retrieval.reranker.as_dict(),
+            "pagerank": retrieval.pagerank,
+            "seed_facts": [_fact(f) for f in retrieval.seed_facts],
+            "passages": [_passage(p) for p in retrieval.passages[:top_k]],
+            "answer": None,
+            "latency_ms": latency,
+        }
+        pending = None
+        if not answer:
+            payload["answer_status"] = "not requested"
+        elif self.answerer is None:
+            payload["answer_status"] = self.answer_status
+        elif self.budget.spent():
+            payload["answer_status"] = self._budget_spent()
+        else:
+            facts = retriever.similar_facts(vector, self.answerer.n_facts)
+            pending = PendingAnswer(question, facts, retrieval.passages, started)
+        latency["total"] = _ms_since(started)
+        return payload, pending
+
+    def answer(self, payload: dict, pending: PendingAnswer) -> None:
+        """Ask the model for the answer of a retrieved query, within the budget; fills ``payload``."""
+        answerer = self.answerer
+        clock = time.perf_counter()
+        messages = answerer.messages(pending.question, pending.facts, pending.passages)
+        hold = answerer.worst_case_usd(messages)
+        if not self.budget.reserve(hold):
+            payload["answer_status"] = self._budget_spent()
+            return
+        result: Answer | None = None
+        try:
+            result = answerer.ask(messages)
+        finally:
+            self.budget.settle(hold, result.cost_usd if result is not None else 0.0)
+        self._charge(result)
+        payload["answer"] = result.as_dict()
+        payload["answer_status"] = "failed" if result.error else "answered"
+        payload["answer_facts"] = [_fact(f) for f in pending.facts]
+        payload["latency_ms"]["answer"] = _ms_since(clock)
+        payload["latency_ms"]["total"] = _ms_since(pending.started)
+
+    def deep(self, question: str, *, rerank: bool = True, settings: DeepSettings | None = None) -> dict:
+        """The deep mode (serving/deep): a multi-step answer from a working memory, its points with
+        their passages and facts, and its steps; every call within the service's budget and in the
+        cost ledger. Raises DeepQueryError when the model endpoint cannot serve."""
+        started = time.perf_counter()
+        serving = self._serving
+        if serving is None:
+            raise NoSnapshotLoaded("no snapshot is loaded yet: export one with `lightfoot snapshot`")
+        snapshot = serving.snapshot
+        payload: dict = {"question": question, "mode": "deep", "answer": None,
+                         "snapshot": {"snapshot_id": snapshot.snapshot_id, "store_seq": snapshot.info.store_seq,
+                                      "fingerprint": snapshot.info.fingerprint, "loaded_at": serving.loaded_at}}
+        if self.answerer is None:
+            payload["answer_status"] = self.answer_status
+        elif self.budget.spent():
+            payload["answer_status"] = self._budget_spent()
+        else:
+            engine = DeepQuery(serving.retriever, self.answerer.client, settings or DeepSettings.from_env(),
+                               self.budget, rerank=rerank)
+            try:
+                result = engine.run(question)
+            except DeepQueryError as err:
+                if err.result is not None:
+                    self._record(charges(err.result, self.ledger_run_id, self.answerer.client.settings.prices()))
+                raise
+            self._record(charges(result, self.ledger_run_id, self.answerer.client.settings.prices()))
+            payload["deep"] = result.as_dict(text=True)
+            payload["answer"] = result.answer
+            payload["answer_status"] = "answered" if result.status == "answered" else f"stopped: {result.reason}"
+        payload["latency_ms"] = {"total": _ms_since(started)}
+        return payload
+
+    def _budget_spent(self) -> str:
+        return (f"the answer budget of ${self.budget.limit_usd:g} for this service process is spent; "
+                "retrieval only (a restart starts a new budget)")
+
+    def _charge(self, result: Answer) -> None:
+        """The answer call's row in the cost ledger; a failure to write it is logged, not raised."""
+        if not self.charge_ledger:
+            return
+        self._record([answer_charge(self.ledger_run_id, result, self.answerer.client.settings.prices())])
+
+    def _record(self, charges: list[ledger.Charge]) -> None:
+        if not self.charge_ledger:
+            return
+        try:
+            ledger.record(self.store, charges)
+        except Exception:  # the answer is already paid for; the operator must hear of the gap
+            self.ledger_errors += 1
+            log.exception("could not write an answer call to the cost ledger of %s", self.store.uri)
+
+    def health(self) -> dict:
+        """Liveness for anyone: whether a snapshot is being served, and nothing else."""
+        return {"status": "ok" if self._serving else "no_snapshot"}
+
+    def status(self) -> dict:
+        """The served snapshot, reloads, the reranker and the answer budget (never the model endpoint)."""
+        serving = self._serving
+        answers = {"state": self._answers_state(), **self.budget.as_dict(), "ledger_run_id": self.ledger_run_id,
+                   "ledger_errors": self.ledger_errors}
+        return {
+            "status": "ok" if serving else "no_snapshot",
+            "snapshot_id": serving.snapshot.snapshot_id if serving else None,
+            "loaded_at": serving.loaded_at if serving else None,
+            "reloads": self.reloads,
+            "last_reload_error": self.last_reload_error,
+            "reranker": (serving.retriever.reranker_status.as_dict() if serving else None),
+            "answers": answers,
+        }
+
+    def _answers_state(self) -> str:
+        if self.answerer is None:
+            return "off"
+        return "budget spent" if self.budget.exhausted else "on"
+
+    def snapshot_info(self) -> dict:
+        serving = self._serving
+        try:
+            published = latest_snapshot(self.store)
+        except SnapshotError as err:
+            published, error = None, str(err)
+        else:
+            error = None
+        return {
+            "serving": serving.snapshot.info.as_dict() if serving else None,
+            "loaded_at": serving.loaded_at if serving else None,
+            "published_id": published.snapshot_id if published else None,
+            "published_error": error,
+        }
+
+
+def resolve_embedder(store: Store, spec: str | None = None) -> Embedder:
+    """The embedder to query with: the one named, else the published snapshot's, else the index's."""
+    if spec:
+        return load_embedder(spec)
+    published = latest_snapshot(store)
+    config = store.manifest().config
+    if published is None and not config:
+        raise SnapshotError(f"no index at {store.uri}: run `lightfoot ingest` first")
+    models = published.models if published else {"embedder": config.get("embedder"), "dim": config.get("dim")}
+    embedder = embedder_for_models(models)
+    if embedder is None:
+        raise SnapshotError(f"the embedder {models.get('embedder')!r} of {store.uri} cannot be loaded here; "
+                            "name one with --embedder (a model name or path, or hashing[:DIM])")
+    return embedder
+
+
+def open_service(store: Store, *, embedder_spec: str | None = None, reranker_spec: str | None = None,
+                 answers: bool = True, answer_budget_usd: float | None = None,
+                 answers_off_reason: str = "answers were turned off", ledger_prefix: str = "query") -> QueryService:
+    """A service on the store's published snapshot (exporting one first if there is none).
+
+    ``answer_budget_usd`` caps what the service's answer calls spend (None: no cap); each call is
+    in the cost ledger under a run named from ``ledger_prefix``.
+    """
+    if not store.exists():
+        raise SnapshotError(f"no index at {store.uri}: run `lightfoot ingest` first")
+    embedder = resolve_embedder(store, embedder_spec)
+    published = latest_snapshot(store)
+    if published is None or published.models.get("embedder") != embedder.model_id:
+        export_snapshot(store, embedder)
+    reranker, status = load_reranker(reranker_spec)
+    answerer, answer_status = build_answerer() if answers else (None, answers_off_reason)
+    one_thread_per_query()
+    service = QueryService(store, embedder, reranker, status, answerer, answer_status,
+                           budget=AnswerBudget(answer_budget_usd), ledger_prefix=ledger_prefix)
+    if not service.refresh():
+        raise SnapshotError(service.last_reload_error or f"no snapshot to serve under {store.uri}")
+    return service
+
+
+def snapshot_is_stale(store: Store, service: QueryService) -> bool:
+    """Whether the store has commits after the snapshot being served was exported."""
+    snapshot = service.snapshot
+    return snapshot is not None and store.manifest().seq > snapshot.info.store_seq
+
+
+def _ms_since(clock: float) -> float:
+    return round((time.perf_counter() - clock) * 1000.0, 3)
+
+
+def _fact(fact) -> dict:
+    return {"fact_id": fact.fact_id, "subject": fact.subject, "predicate": fact.predicate, "object": fact.object,
+            "similarity": round(fact.similarity, 6), "evidence": fact.evidence}
+
+
+def _passage(hit) -> dict:
+    return {
+        "rank": hit.rank, "chunk_id": hit.chunk_id, "doc_id": hit.doc_id, "title": hit.title, "text": hit.text,
+        "pagerank_rank": hit.pagerank_rank, "pagerank_score": hit.pagerank_score, "dense_score": hit.dense_score,
+        "rerank_score": hit.rerank_score, "rerank_rank": hit.rerank_rank, "fused_score": hit.fused_score,
+        "location": hit.location,
+    }

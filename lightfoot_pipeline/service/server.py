@@ -1,0 +1,237 @@
+"""The query service over HTTP: the application of serve_app.py under uvicorn, on one socket.
+
+uvicorn's HTTP/1.1 protocol (h11) is extended here where it would leave a connection unbounded;
+the endpoints, the token check and the bounds on bodies and work are the application's
+(serve_app.py). Every bound is set in :class:`HttpLimits`.
+
+- **Closing after a refusal**: a response sent before the body was read (413, 401, 404, 408)
+  closes the connection, lingering: the server half-closes, so the client reads the response to
+  its end, and drops unparsed whatever the client still sends, for at most ``LINGER_S`` or
+  ``LINGER_BYTES``, before it closes for good. (Closed at once, the unread bytes would make the
+  kernel reset the connection, and a client still sending would lose the response.) An invalid
+  ``Content-Length`` (negative, not a number) gets 400 from the HTTP parser (h11).
+- **Headers**: at most 16 KiB (h11; 400 beyond), and they must be complete within
+  ``header_timeout_s`` of a connection's first byte (or of its opening), else the connection is
+  closed. uvicorn alone times out only idle keep-alive connections (``keep_alive_s``): a
+  connection that sent half its headers would be held open for ever, counting against
+  ``max_connections``; the header timer here closes it.
+- **Connections**: at most ``max_connections`` open at once; a request arriving beyond that gets
+  503 from uvicorn (``limit_concurrency``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import socket
+import sys
+import threading
+import time
+from typing import Callable
+
+import h11
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from lightfoot_pipeline.service.queries import QueryService
+from lightfoot_pipeline.service.app import HttpLimits, make_app
+from lightfoot_pipeline.service.auth import Tokens
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8410
+MAX_HEADER_BYTES = 16 * 1024
+# How long, and how much of a refused body, a closing connection still takes (and drops) so that
+# the client can read the refusal before the close resets the connection.
+LINGER_S = 2.0
+LINGER_BYTES = 16 * 1024 * 1024
+# How long a thread holding the GIL keeps it while another waits (Python's default is 5 ms): the
+# event loop waits for the GIL at every step of a request, so a retrieval thread's Python code
+# would add up to this much to each step of a /health probe.
+SWITCH_INTERVAL_S = 0.001
+
+
+class LingeringTransport:
+    """A connection's transport whose ``close`` lingers while a request body is still arriving.
+
+    It half-closes at once (the client sees the response end), then drops what the client still
+    sends, unparsed, and closes for good after ``LINGER_S``, after ``LINGER_BYTES``, or when the
+    client closes its side. Everything else goes to the transport itself.
+    """
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop,
+                 body_unread: Callable[[], bool]) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._body_unread = body_unread
+        self._timer: asyncio.TimerHandle | None = None
+        self.lingering = False
+        self.dropped = 0
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+    def is_closing(self) -> bool:
+        return self.lingering or self._transport.is_closing()
+
+    def close(self) -> None:
+        if self.lingering or self._transport.is_closing():
+            return
+        if not self._body_unread() or not self._transport.can_write_eof():
+            self._transport.close()
+            return
+        self.lingering = True
+        self._transport.write_eof()
+        self._transport.resume_reading()
+        self._timer = self._loop.call_later(LINGER_S, self.finish)
+
+    def drop(self, data: bytes) -> None:
+        self.dropped += len(data)
+        if self.dropped > LINGER_BYTES:
+            self.finish()
+
+    def finish(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._transport.is_closing():
+            self._transport.close()
+
+
+def protocol_with_header_timeout(header_timeout_s: float) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol, closing a connection whose request headers are not complete within
+    ``header_timeout_s`` of its opening or of the request's first byte (a slowloris client), and
+    closing with a linger (:class:`LingeringTransport`)."""
+
+    class BoundedH11(H11Protocol):
+        def connection_made(self, transport) -> None:
+            lingering = LingeringTransport(transport, self.loop, lambda: self.conn.their_state is h11.SEND_BODY)
+            super().connection_made(lingering)
+            self._header_timer: asyncio.TimerHandle | None = None
+            self._seen_cycle = None
+            self._arm_header_timer()
+
+        def data_received(self, data: bytes) -> None:
+            if self.transport.lingering:
+                self.transport.drop(data)
+                return
+            try:
+                super().data_received(data)
+            except ValueError:  # a header h11 validates but cannot convert (a 5,000-digit length)
+                self.send_400_response("Invalid HTTP request received.")
+                return
+            if self.cycle is not self._seen_cycle:  # a request's headers are complete
+                self._seen_cycle = self.cycle
+                self._cancel_header_timer()
+            elif (self.cycle is None or self.cycle.response_complete) and self._header_timer is None:
+                self._arm_header_timer()  # the first bytes of a next request on a kept-alive connection
+
+        def eof_received(self) -> bool | None:
+            if self.transport.lingering:
+                self.transport.finish()
+            return super().eof_received()
+
+        def connection_lost(self, exc) -> None:
+            self._cancel_header_timer()
+            self.transport.finish()
+            super().connection_lost(exc)
+
+        def _arm_header_timer(self) -> None:
+            self._header_timer = self.loop.call_later(header_timeout_s, self._header_timeout)
+
+        def _cancel_header_timer(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _header_timeout(self) -> None:
+            self._header_timer = None
+            waiting = self.cycle is None or self.cycle.response_complete
+            if waiting and not self.transport.is_closing():
+                self.transport.close()
+
+    return BoundedH11
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (host, port); port 0 takes a free one."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                         flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class QueryServer:
+    """uvicorn serving :func:`make_app` on one socket, bound when the server is made."""
+
+    def __init__(self, service: QueryService, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *,
+                 tokens: Tokens | None = None, limits: HttpLimits | None = None) -> None:
+        self.service = service
+        self.limits = limits or HttpLimits()
+        self.socket = bind(host, port)
+        self.socket.listen(self.limits.backlog)  # connections wait in the backlog until uvicorn starts
+        config = uvicorn.Config(
+            make_app(service, tokens, self.limits),
+            http=protocol_with_header_timeout(self.limits.header_timeout_s),
+            ws="none",
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            server_header=False,
+            proxy_headers=False,
+            limit_concurrency=self.limits.max_connections,
+            timeout_keep_alive=self.limits.keep_alive_s,
+            backlog=self.limits.backlog,
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+            timeout_graceful_shutdown=5,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.socket.getsockname()[:2]
+        return host, port
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    def serve_forever(self) -> None:
+        """Serve until SIGINT or SIGTERM (in the main thread) or :meth:`stop`, as the process's work.
+
+        What is loaded by now (the models, the snapshot: half a million objects) is moved out of
+        the garbage collector's sight first (``gc.freeze``): a full collection over it takes about
+        300 ms with the GIL held, and under load one would stall every request for that long.
+        """
+        gc.collect()
+        gc.freeze()
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        self._run()
+
+    def _run(self) -> None:
+        self._server.run(sockets=[self.socket])
+
+    def start(self, timeout_s: float = 30.0) -> "QueryServer":
+        """Serve from a background thread; returns once the server accepts connections."""
+        self._thread = threading.Thread(target=self._run, name="query-server", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not self._server.started:
+            raise RuntimeError("the query server did not start")
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        self.socket.close()

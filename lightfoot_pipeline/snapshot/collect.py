@@ -1,0 +1,258 @@
+"""What a snapshot holds, gathered from the store: node tables, the graph, vectors, the fact index.
+
+Re-exporting after a small change costs what the change costs where it can: vectors of passages
+and facts that the previous snapshot holds are copied from it (matched by chunk id and title, or
+fact id, which fix the embedded text), the vector caches give the others, and only a text that
+no cache holds is embedded. The fact index's centroids depend only on its training sample (the
+smallest live fact ids); when the sample is the previous snapshot's, so are the centroids, and
+only the new facts are assigned to groups.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import polars as pl
+import scipy.sparse as sp
+
+from lightfoot_pipeline.index.facts import fact_text
+from lightfoot_pipeline.ingest.passages import location_label
+from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.snapshot.adjacency import build_adjacency
+from lightfoot_pipeline.snapshot.fact_index import INDEX_MIN_ROWS, assign, n_lists, sample_rows, train_centroids
+from lightfoot_pipeline.snapshot.format import FactIndex, Snapshot, SnapshotError, passage_text
+from lightfoot_pipeline.store.log import Manifest
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.tables import (
+    ALIASES, ENTITIES, FACT_SOURCES, FACTS, MENTIONS, PASSAGE_SOURCES, PASSAGES, SYNONYM_EDGES,
+)
+from lightfoot_pipeline.store.vectors import VectorCache
+
+ExportProgress = Callable[[str, int, int], None]  # (step, done, total)
+EMBED_CHUNK = 2048  # texts embedded between two progress reports
+
+
+def _stepper(progress: ExportProgress | None) -> ExportProgress:
+    return progress if progress is not None else (lambda step, done, total: None)
+
+
+@dataclass
+class Content:
+    """What a snapshot holds, gathered from the store's committed state."""
+
+    entities: pl.DataFrame
+    passages: pl.DataFrame
+    facts: pl.DataFrame
+    evidence: pl.DataFrame
+    adjacency: sp.csr_matrix
+    passage_vectors: np.ndarray  # (#passages, dim) float16
+    fact_vectors: np.ndarray  # (#facts, dim) float16, rows in facts order
+    edge_counts: dict
+    fact_index: FactIndex | None = None
+    embedded: int = 0  # texts embedded for this snapshot (no vector cached or in the previous one)
+
+
+def with_locations(passages: pl.DataFrame, sources: pl.DataFrame) -> pl.DataFrame:
+    """The passages with their ``location`` for citations (``guide.pdf, page 2``); null for a
+    passage of a corpus line, which has none but its doc id."""
+    located = passages.join(sources.with_columns(pl.lit(True).alias("located")), on="chunk_id", how="left")
+    labels = [location_label(doc_id, page, section) if known else None
+              for doc_id, page, section, known in located.select("doc_id", "page", "section", "located").iter_rows()]
+    return located.drop("page", "section", "located").with_columns(pl.Series("location", labels, dtype=pl.String))
+
+
+def collect(store: Store, manifest: Manifest, embedder: Embedder, previous: Snapshot | None = None,
+            progress: ExportProgress | None = None, index_min_rows: int = INDEX_MIN_ROWS) -> Content:
+    """Node tables, edges and vectors of the store's committed state.
+
+    Vectors of passages and facts that ``previous`` (a snapshot of the same embedder) holds are
+    taken from it; the others come from the vector caches, embedded only when no cache holds them.
+    A fact table of ``index_min_rows`` or more is ordered by inverted-file group (seeding.py).
+    """
+    step = _stepper(progress)
+    step("reading the store", 0, 1)
+    entities = store.read(ENTITIES.name, manifest, columns=["entity_id", "type", "display_name"]).sort("entity_id")
+    entities = entities.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64))
+    n_entities = entities.height
+    passages = store.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id", "title", "text"])
+    sources = store.read(PASSAGE_SOURCES.name, manifest, columns=["chunk_id", "page", "section"])
+    passages = with_locations(passages, sources).sort("chunk_id")
+    passages = passages.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64) + n_entities)
+    entity_index = entities.select("entity_id", pl.col("node").alias("entity_node"))
+    passage_index = passages.select("chunk_id", (pl.col("node") - n_entities).alias("passage_row"))
+
+    mentions = store.read(MENTIONS.name, manifest, columns=["entity_id", "chunk_id"])
+    mention_pairs = mentions.join(entity_index, on="entity_id", how="left").join(passage_index, on="chunk_id", how="left")
+    if mention_pairs.filter(pl.col("entity_node").is_null() | pl.col("passage_row").is_null()).height:
+        raise SnapshotError("mentions name entities or passages that the store does not hold; run the graph stage")
+    per_entity = mention_pairs.group_by("entity_id").agg(pl.col("chunk_id").n_unique().alias("n_passages"))
+    entities = entities.join(per_entity, on="entity_id", how="left").with_columns(
+        pl.col("n_passages").fill_null(0).cast(pl.Int64)).sort("node")
+
+    aliases = store.read(ALIASES.name, manifest, columns=["name", "type", "entity_id"])
+    facts = store.read(FACTS.name, manifest, columns=["fact_id", "subject", "subject_type", "predicate", "object",
+                                                      "object_type", "n_sources"]).sort("fact_id")
+    ends = aliases.join(entity_index, on="entity_id", how="left").select("name", "type", "entity_node")
+    facts = (
+        facts.join(ends.rename({"name": "subject", "type": "subject_type", "entity_node": "subject_entity"}),
+                   on=["subject", "subject_type"], how="left")
+        .join(ends.rename({"name": "object", "type": "object_type", "entity_node": "object_entity"}),
+              on=["object", "object_type"], how="left")
+        .sort("fact_id")
+    )
+    if facts.filter(pl.col("subject_entity").is_null() | pl.col("object_entity").is_null()).height:
+        raise SnapshotError("facts name subjects or objects that no alias holds; run the graph stage")
+    facts = facts.select("fact_id", "subject", "predicate", "object", "subject_entity", "object_entity", "n_sources")
+
+    evidence = store.read(FACT_SOURCES.name, manifest, columns=["fact_id", "chunk_id", "doc_id", "evidence"])
+    evidence = evidence.sort(["fact_id", "chunk_id"])
+
+    # Entity–entity edges: one per unordered pair, weighted by how many facts link the pair.
+    linked = facts.filter(pl.col("subject_entity") != pl.col("object_entity")).select(
+        "fact_id",
+        pl.min_horizontal("subject_entity", "object_entity").alias("a"),
+        pl.max_horizontal("subject_entity", "object_entity").alias("b"),
+    )
+    fact_edges = linked.group_by("a", "b").agg(pl.col("fact_id").n_unique().alias("w")).sort("a", "b")
+    synonyms = (
+        store.read(SYNONYM_EDGES.name, manifest, columns=["entity_a", "entity_b", "similarity"])
+        .join(entity_index.rename({"entity_id": "entity_a", "entity_node": "a"}), on="entity_a", how="left")
+        .join(entity_index.rename({"entity_id": "entity_b", "entity_node": "b"}), on="entity_b", how="left")
+    )
+    if synonyms.filter(pl.col("a").is_null() | pl.col("b").is_null()).height:
+        raise SnapshotError("synonym edges name entities that the store does not hold; run the graph stage")
+    adjacency = build_adjacency(
+        n_entities,
+        passages.height,
+        (mention_pairs.get_column("entity_node").to_numpy(), mention_pairs.get_column("passage_row").to_numpy()),
+        (fact_edges.get_column("a").to_numpy(), fact_edges.get_column("b").to_numpy(),
+         fact_edges.get_column("w").to_numpy()),
+        (synonyms.get_column("a").to_numpy(), synonyms.get_column("b").to_numpy(),
+         synonyms.get_column("similarity").to_numpy()),
+    )
+
+    step("reading the store", 1, 1)
+    reuse = previous if previous is not None and previous.info.models.get("embedder") == embedder.model_id else None
+    counter = [0]
+    passage_vectors = _vectors(
+        store, "passage", embedder, passages.select("chunk_id", "title", "text"), ["chunk_id", "title"],
+        lambda frame: [passage_text(t, x) for t, x in frame.select("title", "text").iter_rows()],
+        reuse.passages.select("chunk_id", "title") if reuse else None, reuse.passage_vectors if reuse else None,
+        step, counter)
+    fact_vectors = _vectors(
+        store, "fact", embedder, facts.select("fact_id", "subject", "predicate", "object"), ["fact_id"],
+        lambda frame: [fact_text(s, p, o) for s, p, o in frame.select("subject", "predicate", "object").iter_rows()],
+        reuse.facts.select("fact_id") if reuse else None, reuse.fact_vectors if reuse else None, step, counter)
+    fact_index = None
+    if facts.height >= index_min_rows:
+        fact_index, order = build_fact_index(facts.get_column("fact_id").to_numpy(), fact_vectors,
+                                             reuse, lambda done, total: step("indexing facts", done, total))
+        facts = facts[order]
+        fact_vectors = fact_vectors[order]
+    return Content(
+        entities=entities.select("node", "entity_id", "type", "display_name", "n_passages"),
+        passages=passages.select("node", "chunk_id", "doc_id", "title", "text", "location"),
+        facts=facts,
+        evidence=evidence,
+        adjacency=adjacency,
+        passage_vectors=passage_vectors,
+        fact_vectors=fact_vectors,
+        edge_counts={"mention": mention_pairs.height, "fact": fact_edges.height, "synonym": synonyms.height},
+        fact_index=fact_index,
+        embedded=counter[0],
+    )
+
+
+def _vectors(store: Store, kind: str, embedder: Embedder, rows: pl.DataFrame, key: list[str],
+             texts_of: Callable[[pl.DataFrame], list[str]], previous_keys: pl.DataFrame | None,
+             previous_vectors: np.ndarray | None, step: ExportProgress, counter: list[int]) -> np.ndarray:
+    """(len(rows), dim) float16 vectors of rows: the previous snapshot's where it holds the same
+    key, the cache's or newly embedded ones for the rest."""
+    out = np.empty((rows.height, embedder.dim), dtype=np.float16)
+    todo = np.arange(rows.height)
+    if previous_keys is not None and previous_vectors is not None and previous_keys.height:
+        matched = (
+            rows.select(key).with_row_index("new")
+            .join(previous_keys.with_row_index("old"), on=key, how="inner", nulls_equal=True)
+            .sort("new")
+        )
+        new_rows = matched.get_column("new").to_numpy().astype(np.int64)
+        old_rows = matched.get_column("old").to_numpy().astype(np.int64)
+        if new_rows.size == rows.height and previous_vectors.dtype == out.dtype:  # all matched: gather in order
+            np.take(previous_vectors, old_rows, axis=0, out=out)
+        else:
+            out[new_rows] = previous_vectors[old_rows]
+        todo = np.setdiff1d(todo, new_rows, assume_unique=True)
+    if todo.size:
+        texts = texts_of(rows[todo])
+        cache = VectorCache(store, kind, embedder)
+        label = f"{kind} vectors"
+        step(label, 0, len(texts))
+        out[todo] = cache.vectors(texts, progress=lambda done, total: step(label, done, total))
+        counter[0] += cache.computed
+    return out
+
+
+def _sample_digest(ids: np.ndarray) -> str:
+    return hashlib.sha256("\n".join(map(str, ids)).encode()).hexdigest()
+
+
+def build_fact_index(fact_ids: np.ndarray, vectors: np.ndarray, previous: Snapshot | None,
+                     progress: Callable[[int, int], None]) -> tuple[FactIndex, np.ndarray]:
+    """The inverted-file index of the fact vectors, and the order (group, then fact id) that the
+    snapshot stores the facts in."""
+    lists = n_lists(len(fact_ids))
+    sample = sample_rows(fact_ids, lists)
+    digest = _sample_digest(fact_ids[sample])
+    old = previous.fact_index if previous is not None else None
+    groups = np.full(len(fact_ids), -1, dtype=np.int32)
+    if old is not None and old.sample_digest == digest:
+        centroids = old.centroids
+        old_groups = np.repeat(np.arange(len(old.offsets) - 1, dtype=np.int32), np.diff(old.offsets))
+        matched = (
+            pl.DataFrame({"fact_id": fact_ids}).with_row_index("new")
+            .join(previous.facts.select("fact_id").with_row_index("old"), on="fact_id", how="inner")
+        )
+        groups[matched.get_column("new").to_numpy()] = old_groups[matched.get_column("old").to_numpy()]
+    else:
+        centroids = train_centroids(vectors, sample, lists)
+    todo = np.flatnonzero(groups < 0)
+    if todo.size:
+        groups[todo] = assign(vectors[todo], centroids, progress)
+    order = np.lexsort((fact_ids, groups))
+    offsets = np.zeros(lists + 1, dtype=np.int64)
+    np.cumsum(np.bincount(groups, minlength=lists), out=offsets[1:])
+    return FactIndex(centroids=centroids, offsets=offsets, sample_digest=digest), order
+
+
+def with_fact_index(snapshot: Snapshot) -> Snapshot:
+    """The snapshot with an inverted-file index over its facts, built in memory whatever their
+    number (to hold indexed seeding to exact seeding on a small corpus)."""
+    index, order = build_fact_index(snapshot.facts.get_column("fact_id").to_numpy(),
+                                    np.asarray(snapshot.fact_vectors), None, lambda done, total: None)
+    return Snapshot(info=snapshot.info, entities=snapshot.entities, passages=snapshot.passages,
+                    facts=snapshot.facts[order], evidence=snapshot.evidence, adjacency=snapshot.adjacency,
+                    passage_vectors=snapshot.passage_vectors, fact_vectors=np.asarray(snapshot.fact_vectors)[order],
+                    fact_index=index)
+
+
+def progress_lines(emit: Callable[[str], None], every_seconds: float = 5.0) -> ExportProgress:
+    """An export progress callback that emits a line per step at most every ``every_seconds``, and
+    when the step ends: ``step: done/total (rate/s)`` (for a log, such as Dagster's)."""
+    started: dict[str, float] = {}
+    last: dict[str, float] = {}
+
+    def report(step: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        began = started.setdefault(step, now)
+        if done < total and now - last.get(step, began) < every_seconds:
+            return
+        last[step] = now
+        rate = done / (now - began) if now > began else 0.0
+        emit(f"snapshot export, {step}: {done:,}/{total:,} ({rate:,.0f}/s)")
+
+    return report

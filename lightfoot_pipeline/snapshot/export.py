@@ -1,0 +1,263 @@
+"""Serving snapshots exported from the store: written, published, pruned, and removed when they
+hold erased text.
+
+:func:`export_snapshot` writes the store's committed state as a new snapshot directory (the
+format is in snapshot.py), publishes it by replacing the ``latest`` pointer, and prunes the older
+ones. Snapshots hold passage text, so a hard erase must reach them too: :func:`erase_from_snapshots`
+removes every snapshot that holds an erased document, or the earlier text of a document that was
+ingested again, exporting a fresh one first when the current one has to go.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import logging
+from typing import Sequence
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import scipy.sparse as sp
+
+from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.snapshot.collect import ExportProgress, collect
+from lightfoot_pipeline.snapshot.fact_index import INDEX_MIN_ROWS
+from lightfoot_pipeline.snapshot.format import (
+    FACT_INDEX_FILE, MANIFEST_FILE, Snapshot, SnapshotDirectory, SnapshotError, SnapshotInfo, FORMAT_VERSION,
+    embedder_for_models, latest_snapshot, load_snapshot, read_info,
+)
+from lightfoot_pipeline.store.fingerprint import fingerprint
+from lightfoot_pipeline.store.log import StoreError
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.tables import PASSAGES
+from lightfoot_pipeline.store.vectors import UnloadedEmbedder
+
+log = logging.getLogger(__name__)
+
+DEFAULT_KEEP = 3
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _npz(matrix: sp.csr_matrix) -> bytes:
+    buffer = io.BytesIO()
+    sp.save_npz(buffer, matrix, compressed=False)
+    return buffer.getvalue()
+
+
+def _parquet(frame: pl.DataFrame) -> bytes:
+    buffer = pa.BufferOutputStream()
+    pq.write_table(frame.to_arrow(), buffer)
+    return buffer.getvalue().to_pybytes()
+
+
+def _new_snapshot_id(now: dt.datetime, fingerprint: str) -> str:
+    return f"{now:%Y%m%dT%H%M%S%f}Z-{fingerprint[:12]}"
+
+
+def _register_vector_model(store: Store, embedder: Embedder) -> None:
+    """Record a passage/fact vector model other than the index's, so that erasure purges its caches."""
+    config = store.manifest().config
+    if not config.get("embedder") or config["embedder"] == embedder.model_id:
+        return
+    entry = {"model": embedder.model_id, "dim": int(embedder.dim)}
+    known = config.get("vector_models", {})
+    if all(entry in known.get(kind, []) for kind in ("passage", "fact")):
+        return
+    with store.transaction() as tx:
+        vector_models = {k: list(v) for k, v in tx.config.get("vector_models", {}).items()}
+        for kind in ("passage", "fact"):
+            if entry not in vector_models.setdefault(kind, []):
+                vector_models[kind].append(entry)
+        tx.config = {**tx.config, "vector_models": vector_models}
+        tx.commit("register-vector-model", {"model": embedder.model_id})
+
+
+def _previous(store: Store, current: SnapshotInfo | None) -> Snapshot | None:
+    """The published snapshot, to take unchanged vectors from; None if it cannot be read."""
+    if current is None:
+        return None
+    try:
+        return load_snapshot(store, current.snapshot_id)
+    except SnapshotError as err:
+        log.info("not reusing snapshot %s: %s", current.snapshot_id, err)
+        return None
+
+
+def export_snapshot(store: Store, embedder: Embedder, *, keep: int = DEFAULT_KEEP,
+                    progress: ExportProgress | None = None, index_min_rows: int = INDEX_MIN_ROWS) -> SnapshotInfo:
+    """Export the store's committed state as a new snapshot, publish it and prune old ones.
+
+    When the newest snapshot already holds this state (same fingerprint, same models), it is kept
+    and returned instead of writing an identical one. Vectors the published snapshot holds are
+    reused (collect.py). ``progress(step, done, total)`` hears about each step and every chunk of
+    embedded texts; ``index_min_rows`` is the fact count from which the facts get an index.
+    """
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1 (the published snapshot), got {keep}")
+    if not store.exists():
+        raise SnapshotError(f"no index at {store.uri}: ingest documents before exporting a snapshot")
+    _register_vector_model(store, embedder)
+    manifest = store.manifest()
+    models = {"embedder": embedder.model_id, "dim": int(embedder.dim),
+              "index_embedder": manifest.config.get("embedder")}
+    location = SnapshotDirectory(store)
+    with location.lock():
+        current = latest_snapshot(store)
+        if current is not None and current.store_seq == manifest.seq and current.models == models:
+            _prune(location, keep)  # the same commit holds the same state: no fingerprint needed
+            return current
+        if progress is not None:
+            progress("fingerprinting the store", 0, 1)
+        digest = fingerprint(store, manifest).digest
+        if progress is not None:
+            progress("fingerprinting the store", 1, 1)
+        if current is not None and current.fingerprint == digest and current.models == models:
+            _prune(location, keep)
+            return current
+        content = collect(store, manifest, embedder, _previous(store, current), progress, index_min_rows)
+        now = dt.datetime.now(dt.timezone.utc)
+        snapshot_id = _new_snapshot_id(now, digest)
+        counts = {
+            "entities": content.entities.height,
+            "passages": content.passages.height,
+            "documents": content.passages.get_column("doc_id").n_unique(),
+            "facts": content.facts.height,
+            "fact_evidence": content.evidence.height,
+            "nodes": int(content.adjacency.shape[0]),
+            "stored_entries": int(content.adjacency.nnz),
+            "edges": {k: int(v) for k, v in content.edge_counts.items()},
+            "fact_index_groups": 0 if content.fact_index is None else len(content.fact_index.offsets) - 1,
+            "embedded": content.embedded,
+        }
+        info = SnapshotInfo(
+            snapshot_id=snapshot_id, uri=location.uri(snapshot_id), fingerprint=digest, store_seq=manifest.seq,
+            created_at=now.isoformat(), counts=counts, models=models,
+        )
+        location.fs.create_dir(location.path(snapshot_id), recursive=True)
+        folder = lambda name: location.path(snapshot_id, name)  # noqa: E731
+        files = [
+            ("graph.npz", lambda: _npz(content.adjacency)),
+            ("entities.parquet", lambda: _parquet(content.entities)),
+            ("passages.parquet", lambda: _parquet(content.passages)),
+            ("facts.parquet", lambda: _parquet(content.facts)),
+            ("fact_evidence.parquet", lambda: _parquet(content.evidence)),
+            ("passage_vectors.npy", lambda: _npy(content.passage_vectors)),
+            ("fact_vectors.npy", lambda: _npy(content.fact_vectors)),
+        ]
+        if content.fact_index is not None:
+            files.append((FACT_INDEX_FILE, content.fact_index.to_bytes))
+        for done, (name, data) in enumerate(files):
+            if progress is not None:
+                progress("writing the snapshot", done, len(files))
+            location.write_bytes(folder(name), data())
+        if progress is not None:
+            progress("writing the snapshot", len(files), len(files))
+        payload = {"format": FORMAT_VERSION, **info.as_dict()}
+        payload.pop("uri")
+        # The manifest goes last: a directory without one is an export that did not finish.
+        location.write_bytes(folder(MANIFEST_FILE), json.dumps(payload, indent=2, sort_keys=True).encode())
+        location.publish_pointer(snapshot_id)
+        _prune(location, keep)
+    return info
+
+
+def _prune(location: SnapshotDirectory, keep: int) -> list[str]:
+    """Remove snapshots beyond the newest ``keep`` complete ones, and unfinished older exports."""
+    published = location.pointer()
+    ids = location.snapshot_ids()
+    complete = [i for i in ids if location.exists(location.path(i, MANIFEST_FILE))]
+    kept = set(complete[-keep:])
+    if published is not None:
+        kept.add(published)
+    newest_kept = max(kept) if kept else ""
+    removed = []
+    for snapshot_id in ids:
+        unfinished = snapshot_id not in complete
+        if snapshot_id in kept or (unfinished and snapshot_id > newest_kept):
+            continue  # an unfinished export newer than everything kept may still be running
+        location.remove(snapshot_id)
+        removed.append(snapshot_id)
+    return removed
+
+
+# -- erasure ------------------------------------------------------------------------------------
+
+
+def _holds_any(
+    location: SnapshotDirectory, snapshot_id: str, doc_ids: set[str], live: pl.DataFrame | None = None
+) -> bool:
+    """Whether a snapshot holds any of ``doc_ids`` or, given the store's ``live`` passages
+    (doc_id, chunk_id, title), a passage of a live document that the store no longer holds as it
+    is: the text that re-ingesting the document replaced."""
+    for name in ("passages.parquet", "fact_evidence.parquet"):
+        path = location.path(snapshot_id, name)
+        if not location.exists(path):
+            return True  # cannot tell what an unfinished export holds: treat it as holding them
+        replaced_check = live is not None and name == "passages.parquet"
+        columns = ["doc_id", "chunk_id", "title"] if replaced_check else ["doc_id"]
+        table = pq.read_table(io.BytesIO(location.read_bytes(path)), columns=columns)
+        if any(d in doc_ids for d in table.column("doc_id").unique().to_pylist()):
+            return True
+        if replaced_check:
+            held = pl.from_arrow(table).join(live.select("doc_id").unique(), on="doc_id", how="semi")
+            if held.join(live, on=["doc_id", "chunk_id", "title"], how="anti", nulls_equal=True).height:
+                return True
+    return False
+
+
+def erase_from_snapshots(
+    store: Store, doc_ids: Sequence[str], embedder: Embedder | None = None, *, replaced_text: bool = False
+) -> int:
+    """Remove every snapshot that holds any of ``doc_ids``; return how many were removed.
+
+    Called after a hard erase. With ``replaced_text``, also every snapshot that holds a live
+    document's passage in a version the store no longer holds (the text a re-ingest replaced).
+    When the published snapshot must go, a fresh one is exported first (with ``embedder``, else the
+    snapshot's own embedder, else from cached vectors only), so the service keeps a snapshot to
+    answer from. If no fresh one can be made, the pointer is removed with the old snapshot: no
+    snapshot may keep an erased document's text.
+    """
+    wanted = set(doc_ids)
+    location = SnapshotDirectory(store)
+    if not wanted and not replaced_text:
+        return 0
+    live = store.read(PASSAGES.name, columns=["doc_id", "chunk_id", "title"]) if replaced_text else None
+    with location.lock():
+        published = location.pointer()
+        doomed = [i for i in location.snapshot_ids() if _holds_any(location, i, wanted, live)]
+    if not doomed:
+        return 0
+    if published in doomed:
+        info = read_info(location, published)
+        chosen = embedder or embedder_for_models(info.models if info else {})
+        if chosen is None and info is not None:
+            chosen = UnloadedEmbedder(info.models["embedder"], int(info.models["dim"]))  # cached vectors only
+        try:
+            if chosen is None:
+                raise SnapshotError("the published snapshot names no embedder")
+            fresh = export_snapshot(store, chosen, keep=max(DEFAULT_KEEP, 1))
+            log.info("exported snapshot %s to replace %s after an erase", fresh.snapshot_id, published)
+        except (SnapshotError, StoreError, RuntimeError) as err:
+            log.warning("could not export a replacement snapshot (%s); unpublishing %s", err, published)
+            with location.lock():
+                if location.pointer() == published:
+                    location.clear_pointer()
+    removed = 0
+    with location.lock():
+        for snapshot_id in location.snapshot_ids():
+            # Snapshots exported since the first look hold the store's passages as they were then or
+            # later, so only an erased document can make one of them go.
+            if snapshot_id in doomed or _holds_any(location, snapshot_id, wanted):
+                if location.pointer() == snapshot_id:
+                    location.clear_pointer()
+                location.remove(snapshot_id)
+                removed += 1
+    return removed

@@ -1,0 +1,374 @@
+"""The serving snapshot: everything retrieval needs, exported from the store in one directory.
+
+A snapshot is a versioned directory under ``<store root>/snapshots/<snapshot_id>/`` (a prefix on an
+object store) holding
+
+    graph.npz             scipy CSR adjacency over entity and passage nodes (see adjacency.py)
+    entities.parquet      entity nodes: node, entity_id, type, display_name, n_passages
+    passages.parquet      passage nodes: node, chunk_id, doc_id, title, text, location (a file's
+                          passage: path and page or section; null otherwise; absent in older snapshots)
+    facts.parquet         fact_id, subject, predicate, object, subject_entity, object_entity, n_sources
+    fact_evidence.parquet fact_id, chunk_id, doc_id, evidence (which passage asserted it, quoting what)
+    passage_vectors.npy   (#passages, dim) float16, rows in passages.parquet order
+    fact_vectors.npy      (#facts, dim) float16, rows in facts.parquet order
+    fact_index.npz        only for large fact tables: the inverted-file index's centroids, the
+                          row offsets of its groups (facts.parquet holds the facts group by
+                          group) and its training sample's digest (seeding.py)
+    manifest.json         store fingerprint and commit, models, creation time, counts
+
+**Vectors are memory-mapped.** On a local disk the two ``.npy`` files are mapped read-only, not
+read: query processes on one node share their pages through the page cache, and a process's
+memory holds only the pages its queries touch. Format 1 snapshots (float32 vectors, no index) are
+still read, their vectors converted to float16 in memory.
+
+**Publishing is atomic.** Every file is written first; then ``snapshots/latest`` (a one-line JSON
+pointer) is replaced in one step: a rename on a local disk, a single PUT on an object store.
+Readers follow the pointer, so they see the previous snapshot or the new one, never a partial one.
+Older snapshots are pruned after publishing (the newest ``keep`` complete ones stay).
+
+This module holds the format, where snapshots live and how one is loaded; export.py writes,
+publishes, prunes and erases them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import scipy.sparse as sp
+
+from lightfoot_pipeline.errors import LightfootError
+from lightfoot_pipeline.models.embedder import Embedder, EmbedderUnavailable, HashingEmbedder, load_embedder
+from lightfoot_pipeline.store.filesystem import open_filesystem
+from lightfoot_pipeline.store.store import Store, local_file_lock
+
+SNAPSHOTS_DIR = "snapshots"
+POINTER = "latest"
+MANIFEST_FILE = "manifest.json"
+FACT_INDEX_FILE = "fact_index.npz"
+FORMAT_VERSION = 2
+READABLE_FORMATS = (1, 2)
+MISSING = object()  # what SnapshotDirectory.read_json returns for a file that is not there
+_ID_PATTERN = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{12}$")
+
+
+class SnapshotError(LightfootError, RuntimeError):
+    """A snapshot cannot be exported or loaded; the message says why."""
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    snapshot_id: str
+    uri: str
+    fingerprint: str
+    store_seq: int
+    created_at: str
+    counts: dict = field(default_factory=dict)
+    models: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def passage_text(title: str | None, text: str) -> str:
+    """The text a passage is embedded and reranked as (``Passage.retrieval_text``)."""
+    return f"{title}\n{text}" if title else text
+
+
+# -- storage ------------------------------------------------------------------------------------
+
+
+class SnapshotDirectory:
+    """The snapshots directory of a store, on a local disk or an object store, via pyarrow.fs."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        root = store.local_root()
+        if root is not None:
+            self.fs: pafs.FileSystem = pafs.LocalFileSystem()
+            self.base = str(root / SNAPSHOTS_DIR)
+            self.local = True
+        else:
+            self.fs, path = open_filesystem(store.uri, store.storage_options)
+            self.base = f"{path.rstrip('/')}/{SNAPSHOTS_DIR}"
+            self.local = False
+        self.uri_base = store.path(SNAPSHOTS_DIR)
+
+    def path(self, *parts: str) -> str:
+        return "/".join([self.base, *parts])
+
+    def uri(self, snapshot_id: str) -> str:
+        return f"{self.uri_base}/{snapshot_id}"
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        with self.fs.open_output_stream(path) as out:
+            out.write(data)
+
+    def read_bytes(self, path: str) -> bytes:
+        with self.fs.open_input_stream(path) as src:
+            return src.read()
+
+    def exists(self, path: str) -> bool:
+        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    def snapshot_ids(self) -> list[str]:
+        """Every snapshot directory, complete or not, oldest first (ids sort by creation time)."""
+        infos = self.fs.get_file_info(pafs.FileSelector(self.base, allow_not_found=True))
+        names = [i.base_name for i in infos if i.type == pafs.FileType.Directory]
+        return sorted(n for n in names if _ID_PATTERN.match(n))
+
+    def remove(self, snapshot_id: str) -> None:
+        self.fs.delete_dir(self.path(snapshot_id))
+
+    def publish_pointer(self, snapshot_id: str) -> None:
+        payload = json.dumps({"snapshot_id": snapshot_id}).encode() + b"\n"
+        target = self.path(POINTER)
+        if self.local:
+            staging = self.path(f".{POINTER}.{snapshot_id}.tmp")
+            self.write_bytes(staging, payload)
+            self.fs.move(staging, target)  # rename(2): readers see the old pointer or the new one
+        else:
+            self.write_bytes(target, payload)  # one PUT replaces an object atomically
+
+    def clear_pointer(self) -> None:
+        if self.exists(self.path(POINTER)):
+            self.fs.delete_file(self.path(POINTER))
+
+    def read_json(self, path: str, what: str):
+        """The JSON value of a file, or MISSING when there is none (or it was removed while read)."""
+        try:
+            return json.loads(self.read_bytes(path))
+        except FileNotFoundError:
+            return MISSING
+        except (OSError, ValueError) as err:
+            if not self.exists(path):
+                return MISSING
+            raise SnapshotError(f"{what}: {err}") from err
+
+    def pointer(self) -> str | None:
+        payload = self.read_json(self.path(POINTER), f"cannot read the snapshot pointer {self.uri_base}/{POINTER}")
+        if payload is MISSING:
+            return None
+        snapshot_id = payload.get("snapshot_id") if isinstance(payload, dict) else None
+        if not isinstance(snapshot_id, str) or not _ID_PATTERN.match(snapshot_id):
+            raise SnapshotError(f"the snapshot pointer {self.uri_base}/{POINTER} names no valid snapshot: {payload!r}")
+        return snapshot_id
+
+    def lock(self) -> contextlib.AbstractContextManager[None]:
+        """One snapshot writer at a time (local stores; on object stores the orchestrator's pool)."""
+        root = self.store.local_root()
+        return contextlib.nullcontext() if root is None else local_file_lock(root / "_lightfoot" / "snapshot.lock")
+
+
+def read_info(location: SnapshotDirectory, snapshot_id: str) -> SnapshotInfo | None:
+    """A snapshot's manifest, or None when it has none (an export that did not finish)."""
+    payload = location.read_json(location.path(snapshot_id, MANIFEST_FILE),
+                                 f"snapshot {snapshot_id} has an unreadable manifest")
+    if payload is MISSING:
+        return None
+    if payload.get("format") not in READABLE_FORMATS:
+        raise SnapshotError(f"snapshot {snapshot_id} has format {payload.get('format')!r}; this version reads "
+                            f"formats {', '.join(map(str, READABLE_FORMATS))}: export a new one (`lightfoot snapshot`)")
+    return SnapshotInfo(
+        snapshot_id=snapshot_id, uri=location.uri(snapshot_id), fingerprint=payload["fingerprint"],
+        store_seq=int(payload["store_seq"]), created_at=payload["created_at"], counts=payload.get("counts", {}),
+        models=payload.get("models", {}),
+    )
+
+
+def latest_snapshot(store: Store) -> SnapshotInfo | None:
+    """The published snapshot (the one ``latest`` points to), or None if none was published."""
+    location = SnapshotDirectory(store)
+    snapshot_id = location.pointer()
+    if snapshot_id is None:
+        return None
+    info = read_info(location, snapshot_id)
+    if info is None:
+        raise SnapshotError(f"the snapshot pointer names {snapshot_id}, which has no manifest")
+    return info
+
+
+def list_snapshots(store: Store) -> list[SnapshotInfo]:
+    """Every complete snapshot, oldest first."""
+    location = SnapshotDirectory(store)
+    infos = [read_info(location, i) for i in location.snapshot_ids()]
+    return [i for i in infos if i is not None]
+
+
+# -- loading ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FactIndex:
+    """The inverted-file index of a snapshot's fact vectors (seeding.py)."""
+
+    centroids: np.ndarray  # (#groups, dim) float32
+    offsets: np.ndarray  # (#groups + 1,) rows of group g: offsets[g]:offsets[g + 1]
+    sample_digest: str  # which facts trained the centroids
+
+    def to_bytes(self) -> bytes:
+        buffer = io.BytesIO()
+        np.savez(buffer, centroids=self.centroids, offsets=self.offsets, sample_digest=np.array(self.sample_digest))
+        return buffer.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "FactIndex":
+        with np.load(io.BytesIO(data), allow_pickle=False) as stored:
+            return cls(centroids=stored["centroids"], offsets=stored["offsets"],
+                       sample_digest=str(stored["sample_digest"]))
+
+
+@dataclass(eq=False)  # one snapshot is one object: identity, so the walk operators can be kept per snapshot
+class Snapshot:
+    """A snapshot in memory, ready to query."""
+
+    info: SnapshotInfo
+    entities: pl.DataFrame
+    passages: pl.DataFrame
+    facts: pl.DataFrame
+    evidence: pl.DataFrame
+    adjacency: sp.csr_matrix
+    passage_vectors: np.ndarray  # (#passages, dim) float16, usually memory-mapped
+    fact_vectors: np.ndarray  # (#facts, dim) float16, usually memory-mapped
+    fact_index: FactIndex | None = None
+
+    def __post_init__(self) -> None:
+        n_entities, n_passages = self.entities.height, self.passages.height
+        if self.adjacency.shape != (n_entities + n_passages,) * 2:
+            raise SnapshotError(f"snapshot {self.info.snapshot_id}: graph shape {self.adjacency.shape} does not "
+                                f"match {n_entities} entities and {n_passages} passages")
+        if self.passage_vectors.shape[0] != n_passages or self.fact_vectors.shape[0] != self.facts.height:
+            raise SnapshotError(f"snapshot {self.info.snapshot_id}: vector rows do not match its tables")
+        if self.fact_index is not None and int(self.fact_index.offsets[-1]) != self.facts.height:
+            raise SnapshotError(f"snapshot {self.info.snapshot_id}: the fact index does not cover its facts")
+
+    @property
+    def n_entities(self) -> int:
+        return self.entities.height
+
+    @property
+    def n_nodes(self) -> int:
+        """Graph nodes: the entities, then the passages (adjacency.py)."""
+        return self.entities.height + self.passages.height
+
+    @property
+    def snapshot_id(self) -> str:
+        return self.info.snapshot_id
+
+    @cached_property
+    def entity_passage_counts(self) -> np.ndarray:
+        return self.entities.get_column("n_passages").to_numpy()  # (#entities,)
+
+    @cached_property
+    def fact_subjects(self) -> np.ndarray:
+        return self.facts.get_column("subject_entity").to_numpy()  # (#facts,)
+
+    @cached_property
+    def fact_objects(self) -> np.ndarray:
+        return self.facts.get_column("object_entity").to_numpy()  # (#facts,)
+
+    @cached_property
+    def passage_texts(self) -> list[str]:
+        return [passage_text(t, x) for t, x in self.passages.select("title", "text").iter_rows()]
+
+    @cached_property
+    def evidence_ranges(self) -> tuple[np.ndarray, np.ndarray]:
+        """(#facts,) first row in ``evidence`` of each fact's evidence, and how many rows it has
+        (the evidence is sorted by fact id)."""
+        spans = (
+            self.evidence.select("fact_id").with_row_index("row")
+            .group_by("fact_id").agg(pl.col("row").min().alias("start"), pl.len().alias("count"))
+        )
+        joined = self.facts.select("fact_id").join(spans, on="fact_id", how="left", maintain_order="left")
+        return (joined.get_column("start").fill_null(0).to_numpy().astype(np.int64),
+                joined.get_column("count").fill_null(0).to_numpy().astype(np.int64))
+
+    def fact_evidence(self, row: int) -> list[dict]:
+        """The evidence rows of the fact in row ``row``: {fact_id, chunk_id, doc_id, evidence}."""
+        starts, counts = self.evidence_ranges
+        return self.evidence.slice(int(starts[row]), int(counts[row])).to_dicts()
+
+    @cached_property
+    def evidence_by_fact(self) -> dict[str, list[dict]]:
+        grouped: dict[str, list[dict]] = {}
+        for row in self.evidence.iter_rows(named=True):
+            grouped.setdefault(row["fact_id"], []).append(row)
+        return grouped
+
+
+def _read_parquet(location: SnapshotDirectory, path: str) -> pl.DataFrame:
+    return pl.from_arrow(pq.read_table(io.BytesIO(location.read_bytes(path))))  # type: ignore[return-value]
+
+
+def _with_location(passages: pl.DataFrame) -> pl.DataFrame:
+    """Passages of a snapshot exported before locations were kept get a null location."""
+    if "location" in passages.columns:
+        return passages
+    return passages.with_columns(pl.lit(None, dtype=pl.String).alias("location"))
+
+
+def _read_vectors(location: SnapshotDirectory, path: str) -> np.ndarray:
+    """A (rows, dim) float16 array: memory-mapped from a local disk, read from an object store."""
+    if location.local:
+        vectors = np.load(path, mmap_mode="r", allow_pickle=False)
+    else:
+        vectors = np.load(io.BytesIO(location.read_bytes(path)), allow_pickle=False)
+    if vectors.ndim != 2:
+        raise ValueError(f"{path} holds a {vectors.ndim}-dimensional array, not a matrix")
+    return vectors if vectors.dtype == np.float16 else vectors.astype(np.float16)  # format 1: float32
+
+
+def load_snapshot(store: Store, snapshot_id: str | None = None) -> Snapshot:
+    """Load a snapshot (the published one by default) into memory."""
+    location = SnapshotDirectory(store)
+    snapshot_id = snapshot_id or location.pointer()
+    if snapshot_id is None:
+        raise SnapshotError(f"no snapshot has been exported for {store.uri}: run `lightfoot snapshot` "
+                            "(or `lightfoot query`, which exports one when none exists)")
+    info = read_info(location, snapshot_id)
+    if info is None:
+        raise SnapshotError(f"snapshot {snapshot_id} does not exist under {location.uri_base}")
+    folder = lambda name: location.path(snapshot_id, name)  # noqa: E731
+    try:
+        adjacency = sp.load_npz(io.BytesIO(location.read_bytes(folder("graph.npz")))).tocsr()
+        return Snapshot(
+            info=info,
+            entities=_read_parquet(location, folder("entities.parquet")),
+            passages=_with_location(_read_parquet(location, folder("passages.parquet"))),
+            facts=_read_parquet(location, folder("facts.parquet")),
+            evidence=_read_parquet(location, folder("fact_evidence.parquet")),
+            adjacency=adjacency,
+            passage_vectors=_read_vectors(location, folder("passage_vectors.npy")),
+            fact_vectors=_read_vectors(location, folder("fact_vectors.npy")),
+            fact_index=(FactIndex.from_bytes(location.read_bytes(folder(FACT_INDEX_FILE)))
+                        if location.exists(folder(FACT_INDEX_FILE)) else None),
+        )
+    except FileNotFoundError as err:
+        raise SnapshotError(f"snapshot {snapshot_id} is missing a file (removed while loading?): {err}") from err
+    except (OSError, ValueError, KeyError, pa.ArrowException) as err:
+        raise SnapshotError(f"snapshot {snapshot_id} cannot be read ({type(err).__name__}: {err})") from err
+
+
+def embedder_for_models(models: dict) -> Embedder | None:
+    """The embedder a snapshot's vectors came from, if it can be loaded here (None otherwise)."""
+    model_id, dim = models.get("embedder"), models.get("dim")
+    if not model_id or not dim:
+        return None
+    match = re.fullmatch(r"hashing-(\d+)gram-(\d+)d", model_id)
+    if match:
+        return HashingEmbedder(dim=int(match.group(2)), ngram=int(match.group(1)))
+    label = model_id.rsplit("@", 1)[0]
+    try:
+        embedder = load_embedder(label)
+    except (EmbedderUnavailable, OSError, ValueError):
+        return None
+    return embedder if embedder.model_id == model_id else None

@@ -1,0 +1,168 @@
+"""Hard erasure: after ``delete --erase`` (or a vacuum after a re-ingest) no file under the store root
+holds the deleted or replaced text."""
+
+from __future__ import annotations
+
+import datetime as dt
+import warnings
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.store.fingerprint import counts, fingerprint
+from lightfoot_pipeline.ingest.dataset import Document
+from lightfoot_pipeline.operations.erase import vacuum
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.snapshot.format import latest_snapshot, load_snapshot
+from lightfoot_pipeline.snapshot.export import export_snapshot
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.vectors import lance_table_names
+
+CANARY = "Quorvexian-canary-41b7"
+
+
+def _holders(root: Path, needle: str) -> list[Path]:
+    """Files that hold the needle, as raw bytes or inside any Parquet string column."""
+    found = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        if needle.encode() in data or needle.casefold().encode() in data:
+            found.append(path)
+            continue
+        if path.suffix == ".parquet":
+            table = pq.read_table(path)
+            for column in table.columns:
+                if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+                    if any(v and needle.casefold() in v.casefold() for v in column.to_pylist()):
+                        found.append(path)
+                        break
+    return found
+
+
+def _corpus():
+    secret = Document("secret", f"The {CANARY} affair", f"{CANARY} met Carl Rogers in 1963 in Copenhagen.")
+    others = [Document(f"d{i}", f"Title {i}", f"Carl Rogers worked in Copenhagen in {1950 + i}.") for i in range(5)]
+    records = {
+        "secret": {"entities": [{"name": CANARY, "type": "person"}, {"name": "Carl Rogers", "type": "person"}],
+                   "facts": [[CANARY, "met", "Carl Rogers"]]},
+        **{f"d{i}": {"entities": [{"name": "Carl Rogers", "type": "person"}, {"name": "Copenhagen"}],
+                     "facts": [["Carl Rogers", "worked in", "Copenhagen"]]} for i in range(5)},
+    }
+    return [secret, *others], records
+
+
+def test_plain_delete_leaves_history_and_erase_removes_it(store, hashing_embedder):
+    documents, records = _corpus()
+    operations.ingest(store, documents, ReplayExtractor(records), hashing_embedder)
+    # A second commit, so the text also sits in older table versions and log entries.
+    operations.ingest(store, [Document("late", "Late", "Copenhagen again.")], ReplayExtractor({}), hashing_embedder)
+    root = Path(store.uri)
+
+    report = operations.delete(store, ["secret"])
+    assert report.deleted == ["secret"]
+    assert _holders(root, CANARY), "before the erase, history still holds the text (or the detector is blind)"
+    assert all(CANARY not in str(v) for spec in ("passages", "forms", "aliases")
+               for v in store.read(spec).rows())
+
+    erased = operations.delete(store, ["secret"], erase=True)
+    assert erased.deleted == [] and erased.not_found == ["secret"]
+    from lightfoot_pipeline.operations.erase import erase_history
+
+    erase_history(store, ["secret"])
+    assert _holders(root, CANARY) == []
+    tombstones = store.read("tombstones")
+    assert tombstones.filter(tombstones["doc_id"] == "secret")["erased_at"].null_count() == 0
+
+
+def test_delete_with_erase_in_one_step(store, hashing_embedder):
+    documents, records = _corpus()
+    operations.ingest(store, documents, ReplayExtractor(records), hashing_embedder)
+    before = fingerprint(store)
+    report = operations.delete(store, ["secret"], erase=True)
+    assert report.erase is not None and report.erase["vectors_purged"]
+    assert _holders(Path(store.uri), CANARY) == []
+    # The rest of the index is intact and still readable after the vacuum.
+    assert counts(store)["documents"] == 5
+    assert fingerprint(store).digest != before.digest
+    operations.ingest(store, [documents[0]], ReplayExtractor(records), hashing_embedder)
+    assert fingerprint(store).digest == before.digest
+
+
+def test_reingest_is_reported_as_a_replacement_and_vacuum_purges_the_old_text(tmp_path, store, hashing_embedder):
+    documents, records = _corpus()
+    operations.ingest(store, documents, ReplayExtractor(records), hashing_embedder)
+    old_snapshot = export_snapshot(store, hashing_embedder)  # serving copies of the old text too
+    rewritten = Document("secret", "The quiet affair", "Ada Lovelace met Carl Rogers in 1963 in Copenhagen.")
+    new_records = {"secret": {"entities": [{"name": "Ada Lovelace", "type": "person"}],
+                              "facts": [["Ada Lovelace", "met", "Carl Rogers"]]}}
+
+    report = operations.ingest(store, [rewritten, documents[1]], ReplayExtractor(records | new_records), hashing_embedder)
+
+    assert (report.ingested, report.replaced, report.unchanged) == (0, 1, 1)
+    assert report.replaced_doc_ids == ["secret"] and report.extracted == 1
+    root = Path(store.uri)
+    assert all(CANARY not in str(v) for spec in ("documents", "passages", "forms", "aliases", "facts")
+               for v in store.read(spec).rows())
+    assert _holders(root, CANARY), "history and the snapshot still hold the replaced text (or the detector is blind)"
+
+    erased = vacuum(store)
+
+    assert _holders(root, CANARY) == []
+    assert erased.snapshots_removed == 1 and erased.documents == []
+    published = latest_snapshot(store)
+    assert published is not None and published.snapshot_id != old_snapshot.snapshot_id
+    passages = load_snapshot(store).passages
+    assert passages.filter(passages["doc_id"] == "secret")["text"].to_list() == [rewritten.text]
+    # What is left is exactly a fresh build of the documents as they are now.
+    fresh = Store(str(tmp_path / "fresh"))
+    operations.ingest(fresh, [rewritten, *documents[1:]], ReplayExtractor(records | new_records), hashing_embedder)
+    assert fingerprint(store).digest == fingerprint(fresh).digest
+
+
+def test_a_title_change_is_a_replacement_whose_old_title_is_purged(store, hashing_embedder):
+    documents, records = _corpus()
+    titled = Document("d0", f"{CANARY} notes", documents[1].text)
+    operations.ingest(store, [titled, *documents[2:]], ReplayExtractor(records), hashing_embedder)
+    export_snapshot(store, hashing_embedder)
+    report = operations.ingest(store, [documents[1]], ReplayExtractor(records), hashing_embedder)
+    assert (report.replaced, report.extracted, report.already_extracted) == (1, 0, 1)  # same text: no new extraction
+    assert operations.ingest(store, [documents[1]], ReplayExtractor(records), hashing_embedder).unchanged == 1
+    assert _holders(Path(store.uri), CANARY)
+
+    assert vacuum(store).snapshots_removed == 1
+    assert _holders(Path(store.uri), CANARY) == []
+    assert load_snapshot(store).passages.filter(pl.col("doc_id") == "d0")["title"].to_list() == ["Title 0"]
+
+
+def test_erasing_a_document_deleted_earlier_erases_it_everywhere(store, hashing_embedder):
+    documents, records = _corpus()
+    operations.ingest(store, documents, ReplayExtractor(records), hashing_embedder)
+    export_snapshot(store, hashing_embedder)
+    operations.delete(store, ["secret"])
+
+    report = operations.delete(store, ["secret", "never-there"], erase=True)
+
+    assert report.deleted == [] and report.not_found == ["never-there", "secret"]
+    assert report.already_deleted == ["secret"]
+    assert report.erase["documents"] == ["secret"] and report.erase["snapshots_removed"] == 1
+    assert _holders(Path(store.uri), CANARY) == []
+    tombstones = store.read("tombstones")
+    assert tombstones.filter(tombstones["doc_id"] == "secret")["erased_at"].null_count() == 0
+
+
+def test_an_erase_raises_no_lancedb_warning(store, hashing_embedder):
+    documents, records = _corpus()
+    operations.ingest(store, documents, ReplayExtractor(records), hashing_embedder)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        operations.delete(store, ["secret"], erase=True)
+        vacuum(store)
+    assert [str(w.message) for w in caught] == []
+    # Only that warning is silenced: LanceDB's other warnings still reach the caller.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        store.lance().open_table(lance_table_names(store.lance())[0]).optimize(cleanup_older_than=dt.timedelta(0))
+    assert any("cleanup_older_than" in str(w.message) for w in caught)

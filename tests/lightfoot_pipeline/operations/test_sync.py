@@ -1,0 +1,269 @@
+"""lightfoot sync: a folder of real files mirrored into the store, kept in sync, exactly."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import polars as pl
+import pytest
+
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.store.fingerprint import fingerprint
+from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
+from lightfoot_pipeline.ingest.sources import SOURCE_FILES
+from lightfoot_pipeline.models.llm import LLMSettings
+from lightfoot_pipeline.settings import ChunkSettings
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.tables import (
+    ALIASES, DOCUMENTS, FACT_SOURCES, FACTS, FORMS, MENTIONS, PASSAGE_SOURCES, PASSAGES,
+)
+from lightfoot_pipeline.operations.sync import sync
+
+CHUNKING = ChunkSettings(tokens=60, overlap=12)
+
+
+def passage_text(request) -> str:
+    inside = request.user_text.split("<passage>\n", 1)[1].rsplit("\n</passage>", 1)[0]
+    return inside.partition("\n")[2]
+
+
+def extraction_of(request, server) -> str:
+    """Entities: the capitalised words of the passage; a fact between the first two."""
+    names = sorted(set(re.findall(r"\b[A-Z][a-z]{3,}\b", passage_text(request))))[:6]
+    facts = [[names[0], "appears with", names[1], ""]] if len(names) > 1 else []
+    return server.minified({"entities": [{"name": n, "type": "concept", "description": ""} for n in names],
+                            "facts": facts})
+
+
+@pytest.fixture
+def model(chat_server):
+    chat_server.script(lambda request: chat_server.Reply(content=extraction_of(request, chat_server)))
+    return chat_server
+
+
+def run_sync(store, folder, model, hashing_embedder, **kwargs):
+    settings = LLMSettings(base_url=model.base_url, model="test-model", backoff_s=0.01)
+    extractor = build_openai_extractor(store, llm_settings=settings)
+    return sync(store, str(folder), extractor, hashing_embedder, chunking=CHUNKING, **kwargs)
+
+
+def para(word: str, n: int = 4) -> str:
+    return " ".join(f"{word} sentence {i} links Harbor with {word}." for i in range(n))
+
+
+def build_folder(folder, files) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "reports").mkdir(exist_ok=True)
+    (folder / "reports" / "annual.pdf").write_bytes(files.pdf([para("Orchard"), para("Quarry")], title="Annual"))
+    (folder / "manual.docx").write_bytes(files.docx(
+        [(1, "Install", [para("Zorblax")]), (2, "Linux", [para("Penguin")]), (1, "Usage", [para("Widget")])],
+        title="Manual"))
+    (folder / "site.html").write_bytes(files.html("Site", [("About", [para("Lantern")]), ("Team", [para("Falcon")])]))
+    (folder / "notes.md").write_bytes(files.markdown("Notes", [
+        ("First", [para("Meadow", 6), para("Canyon", 6)]), ("Second", [para("Glacier", 6)]),
+        ("Third", [para("Tundra", 6)])]))
+    (folder / "readme.txt").write_text(para("Pebble") + "\n\n" + para("Summit"))
+
+
+def rows_of(store, spec, doc_id):
+    return store.read(spec.name).filter(pl.col("doc_id") == doc_id)
+
+
+def test_sync_edit_remove_add_corrupt_then_resync_equals_a_fresh_sync(tmp_path, model, hashing_embedder, document_files):
+    folder = tmp_path / "docs"
+    build_folder(folder, document_files)
+    store = Store(str(tmp_path / "store"))
+
+    first = run_sync(store, folder, model, hashing_embedder)
+    assert sorted(first.new) == ["manual.docx", "notes.md", "readme.txt", "reports/annual.pdf", "site.html"]
+    assert first.failed == [] and first.model_calls == first.passages == model.count
+    passages = store.read(PASSAGES.name)
+    assert passages.height == first.passages
+    assert not passages.filter(pl.col("text").str.contains("SITE-CHROME")).height
+    sources = store.read(PASSAGE_SOURCES.name)
+    assert set(rows_of(store, PASSAGE_SOURCES, "reports/annual.pdf").get_column("page").to_list()) == {1, 2}
+    assert "Install › Linux" in rows_of(store, PASSAGE_SOURCES, "manual.docx").get_column("section").to_list()
+    assert sources.height == passages.height
+    assert store.read(DOCUMENTS.name).filter(pl.col("doc_id") == "manual.docx").get_column("title").item() == "Manual"
+    assert "Zorblax" in store.read(ALIASES.name).get_column("surface").to_list()
+    notes_before = set(rows_of(store, PASSAGES, "notes.md").get_column("chunk_id").to_list())
+
+    # Edit one section of one file, remove another, add a corrupt one, touch one without a change.
+    notes = folder / "notes.md"
+    notes.write_bytes(notes.read_bytes().replace(b"Glacier sentence 3 links", b"Glacier sentence 3 now joins"))
+    (folder / "manual.docx").unlink()
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.7\n1 0 obj << /Type /Catalog /Pages 2 0 R >>\nendobj\ntrailer")
+    annual = folder / "reports" / "annual.pdf"
+    os.utime(annual, ns=(annual.stat().st_atime_ns, annual.stat().st_mtime_ns + 5_000_000_000))
+    model.reset()
+
+    second = run_sync(store, folder, model, hashing_embedder, erase=True)
+    notes_after = rows_of(store, PASSAGES, "notes.md")
+    new_chunks = set(notes_after.get_column("chunk_id").to_list()) - notes_before
+    assert new_chunks, "the edit changed the section's passages"
+    sections = rows_of(store, PASSAGE_SOURCES, "notes.md").filter(pl.col("chunk_id").is_in(list(new_chunks)))
+    assert set(sections.get_column("section").to_list()) == {"Notes › Second"}
+    assert second.model_calls == model.count == len(new_chunks)
+    assert all("Glacier" in passage_text(r) for r in model.requests)
+    assert second.changed == ["notes.md"] and second.removed == ["manual.docx"] and second.new == ["broken.pdf"]
+    assert second.unchanged == 3  # the touched PDF among them
+    assert [f["doc_id"] for f in second.failed] == ["broken.pdf"] and "corrupt PDF" in second.failed[0]["reason"]
+    recorded = store.read(SOURCE_FILES.name).filter(pl.col("doc_id") == "broken.pdf").row(0, named=True)
+    assert recorded["status"] == "failed" and recorded["reason"].startswith("corrupt PDF")
+    for spec in (DOCUMENTS, PASSAGES, PASSAGE_SOURCES, FORMS, FACT_SOURCES):
+        assert rows_of(store, spec, "manual.docx").height == 0, spec.name
+    assert store.read(MENTIONS.name).filter(pl.col("doc_id") == "manual.docx").height == 0
+    assert not {"zorblax", "penguin", "widget"} & set(store.read(ALIASES.name).get_column("name").to_list())
+    assert not store.read(FACTS.name).filter(pl.col("subject").is_in(["zorblax", "penguin", "widget"])).height
+    assert second.erase is not None and second.erase["documents"] == ["manual.docx"]
+
+    fresh = Store(str(tmp_path / "fresh"))
+    again = run_sync(fresh, folder, model, hashing_embedder)
+    assert [f["doc_id"] for f in again.failed] == ["broken.pdf"]
+    assert fingerprint(fresh).digest == fingerprint(store).digest
+    rebuilt = Store(str(tmp_path / "rebuilt"))  # what Dagster's matches_fresh_rebuild check compares with
+    operations.rebuild(store, rebuilt, hashing_embedder)
+    assert fingerprint(rebuilt).digest == fingerprint(store).digest
+
+    model.reset()
+    third = run_sync(store, folder, model, hashing_embedder)
+    assert (third.new, third.changed, third.removed, third.unchanged, model.count) == ([], [], [], 5, 0)
+    assert third.commits == [] and [f["doc_id"] for f in third.failed] == ["broken.pdf"]
+
+
+def test_bad_files_are_recorded_with_their_reasons_and_affect_nothing_else(tmp_path, model, hashing_embedder,
+                                                                           document_files):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "good.md").write_bytes(document_files.markdown("Good", [("Part", [para("Meadow")])]))
+    (folder / "empty.txt").write_bytes(b"")
+    (folder / "junk.txt").write_bytes(os.urandom(4096))
+    (folder / "locked.pdf").write_bytes(document_files.pdf(["Secret plans."], password="pw"))
+    (folder / "cut.docx").write_bytes(document_files.docx([(1, "H", [para("Zorblax", 40)])])[:3000])
+    with open(folder / "huge.txt", "wb") as handle:  # 200 MB on paper, sparse on disk
+        handle.truncate(200 * 1024 * 1024)
+    (folder / "long.md").write_bytes(document_files.markdown("Long", [(f"S{i}", [para("Canyon")]) for i in range(30)]))
+    (folder / "dated.txt").write_text(para("Pebble"))
+    (folder / "dated.txt.lightfoot.json").write_text('{"retention_until": "2030-01-31", "title": "Dated"}')
+    (folder / "badside.txt").write_text(para("Summit"))
+    (folder / "badside.txt.lightfoot.json").write_text('{"retention_until": "soon"}')
+    (folder / 'quo"te.txt').write_text(para("Quarry"))
+    (folder / ".hidden.txt").write_text("not a document")
+    store = Store(str(tmp_path / "store"))
+    settings = LLMSettings(base_url=model.base_url, model="test-model", backoff_s=0.01)
+    report = sync(store, str(folder), build_openai_extractor(store, llm_settings=settings), hashing_embedder,
+                  chunking=ChunkSettings(tokens=60, overlap=12, max_passages=20))
+
+    reasons = {f["doc_id"]: f["reason"] for f in report.failed}
+    assert sorted(reasons) == ["badside.txt", "cut.docx", "empty.txt", "huge.txt", "junk.txt", "locked.pdf",
+                               "long.md", 'quo"te.txt']
+    assert reasons["empty.txt"] == "empty file"
+    assert reasons["junk.txt"].startswith("binary content")
+    assert reasons["locked.pdf"].startswith("encrypted PDF")
+    assert reasons["cut.docx"].startswith("truncated or corrupt Word document")
+    assert reasons["huge.txt"] == "209,715,200 bytes, over the limit of 67,108,864 per file"
+    assert reasons["long.md"].startswith("30 passages, over the limit of 20")
+    assert "retention_until" in reasons["badside.txt"] and "doc id" in reasons['quo"te.txt']
+    assert report.files == 10 and report.read_failed == 8
+    live = store.read(DOCUMENTS.name)
+    assert sorted(live.get_column("doc_id").to_list()) == ["dated.txt", "good.md"]
+    dated = live.filter(pl.col("doc_id") == "dated.txt").row(0, named=True)
+    assert (dated["title"], str(dated["retention_until"])) == ("Dated", "2030-01-31")
+    assert report.model_calls == store.read(PASSAGES.name).height
+    stored = store.read(SOURCE_FILES.name)
+    assert dict(stored.filter(pl.col("status") == "failed").select("doc_id", "reason").iter_rows()) == reasons
+
+    # A file that turns corrupt loses its old version; one that is fixed is indexed.
+    (folder / "good.md").write_bytes(b"\x00\x01\x02 binary now")
+    (folder / "empty.txt").write_text(para("Lantern"))
+    model.reset()
+    report = sync(store, str(folder), build_openai_extractor(store, llm_settings=settings), hashing_embedder,
+                  chunking=ChunkSettings(tokens=60, overlap=12, max_passages=20))
+    assert sorted(report.changed) == ["empty.txt", "good.md"]
+    assert sorted(store.read(DOCUMENTS.name).get_column("doc_id").to_list()) == ["dated.txt", "empty.txt"]
+    assert rows_of(store, PASSAGES, "good.md").height == 0
+    assert model.count == rows_of(store, PASSAGES, "empty.txt").height
+
+
+def test_other_chunking_reads_every_file_again_and_reuses_cached_answers(tmp_path, model, hashing_embedder,
+                                                                        document_files):
+    folder = tmp_path / "docs"
+    build_folder(folder, document_files)
+    store = Store(str(tmp_path / "store"))
+    run_sync(store, folder, model, hashing_embedder)
+    model.reset()
+    settings = LLMSettings(base_url=model.base_url, model="test-model", backoff_s=0.01)
+    report = sync(store, str(folder), build_openai_extractor(store, llm_settings=settings), hashing_embedder,
+                  chunking=ChunkSettings(tokens=60, overlap=12, max_passages=500))
+    assert sorted(report.changed) == ["manual.docx", "notes.md", "readme.txt", "reports/annual.pdf", "site.html"]
+    assert report.model_calls == 0 and report.already_extracted == report.passages
+
+
+def test_a_source_that_is_not_there_is_refused(tmp_path, model, hashing_embedder):
+    from lightfoot_pipeline.errors import LightfootError
+
+    with pytest.raises(LightfootError, match="not a folder or prefix that exists"):
+        run_sync(Store(str(tmp_path / "store")), tmp_path / "missing", model, hashing_embedder)
+
+
+def test_retrieval_and_answers_cite_the_file_and_its_page_or_section(tmp_path, model, hashing_embedder,
+                                                                    document_files, capsys):
+    from lightfoot_pipeline import cli
+    from lightfoot_pipeline.retrieval.answer import render_prompt
+    from lightfoot_pipeline.snapshot.export import export_snapshot
+    from lightfoot_pipeline.retrieval.retrieve import Retriever
+    from lightfoot_pipeline.snapshot.format import load_snapshot
+
+    folder = tmp_path / "docs"
+    build_folder(folder, document_files)
+    store = Store(str(tmp_path / "store"))
+    run_sync(store, folder, model, hashing_embedder)
+    export_snapshot(store, hashing_embedder)
+    snapshot = load_snapshot(store)
+    locations = set(snapshot.passages.get_column("location").to_list())
+    assert {"reports/annual.pdf, page 1", "reports/annual.pdf, page 2", "manual.docx, Install › Linux",
+            "site.html, Site › Team", "readme.txt"} <= locations
+
+    hits = Retriever(snapshot, hashing_embedder).retrieve("Where do Quarry sentences link Harbor?", rerank=False).passages
+    by_chunk = dict(snapshot.passages.select("chunk_id", "location").iter_rows())
+    assert hits and all(h.location == by_chunk[h.chunk_id] for h in hits)
+    prompt = render_prompt("Where?", [], hits[:3])
+    assert all(f"(source: {h.location})" in prompt for h in hits[:3])
+
+    argv = ["query", "Quarry Harbor", "--store", store.uri, "--no-answer", "--no-rerank", "--embedder", "hashing"]
+    assert cli.main(argv) == 0
+    shown = [line for line in capsys.readouterr().out.splitlines() if line.strip()[:3].strip(". ").isdigit()]
+    assert shown and all(line.split("[", 1)[1].split("]", 1)[0] in locations for line in shown)
+
+    from lightfoot_pipeline.provenance.documents import explain_document
+    from lightfoot_pipeline.retrieval.explain import explain_query
+
+    explained = explain_document(store, "reports/annual.pdf", preview=False).passages
+    assert {p["location"] for p in explained} == {"reports/annual.pdf, page 1", "reports/annual.pdf, page 2"}
+    why = explain_query(Retriever(snapshot, hashing_embedder), "Quarry Harbor", rerank=False)["passages"]
+    assert why and all(p["location"] == by_chunk[p["chunk_id"]] for p in why)
+
+
+def test_a_removed_file_synced_with_erase_leaves_no_copy_of_its_text(tmp_path, model, hashing_embedder,
+                                                                     document_files):
+    from lightfoot_pipeline.snapshot.export import export_snapshot
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "keep.md").write_bytes(document_files.markdown("Keep", [("Part", [para("Meadow")])]))
+    (folder / "secret.docx").write_bytes(document_files.docx(
+        [(1, "Canaryheading 7f3e", ["Canarytext 7f3e lives with Harbor in this paragraph."])], title="Secret"))
+    store = Store(str(tmp_path / "store"))
+
+    def holding() -> list[str]:
+        return [str(p) for p in (tmp_path / "store").rglob("*") if p.is_file()
+                and any(needle in p.read_bytes() for needle in (b"7f3e", b"Canarytext", b"canarytext"))]
+
+    run_sync(store, folder, model, hashing_embedder)
+    export_snapshot(store, hashing_embedder)
+    assert any("snapshots" in p for p in holding())  # the search finds the text where it is
+    (folder / "secret.docx").unlink()
+    report = run_sync(store, folder, model, hashing_embedder, erase=True)
+    assert report.removed == ["secret.docx"] and report.erase["documents"] == ["secret.docx"]
+    assert holding() == []

@@ -1,0 +1,80 @@
+"""Seeding similarities: float16 products refined in float32, and the inverted-file fact index."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lightfoot_pipeline.snapshot.collect import build_fact_index
+from lightfoot_pipeline.retrieval.retrieve import top_indices
+from lightfoot_pipeline.retrieval.seeding import HalfScorer, InvertedFileScorer
+from lightfoot_pipeline.snapshot.fact_index import n_lists
+
+
+def unit_rows(n: int, dim: int, seed: int, clusters: int = 20) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((clusters, dim))
+    rows = centres[rng.integers(0, clusters, n)] + 0.4 * rng.standard_normal((n, dim))
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float16)
+
+
+def test_half_precision_scores_are_exact_float32_at_the_top():
+    vectors = unit_rows(3000, 64, seed=1)
+    q = vectors[17].astype(np.float32) + 0.1
+    q /= np.linalg.norm(q)
+    exact = vectors.astype(np.float32) @ q
+    scores = HalfScorer(vectors).scores(q, best=10)
+    top = top_indices(exact, 10)
+    np.testing.assert_array_equal(top_indices(scores, 10), top)
+    np.testing.assert_allclose(scores[top], exact[top], rtol=0, atol=1e-6)
+    assert np.abs(scores - exact).max() < 1e-2  # the rest within float16 rounding
+    assert HalfScorer(np.zeros((0, 64), dtype=np.float16)).scores(q, 5).shape == (0,)
+
+
+def test_the_fact_index_finds_the_exact_top_facts_and_probing_every_group_is_exact():
+    vectors = unit_rows(6000, 48, seed=2)
+    ids = np.array([f"f{i:05d}" for i in np.random.default_rng(0).permutation(6000)])
+    index, order = build_fact_index(ids, vectors, None, lambda done, total: None)
+    grouped = vectors[order]
+    assert len(index.offsets) == n_lists(6000) + 1 and index.offsets[-1] == 6000
+    everything = InvertedFileScorer(grouped, index.centroids, index.offsets, probe_share=1.0)
+    probed = InvertedFileScorer(grouped, index.centroids, index.offsets)
+    assert probed.probes < len(index.offsets) - 1
+    rng = np.random.default_rng(9)
+    agree = 0
+    for _ in range(50):
+        q = grouped[rng.integers(0, 6000)].astype(np.float32) + 0.05 * rng.standard_normal(48).astype(np.float32)
+        q /= np.linalg.norm(q)
+        exact = grouped.astype(np.float32) @ q
+        np.testing.assert_array_equal(top_indices(everything.scores(q, 2), 2), top_indices(exact, 2))
+        agree += list(top_indices(probed.scores(q, 2), 2)) == list(top_indices(exact, 2))
+    assert agree >= 48
+
+
+def test_the_index_is_a_function_of_the_rows_not_of_their_order():
+    vectors = unit_rows(2000, 32, seed=3)
+    ids = np.array([f"f{i:05d}" for i in range(2000)])
+    index, order = build_fact_index(ids, vectors, None, lambda done, total: None)
+    shuffle = np.random.default_rng(1).permutation(2000)
+    again, order_again = build_fact_index(ids[shuffle], vectors[shuffle], None, lambda done, total: None)
+    np.testing.assert_array_equal(index.centroids, again.centroids)
+    np.testing.assert_array_equal(index.offsets, again.offsets)
+    np.testing.assert_array_equal(ids[order], ids[shuffle][order_again])
+    assert index.sample_digest == again.sample_digest
+
+
+def test_bad_index_offsets_are_refused():
+    vectors = unit_rows(100, 16, seed=4)
+    with pytest.raises(ValueError, match="offsets"):
+        InvertedFileScorer(vectors, np.zeros((4, 16), dtype=np.float32), np.array([0, 10, 20, 30, 99]))
+
+
+def test_a_question_scores_a_share_of_the_groups_that_falls_as_the_index_grows():
+    from lightfoot_pipeline.retrieval.seeding import MIN_PROBES, probes_for
+
+    assert probes_for(65) == 26  # 40% at the sample's size, where the parity bars are measured
+    assert probes_for(441) == 68  # 15% at 100,000 synthetic passages
+    assert probes_for(4) == 4 and probes_for(20) == max(MIN_PROBES, 15)
+    shares = [probes_for(n) / n for n in (65, 441, 1400, 5000)]
+    assert shares == sorted(shares, reverse=True)
+    assert probes_for(441, probe_share=1.0) == 441 and probes_for(441, probe_share=0.1) == 45

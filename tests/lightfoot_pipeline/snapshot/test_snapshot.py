@@ -1,0 +1,279 @@
+"""The serving snapshot: what it holds, atomic publishing, pruning, erasure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.store.fingerprint import counts, fingerprint
+from lightfoot_pipeline.snapshot import export
+from lightfoot_pipeline.ingest.dataset import Document
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.snapshot.export import erase_from_snapshots, export_snapshot
+from lightfoot_pipeline.snapshot.format import SnapshotError, latest_snapshot, list_snapshots, load_snapshot
+
+CANARY = "Zanzibarquux-canary-7d1f"
+
+CORPUS = {
+    "d-ada": ("Ada Lovelace", "Ada Lovelace was born in London. She worked with Charles Babbage.",
+              [["Ada Lovelace", "born in", "London"], ["Ada Lovelace", "worked with", "Charles Babbage"]]),
+    "d-babbage": ("Charles Babbage", "Charles Babbage designed the Analytical Engine in London.",
+                  [["Charles Babbage", "designed", "Analytical Engine"], ["Charles Babbage", "lived in", "London"]]),
+    "d-engine": ("Analytical Engine", "The Analytical Engine was a proposed mechanical computer.",
+                 [["Analytical Engine", "is a", "mechanical computer"]]),
+    "d-paris": ("Paris", "Paris is the capital of France and lies on the Seine.",
+                [["Paris", "capital of", "France"], ["Paris", "lies on", "Seine"]]),
+    "d-secret": ("Secret", f"The {CANARY} society met in Paris every spring.",
+                 [[f"{CANARY} society", "met in", "Paris"]]),
+    "d-lonely": ("Nothing", "A passage that names nothing in particular.", []),
+}
+
+
+def documents(ids=None) -> list[Document]:
+    return [Document(doc_id=d, title=t, text=x) for d, (t, x, _) in CORPUS.items() if ids is None or d in ids]
+
+
+def records() -> dict[str, dict]:
+    out = {}
+    for doc_id, (title, _, facts) in CORPUS.items():
+        names = sorted({n for f in facts for n in (f[0], f[2])} | {title})
+        out[doc_id] = {"doc_id": doc_id, "entities": [{"name": n, "type": None, "description": None} for n in names],
+                       "facts": facts}
+    return out
+
+
+def build(store, embedder, ids=None):
+    return operations.ingest(store, documents(ids), ReplayExtractor(records()), embedder)
+
+
+def files_under(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file()]
+
+
+def test_export_writes_graph_tables_vectors_and_manifest(store, hashing_embedder):
+    build(store, hashing_embedder)
+    info = export_snapshot(store, hashing_embedder)
+    folder = Path(info.uri)
+    assert sorted(p.name for p in folder.iterdir()) == sorted([
+        "graph.npz", "entities.parquet", "passages.parquet", "facts.parquet", "fact_evidence.parquet",
+        "passage_vectors.npy", "fact_vectors.npy", "manifest.json"])
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["fingerprint"] == fingerprint(store).digest
+    assert manifest["store_seq"] == store.manifest().seq
+    assert manifest["models"]["embedder"] == hashing_embedder.model_id
+    assert json.loads((folder.parent / "latest").read_text()) == {"snapshot_id": info.snapshot_id}
+
+    snap = load_snapshot(store)
+    table_counts = counts(store)
+    assert snap.entities.height == table_counts["entities"] and snap.passages.height == table_counts["passages"] == 6
+    assert snap.facts.height == table_counts["facts"]
+    assert snap.passage_vectors.shape == (6, hashing_embedder.dim)
+    assert snap.fact_vectors.shape == (table_counts["facts"], hashing_embedder.dim)
+    # Vectors are those of the passage's retrieval text (title line, then text).
+    row = snap.passages.filter(pl.col("doc_id") == "d-paris").row(0, named=True)
+    expected = hashing_embedder.embed([f"{row['title']}\n{row['text']}"])[0]
+    # stored at half precision
+    np.testing.assert_array_equal(snap.passage_vectors[row["node"] - snap.entities.height], expected.astype(np.float16))
+
+    adjacency = snap.adjacency
+    assert (adjacency != adjacency.T).nnz == 0  # undirected
+    n_e = snap.entities.height
+    # Passage–entity edges come from mentions, one per (entity, passage), weight 1.
+    assert adjacency[:n_e, n_e:].nnz == table_counts["mentions"]
+    assert set(adjacency[:n_e, n_e:].data.tolist()) == {1.0}
+    # Passages are linked only to entities: the lonely passage has no edge at all.
+    lonely = snap.passages.filter(pl.col("doc_id") == "d-lonely").get_column("node")[0]
+    title_entity = snap.entities.filter(pl.col("display_name").str.to_lowercase() == "nothing")
+    assert adjacency[lonely].nnz == title_entity.height
+    assert adjacency[n_e:, n_e:].nnz == 0
+    # Entity–entity weights count the facts linking the pair: Ada–London is asserted once.
+    names = dict(zip(snap.entities.get_column("display_name").str.to_lowercase(), snap.entities.get_column("node")))
+    assert adjacency[names["ada lovelace"], names["london"]] == 1.0
+
+
+def test_an_unchanged_store_keeps_its_snapshot(store, hashing_embedder):
+    build(store, hashing_embedder)
+    first = export_snapshot(store, hashing_embedder)
+    again = export_snapshot(store, hashing_embedder)
+    assert again == first
+    assert len(list_snapshots(store)) == 1
+
+
+def test_publish_prunes_to_keep_and_points_at_the_newest(store, hashing_embedder):
+    ids = list(CORPUS)
+    infos = []
+    for n in range(2, 6):
+        build(store, hashing_embedder, ids[:n])
+        infos.append(export_snapshot(store, hashing_embedder, keep=2))
+    assert [s.snapshot_id for s in list_snapshots(store)] == [i.snapshot_id for i in infos[-2:]]
+    assert latest_snapshot(store) == infos[-1]
+    assert load_snapshot(store).passages.height == 5
+    assert load_snapshot(store, infos[-2].snapshot_id).passages.height == 4
+    with pytest.raises(SnapshotError, match="does not exist"):
+        load_snapshot(store, infos[0].snapshot_id)
+    with pytest.raises(ValueError, match="keep"):
+        export_snapshot(store, hashing_embedder, keep=0)
+
+
+def test_a_failed_export_leaves_the_published_snapshot_in_place(store, hashing_embedder, monkeypatch):
+    build(store, hashing_embedder, ["d-ada", "d-babbage"])
+    published = export_snapshot(store, hashing_embedder)
+    build(store, hashing_embedder)
+    real = export._parquet
+    calls = []
+
+    def failing(frame):
+        calls.append(frame)
+        if len(calls) == 3:
+            raise OSError("disk full")
+        return real(frame)
+
+    monkeypatch.setattr(export, "_parquet", failing)
+    with pytest.raises(OSError, match="disk full"):
+        export_snapshot(store, hashing_embedder)
+    monkeypatch.setattr(export, "_parquet", real)
+    assert latest_snapshot(store) == published
+    assert load_snapshot(store).passages.height == 2
+    unfinished = [p for p in (Path(store.uri) / "snapshots").iterdir() if p.is_dir() and p.name != published.snapshot_id]
+    assert len(unfinished) == 1 and not (unfinished[0] / "manifest.json").exists()
+    # The next export publishes a complete snapshot and clears the unfinished one away.
+    fresh = export_snapshot(store, hashing_embedder, keep=1)
+    assert [s.snapshot_id for s in list_snapshots(store)] == [fresh.snapshot_id]
+    assert sorted(p.name for p in (Path(store.uri) / "snapshots").iterdir() if p.is_dir()) == [fresh.snapshot_id]
+
+
+def test_no_snapshot_is_a_clear_error(store, hashing_embedder):
+    with pytest.raises(SnapshotError, match="no index"):
+        export_snapshot(store, hashing_embedder)
+    build(store, hashing_embedder, ["d-ada"])
+    assert latest_snapshot(store) is None
+    with pytest.raises(SnapshotError, match="no snapshot has been exported"):
+        load_snapshot(store)
+
+
+def test_an_erased_canary_is_in_no_file_even_after_snapshots(store, hashing_embedder):
+    build(store, hashing_embedder, [d for d in CORPUS if d != "d-secret"])
+    export_snapshot(store, hashing_embedder)  # an older snapshot without the secret
+    build(store, hashing_embedder)
+    with_secret = export_snapshot(store, hashing_embedder)
+    root = Path(store.uri)
+    holders = [p for p in files_under(root / "snapshots") if CANARY.encode() in p.read_bytes()]
+    assert holders, "the canary must be findable in a snapshot before the erase, or this test proves nothing"
+
+    report = operations.delete(store, ["d-secret"], erase=True)
+
+    assert report.erase["snapshots_removed"] == 1
+    leaks = [str(p) for p in files_under(root) if CANARY.encode() in p.read_bytes()
+             or CANARY.lower().encode() in p.read_bytes()]
+    assert leaks == []
+    published = latest_snapshot(store)
+    assert published is not None and published.snapshot_id != with_secret.snapshot_id
+    assert published.fingerprint == fingerprint(store).digest
+    snap = load_snapshot(store)
+    assert "d-secret" not in snap.passages.get_column("doc_id").to_list()
+    assert snap.passages.height == 5
+
+
+def test_erase_from_snapshots_leaves_snapshots_without_the_documents(store, hashing_embedder):
+    build(store, hashing_embedder, ["d-ada", "d-babbage"])
+    older = export_snapshot(store, hashing_embedder)
+    build(store, hashing_embedder, ["d-ada", "d-babbage", "d-paris"])
+    export_snapshot(store, hashing_embedder)
+    assert erase_from_snapshots(store, ["d-paris"]) == 1  # only the newer holds it
+    # The published one had to go. The store still holds d-paris (nothing was deleted here), so
+    # no replacement can be made without it: nothing is published until the next export.
+    assert [s.snapshot_id for s in list_snapshots(store)] == [older.snapshot_id]
+    assert latest_snapshot(store) is None
+    assert erase_from_snapshots(store, ["not-a-document"]) == 0
+
+
+class CountingEmbedder:
+    """The hashing embedder, counting the texts it embeds."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.model_id, self.dim, self.embedded = inner, inner.model_id, inner.dim, 0
+
+    def embed(self, texts):
+        self.embedded += len(texts)
+        return self.inner.embed(texts)
+
+    def embed_query(self, text):
+        return self.inner.embed_query(text)
+
+
+def test_vectors_are_float16_and_memory_mapped_and_format_1_still_loads(store, hashing_embedder):
+    build(store, hashing_embedder)
+    info = export_snapshot(store, hashing_embedder)
+    snap = load_snapshot(store)
+    assert isinstance(snap.fact_vectors, np.memmap) and snap.fact_vectors.dtype == np.float16
+    assert isinstance(snap.passage_vectors, np.memmap) and snap.passage_vectors.dtype == np.float16
+    folder = Path(info.uri)
+    expected = np.array(snap.fact_vectors)
+    # A format 1 snapshot (float32 vectors) is read, its vectors converted. (Written as new files:
+    # the loaded snapshot maps the old ones.)
+    for name in ("passage_vectors.npy", "fact_vectors.npy"):
+        np.save(folder / f"{name}.tmp.npy", np.load(folder / name).astype(np.float32))
+        (folder / f"{name}.tmp.npy").rename(folder / name)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "format": 1}))
+    old = load_snapshot(store)
+    assert old.passage_vectors.dtype == np.float16
+    np.testing.assert_array_equal(old.fact_vectors, expected)
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "format": 99}))
+    with pytest.raises(SnapshotError, match="format 99.*export a new one"):
+        load_snapshot(store)
+
+
+def test_a_re_export_after_a_deletion_embeds_nothing_and_equals_a_fresh_export(store, hashing_embedder, tmp_path):
+    from lightfoot_pipeline.store.store import Store
+
+    build(store, hashing_embedder)
+    export_snapshot(store, hashing_embedder, index_min_rows=1)
+    operations.delete(store, ["d-paris"])
+    counting = CountingEmbedder(hashing_embedder)
+    steps = []
+    after = export_snapshot(store, counting, index_min_rows=1, progress=lambda *step: steps.append(step))
+    assert counting.embedded == 0 and after.counts["embedded"] == 0
+    assert ("writing the snapshot", 8, 8) in steps  # seven files and the fact index
+
+    fresh_store = Store(str(tmp_path / "fresh"))
+    build(fresh_store, hashing_embedder, [d for d in CORPUS if d != "d-paris"])
+    export_snapshot(fresh_store, hashing_embedder, index_min_rows=1)
+    reused, fresh = load_snapshot(store), load_snapshot(fresh_store)
+    assert reused.facts.equals(fresh.facts) and reused.passages.equals(fresh.passages)
+    np.testing.assert_array_equal(reused.fact_vectors, fresh.fact_vectors)
+    np.testing.assert_array_equal(reused.passage_vectors, fresh.passage_vectors)
+    np.testing.assert_array_equal(reused.fact_index.centroids, fresh.fact_index.centroids)
+    np.testing.assert_array_equal(reused.fact_index.offsets, fresh.fact_index.offsets)
+    assert (reused.adjacency != fresh.adjacency).nnz == 0
+
+
+def test_an_export_reports_its_embedding_as_progress(store, hashing_embedder):
+    build(store, hashing_embedder)
+    steps = []
+    export_snapshot(store, CountingEmbedder(hashing_embedder), progress=lambda *step: steps.append(step))
+    names = [step for step, _, _ in steps]
+    assert names[:3] == ["fingerprinting the store", "fingerprinting the store", "reading the store"]
+    assert names[-1] == "writing the snapshot"
+    passages = [(done, total) for step, done, total in steps if step == "passage vectors"]
+    assert passages[0] == (0, 6) and passages[-1] == (6, 6)
+
+
+def test_a_re_export_after_a_deletion_fingerprints_only_the_buckets_it_rewrote(store, hashing_embedder):
+    from lightfoot_pipeline.store.store import Store
+
+    build(store, hashing_embedder)
+    export_snapshot(store, hashing_embedder)
+    operations.delete(Store(store.uri), ["d-paris"])
+    fresh = Store(store.uri)  # a new process: the fingerprint's cache is the store's file
+    info = export_snapshot(fresh, hashing_embedder)
+    assert info.fingerprint == fingerprint(Store(store.uri), use_cache=False).digest
+    # The tables only the fingerprint reads are read by bucket, and only where the deletion wrote.
+    assert not {"documents", "extractions", "forms", "name_links"} & set(fresh.tables_read)
+    assert fresh.buckets_read.get("documents", 0) <= 1  # its bucket, unless the deletion emptied it
+    assert 0 < sum(fresh.buckets_read.values()) < 16 * 4
