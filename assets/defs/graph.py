@@ -22,6 +22,7 @@ import json
 import polars as pl
 
 from lightfoot_pipeline import operations
+from lightfoot_pipeline.progress import name_progress
 from lightfoot_pipeline.store.fingerprint import fingerprint as store_fingerprint
 from lightfoot_pipeline.store.vectors import name_vector_cache
 from lightfoot_pipeline.provenance.documents import table_differences
@@ -32,7 +33,6 @@ from lightfoot_pipeline.store.tables import FACT_SOURCES as FACT_SOURCES_TABLE
 from lightfoot_pipeline.store.tables import FACTS as FACTS_TABLE
 from lightfoot_pipeline.store.tables import NAME_LINKS as NAME_LINKS_TABLE
 from lightfoot_pipeline.store.tables import SYNONYM_EDGES as SYNONYM_EDGES_TABLE
-from lightfoot_pipeline.store.vectors import progress_lines
 
 _EAGER = dg.AutomationCondition.eager()
 
@@ -95,7 +95,7 @@ def graph(context: dg.AssetExecutionContext, store: StoreResource, embedder: Emb
     except EmbedderRequired:
         model = embedder.get()
         context.log.info(f"new names need vectors: embedding with {model.model_id}")
-        progress = progress_lines(context.log.info, "embedding name vectors")
+        progress = name_progress(context.log.info)
         change, manifest, changed, diff = _reconcile(lightfoot, settings, model, context.run.run_id, progress)
     context.log.info(
         f"names +{change.names_added} -{change.names_removed} ~{change.names_changed}; "

@@ -35,9 +35,9 @@ from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.operations import relink
 from lightfoot_pipeline.index.link_pieces import LinkPiece, RelinkError
 from lightfoot_pipeline.operations.relink import Prepared, StagingArea
+from lightfoot_pipeline.progress import name_progress
 from lightfoot_pipeline.settings import SettingsError, relink_executor
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.vectors import progress_lines
 
 RELINK_JOB = "relink_graph"
 OUTPUTS = "relink_outputs"  # the IO manager of the job's steps
@@ -82,7 +82,7 @@ def remove_staging_on_failure(context: dg.HookContext) -> None:
 @dg.op(out=dg.Out(dict, io_manager_key=OUTPUTS), description="Stage every live name's band keys, one file per type.")
 def prepare_relink(context: dg.OpExecutionContext, store: StoreResource, embedder: EmbedderResource) -> dict:
     prepared = relink.prepare(store.open(), embedder.get(), store.settings(), context.run.run_id,
-                              progress_lines(context.log.info, "embedding name vectors"))
+                              name_progress(context.log.info))
     context.log.info(f"prepared {sum(prepared.names.values()):,} names of {len(prepared.names)} types at store "
                      f"commit {prepared.seq}")
     context.add_output_metadata({"names": sum(prepared.names.values()), "store_commit": prepared.seq,

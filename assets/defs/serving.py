@@ -9,7 +9,7 @@ import dagster as dg
 from assets.keys import GRAPH_ASSETS, SERVING_GROUP
 from assets.provenance import CODE_VERSION, STORE_POOL
 from assets.resources import EmbedderResource, StoreResource
-from lightfoot_pipeline.snapshot.collect import progress_lines
+from lightfoot_pipeline.progress import StepProgress
 from lightfoot_pipeline.snapshot.export import DEFAULT_KEEP, export_snapshot
 
 
@@ -29,7 +29,7 @@ def serving_snapshot(
     Long steps (embedding, indexing, writing) log their progress."""
     lightfoot = store.open()
     model = embedder.get()
-    info = export_snapshot(lightfoot, model, keep=DEFAULT_KEEP, progress=progress_lines(context.log.info))
+    info = export_snapshot(lightfoot, model, keep=DEFAULT_KEEP, progress=StepProgress("snapshot export", context.log.info))
     context.log.info(f"serving snapshot {info.snapshot_id} (store commit {info.store_seq})")
     counts = info.counts
     return dg.MaterializeResult(

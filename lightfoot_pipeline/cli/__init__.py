@@ -82,7 +82,7 @@ def _listed(ids: list[str], limit: int = 10) -> str:
 def cmd_ingest(args) -> int:
     from lightfoot_pipeline import operations
     from lightfoot_pipeline.models.embedder import load_embedder
-    from lightfoot_pipeline.cli.progress import Progress, name_progress
+    from lightfoot_pipeline.progress import Progress, name_progress
 
     settings = IndexSettings()
     dataset = Path(args.dataset)

@@ -25,7 +25,7 @@ from lightfoot_pipeline.store.fingerprint import counts, fingerprint
 from lightfoot_pipeline.ingest.dataset import bundled_sample_dir, load_corpus, load_recorded_extractions
 from lightfoot_pipeline.models.embedder import load_embedder
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
-from lightfoot_pipeline.cli.progress import Progress, StepProgress, name_progress
+from lightfoot_pipeline.progress import Progress, StepProgress, name_progress
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, ENTITIES, SYNONYM_EDGES

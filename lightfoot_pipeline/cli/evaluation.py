@@ -79,7 +79,7 @@ def _plan(args, reranker, status):
 
 def cmd_eval(args) -> int:
     """``lightfoot eval``: every mode on one snapshot, to --out (JSON) and/or --run-dir (a kept run)."""
-    from lightfoot_pipeline.cli.progress import Progress
+    from lightfoot_pipeline.progress import Progress
     from lightfoot_pipeline.evaluation.eval_run import AnswerOptions, eval_json, run_evaluation
     from lightfoot_pipeline.evaluation.report import significance_rows
     from lightfoot_pipeline.evaluation.runs import load_run
@@ -143,7 +143,7 @@ def cmd_eval(args) -> int:
 
 
 def cmd_eval_deletion(args) -> int:
-    from lightfoot_pipeline.cli.progress import Progress
+    from lightfoot_pipeline.progress import Progress
     from lightfoot_pipeline.evaluation.deletion_audit import run_deletion_audit
     from lightfoot_pipeline.models.embedder import DEFAULT_EMBEDDER, load_embedder
     from lightfoot_pipeline.retrieval.rerank import load_reranker

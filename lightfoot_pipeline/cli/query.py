@@ -49,7 +49,7 @@ def print_latency(latency: dict) -> None:
 def cmd_snapshot(args) -> int:
     from lightfoot_pipeline.service.queries import resolve_embedder
     from lightfoot_pipeline.snapshot.export import export_snapshot
-    from lightfoot_pipeline.cli.progress import StepProgress
+    from lightfoot_pipeline.progress import StepProgress
 
     store = _store(args)
     started = time.perf_counter()

@@ -13,7 +13,7 @@ from lightfoot_pipeline.settings import (
 
 
 def cmd_sync(args) -> int:
-    from lightfoot_pipeline.cli.progress import Progress, name_progress
+    from lightfoot_pipeline.progress import Progress, name_progress
     from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
     from lightfoot_pipeline.models.embedder import load_embedder
     from lightfoot_pipeline.store.store import Store

@@ -11,7 +11,6 @@ only the new facts are assigned to groups.
 from __future__ import annotations
 
 import hashlib
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -239,20 +238,3 @@ def with_fact_index(snapshot: Snapshot) -> Snapshot:
                     passage_vectors=snapshot.passage_vectors, fact_vectors=np.asarray(snapshot.fact_vectors)[order],
                     fact_index=index)
 
-
-def progress_lines(emit: Callable[[str], None], every_seconds: float = 5.0) -> ExportProgress:
-    """An export progress callback that emits a line per step at most every ``every_seconds``, and
-    when the step ends: ``step: done/total (rate/s)`` (for a log, such as Dagster's)."""
-    started: dict[str, float] = {}
-    last: dict[str, float] = {}
-
-    def report(step: str, done: int, total: int) -> None:
-        now = time.monotonic()
-        began = started.setdefault(step, now)
-        if done < total and now - last.get(step, began) < every_seconds:
-            return
-        last[step] = now
-        rate = done / (now - began) if now > began else 0.0
-        emit(f"snapshot export, {step}: {done:,}/{total:,} ({rate:,.0f}/s)")
-
-    return report

@@ -49,29 +49,6 @@ def _slug(model_id: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", model_id.casefold()).strip("_")
 
 
-def progress_lines(emit: Callable[[str], None], label: str, every_seconds: float = 5.0) -> EmbedProgress:
-    """An :data:`EmbedProgress` that emits ``label: done/total (rate/s, seconds left)`` at most every
-    ``every_seconds`` during a pass, and when a pass that lasted longer ends; a shorter pass says
-    nothing (for a terminal or a log, such as Dagster's)."""
-    state = {"started": 0.0, "last": 0.0, "spoken": False}
-
-    def report(done: int, total: int) -> None:
-        now = time.monotonic()
-        if done == 0:
-            state.update(started=now, last=now, spoken=False)
-            return
-        finished = done >= total
-        if now - state["last"] < every_seconds and not (finished and state["spoken"]):
-            return
-        elapsed = now - state["started"]
-        rate = done / elapsed if elapsed > 0 else 0.0
-        left = f", {(total - done) / rate:,.0f}s left" if rate > 0 and not finished else ""
-        emit(f"{label}: {done:,}/{total:,} ({rate:,.0f}/s{left})")
-        state.update(last=now, spoken=not finished)
-
-    return report
-
-
 class VectorCache:
     def __init__(self, store, kind: str, embedder: Embedder, progress: EmbedProgress | None = None) -> None:
         """``progress`` hears how each pass of :meth:`vectors` that embeds texts proceeds."""

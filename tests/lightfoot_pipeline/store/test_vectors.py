@@ -43,36 +43,6 @@ def test_a_creation_on_an_empty_store_restores_nothing(tmp_path, hashing_embedde
     assert table.version == 1 and table.count_rows() == 0
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_progress_lines_speak_only_during_long_passes(monkeypatch):
-    from lightfoot_pipeline.store import vectors
-
-    clock = _Clock()
-    monkeypatch.setattr(vectors.time, "monotonic", clock)
-    lines: list[str] = []
-    report = vectors.progress_lines(lines.append, "embedding names", every_seconds=5.0)
-    report(0, 1200)
-    for seconds, done in ((3, 512), (6, 1024), (9, 1200)):
-        clock.now = 100.0 + seconds
-        report(done, 1200)
-    assert lines == ["embedding names: 1,024/1,200 (171/s, 1s left)", "embedding names: 1,200/1,200 (133/s)"]
-    report(0, 300)  # a new pass starts its own clock
-    clock.now += 1
-    report(300, 300)
-    assert len(lines) == 2  # a pass of a second says nothing
-    report(0, 50)
-    clock.now += 7
-    report(50, 50)
-    assert lines[-1] == "embedding names: 50/50 (7/s)"  # one slow chunk: its end is reported
-
-
 def test_each_embedding_pass_is_reported_from_its_start(tmp_path, hashing_embedder):
     heard: list[tuple[int, int]] = []
     cache = VectorCache(Store(str(tmp_path / "store")), "name", hashing_embedder, progress=lambda d, t: heard.append((d, t)))
