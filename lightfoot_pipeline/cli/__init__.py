@@ -1,7 +1,8 @@
 """The ``lightfoot`` command line.
 
 Every command takes ``--store URI`` (default ``$LIGHTFOOT_STORE``, else ``.lightfoot/store``).
-Each command's work lives in the engine; this module only parses arguments and prints results.
+Each command's work lives in the engine; the modules of this package parse a family of commands'
+arguments and print their results, and this one assembles the parser and runs the command.
 A :class:`~lightfoot_pipeline.errors.LightfootError` from any command is caught in :func:`main`
 alone and printed as one line (what failed, why, what to do) with exit code 2; any other
 exception is a bug and keeps its traceback.
@@ -10,299 +11,15 @@ exception is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 from lightfoot_pipeline.errors import LightfootError
-from lightfoot_pipeline.ingest.dataset import DatasetError, bundled_sample_dir, has_recorded_extractions, load_corpus
+from lightfoot_pipeline.cli.demo import add_demo_command
+from lightfoot_pipeline.cli.store import add_store_commands
 from lightfoot_pipeline.cli.query import add_query_commands
 from lightfoot_pipeline.cli.explain import add_explain_commands
-from lightfoot_pipeline.cli.evaluation import add_eval_commands, fraction
+from lightfoot_pipeline.cli.evaluation import add_audit_command, add_eval_commands
 from lightfoot_pipeline.cli.sync import add_sync_command
-from lightfoot_pipeline.settings import IndexSettings, SettingsError
-
-
-def _store(args):
-    from lightfoot_pipeline.store.store import DEFAULT_BUCKETS, Store
-
-    buckets = getattr(args, "buckets", None)
-    if buckets is not None and buckets < 1:
-        raise SettingsError(f"--buckets must be a whole number of at least 1, got {buckets}")
-    return Store(args.store, n_buckets=buckets or DEFAULT_BUCKETS)
-
-
-def _existing_store(args):
-    """The store named, refused (StoreError) when it holds no commit yet."""
-    from lightfoot_pipeline.store.store import StoreError
-
-    store = _store(args)
-    if not store.exists():
-        raise StoreError(f"no store at {store.uri}",
-                         hint="name the store with --store (or LIGHTFOOT_STORE), or build one with `lightfoot ingest`")
-    return store
-
-
-def _print_json(payload) -> None:
-    json.dump(payload, sys.stdout, indent=2, sort_keys=True, default=str)
-    sys.stdout.write("\n")
-
-
-def make_extractor(kind: str | None, dataset_dir: Path | None, store, settings: IndexSettings):
-    """The extractor a command asked for: ``replay`` (recorded output) or ``openai`` (a live model),
-    with the recorded extractions it replays (None for a model)."""
-    if kind is None:
-        kind = "replay" if dataset_dir is not None and has_recorded_extractions(dataset_dir) else "openai"
-    if kind == "replay":
-        from lightfoot_pipeline.ingest.dataset import load_recorded_extractions
-        from lightfoot_pipeline.ingest.extraction import ReplayExtractor
-
-        if dataset_dir is None or not has_recorded_extractions(dataset_dir):
-            raise DatasetError(f"{dataset_dir}: no extractions.jsonl to replay",
-                               hint="record the extractions there, or extract with a model (--extractor openai)")
-        records = load_recorded_extractions(dataset_dir)
-        extractor = ReplayExtractor(records, entity_types=None, max_entities=settings.max_entities_per_passage,
-                                    max_facts=settings.max_facts_per_passage)
-        return extractor, records
-    if kind == "openai":
-        from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
-
-        return build_openai_extractor(store, settings), None
-    raise SettingsError(f"unknown extractor {kind!r}", hint="choose replay or openai")
-
-
-def _listed(ids: list[str], limit: int = 10) -> str:
-    shown = ", ".join(ids[:limit])
-    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
-
-
-# -- commands ---------------------------------------------------------------------------------
-
-
-def cmd_ingest(args) -> int:
-    from lightfoot_pipeline import operations
-    from lightfoot_pipeline.models.embedder import load_embedder
-    from lightfoot_pipeline.progress import Progress, name_progress
-
-    settings = IndexSettings()
-    dataset = Path(args.dataset)
-    documents = load_corpus(dataset)
-    store = _store(args)
-    extractor, recorded = make_extractor(args.extractor, dataset, store, settings)
-    embedder = load_embedder(args.embedder)
-    progress = None if args.json else Progress("extracting")
-    report = operations.ingest(store, documents, extractor, embedder, settings, progress=progress, recorded=recorded,
-                             embed_progress=None if args.json else name_progress())
-    _refuse_a_failed_endpoint(extractor, report, store)
-    if args.json:
-        _print_json(report.as_dict())
-    else:
-        print(f"ingested {report.ingested} new documents, replaced {report.replaced}, {report.unchanged} unchanged "
-              f"({report.passages} passages) into {store.uri}")
-        if report.replaced:
-            print(f"  replaced (a new version of a stored document): {_listed(report.replaced_doc_ids)}; "
-                  "their earlier text leaves the store's history at the next `lightfoot vacuum` or erase")
-        cached = f" ({report.from_cache} from the extraction cache)" if report.from_cache else ""
-        print(f"  extracted {report.extracted}, already extracted {report.already_extracted}{cached}, "
-              f"failed {report.failed}")
-        print(f"  model calls {report.model_calls} (retries {report.retries}), tokens in/out "
-              f"{report.tokens_in}/{report.tokens_out}, cost ${report.cost_usd:.4f}")
-        if report.model_calls and getattr(extractor, "run_id", None):
-            print(f"  cost ledger run {extractor.run_id} (see: lightfoot cost --run {extractor.run_id})")
-        for key, count in sorted(report.validation.items()):
-            print(f"  record {key}: {count}")
-        for reason, count in sorted(report.ignored_records.items()):
-            print(f"  ignored {count} recorded extractions: {reason}")
-        for chunk_id, reason in report.failures[:10]:
-            print(f"  failed {chunk_id}: {reason}")
-        g = report.graph
-        print(f"  names +{g.names_added} -{g.names_removed} ~{g.names_changed}; "
-              f"entities {g.entities_before} -> {g.entities_after}; synonym edges {g.synonym_edges_after}; "
-              f"facts {g.facts_after}")
-        print(f"  store commit {report.seq} in {report.seconds:.1f}s")
-    return 1 if report.failed else 0
-
-
-def _refuse_a_failed_endpoint(extractor, report, store) -> None:
-    """An ingest whose model endpoint failed as a whole (unreachable, refusing the key, not knowing
-    the model) is an error, not a report of failed passages; the documents are stored all the same."""
-    from lightfoot_pipeline.ingest.extraction.openai_extractor import OpenAIExtractor
-
-    cause = extractor.endpoint_error if isinstance(extractor, OpenAIExtractor) else None
-    if cause is not None:
-        raise LightfootError(
-            f"ingest into {store.uri}: the model endpoint failed ({cause}); {report.failed} of {report.passages} "
-            "passages are stored without extraction, and the next ingest asks for them", hint=cause.hint,
-        ) from cause
-
-
-def cmd_delete(args) -> int:
-    from lightfoot_pipeline import operations
-    from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
-
-    problems = [p for p in map(doc_id_problem, args.doc_ids) if p]
-    if problems:
-        raise SettingsError("delete: " + "; ".join(problems), hint="no document can have such an id")
-    store = _existing_store(args)
-    report = operations.delete(store, args.doc_ids, erase=args.erase, reason=args.reason or "requested on the command line")
-    if args.json:
-        _print_json(report.as_dict())
-        return 0
-    print(f"deleted {len(report.deleted)} documents ({report.passages_removed} passages) in {report.seconds:.2f}s, "
-          f"0 model calls")
-    earlier = set(report.already_deleted)
-    never = [d for d in report.not_found if d not in earlier]
-    if report.already_deleted:
-        print(f"  deleted before: {_listed(report.already_deleted)}"
-              + ("; their history is erased now" if report.erase else ""))
-    if never:
-        print(f"  not in the store, nothing to delete: {_listed(never)}")
-    g = report.graph
-    print(f"  names removed {g.names_removed}, changed {g.names_changed}; entities recomputed "
-          f"{g.entities_recomputed}; entities {g.entities_before} -> {g.entities_after}")
-    if report.erase:
-        _print_erase(report.erase)
-    return 0
-
-
-def _print_erase(erase: dict) -> None:
-    print(f"  erased: {erase['cache_entries_purged']} cache entries, "
-          f"{sum(erase['vectors_purged'].values())} vectors, {erase['snapshots_removed']} snapshots, "
-          f"{sum(erase['files_vacuumed'].values())} files vacuumed")
-
-
-def cmd_vacuum(args) -> int:
-    from lightfoot_pipeline.operations.erase import vacuum
-
-    store = _existing_store(args)
-    report = vacuum(store)
-    if args.json:
-        _print_json(report.as_dict())
-        return 0
-    print(f"vacuumed {store.uri}: what no live row uses is gone from history, caches and snapshots")
-    _print_erase(report.as_dict())
-    return 0
-
-
-def cmd_migrate(args) -> int:
-    from lightfoot_pipeline import operations
-    from lightfoot_pipeline.models.embedder import load_embedder
-
-    store = _existing_store(args)
-    config = store.manifest().config
-    if args.embedder is not None:
-        embedder = load_embedder(args.embedder)
-    else:  # every live name has a cached vector: the model itself is not needed
-        from lightfoot_pipeline.store.vectors import UnloadedEmbedder
-
-        embedder = UnloadedEmbedder(config["embedder"], config["dim"])
-    if args.pieces:  # the links in pieces, as the relink_graph job computes them
-        from lightfoot_pipeline.operations import relink
-
-        change = relink.relink(store, embedder, IndexSettings(), n_buckets=args.buckets)
-    else:
-        change = operations.migrate(store, embedder, IndexSettings(), args.buckets)
-    manifest = store.manifest()
-    payload = {"store": store.uri, "commit": manifest.seq, "layout": manifest.details.get("layout"),
-               "graph": change.as_dict()}
-    if args.json:
-        _print_json(payload)
-        return 0
-    print(f"migrated {store.uri} to layout {payload['layout']['version']} with {payload['layout']['n_buckets']} "
-          f"buckets (commit {manifest.seq}): {change.names_added} names, {change.entities_after} entities")
-    return 0
-
-
-def cmd_status(args) -> int:
-    from lightfoot_pipeline.store.fingerprint import fingerprint
-
-    store = _store(args)
-    manifest = store.manifest()
-    if manifest.seq == 0:
-        print(f"no store at {store.uri}")
-        return 1
-    fp = fingerprint(store, manifest)
-    payload = {
-        "store": store.uri,
-        "commit": manifest.seq,
-        "operation": manifest.operation,
-        "committed_at": manifest.committed_at,
-        "config": manifest.config,
-        "fingerprint": fp.digest,
-        "counts": fp.counts(),
-    }
-    if args.json:
-        _print_json(payload)
-    else:
-        print(f"store {store.uri}: commit {manifest.seq} ({manifest.operation}, {manifest.committed_at})")
-        print(f"  embedder {manifest.config.get('embedder')}; fingerprint {fp.digest[:16]}")
-        for name, rows in fp.counts().items():
-            print(f"  {name:<14} {rows:>9,}")
-    return 0
-
-
-def cmd_audit_deletion(args) -> int:
-    from lightfoot_pipeline.evaluation.audit import audit_deletion
-    from lightfoot_pipeline.models.embedder import DEFAULT_EMBEDDER, load_embedder
-    from lightfoot_pipeline.store.store import Store
-
-    spec = args.embedder or DEFAULT_EMBEDDER
-    store = Store(args.store) if args.store else _scratch_store("audit")
-    result = audit_deletion(Path(args.dataset), store, load_embedder(spec), spec, args.fraction, args.seed)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
-    print(f"deleted {result['deleted_docs']} of {result['deleted_docs'] + result['surviving_docs']} documents in "
-          f"{result['delete_seconds']}s with {result['model_calls']} model calls; fresh build of the survivors "
-          f"in {result['rebuild_seconds']}s; fingerprint_equal={str(result['fingerprint_equal']).lower()}")
-    print(f"wrote {args.out}")
-    return 0 if result["fingerprint_equal"] else 1
-
-
-def _scratch_store(label: str):
-    import tempfile
-
-    from lightfoot_pipeline.store.store import Store
-
-    return Store(tempfile.mkdtemp(prefix=f"lightfoot-{label}-") + "/store")
-
-
-def cmd_cost(args) -> int:
-    from lightfoot_pipeline.store import ledger
-
-    store = _store(args)
-    payload = {"store": store.uri, "totals": ledger.totals(store, args.run)}
-    if args.run is None:
-        payload["runs"] = ledger.by_run(store)
-    if args.by_document:
-        payload["documents"] = ledger.by_document(store, args.run)
-    if args.json:
-        _print_json(payload)
-        return 0
-    t = payload["totals"]
-    scope = f"run {args.run}" if args.run else f"{t['runs']} runs"
-    print(f"model calls in {store.uri} ({scope}): {t['calls']} calls (retries {t['retries']}, requests "
-          f"{t['attempts']}, failed {t['failed_calls']}), tokens in/out {t['tokens_in']:,}/{t['tokens_out']:,}, "
-          f"cost ${t['cost_usd']:.4f}")
-    if t["unpriced_calls"]:
-        print(f"  {t['unpriced_calls']} calls to models with no known price (set LIGHTFOOT_LLM_PRICE_IN/_OUT)")
-    if t["estimated_usage_calls"]:
-        print(f"  {t['estimated_usage_calls']} calls without reported usage: their tokens are estimated")
-    for run in payload.get("runs", []):
-        print(f"  {run['run_id']}  {run['started_at']:%Y-%m-%d %H:%M}  {run['models']}  {run['calls']} calls "
-              f"(retries {run['retries']}), {run['tokens_in']:,}/{run['tokens_out']:,} tokens, ${run['cost_usd']:.4f}")
-    for doc in payload.get("documents", []):
-        print(f"  {doc['doc_id']}  {doc['calls']} calls (retries {doc['retries']}), "
-              f"{doc['tokens_in']:,}/{doc['tokens_out']:,} tokens, ${doc['cost_usd']:.6f}")
-    return 0
-
-
-def cmd_demo(args) -> int:
-    from lightfoot_pipeline.cli.demo import run_demo
-
-    return run_demo(args)
-
-
-# -- parser -----------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -312,64 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lightfoot", description=__doc__.splitlines()[0], parents=[common])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("demo", parents=[common], help="build the bundled sample, delete some documents, verify")
-    p.add_argument("--dataset", default=None, help="dataset directory (default: the bundled MuSiQue sample)")
-    p.add_argument("--embedder", default=None, help="embedding model name or path, or hashing[:DIM]")
-    p.add_argument("--delete", type=int, default=5, help="how many documents to delete (default 5)")
-    p.set_defaults(func=cmd_demo)
-
-    p = sub.add_parser("ingest", parents=[common], help="add a dataset's documents to the store")
-    p.add_argument("--dataset", required=True, help="directory with corpus.jsonl (and extractions.jsonl)")
-    p.add_argument("--extractor", choices=["replay", "openai"], default=None,
-                   help="replay recorded extractions (default when the dataset has them) or call a model")
-    p.add_argument("--embedder", default=None, help="embedding model name or path, or hashing[:DIM]")
-    p.add_argument("--buckets", type=int, default=None,
-                   help="hash buckets of a new store's tables (default 16; an existing store keeps its own)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(func=cmd_ingest)
-
-    p = sub.add_parser("delete", parents=[common], help="delete documents (no model call)")
-    p.add_argument("doc_ids", nargs="+", metavar="DOC_ID")
-    p.add_argument("--erase", action="store_true", help="also remove their text from history and caches")
-    p.add_argument("--reason", default=None, help="why (recorded in the deletion log)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_delete)
-
-    p = sub.add_parser("vacuum", parents=[common],
-                       help="remove from history, caches and snapshots what no live row uses (replaced text)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_vacuum)
-
-    p = sub.add_parser("migrate", parents=[common],
-                       help="rewrite a store of an earlier version in this version's layout (no model call)")
-    p.add_argument("--buckets", type=int, default=None, help="hash buckets of every table (default: the store's)")
-    p.add_argument("--embedder", default=None,
-                   help="embedder for names without a cached vector (default: none, every name has one)")
-    p.add_argument("--pieces", action="store_true",
-                   help="compute the links in pieces by type and band range, as the relink_graph job does "
-                        "(a store of this layout; LIGHTFOOT_LINK_PIECE_SIZE names x bands a step)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_migrate)
-
-    p = sub.add_parser("status", parents=[common], help="table counts, fingerprint and config of the store")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_status)
-
-    p = sub.add_parser("cost", parents=[common], help="model calls, tokens and cost, per run and per document")
-    p.add_argument("--run", default=None, metavar="RUN_ID", help="only this run")
-    p.add_argument("--by-document", action="store_true", help="also list the cost of each document")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_cost)
-
-    p = sub.add_parser("audit-deletion", parents=[common],
-                       help="delete a seeded fraction and compare with a fresh build of the survivors")
-    p.add_argument("--dataset", default=str(bundled_sample_dir()))
-    p.add_argument("--fraction", type=fraction, default=0.1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True)
-    p.add_argument("--embedder", default=None)
-    p.set_defaults(func=cmd_audit_deletion)
-
+    add_demo_command(sub, common)
+    add_store_commands(sub, common)  # ingest, delete, vacuum, migrate, status, cost
+    add_audit_command(sub, common)  # audit-deletion
     add_sync_command(sub, common)
     add_query_commands(sub, common)  # snapshot, query, serve, serve-token
     add_eval_commands(sub, common)  # eval, eval-deletion, report, compare
@@ -386,4 +48,3 @@ def main(argv: list[str] | None = None) -> int:
     except LightfootError as err:  # a user's mistake or a system out of reach; a bug keeps its traceback
         print(f"error: {err.line()}", file=sys.stderr)
         return 2
-

@@ -12,23 +12,22 @@
 
 from __future__ import annotations
 
+import argparse
 import random
 import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
-from lightfoot_pipeline import operations
-from lightfoot_pipeline.store.fingerprint import counts, fingerprint
 from lightfoot_pipeline.ingest.dataset import bundled_sample_dir, load_corpus, load_recorded_extractions
-from lightfoot_pipeline.models.embedder import load_embedder
-from lightfoot_pipeline.ingest.extraction import ReplayExtractor
-from lightfoot_pipeline.progress import Progress, StepProgress, name_progress
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, ENTITIES, SYNONYM_EDGES
+
+if TYPE_CHECKING:
+    from lightfoot_pipeline.store.store import Store
 
 
 def _section(title: str) -> None:
@@ -36,6 +35,13 @@ def _section(title: str) -> None:
 
 
 def run_demo(args) -> int:
+    from lightfoot_pipeline import operations
+    from lightfoot_pipeline.progress import Progress, name_progress
+    from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+    from lightfoot_pipeline.models.embedder import load_embedder
+    from lightfoot_pipeline.store.fingerprint import counts, fingerprint
+    from lightfoot_pipeline.store.store import Store
+
     settings = IndexSettings()
     dataset = Path(args.dataset) if args.dataset else bundled_sample_dir()
     store = Store(args.store)
@@ -101,6 +107,7 @@ def run_demo(args) -> int:
 
 
 def _show_retrieval(store: Store, embedder, dataset: Path, n_questions: int = 2) -> None:
+    from lightfoot_pipeline.progress import StepProgress
     from lightfoot_pipeline.retrieval.answer import build_answerer
     from lightfoot_pipeline.ingest.dataset import default_questions_file, load_questions
     from lightfoot_pipeline.retrieval.rerank import load_reranker
@@ -167,3 +174,12 @@ def _share_vector_cache(source: Store, target: Store) -> None:
     if src is not None and dst is not None and (src / "vectors").exists():
         dst.mkdir(parents=True, exist_ok=True)
         shutil.copytree(src / "vectors", dst / "vectors")
+
+
+def add_demo_command(sub, common: argparse.ArgumentParser) -> None:
+    """The demo subcommand."""
+    p = sub.add_parser("demo", parents=[common], help="build the bundled sample, delete some documents, verify")
+    p.add_argument("--dataset", default=None, help="dataset directory (default: the bundled MuSiQue sample)")
+    p.add_argument("--embedder", default=None, help="embedding model name or path, or hashing[:DIM]")
+    p.add_argument("--delete", type=int, default=5, help="how many documents to delete (default 5)")
+    p.set_defaults(func=run_demo)

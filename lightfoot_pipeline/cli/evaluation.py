@@ -5,6 +5,8 @@
   (eval_run.py, runs.py);
 - ``lightfoot eval-deletion --run-dir DIR [--fraction 0.1 --seed 0]``: the deletion audit with
   retrieval before and after (deletion_audit.py);
+- ``lightfoot audit-deletion --out OUT.json [--fraction 0.1 --seed 0]``: the deletion audit of the
+  index alone, its fingerprint against a fresh build of the survivors;
 - ``lightfoot report RUN_DIR``: RUN_DIR/report.md with tables and plots (report.py);
 - ``lightfoot compare RUN_A RUN_B``: paired bootstrap intervals between two runs.
 
@@ -142,6 +144,31 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_audit_deletion(args) -> int:
+    from lightfoot_pipeline.evaluation.audit import audit_deletion
+    from lightfoot_pipeline.models.embedder import DEFAULT_EMBEDDER, load_embedder
+    from lightfoot_pipeline.store.store import Store
+
+    spec = args.embedder or DEFAULT_EMBEDDER
+    store = Store(args.store) if args.store else _scratch_store("audit")
+    result = audit_deletion(Path(args.dataset), store, load_embedder(spec), spec, args.fraction, args.seed)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
+    print(f"deleted {result['deleted_docs']} of {result['deleted_docs'] + result['surviving_docs']} documents in "
+          f"{result['delete_seconds']}s with {result['model_calls']} model calls; fresh build of the survivors "
+          f"in {result['rebuild_seconds']}s; fingerprint_equal={str(result['fingerprint_equal']).lower()}")
+    print(f"wrote {args.out}")
+    return 0 if result["fingerprint_equal"] else 1
+
+
+def _scratch_store(label: str):
+    import tempfile
+
+    from lightfoot_pipeline.store.store import Store
+
+    return Store(tempfile.mkdtemp(prefix=f"lightfoot-{label}-") + "/store")
+
+
 def cmd_eval_deletion(args) -> int:
     from lightfoot_pipeline.progress import Progress
     from lightfoot_pipeline.evaluation.deletion_audit import run_deletion_audit
@@ -261,3 +288,15 @@ def add_eval_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--phase-a", default=None, help="phase of RUN_A (default: its first, e.g. eval or before)")
     p.add_argument("--phase-b", default=None, help="phase of RUN_B")
     p.set_defaults(func=cmd_compare)
+
+
+def add_audit_command(sub, common: argparse.ArgumentParser) -> None:
+    """The audit-deletion subcommand."""
+    p = sub.add_parser("audit-deletion", parents=[common],
+                       help="delete a seeded fraction and compare with a fresh build of the survivors")
+    p.add_argument("--dataset", default=str(bundled_sample_dir()))
+    p.add_argument("--fraction", type=fraction, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+    p.add_argument("--embedder", default=None)
+    p.set_defaults(func=cmd_audit_deletion)

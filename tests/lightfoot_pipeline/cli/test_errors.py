@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lightfoot_pipeline import cli
+from lightfoot_pipeline.cli import store as store_commands
 from lightfoot_pipeline.cli import main
 from lightfoot_pipeline.ingest.dataset import DatasetError
 from lightfoot_pipeline.models.llm import HINTS
@@ -194,6 +194,6 @@ def test_a_bug_keeps_its_traceback(tmp_path, monkeypatch):
     def broken(args):
         raise KeyError("a bug, not a user's mistake")
 
-    monkeypatch.setattr(cli, "cmd_status", broken)
+    monkeypatch.setattr(store_commands, "cmd_status", broken)
     with pytest.raises(KeyError, match="a bug"):
         main(["status", "--store", str(tmp_path / "s")])
