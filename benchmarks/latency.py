@@ -62,6 +62,7 @@ from lightfoot_pipeline.snapshot.format import load_snapshot  # noqa: E402
 from lightfoot_pipeline.snapshot.export import export_snapshot  # noqa: E402
 from lightfoot_pipeline.snapshot.collect import with_fact_index  # noqa: E402
 from lightfoot_pipeline.evaluation.parity import local_settings, retrieval_parity  # noqa: E402
+from lightfoot_pipeline.store.documents import live_doc_ids  # noqa: E402
 from lightfoot_pipeline.store.fingerprint import fingerprint  # noqa: E402
 from lightfoot_pipeline.store.store import Store  # noqa: E402
 
@@ -196,7 +197,7 @@ def large_scale(store: Store, passages: int, n_queries: int, seed: int = 0) -> d
         [sys.executable, __file__, "--child-replica", store.uri, "--passages", str(passages),
          "--queries", str(n_queries)], check=True, capture_output=True, text=True)
     figures = json.loads(child.stdout)
-    live = store.read("documents", columns=["doc_id"]).get_column("doc_id").sort().to_list()
+    live = sorted(live_doc_ids(store))
     doomed = random.Random(len(live)).choice(live)
     started = time.perf_counter()
     operations.delete(store, [doomed])

@@ -55,6 +55,7 @@ from synthetic import synthetic_documents_and_records, write_documents  # noqa: 
 
 from lightfoot_pipeline import operations  # noqa: E402
 
+from lightfoot_pipeline.store.documents import live_doc_ids  # noqa: E402
 from lightfoot_pipeline.store.fingerprint import counts, fingerprint  # noqa: E402
 from lightfoot_pipeline.ingest.dataset import load_corpus, load_recorded_extractions  # noqa: E402
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor  # noqa: E402
@@ -183,7 +184,7 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
 
         if not verify:
             return result
-        live = set(store.read("documents", columns=["doc_id"]).get_column("doc_id").to_list())
+        live = live_doc_ids(store)
         by_id = {d.doc_id: d for d in every}
         survivors_dir = write_documents(root / "survivors", [by_id[d] for d in sorted(live)], records)
         fresh = child(["--child-build", str(root / "fresh"), str(survivors_dir), str(dim), str(buckets)])

@@ -25,6 +25,7 @@ from lightfoot_pipeline.index.documents import upsert_documents
 from lightfoot_pipeline.ingest.inbox import take_documents
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.ingest.receipts import INGESTION, Receipt, Receipts
+from lightfoot_pipeline.store.documents import live_doc_ids
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENTS as DOCUMENTS_TABLE
 from lightfoot_pipeline.store.tables import PASSAGES as PASSAGES_TABLE
@@ -46,7 +47,7 @@ def passages(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Mate
     landing = Landing(lightfoot)
     landed = landing.documents(keys)
     awaiting_deletion = sorted({r.doc_id for r in landing.deletion_requests()} & set(keys))
-    live = _doc_ids(lightfoot, DOCUMENTS_TABLE.name, keys)
+    live = live_doc_ids(lightfoot, among=keys)
     deleted = _doc_ids(lightfoot, TOMBSTONES_TABLE.name, keys) - live
     documents = [landed[k].document for k in keys if k in landed and k not in awaiting_deletion]
     unknown = [k for k in keys if k not in landed and k not in live and k not in deleted and k not in awaiting_deletion]
@@ -239,7 +240,7 @@ def hourly_ingestion(
     landing = Landing(lightfoot)
     take_documents(inbox.document_inbox(lightfoot), landing, context.log)
     drops = drop_runs(context.instance, Receipts(lightfoot), "schedule")
-    live = set(lightfoot.read(DOCUMENTS_TABLE.name, columns=["doc_id"]).get_column("doc_id").to_list())
+    live = live_doc_ids(lightfoot)
     awaiting_deletion = {r.doc_id for r in landing.deletion_requests()}
     wanted = sorted(set(landing.landed_ids()) - live - awaiting_deletion - drops.pending_ids)
     if not wanted and not drops.requests:

@@ -32,8 +32,8 @@ import pyarrow.fs as pafs
 
 from lightfoot_pipeline.ingest.dataset import DatasetError
 from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing, parse_time, utc_now
+from lightfoot_pipeline.store.documents import live_doc_ids
 from lightfoot_pipeline.store.filesystem import delete_quietly, json_files, read_json, write_json
-from lightfoot_pipeline.store.tables import DOCUMENTS as DOCUMENTS_TABLE
 from lightfoot_pipeline.store.tables import TOMBSTONES as TOMBSTONES_TABLE
 
 RECEIPTS_DIR = "receipts"
@@ -178,8 +178,7 @@ class Receipts:
         stored, a request still waiting here, or (where erasure was asked) history not yet erased.
         Empty when every document it names is gone, and erased where asked."""
         ids = sorted(receipt.doc_ids)
-        live = set(self.store.read(DOCUMENTS_TABLE.name, columns=["doc_id"])
-                   .filter(pl.col("doc_id").is_in(ids)).get_column("doc_id").to_list())
+        live = live_doc_ids(self.store, among=ids)
         waiting = {r.doc_id for r in self.landing.deletion_requests()}
         unerased = set(
             self.store.read(TOMBSTONES_TABLE.name, columns=["doc_id", "erase", "erased_at"])

@@ -34,9 +34,10 @@ from lightfoot_pipeline.ingest.sources import (
 )
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.settings import ChunkSettings, IndexSettings, SettingsError
+from lightfoot_pipeline.store.documents import live_doc_ids
 from lightfoot_pipeline.store.filesystem import open_filesystem
 from lightfoot_pipeline.store.store import Store, StoreError
-from lightfoot_pipeline.store.tables import DOCUMENTS, with_buckets
+from lightfoot_pipeline.store.tables import with_buckets
 from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.vectors import EmbedProgress
 
@@ -107,7 +108,7 @@ def sync(
     report = SyncReport(source=root, files=len(look.files), unchanged=len(look.unchanged))
     report.failed = [{"doc_id": d, "reason": records[d]["reason"]} for d in look.unchanged
                      if records[d]["status"] == FAILED]
-    live = set(store.read(DOCUMENTS.name, columns=["doc_id"]).get_column("doc_id").to_list())
+    live = live_doc_ids(store)
     if look.gone:
         report.removed = [d for d in look.gone if d in live]
         deleted = operations.delete(store, report.removed, settings, erase=erase, reason=f"removed from {root}",
