@@ -31,6 +31,5 @@ DELETION_JOB = "document_deletion"
 
 PASSAGES_CHECK = dg.AssetCheckKey(EXTRACTIONS, "passages_accounted_for")
 REBUILD_CHECK = "matches_fresh_rebuild"
-REBUILD_CHECKS = tuple(dg.AssetCheckKey(key, REBUILD_CHECK) for key in GRAPH_ASSETS)
 
 TRIGGER_TAG = "lightfoot/trigger"

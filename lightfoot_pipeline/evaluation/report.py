@@ -27,7 +27,6 @@ from lightfoot_pipeline.evaluation.modes import BASELINES, DENSE, HIPPORAG2, LIG
 from lightfoot_pipeline.evaluation.metrics import paired_bootstrap
 from lightfoot_pipeline.evaluation.runs import Run, RunError, compare_modes, load_run
 
-REPORT_FILE = "report.md"
 PLOT_RECALL = "recall_by_mode.png"
 PLOT_COST = "recall_vs_index_cost.png"
 PLOT_DELETION = "recall_deleted_vs_intact.png"

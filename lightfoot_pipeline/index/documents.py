@@ -191,13 +191,6 @@ def _drop_keys(tx: Transaction, spec: TableSpec, removed: pl.DataFrame) -> None:
     _replace_keys(tx, spec, ids, rest.select("doc_id", column, *(["type"] if spec is FORMS else [])))
 
 
-def passages_to_extract(tx: Transaction, passages: Sequence[Passage]) -> list[Passage]:
-    """Passages with no successful extraction yet (failed ones are tried again)."""
-    stored = tx.rows(EXTRACTIONS.name, "doc_id", {p.doc_id for p in passages})
-    done = set(stored.filter(pl.col("status") == OK).get_column("chunk_id").to_list())
-    return [p for p in passages if p.chunk_id not in done]
-
-
 def record_extractions(tx: Transaction, outcomes: Sequence[ExtractionOutcome]) -> None:
     """Stage one extraction row per outcome, replacing earlier rows of the same passages."""
     if not outcomes:

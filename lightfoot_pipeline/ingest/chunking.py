@@ -41,10 +41,6 @@ class Chunk:
     char_start: int  # offsets into the document's text (its blocks joined by blank lines)
     char_end: int
 
-    @property
-    def section_label(self) -> str:
-        return SECTION_SEPARATOR.join(self.section)
-
 
 def count_tokens(text: str) -> int:
     return len(_TOKEN.findall(text))

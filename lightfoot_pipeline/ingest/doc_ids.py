@@ -53,7 +53,3 @@ def doc_id_problem(value: object) -> str | None:
         if substring in value:
             return f"doc_id {shown(value)} holds {substring!r}, which a partition key cannot hold"
     return None
-
-
-def is_valid_doc_id(value: object) -> bool:
-    return doc_id_problem(value) is None

@@ -31,7 +31,7 @@ import math
 import random
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable
 
 from lightfoot_pipeline.errors import LightfootError
@@ -124,9 +124,6 @@ class LLMSettings:
     def from_env(cls, environ: dict | None = None, **overrides) -> "LLMSettings":
         """Settings from the environment (settings.llm_environment); keyword arguments win over it."""
         return cls(**{**llm_environment(environ), **overrides})
-
-    def with_overrides(self, **changes) -> "LLMSettings":
-        return replace(self, **changes)
 
     def prices(self) -> tuple[float, float, str]:
         """USD per million input and output tokens, and where the figures come from."""
