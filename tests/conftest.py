@@ -18,10 +18,34 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
+import hypothesis
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# How many examples a property test draws, by $HYPOTHESIS_PROFILE: "ci" (the default, and what
+# ./scripts/test.sh runs the whole suite with) or "fast"/"dev" (./scripts/test.sh --fast). A test
+# that sets max_examples itself keeps its own count.
+hypothesis.settings.register_profile("ci", max_examples=20)
+hypothesis.settings.register_profile("fast", max_examples=3)
+hypothesis.settings.register_profile("dev", parent=hypothesis.settings.get_profile("fast"))
+hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# -- test tiers ---------------------------------------------------------------------------------
+
+# A test that uses one of these fixtures carries the marker, whatever its module says: the fast
+# tier (./scripts/test.sh --fast) deselects it. pyproject.toml lists the markers.
+FIXTURE_MARKERS = {"s3_endpoint": "s3", "postgres": "postgres"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture, marker in FIXTURE_MARKERS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
 
 
 @pytest.fixture
@@ -57,6 +81,20 @@ def sample_records(sample_dir):
     from lightfoot_pipeline.ingest.dataset import load_recorded_extractions
 
     return load_recorded_extractions(sample_dir)
+
+
+@pytest.fixture(scope="session")
+def sample_store_built(tmp_path_factory, sample_documents, sample_records, hashing_embedder):
+    """The directory of a store of the whole bundled sample (recorded extractions, the hashing
+    embedder of ``hashing_embedder``, the default index settings), built once per session. Tests
+    read it, or copy it (``shutil.copytree``) to change the copy: none may write to it."""
+    from lightfoot_pipeline import operations
+    from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+    from lightfoot_pipeline.store.store import Store
+
+    root = tmp_path_factory.mktemp("sample-store") / "store"
+    operations.ingest(Store(str(root)), sample_documents, ReplayExtractor(sample_records), hashing_embedder)
+    return root
 
 
 @pytest.fixture(scope="session")

@@ -181,6 +181,13 @@ def _harness(tmp_path, monkeypatch, instance: dg.DagsterInstance, storage: str =
     return Harness(tmp_path, instance, defs, resources, storage=storage)
 
 
+@pytest.fixture(scope="session")
+def make_harness():
+    """``make_harness(root, monkeypatch, instance)``: the harness on a root and instance of the
+    test's own (for a module that builds one state once and copies it for each test)."""
+    return _harness
+
+
 @pytest.fixture
 def lightfoot(tmp_path, monkeypatch):
     """The harness on an ephemeral (in-memory) instance."""
@@ -217,7 +224,7 @@ def postgres():
         yield settings
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def lightfoot_pooled(request, tmp_path, monkeypatch):
     """The harness on a temporary instance configured by a shipped instance file, so that runs
     executing at once share its concurrency pools as they do under the daemon: ``dagster.yaml``

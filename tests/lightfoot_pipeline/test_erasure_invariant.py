@@ -42,8 +42,8 @@ doc_strategy = st.fixed_dictionaries({
 })
 corpus_strategy = st.lists(doc_strategy, min_size=2, max_size=9)
 
-SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                          HealthCheck.function_scoped_fixture])
+# The number of examples is the Hypothesis profile's (tests/conftest.py: 20 in CI, a few in the fast tier).
+SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
 def make_corpus(raw: list[dict]) -> tuple[list[Document], dict[str, dict]]:

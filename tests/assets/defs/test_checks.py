@@ -2,17 +2,47 @@
 
 from __future__ import annotations
 
+import shutil
+
 import dagster as dg
 import polars as pl
 import pytest
 
 from lightfoot_pipeline.store.tables import EXTRACTIONS, FACTS, MENTIONS, with_buckets
 
+pytestmark = [pytest.mark.dagster]
+
+
+@pytest.fixture(scope="module")
+def ingested_once(tmp_path_factory, make_harness, twenty, sample_records):
+    """Six documents through the inbox, once per module: the harness's root (store, inboxes, and
+    an instance on disk under dagster_home/) and its sensor cursors. Each test changes a copy."""
+    root = tmp_path_factory.mktemp("checks") / "root"
+    (root / "dagster_home").mkdir(parents=True)
+    instance = dg.DagsterInstance.from_config(str(root / "dagster_home"))
+    try:
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            harness = make_harness(root, monkeypatch, instance)
+            harness.ingest_through_the_inbox(twenty[:6], sample_records)
+            cursors = dict(harness.cursors)
+    finally:
+        instance.dispose()
+    return root, cursors
+
 
 @pytest.fixture
-def ingested(lightfoot, twenty, sample_records):
-    lightfoot.ingest_through_the_inbox(twenty[:6], sample_records)
-    return lightfoot
+def ingested(ingested_once, make_harness, tmp_path, monkeypatch):
+    """The harness on a copy of the module's ingested root, with its own instance."""
+    template, cursors = ingested_once
+    root = tmp_path / "root"
+    shutil.copytree(template, root)
+    instance = dg.DagsterInstance.from_config(str(root / "dagster_home"))
+    try:
+        harness = make_harness(root, monkeypatch, instance)
+        harness.cursors.update(cursors)
+        yield harness
+    finally:
+        instance.dispose()
 
 
 def deletion_run(lightfoot, run_config: dict | None = None):

@@ -11,10 +11,11 @@ import pytest
 from lightfoot_pipeline import operations
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.operations import relink
-from lightfoot_pipeline.ingest.extraction.replay import ReplayExtractor
 from lightfoot_pipeline.models.embedder import load_embedder
 from lightfoot_pipeline.settings import IndexSettings, SettingsError
 from lightfoot_pipeline.store.store import Store
+
+pytestmark = [pytest.mark.dagster]
 
 HASHING = "hashing:32"  # the harness's embedder (tests/assets/conftest.py)
 # Names x bands a step: the sample's 19,146 names in several steps of band ranges.
@@ -22,11 +23,12 @@ PIECE_SIZE = "1500000"
 
 
 @pytest.fixture(scope="module")
-def sample_store(tmp_path_factory, sample_documents, sample_records) -> tuple[Path, str]:
-    """The bundled sample built with the harness's embedder, and the fingerprint migrate gives it."""
+def sample_store(tmp_path_factory, sample_store_built) -> tuple[Path, str]:
+    """The bundled sample built with the harness's embedder (the session's store, tests/conftest.py:
+    the hashing embedder of 32 dimensions), and the fingerprint migrate gives it."""
+    assert HASHING == "hashing:32"
     root = tmp_path_factory.mktemp("relink-job")
-    built = root / "built"
-    operations.ingest(Store(str(built)), sample_documents, ReplayExtractor(sample_records), load_embedder(HASHING))
+    built = sample_store_built
     shutil.copytree(built, root / "migrated")
     migrated = Store(str(root / "migrated"))
     operations.migrate(migrated, load_embedder(HASHING), IndexSettings())

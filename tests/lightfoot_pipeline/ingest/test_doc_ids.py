@@ -65,10 +65,12 @@ CANDIDATES = [f"doc{chr(c)}id" for c in [*range(128), 0x85, 0xA0, 0x200B, 0x2028
 CANDIDATES += ["doc..id", "doc...id", "doc....id", *INVALID]
 
 
-@pytest.mark.parametrize("key", CANDIDATES, ids=repr)
-def test_the_rule_refuses_whatever_dagster_refuses_in_a_partition_key(key):
-    if dagster_refuses(key):
-        assert doc_id_problem(key) is not None
+def test_the_rule_refuses_whatever_dagster_refuses_in_a_partition_key():
+    # One test over every candidate (not one per candidate: a case Dagster accepts has nothing to
+    # check). The probe must see Dagster refuse what it is known to refuse, or it checks nothing.
+    refused = [key for key in CANDIDATES if dagster_refuses(key)]
+    assert {"doc\x00id", "doc\nid", "doc...id"} <= set(refused)
+    assert [key for key in refused if doc_id_problem(key) is None] == []
 
 
 # -- every way in -------------------------------------------------------------------------------

@@ -25,12 +25,11 @@ SIZE = 600_000
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, sample_documents, sample_records) -> Path:
-    """The bundled sample, built with the hashing embedder (copied by each test)."""
-    root = tmp_path_factory.mktemp("relink") / "built"
-    operations.ingest(Store(str(root)), sample_documents, ReplayExtractor(sample_records), HashingEmbedder(dim=32),
-                    SETTINGS)
-    return root
+def built(sample_store_built) -> Path:
+    """The bundled sample, built with the hashing embedder (32 dimensions) and the default settings,
+    once per session (tests/conftest.py; copied by each test)."""
+    assert SETTINGS == IndexSettings() and Store(str(sample_store_built)).exists()
+    return sample_store_built
 
 
 def _copy(built: Path, to: Path) -> Store:

@@ -5,12 +5,11 @@ budgets, malformed and refused replies at each step, and an unreachable endpoint
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 
 import pytest
 
-from lightfoot_pipeline import operations
-from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
 from lightfoot_pipeline.retrieval.answer import AnswerBudget
 from lightfoot_pipeline.retrieval.deep import DeepQuery, DeepQueryError, DeepSettings, charges, trace_lines
@@ -25,9 +24,11 @@ QUESTION = "Who was the first president of the association which published Journ
 
 
 @pytest.fixture(scope="module")
-def sample_store(tmp_path_factory, sample_documents, sample_records, hashing_embedder):
-    store = Store(str(tmp_path_factory.mktemp("deep") / "store"))
-    operations.ingest(store, sample_documents, ReplayExtractor(sample_records), hashing_embedder)
+def sample_store(tmp_path_factory, sample_store_built, hashing_embedder):
+    """A copy of the session's store of the bundled sample (tests/conftest.py), with a snapshot."""
+    root = tmp_path_factory.mktemp("deep") / "store"
+    shutil.copytree(sample_store_built, root)
+    store = Store(str(root))
     export_snapshot(store, hashing_embedder)
     return store
 
