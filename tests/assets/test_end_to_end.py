@@ -3,6 +3,8 @@ run, 3 are erased through an erasure request, and the store equals a fresh build
 
 from __future__ import annotations
 
+import pytest
+
 import dagster as dg
 import polars as pl
 
@@ -13,6 +15,8 @@ from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.snapshot.format import load_snapshot
 from lightfoot_pipeline.store.store import Store
+
+pytestmark = [pytest.mark.dagster]
 
 
 def materializations(result, asset: str) -> list[dg.AssetMaterialization]:

@@ -31,6 +31,8 @@ from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.store.store import Store
 from tests.assets.postgres_server import new_database
 
+pytestmark = [pytest.mark.dagster]
+
 ROOT = Path(__file__).resolve().parents[2]
 STORE_POOL = "lightfoot_store"
 

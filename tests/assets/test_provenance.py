@@ -10,6 +10,8 @@ import pytest
 
 from assets.resources import ExtractorResource
 
+pytestmark = [pytest.mark.dagster]
+
 PER_DOCUMENT = ("passages", "extractions", "forms")  # their row counts are the tables'
 ANSWER = {"entities": [{"name": "Oslo", "type": "location", "description": "a city"}],
           "facts": [["Oslo", "capital of", "Norway", "Oslo is the capital of Norway"]]}

@@ -4,6 +4,8 @@ asset commits the cached answers with no call."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 import subprocess
@@ -18,6 +20,8 @@ from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
 from lightfoot_pipeline.models.llm import LLMSettings
 from lightfoot_pipeline.ingest.passages import split_passages
+
+pytestmark = [pytest.mark.dagster]
 
 ANSWER = {"entities": [{"name": "Oslo", "type": "location", "description": "a city"}],
           "facts": [["Oslo", "capital of", "Norway", "Oslo is the capital of Norway"]]}

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from lightfoot_pipeline import progress
+
+pytestmark = [pytest.mark.dagster]
 
 
 def test_embedding_new_names_logs_progress_lines(lightfoot, twenty, sample_records, monkeypatch):

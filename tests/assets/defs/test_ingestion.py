@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import dataclasses
 import datetime as dt
 import json
@@ -16,6 +18,8 @@ from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.ingest.landing import LandedDocument, Landing, utc_now
 from lightfoot_pipeline.ingest.receipts import Receipts
 from lightfoot_pipeline.store.store import Store
+
+pytestmark = [pytest.mark.dagster]
 
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 

@@ -13,6 +13,8 @@ from lightfoot_pipeline import operations
 from lightfoot_pipeline.ingest.landing import LandedDocument, Landing, utc_now
 from lightfoot_pipeline.ingest.receipts import Receipts
 
+pytestmark = [pytest.mark.dagster]
+
 
 def erase(lightfoot, tick) -> None:
     (result,) = lightfoot.launch(tick, "erasure_inbox", "document_deletion")

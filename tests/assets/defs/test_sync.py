@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from assets.resources import ExtractorResource, InboxResource
+
+pytestmark = [pytest.mark.dagster]
 
 
 def test_the_sensor_asks_for_a_sync_when_the_folder_changes_and_the_asset_reports_failures(

@@ -8,6 +8,8 @@ from lightfoot_pipeline.evaluation.parity import local_settings, retrieval_parit
 from lightfoot_pipeline.ingest.dataset import load_questions
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 
+pytestmark = [pytest.mark.slow]
+
 # The command line's `--embedder hashing` width: the 32 dimensions of the unit tests' embedder
 # retrieve too little of the sample for a parity check to mean anything.
 EMBEDDER = HashingEmbedder(dim=256)

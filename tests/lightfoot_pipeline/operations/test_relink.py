@@ -19,6 +19,8 @@ from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import NAME_SKETCHES
 
+pytestmark = [pytest.mark.slow]
+
 SETTINGS = IndexSettings()
 # Small enough that the sample's names (one type, 19,146) are cut into band ranges.
 SIZE = 600_000

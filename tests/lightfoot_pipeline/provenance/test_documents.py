@@ -43,6 +43,7 @@ def _most_shared(store, n: int) -> list[str]:
         .get_column("doc_id").to_list()
 
 
+@pytest.mark.slow
 def test_the_preview_is_what_the_deletion_then_does(built):
     store = built
     chosen = _most_shared(store, 4) + sorted(store.read("documents").get_column("doc_id").to_list())[:2]

@@ -20,6 +20,8 @@ from lightfoot_pipeline.snapshot.format import load_snapshot
 from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.store import Store
 
+pytestmark = [pytest.mark.slow]
+
 QUESTION = "Who was the first president of the association which published Journal of Psychotherapy Integration?"
 
 

@@ -41,6 +41,7 @@ def test_ranking_from_scores_is_stable():
     assert ranking_from_scores(["a", "b", "c", "d"], np.array([0.1, 0.5, 0.5, 0.9])) == ["d", "b", "c", "a"]
 
 
+@pytest.mark.slow
 def test_a_tiny_cross_encoder_loads_through_sentence_transformers_and_scores_pairs(tmp_path, tiny_cross_encoder):
     import torch
 

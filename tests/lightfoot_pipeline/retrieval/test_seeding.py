@@ -31,6 +31,7 @@ def test_half_precision_scores_are_exact_float32_at_the_top():
     assert HalfScorer(np.zeros((0, 64), dtype=np.float16)).scores(q, 5).shape == (0,)
 
 
+@pytest.mark.slow
 def test_the_fact_index_finds_the_exact_top_facts_and_probing_every_group_is_exact():
     vectors = unit_rows(6000, 48, seed=2)
     ids = np.array([f"f{i:05d}" for i in np.random.default_rng(0).permutation(6000)])

@@ -25,6 +25,8 @@ from lightfoot_pipeline.service.app import HttpLimits
 from lightfoot_pipeline.service.auth import Tokens
 from lightfoot_pipeline.service.server import QueryServer
 
+pytestmark = [pytest.mark.slow]
+
 DATA = Path(__file__).parents[1] / "data" / "query-corpus"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 QUESTION = "Who founded the company that makes the Zephyr phone?"

@@ -302,6 +302,7 @@ def test_malformed_bodies_get_400_never_500(served):
     assert request(base, "GET", "/status")[0] == 200  # the service is unharmed
 
 
+@pytest.mark.slow
 def test_bodies_are_refused_before_they_are_read(store, embedder, running):
     ingest(store, embedder, late=False)
     export_snapshot(store, embedder)
@@ -408,6 +409,7 @@ def test_without_a_snapshot_the_service_says_so(store, embedder, running):
     assert status == 503 and "no snapshot" in body["error"] and headers["retry-after"] == "5"
 
 
+@pytest.mark.slow
 def test_a_new_snapshot_is_picked_up_while_queries_keep_being_answered(store, embedder, running, monkeypatch):
     ingest(store, embedder, late=False)
     old = export_snapshot(store, embedder)

@@ -55,6 +55,7 @@ def files_under(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file()]
 
 
+@pytest.mark.slow
 def test_export_writes_graph_tables_vectors_and_manifest(store, hashing_embedder):
     build(store, hashing_embedder)
     info = export_snapshot(store, hashing_embedder)
@@ -104,6 +105,7 @@ def test_an_unchanged_store_keeps_its_snapshot(store, hashing_embedder):
     assert len(list_snapshots(store)) == 1
 
 
+@pytest.mark.slow
 def test_publish_prunes_to_keep_and_points_at_the_newest(store, hashing_embedder):
     ids = list(CORPUS)
     infos = []
@@ -156,6 +158,7 @@ def test_no_snapshot_is_a_clear_error(store, hashing_embedder):
         load_snapshot(store)
 
 
+@pytest.mark.slow
 def test_an_erased_canary_is_in_no_file_even_after_snapshots(store, hashing_embedder):
     build(store, hashing_embedder, [d for d in CORPUS if d != "d-secret"])
     export_snapshot(store, hashing_embedder)  # an older snapshot without the secret

@@ -56,6 +56,7 @@ def _agree(uri: str) -> str:
     return proof.digest
 
 
+@pytest.mark.slow
 def test_the_kept_fingerprint_equals_every_row_after_each_kind_of_change(built):
     root, uri, documents, records = built
     uri = _copy(root, uri, "changes")

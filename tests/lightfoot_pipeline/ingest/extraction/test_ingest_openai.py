@@ -12,6 +12,7 @@ import zlib
 from pathlib import Path
 
 import polars as pl
+import pytest
 from deltalake import DeltaTable
 
 from lightfoot_pipeline import cli
@@ -55,6 +56,7 @@ def write_dataset(folder: Path, documents) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_200_passages_with_5_percent_malformed_answers(store, chat_server, sample_documents, hashing_embedder):
     documents = sample_documents[:200]
 
@@ -147,6 +149,7 @@ def test_cli_ingest_twice_makes_no_request_the_second_time(tmp_path, monkeypatch
     assert "40 calls (retries 0, requests 40, failed 0)" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_kill_9_mid_ingest_loses_no_answer_and_the_rerun_asks_only_for_the_rest(
     tmp_path, monkeypatch, capsys, chat_server, sample_documents,
 ):

@@ -344,6 +344,7 @@ def test_every_answer_is_written_before_another_request_leaves(store, chat_serve
         assert [(c, k) for _, c, k in sorted(seen)] == [(n, n) for n in range(10)]
 
 
+@pytest.mark.slow
 def test_the_small_files_of_the_appends_are_compacted_and_hold_no_text_in_their_log(store, chat_server):
     chat_server.script(lambda r: chat_server.Reply(content=good_answer(r)))
     titles = [f"Zyxq town {i}" for i in range(store.n_buckets * 5)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -165,6 +166,7 @@ def test_any_cut_of_a_valid_answer_parses_to_a_prefix_of_it(cut):
     assert all(f.evidence_verified for f in result.record.facts)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(text=st.text(max_size=300))
 def test_parsing_never_raises(text):

@@ -1,0 +1,33 @@
+"""The test tiers are configured as the README says: pytest refuses unknown markers, and the fast
+tier of ./scripts/test.sh deselects exactly the registered tier markers."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TIER_MARKERS = {"slow", "minilm", "dagster", "postgres", "s3"}
+
+
+def pytest_options() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+
+
+def test_pytest_refuses_a_marker_it_does_not_know():
+    assert "--strict-markers" in pytest_options()["addopts"].split()
+
+
+def test_every_tier_marker_is_registered():
+    registered = {line.split(":", 1)[0].strip() for line in pytest_options()["markers"]}
+    assert TIER_MARKERS <= registered
+
+
+def test_the_fast_tier_deselects_every_tier_marker_and_the_full_run_deselects_none():
+    script = (REPO / "scripts" / "test.sh").read_text()
+    (expression,) = re.findall(r'^FAST_TIER="([^"]+)"$', script, re.M)
+    assert set(re.findall(r"not (\w+)", expression)) == TIER_MARKERS
+    assert expression == " and ".join(f"not {m}" for m in re.findall(r"not (\w+)", expression))
+    full_run = script.split("else\n", 1)[1].split("fi\n", 1)[0]
+    assert "--durations=25" in full_run and not re.search(r"pytest .*-m ", full_run)
