@@ -55,7 +55,7 @@ from synthetic import synthetic_documents_and_records  # noqa: E402
 from lightfoot_pipeline import operations  # noqa: E402
 from lightfoot_pipeline.ingest.dataset import bundled_sample_dir, load_questions  # noqa: E402
 from lightfoot_pipeline.models.embedder import HashingEmbedder, SentenceTransformerEmbedder  # noqa: E402
-from lightfoot_pipeline.evaluation.eval_run import ensure_dataset_indexed  # noqa: E402
+from lightfoot_pipeline.evaluation.evaluate import ensure_dataset_indexed  # noqa: E402
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor  # noqa: E402
 from lightfoot_pipeline.retrieval.retrieve import Retriever, one_thread_per_query  # noqa: E402
 from lightfoot_pipeline.snapshot.format import load_snapshot  # noqa: E402

@@ -318,7 +318,7 @@ def retrieval_alone(store_uri: str, questions: list[str], threads: int, n: int =
 def prepare_store(store_uri: str, embedder_spec: str) -> None:
     from lightfoot_pipeline.ingest.dataset import bundled_sample_dir
     from lightfoot_pipeline.models.embedder import load_embedder
-    from lightfoot_pipeline.evaluation.eval_run import ensure_dataset_indexed
+    from lightfoot_pipeline.evaluation.evaluate import ensure_dataset_indexed
     from lightfoot_pipeline.snapshot.export import export_snapshot
     from lightfoot_pipeline.store.store import Store
 

@@ -10,11 +10,9 @@ and every blocking check runs again; erasure removes the documents' text from hi
 then, with everything downstream clean, is the partition key removed.
 """
 
-from collections import defaultdict
 from typing import Callable
 
 import dagster as dg
-import polars as pl
 
 from assets.keys import (
     DELETION_JOB, ERASURES, GRAPH_ASSETS, PASSAGES_CHECK, PER_DOCUMENT_ASSETS, RETENTION_GROUP, SERVING_SNAPSHOT,
@@ -24,15 +22,14 @@ from assets.partitions import DOCUMENTS
 from assets.provenance import CODE_VERSION, STORE_POOL, column_schema, commit_if_changed, store_metadata
 from assets.receipts import IN_FLIGHT, receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
-from lightfoot_pipeline.index.documents import tombstone_documents
+from lightfoot_pipeline.operations.deletion_requests import (
+    documents_past_retention, latest_tombstones, live_doc_ids, partition_status, pending_erasures, tombstone_requests,
+)
 from lightfoot_pipeline.operations.erase import erase_history
 from lightfoot_pipeline.ingest.inbox import take_requests
 from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing, utc_now
 from lightfoot_pipeline.ingest.receipts import ERASURE, Receipt, Receipts
-from lightfoot_pipeline.ingest.retention import due_documents, load_policy
-from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.tables import DOCUMENTS as DOCUMENTS_TABLE
-from lightfoot_pipeline.store.tables import GRAPH_QUEUE
+from lightfoot_pipeline.ingest.retention import load_policy
 from lightfoot_pipeline.store.tables import TOMBSTONES as TOMBSTONES_TABLE
 
 TOMBSTONED = "tombstoned"
@@ -91,18 +88,9 @@ def tombstones(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Ma
     lightfoot = store.open()
     landing = Landing(lightfoot)
     requests = landing.deletion_requests()
-    groups: dict[tuple[str, bool], list[str]] = defaultdict(list)
-    for request in requests:
-        groups[(request.reason, request.erase)].append(request.doc_id)
-    deleted: dict[str, tuple[str, bool]] = {}
-    not_found: list[str] = []
-    passages_removed = 0
     with lightfoot.transaction() as tx:
-        for (reason, erase), doc_ids in sorted(groups.items()):
-            report = tombstone_documents(tx, doc_ids, reason=reason, erase=erase)
-            deleted.update({d: (reason, erase) for d in report.deleted})
-            not_found.extend(report.not_found)
-            passages_removed += len(report.chunk_ids)
+        applied = tombstone_requests(tx, requests)
+        deleted, not_found, passages_removed = applied.deleted, applied.not_found, applied.passages_removed
         manifest, changed = commit_if_changed(
             tx, "delete", {"deleted": len(deleted), "model_calls": 0, "run_id": context.run.run_id}
         )
@@ -115,7 +103,7 @@ def tombstones(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Ma
             for key in PER_DOCUMENT_ASSETS:
                 context.log_event(tombstone_event(key, doc_id, reason, erase, manifest.seq))
     def live() -> set[str]:
-        return set(lightfoot.read(DOCUMENTS_TABLE.name, manifest, columns=["doc_id"]).get_column("doc_id").to_list())
+        return live_doc_ids(lightfoot, manifest)
 
     for key in PER_DOCUMENT_ASSETS:
         restate_latest(context.instance, key, set(deleted), live)
@@ -149,11 +137,7 @@ def erasures(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Mate
     like the serving export, waits while a blocking check on the graph fails); a published
     snapshot that still holds them is replaced by a fresh export first."""
     lightfoot = store.open()
-    log = lightfoot.read(TOMBSTONES_TABLE.name)
-    live = set(lightfoot.read(DOCUMENTS_TABLE.name, columns=["doc_id"]).get_column("doc_id").to_list())
-    pending = sorted(set(
-        log.filter(pl.col("erase") & pl.col("erased_at").is_null()).get_column("doc_id").to_list()
-    ) - live)
+    pending = pending_erasures(lightfoot)
     if not pending:
         manifest = lightfoot.manifest()
         metadata = store_metadata(lightfoot, manifest, [TOMBSTONES_TABLE.name], fingerprint=False, changed=False)
@@ -287,13 +271,7 @@ def retention_schedule(
     landing = Landing(lightfoot)
     policy = load_policy(inbox.policy_path(), lightfoot.storage_options)
     today = context.scheduled_execution_time.date()
-    documents = lightfoot.read(DOCUMENTS_TABLE.name, columns=["doc_id", "source", "retention_until"])
-    landed_on = {}
-    if any(rule.keep_days is not None for rule in policy.rules):
-        ids = [r["doc_id"] for r in documents.iter_rows(named=True)
-               if any(rule.keep_days is not None and rule.matches(r["doc_id"], r["source"] or "") for rule in policy.rules)]
-        landed_on = {d: copy.landed_at.date() for d, copy in landing.documents(ids).items() if copy.landed_at}
-    due = due_documents(documents, today, policy, landed_on)
+    due = documents_past_retention(lightfoot, landing, policy, today)
     if not due:
         return dg.SkipReason(f"no document is past its retention date on {today}")
     now = utc_now()
@@ -308,39 +286,6 @@ def retention_schedule(
 
 
 # -- removing the partitions of deleted documents ---------------------------------------------
-
-
-def partition_status(store: Store, landing: Landing, keys: list[str]) -> tuple[list[str], dict[str, str], list[str]]:
-    """Which partition keys of deleted documents can go, which must wait (and why), and which
-    of the removable ones still have a stale landed copy (a copy older than the deletion)."""
-    live = set(store.read(DOCUMENTS_TABLE.name, columns=["doc_id"]).get_column("doc_id").to_list())
-    candidates = [k for k in keys if k not in live]
-    if not candidates:
-        return [], {}, []
-    log = store.read(TOMBSTONES_TABLE.name).filter(pl.col("doc_id").is_in(candidates))
-    latest = {r["doc_id"]: r for r in log.sort("requested_at").iter_rows(named=True)}
-    graph_queued = store.read(GRAPH_QUEUE.name, columns=["key"]).height
-    pending = {r.doc_id for r in landing.deletion_requests()}
-    landed = landing.documents(candidates)
-    removable, waiting, stale = [], {}, []
-    for key in candidates:
-        tombstone = latest.get(key)
-        copy = landed.get(key)
-        if tombstone is None:
-            waiting[key] = "never stored: its ingestion has not run or has failed"
-        elif key in pending:
-            waiting[key] = "a deletion request is pending"
-        elif copy is not None and copy.landed_at and copy.landed_at > tombstone["requested_at"]:
-            waiting[key] = "landed again after its deletion: waiting to be ingested"
-        elif graph_queued:
-            waiting[key] = f"the graph has {graph_queued} queued changes to apply"
-        elif tombstone["erase"] and tombstone["erased_at"] is None:
-            waiting[key] = "its history is not erased yet"
-        else:
-            removable.append(key)
-            if copy is not None:
-                stale.append(key)
-    return removable, waiting, stale
 
 
 @dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
@@ -365,8 +310,7 @@ def deleted_partitions(context: dg.SensorEvaluationContext, store: StoreResource
                                cursor=cursor)
     landing.forget(stale)
     events = []
-    log = lightfoot.read(TOMBSTONES_TABLE.name).filter(pl.col("doc_id").is_in(removable))
-    latest = {r["doc_id"]: r for r in log.sort("requested_at").iter_rows(named=True)}
+    latest = latest_tombstones(lightfoot, removable)
     for key in removable:
         if not _has_tombstone(context.instance, key):
             t = latest[key]

@@ -2,9 +2,9 @@
 
 - ``lightfoot eval --out OUT.json | --run-dir DIR [--answer [--answer-budget USD] [--dry-run]]``:
   every mode side by side on one snapshot, written as one JSON document and/or kept in DIR
-  (eval_run.py, runs.py);
+  (evaluate.py, runs.py);
 - ``lightfoot eval-deletion --run-dir DIR [--fraction 0.1 --seed 0]``: the deletion audit with
-  retrieval before and after (deletion_audit.py);
+  retrieval before and after (deletion_eval.py);
 - ``lightfoot audit-deletion --out OUT.json [--fraction 0.1 --seed 0]``: the deletion audit of the
   index alone, its fingerprint against a fresh build of the survivors;
 - ``lightfoot report RUN_DIR``: RUN_DIR/report.md with tables and plots (report.py);
@@ -73,7 +73,7 @@ def print_significance(rows: list[list[str]]) -> None:
 
 
 def _plan(args, reranker, status):
-    from lightfoot_pipeline.evaluation.eval_run import plan_evaluation
+    from lightfoot_pipeline.evaluation.evaluate import plan_evaluation
 
     return plan_evaluation(_names(args.modes) if args.modes else None, args.k, reranker=reranker,
                            reranker_status=status)
@@ -82,7 +82,7 @@ def _plan(args, reranker, status):
 def cmd_eval(args) -> int:
     """``lightfoot eval``: every mode on one snapshot, to --out (JSON) and/or --run-dir (a kept run)."""
     from lightfoot_pipeline.progress import Progress
-    from lightfoot_pipeline.evaluation.eval_run import AnswerOptions, eval_json, run_evaluation
+    from lightfoot_pipeline.evaluation.evaluate import AnswerOptions, eval_json, run_evaluation
     from lightfoot_pipeline.evaluation.report import significance_rows
     from lightfoot_pipeline.evaluation.runs import load_run
     from lightfoot_pipeline.models.embedder import load_embedder
@@ -145,7 +145,7 @@ def cmd_eval(args) -> int:
 
 
 def cmd_audit_deletion(args) -> int:
-    from lightfoot_pipeline.evaluation.audit import audit_deletion
+    from lightfoot_pipeline.evaluation.deletion_trial import audit_deletion
     from lightfoot_pipeline.models.embedder import DEFAULT_EMBEDDER, load_embedder
     from lightfoot_pipeline.store.store import Store
 
@@ -171,7 +171,7 @@ def _scratch_store(label: str):
 
 def cmd_eval_deletion(args) -> int:
     from lightfoot_pipeline.progress import Progress
-    from lightfoot_pipeline.evaluation.deletion_audit import run_deletion_audit
+    from lightfoot_pipeline.evaluation.deletion_eval import run_deletion_audit
     from lightfoot_pipeline.models.embedder import DEFAULT_EMBEDDER, load_embedder
     from lightfoot_pipeline.retrieval.rerank import load_reranker
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from lightfoot_pipeline.index.digests import set_digest
+from lightfoot_pipeline.index.set_digest import set_digest
 
 FACT_KEY = ["fact_id", "subject", "subject_type", "predicate", "object", "object_type"]
 

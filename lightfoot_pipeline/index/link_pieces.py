@@ -31,7 +31,7 @@ import polars as pl
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.index.links import LINK_SCHEMA, LinkRule, links_of_pairs
 from lightfoot_pipeline.index.lsh import join_keys, near_within
-from lightfoot_pipeline.index.name_keys import key_frame, decode_keys
+from lightfoot_pipeline.index.name_sketches import key_frame, decode_keys
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.filesystem import delete_folder_quietly, open_filesystem
 from lightfoot_pipeline.store.store import Store
@@ -161,7 +161,7 @@ def union_links(frames: Sequence[pl.DataFrame]) -> pl.DataFrame:
 
 class PrecomputedLinks:
     """The links and band keys of every live name, computed elsewhere, in place of
-    :func:`name_keys.link_added_names` (same call, same result) for a graph derived again whole.
+    :func:`name_sketches.link_added_names` (same call, same result) for a graph derived again whole.
 
     ``key_rows``: the ``name_sketches`` rows of the prepared names; ``check``: called with the
     transaction before anything is staged (the caller's test that the store is still the one

@@ -9,7 +9,7 @@ that crashed half-way is healed by the next one.
    forms. Names new to the aliases table are *added*, names gone from the forms are *removed*,
    names whose passages changed are *changed*.
 2. **Vectors and links.** Added names get vectors (cached per model and name) and are linked
-   against every live name of their type that shares an LSH band key (links.py, name_keys.py). Links of removed names
+   against every live name of their type that shares an LSH band key (links.py, name_sketches.py). Links of removed names
    are dropped. No other link is recomputed: a link depends on its two names only.
 3. **Components.** The affected entities are those of removed and changed names, and of old
    names that an added name links to at the entity threshold. Their surviving members plus the
@@ -23,7 +23,7 @@ Every step reads only the buckets of the names, entities and facts it looks up (
 a name's forms and alias, its links from both ends, the members of its entity (found by walking
 the committed links at the entity threshold), their mentions and synonym edges. Linking an added
 name holds the band keys of the live names of its type and reads the vectors of the names that
-share a key with it (name_keys.py).
+share a key with it (name_sketches.py).
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from typing import Callable
 import polars as pl
 
 from lightfoot_pipeline.index.components import components, entity_rows, mention_rows
-from lightfoot_pipeline.index.digests import set_digest
+from lightfoot_pipeline.index.set_digest import set_digest
 from lightfoot_pipeline.index.facts import fact_rows
 from lightfoot_pipeline.index.links import LINK_SCHEMA, LinkRule
-from lightfoot_pipeline.index.name_keys import drop_keys, link_added_names, store_keys
+from lightfoot_pipeline.index.name_sketches import drop_keys, link_added_names, store_keys
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.index.synonyms import synonym_edges
@@ -173,7 +173,7 @@ def reconcile_graph(
     level-triggered repair path: it reads every table and finds and fixes any difference,
     whatever caused it). ``timings`` gets the seconds spent linking added names (``links``).
     ``linker`` links the added names and stages their keys in place of
-    :func:`name_keys.link_added_names` (links computed elsewhere: link_pieces.PrecomputedLinks).
+    :func:`name_sketches.link_added_names` (links computed elsewhere: link_pieces.PrecomputedLinks).
     """
     change = GraphChange()
     n = tx.n_buckets

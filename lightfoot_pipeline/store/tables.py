@@ -175,7 +175,7 @@ NAME_SKETCHES = TableSpec(
     _schema(("type", S), ("name", S), ("group_hash", pa.int64()), ("sketch", pa.binary())),
     key=("type", "name"), bucket_by="name", per_document=False, fingerprinted=False,
     description="The LSH band keys of every live name in two parts: the high bits its number group sets, and its "
-                "sketch, the sign bits of every band (index/name_keys.py); from its vector and name alone.",
+                "sketch, the sign bits of every band (index/name_sketches.py); from its vector and name alone.",
 )
 DOCUMENT_KEYS = TableSpec(
     "document_keys",

@@ -130,7 +130,7 @@ def test_a_failed_run_leaves_the_request_pending_and_the_next_tick_retries_it(
         raise OSError("the store is unreachable")
 
     with monkeypatch.context() as patch:
-        patch.setattr(retention, "tombstone_documents", store_unavailable)
+        patch.setattr(retention, "tombstone_requests", store_unavailable)
         (failed,) = lightfoot.launch(first, "erasure_inbox", "document_deletion")
     assert not failed.success
     assert lightfoot.stored_ids() == [d.doc_id for d in docs]
@@ -161,7 +161,7 @@ def test_a_request_whose_runs_keep_failing_waits_longer_before_each_attempt(
 
     tick = lightfoot.tick("erasure_inbox")
     with monkeypatch.context() as patch:
-        patch.setattr(retention, "tombstone_documents", store_unavailable)
+        patch.setattr(retention, "tombstone_requests", store_unavailable)
         for _ in range(2):  # the first failure is retried at once, the second is not
             (failed,) = lightfoot.launch(tick, "erasure_inbox", "document_deletion")
             assert not failed.success

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from lightfoot_pipeline.evaluation.audit import write_subset
+from lightfoot_pipeline.evaluation.deletion_trial import write_subset
 from lightfoot_pipeline.cli import main
 
 

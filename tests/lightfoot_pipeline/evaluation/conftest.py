@@ -68,7 +68,7 @@ def small_index(tmp_path_factory, small_dataset, hashing_embedder):
 
 def audit_seed(doc_ids: list[str], questions, fraction: float) -> int:
     """The first seed whose deletions take evidence from some questions and leave others intact."""
-    from lightfoot_pipeline.evaluation.audit import choose_deletions
+    from lightfoot_pipeline.evaluation.deletion_trial import choose_deletions
 
     for seed in range(200):
         doomed = set(choose_deletions(doc_ids, fraction, seed))
@@ -82,7 +82,7 @@ def audit_seed(doc_ids: list[str], questions, fraction: float) -> int:
 def small_audit(tmp_path_factory, small_dataset, small_questions, hashing_embedder):
     """The deletion audit of the slice (10%), kept as a run directory; its stores kept in work/."""
     from lightfoot_pipeline.ingest.dataset import load_corpus
-    from lightfoot_pipeline.evaluation.deletion_audit import run_deletion_audit
+    from lightfoot_pipeline.evaluation.deletion_eval import run_deletion_audit
 
     base = tmp_path_factory.mktemp("small-audit")
     seed = audit_seed([d.doc_id for d in load_corpus(small_dataset)], small_questions, 0.1)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from lightfoot_pipeline.evaluation.eval_run import AnswerOptions, plan_evaluation, run_evaluation
+from lightfoot_pipeline.evaluation.evaluate import AnswerOptions, plan_evaluation, run_evaluation
 from lightfoot_pipeline.evaluation.harness import HarnessError
 from lightfoot_pipeline.evaluation.metrics import recall_at_k
 from lightfoot_pipeline.evaluation.report import write_report
@@ -115,7 +115,7 @@ def test_hgmem_needs_answers(deep_store, small_dataset, hashing_embedder):
 
 
 def test_the_deletion_audit_refuses_hgmem(small_dataset, hashing_embedder):
-    from lightfoot_pipeline.evaluation.deletion_audit import run_deletion_audit
+    from lightfoot_pipeline.evaluation.deletion_eval import run_deletion_audit
 
     with pytest.raises(HarnessError, match="hgmem calls the model"):
         run_deletion_audit(small_dataset, small_dataset / "questions-dev.jsonl", hashing_embedder,

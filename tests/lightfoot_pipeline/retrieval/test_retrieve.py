@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lightfoot_pipeline.models.embedder import HashingEmbedder
-from lightfoot_pipeline.evaluation.eval_run import ensure_dataset_indexed
+from lightfoot_pipeline.evaluation.evaluate import ensure_dataset_indexed
 from lightfoot_pipeline.retrieval.rerank import CrossEncoderReranker, RerankerStatus, reciprocal_rank_fusion
 from lightfoot_pipeline.retrieval.retrieve import RetrievalError, RetrievalSettings, Retriever, top_indices
 from lightfoot_pipeline.snapshot.format import load_snapshot

@@ -12,7 +12,7 @@ eval-deletion`` run:
 4. Compare the two stores' fingerprints and per-table counts.
 
 An ``observe`` callback sees the store at each phase — ``before`` the deletion, ``after`` it, and
-the ``fresh`` build — which is where ``eval-deletion`` runs its questions (deletion_audit.py).
+the ``fresh`` build — which is where ``eval-deletion`` runs its questions (deletion_eval.py).
 :func:`audit_deletion` is ``audit-deletion``'s report of the trial.
 """
 

@@ -11,7 +11,7 @@ import pytest
 
 from lightfoot_pipeline import operations
 from lightfoot_pipeline.store.fingerprint import counts, fingerprint
-from lightfoot_pipeline.evaluation.audit import (
+from lightfoot_pipeline.evaluation.deletion_trial import (
     AFTER, BEFORE, FRESH, CountingEmbedder, audit_deletion, choose_deletions, run_trial,
 )
 from lightfoot_pipeline.evaluation.harness import HarnessError

@@ -7,7 +7,7 @@ import json
 import polars as pl
 import pytest
 
-from lightfoot_pipeline.evaluation.deletion_audit import evidence_split, group_recalls
+from lightfoot_pipeline.evaluation.deletion_eval import evidence_split, group_recalls
 from lightfoot_pipeline.evaluation.harness import QuestionResult
 from lightfoot_pipeline.evaluation.runs import load_run
 

@@ -1,6 +1,6 @@
 """The deletion audit as an evaluation (paper §4): what deleting documents does to retrieval.
 
-The audit is audit.py's trial, both stores built in this process, with every question run through
+The audit is deletion_trial.py's trial, both stores built in this process, with every question run through
 every mode of the plan at each of its phases:
 
 1. the store of the whole dataset, built from its recorded extractions (phase ``before``);
@@ -25,8 +25,8 @@ from typing import Sequence
 
 import numpy as np
 
-from lightfoot_pipeline.evaluation.audit import AFTER, BEFORE, FRESH, run_trial
-from lightfoot_pipeline.evaluation.eval_run import (
+from lightfoot_pipeline.evaluation.deletion_trial import AFTER, BEFORE, FRESH, run_trial
+from lightfoot_pipeline.evaluation.evaluate import (
     Echo, EvalPlan, PhaseResult, ProgressFactory, evaluate_store, plan_evaluation, snapshot_record,
 )
 from lightfoot_pipeline.evaluation.harness import HarnessError, QuestionResult

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lightfoot_pipeline.store.fingerprint import fingerprint
-from lightfoot_pipeline.evaluation.eval_run import (
+from lightfoot_pipeline.evaluation.evaluate import (
     AnswerOptions, ensure_dataset_indexed, eval_json, plan_evaluation, run_evaluation,
 )
 from lightfoot_pipeline.evaluation.harness import HarnessError
