@@ -1,6 +1,6 @@
 """The resources every Lightfoot definition uses, configured from the environment.
 
-The variables are read by ``lightfoot_pipeline/settings.py`` and listed in the README's settings
+The variables are read by ``lightfoot_pipeline/settings/environment.py`` and listed in the README's settings
 table; the language model's endpoint, model and key (OPENAI_BASE_URL, LIGHTFOOT_LLM_MODEL,
 OPENAI_API_KEY) reach the extractor only as ``dg.EnvVar``, resolved at run time and never stored.
 """

@@ -1,4 +1,5 @@
-"""Settings in one module: every environment variable is read in settings.py and listed once in the README."""
+"""Settings read in one place: every environment variable is read in settings/environment.py and listed once in
+the README."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from lightfoot_pipeline import settings
+from lightfoot_pipeline.settings import environment
 from lightfoot_pipeline.models.llm import LLMSettings
 from lightfoot_pipeline.settings import SettingsError
 
@@ -45,15 +47,15 @@ def test_the_readme_lists_every_variable_once_with_its_default_and_meaning():
     assert len(settings.VARIABLES) == len(set(settings.VARIABLES))
 
 
-def test_only_settings_py_reads_the_environment():
+def test_only_the_environment_module_of_settings_reads_the_environment():
     modules = [*(ROOT / "lightfoot_pipeline").rglob("*.py"), *(ROOT / "assets").rglob("*.py")]
     readers = {str(p.relative_to(ROOT)): lines for p in modules if (lines := environment_reads(p))}
-    assert set(readers) == {"lightfoot_pipeline/settings.py"}, readers
+    assert set(readers) == {"lightfoot_pipeline/settings/environment.py"}, readers
 
 
 def test_a_variable_not_declared_is_not_read():
     with pytest.raises(KeyError, match="NOT_A_LIGHTFOOT_VARIABLE"):
-        settings._read("NOT_A_LIGHTFOOT_VARIABLE", {})
+        environment._read("NOT_A_LIGHTFOOT_VARIABLE", {})
 
 
 def test_model_settings_take_the_lightfoot_name_first_and_skip_blanks():
