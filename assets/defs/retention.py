@@ -23,13 +23,14 @@ from assets.provenance import CODE_VERSION, STORE_POOL, column_schema, commit_if
 from assets.receipts import IN_FLIGHT, receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
 from lightfoot_pipeline.operations.deletion_requests import (
-    documents_past_retention, latest_tombstones, live_doc_ids, partition_status, pending_erasures, tombstone_requests,
+    documents_past_retention, latest_tombstones, partition_status, pending_erasures, tombstone_requests,
 )
 from lightfoot_pipeline.operations.erase import erase_history
 from lightfoot_pipeline.ingest.inbox import take_requests
 from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing, utc_now
 from lightfoot_pipeline.ingest.receipts import ERASURE, Receipt, Receipts
 from lightfoot_pipeline.ingest.retention import load_policy
+from lightfoot_pipeline.store.documents import live_doc_ids
 from lightfoot_pipeline.store.tables import TOMBSTONES as TOMBSTONES_TABLE
 
 TOMBSTONED = "tombstoned"
