@@ -21,7 +21,6 @@ import json
 from dataclasses import dataclass
 
 import polars as pl
-import pyarrow as pa
 import pyarrow.fs as pafs
 
 from lightfoot_pipeline.ingest.chunking import chunk_blocks, document_text
@@ -30,32 +29,11 @@ from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
 from lightfoot_pipeline.ingest.files import FileReadError, read_file
 from lightfoot_pipeline.ingest.retention import parse_retention_date
 from lightfoot_pipeline.settings import ChunkSettings
-from lightfoot_pipeline.store.tables import TableSpec, register
+from lightfoot_pipeline.store.tables import SOURCE_FILES
 
 SIDECAR_SUFFIX = ".lightfoot.json"
 _NOT_READY_SUFFIXES = (".tmp", ".part")
 INDEXED, FAILED = "indexed", "failed"
-
-SOURCE_FILES = register(
-    TableSpec(
-        "source_files",
-        pa.schema([
-            pa.field("doc_id", pa.string()),
-            pa.field("source", pa.string()),
-            pa.field("size", pa.int64()),
-            pa.field("mtime_ns", pa.int64()),
-            pa.field("sha256", pa.string()),
-            pa.field("sidecar_sha256", pa.string()),
-            pa.field("chunking", pa.string()),
-            pa.field("media_type", pa.string()),
-            pa.field("status", pa.string()),
-            pa.field("reason", pa.string()),
-            pa.field("n_passages", pa.int64()),
-        ]),
-        key=("doc_id",), bucket_by="doc_id", per_document=True, fingerprinted=False,
-        description="The files of synced sources: what was seen of each, and whether it was indexed or why not.",
-    )
-)
 
 
 @dataclass(frozen=True)

@@ -24,38 +24,8 @@ import uuid
 from dataclasses import dataclass
 
 import polars as pl
-import pyarrow as pa
 
-from lightfoot_pipeline.store.tables import TableSpec, register, with_buckets
-
-LLM_LEDGER = register(
-    TableSpec(
-        "llm_ledger",
-        pa.schema([
-            pa.field("call_id", pa.string()),
-            pa.field("run_id", pa.string()),
-            pa.field("purpose", pa.string()),  # "extract", "answer", …
-            pa.field("model", pa.string()),
-            pa.field("doc_id", pa.string()),
-            pa.field("chunk_id", pa.string()),
-            pa.field("cache_key", pa.string()),
-            pa.field("status", pa.string()),  # "ok", "unusable" (answer could not be parsed), "error"
-            pa.field("error_kind", pa.string()),  # LLMError.kind for status "error"
-            pa.field("attempts", pa.int64()),
-            pa.field("tokens_in", pa.int64()),
-            pa.field("tokens_out", pa.int64()),
-            pa.field("usage_reported", pa.bool_()),  # False: the endpoint sent no usage; estimated
-            pa.field("price_in_per_mtok", pa.float64()),
-            pa.field("price_out_per_mtok", pa.float64()),
-            pa.field("price_source", pa.string()),  # "configured", "list" or "unpriced"
-            pa.field("cost_usd", pa.float64()),
-            pa.field("seconds", pa.float64()),
-            pa.field("created_at", pa.timestamp("us", tz="UTC")),
-        ]),
-        key=("call_id",), bucket_by="call_id", per_document=False, fingerprinted=False,
-        description="Every model call: run, passage, tokens, prices and cost (ids and numbers only).",
-    )
-)
+from lightfoot_pipeline.store.tables import LLM_LEDGER, with_buckets
 
 
 def new_run_id(prefix: str = "run") -> str:

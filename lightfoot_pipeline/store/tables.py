@@ -198,27 +198,67 @@ INDEX_TABLES: tuple[TableSpec, ...] = (
 PER_DOCUMENT_TABLES: tuple[TableSpec, ...] = tuple(t for t in INDEX_TABLES if t.per_document)
 GRAPH_TABLES: tuple[TableSpec, ...] = tuple(t for t in INDEX_TABLES if not t.per_document)
 
-_REGISTRY: dict[str, TableSpec] = {t.name: t for t in (*INDEX_TABLES, NAME_LINKS_REVERSE, NAME_SKETCHES, DOCUMENT_KEYS, TOMBSTONES, GRAPH_QUEUE)}
+# Operational tables of the stages above the store. Journal tables (appended outside the store log,
+# store/journals.py): the extraction cache and its claims (ingest/extraction/cache.py, claims.py) and
+# the cost ledger (store/ledger.py). ``source_files`` (ingest/sources.py) is committed with the index.
+TS_UTC = pa.timestamp("us", tz="UTC")
+EXTRACTION_CACHE = TableSpec(
+    "extraction_cache",
+    _schema(("cache_key", S), ("model", S), ("prompt_hash", S), ("schema_hash", S), ("text_hash", S),
+            ("output", S), ("tokens_in", I), ("tokens_out", I), ("created_at", TS_UTC)),
+    key=("cache_key",), bucket_by="cache_key", per_document=False, fingerprinted=False,
+    description="Model answers by (model, prompt, schema, passage text): each paid for once.",
+)
+EXTRACTION_CLAIMS = TableSpec(
+    "extraction_claims",
+    _schema(("cache_key", S), ("seq", I), ("event", S), ("claimant", S), ("reason", S), ("at", TS_UTC),
+            ("expires_at", TS_UTC)),
+    key=("cache_key", "seq"), bucket_by="cache_key", per_document=False, fingerprinted=False,
+    description="Which run asks the model for which passage text, and why a release came without an answer.",
+)
+LLM_LEDGER = TableSpec(
+    "llm_ledger",
+    _schema(("call_id", S), ("run_id", S),
+            ("purpose", S),  # "extract", "answer", …
+            ("model", S), ("doc_id", S), ("chunk_id", S), ("cache_key", S),
+            ("status", S),  # "ok", "unusable" (answer could not be parsed), "error"
+            ("error_kind", S),  # LLMError.kind for status "error"
+            ("attempts", I), ("tokens_in", I), ("tokens_out", I),
+            ("usage_reported", B),  # False: the endpoint sent no usage; estimated
+            ("price_in_per_mtok", F), ("price_out_per_mtok", F),
+            ("price_source", S),  # "configured", "list" or "unpriced"
+            ("cost_usd", F), ("seconds", F), ("created_at", TS_UTC)),
+    key=("call_id",), bucket_by="call_id", per_document=False, fingerprinted=False,
+    description="Every model call: run, passage, tokens, prices and cost (ids and numbers only).",
+)
+SOURCE_FILES = TableSpec(
+    "source_files",
+    _schema(("doc_id", S), ("source", S), ("size", I), ("mtime_ns", I), ("sha256", S), ("sidecar_sha256", S),
+            ("chunking", S), ("media_type", S), ("status", S), ("reason", S), ("n_passages", I)),
+    key=("doc_id",), bucket_by="doc_id", per_document=True, fingerprinted=False,
+    description="The files of synced sources: what was seen of each, and whether it was indexed or why not.",
+)
+OPERATIONAL_TABLES: tuple[TableSpec, ...] = (
+    NAME_LINKS_REVERSE, NAME_SKETCHES, DOCUMENT_KEYS, TOMBSTONES, GRAPH_QUEUE,
+    EXTRACTION_CACHE, EXTRACTION_CLAIMS, LLM_LEDGER, SOURCE_FILES,
+)
 
-
-def register(spec: TableSpec) -> TableSpec:
-    """Declare a further table (operational tables of other stages register themselves here)."""
-    existing = _REGISTRY.get(spec.name)
-    if existing is not None and existing != spec:
-        raise ValueError(f"table {spec.name!r} is already declared with another schema")
-    _REGISTRY[spec.name] = spec
-    return spec
+# Every table a store can hold, whatever has been imported: vacuum, recovery and migration go
+# through all of them.
+_ALL_TABLES: dict[str, TableSpec] = {t.name: t for t in (*INDEX_TABLES, *OPERATIONAL_TABLES)}
 
 
 def spec_for(name: str) -> TableSpec:
+    """The table of that name (KeyError, naming the known tables, for any other)."""
     try:
-        return _REGISTRY[name]
+        return _ALL_TABLES[name]
     except KeyError:
-        raise KeyError(f"no table named {name!r}; known: {sorted(_REGISTRY)}") from None
+        raise KeyError(f"no table named {name!r}; known: {sorted(_ALL_TABLES)}") from None
 
 
 def all_specs() -> list[TableSpec]:
-    return list(_REGISTRY.values())
+    """Every table a store can hold: the index tables, then the operational ones."""
+    return list(_ALL_TABLES.values())
 
 
 def bucket_of(value: str, n_buckets: int) -> int:

@@ -14,35 +14,15 @@ import hashlib
 from typing import Iterable
 
 import polars as pl
-import pyarrow as pa
 from deltalake.exceptions import CommitFailedError
 
 from lightfoot_pipeline.ingest.extraction.claims import EXTRACTION_CLAIMS
 from lightfoot_pipeline.store.log import ConcurrentCommitError
-from lightfoot_pipeline.store.tables import TableSpec, register, with_buckets
+from lightfoot_pipeline.store.tables import EXTRACTION_CACHE, with_buckets
 
 # A purge that meets a compaction of the journal (the only other rewrite of it) reads again and
 # tries again, this many times.
 PURGE_TRIES = 5
-
-EXTRACTION_CACHE = register(
-    TableSpec(
-        "extraction_cache",
-        pa.schema([
-            pa.field("cache_key", pa.string()),
-            pa.field("model", pa.string()),
-            pa.field("prompt_hash", pa.string()),
-            pa.field("schema_hash", pa.string()),
-            pa.field("text_hash", pa.string()),
-            pa.field("output", pa.string()),
-            pa.field("tokens_in", pa.int64()),
-            pa.field("tokens_out", pa.int64()),
-            pa.field("created_at", pa.timestamp("us", tz="UTC")),
-        ]),
-        key=("cache_key",), bucket_by="cache_key", per_document=False, fingerprinted=False,
-        description="Model answers by (model, prompt, schema, passage text): each paid for once.",
-    )
-)
 
 
 def cache_key_for(model: str, prompt_hash: str, schema_hash: str, text_hash: str) -> str:

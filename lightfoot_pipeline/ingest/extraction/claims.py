@@ -26,32 +26,14 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import polars as pl
-import pyarrow as pa
 
 from lightfoot_pipeline.store.log import ConcurrentCommitError
-from lightfoot_pipeline.store.tables import TableSpec, register, with_buckets
+from lightfoot_pipeline.store.tables import EXTRACTION_CLAIMS, with_buckets
 
 CLAIM, RELEASE = "claim", "release"
 CLAIM_LEASE_S = 1800.0  # a claim its holder neither released nor renewed ends after this long
 CLAIM_CHUNK = 256  # keys claimed at once; a holder asks them before it claims more
 APPEND_TRIES = 50  # appends that lost the race to another writer before one gives up
-
-EXTRACTION_CLAIMS = register(
-    TableSpec(
-        "extraction_claims",
-        pa.schema([
-            pa.field("cache_key", pa.string()),
-            pa.field("seq", pa.int64()),
-            pa.field("event", pa.string()),
-            pa.field("claimant", pa.string()),
-            pa.field("reason", pa.string()),
-            pa.field("at", pa.timestamp("us", tz="UTC")),
-            pa.field("expires_at", pa.timestamp("us", tz="UTC")),
-        ]),
-        key=("cache_key", "seq"), bucket_by="cache_key", per_document=False, fingerprinted=False,
-        description="Which run asks the model for which passage text, and why a release came without an answer.",
-    )
-)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,84 @@
+"""The store's tables are one fixed set, declared in store/tables.py: what vacuum, recovery and
+migration go through does not depend on which modules a process happened to import.
+
+Each interpreter below is fresh: it imports one module first (a package of the engine, or the
+Dagster definitions), reads ``all_specs()``, then imports every other module of that package in
+turn and reads it again after each.
+"""
+
+from __future__ import annotations
+
+import json
+import pkgutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import assets
+import lightfoot_pipeline
+
+ROOT = Path(__file__).resolve().parents[3]
+
+EXPECTED = {
+    # index tables
+    "documents", "passages", "passage_sources", "extractions", "forms", "fact_sources", "name_links",
+    "aliases", "entities", "mentions", "synonym_edges", "facts",
+    # operational tables
+    "name_links_reverse", "name_sketches", "document_keys", "tombstones", "graph_queue",
+    "extraction_cache", "extraction_claims", "llm_ledger", "source_files",
+}
+
+# Imports the modules named in argv in turn, in this order, and prints the table names that
+# all_specs() gives after each (JSON: module -> names).
+SCRIPT = """
+import importlib, json, sys
+seen = {}
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+    tables = importlib.import_module("lightfoot_pipeline.store.tables")
+    seen[name] = sorted(spec.name for spec in tables.all_specs())
+print(json.dumps(seen))
+"""
+
+
+def modules_of(package) -> list[str]:
+    """Every module of a package, sub-packages included (``__main__`` modules run on import: left out)."""
+    found = [m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]
+    return [name for name in found if not name.endswith(".__main__")]
+
+
+def groups() -> list[list[str]]:
+    """One list of modules per fresh interpreter: each top-level package of the engine, led by
+    the package itself (``lightfoot_pipeline.cli`` among them), and the Dagster layer, led by
+    ``assets.definitions``."""
+    engine = modules_of(lightfoot_pipeline)
+    out: dict[str, list[str]] = {}
+    for name in engine:
+        top = ".".join(name.split(".")[:2])
+        out.setdefault(top, [top]).extend([name] if name != top else [])
+    dagster = ["assets.definitions", *(m for m in modules_of(assets) if m != "assets.definitions")]
+    return [*out.values(), dagster]
+
+
+def names_after_imports(modules: list[str]) -> dict[str, list[str]]:
+    result = subprocess.run([sys.executable, "-c", SCRIPT, *modules], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, f"importing {modules[0]} and its package failed:\n{result.stderr[-4000:]}"
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow  # fifteen fresh interpreters, each importing a package of modules
+def test_every_table_is_declared_whatever_was_imported():
+    batches = groups()
+    leaders = {batch[0] for batch in batches}
+    assert {"lightfoot_pipeline.cli", "lightfoot_pipeline.store", "lightfoot_pipeline.ingest",
+            "assets.definitions"} <= leaders
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        seen = {module: names for found in pool.map(names_after_imports, batches) for module, names in found.items()}
+    assert set(seen) >= {m for batch in batches for m in batch}
+    differing = {module: sorted(set(names) ^ EXPECTED) for module, names in seen.items() if set(names) != EXPECTED}
+    assert not differing, f"all_specs() differs from the declared tables after importing: {differing}"
+    assert all(len(names) == len(EXPECTED) for names in seen.values())
