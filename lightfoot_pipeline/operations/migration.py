@@ -82,6 +82,6 @@ def _drop_retired_tables(store: Store) -> list[str]:
     """Delete the tables that earlier layouts kept and this one does not (after a migration)."""
     dropped = []
     for name in RETIRED_TABLES:
-        if delete_folder_quietly(*open_filesystem(store.table_uri(name), store._options())):
+        if delete_folder_quietly(*open_filesystem(store.table_uri(name), store.connection_options())):
             dropped.append(name)
     return dropped

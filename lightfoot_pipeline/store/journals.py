@@ -35,16 +35,16 @@ def typed(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:
 
 
 class Journals:
-    """The journal operations of a Store (which supplies ``_open``, ``journal_uri``, ``_options``,
-    ``_read_files`` and ``n_buckets``)."""
+    """The journal operations of a Store, through its public methods ``open_table``,
+    ``journal_uri``, ``connection_options`` and ``read_files``, and its ``n_buckets``."""
 
     def read_journal(self, name: str) -> pl.DataFrame:
         """An append-only journal table at its latest version."""
         spec = spec_for(name)
-        table = self._open(self.journal_uri(name))
+        table = self.open_table(self.journal_uri(name))
         if table is None:
             return spec.empty()
-        return typed(self._read_files(table, spec), spec).select([*spec.columns, BUCKET])
+        return typed(self.read_files(table, spec), spec).select([*spec.columns, BUCKET])
 
     def append_journal(self, name: str, rows: pl.DataFrame) -> None:
         """Append rows to a journal table (safe beside other appenders: appends never conflict)."""
@@ -57,16 +57,16 @@ class Journals:
             mode="append",
             partition_by=[BUCKET],
             configuration=TABLE_CONFIGURATION,
-            storage_options=self._options(),
+            storage_options=self.connection_options(),
         )
 
     def read_journal_version(self, name: str) -> tuple[int | None, pl.DataFrame]:
         """A journal table at its latest version, and that version (None when it does not exist)."""
         spec = spec_for(name)
-        table = self._open(self.journal_uri(name))
+        table = self.open_table(self.journal_uri(name))
         if table is None:
             return None, spec.empty()
-        return table.version(), typed(self._read_files(table, spec), spec).select([*spec.columns, BUCKET])
+        return table.version(), typed(self.read_files(table, spec), spec).select([*spec.columns, BUCKET])
 
     def append_journal_after(self, name: str, rows: pl.DataFrame, version: int | None) -> bool:
         """Append rows as the journal's next version after ``version`` (None: create the journal);
@@ -75,14 +75,14 @@ class Journals:
         if version is None:
             try:
                 write_deltalake(self.journal_uri(name), conform(rows, spec), mode="error", partition_by=[BUCKET],
-                                configuration=TABLE_CONFIGURATION, storage_options=self._options(),
+                                configuration=TABLE_CONFIGURATION, storage_options=self.connection_options(),
                                 commit_properties=EXACT_VERSION)
                 return True
             except DeltaError as err:  # another writer created it first (or storage failed)
-                if self._open(self.journal_uri(name)) is None:
+                if self.open_table(self.journal_uri(name)) is None:
                     raise StoreError(f"cannot create journal {name}: {storage_failure(err)}") from err
                 return False
-        table = self._open(self.journal_uri(name), version)
+        table = self.open_table(self.journal_uri(name), version)
         if table is None:
             raise StoreError(f"journal {name!r} at version {version} is missing on storage")
         try:
@@ -101,7 +101,7 @@ class Journals:
         journal the later of the two fails: this with ConcurrentCommitError, the deletion with
         deltalake's CommitFailedError. Returns the files compacted.
         """
-        table = self._open(self.journal_uri(name))
+        table = self.open_table(self.journal_uri(name))
         if table is None or len(table.file_uris()) <= JOURNAL_FILES_PER_BUCKET * self.n_buckets:
             return 0
         with conflicts_as(ConcurrentCommitError, f"compacting journal {name}"):
@@ -111,7 +111,7 @@ class Journals:
 
     def delete_from_journal(self, name: str, column: str, values: list[str]) -> int:
         """Delete journal rows whose column is one of values (ids and hashes only, never text)."""
-        table = self._open(self.journal_uri(name))
+        table = self.open_table(self.journal_uri(name))
         if table is None or not values:
             return 0
         total = 0

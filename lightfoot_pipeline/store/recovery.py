@@ -28,8 +28,8 @@ def recover(store) -> tuple[Manifest, dict[str, int]]:
     """
     manifest = store.manifest()
     heads: dict[str, int] = {}
-    for spec_name, uri in store._physical_tables():
-        table = store._open(uri)
+    for spec_name, uri in store.table_locations():
+        table = store.open_table(uri)
         if table is None:
             continue
         logged = manifest.versions.get(spec_name)
@@ -41,7 +41,7 @@ def recover(store) -> tuple[Manifest, dict[str, int]]:
                 table.restore(logged, commit_properties=EXACT_VERSION)
         heads[spec_name] = table.version()
         if table.version() == logged:
-            store._keep_open(spec_name, table)
+            store.keep_open_table(spec_name, table)
     return manifest, heads
 
 
@@ -51,10 +51,10 @@ def create_table(store, uri: str, schema: pa.Schema, partition_by: list[str] | N
     try:
         table = DeltaTable.create(
             uri, schema, mode="error", partition_by=partition_by, configuration=TABLE_CONFIGURATION,
-            storage_options=store._options(), commit_properties=EXACT_VERSION, **metadata,
+            storage_options=store.connection_options(), commit_properties=EXACT_VERSION, **metadata,
         )
     except (CommitFailedError, DeltaError) as err:
-        if isinstance(err, CommitFailedError) or store._open(uri) is not None:
+        if isinstance(err, CommitFailedError) or store.open_table(uri) is not None:
             raise ConcurrentCommitError(f"another writer created {what} first") from err
         raise
     if table.version() != 0:

@@ -49,7 +49,9 @@ from lightfoot_pipeline.store.log import (
     LOG_SCHEMA, Manifest, StoreError, StoreLayoutError,
     StoreUnavailable,
 )
-from lightfoot_pipeline.store.tables import BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, spec_for, worth_a_presence_check
+from lightfoot_pipeline.store.tables import (
+    BUCKET, LAYOUT_VERSION, TableSpec, all_specs, bucket_of, spec_for, worth_a_presence_check,
+)
 from lightfoot_pipeline.store.recovery import recover
 from lightfoot_pipeline.store.transaction import Transaction
 
@@ -104,14 +106,16 @@ class Store(Journals):
             return None
         return Path(self.uri.removeprefix("file://"))
 
-    def _options(self) -> dict[str, str] | None:
+    def connection_options(self) -> dict[str, str] | None:
+        """The storage options to open anything under the root with (Delta tables, LanceDB, a
+        filesystem): ``storage_options``, or None when there are none (a local store)."""
         return self.storage_options or None
 
     # -- the store log ---------------------------------------------------------------------
 
     def manifest(self) -> Manifest:
         """The newest committed state (an empty store has seq 0 and no tables)."""
-        log = self._open(self.path("_lightfoot", "store_log"))
+        log = self.open_table(self.path("_lightfoot", "store_log"))
         if log is None:
             return Manifest()
         rows = self._read_log_rows(log)
@@ -134,7 +138,7 @@ class Store(Journals):
         return pl.read_parquet(files) if files else pl.from_arrow(LOG_SCHEMA.empty_table())  # type: ignore[return-value]
 
     def history(self) -> pl.DataFrame:
-        log = self._open(self.path("_lightfoot", "store_log"))
+        log = self.open_table(self.path("_lightfoot", "store_log"))
         if log is None:
             return pl.from_arrow(LOG_SCHEMA.empty_table())  # type: ignore[return-value]
         return pl.from_arrow(log.to_pyarrow_table()).sort("seq")  # type: ignore[return-value]
@@ -144,9 +148,11 @@ class Store(Journals):
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _open(self, uri: str, version: int | None = None) -> DeltaTable | None:
+    def open_table(self, uri: str, version: int | None = None) -> DeltaTable | None:
+        """The Delta table at a URI under the root, at ``version`` (None: its latest), or None
+        when there is none; StoreUnavailable when storage does not answer or refuses."""
         try:
-            return DeltaTable(uri, version=version, storage_options=self._options())
+            return DeltaTable(uri, version=version, storage_options=self.connection_options())
         except TableNotFoundError:
             return None
         except OSError as err:  # storage that does not answer, or refuses the credentials
@@ -169,11 +175,11 @@ class Store(Journals):
         cached = self._frames.get(name)
         if cached is not None and cached[0] == version:
             return cached[1].select(wanted)
-        table = self._open_version(name, version)
-        frame = typed(self._read_files(table, spec), spec)
+        table = self.open_version(name, version)
+        frame = typed(self.read_files(table, spec), spec)
         self.tables_read[name] = self.tables_read.get(name, 0) + 1
         if remember:
-            self._remember(name, version, frame)
+            self.remember_rows(name, version, frame)
         return frame.select(wanted)
 
     def read_column(self, name: str, manifest: Manifest, column: str) -> pl.Series:
@@ -190,7 +196,7 @@ class Store(Journals):
         cached = self._frames.get(name)
         if cached is not None and cached[0] == version:
             return cached[1].select(columns)
-        table = self._open_version(name, version)
+        table = self.open_version(name, version)
         self.columns_read[name] = self.columns_read.get(name, 0) + 1
         if self.is_remote:
             frame = pl.from_arrow(table.to_pyarrow_table(columns=columns))
@@ -214,7 +220,7 @@ class Store(Journals):
         cached = self._frames.get(name)
         if cached is not None and cached[0] == version:
             return cached[1].filter(pl.col(BUCKET).is_in(wanted))
-        table = self._open_version(name, version)
+        table = self.open_version(name, version)
         partitions = [(BUCKET, "in", [str(b) for b in wanted])]
         if self.is_remote:
             frame = pl.from_arrow(table.to_pyarrow_table(partitions=partitions))
@@ -235,7 +241,7 @@ class Store(Journals):
         cached = self._frames.get(name)
         if cached is not None and cached[0] == version:
             return cached[1].height
-        actions = self._open_version(name, version).get_add_actions(flatten=True)
+        actions = self.open_version(name, version).get_add_actions(flatten=True)
         return int(pc.sum(pa.table(actions).column("num_records")).as_py() or 0)
 
     def files_per_bucket(self, name: str, manifest: Manifest) -> dict[int, int]:
@@ -250,7 +256,7 @@ class Store(Journals):
         version = manifest.versions.get(name)
         if version is None:
             return {}
-        actions = pa.table(self._open_version(name, version).get_add_actions(flatten=True))
+        actions = pa.table(self.open_version(name, version).get_add_actions(flatten=True))
         paths = actions.column("path").to_pylist()
         vectors = [actions.column(c).to_pylist() for c in actions.column_names if c.startswith("deletionVector.")]
         files: dict[int, list[str]] = {}
@@ -300,30 +306,36 @@ class Store(Journals):
             self.n_buckets = int(layout["n_buckets"])
         return self.n_buckets
 
-    def _open_version(self, name: str, version: int) -> DeltaTable:
-        """The table at a version, opened once per process (a version never changes)."""
+    def open_version(self, name: str, version: int) -> DeltaTable:
+        """A store table at a version, opened once per process (a version never changes);
+        StoreError when the version is gone from storage."""
         table = self._tables.pop((name, version), None)
         if table is None:
-            table = self._open(self.table_uri(name), version)
+            table = self.open_table(self.table_uri(name), version)
             if table is None:
                 raise StoreError(f"table {name!r} is in the store log at version {version} but missing on storage")
-        self._keep_open(name, table)
+        self.keep_open_table(name, table)
         return table
 
-    def _keep_open(self, name: str, table: DeltaTable) -> None:
-        """Remember a table opened at its current version (one version per table)."""
+    def keep_open_table(self, name: str, table: DeltaTable) -> None:
+        """Keep a store table opened at its current version for :meth:`open_version` (one version
+        per table): a commit keeps the version it wrote, recovery the version it checked."""
         self._tables = {k: t for k, t in self._tables.items() if k[0] != name}
         self._tables[(name, table.version())] = table
 
-    def _remember(self, name: str, version: int, frame: pl.DataFrame) -> None:
+    def remember_rows(self, name: str, version: int, frame: pl.DataFrame) -> None:
+        """Keep a store table's whole rows at a version for this process's later reads of that
+        version (a read, or a commit that staged the whole table)."""
         self._frames[name] = (version, frame.select([*spec_for(name).columns, BUCKET]))
 
-    def _forget(self, name: str) -> None:
+    def forget_rows(self, name: str) -> None:
+        """Drop the rows kept of a store table (a commit changed it and holds only some buckets)."""
         self._frames.pop(name, None)
 
-    def _read_files(self, table: DeltaTable, spec: TableSpec) -> pl.DataFrame:
-        """The table's current data files. Local tables are read straight from their Parquet files
-        (the bucket comes from the partition path); remote ones through delta-rs."""
+    def read_files(self, table: DeltaTable, spec: TableSpec) -> pl.DataFrame:
+        """The rows of a Delta table's data files at the version it is open at. Local tables are
+        read straight from their Parquet files (the bucket comes from the partition path); remote
+        ones through delta-rs."""
         if self.is_remote:
             return pl.from_arrow(table.to_pyarrow_table())  # type: ignore[return-value]
         files = table.file_uris()
@@ -352,9 +364,8 @@ class Store(Journals):
         root = self.local_root()
         return contextlib.nullcontext() if root is None else local_file_lock(root / "_lightfoot" / "writer.lock")
 
-    def _physical_tables(self) -> list[tuple[str, str]]:
-        from lightfoot_pipeline.store.tables import all_specs
-
+    def table_locations(self) -> list[tuple[str, str]]:
+        """The name and URI of every store table (tables.all_specs), whether written yet or not."""
         return [(spec.name, self.table_uri(spec.name)) for spec in all_specs()]
 
     # -- maintenance -----------------------------------------------------------------------
@@ -369,11 +380,11 @@ class Store(Journals):
         """
         removed: dict[str, int] = {}
         logged = self.manifest().versions
-        uris = [(name, uri) for name, uri in self._physical_tables()]
-        uris += [(f"journal/{name}", self.journal_uri(name)) for name, _ in self._physical_tables()]
+        uris = [(name, uri) for name, uri in self.table_locations()]
+        uris += [(f"journal/{name}", self.journal_uri(name)) for name, _ in self.table_locations()]
         uris.append(("store_log", self.path("_lightfoot", "store_log")))
         for name, uri in uris:
-            table = self._open(uri)
+            table = self.open_table(uri)
             if table is None:
                 continue
             keep = [logged[name]] if name in logged else None
@@ -390,6 +401,6 @@ class Store(Journals):
         """The LanceDB connection for vector caches."""
         import lancedb
 
-        return lancedb.connect(self.path("vectors"), storage_options=self._options())
+        return lancedb.connect(self.path("vectors"), storage_options=self.connection_options())
 
 

@@ -318,9 +318,9 @@ class Transaction:
         manifest = self._append_log(self.manifest.seq + 1, operation, versions, details, read_at=self.manifest.log_version)
         for name in written:
             if self._loaded[name] is None:
-                self.store._remember(name, versions[name], self._working[name])
+                self.store.remember_rows(name, versions[name], self._working[name])
             else:
-                self.store._forget(name)
+                self.store.forget_rows(name)
         self.manifest = manifest
         for name, loaded in self._loaded.items():
             if loaded is not None and name in written:  # rows appended to unread buckets are stored now
@@ -354,7 +354,7 @@ class Transaction:
                                  name=spec.name, description=spec.description)
         else:
             try:
-                table = self.store._open_version(spec.name, head)
+                table = self.store.open_version(spec.name, head)
             except StoreError as err:
                 raise StoreError(f"table {spec.name!r} was at version {head} when this transaction began, "
                                  "and is gone") from err
@@ -366,7 +366,7 @@ class Transaction:
                 write_deltalake(table, data, mode="overwrite", predicate=predicate, partition_by=[BUCKET],
                                 commit_properties=EXACT_VERSION)
         self._heads[spec.name] = table.version()
-        self.store._keep_open(spec.name, table)
+        self.store.keep_open_table(spec.name, table)
         return table.version()
 
     def _append_log(
@@ -387,7 +387,7 @@ class Transaction:
         if read_at is None:
             log = create_table(self.store, uri, LOG_SCHEMA, partition_by=None, what="the store log")
         else:
-            log = self.store._open(uri, read_at)
+            log = self.store.open_table(uri, read_at)
             if log is None:
                 raise StoreError(f"the store log at {uri} was read at version {read_at} but is gone")
         with conflicts_as(ConcurrentCommitError, f"committing seq {seq}"):
