@@ -69,6 +69,7 @@ def test_ingest_reports_replaced_documents_and_ignored_records(tmp_path, small_d
     assert report["ignored_records"] == {"unknown document": 2}
 
 
+@pytest.mark.slow
 def test_delete_of_unknown_ids_exits_0_and_says_so(tmp_path, small_dataset, capsys):
     store = str(tmp_path / "store")
     assert main(["ingest", "--dataset", str(small_dataset), "--store", store, "--embedder", "hashing"]) == 0
@@ -123,6 +124,7 @@ def test_a_store_keeps_its_embedder(tmp_path, small_dataset, capsys):
     assert result.returncode != 0 and "name vectors come from" in result.stderr
 
 
+@pytest.mark.slow
 def test_audit_deletion_on_a_slice(tmp_path, small_dataset):
     out = tmp_path / "audit.json"
     result = run_cli("audit-deletion", "--dataset", str(small_dataset), "--fraction", "0.1", "--seed", "0",
@@ -135,6 +137,7 @@ def test_audit_deletion_on_a_slice(tmp_path, small_dataset):
     assert audit["delete_seconds"] > 0 and audit["rebuild_seconds"] > 0
 
 
+@pytest.mark.slow
 def test_demo_with_the_hashing_embedder(tmp_path):
     result = run_cli("demo", "--store", str(tmp_path / "demo"), "--embedder", "hashing")
     assert result.returncode == 0, result.stderr[-2000:]

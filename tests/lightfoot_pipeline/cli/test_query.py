@@ -84,6 +84,7 @@ def test_query_without_an_index_is_a_clear_error(tmp_path, capsys, no_endpoint):
     assert "no index at" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_eval_builds_the_store_once_and_writes_the_documented_shape(tmp_path, capsys, no_endpoint):
     store, out = str(tmp_path / "eval-store"), tmp_path / "eval.json"
     args = ["eval", "--dataset", str(DATA), "--questions", str(DATA / "questions.jsonl"), "--out", str(out),
@@ -102,6 +103,7 @@ def test_eval_builds_the_store_once_and_writes_the_documented_shape(tmp_path, ca
     assert json.loads(out.read_text())["run"]["build"] == {"built": False, "documents": 0, "model_calls": 0}
 
 
+@pytest.mark.slow
 def test_serve_answers_over_http_with_a_token_and_no_answers_unless_enabled(built, chat_server, no_endpoint):
     token = "cli-test-token-" + "z" * 24
     env = {**os.environ, "LIGHTFOOT_SERVE_TOKEN": token, "OPENAI_BASE_URL": chat_server.base_url}

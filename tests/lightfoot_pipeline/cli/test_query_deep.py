@@ -122,6 +122,7 @@ def test_query_deep_needs_an_endpoint_and_fails_at_once_when_it_is_unreachable(b
     assert "LIGHTFOOT_DEEP_MAX_STEPS" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_service_answers_deep_queries(built, chat_server):
     token = "deep-test-token-" + "z" * 24
     env = {**os.environ, "LIGHTFOOT_SERVE_TOKEN": token, "OPENAI_BASE_URL": chat_server.base_url}

@@ -207,6 +207,7 @@ def test_a_source_that_is_not_there_is_refused(tmp_path, model, hashing_embedder
         run_sync(Store(str(tmp_path / "store")), tmp_path / "missing", model, hashing_embedder)
 
 
+@pytest.mark.slow
 def test_retrieval_and_answers_cite_the_file_and_its_page_or_section(tmp_path, model, hashing_embedder,
                                                                     document_files, capsys):
     from lightfoot_pipeline import cli
