@@ -110,6 +110,7 @@ def test_secrets_reach_the_extractor_only_as_environment_variables(monkeypatch):
     assert load_defs().resources["extractor"].api_key is None
 
 
+@pytest.mark.slow
 def test_dagster_definitions_validate_passes(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
     done = subprocess.run(
@@ -120,6 +121,7 @@ def test_dagster_definitions_validate_passes(tmp_path):
     assert "All code locations passed validation" in done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_the_local_instance_file_loads_with_sqlite_storage_and_one_store_writer(tmp_path):
     """dagster.yaml as Dagster loads it (the PostgreSQL one: tests/infra and test_instance_on_postgres.py)."""
     assert "storage" not in yaml.safe_load((REPO / "dagster.yaml").read_text())  # SQLite under DAGSTER_HOME

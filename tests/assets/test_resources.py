@@ -14,6 +14,7 @@ ANSWER = {"entities": [{"name": "Oslo", "type": "location", "description": "a ci
           "facts": [["Oslo", "capital of", "Norway", "Oslo is the capital of Norway"]]}
 
 
+@pytest.mark.dagster
 def test_auto_mode_replays_recordings_and_asks_the_model_for_the_rest(
     lightfoot, twenty, sample_records, chat_server, monkeypatch
 ):

@@ -24,6 +24,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "lightfoot_pipeline.cli", *args], capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_ingest_status_delete(tmp_path, small_dataset, capsys):
     store = str(tmp_path / "store")
     assert main(["ingest", "--dataset", str(small_dataset), "--store", store, "--embedder", "hashing", "--json"]) == 0
@@ -117,6 +118,7 @@ def test_malformed_corpus_is_refused_before_anything_is_written(tmp_path, capsys
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.slow
 def test_a_store_keeps_its_embedder(tmp_path, small_dataset, capsys):
     store = str(tmp_path / "store")
     assert main(["ingest", "--dataset", str(small_dataset), "--store", store, "--embedder", "hashing"]) == 0

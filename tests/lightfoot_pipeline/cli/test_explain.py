@@ -63,6 +63,7 @@ def test_explain_doc_and_entity_as_text(built, capsys):
     assert "error: document 'q-none' is not in the store" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_explain_query_says_why_each_passage_ranked(built, capsys):
     result = _json(capsys, "explain", "query", QUESTION, "--store", built, "--top-k", "3")
     assert [p["rank"] for p in result["passages"]] == [1, 2, 3]

@@ -25,6 +25,7 @@ def cli_store(tmp_path_factory):
     return str(tmp_path_factory.mktemp("cli-eval") / "store")
 
 
+@pytest.mark.slow
 def test_eval_keeps_a_run_that_report_and_compare_read(cli_store, small_dataset, tmp_path, capsys):
     run_dir, out = tmp_path / "run", tmp_path / "eval.json"
     code = main(["eval", "--store", cli_store, "--dataset", str(small_dataset), "--run-dir", str(run_dir),
@@ -110,6 +111,7 @@ def test_eval_answers_through_the_configured_endpoint(cli_store, small_dataset, 
     assert answered.get_column("em").to_list().count(1.0) == 1  # "Avery County" answers one question
 
 
+@pytest.mark.slow
 def test_eval_deletion_and_its_report(small_dataset, tmp_path, capsys):
     run_dir = tmp_path / "audit"
     code = main(["eval-deletion", "--dataset", str(small_dataset), "--run-dir", str(run_dir), "--embedder",

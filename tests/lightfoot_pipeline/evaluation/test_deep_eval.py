@@ -56,6 +56,7 @@ def run(store, dataset, embedder, answers, run_dir=None):
                           run_dir=run_dir, echo=lambda line: None)
 
 
+@pytest.mark.slow
 def test_both_modes_answer_the_same_questions_and_the_report_compares_them(deep_store, small_dataset,
                                                                           hashing_embedder, chat_server, tmp_path):
     scripted(chat_server)

@@ -32,6 +32,7 @@ def test_the_counting_embedder_counts_batches_and_questions(hashing_embedder):
     assert counting.model_id == hashing_embedder.model_id and counting.dim == hashing_embedder.dim
 
 
+@pytest.mark.slow
 def test_a_trial_is_exact_and_shows_the_store_at_each_phase(small_dataset, hashing_embedder, tmp_path):
     seen = []
 
@@ -77,6 +78,7 @@ def test_the_audit_refuses_a_store_it_did_not_build_and_a_dataset_without_extrac
         run_trial(bare, Store(str(tmp_path / "a")), Store(str(tmp_path / "b")), hashing_embedder)
 
 
+@pytest.mark.slow
 def test_audit_deletion_builds_the_survivors_in_a_separate_process(tmp_path):
     from lightfoot_pipeline.models.embedder import load_embedder
 

@@ -49,6 +49,7 @@ def test_minilm_embeds_a_question_alone_as_in_a_batch(minilm):
     assert float(alone @ batched) > 0.9999
 
 
+@pytest.mark.slow
 def test_missing_model_is_an_explicit_error(tmp_path):
     from lightfoot_pipeline.models.embedder import EmbedderUnavailable, SentenceTransformerEmbedder
 
