@@ -1,7 +1,7 @@
-"""The deletion audit as an evaluation (paper §4): what deleting documents does to retrieval.
+"""The deletion evaluation (paper §4): what deleting documents does to retrieval.
 
-The audit is deletion_trial.py's trial, both stores built in this process, with every question run through
-every mode of the plan at each of its phases:
+It is the deletion trial (deletion_trial.py), both stores built in this process, with every
+question run through every mode of the plan at each of its phases:
 
 1. the store of the whole dataset, built from its recorded extractions (phase ``before``);
 2. the same store after ``pipeline.delete`` of a seeded random fraction of the documents, timed,

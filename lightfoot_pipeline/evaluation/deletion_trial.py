@@ -1,7 +1,6 @@
-"""The deletion audit: delete a seeded fraction of a dataset and prove the result is exact.
+"""The deletion trial: delete a seeded fraction of a dataset and prove the result is exact.
 
-:func:`run_trial` is the audit that both ``lightfoot audit-deletion`` and ``lightfoot
-eval-deletion`` run:
+:func:`run_trial` is what both ``lightfoot audit-deletion`` and ``lightfoot eval-deletion`` run:
 
 1. Build the store of the whole dataset from its recorded extractions (no model call).
 2. Delete a seeded random fraction of its documents through the engine's deletion path

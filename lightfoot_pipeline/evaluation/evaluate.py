@@ -1,4 +1,4 @@
-"""An evaluation run: index the dataset (no model call), snapshot it, run every mode, keep the run.
+"""The evaluation of ``lightfoot eval``: index the dataset (no model call), snapshot it, run every mode, keep the run.
 
 ``lightfoot eval`` calls :func:`run_evaluation`. The steps:
 
