@@ -2,7 +2,7 @@
 
 The modes (modes.py) run side by side in one process, on the same snapshot and question vectors,
 so every comparison is paired question by question. Each (mode, question) gives one row: the
-ranked documents and passages, recall@k (metrics.py, by ranx) and the retrieval time.
+ranked documents and passages, recall@k (metrics.py) and the retrieval time.
 :func:`answer_rows` then sends the top passages (and, for the Lightfoot modes, the top facts) to
 the answer model with a budget cap, and scores exact match and token F1;
 :func:`estimate_answer_cost` says what that would cost before a call is made.
@@ -129,7 +129,7 @@ def run_questions(
     ks: Sequence[int] = K_VALUES,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[QuestionResult]:
-    """Retrieval of every mode for every question that names gold documents; recall@k by ranx."""
+    """Retrieval of every mode for every question that names gold documents; recall@k (metrics.py)."""
     ks = sorted(set(int(k) for k in ks))
     if not ks or ks[0] < 1:
         raise HarnessError(f"k values must be positive, got {ks}")

@@ -1,8 +1,8 @@
 """Evaluation metrics: recall@k of rankings, exact match and token F1 of answers, paired bootstrap.
 
 - **recall@k** (over documents): the fraction of a question's gold documents among the first k
-  distinct documents of a ranking. Computed by ranx from a run in which each document's score is
-  its (best) rank turned into a descending score.
+  distinct documents of a ranking (a document ranked by several passages counts once, at its best
+  rank).
 - **Exact match and token F1** with the SQuAD normalisation: lower-case, drop punctuation, drop the
   articles a, an and the, collapse whitespace. A question with several accepted answers (the
   answer and its aliases) gets the best score over them.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 import string
-import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Mapping, Sequence
@@ -92,13 +91,11 @@ def recall_at_k(
     gold: Mapping[str, Sequence[str]],
     ks: Sequence[int],
 ) -> dict[str, np.ndarray]:
-    """Per-question recall@k of ranked document ids against gold document ids, by ranx.
+    """Per-question recall@k of ranked document ids against gold document ids.
 
     ``rankings`` and ``gold`` are keyed by question id; every question of ``gold`` needs at least
     one gold document. Returns ``{"recall@k": (n_questions,) array}`` in the order of ``gold``.
     """
-    from ranx import Qrels, Run, evaluate
-
     ks = sorted(set(int(k) for k in ks))
     if not ks or ks[0] < 1:
         raise ValueError(f"k values must be positive, got {ks}")
@@ -111,30 +108,10 @@ def recall_at_k(
     missing = [qid for qid in qids if qid not in rankings]
     if missing:
         raise ValueError(f"no ranking for {len(missing)} questions, e.g. {missing[0]!r}")
-    qrels = Qrels({qid: {doc: 1 for doc in gold[qid]} for qid in qids})
-    run_dict: dict[str, dict[str, float]] = {}
-    for qid in qids:
-        docs = distinct(rankings[qid])
-        # ranx keeps a question with an empty ranking only if it has some entry: an unscored
-        # placeholder that no gold document can match keeps its recall at 0.
-        run_dict[qid] = {doc: float(len(docs) - rank) for rank, doc in enumerate(docs)} or {"\x00none": 0.0}
-    metrics = [f"recall@{k}" for k in ks]
-    run = Run(run_dict)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # numba's type-safety notes about its own casts
-        evaluate(qrels, run, metrics, return_mean=False, save_results_in_run=True)
-    # ranx keeps each question's score under its id; read them back in the order of ``gold``
-    scores = {m: np.array([float(run.scores[m][qid]) for qid in qids]) for m in metrics}
-    # ranx runs compiled (and disk-cached) numba kernels; a figure that disagrees with the
-    # definition must stop the run rather than reach a table, so check every score (cheap: sets)
-    for k, metric in zip(ks, metrics):
-        expected = np.array([len(set(gold[qid]).intersection(distinct(rankings[qid])[:k])) / len(set(gold[qid]))
-                             for qid in qids])
-        if not np.allclose(scores[metric], expected):
-            wrong = int(np.sum(~np.isclose(scores[metric], expected)))
-            raise RuntimeError(f"ranx computed {metric} differently from its definition for {wrong} of {len(qids)} "
-                               "questions; clear numba's cache (__pycache__ of ranx) and run again")
-    return scores
+    ranked = {qid: distinct(rankings[qid]) for qid in qids}
+    wanted = {qid: set(gold[qid]) for qid in qids}
+    return {f"recall@{k}": np.array([len(wanted[qid].intersection(ranked[qid][:k])) / len(wanted[qid]) for qid in qids])
+            for k in ks}
 
 
 # -- significance ---------------------------------------------------------------------------------

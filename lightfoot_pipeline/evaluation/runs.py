@@ -88,7 +88,7 @@ def results_frame(rows: Sequence[dict], ks: Sequence[int]) -> pl.DataFrame:
 
 def software() -> dict:
     versions = {"python": platform.python_version()}
-    for package in ("lightfoot", "ranx", "numpy", "polars"):
+    for package in ("lightfoot", "numpy", "polars"):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:

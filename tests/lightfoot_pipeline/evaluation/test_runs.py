@@ -29,7 +29,7 @@ def test_a_run_reads_back_as_written(tmp_path):
     write_run(tmp_path / "run", config, frame)
     run = load_run(tmp_path / "run")
     assert run.config["snapshots"]["eval"]["fingerprint"] == "abc"
-    assert run.config["format"] == 1 and "created_at" in run.config and run.config["software"]["ranx"]
+    assert run.config["format"] == 1 and "created_at" in run.config and run.config["software"]["polars"]
     assert run.modes == ["lightfoot", "dense"] and run.phases == ["eval"] and run.metrics == ["recall@5"]
     assert run.results.get_column("recall@5").to_list() == [1.0, 0.5, 0.0, 0.5, 0.5, 0.0]
     assert run.results.schema["ranked_doc_ids"] == pl.List(pl.String)
