@@ -21,6 +21,8 @@ from lightfoot_pipeline.cli.explain import add_explain_commands
 from lightfoot_pipeline.cli.evaluation import add_audit_command, add_eval_commands
 from lightfoot_pipeline.cli.sync import add_sync_command
 
+__all__ = ["build_parser", "main"]
+
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)

@@ -1,6 +1,8 @@
-"""The index built from the extractions: per-document rows, then the global graph.
+"""The index built from the extractions: per-document rows, then the global graph."""
 
-``documents`` (the per-document stage: passages, extractions, ``forms``), then ``reconcile`` (the
-graph stage): exact name ``links``, entities as connected ``components``, ``synonyms``, ``facts``
-(with ``digests`` of their sets of sources).
-"""
+from lightfoot_pipeline.index.documents import TombstoneReport, tombstone_documents, upsert_documents
+from lightfoot_pipeline.index.links import LinkRule
+from lightfoot_pipeline.index.reconcile import EmbedderRequired, GraphChange, reconcile_graph
+
+__all__ = ["EmbedderRequired", "GraphChange", "LinkRule", "TombstoneReport", "reconcile_graph", "tombstone_documents",
+           "upsert_documents"]

@@ -1,7 +1,16 @@
-"""What comes in: datasets and inboxes, passages, and one validated extraction per passage.
+"""What comes in: documents and questions, inboxes and deletion requests, passages, and one
+validated extraction per passage."""
 
-``dataset`` (corpus and question files), ``landing`` and ``inbox`` (documents and deletion
-requests dropped in a folder or bucket), ``retention`` (which documents are due for deletion),
-``passages`` (chunks), ``extraction`` (one model call per passage, or a recording), ``records``
-(validation of what the model said) and ``normalise`` (when two spellings are the same name).
-"""
+from lightfoot_pipeline.ingest.dataset import (
+    DatasetError, Document, Question, bundled_sample_dir, load_corpus, load_questions, load_recorded_extractions,
+)
+from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing
+from lightfoot_pipeline.ingest.passages import Passage, split_passages
+from lightfoot_pipeline.ingest.records import ValidatedRecord, validate_record
+from lightfoot_pipeline.ingest.retention import RetentionPolicy, due_documents, load_policy
+
+__all__ = [
+    "DatasetError", "DeletionRequest", "Document", "Landing", "Passage", "Question", "RetentionPolicy",
+    "ValidatedRecord", "bundled_sample_dir", "due_documents", "load_corpus", "load_policy", "load_questions",
+    "load_recorded_extractions", "split_passages", "validate_record",
+]

@@ -1,5 +1,11 @@
-"""The models the engine calls: the local text embedder and the language-model client.
+"""The models the engine calls: the local text embedder and the language-model client."""
 
-``embedder`` turns names, passages and facts into vectors (locally, the only model indexing runs
-itself); ``llm`` reaches any OpenAI-compatible chat-completion endpoint (extraction, answers).
-"""
+from lightfoot_pipeline.models.embedder import (
+    DEFAULT_EMBEDDER, Embedder, EmbedderUnavailable, HashingEmbedder, SentenceTransformerEmbedder, load_embedder,
+)
+from lightfoot_pipeline.models.llm import Completion, LLMClient, LLMError, LLMSettings
+
+__all__ = [
+    "DEFAULT_EMBEDDER", "Completion", "Embedder", "EmbedderUnavailable", "HashingEmbedder", "LLMClient", "LLMError",
+    "LLMSettings", "SentenceTransformerEmbedder", "load_embedder",
+]
