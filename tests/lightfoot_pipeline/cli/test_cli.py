@@ -45,6 +45,7 @@ def test_ingest_status_delete(tmp_path, small_dataset, capsys):
     assert deleted["model_calls"] == 0
 
 
+@pytest.mark.slow
 def test_ingest_reports_replaced_documents_and_ignored_records(tmp_path, small_dataset, capsys):
     store = str(tmp_path / "store")
     ingest = ["ingest", "--dataset", str(small_dataset), "--store", store, "--embedder", "hashing"]

@@ -80,6 +80,7 @@ def test_a_store_uri_of_an_unknown_scheme(capsys, monkeypatch):
     assert "s3://" in line
 
 
+@pytest.mark.slow
 def test_an_object_store_out_of_reach(capsys, monkeypatch):
     endpoint = f"http://127.0.0.1:{closed_port()}"
     for name, value in {"AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",

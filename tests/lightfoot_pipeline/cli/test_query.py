@@ -36,6 +36,7 @@ def built(tmp_path, capsys):
     return store
 
 
+@pytest.mark.slow
 def test_query_exports_a_snapshot_and_reports_it_with_a_latency_breakdown(built, capsys, no_endpoint):
     assert main(["query", QUESTION, "--store", built, "--json", "--top-k", "4", "--no-answer"]) == 0
     result = json.loads(capsys.readouterr().out)

@@ -61,6 +61,7 @@ def test_a_tiny_cross_encoder_loads_through_sentence_transformers_and_scores_pai
     assert reranker.score(question, []).shape == (0,)
 
 
+@pytest.mark.slow
 def test_load_reranker_reports_why_there_is_none(tmp_path, monkeypatch, tiny_cross_encoder):
     monkeypatch.delenv("LIGHTFOOT_RERANKER", raising=False)
     reranker, status = load_reranker(str(tmp_path / "no-such-model"))
