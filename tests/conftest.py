@@ -30,7 +30,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 hypothesis.settings.register_profile("ci", max_examples=20)
 hypothesis.settings.register_profile("fast", max_examples=3)
 hypothesis.settings.register_profile("dev", parent=hypothesis.settings.get_profile("fast"))
-hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")
 
 
 # -- test tiers ---------------------------------------------------------------------------------
