@@ -32,7 +32,7 @@ from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.index.links import LINK_SCHEMA, LinkRule, links_of_pairs
 from lightfoot_pipeline.index.lsh import join_keys, near_within
 from lightfoot_pipeline.index.name_sketches import key_frame, decode_keys
-from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.settings import Banding, IndexSettings
 from lightfoot_pipeline.store.filesystem import delete_folder_quietly, open_filesystem
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, NAME_LINKS, NAME_SKETCHES, with_buckets
@@ -117,6 +117,13 @@ def plan_steps(pieces: Sequence[LinkPiece], names_per_type: Mapping[str, int], s
     return steps
 
 
+def banding_of(rule: LinkRule) -> Banding:
+    """The rule's banding; RelinkError for a rule without one (relinking splits the work by band)."""
+    if rule.banding is None:
+        raise RelinkError("links that compare every pair (lsh_bands = 0) have no bands to split by")
+    return rule.banding
+
+
 def piece_links(
     piece: LinkPiece, names: Sequence[str], keys: np.ndarray, vectors: Callable[[list[str]], np.ndarray],
     rule: LinkRule,
@@ -125,12 +132,11 @@ def piece_links(
 
     ``vectors`` gives the vectors of names; it is asked only for the names of candidate pairs.
     """
-    if rule.banding is None:
-        raise RelinkError("links that compare every pair (lsh_bands = 0) have no bands to split by")
-    if piece.last_band >= rule.banding.bands or piece.first_band < 0 or piece.first_band > piece.last_band:
+    banding = banding_of(rule)
+    if piece.last_band >= banding.bands or piece.first_band < 0 or piece.first_band > piece.last_band:
         raise RelinkError(f"link piece {piece.label}: bands {piece.first_band} to {piece.last_band} are not "
-                          f"a range of the {rule.banding.bands} bands")
-    i, j = near_within(keys, rule.banding, rule.threshold, piece.bands)
+                          f"a range of the {banding.bands} bands")
+    i, j = near_within(keys, banding, rule.threshold, piece.bands)
     used = np.unique(np.concatenate([i, j]))
     if len(used) == 0:
         return pl.DataFrame(schema=LINK_SCHEMA)
@@ -141,13 +147,13 @@ def piece_links(
 
 def key_rows(type_: str, names: list[str], vectors: np.ndarray, rule: LinkRule) -> pl.DataFrame:
     """The ``name_sketches`` rows of some names of one type, their keys computed from their vectors."""
-    return key_frame(type_, names, rule.keys(names, vectors), rule.banding)
+    return key_frame(type_, names, rule.keys(names, vectors), banding_of(rule))
 
 
 def type_keys(frame: pl.DataFrame, rule: LinkRule) -> tuple[list[str], np.ndarray]:
     """A type's names and band keys from its rows of ``name_sketches`` (sorted by name)."""
     frame = frame.sort("name")
-    high, marks = decode_keys(frame, rule.banding)
+    high, marks = decode_keys(frame, banding_of(rule))
     return frame.get_column("name").to_list(), join_keys(high, marks)
 
 
@@ -155,7 +161,7 @@ def union_links(frames: Sequence[pl.DataFrame]) -> pl.DataFrame:
     """The links of several pieces, each once."""
     if not frames:
         return pl.DataFrame(schema=LINK_SCHEMA)
-    return pl.concat([f.select(list(LINK_SCHEMA)).cast(LINK_SCHEMA) for f in frames]).unique(
+    return pl.concat([f.select(list(LINK_SCHEMA)).cast(pl.Schema(LINK_SCHEMA)) for f in frames]).unique(
         subset=NAME_LINKS.key, keep="first").sort(NAME_LINKS.key)
 
 

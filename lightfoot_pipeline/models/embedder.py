@@ -101,7 +101,12 @@ class SentenceTransformerEmbedder:
             ) from err
         self._model.eval()
         self.batch_tokens = batch_tokens
-        self.dim = int(self._model.get_embedding_dimension())
+        dim = self._model.get_embedding_dimension()
+        if dim is None:
+            raise EmbedderUnavailable(
+                f"embedding model {model!r} from {location!r} does not say its vectors' dimension"
+            )
+        self.dim = int(dim)
         self.max_length = int(self._model.max_seq_length or 256)
         # The batch geometry is part of the id: a vector's last bits may depend on its batch's shape.
         self.model_id = f"{label}@{_weights_tag(location)}-t{batch_tokens}"

@@ -354,7 +354,7 @@ class LLMClient:
         tokens_in = getattr(usage, "prompt_tokens", None) if usage is not None else None
         tokens_out = getattr(usage, "completion_tokens", None) if usage is not None else None
         reported = tokens_in is not None and tokens_out is not None
-        if not reported:
+        if tokens_in is None or tokens_out is None:  # not reported
             # No usage from the endpoint: estimate (about four characters a token) so that the
             # ledger does not count the call as free; the ledger marks it as estimated.
             prompt_chars = sum(len(str(m.get("content", ""))) for m in messages)

@@ -9,8 +9,10 @@ version, for records that must not race (a claim on a passage). :class:`Journals
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from lightfoot_pipeline.store.log import (
@@ -37,6 +39,14 @@ def typed(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:
 class Journals:
     """The journal operations of a Store, through its public methods ``open_table``,
     ``journal_uri``, ``connection_options`` and ``read_files``, and its ``n_buckets``."""
+
+    if TYPE_CHECKING:  # what the host Store provides (declared for the type checker only)
+        n_buckets: int
+
+        def open_table(self, uri: str, version: int | None = None) -> DeltaTable | None: ...
+        def journal_uri(self, name: str) -> str: ...
+        def connection_options(self) -> dict[str, str] | None: ...
+        def read_files(self, table: DeltaTable, spec: TableSpec) -> pl.DataFrame: ...
 
     def read_journal(self, name: str) -> pl.DataFrame:
         """An append-only journal table at its latest version."""

@@ -22,10 +22,11 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
-from lightfoot_pipeline.store.tables import LLM_LEDGER, with_buckets
+from lightfoot_pipeline.store.tables import LLM_LEDGER, arrow_frame, with_buckets
 
 
 def new_run_id(prefix: str = "run") -> str:
@@ -91,7 +92,7 @@ def record(store, charges: list[Charge]) -> None:
     """Append charges to the ledger (one journal commit for the lot, durable when this returns)."""
     if not charges:
         return
-    frame = pl.DataFrame([c.row() for c in charges], schema=pl.from_arrow(LLM_LEDGER.schema.empty_table()).schema)
+    frame = pl.DataFrame([c.row() for c in charges], schema=arrow_frame(LLM_LEDGER.schema.empty_table()).schema)
     store.append_journal(LLM_LEDGER.name, with_buckets(frame, LLM_LEDGER, store.n_buckets))
 
 
@@ -123,7 +124,8 @@ def totals(store, run_id: str | None = None) -> dict:
     rows = read(store, run_id)
     empty = {"calls": 0, "retries": 0, "attempts": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0, "failed_calls": 0,
              "unpriced_calls": 0, "estimated_usage_calls": 0}
-    out = dict(empty) if rows.height == 0 else {k: v for k, v in rows.select(_SUMS).row(0, named=True).items()}
+    out: dict[str, Any] = (dict(empty) if rows.height == 0
+                           else {k: v for k, v in rows.select(_SUMS).row(0, named=True).items()})
     out = {k: (float(v) if k == "cost_usd" else int(v)) for k, v in out.items()}
     out["runs"] = rows.get_column("run_id").n_unique() if rows.height else 0
     out["documents"] = rows.get_column("doc_id").drop_nulls().n_unique() if rows.height else 0

@@ -46,12 +46,13 @@ def recover(store) -> tuple[Manifest, dict[str, int]]:
 
 
 def create_table(store, uri: str, schema: pa.Schema, partition_by: list[str] | None, what: str,
-                 **metadata: str) -> DeltaTable:
+                 name: str | None = None, description: str | None = None) -> DeltaTable:
     """A new empty table at version 0, or ConcurrentCommitError if another writer created it."""
     try:
         table = DeltaTable.create(
             uri, schema, mode="error", partition_by=partition_by, configuration=TABLE_CONFIGURATION,
-            storage_options=store.connection_options(), commit_properties=EXACT_VERSION, **metadata,
+            storage_options=store.connection_options(), commit_properties=EXACT_VERSION, name=name,
+            description=description,
         )
     except (CommitFailedError, DeltaError) as err:
         if isinstance(err, CommitFailedError) or store.open_table(uri) is not None:

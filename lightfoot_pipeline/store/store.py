@@ -50,7 +50,7 @@ from lightfoot_pipeline.store.log import (
     StoreUnavailable,
 )
 from lightfoot_pipeline.store.tables import (
-    BUCKET, LAYOUT_VERSION, TableSpec, all_specs, bucket_of, spec_for, worth_a_presence_check,
+    BUCKET, LAYOUT_VERSION, TableSpec, all_specs, arrow_frame, bucket_of, spec_for, worth_a_presence_check,
 )
 from lightfoot_pipeline.store.recovery import recover
 from lightfoot_pipeline.store.transaction import Transaction
@@ -133,15 +133,15 @@ class Store(Journals):
 
     def _read_log_rows(self, log: DeltaTable) -> pl.DataFrame:
         if self.is_remote:
-            return pl.from_arrow(log.to_pyarrow_table())  # type: ignore[return-value]
+            return arrow_frame(log.to_pyarrow_table())
         files = log.file_uris()
-        return pl.read_parquet(files) if files else pl.from_arrow(LOG_SCHEMA.empty_table())  # type: ignore[return-value]
+        return pl.read_parquet(files) if files else arrow_frame(LOG_SCHEMA.empty_table())
 
     def history(self) -> pl.DataFrame:
         log = self.open_table(self.path("_lightfoot", "store_log"))
         if log is None:
-            return pl.from_arrow(LOG_SCHEMA.empty_table())  # type: ignore[return-value]
-        return pl.from_arrow(log.to_pyarrow_table()).sort("seq")  # type: ignore[return-value]
+            return arrow_frame(LOG_SCHEMA.empty_table())
+        return arrow_frame(log.to_pyarrow_table()).sort("seq")
 
     def exists(self) -> bool:
         return self.manifest().seq > 0
@@ -199,7 +199,7 @@ class Store(Journals):
         table = self.open_version(name, version)
         self.columns_read[name] = self.columns_read.get(name, 0) + 1
         if self.is_remote:
-            frame = pl.from_arrow(table.to_pyarrow_table(columns=columns))
+            frame = arrow_frame(table.to_pyarrow_table(columns=columns))
         else:
             files = table.file_uris()
             frame = pl.read_parquet(files, columns=columns, hive_partitioning=BUCKET in columns) if files else spec.empty()
@@ -223,12 +223,12 @@ class Store(Journals):
         table = self.open_version(name, version)
         partitions = [(BUCKET, "in", [str(b) for b in wanted])]
         if self.is_remote:
-            frame = pl.from_arrow(table.to_pyarrow_table(partitions=partitions))
+            frame = arrow_frame(table.to_pyarrow_table(partitions=partitions))
         else:
             files = table.file_uris(file_pruning_predicate=partitions)
             frame = pl.read_parquet(files, hive_partitioning=True) if files else spec.empty()
         self.rows_read[name] = self.rows_read.get(name, 0) + frame.height
-        return typed(frame, spec)  # type: ignore[arg-type]
+        return typed(frame, spec)
 
     def row_count(self, name: str, manifest: Manifest) -> int:
         """Rows of a table as of the committed state, from the table's metadata (no data read)."""
@@ -337,7 +337,7 @@ class Store(Journals):
         read straight from their Parquet files (the bucket comes from the partition path); remote
         ones through delta-rs."""
         if self.is_remote:
-            return pl.from_arrow(table.to_pyarrow_table())  # type: ignore[return-value]
+            return arrow_frame(table.to_pyarrow_table())
         files = table.file_uris()
         if not files:
             return spec.empty()

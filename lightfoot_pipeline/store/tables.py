@@ -65,10 +65,17 @@ _POLARS_TYPES = {
 }
 
 
+def arrow_frame(table: pa.Table) -> pl.DataFrame:
+    """An Arrow table as a Polars DataFrame (``pl.from_arrow``, which gives a Series only for an Arrow array)."""
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame), "an Arrow table converts to a DataFrame"
+    return frame
+
+
 @functools.lru_cache(maxsize=None)
 def _polars_schema(schema: pa.Schema) -> dict:
     """The Polars types of an Arrow schema (direct, so that no conversion machinery loads)."""
-    return {f.name: _POLARS_TYPES.get(f.type) or pl.from_arrow(pa.schema([f]).empty_table()).dtypes[0]
+    return {f.name: _POLARS_TYPES.get(f.type) or arrow_frame(pa.schema([f]).empty_table()).dtypes[0]
             for f in schema}
 
 

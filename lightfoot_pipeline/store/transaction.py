@@ -30,6 +30,7 @@ ignores the old ``AWS_S3_LOCKING_PROVIDER=dynamodb`` setting, so the store does 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
@@ -243,15 +244,17 @@ class Transaction:
                 dropped = current.filter(mask)
                 touched.update(dropped.get_column(BUCKET).unique().to_list())
                 current = current.filter(~mask)
-                if self._changes[name] is not None:
-                    self._changes[name][0].append(dropped)
+                changes = self._changes[name]
+                if changes is not None:
+                    changes[0].append(dropped)
         self._working[name] = current
         if add is not None and add.height:
             add = add.select([*spec.columns, BUCKET]).cast(spec.empty().schema)
             touched.update(add.get_column(BUCKET).unique().to_list())
             self._working[name] = pl.concat([self._working[name], add])
-            if self._changes[name] is not None:
-                self._changes[name][1].append(add)
+            changes = self._changes[name]
+            if changes is not None:
+                changes[1].append(add)
         previous = self._touched[name]
         self._touched[name] = None if previous is None else previous | touched
 
@@ -267,7 +270,7 @@ class Transaction:
                 continue
             plan = plan_writes(spec_for(name), self._original[name], frame, self._touched.get(name),
                                self._loaded.get(name), self._changes.get(name),
-                               lambda name=name: self.store.files_per_bucket(name, self.manifest))
+                               functools.partial(self.store.files_per_bucket, name, self.manifest))
             if plan is not None:
                 out[name] = plan
         return out
@@ -300,6 +303,7 @@ class Transaction:
                 version = self._write_table(spec_for(name), rows, plan.rewrite)
             if plan.append:
                 version = self._write_table(spec_for(name), plan.added, plan.append, append=True)
+            assert version is not None, "a write plan rewrites or appends to at least one bucket"
             return version
 
         if order.first is not None:
