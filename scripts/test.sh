@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Set up (if needed), check the architecture, and run the tests. The linter (ruff) and the import
-# contracts (import-linter: layers, no cycles, an engine free of Dagster; both configured in
-# pyproject.toml) run first, and either failing fails the run. pytest's exit code 5 (no tests
-# collected) counts as a failure here: a suite that runs nothing has not passed.
+# Set up (if needed), check the architecture, and run the tests. The linter (ruff), the import
+# contracts (import-linter: layers, no cycles, an engine free of Dagster) and the type checker (mypy
+# over the engine's lower layers; all three configured in pyproject.toml) run first, and any failing
+# fails the run. pytest's exit code 5 (no tests collected) counts as a failure here: a suite that
+# runs nothing has not passed.
 #
 #   ./scripts/test.sh            the whole suite (what CI runs, via .ci/run), the 25 slowest listed
 #   ./scripts/test.sh --fast     the fast tier: no test marked slow, minilm, dagster, postgres or s3,
@@ -24,6 +25,7 @@ if [ "$fast" -eq 0 ] || [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/ruff check . || { echo "ruff found problems: failing" >&2; exit 1; }
 .venv/bin/lint-imports || { echo "an import contract is broken: failing" >&2; exit 1; }
+.venv/bin/mypy || { echo "the type checker found problems: failing" >&2; exit 1; }
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 if [ "$fast" -eq 1 ]; then
   # The tier is only as good as its markers: a marker pytest does not know must fail, not select nothing.
