@@ -15,18 +15,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Iterator, Mapping, Sequence
 
 import dagster as dg
 
 import lightfoot_pipeline
-from lightfoot_pipeline.store.fingerprint import fingerprint as store_fingerprint
 from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.store.fingerprint import fingerprint as store_fingerprint
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.tables import TableSpec, spec_for
+from lightfoot_pipeline.store.transaction import Transaction
 
 STORE_POOL = "lightfoot_store"  # one store writer at a time (the lock on object stores)
 # What every asset's output is a function of: the engine and the index's settings.

@@ -9,13 +9,13 @@ extractions (replay) for the language model. Secrets reach a resource only throu
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Collection, Sequence
+from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import Field
 
-from lightfoot_pipeline.models.embedder import Embedder, load_embedder
 from lightfoot_pipeline.ingest.extraction.answers import CachedAnswers
 from lightfoot_pipeline.ingest.extraction.claims import ExtractionClaims
 from lightfoot_pipeline.ingest.extraction.outcome import ExtractionOutcome, Extractor, ProgressCallback
@@ -23,8 +23,14 @@ from lightfoot_pipeline.ingest.extraction.replay import ReplayExtractor
 from lightfoot_pipeline.ingest.inbox import Inbox
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.ingest.passages import Passage
+from lightfoot_pipeline.models.embedder import Embedder, load_embedder
 from lightfoot_pipeline.settings import (
-    IndexSettings, document_inbox_uri, embedder_spec, erasure_inbox_uri, retention_policy_path, sync_source_uri,
+    IndexSettings,
+    document_inbox_uri,
+    embedder_spec,
+    erasure_inbox_uri,
+    retention_policy_path,
+    sync_source_uri,
 )
 from lightfoot_pipeline.store.store import Store
 

@@ -50,7 +50,6 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO))
 
 import dagster as dg  # noqa: E402
-
 from synthetic import synthetic_documents_and_records  # noqa: E402
 
 ADD_CHUNK = 10_000

@@ -33,22 +33,21 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memory import peak_rss_mb  # noqa: E402
-from synthetic import synthetic_documents_and_records  # noqa: E402
+from memory import peak_rss_mb
+from synthetic import synthetic_documents_and_records
 
-from lightfoot_pipeline import operations  # noqa: E402
-
-from lightfoot_pipeline.store.fingerprint import counts  # noqa: E402
-from lightfoot_pipeline.models.embedder import HashingEmbedder  # noqa: E402
-from lightfoot_pipeline.ingest.extraction import ReplayExtractor  # noqa: E402
-from lightfoot_pipeline.index.links import LinkRule, links_between, links_within  # noqa: E402
-from lightfoot_pipeline.retrieval.retrieve import Retriever  # noqa: E402
-from lightfoot_pipeline.settings import IndexSettings  # noqa: E402
-from lightfoot_pipeline.snapshot.format import load_snapshot  # noqa: E402
-from lightfoot_pipeline.snapshot.export import export_snapshot  # noqa: E402
-from lightfoot_pipeline.store.store import Store  # noqa: E402
-from lightfoot_pipeline.store.tables import ALIASES, FACTS  # noqa: E402
-from lightfoot_pipeline.store.vectors import VectorCache  # noqa: E402
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.index.links import LinkRule, links_between, links_within
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.retrieval.retrieve import Retriever
+from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.snapshot.export import export_snapshot
+from lightfoot_pipeline.snapshot.format import load_snapshot
+from lightfoot_pipeline.store.fingerprint import counts
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.tables import ALIASES, FACTS
+from lightfoot_pipeline.store.vectors import VectorCache
 
 
 def timed(fn, *args, **kwargs):

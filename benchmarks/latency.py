@@ -49,22 +49,22 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memory import peak_rss_mb  # noqa: E402
-from synthetic import synthetic_documents_and_records  # noqa: E402
+from memory import peak_rss_mb
+from synthetic import synthetic_documents_and_records
 
-from lightfoot_pipeline import operations  # noqa: E402
-from lightfoot_pipeline.ingest.dataset import bundled_sample_dir, load_questions  # noqa: E402
-from lightfoot_pipeline.models.embedder import HashingEmbedder, SentenceTransformerEmbedder  # noqa: E402
-from lightfoot_pipeline.evaluation.evaluate import ensure_dataset_indexed  # noqa: E402
-from lightfoot_pipeline.ingest.extraction import ReplayExtractor  # noqa: E402
-from lightfoot_pipeline.retrieval.retrieve import Retriever, one_thread_per_query  # noqa: E402
-from lightfoot_pipeline.snapshot.format import load_snapshot  # noqa: E402
-from lightfoot_pipeline.snapshot.export import export_snapshot  # noqa: E402
-from lightfoot_pipeline.snapshot.collect import with_fact_index  # noqa: E402
-from lightfoot_pipeline.evaluation.parity import local_settings, retrieval_parity  # noqa: E402
-from lightfoot_pipeline.store.documents import live_doc_ids  # noqa: E402
-from lightfoot_pipeline.store.fingerprint import fingerprint  # noqa: E402
-from lightfoot_pipeline.store.store import Store  # noqa: E402
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.evaluation.evaluate import ensure_dataset_indexed
+from lightfoot_pipeline.evaluation.parity import local_settings, retrieval_parity
+from lightfoot_pipeline.ingest.dataset import bundled_sample_dir, load_questions
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.models.embedder import HashingEmbedder, SentenceTransformerEmbedder
+from lightfoot_pipeline.retrieval.retrieve import Retriever, one_thread_per_query
+from lightfoot_pipeline.snapshot.collect import with_fact_index
+from lightfoot_pipeline.snapshot.export import export_snapshot
+from lightfoot_pipeline.snapshot.format import load_snapshot
+from lightfoot_pipeline.store.documents import live_doc_ids
+from lightfoot_pipeline.store.fingerprint import fingerprint
+from lightfoot_pipeline.store.store import Store
 
 MUSIQUE_PASSAGES = 11402
 WARM_UP = 5

@@ -28,16 +28,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from synthetic import synthetic_documents_and_records  # noqa: E402
+from synthetic import synthetic_documents_and_records
 
-from lightfoot_pipeline.index.documents import document_passages  # noqa: E402
-from lightfoot_pipeline.index.forms import forms_of  # noqa: E402
-from lightfoot_pipeline.index.link_recall import link_recall  # noqa: E402
-from lightfoot_pipeline.index.links import LinkRule  # noqa: E402
-from lightfoot_pipeline.ingest.dataset import bundled_sample_dir, load_corpus, load_recorded_extractions  # noqa: E402
-from lightfoot_pipeline.ingest.extraction import ReplayExtractor  # noqa: E402
-from lightfoot_pipeline.models.embedder import Embedder, HashingEmbedder, load_embedder  # noqa: E402
-from lightfoot_pipeline.settings import IndexSettings  # noqa: E402
+from lightfoot_pipeline.index.documents import document_passages
+from lightfoot_pipeline.index.forms import forms_of
+from lightfoot_pipeline.index.link_recall import link_recall
+from lightfoot_pipeline.index.links import LinkRule
+from lightfoot_pipeline.ingest.dataset import bundled_sample_dir, load_corpus, load_recorded_extractions
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.models.embedder import Embedder, HashingEmbedder, load_embedder
+from lightfoot_pipeline.settings import IndexSettings
 
 
 def names_by_type(documents, records, settings: IndexSettings) -> dict[str, list[str]]:

@@ -34,8 +34,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memory import peak_rss_mb  # noqa: E402
-from synthetic import synthetic_documents_and_records  # noqa: E402
+from memory import peak_rss_mb
+from synthetic import synthetic_documents_and_records
 
 STARTED = time.perf_counter()
 
@@ -139,11 +139,10 @@ def main() -> int:
         os.environ["LIGHTFOOT_LINK_PIECE_SIZE"] = str(args.piece_size)
 
     from lightfoot_pipeline import operations
-
-    from lightfoot_pipeline.store.fingerprint import fingerprint
     from lightfoot_pipeline.ingest.extraction import ReplayExtractor
     from lightfoot_pipeline.models.embedder import HashingEmbedder
     from lightfoot_pipeline.settings import IndexSettings, link_piece_size
+    from lightfoot_pipeline.store.fingerprint import fingerprint
     from lightfoot_pipeline.store.store import Store
 
     result: dict = {"passages": args.passages, "dim": args.dim, "processes": args.processes,

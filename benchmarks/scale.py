@@ -49,21 +49,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import polars as pl  # noqa: E402
-from memory import peak_rss_mb  # noqa: E402
-from synthetic import synthetic_documents_and_records, write_documents  # noqa: E402
+import polars as pl
+from memory import peak_rss_mb
+from synthetic import synthetic_documents_and_records, write_documents
 
-from lightfoot_pipeline import operations  # noqa: E402
-
-from lightfoot_pipeline.store.documents import live_doc_ids  # noqa: E402
-from lightfoot_pipeline.store.fingerprint import counts, fingerprint  # noqa: E402
-from lightfoot_pipeline.ingest.dataset import load_corpus, load_recorded_extractions  # noqa: E402
-from lightfoot_pipeline.ingest.extraction import ReplayExtractor  # noqa: E402
-from lightfoot_pipeline.index.links import LinkRule, pairs_between  # noqa: E402
-from lightfoot_pipeline.models.embedder import HashingEmbedder  # noqa: E402
-from lightfoot_pipeline.settings import IndexSettings  # noqa: E402
-from lightfoot_pipeline.store.store import Store  # noqa: E402
-from lightfoot_pipeline.store.vectors import VectorCache  # noqa: E402
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.index.links import LinkRule, pairs_between
+from lightfoot_pipeline.ingest.dataset import load_corpus, load_recorded_extractions
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.store.documents import live_doc_ids
+from lightfoot_pipeline.store.fingerprint import counts, fingerprint
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.vectors import VectorCache
 
 COMPARE_AT = 10_000
 INGEST_DOCS = 1_000
@@ -100,7 +99,7 @@ def link_share(store: Store, dim: int, settings: IndexSettings, sample: int, see
         picked_vectors = cache.vectors(picked)
         rule = LinkRule.of(settings).exhaustive()
         i, j, s = pairs_between(picked, picked_vectors, names, vectors, rule)
-        pairs = {(min(picked[a], names[b]), max(picked[a], names[b])): sim for a, b, sim in zip(i, j, s)
+        pairs = {(min(picked[a], names[b]), max(picked[a], names[b])): sim for a, b, sim in zip(i, j, s, strict=True)
                  if picked[a] != names[b]}
         stored = {(a, b) for a, b in links.filter(pl.col("type") == type_).select("name_a", "name_b").iter_rows()}
         for threshold, tally in found.items():

@@ -288,8 +288,8 @@ def retrieval_alone(store_uri: str, questions: list[str], threads: int, n: int =
     encoding) from ``threads`` threads in this process, and its CPU time per query."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from lightfoot_pipeline.service.queries import open_service
     from lightfoot_pipeline.service.app import encode
+    from lightfoot_pipeline.service.queries import open_service
     from lightfoot_pipeline.store.store import Store
 
     service = open_service(Store(store_uri), answers=False)
@@ -316,9 +316,9 @@ def retrieval_alone(store_uri: str, questions: list[str], threads: int, n: int =
 
 
 def prepare_store(store_uri: str, embedder_spec: str) -> None:
+    from lightfoot_pipeline.evaluation.evaluate import ensure_dataset_indexed
     from lightfoot_pipeline.ingest.dataset import bundled_sample_dir
     from lightfoot_pipeline.models.embedder import load_embedder
-    from lightfoot_pipeline.evaluation.evaluate import ensure_dataset_indexed
     from lightfoot_pipeline.snapshot.export import export_snapshot
     from lightfoot_pipeline.store.store import Store
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import json
 import os
 import random
@@ -30,16 +31,16 @@ from pathlib import Path
 
 import polars as pl
 
-from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.models.llm import LLMSettings
+from lightfoot_pipeline.operations.sync import sync
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import PASSAGES
-from lightfoot_pipeline.operations.sync import sync
 
 KINDS = ("pdf", "docx", "html", "md", "txt")
-SYLLABLES = "ka lo mi ra ten vos dar il un bre sa to fen gor ali mur pe zan".split()
+SYLLABLES = ["ka", "lo", "mi", "ra", "ten", "vos", "dar", "il", "un", "bre", "sa", "to", "fen", "gor", "ali", "mur", "pe", "zan"]
 
 
 class LoopbackModel:
@@ -63,7 +64,7 @@ class LoopbackModel:
                 user = "\n".join(m["content"] for m in body["messages"] if m["role"] == "user")
                 passage = user.split("<passage>\n", 1)[-1].rsplit("\n</passage>", 1)[0].partition("\n")[2]
                 names = sorted(set(re.findall(r"\b[A-Z][a-z]{3,}\b", passage)))[:8]
-                facts = [[a, "works with", b, ""] for a, b in zip(names, names[1:])][:4]
+                facts = [[a, "works with", b, ""] for a, b in itertools.pairwise(names)][:4]
                 content = json.dumps({"entities": [{"name": n, "type": "person", "description": ""} for n in names],
                                       "facts": facts})
                 payload = json.dumps({

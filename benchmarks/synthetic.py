@@ -12,18 +12,15 @@ Deterministic for a given seed.
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
-import json
 
 import numpy as np
 
 from lightfoot_pipeline.ingest.dataset import Document
 
-SYLLABLES = (
-    "ka ri to mel an sor vi den la quo bar ten ush pol gra fen mar cor lin sta ber nov alt rek "
-    "dor mis pan tev yor zal hem tir cas lum ond pir vel gos tam rin sud wex fal ish"
-).split()
+SYLLABLES = ["ka", "ri", "to", "mel", "an", "sor", "vi", "den", "la", "quo", "bar", "ten", "ush", "pol", "gra", "fen", "mar", "cor", "lin", "sta", "ber", "nov", "alt", "rek", "dor", "mis", "pan", "tev", "yor", "zal", "hem", "tir", "cas", "lum", "ond", "pir", "vel", "gos", "tam", "rin", "sud", "wex", "fal", "ish"]
 TYPES = ("person", "organization", "location", "work", "event")
 PREDICATES = (
     "founded", "was born in", "is located in", "directed", "plays for", "was written by", "married",

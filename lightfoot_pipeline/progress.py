@@ -11,7 +11,7 @@ they are one live line on a terminal's stderr.
 from __future__ import annotations
 
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from tqdm import tqdm
 

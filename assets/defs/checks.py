@@ -21,17 +21,27 @@ import polars as pl
 from pydantic import Field
 
 from assets.keys import (
-    DELETION_JOB, ENTITIES, EXTRACTIONS, FACTS, GRAPH_ASSETS, INGESTION_JOB, NAME_LINKS, NAME_VECTORS, REBUILD_CHECK, SYNONYM_EDGES,
+    DELETION_JOB,
+    ENTITIES,
+    EXTRACTIONS,
+    FACTS,
+    GRAPH_ASSETS,
+    INGESTION_JOB,
+    NAME_LINKS,
+    NAME_VECTORS,
+    REBUILD_CHECK,
+    SYNONYM_EDGES,
     TOMBSTONES,
 )
 from assets.partitions import DOCUMENTS, RANGE_END_TAG, RANGE_START_TAG
 from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.store.fingerprint import fingerprint
-from lightfoot_pipeline.ingest.extraction.outcome import FAILED, OK
 from lightfoot_pipeline.index.references import dangling_references
+from lightfoot_pipeline.ingest.extraction.outcome import FAILED, OK
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.tables import EXTRACTIONS as EXTRACTIONS_TABLE, PASSAGES
+from lightfoot_pipeline.store.tables import EXTRACTIONS as EXTRACTIONS_TABLE
+from lightfoot_pipeline.store.tables import PASSAGES
 
 
 @dg.asset_check(asset=EXTRACTIONS, blocking=True, additional_deps=[TOMBSTONES])

@@ -18,7 +18,13 @@ import polars as pl
 from assets.keys import EXTRACTION_CACHE, EXTRACTIONS, PASSAGES
 from assets.partitions import PER_DOCUMENT
 from assets.provenance import (
-    CODE_VERSION, EXTRACTION_POOL, STORE_POOL, add_document_metadata, column_schema, commit_if_changed, store_metadata,
+    CODE_VERSION,
+    EXTRACTION_POOL,
+    STORE_POOL,
+    add_document_metadata,
+    column_schema,
+    commit_if_changed,
+    store_metadata,
 )
 from assets.resources import ExtractorResource, StoreResource
 from lightfoot_pipeline.index.documents import derive_forms, record_extractions

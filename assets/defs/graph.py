@@ -7,32 +7,44 @@ names and facts touch is recomputed — after a deletion, only the affected comp
 deletion needs no embedder (the model is loaded only when new names need vectors).
 """
 
-import dagster as dg
-
-from assets.keys import (
-    ENTITIES, FACTS, FORMS, GRAPH_GROUP, NAME_LINKS, NAME_VECTORS, SYNONYM_EDGES, TOMBSTONES,
-)
-from assets.provenance import (
-    CODE_VERSION, MAX_CHANGED_ROWS, STORE_POOL, column_schema, commit_if_changed, store_metadata, table_rows,
-)
-from assets.resources import EmbedderResource, StoreResource
 import hashlib
 import json
 
+import dagster as dg
 import polars as pl
 
+from assets.keys import (
+    ENTITIES,
+    FACTS,
+    FORMS,
+    GRAPH_GROUP,
+    NAME_LINKS,
+    NAME_VECTORS,
+    SYNONYM_EDGES,
+    TOMBSTONES,
+)
+from assets.provenance import (
+    CODE_VERSION,
+    MAX_CHANGED_ROWS,
+    STORE_POOL,
+    column_schema,
+    commit_if_changed,
+    store_metadata,
+    table_rows,
+)
+from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.progress import name_progress
-from lightfoot_pipeline.store.fingerprint import fingerprint as store_fingerprint
-from lightfoot_pipeline.store.vectors import name_vector_cache
-from lightfoot_pipeline.provenance.documents import table_differences
 from lightfoot_pipeline.index.reconcile import EmbedderRequired, GraphChange, reconcile_graph
+from lightfoot_pipeline.progress import name_progress
+from lightfoot_pipeline.provenance.documents import table_differences
+from lightfoot_pipeline.store.fingerprint import fingerprint as store_fingerprint
 from lightfoot_pipeline.store.tables import ALIASES, BUCKET, MENTIONS, TableSpec
 from lightfoot_pipeline.store.tables import ENTITIES as ENTITIES_TABLE
 from lightfoot_pipeline.store.tables import FACT_SOURCES as FACT_SOURCES_TABLE
 from lightfoot_pipeline.store.tables import FACTS as FACTS_TABLE
 from lightfoot_pipeline.store.tables import NAME_LINKS as NAME_LINKS_TABLE
 from lightfoot_pipeline.store.tables import SYNONYM_EDGES as SYNONYM_EDGES_TABLE
+from lightfoot_pipeline.store.vectors import name_vector_cache
 
 _EAGER = dg.AutomationCondition.eager()
 

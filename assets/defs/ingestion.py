@@ -13,10 +13,14 @@ from dataclasses import dataclass, field
 import dagster as dg
 import polars as pl
 
-from assets.keys import (
-    DOCUMENTS_GROUP, GRAPH_GROUP, INGESTION_JOB, SERVING_GROUP, TRIGGER_TAG,
-)
 from assets.defs.checks import INGESTION_REBUILD_LIMIT
+from assets.keys import (
+    DOCUMENTS_GROUP,
+    GRAPH_GROUP,
+    INGESTION_JOB,
+    SERVING_GROUP,
+    TRIGGER_TAG,
+)
 from assets.partitions import DOCUMENTS, PER_DOCUMENT, key_ranges, range_tags
 from assets.provenance import CODE_VERSION, add_document_metadata, column_schema, commit_if_changed, store_metadata
 from assets.receipts import receipt_run_key, receipt_runs, receipt_tags

@@ -31,12 +31,12 @@ import dagster as dg
 from assets.keys import GRAPH_ASSETS
 from assets.provenance import STORE_POOL
 from assets.resources import EmbedderResource, StoreResource
-from lightfoot_pipeline.store.fingerprint import fingerprint
-from lightfoot_pipeline.operations import relink
 from lightfoot_pipeline.index.link_pieces import LinkPiece, RelinkError
+from lightfoot_pipeline.operations import relink
 from lightfoot_pipeline.operations.relink import Prepared, StagingArea
 from lightfoot_pipeline.progress import name_progress
 from lightfoot_pipeline.settings import SettingsError, relink_executor
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 
 RELINK_JOB = "relink_graph"

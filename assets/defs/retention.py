@@ -10,26 +10,37 @@ and every blocking check runs again; erasure removes the documents' text from hi
 then, with everything downstream clean, is the partition key removed.
 """
 
-from typing import Callable
+from collections.abc import Callable
 
 import dagster as dg
 
 from assets.keys import (
-    DELETION_JOB, ERASURES, GRAPH_ASSETS, PASSAGES_CHECK, PER_DOCUMENT_ASSETS, RETENTION_GROUP, SERVING_SNAPSHOT,
-    TOMBSTONES, TRIGGER_TAG,
+    DELETION_JOB,
+    ERASURES,
+    GRAPH_ASSETS,
+    PASSAGES_CHECK,
+    PER_DOCUMENT_ASSETS,
+    RETENTION_GROUP,
+    SERVING_SNAPSHOT,
+    TOMBSTONES,
+    TRIGGER_TAG,
 )
 from assets.partitions import DOCUMENTS
 from assets.provenance import CODE_VERSION, STORE_POOL, column_schema, commit_if_changed, store_metadata
 from assets.receipts import IN_FLIGHT, receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
-from lightfoot_pipeline.operations.deletion_requests import (
-    documents_past_retention, latest_tombstones, partition_status, pending_erasures, tombstone_requests,
-)
-from lightfoot_pipeline.operations.erase import erase_history
 from lightfoot_pipeline.ingest.inbox import take_requests
 from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing, utc_now
 from lightfoot_pipeline.ingest.receipts import ERASURE, Receipt, Receipts
 from lightfoot_pipeline.ingest.retention import load_policy
+from lightfoot_pipeline.operations.deletion_requests import (
+    documents_past_retention,
+    latest_tombstones,
+    partition_status,
+    pending_erasures,
+    tombstone_requests,
+)
+from lightfoot_pipeline.operations.erase import erase_history
 from lightfoot_pipeline.store.documents import live_doc_ids
 from lightfoot_pipeline.store.tables import TOMBSTONES as TOMBSTONES_TABLE
 

@@ -18,8 +18,8 @@ from assets.keys import TRIGGER_TAG
 from assets.provenance import CODE_VERSION, STORE_POOL, column_schema, store_metadata
 from assets.resources import EmbedderResource, ExtractorResource, InboxResource, StoreResource
 from lightfoot_pipeline.ingest.sources import SOURCE_FILES
-from lightfoot_pipeline.store.tables import DOCUMENTS, PASSAGE_SOURCES, PASSAGES
 from lightfoot_pipeline.operations.sync import look_at_source, sync
+from lightfoot_pipeline.store.tables import DOCUMENTS, PASSAGE_SOURCES, PASSAGES
 
 SOURCES_GROUP = "sources"
 SOURCE_SYNC_JOB = "source_sync_job"
@@ -80,6 +80,6 @@ def source_sync(context: dg.SensorEvaluationContext, store: StoreResource, inbox
         return dg.SensorResult(skip_reason=dg.SkipReason(
             f"{look.root} is in sync: {len(look.files)} files as the store records them"))
     context.log.info(f"{look.root}: {len(look.to_read)} files to read, {len(look.gone)} removed")
-    hour = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H")
+    hour = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H")
     return dg.SensorResult(run_requests=[dg.RunRequest(run_key=f"sync-{look.signature()}-{hour}",
                                                        tags={TRIGGER_TAG: "source"})])

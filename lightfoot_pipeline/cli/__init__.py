@@ -13,13 +13,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.cli.demo import add_demo_command
-from lightfoot_pipeline.cli.store import add_store_commands
-from lightfoot_pipeline.cli.query import add_query_commands
-from lightfoot_pipeline.cli.explain import add_explain_commands
 from lightfoot_pipeline.cli.evaluation import add_audit_command, add_eval_commands
+from lightfoot_pipeline.cli.explain import add_explain_commands
+from lightfoot_pipeline.cli.query import add_query_commands
+from lightfoot_pipeline.cli.store import add_store_commands
 from lightfoot_pipeline.cli.sync import add_sync_command
+from lightfoot_pipeline.errors import LightfootError
 
 __all__ = ["build_parser", "main"]
 

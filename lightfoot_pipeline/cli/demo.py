@@ -36,9 +36,9 @@ def _section(title: str) -> None:
 
 def run_demo(args) -> int:
     from lightfoot_pipeline import operations
-    from lightfoot_pipeline.progress import Progress, name_progress
     from lightfoot_pipeline.ingest.extraction import ReplayExtractor
     from lightfoot_pipeline.models.embedder import load_embedder
+    from lightfoot_pipeline.progress import Progress, name_progress
     from lightfoot_pipeline.store.fingerprint import counts, fingerprint
     from lightfoot_pipeline.store.store import Store
 
@@ -107,9 +107,9 @@ def run_demo(args) -> int:
 
 
 def _show_retrieval(store: Store, embedder, dataset: Path, n_questions: int = 2) -> None:
+    from lightfoot_pipeline.ingest.dataset import default_questions_file, load_questions
     from lightfoot_pipeline.progress import StepProgress
     from lightfoot_pipeline.retrieval.answer import build_answerer
-    from lightfoot_pipeline.ingest.dataset import default_questions_file, load_questions
     from lightfoot_pipeline.retrieval.rerank import load_reranker
     from lightfoot_pipeline.service.queries import QueryService
     from lightfoot_pipeline.snapshot.export import export_snapshot
@@ -162,7 +162,7 @@ def _show_entities(store: Store) -> None:
         print(f"  {row['display_name']!r}: {row['n_aliases']} aliases in {row['n_chunks']} passages ({shown})")
     edges = store.read(SYNONYM_EDGES.name).sort("similarity", descending=True)
     if edges.height:
-        names = dict(zip(entities.get_column("entity_id").to_list(), entities.get_column("display_name").to_list()))
+        names = dict(zip(entities.get_column("entity_id").to_list(), entities.get_column("display_name").to_list(), strict=True))
         print("synonym edges, e.g.:")
         for row in edges.head(3).iter_rows(named=True):
             print(f"  {names[row['entity_a']]!r} ~ {names[row['entity_b']]!r} ({row['similarity']:.3f})")

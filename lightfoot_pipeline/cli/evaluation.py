@@ -81,11 +81,11 @@ def _plan(args, reranker, status):
 
 def cmd_eval(args) -> int:
     """``lightfoot eval``: every mode on one snapshot, to --out (JSON) and/or --run-dir (a kept run)."""
-    from lightfoot_pipeline.progress import Progress
     from lightfoot_pipeline.evaluation.evaluate import AnswerOptions, eval_json, run_evaluation
     from lightfoot_pipeline.evaluation.report import significance_rows
     from lightfoot_pipeline.evaluation.runs import load_run
     from lightfoot_pipeline.models.embedder import load_embedder
+    from lightfoot_pipeline.progress import Progress
     from lightfoot_pipeline.retrieval.rerank import load_reranker
     from lightfoot_pipeline.retrieval.retrieve import one_thread_per_query
     from lightfoot_pipeline.service.queries import resolve_embedder
@@ -170,9 +170,9 @@ def _scratch_store(label: str):
 
 
 def cmd_eval_deletion(args) -> int:
-    from lightfoot_pipeline.progress import Progress
     from lightfoot_pipeline.evaluation.deletion_eval import run_deletion_audit
     from lightfoot_pipeline.models.embedder import DEFAULT_EMBEDDER, load_embedder
+    from lightfoot_pipeline.progress import Progress
     from lightfoot_pipeline.retrieval.rerank import load_reranker
 
     dataset = Path(args.dataset)

@@ -14,7 +14,11 @@ import time
 
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.settings import (
-    SERVE_ANSWERS_ENV, SERVE_BUDGET_ENV, SettingsError, serve_answer_budget_usd, serve_answers,
+    SERVE_ANSWERS_ENV,
+    SERVE_BUDGET_ENV,
+    SettingsError,
+    serve_answer_budget_usd,
+    serve_answers,
 )
 
 PREVIEW_CHARS = 160
@@ -47,9 +51,9 @@ def print_latency(latency: dict) -> None:
 
 
 def cmd_snapshot(args) -> int:
+    from lightfoot_pipeline.progress import StepProgress
     from lightfoot_pipeline.service.queries import resolve_embedder
     from lightfoot_pipeline.snapshot.export import export_snapshot
-    from lightfoot_pipeline.progress import StepProgress
 
     store = _store(args)
     started = time.perf_counter()
@@ -151,8 +155,8 @@ def cmd_serve(args) -> int:
     import logging
 
     from lightfoot_pipeline.retrieval.answer import AnswerBudget
-    from lightfoot_pipeline.service.queries import open_service
     from lightfoot_pipeline.service.auth import Tokens, check_exposure
+    from lightfoot_pipeline.service.queries import open_service
     from lightfoot_pipeline.service.server import HttpLimits, QueryServer
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

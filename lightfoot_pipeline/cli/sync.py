@@ -8,17 +8,22 @@ import sys
 
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.settings import (
-    CHUNK_OVERLAP_TOKENS, CHUNK_TOKENS, MAX_FILE_BYTES, MAX_PASSAGES_PER_DOCUMENT, ChunkSettings, IndexSettings,
+    CHUNK_OVERLAP_TOKENS,
+    CHUNK_TOKENS,
+    MAX_FILE_BYTES,
+    MAX_PASSAGES_PER_DOCUMENT,
+    ChunkSettings,
+    IndexSettings,
 )
 
 
 def cmd_sync(args) -> int:
-    from lightfoot_pipeline.progress import Progress, name_progress
     from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
-    from lightfoot_pipeline.models.embedder import load_embedder
-    from lightfoot_pipeline.store.store import Store
     from lightfoot_pipeline.ingest.extraction.replay import ReplayExtractor
+    from lightfoot_pipeline.models.embedder import load_embedder
     from lightfoot_pipeline.operations.sync import look_at_source, sync
+    from lightfoot_pipeline.progress import Progress, name_progress
+    from lightfoot_pipeline.store.store import Store
 
     chunking = ChunkSettings(tokens=args.chunk_tokens, overlap=args.chunk_overlap, max_passages=args.max_passages,
                              max_file_bytes=int(args.max_file_mb * 1024 * 1024))

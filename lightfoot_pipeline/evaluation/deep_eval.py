@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from typing import Callable, Sequence
 
 from lightfoot_pipeline.evaluation.harness import AnswerSpend, CostEstimate, QuestionResult
 from lightfoot_pipeline.evaluation.metrics import distinct, recall_at_k

@@ -19,15 +19,21 @@ the deletion may name a deleted document.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from lightfoot_pipeline.evaluation.deletion_trial import AFTER, BEFORE, FRESH, run_trial
 from lightfoot_pipeline.evaluation.evaluate import (
-    Echo, EvalPlan, PhaseResult, ProgressFactory, evaluate_store, plan_evaluation, snapshot_record,
+    Echo,
+    EvalPlan,
+    PhaseResult,
+    ProgressFactory,
+    evaluate_store,
+    plan_evaluation,
+    snapshot_record,
 )
 from lightfoot_pipeline.evaluation.harness import HarnessError, QuestionResult
 from lightfoot_pipeline.evaluation.runs import DELETION_FILE, index_cost, remove_tree, results_frame, write_run

@@ -23,23 +23,27 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.store.fingerprint import counts, fingerprint
 from lightfoot_pipeline.evaluation.harness import HarnessError
 from lightfoot_pipeline.ingest.dataset import (
-    CORPUS_FILE, EXTRACTIONS_FILE, DatasetError, Document, has_recorded_extractions, load_corpus,
+    CORPUS_FILE,
+    EXTRACTIONS_FILE,
+    DatasetError,
+    Document,
+    has_recorded_extractions,
+    load_corpus,
     load_recorded_extractions,
 )
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.models.llm import LLMClient
-from lightfoot_pipeline.store.fingerprint import Fingerprint
+from lightfoot_pipeline.store.fingerprint import Fingerprint, counts, fingerprint
 from lightfoot_pipeline.store.store import Store
 
 BEFORE, AFTER, FRESH = "before", "after", "fresh"

@@ -16,24 +16,41 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
 from lightfoot_pipeline import operations
 from lightfoot_pipeline.evaluation.deep_eval import (
-    DEEP_FILE, add_estimates, add_spends, deep_record, deep_rows, estimate_deep_cost,
+    DEEP_FILE,
+    add_estimates,
+    add_spends,
+    deep_record,
+    deep_rows,
+    estimate_deep_cost,
 )
 from lightfoot_pipeline.evaluation.harness import (
-    DEPTH, AnswerSpend, CostEstimate, HarnessError, QuestionResult, answer_rows, estimate_answer_cost, mean_recalls,
-    run_questions, select_modes,
+    DEPTH,
+    AnswerSpend,
+    CostEstimate,
+    HarnessError,
+    QuestionResult,
+    answer_rows,
+    estimate_answer_cost,
+    mean_recalls,
+    run_questions,
+    select_modes,
 )
 from lightfoot_pipeline.evaluation.modes import K_VALUES, LIGHTFOOT, Mode, available_modes, standard_modes
 from lightfoot_pipeline.evaluation.runs import EVAL, index_cost, results_frame, write_run
 from lightfoot_pipeline.ingest.dataset import (
-    DatasetError, has_recorded_extractions, load_corpus, load_questions, load_recorded_extractions,
+    DatasetError,
+    has_recorded_extractions,
+    load_corpus,
+    load_questions,
+    load_recorded_extractions,
 )
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.ingest.passages import text_hash
@@ -41,9 +58,9 @@ from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.retrieval.answer import MAX_TOKENS, AnswerBudget, Answerer, answer_charge
 from lightfoot_pipeline.retrieval.deep import DeepQuery, DeepSettings
 from lightfoot_pipeline.retrieval.deep import charges as deep_charges
-from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.retrieval.rerank import Reranker, RerankerStatus
 from lightfoot_pipeline.retrieval.retrieve import RetrievalSettings, Retriever
+from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.snapshot.format import Snapshot, SnapshotInfo, load_snapshot
 from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.store import Store
@@ -142,7 +159,7 @@ def ensure_dataset_indexed(store: Store, dataset_dir: Path, embedder: Embedder,
     held: dict[str, str] = {}
     if store.exists():
         rows = store.read(DOCUMENTS.name, columns=["doc_id", "content_hash"])
-        held = dict(zip(rows.get_column("doc_id").to_list(), rows.get_column("content_hash").to_list()))
+        held = dict(zip(rows.get_column("doc_id").to_list(), rows.get_column("content_hash").to_list(), strict=True))
     missing = [d for d in documents if held.get(d.doc_id) != text_hash(f"{d.title}\x00{d.text}")]
     if not missing:
         return {"built": False, "documents": 0, "model_calls": 0}

@@ -13,23 +13,29 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 
+from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.evaluation.metrics import distinct, exact_match, recall_at_k, token_f1
 from lightfoot_pipeline.evaluation.modes import K_VALUES, Mode
 from lightfoot_pipeline.ingest.dataset import Question
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.retrieval.answer import (
-    MAX_TOKENS, RESERVE_CHARS_PER_TOKEN, SYSTEM_PROMPT, Answer, AnswerBudget, Answerer, render_prompt,
+    MAX_TOKENS,
+    RESERVE_CHARS_PER_TOKEN,
+    SYSTEM_PROMPT,
+    Answer,
+    AnswerBudget,
+    Answerer,
+    render_prompt,
 )
 from lightfoot_pipeline.retrieval.rerank import Reranker, RerankerStatus
 from lightfoot_pipeline.retrieval.retrieve import FactHit, PassageHit, Retriever, top_indices
 from lightfoot_pipeline.snapshot.format import Snapshot
-from lightfoot_pipeline.errors import LightfootError
 
 DEPTH = 30  # ranked passages kept per (mode, question)
 ANSWER_PASSAGES = 10

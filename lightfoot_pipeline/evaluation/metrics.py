@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 

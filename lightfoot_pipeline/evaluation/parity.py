@@ -6,8 +6,8 @@ walk: recall@k of each, their difference, and the mean overlap of the two top 10
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 import numpy as np
 
@@ -26,7 +26,7 @@ def _rankings(retriever: Retriever, questions: Sequence[Question], vectors: list
               ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """Per question: ranked document ids (first passage of each document) and the top passages."""
     documents, passages = {}, {}
-    for question, vector in zip(questions, vectors):
+    for question, vector in zip(questions, vectors, strict=True):
         hits = retriever.retrieve(question.question, rerank=False, vector=vector).passages
         documents[question.qid] = list(dict.fromkeys(hit.doc_id for hit in hits))
         passages[question.qid] = [hit.chunk_id for hit in hits[:OVERLAP_AT]]

@@ -17,14 +17,14 @@ or for an old run, at any time:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import polars as pl
 
-from lightfoot_pipeline.evaluation.modes import BASELINES, DENSE, HIPPORAG2, LIGHTFOOT, LIGHTFOOT_RERANK
 from lightfoot_pipeline.evaluation.metrics import paired_bootstrap
+from lightfoot_pipeline.evaluation.modes import BASELINES, DENSE, HIPPORAG2, LIGHTFOOT, LIGHTFOOT_RERANK
 from lightfoot_pipeline.evaluation.runs import Run, RunError, compare_modes, load_run
 
 PLOT_RECALL = "recall_by_mode.png"
@@ -41,7 +41,7 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return lines + [""]
+    return [*lines, ""]
 
 
 def _pyplot():
@@ -202,7 +202,7 @@ def write_report(run_dir: Path | str) -> Path:
         raise RunError(f"{run.path} has no recall columns to report")
     phase = main_phase(run)
     headline = _headline_metric(metrics)
-    means = mean_table(run, phase, metrics + ["retrieval_ms"])
+    means = mean_table(run, phase, [*metrics, "retrieval_ms"])
     lines = [f"# Lightfoot evaluation: {config.get('kind')} run", ""]
     snapshot = (config.get("snapshots") or {}).get(phase, {})
     lines += _table(["", ""], [

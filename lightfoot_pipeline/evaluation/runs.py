@@ -24,17 +24,17 @@ import datetime as dt
 import json
 import platform
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Sequence
 
 import polars as pl
 
+from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.evaluation.metrics import PairedBootstrap, paired_bootstrap
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import EXTRACTIONS
-from lightfoot_pipeline.errors import LightfootError
 
 RUN_FILE = "run.json"
 RESULTS_FILE = "results.parquet"
@@ -117,7 +117,7 @@ def write_run(run_dir: Path | str, config: dict, results: pl.DataFrame, *, overw
         for stale in [run_dir / RESULTS_FILE, run_dir / DELETION_FILE, run_dir / "deep.json", *run_dir.glob("*.png"),
                       run_dir / "report.md"]:
             stale.unlink(missing_ok=True)
-    payload = {"format": FORMAT_VERSION, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+    payload = {"format": FORMAT_VERSION, "created_at": dt.datetime.now(dt.UTC).isoformat(),
                "software": software(), **config}
     results.write_parquet(run_dir / RESULTS_FILE)
     for name, content in (extra_files or {}).items():
@@ -154,7 +154,7 @@ class Run:
         """``qid`` and ``score`` of one mode and phase (default: the run's first phase)."""
         phase = phase or self.phases[0]
         if metric not in self.results.columns:
-            raise RunError(f"{self.path} has no metric {metric!r}; it has {self.metrics + ['em', 'f1']}")
+            raise RunError(f"{self.path} has no metric {metric!r}; it has {[*self.metrics, 'em', 'f1']}")
         frame = self.results.filter((pl.col("phase") == phase) & (pl.col("mode") == mode))
         if frame.height == 0:
             raise RunError(f"{self.path} has no results for mode {mode!r} in phase {phase!r} "

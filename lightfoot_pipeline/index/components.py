@@ -17,7 +17,7 @@ from scipy.sparse.csgraph import connected_components
 
 
 def entity_id_for(type_: str, smallest_name: str) -> str:
-    return "ent-" + hashlib.sha256(f"{type_}\x00{smallest_name}".encode("utf-8")).hexdigest()[:24]
+    return "ent-" + hashlib.sha256(f"{type_}\x00{smallest_name}".encode()).hexdigest()[:24]
 
 
 def components(names: pl.DataFrame, links: pl.DataFrame, threshold: float) -> pl.DataFrame:

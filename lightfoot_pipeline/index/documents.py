@@ -10,22 +10,38 @@ function on the same input stages the same rows, so nothing is written: the stag
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 import polars as pl
 
-from lightfoot_pipeline.ingest.dataset import Document
-from lightfoot_pipeline.ingest.extraction.outcome import OK, ExtractionOutcome, issues_to_json, record_from_json, record_to_json
 from lightfoot_pipeline.index.forms import fact_sources_frame, forms_frame, forms_of
 from lightfoot_pipeline.ingest.chunking import SECTION_SEPARATOR
+from lightfoot_pipeline.ingest.dataset import Document
+from lightfoot_pipeline.ingest.extraction.outcome import (
+    OK,
+    ExtractionOutcome,
+    issues_to_json,
+    record_from_json,
+    record_to_json,
+)
 from lightfoot_pipeline.ingest.passages import Passage, split_passages, text_hash
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.tables import (
-    DOCUMENT_KEYS, DOCUMENTS, EXTRACTIONS, FACT_SOURCES, FORMS, GRAPH_QUEUE, PASSAGE_SOURCES, PASSAGES,
-    PER_DOCUMENT_TABLES, TOMBSTONES, TableSpec, with_buckets,
+    DOCUMENT_KEYS,
+    DOCUMENTS,
+    EXTRACTIONS,
+    FACT_SOURCES,
+    FORMS,
+    GRAPH_QUEUE,
+    PASSAGE_SOURCES,
+    PASSAGES,
+    PER_DOCUMENT_TABLES,
+    TOMBSTONES,
+    TableSpec,
+    with_buckets,
 )
+from lightfoot_pipeline.store.transaction import Transaction
 
 
 def _document_rows(tx: Transaction, spec: TableSpec, doc_ids: list[str]) -> pl.DataFrame:
@@ -267,7 +283,7 @@ def tombstone_documents(
             _enqueue(tx, spec, rows)
         tx.update(spec.name, remove=_doc_rows(report.deleted))
     tx.update(DOCUMENT_KEYS.name, remove=_doc_rows(report.deleted))
-    when = now or dt.datetime.now(dt.timezone.utc)
+    when = now or dt.datetime.now(dt.UTC)
     log = pl.DataFrame(
         {
             "doc_id": report.deleted,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, defaultdict
-from typing import Iterable
+from collections.abc import Iterable
 
 import polars as pl
 

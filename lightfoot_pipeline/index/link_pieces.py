@@ -20,10 +20,11 @@ the graph stage in place of linking there (reconcile.py, ``linker``).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import polars as pl
@@ -31,7 +32,7 @@ import polars as pl
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.index.links import LINK_SCHEMA, LinkRule, links_of_pairs
 from lightfoot_pipeline.index.lsh import join_keys, near_within
-from lightfoot_pipeline.index.name_sketches import key_frame, decode_keys
+from lightfoot_pipeline.index.name_sketches import decode_keys, key_frame
 from lightfoot_pipeline.settings import Banding, IndexSettings
 from lightfoot_pipeline.store.filesystem import delete_folder_quietly, open_filesystem
 from lightfoot_pipeline.store.store import Store
@@ -76,7 +77,7 @@ class LinkPiece:
         return {"type": self.type, "first_band": self.first_band, "last_band": self.last_band}
 
     @classmethod
-    def of(cls, value: Mapping) -> "LinkPiece":
+    def of(cls, value: Mapping) -> LinkPiece:
         return cls(str(value["type"]), int(value["first_band"]), int(value["last_band"]))
 
 
@@ -98,7 +99,7 @@ def plan_pieces(names_per_type: Mapping[str, int], bands: int, size: int) -> lis
             continue
         ranges = min(bands, math.ceil(n * bands / size))
         edges = [round(k * bands / ranges) for k in range(ranges + 1)]
-        pieces += [LinkPiece(type_, lo, hi - 1) for lo, hi in zip(edges, edges[1:])]
+        pieces += [LinkPiece(type_, lo, hi - 1) for lo, hi in itertools.pairwise(edges)]
     return pieces
 
 

@@ -9,8 +9,8 @@ costs in recall. Measured per threshold, over names grouped by type as the index
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 

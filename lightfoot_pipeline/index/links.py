@@ -21,8 +21,8 @@ vectors, so no pair that reaches the threshold is missed by the first cut.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import numpy as np
 import polars as pl
@@ -50,14 +50,14 @@ class LinkRule:
     block_cols: int = 8192
 
     @classmethod
-    def of(cls, settings: IndexSettings, threshold: float | None = None) -> "LinkRule":
+    def of(cls, settings: IndexSettings, threshold: float | None = None) -> LinkRule:
         """The index's rule, at the synonym threshold (the lowest stored) unless told otherwise."""
         return cls(
             settings.synonym_threshold if threshold is None else threshold, settings.banding,
             settings.numbers_must_agree, settings.block_rows, settings.block_cols,
         )
 
-    def exhaustive(self) -> "LinkRule":
+    def exhaustive(self) -> LinkRule:
         """The same rule comparing every pair (what the bands are measured against)."""
         return replace(self, banding=None)
 
@@ -79,7 +79,7 @@ def _numbers_agree(
     """Mask of the pairs (left[i], right[j]) whose names may link under the number rule."""
     if not rule.numbers_must_agree:
         return np.ones(len(i), dtype=bool)
-    return np.array([number_signature(left[a]) == number_signature(right[b]) for a, b in zip(i, j)], dtype=bool)
+    return np.array([number_signature(left[a]) == number_signature(right[b]) for a, b in zip(i, j, strict=True)], dtype=bool)
 
 
 def _verified(
@@ -181,8 +181,8 @@ def links_of_pairs(
 
 
 def _ordered(type_: str, names_i: list[str], names_j: list[str], sims: np.ndarray) -> pl.DataFrame:
-    a = [min(x, y) for x, y in zip(names_i, names_j)]
-    b = [max(x, y) for x, y in zip(names_i, names_j)]
+    a = [min(x, y) for x, y in zip(names_i, names_j, strict=True)]
+    b = [max(x, y) for x, y in zip(names_i, names_j, strict=True)]
     return pl.DataFrame(
         {"type": [type_] * len(a), "name_a": a, "name_b": b, "similarity": sims},
         schema=LINK_SCHEMA,

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterator
 from functools import lru_cache
-from typing import Iterator
 
 import numpy as np
 
@@ -204,7 +204,7 @@ def sketch_pairs_between(new_high: np.ndarray, new_marks: np.ndarray, old_high: 
     index = [_band_index(np.ascontiguousarray(small_marks[:, band]), rows) for band in range(small_marks.shape[1])]
     for r0 in range(0, len(large_high), SCAN_ROWS):
         chunk = np.ascontiguousarray(large_marks[r0 : r0 + SCAN_ROWS].T)
-        for (held, starts, order), low in zip(index, chunk):
+        for (held, starts, order), low in zip(index, chunk, strict=True):
             hits = np.flatnonzero(held.take(low))
             if len(hits) == 0:
                 continue

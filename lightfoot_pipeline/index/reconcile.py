@@ -29,25 +29,35 @@ share a key with it (name_sketches.py).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import polars as pl
 
+from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.index.components import components, entity_rows, mention_rows
-from lightfoot_pipeline.index.set_digest import set_digest
 from lightfoot_pipeline.index.facts import fact_rows
 from lightfoot_pipeline.index.links import LINK_SCHEMA, LinkRule
 from lightfoot_pipeline.index.name_sketches import drop_keys, link_added_names, store_keys
-from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.store.transaction import Transaction
+from lightfoot_pipeline.index.set_digest import set_digest
 from lightfoot_pipeline.index.synonyms import synonym_edges
+from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.tables import (
-    ALIASES, ENTITIES, FACT_SOURCES, FACTS, FORMS, GRAPH_QUEUE, MENTIONS, NAME_LINKS, NAME_LINKS_REVERSE,
-    SYNONYM_EDGES, TableSpec, with_buckets,
+    ALIASES,
+    ENTITIES,
+    FACT_SOURCES,
+    FACTS,
+    FORMS,
+    GRAPH_QUEUE,
+    MENTIONS,
+    NAME_LINKS,
+    NAME_LINKS_REVERSE,
+    SYNONYM_EDGES,
+    TableSpec,
+    with_buckets,
 )
+from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.vectors import VectorCache
-from lightfoot_pipeline.errors import LightfootError
 
 NAME_KEY = ["name", "type"]
 # Links the added names against the live ones and stages their keys (link_added_names' signature).

@@ -13,7 +13,16 @@ from lightfoot_pipeline.index.reconcile import name_statistics
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
-    ALIASES, DOCUMENTS, ENTITIES, EXTRACTIONS, FACT_SOURCES, FACTS, FORMS, MENTIONS, PASSAGES, SYNONYM_EDGES,
+    ALIASES,
+    DOCUMENTS,
+    ENTITIES,
+    EXTRACTIONS,
+    FACT_SOURCES,
+    FACTS,
+    FORMS,
+    MENTIONS,
+    PASSAGES,
+    SYNONYM_EDGES,
 )
 
 

@@ -2,7 +2,13 @@
 validated extraction per passage."""
 
 from lightfoot_pipeline.ingest.dataset import (
-    DatasetError, Document, Question, bundled_sample_dir, load_corpus, load_questions, load_recorded_extractions,
+    DatasetError,
+    Document,
+    Question,
+    bundled_sample_dir,
+    load_corpus,
+    load_questions,
+    load_recorded_extractions,
 )
 from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing
 from lightfoot_pipeline.ingest.passages import Passage, split_passages

@@ -75,7 +75,7 @@ def chunk_blocks(doc_id: str, blocks: tuple[Block, ...] | list[Block], settings:
 
 def _chunk_id(doc_id: str, page: int | None, section: tuple[str, ...], text: str, n: int) -> str:
     where = f"{page if page is not None else ''}\x00{chr(31).join(section)}"
-    digest = hashlib.sha256(f"{doc_id}\x00{where}\x00{text}\x00{n}".encode("utf-8")).hexdigest()
+    digest = hashlib.sha256(f"{doc_id}\x00{where}\x00{text}\x00{n}".encode()).hexdigest()
     return f"chunk-{digest[:24]}"
 
 

@@ -21,15 +21,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Sequence
 
+from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.ingest.chunking import Chunk
 from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
 from lightfoot_pipeline.ingest.retention import parse_retention_date
-from lightfoot_pipeline.errors import LightfootError
 
 CORPUS_FILE = "corpus.jsonl"
 EXTRACTIONS_FILE = "extractions.jsonl"

@@ -31,14 +31,20 @@ removed. A crash between two steps leaves the drop in the inbox, and the next lo
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
 
 import pyarrow.fs as pafs
 
 from lightfoot_pipeline.ingest.dataset import (
-    CORPUS_FILE, EXTRACTIONS_FILE, DatasetError, parse_document, parse_json_lines, parse_json_value,
-    parse_recorded_extractions, text_lines,
+    CORPUS_FILE,
+    EXTRACTIONS_FILE,
+    DatasetError,
+    parse_document,
+    parse_json_lines,
+    parse_json_value,
+    parse_recorded_extractions,
+    text_lines,
 )
 from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
 from lightfoot_pipeline.ingest.landing import DeletionRequest, LandedDocument, Landing, utc_now

@@ -23,12 +23,12 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import urllib.parse
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import pyarrow.fs as pafs
 
-from lightfoot_pipeline.ingest.dataset import Document, DatasetError, parse_document
+from lightfoot_pipeline.ingest.dataset import DatasetError, Document, parse_document
 from lightfoot_pipeline.store.filesystem import delete_quietly, json_files, open_filesystem, read_json, write_json
 
 LANDING_DIR = "landing"
@@ -66,7 +66,7 @@ class LandedDocument:
         }
 
     @classmethod
-    def from_json(cls, data: dict, where: str) -> "LandedDocument":
+    def from_json(cls, data: dict, where: str) -> LandedDocument:
         if not isinstance(data, dict) or "document" not in data:
             raise DatasetError(f"{where}: not a landed document")
         return cls(
@@ -97,7 +97,7 @@ class DeletionRequest:
         }
 
     @classmethod
-    def from_json(cls, data: dict, where: str) -> "DeletionRequest":
+    def from_json(cls, data: dict, where: str) -> DeletionRequest:
         if not isinstance(data, dict) or not isinstance(data.get("doc_id"), str) or not data["doc_id"]:
             raise DatasetError(f"{where}: a deletion request needs a doc_id")
         return cls(
@@ -110,14 +110,14 @@ class DeletionRequest:
 
 
 def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def parse_time(value) -> dt.datetime | None:
     if not value:
         return None
     parsed = dt.datetime.fromisoformat(str(value))
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 def file_key(doc_id: str) -> str:
@@ -164,7 +164,7 @@ class Landing:
         """Which of these documents have a landed copy (without reading the copies)."""
         ids = sorted(set(doc_ids))
         infos = self.fs.get_file_info([self._path(DOCUMENTS_DIR, d) for d in ids])
-        return {d for d, info in zip(ids, infos) if info.type == pafs.FileType.File}
+        return {d for d, info in zip(ids, infos, strict=True) if info.type == pafs.FileType.File}
 
     def landed_ids(self) -> list[str]:
         """Every document id with a landed copy."""
@@ -200,7 +200,7 @@ class Landing:
             DeletionRequest.from_json(read_json(self.fs, info.path), info.path)
             for info in json_files(self.fs, f"{self.root}/{REQUESTS_DIR}")
         ]
-        epoch = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+        epoch = dt.datetime.min.replace(tzinfo=dt.UTC)
         return sorted(requests, key=lambda r: (r.requested_at or epoch, r.doc_id))
 
     def resolve_requests(self, doc_ids: Iterable[str]) -> int:

@@ -52,7 +52,7 @@ def text_hash(text: str) -> str:
 
 
 def chunk_id_for(doc_id: str, ordinal: int, text: str) -> str:
-    digest = hashlib.sha256(f"{doc_id}\x00{ordinal}\x00{text}".encode("utf-8")).hexdigest()
+    digest = hashlib.sha256(f"{doc_id}\x00{ordinal}\x00{text}".encode()).hexdigest()
     return f"chunk-{digest[:24]}"
 
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import polars as pl
 import pyarrow.fs as pafs
@@ -58,7 +58,7 @@ class Receipt:
     outcome: str = ""
 
     @classmethod
-    def for_deletions(cls, source: dict, requests: Sequence[DeletionRequest], origin: str) -> "Receipt":
+    def for_deletions(cls, source: dict, requests: Sequence[DeletionRequest], origin: str) -> Receipt:
         """The receipt of deletion requests taken from ``source`` (what identifies the drop)."""
         if not requests:
             raise ValueError("a receipt needs at least one deletion request")
@@ -73,7 +73,7 @@ class Receipt:
         )
 
     @classmethod
-    def for_documents(cls, source: dict, doc_ids: Iterable[str], origin: str) -> "Receipt":
+    def for_documents(cls, source: dict, doc_ids: Iterable[str], origin: str) -> Receipt:
         """The receipt of documents landed from ``source``, to be ingested."""
         ids = sorted(set(doc_ids))
         if not ids:
@@ -97,7 +97,7 @@ class Receipt:
         }
 
     @classmethod
-    def from_json(cls, data: dict, where: str) -> "Receipt":
+    def from_json(cls, data: dict, where: str) -> Receipt:
         if not isinstance(data, dict) or data.get("kind") not in RECEIPT_KINDS or not data.get("receipt_id"):
             raise DatasetError(f"{where}: not a receipt")
         ids = data.get("doc_ids")
@@ -162,7 +162,7 @@ class Receipts:
                 delete_quietly(self.fs, info.path)  # settled, by a process that stopped before this step
                 continue
             receipts.append(receipt)
-        epoch = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+        epoch = dt.datetime.min.replace(tzinfo=dt.UTC)
         return sorted(receipts, key=lambda r: (r.taken_at or epoch, r.receipt_id))
 
     def settle(self, receipt: Receipt, outcome: str) -> Receipt:

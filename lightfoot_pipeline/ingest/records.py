@@ -31,8 +31,7 @@ from lightfoot_pipeline.ingest.normalise import clean_surface, normalise_name, n
 from lightfoot_pipeline.settings import MAX_ENTITIES_PER_PASSAGE, MAX_FACTS_PER_PASSAGE
 
 _PREPOSITIONS = frozenset(
-    "of in at on for to with from by since into including as about after before during "
-    "under over between among than via per near".split()
+    ["of", "in", "at", "on", "for", "to", "with", "from", "by", "since", "into", "including", "as", "about", "after", "before", "during", "under", "over", "between", "among", "than", "via", "per", "near"]
 )
 _SPACES = re.compile(r"\s+")
 

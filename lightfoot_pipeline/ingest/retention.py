@@ -30,13 +30,13 @@ import datetime as dt
 import fnmatch
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import polars as pl
 
-from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
 from lightfoot_pipeline.errors import LightfootError
+from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
 from lightfoot_pipeline.store.filesystem import open_filesystem
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
@@ -54,7 +54,7 @@ def parse_retention_date(value: object) -> dt.date:
         if _DATE.fullmatch(value):
             return dt.date.fromisoformat(value)
         if _DATETIME.fullmatch(value):
-            return dt.datetime.fromisoformat(value).astimezone(dt.timezone.utc).date()
+            return dt.datetime.fromisoformat(value).astimezone(dt.UTC).date()
     except ValueError as err:  # the right shape, but no such day or time (2026-02-30)
         raise ValueError(f"{value!r} is not a valid date ({err})") from err
     raise ValueError(
@@ -99,7 +99,7 @@ class RetentionPolicy:
     rules: tuple[RetentionRule, ...] = ()
 
     @classmethod
-    def parse(cls, text: str, where: str = "retention policy") -> "RetentionPolicy":
+    def parse(cls, text: str, where: str = "retention policy") -> RetentionPolicy:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 

@@ -31,8 +31,8 @@ import math
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.models.prices import list_price
@@ -121,7 +121,7 @@ class LLMSettings:
                 raise ValueError(f"{name} must not be negative, got {value}")
 
     @classmethod
-    def from_env(cls, environ: dict | None = None, **overrides) -> "LLMSettings":
+    def from_env(cls, environ: dict | None = None, **overrides) -> LLMSettings:
         """Settings from the environment (settings.llm_environment); keyword arguments win over it."""
         return cls(**{**llm_environment(environ), **overrides})
 
@@ -287,7 +287,7 @@ class LLMClient:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _backoff(self, failures: int, err: "LLMError") -> float:
+    def _backoff(self, failures: int, err: LLMError) -> float:
         asked = err.retry_after
         if asked is not None:
             return min(asked, self.settings.retry_after_max_s)

@@ -8,12 +8,12 @@ its links computed in pieces); the index's configuration (config.py). The comman
 the tests all call these.
 """
 
+from lightfoot_pipeline.operations import relink, sync  # modules: relink.relink, sync.sync
 from lightfoot_pipeline.operations.config import IndexConfigError, check_config, index_config
 from lightfoot_pipeline.operations.deletion import DeleteReport, delete
 from lightfoot_pipeline.operations.erase import EraseReport, erase_history, vacuum
 from lightfoot_pipeline.operations.ingestion import IngestReport, ingest
 from lightfoot_pipeline.operations.migration import migrate, rebuild
-from lightfoot_pipeline.operations import relink, sync  # modules: relink.relink, sync.sync
 from lightfoot_pipeline.operations.sync import SyncReport
 
 __all__ = [

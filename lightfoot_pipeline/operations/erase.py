@@ -24,14 +24,14 @@ vacuum``, an erase of no document), also purges the text that re-ingesting a doc
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 import polars as pl
 
-from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache
 from lightfoot_pipeline.index.facts import fact_text
 from lightfoot_pipeline.index.link_pieces import remove_relink_staging
+from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.snapshot.export import erase_from_snapshots
 from lightfoot_pipeline.store.store import Store
@@ -80,7 +80,7 @@ def erase_history(store: Store, doc_ids: Sequence[str]) -> EraseReport:
     live_keys = store.read(EXTRACTIONS.name, manifest, columns=["cache_key"]).get_column("cache_key").to_list()
     report.cache_entries_purged = ExtractionCache(store).purge_except(k for k in live_keys if k)
     report.vectors_purged = purge_vector_caches(store, live_vector_texts(store))
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     if doc_ids:
         with store.transaction() as tx:
             tombstones = tx.table(TOMBSTONES.name)

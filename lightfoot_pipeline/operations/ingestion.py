@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from lightfoot_pipeline.index.documents import derive_forms, document_changes, document_passages, record_extractions, upsert_documents
+from lightfoot_pipeline.index.documents import (
+    derive_forms,
+    document_changes,
+    document_passages,
+    record_extractions,
+    upsert_documents,
+)
 from lightfoot_pipeline.index.reconcile import GraphChange, reconcile_graph
 from lightfoot_pipeline.ingest.dataset import Document, unmatched_records
 from lightfoot_pipeline.ingest.extraction.outcome import OK, Extractor, ProgressCallback

@@ -16,7 +16,14 @@ from lightfoot_pipeline.store.filesystem import delete_folder_quietly, open_file
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
-    DOCUMENTS, EXTRACTIONS, PASSAGE_SOURCES, PASSAGES, RETIRED_TABLES, TOMBSTONES, all_specs, with_buckets,
+    DOCUMENTS,
+    EXTRACTIONS,
+    PASSAGE_SOURCES,
+    PASSAGES,
+    RETIRED_TABLES,
+    TOMBSTONES,
+    all_specs,
+    with_buckets,
 )
 from lightfoot_pipeline.store.vectors import name_vector_cache
 

@@ -26,16 +26,25 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 import polars as pl
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from lightfoot_pipeline.index.link_pieces import (
-    STAGING, LinkPiece, PrecomputedLinks, RelinkError, key_rows, piece_links, plan_pieces, plan_steps, type_keys,
-    type_label, union_links,
+    STAGING,
+    LinkPiece,
+    PrecomputedLinks,
+    RelinkError,
+    key_rows,
+    piece_links,
+    plan_pieces,
+    plan_steps,
+    type_keys,
+    type_label,
+    union_links,
 )
 from lightfoot_pipeline.index.links import LinkRule
 from lightfoot_pipeline.index.reconcile import GraphChange
@@ -44,7 +53,11 @@ from lightfoot_pipeline.operations.config import index_config
 from lightfoot_pipeline.operations.migration import migrate
 from lightfoot_pipeline.settings import IndexSettings, link_piece_size
 from lightfoot_pipeline.store.filesystem import (
-    delete_folder_quietly, delete_quietly, open_filesystem, read_json, write_json,
+    delete_folder_quietly,
+    delete_quietly,
+    open_filesystem,
+    read_json,
+    write_json,
 )
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
@@ -72,7 +85,7 @@ class Prepared:
         return asdict(self)
 
     @classmethod
-    def of(cls, value: dict) -> "Prepared":
+    def of(cls, value: dict) -> Prepared:
         return cls(**value)
 
 

@@ -18,21 +18,28 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import polars as pl
 import pyarrow.fs as pafs
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.operations.erase import erase_history
 from lightfoot_pipeline.index.documents import tombstone_documents
 from lightfoot_pipeline.ingest.extraction.outcome import Extractor, ProgressCallback
 from lightfoot_pipeline.ingest.sources import (
-    FAILED, SOURCE_FILES, FileOutcome, SourceFile, list_source, read_source_file, records_frame, sidecar_hash,
+    FAILED,
+    SOURCE_FILES,
+    FileOutcome,
+    SourceFile,
+    list_source,
+    read_source_file,
+    records_frame,
+    sidecar_hash,
 )
 from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.operations.erase import erase_history
 from lightfoot_pipeline.settings import ChunkSettings, IndexSettings, SettingsError
 from lightfoot_pipeline.store.documents import live_doc_ids
 from lightfoot_pipeline.store.filesystem import open_filesystem
@@ -123,7 +130,7 @@ def sync(
         outcomes = [_read(fs, root, f, signature, chunking, records.get(f.doc_id)) for f, signature in batch]
         report.read_seconds += time.perf_counter() - read_started
         documents = []
-        for (f, _), outcome in zip(batch, outcomes):
+        for (f, _), outcome in zip(batch, outcomes, strict=True):
             known = records.get(f.doc_id)
             if outcome is None:  # touched, the same content
                 report.unchanged += 1
@@ -138,7 +145,7 @@ def sync(
             (report.new if known is None else report.changed).append(f.doc_id)
         unreadable = [o.record["doc_id"] for o in outcomes if o is not None and o.failed and o.record["doc_id"] in live]
         failed_live.extend(unreadable)
-        rows = [o.record if o is not None else _touched(records[f.doc_id], f) for (f, _), o in zip(batch, outcomes)]
+        rows = [o.record if o is not None else _touched(records[f.doc_id], f) for (f, _), o in zip(batch, outcomes, strict=True)]
 
         def stage(tx: Transaction, rows=rows, unreadable=unreadable) -> None:
             if unreadable:

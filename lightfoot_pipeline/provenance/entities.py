@@ -12,11 +12,18 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from lightfoot_pipeline.provenance import ExplainError
 from lightfoot_pipeline.ingest.normalise import normalise_name
+from lightfoot_pipeline.provenance import ExplainError
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
-    ALIASES, ENTITIES, FACT_SOURCES, FACTS, FORMS, MENTIONS, PASSAGES, SYNONYM_EDGES,
+    ALIASES,
+    ENTITIES,
+    FACT_SOURCES,
+    FACTS,
+    FORMS,
+    MENTIONS,
+    PASSAGES,
+    SYNONYM_EDGES,
 )
 
 # Rows listed per alias and per entity (the counts are always whole).

@@ -7,11 +7,16 @@ passage ranked; ``Answerer`` makes the one model call of an answer; ``deep`` is 
 mode, which calls the model between its steps.
 """
 
-from lightfoot_pipeline.retrieval.answer import Answer, Answerer, AnswerBudget, build_answerer
+from lightfoot_pipeline.retrieval.answer import Answer, AnswerBudget, Answerer, build_answerer
 from lightfoot_pipeline.retrieval.explain import explain_query
 from lightfoot_pipeline.retrieval.rerank import Reranker, RerankerStatus, load_reranker
 from lightfoot_pipeline.retrieval.retrieve import (
-    FactHit, PassageHit, Retrieval, RetrievalError, RetrievalSettings, Retriever,
+    FactHit,
+    PassageHit,
+    Retrieval,
+    RetrievalError,
+    RetrievalSettings,
+    Retriever,
 )
 
 __all__ = [

@@ -21,8 +21,8 @@ import json
 import math
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 from lightfoot_pipeline.models.llm import LLMClient, LLMError
 from lightfoot_pipeline.retrieval.retrieve import FactHit, PassageHit

@@ -12,9 +12,10 @@ reranker and a status that says why, and retrieval keeps the PageRank order and 
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Hashable, Protocol, Sequence, TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 

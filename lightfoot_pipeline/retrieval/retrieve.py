@@ -30,13 +30,13 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.retrieval.graph import DAMPING, TOLERANCE, walk_graph
 from lightfoot_pipeline.retrieval.localwalk import EPSILON
-from lightfoot_pipeline.retrieval.seeding import HalfScorer, InvertedFileScorer
 from lightfoot_pipeline.retrieval.rerank import RRF_K, Reranker, RerankerStatus, reciprocal_rank_fusion
+from lightfoot_pipeline.retrieval.seeding import HalfScorer, InvertedFileScorer
 from lightfoot_pipeline.snapshot.format import Snapshot
-from lightfoot_pipeline.errors import LightfootError
 
 
 class RetrievalError(LightfootError, RuntimeError):
@@ -73,7 +73,7 @@ class RetrievalSettings:
         for name in ("top_facts", "seed_passages", "candidates"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if not 0 < self.passage_seed_weight:
+        if not self.passage_seed_weight > 0:
             raise ValueError(f"passage_seed_weight must be positive, got {self.passage_seed_weight}")
 
 
@@ -302,7 +302,7 @@ class Retriever:
                 hits[j].rerank_rank = rank
             fused = reciprocal_rank_fusion([list(range(len(hits))), by_rerank], k=s.rrf_k)
             hits = [hits[j] for j, _ in fused]
-            for hit, (_, score) in zip(hits, fused):
+            for hit, (_, score) in zip(hits, fused, strict=True):
                 hit.fused_score = score
             order = f"{order}+rerank"
         elif not rerank and self.reranker is not None:

@@ -13,6 +13,7 @@ matrix, so the scores do not depend on the number of threads between two equal i
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -54,7 +55,7 @@ class RowSplit:
             pieces = max(1, min(threads, work // MIN_DENSE_PER_THREAD))
             cuts = [matrix.shape[0] * i // pieces for i in range(1, pieces)]
         bounds = [0, *cuts, matrix.shape[0]]
-        self.blocks = [(lo, matrix[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+        self.blocks = [(lo, matrix[lo:hi]) for lo, hi in itertools.pairwise(bounds) if hi > lo]
         self.dtype = np.result_type(matrix.dtype, np.float32)
 
     def matvec(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

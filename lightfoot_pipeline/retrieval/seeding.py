@@ -18,6 +18,7 @@ Measured on the 2-core machine: a float16 product reads about 15 GB/s, 5 ms for 
 from __future__ import annotations
 
 import warnings
+
 import numpy as np
 
 REFINE = 64  # extra rows scored again in float32 beyond those asked for

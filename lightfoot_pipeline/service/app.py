@@ -34,12 +34,13 @@ worker threads, so ``/health`` answers within milliseconds while every worker is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import anyio
 import anyio.to_thread
@@ -53,9 +54,15 @@ from starlette.routing import Route
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.retrieval.deep import DeepQueryError
 from lightfoot_pipeline.retrieval.retrieve import RetrievalError
-from lightfoot_pipeline.service.queries import DEFAULT_TOP_K, MAX_QUESTION_CHARS, MAX_TOP_K, NoSnapshotLoaded, QueryService
 from lightfoot_pipeline.service.auth import Tokens
 from lightfoot_pipeline.service.page import STATIC_PREFIX, page_routes
+from lightfoot_pipeline.service.queries import (
+    DEFAULT_TOP_K,
+    MAX_QUESTION_CHARS,
+    MAX_TOP_K,
+    NoSnapshotLoaded,
+    QueryService,
+)
 
 log = logging.getLogger(__name__)
 
@@ -208,10 +215,8 @@ def _lower_priority(nice: int) -> None:
     when a connection or a /health probe arrives while the workers compute."""
     if getattr(_thread_state, "nice", 0) >= nice:
         return
-    try:
+    with contextlib.suppress(AttributeError, OSError):
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
-    except (AttributeError, OSError):
-        pass
     _thread_state.nice = nice
 
 

@@ -96,7 +96,7 @@ class Tokens:
         self._checked_at = time.monotonic()
 
     @classmethod
-    def from_env(cls, environ: dict | None = None, tokens_file: str | Path | None = None) -> "Tokens":
+    def from_env(cls, environ: dict | None = None, tokens_file: str | Path | None = None) -> Tokens:
         """``LIGHTFOOT_SERVE_TOKEN`` and the tokens file named (else ``LIGHTFOOT_SERVE_TOKENS_FILE``)."""
         token, named_file = serve_tokens(environ)
         return cls(token, tokens_file or named_file)

@@ -16,8 +16,8 @@ the same bounded pool of retrieval threads, under the same body and request limi
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import Response

@@ -27,20 +27,29 @@ import threading
 import time
 from dataclasses import dataclass
 
-from lightfoot_pipeline.store import ledger
+from lightfoot_pipeline.errors import LightfootError
+from lightfoot_pipeline.models.embedder import Embedder, load_embedder
 from lightfoot_pipeline.retrieval.answer import Answer, AnswerBudget, Answerer, answer_charge, build_answerer
 from lightfoot_pipeline.retrieval.deep import DeepQuery, DeepQueryError, DeepSettings, charges
-from lightfoot_pipeline.models.embedder import Embedder, load_embedder
 from lightfoot_pipeline.retrieval.rerank import Reranker, RerankerStatus, load_reranker
 from lightfoot_pipeline.retrieval.retrieve import (
-    FactHit, PassageHit, RetrievalError, RetrievalSettings, Retriever, one_thread_per_query,
-)
-from lightfoot_pipeline.snapshot.format import (
-    Snapshot, SnapshotError, embedder_for_models, latest_snapshot, load_snapshot,
+    FactHit,
+    PassageHit,
+    RetrievalError,
+    RetrievalSettings,
+    Retriever,
+    one_thread_per_query,
 )
 from lightfoot_pipeline.snapshot.export import export_snapshot
+from lightfoot_pipeline.snapshot.format import (
+    Snapshot,
+    SnapshotError,
+    embedder_for_models,
+    latest_snapshot,
+    load_snapshot,
+)
+from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.errors import LightfootError
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +130,7 @@ class QueryService:
         """Serve this snapshot from now on (queries already running finish on the old one)."""
         retriever = Retriever(snapshot, self.embedder, self.reranker, self.reranker_status, self.settings)
         retriever.warm_up()  # the first query should not pay for lazy set-up
-        self._serving = _Serving(snapshot, retriever, dt.datetime.now(dt.timezone.utc).isoformat())
+        self._serving = _Serving(snapshot, retriever, dt.datetime.now(dt.UTC).isoformat())
         self.reloads += 1
 
     def refresh(self) -> bool:

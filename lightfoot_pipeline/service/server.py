@@ -27,15 +27,15 @@ import socket
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from lightfoot_pipeline.service.queries import QueryService
 from lightfoot_pipeline.service.app import HttpLimits, make_app
 from lightfoot_pipeline.service.auth import Tokens
+from lightfoot_pipeline.service.queries import QueryService
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8410
@@ -218,7 +218,7 @@ class QueryServer:
     def _run(self) -> None:
         self._server.run(sockets=[self.socket])
 
-    def start(self, timeout_s: float = 30.0) -> "QueryServer":
+    def start(self, timeout_s: float = 30.0) -> QueryServer:
         """Serve from a background thread; returns once the server accepts connections."""
         self._thread = threading.Thread(target=self._run, name="query-server", daemon=True)
         self._thread.start()

@@ -8,8 +8,8 @@ default and meaning. A value that cannot be used raises :class:`SettingsError`, 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from lightfoot_pipeline.settings.errors import SettingsError
 

@@ -8,7 +8,12 @@ store, reusing the previous snapshot's; ``export.py`` writes, publishes, prunes 
 
 from lightfoot_pipeline.snapshot.export import erase_from_snapshots, export_snapshot
 from lightfoot_pipeline.snapshot.format import (
-    Snapshot, SnapshotError, SnapshotInfo, latest_snapshot, list_snapshots, load_snapshot,
+    Snapshot,
+    SnapshotError,
+    SnapshotInfo,
+    latest_snapshot,
+    list_snapshots,
+    load_snapshot,
 )
 
 __all__ = [

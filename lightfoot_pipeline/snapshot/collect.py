@@ -11,8 +11,8 @@ only the new facts are assigned to groups.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import polars as pl
@@ -27,7 +27,14 @@ from lightfoot_pipeline.snapshot.format import FactIndex, Snapshot, SnapshotErro
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
-    ALIASES, ENTITIES, FACT_SOURCES, FACTS, MENTIONS, PASSAGE_SOURCES, PASSAGES, SYNONYM_EDGES,
+    ALIASES,
+    ENTITIES,
+    FACT_SOURCES,
+    FACTS,
+    MENTIONS,
+    PASSAGE_SOURCES,
+    PASSAGES,
+    SYNONYM_EDGES,
 )
 from lightfoot_pipeline.store.vectors import VectorCache
 

@@ -14,7 +14,7 @@ import datetime as dt
 import io
 import json
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import polars as pl
@@ -26,8 +26,17 @@ from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.snapshot.collect import ExportProgress, collect
 from lightfoot_pipeline.snapshot.fact_index import INDEX_MIN_ROWS
 from lightfoot_pipeline.snapshot.format import (
-    FACT_INDEX_FILE, MANIFEST_FILE, Snapshot, SnapshotDirectory, SnapshotError, SnapshotInfo, FORMAT_VERSION,
-    embedder_for_models, latest_snapshot, load_snapshot, read_info,
+    FACT_INDEX_FILE,
+    FORMAT_VERSION,
+    MANIFEST_FILE,
+    Snapshot,
+    SnapshotDirectory,
+    SnapshotError,
+    SnapshotInfo,
+    embedder_for_models,
+    latest_snapshot,
+    load_snapshot,
+    read_info,
 )
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.log import StoreError
@@ -123,7 +132,7 @@ def export_snapshot(store: Store, embedder: Embedder, *, keep: int = DEFAULT_KEE
             _prune(location, keep)
             return current
         content = collect(store, manifest, embedder, _previous(store, current), progress, index_min_rows)
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         snapshot_id = _new_snapshot_id(now, digest)
         counts = {
             "entities": content.entities.height,

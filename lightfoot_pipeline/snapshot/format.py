@@ -221,7 +221,7 @@ class FactIndex:
         return buffer.getvalue()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "FactIndex":
+    def from_bytes(cls, data: bytes) -> FactIndex:
         with np.load(io.BytesIO(data), allow_pickle=False) as stored:
             return cls(centroids=stored["centroids"], offsets=stored["offsets"],
                        sample_digest=str(stored["sample_digest"]))

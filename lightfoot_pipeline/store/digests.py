@@ -19,8 +19,8 @@ digest recorded today can be recomputed by later versions.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 import polars as pl
@@ -42,14 +42,14 @@ class TableDigest:
     digest: str
 
     @classmethod
-    def of_sum(cls, rows: int, total: int) -> "TableDigest":
+    def of_sum(cls, rows: int, total: int) -> TableDigest:
         return cls(rows, f"{total % MODULUS:0{2 * ROW_HASH_BYTES}x}")
 
     @property
     def total(self) -> int:
         return int(self.digest, 16)
 
-    def __add__(self, other: "TableDigest") -> "TableDigest":
+    def __add__(self, other: TableDigest) -> TableDigest:
         """The digest of both multisets together."""
         return TableDigest.of_sum(self.rows + other.rows, self.total + other.total)
 
@@ -87,7 +87,7 @@ class Fingerprint:
             "tables": {name: {"rows": e.rows, "digest": e.digest} for name, e in sorted(self.tables.items())},
         }
 
-    def differences(self, other: "Fingerprint") -> list[str]:
+    def differences(self, other: Fingerprint) -> list[str]:
         names = sorted(set(self.tables) | set(other.tables))
         return [n for n in names if self.tables.get(n) != other.tables.get(n)]
 
@@ -109,7 +109,7 @@ def _column_tokens(series: pl.Series) -> list[bytes]:
             values.append(b"v" + str(arr.size).encode() + b":" + arr.tobytes())
     else:
         values = [f"{dtype}:{v}".encode() for v in series.to_list()]
-    return [NULL_TOKEN if null else value for value, null in zip(values, nulls)]
+    return [NULL_TOKEN if null else value for value, null in zip(values, nulls, strict=True)]
 
 
 def _fixed(matrix: np.ndarray) -> pa.Array:
@@ -208,4 +208,4 @@ def digest_by_bucket(frame: pl.DataFrame, columns: list[str], bucket: str) -> di
     starts = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]])
     ends = np.r_[starts[1:], len(buckets)]
     return {int(buckets[s]): TableDigest.of_sum(int(e - s), sum_hashes(hashes[s:e].tobytes()))
-            for s, e in zip(starts.tolist(), ends.tolist())}
+            for s, e in zip(starts.tolist(), ends.tolist(), strict=True)}

@@ -24,14 +24,19 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from lightfoot_pipeline.store.digests import (
-    EMPTY, Fingerprint, TableDigest, combine, digest_by_bucket, digest_frame,
+    EMPTY,
+    Fingerprint,
+    TableDigest,
+    combine,
+    digest_by_bucket,
+    digest_frame,
 )
 from lightfoot_pipeline.store.filesystem import open_filesystem, read_json, write_json
 from lightfoot_pipeline.store.log import Manifest, StoreError
@@ -39,7 +44,7 @@ from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, BUCKET, INDEX_TABLES, PASSAGE_SOURCES, TableSpec
 from lightfoot_pipeline.store.vectors import VectorCache
 
-__all__ = ["Fingerprint", "TableDigest", "digest_frame", "fingerprint", "CACHE_FILE"]
+__all__ = ["CACHE_FILE", "Fingerprint", "TableDigest", "digest_frame", "fingerprint"]
 
 log = logging.getLogger(__name__)
 

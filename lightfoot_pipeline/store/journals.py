@@ -16,7 +16,11 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from lightfoot_pipeline.store.log import (
-    EXACT_VERSION, TABLE_CONFIGURATION, ConcurrentCommitError, StoreError, conflicts_as,
+    EXACT_VERSION,
+    TABLE_CONFIGURATION,
+    ConcurrentCommitError,
+    StoreError,
+    conflicts_as,
 )
 from lightfoot_pipeline.store.roots import storage_failure
 from lightfoot_pipeline.store.tables import BUCKET, TableSpec, conform, spec_for

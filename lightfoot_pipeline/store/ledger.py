@@ -31,7 +31,7 @@ from lightfoot_pipeline.store.tables import LLM_LEDGER, arrow_frame, with_bucket
 
 def new_run_id(prefix: str = "run") -> str:
     """A run id for calls made outside an orchestrator run: time-ordered, then random."""
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    now = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{prefix}-{now}-{uuid.uuid4().hex[:8]}"
 
 
@@ -84,7 +84,7 @@ class Charge:
             "price_source": self.price_source,
             "cost_usd": self.cost_usd,
             "seconds": self.seconds,
-            "created_at": dt.datetime.now(dt.timezone.utc),
+            "created_at": dt.datetime.now(dt.UTC),
         }
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import pyarrow as pa
 from deltalake import CommitProperties

@@ -13,7 +13,11 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from lightfoot_pipeline.store.log import (
-    EXACT_VERSION, TABLE_CONFIGURATION, ConcurrentCommitError, Manifest, conflicts_as,
+    EXACT_VERSION,
+    TABLE_CONFIGURATION,
+    ConcurrentCommitError,
+    Manifest,
+    conflicts_as,
 )
 
 

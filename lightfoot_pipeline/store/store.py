@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import polars as pl
 import pyarrow as pa
@@ -44,15 +44,25 @@ from deltalake.exceptions import TableNotFoundError
 
 from lightfoot_pipeline.settings import object_store_options, resolve_store_uri
 from lightfoot_pipeline.store.journals import ORPHAN_GRACE_HOURS, Journals, typed
-from lightfoot_pipeline.store.roots import check_store_root, local_file_lock, storage_failure
 from lightfoot_pipeline.store.log import (
-    LOG_SCHEMA, Manifest, StoreError, StoreLayoutError,
+    LOG_SCHEMA,
+    Manifest,
+    StoreError,
+    StoreLayoutError,
     StoreUnavailable,
 )
-from lightfoot_pipeline.store.tables import (
-    BUCKET, LAYOUT_VERSION, TableSpec, all_specs, arrow_frame, bucket_of, spec_for, worth_a_presence_check,
-)
 from lightfoot_pipeline.store.recovery import recover
+from lightfoot_pipeline.store.roots import check_store_root, local_file_lock, storage_failure
+from lightfoot_pipeline.store.tables import (
+    BUCKET,
+    LAYOUT_VERSION,
+    TableSpec,
+    all_specs,
+    arrow_frame,
+    bucket_of,
+    spec_for,
+    worth_a_presence_check,
+)
 from lightfoot_pipeline.store.transaction import Transaction
 
 DEFAULT_BUCKETS = 16
@@ -346,7 +356,7 @@ class Store(Journals):
     # -- writing ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def transaction(self, relayout: int | None = None) -> Iterator["Transaction"]:
+    def transaction(self, relayout: int | None = None) -> Iterator[Transaction]:
         """Exclusive write access: lock, recover a crashed commit, then stage and commit writes.
 
         The store's recorded layout sets the bucket count. ``relayout`` (a migration) opens a store

@@ -72,7 +72,7 @@ def arrow_frame(table: pa.Table) -> pl.DataFrame:
     return frame
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _polars_schema(schema: pa.Schema) -> dict:
     """The Polars types of an Arrow schema (direct, so that no conversion machinery loads)."""
     return {f.name: _POLARS_TYPES.get(f.type) or arrow_frame(pa.schema([f]).empty_table()).dtypes[0]

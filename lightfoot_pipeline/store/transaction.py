@@ -32,18 +32,31 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable
 
 import polars as pl
 from deltalake import write_deltalake
 
 from lightfoot_pipeline.store.log import (
-    EXACT_VERSION, LOG_SCHEMA, ConcurrentCommitError, Manifest, StoreError, conflicts_as,
+    EXACT_VERSION,
+    LOG_SCHEMA,
+    ConcurrentCommitError,
+    Manifest,
+    StoreError,
+    conflicts_as,
 )
 from lightfoot_pipeline.store.recovery import create_table
 from lightfoot_pipeline.store.tables import (
-    BUCKET, LAYOUT_VERSION, TableSpec, bucket_of, conform, held_nearly_everywhere, probe_of, spec_for, worth_a_presence_check,
+    BUCKET,
+    LAYOUT_VERSION,
+    TableSpec,
+    bucket_of,
+    conform,
+    held_nearly_everywhere,
+    probe_of,
+    spec_for,
+    worth_a_presence_check,
 )
 from lightfoot_pipeline.store.write_plan import WritePlan, crowded, plan_writes, write_order
 
@@ -379,7 +392,7 @@ class Transaction:
         """Append the log row as the log version right after ``read_at`` (the version the
         committing transaction read), or raise ConcurrentCommitError if another writer got there
         first: two writers can never both commit seq N+1."""
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         # Built through Polars: a row of Python values given to pyarrow makes it load pandas (seconds).
         row = pl.DataFrame(
             {"seq": [seq], "operation": [operation], "versions": [json.dumps(versions, sort_keys=True)],

@@ -14,7 +14,7 @@ import logging
 import re
 import time
 import warnings
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -62,7 +62,7 @@ class VectorCache:
         self.progress = progress
 
     @classmethod
-    def for_model(cls, store, kind: str, model_id: str, dim: int) -> "VectorCache":
+    def for_model(cls, store, kind: str, model_id: str, dim: int) -> VectorCache:
         """A cache to read or purge without loading the model (embedding through it fails)."""
         return cls(store, kind, UnloadedEmbedder(model_id, dim))
 
@@ -188,7 +188,7 @@ class VectorCache:
         keys = [text_key(t) for t in texts]
         found = self._stored(set(keys))
         missing: dict[str, str] = {}
-        for key, text in zip(keys, texts):
+        for key, text in zip(keys, texts, strict=True):
             if key not in found and key not in missing:
                 missing[key] = text
         if missing:
@@ -212,7 +212,7 @@ class VectorCache:
                 schema=self._schema,
             )
             self._add(batch)
-            found.update(zip(missing.keys(), computed))
+            found.update(zip(missing.keys(), computed, strict=True))
         out = np.zeros((len(texts), self.embedder.dim), dtype=np.float32)
         for i, key in enumerate(keys):
             out[i] = found[key]

@@ -17,7 +17,8 @@ anything else, and the other wins.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import polars as pl
 

@@ -3,17 +3,16 @@ run, 3 are erased through an erasure request, and the store equals a fresh build
 
 from __future__ import annotations
 
-import pytest
-
 import dagster as dg
 import polars as pl
+import pytest
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.store.fingerprint import fingerprint
-from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.ingest.landing import Landing
+from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.snapshot.format import load_snapshot
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 
 pytestmark = [pytest.mark.dagster]

@@ -24,10 +24,10 @@ import dagster as dg
 import pytest
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.ingest.dataset import CORPUS_FILE, EXTRACTIONS_FILE
-from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 from tests.assets.postgres_server import new_database
 
@@ -105,8 +105,9 @@ def test_dagster_loads_and_migrates_the_shipped_postgres_instance_file(deploymen
 
 @pytest.mark.slow
 def test_ingestion_and_erasure_runs_on_a_postgres_instance(deployment, sample_documents, sample_records):
-    from assets.definitions import defs as load_defs
     from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage, PostgresScheduleStorage
+
+    from assets.definitions import defs as load_defs
 
     root, env = deployment
     twelve = sample_documents[:12]

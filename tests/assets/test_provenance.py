@@ -56,7 +56,7 @@ def test_two_batches_and_a_deletion_through_dagster(lightfoot, twenty, sample_re
     assert chat_server.count == len(asked)
 
     store = lightfoot.store()
-    for result, batch in zip(runs, (first, second)):
+    for result, batch in zip(runs, (first, second), strict=True):
         ids = {d.doc_id for d in batch}
         for asset in PER_DOCUMENT:
             partitions = {m.partition: m.metadata for m in result.asset_materializations_for_node(asset)}
@@ -76,7 +76,7 @@ def test_two_batches_and_a_deletion_through_dagster(lightfoot, twenty, sample_re
         for doc_id, metadata in calls.items():
             assert metadata["model_calls"].value == (1 if doc_id in asked else 0)
         extractions = {m.partition: m.metadata for m in result.asset_materializations_for_node("extractions")}
-        for doc_id, metadata in extractions.items():
+        for metadata in extractions.values():
             assert metadata["status"].value == "extracted" and metadata["entities"].value >= 1
     assert next(iter({m.partition: m.metadata for m in runs[1].asset_materializations_for_node("extraction_cache")}
                      .values()))["run_cost_usd"].value == pytest.approx(len(asked) * (400 * 0.10 + 40 * 0.32) / 1e6)

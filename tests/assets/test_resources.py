@@ -39,7 +39,7 @@ def test_auto_mode_replays_recordings_and_asks_the_model_for_the_rest(
     assert asked.text[:40] in request.user_text
     extractions = lightfoot.store().read("extractions").sort("doc_id")
     assert extractions.get_column("status").to_list() == ["ok", "ok"]
-    by_doc = dict(zip(extractions.get_column("doc_id").to_list(), extractions.get_column("extractor").to_list()))
+    by_doc = dict(zip(extractions.get_column("doc_id").to_list(), extractions.get_column("extractor").to_list(), strict=True))
     assert by_doc[recorded.doc_id].startswith("replay:") and by_doc[asked.doc_id] == "openai:test-model"
     metadata = {m.partition: m.metadata for m in result.asset_materializations_for_node("extraction_cache")}
     assert metadata[asked.doc_id]["model_calls"].value == 1 and metadata[recorded.doc_id]["model_calls"].value == 0

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-
 # -- a tiny cross-encoder ----------------------------------------------------------------------
 
-TINY_WORDS = ("who founded the company that makes zephyr phone orbital corp was by mira kalden in tallinn "
-              "nimbus cirrus devices riga capital of estonia latvia handset made sold from").split()
+TINY_WORDS = ["who", "founded", "the", "company", "that", "makes", "zephyr", "phone", "orbital", "corp", "was", "by", "mira", "kalden", "in", "tallinn", "nimbus", "cirrus", "devices", "riga", "capital", "of", "estonia", "latvia", "handset", "made", "sold", "from"]
 
 
 def build_tiny_cross_encoder(directory, num_labels: int = 1, seed: int = 0):

@@ -10,16 +10,17 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.store.fingerprint import fingerprint
-from lightfoot_pipeline.store.vectors import name_vector_cache
 from lightfoot_pipeline.ingest.dataset import Document
-from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import INDEX_TABLES
+from lightfoot_pipeline.store.vectors import name_vector_cache
 
 EMBEDDER = HashingEmbedder(dim=32)
 # Base names with near-duplicate spellings: they link at the synonym threshold, some at the entity one.

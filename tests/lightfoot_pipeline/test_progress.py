@@ -61,7 +61,7 @@ def test_log_lines_are_rate_limited_per_step_and_always_end_a_step(clock):
         ("fact vectors", 4096, 4096),  # the end
         ("writing the snapshot", 0, 8),
         ("writing the snapshot", 8, 8),
-    ]):
+    ], strict=True):
         clock.now = float(now)
         report(step, done, total)
     assert lines == [

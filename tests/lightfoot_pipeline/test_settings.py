@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from lightfoot_pipeline import settings
-from lightfoot_pipeline.settings import environment
 from lightfoot_pipeline.models.llm import LLMSettings
-from lightfoot_pipeline.settings import SettingsError
+from lightfoot_pipeline.settings import SettingsError, environment
 
 ROOT = Path(__file__).parents[2]
 ROW = re.compile(r"^\| `([A-Z][A-Z0-9_]+)` \| (.+?) \| (.+?) \|$")

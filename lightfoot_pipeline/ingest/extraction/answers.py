@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache
 from lightfoot_pipeline.ingest.extraction.claims import CLAIM_CHUNK, ExtractionClaims
@@ -91,7 +91,7 @@ def answer_passages(
         if not waiting:
             break
         state = claims.state(waiting)
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         ended = sorted(k for k in waiting if k not in state or not state[k].held(now) or finished(state[k].claimant))
         if ended:
             mine, _ = claims.claim(ended, finished)

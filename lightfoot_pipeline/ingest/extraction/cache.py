@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from typing import Iterable
+from collections.abc import Iterable
 
 import polars as pl
 from deltalake.exceptions import CommitFailedError
@@ -46,7 +46,7 @@ class ExtractionCache:
     def put(self, rows: list[dict]) -> None:
         if not rows:
             return
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         frame = pl.DataFrame(
             [{**r, "created_at": r.get("created_at") or now} for r in rows],
             schema=pl.from_arrow(EXTRACTION_CACHE.schema.empty_table()).schema,

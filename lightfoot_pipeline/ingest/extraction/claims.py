@@ -22,8 +22,8 @@ from __future__ import annotations
 import datetime as dt
 import random
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import polars as pl
 
@@ -130,4 +130,4 @@ class ExtractionClaims:
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)

@@ -28,21 +28,21 @@ instead of each trying in turn.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import partial
-from typing import Sequence
 
 from deltalake.exceptions import DeltaError
 
-from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache, cache_key_for
 from lightfoot_pipeline.ingest.extraction.outcome import OK, ExtractionOutcome, ProgressCallback
 from lightfoot_pipeline.ingest.extraction.parse import MAX_ANSWER_CHARS, ParsedAnswer, parse_answer
 from lightfoot_pipeline.ingest.extraction.prompt import ExtractionPrompt
-from lightfoot_pipeline.models.llm import Completion, LLMClient, LLMError, LLMSettings
 from lightfoot_pipeline.ingest.passages import Passage
+from lightfoot_pipeline.models.llm import Completion, LLMClient, LLMError, LLMSettings
 from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.log import StoreError
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ class OpenAIExtractor:
         keys = [self.cache_key(p) for p in passages]
         cached = self.cache.lookup(keys) if passages else {}
         pending: dict[str, list[int]] = {}  # cache key -> positions of the passages with that text
-        for i, (passage, key) in enumerate(zip(passages, keys)):
+        for i, (passage, key) in enumerate(zip(passages, keys, strict=True)):
             hit = cached.get(key)
             if hit is not None:
                 parsed = self._parse(hit["output"], passage, truncated=False)
@@ -130,7 +130,7 @@ class OpenAIExtractor:
         keys = [self.cache_key(p) for p in passages]
         cached = self.cache.lookup(keys) if passages else {}
         outcomes = []
-        for passage, key in zip(passages, keys):
+        for passage, key in zip(passages, keys, strict=True):
             hit = cached.get(key)
             parsed = self._parse(hit["output"], passage, truncated=False) if hit is not None else None
             if parsed is not None and parsed.ok:

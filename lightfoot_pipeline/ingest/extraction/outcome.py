@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.ingest.records import Entity, Fact, Issue, ValidatedRecord
@@ -33,7 +34,7 @@ class ExtractionOutcome:
     raw_output: str | None = field(default=None, repr=False)
 
     @classmethod
-    def failed(cls, passage: Passage, reason: str, **extra) -> "ExtractionOutcome":
+    def failed(cls, passage: Passage, reason: str, **extra) -> ExtractionOutcome:
         return cls(chunk_id=passage.chunk_id, doc_id=passage.doc_id, status=FAILED, reason=reason, **extra)
 
 

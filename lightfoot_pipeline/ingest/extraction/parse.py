@@ -332,7 +332,7 @@ def _entities(value: object, issues: list[Issue], description_words: int | None)
     for item in value:
         if isinstance(item, list) and 1 <= len(item) <= 3:
             issues.append(Issue("repaired", "entity", "array instead of object", repr(item)[:80]))
-            item = dict(zip(("name", "type", "description"), item))
+            item = dict(zip(("name", "type", "description"), item, strict=False))  # a short list gets what it has
         if isinstance(item, dict):
             item = {str(k).strip().casefold(): v for k, v in item.items()}
             for alias in ("entity", "entity_name", "text"):

@@ -8,7 +8,7 @@ A passage with no record fails with that reason, like a model that gave no answe
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from lightfoot_pipeline.ingest.extraction.outcome import OK, ExtractionOutcome, ProgressCallback
 from lightfoot_pipeline.ingest.passages import Passage, text_hash

@@ -37,7 +37,13 @@ from lightfoot_pipeline.retrieval.answer import RESERVE_CHARS_PER_TOKEN, Answer,
 from lightfoot_pipeline.retrieval.deep.evidence import Evidence, SnapshotIndex, StepEvidence, explore, investigate
 from lightfoot_pipeline.retrieval.deep.memory import Memory, Operation
 from lightfoot_pipeline.retrieval.deep.parse import (
-    Check, RawOperation, ReplyError, SubQuery, parse_check, parse_final, parse_operations,
+    Check,
+    RawOperation,
+    ReplyError,
+    SubQuery,
+    parse_check,
+    parse_final,
+    parse_operations,
 )
 from lightfoot_pipeline.retrieval.deep.prompts import answer_messages, check_messages, memory_messages
 from lightfoot_pipeline.retrieval.deep.schemas import SCHEMAS
@@ -54,7 +60,7 @@ class DeepQueryError(LightfootError, RuntimeError):
 
     ``result`` is the question as far as it went, with the calls already made (to be charged)."""
 
-    result: "DeepResult | None" = None
+    result: DeepResult | None = None
 
 
 @dataclass(frozen=True)
@@ -83,7 +89,7 @@ class DeepSettings:
             raise ValueError(f"question_budget_usd must be a non-negative number of USD, got {budget}")
 
     @classmethod
-    def from_env(cls, environ: dict | None = None, **overrides) -> "DeepSettings":
+    def from_env(cls, environ: dict | None = None, **overrides) -> DeepSettings:
         """Settings from the environment; keyword arguments that are not None win over it."""
         values = {**deep_environment(environ), **{k: v for k, v in overrides.items() if v is not None}}
         try:

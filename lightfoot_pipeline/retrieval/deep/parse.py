@@ -14,12 +14,12 @@ question there, keeping the memory it has. Nothing here raises anything else on 
 
 from __future__ import annotations
 
-from lightfoot_pipeline.errors import LightfootError
-
 import ast
 import json
 import re
 from dataclasses import dataclass, field
+
+from lightfoot_pipeline.errors import LightfootError
 
 MAX_REPLY_CHARS = 40_000
 _FENCE = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\r?\n?(.*?)(?:```|\Z)", re.DOTALL)
@@ -122,7 +122,7 @@ def _loads(text: str):
 def _closings(text: str, tries: int = 40):
     """The text cut back at its last commas and closed (dropping the member being written when the
     reply was cut short), then closed as it stands."""
-    cuts = [m.start() for m in re.finditer(",", text)][::-1][:tries] + [len(text)]
+    cuts = [*[m.start() for m in re.finditer(",", text)][::-1][:tries], len(text)]
     for cut in cuts:
         closed = _close(text[:cut])
         if closed is not None:
@@ -144,9 +144,8 @@ def _close(text: str) -> str | None:
             in_string = True
         elif ch in _CLOSERS:
             stack.append(_CLOSERS[ch])
-        elif ch in "}]":
-            if not stack or stack.pop() != ch:
-                return None
+        elif ch in "}]" and (not stack or stack.pop() != ch):
+            return None
     if not stack and not in_string:
         return None  # nothing was left open: not a cut reply
     tail = text + ('"' if in_string else "")

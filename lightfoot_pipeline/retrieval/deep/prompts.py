@@ -8,7 +8,7 @@ that the model's operations can name exactly what they rest on.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from lightfoot_pipeline.retrieval.deep.evidence import SnapshotIndex, StepEvidence
 from lightfoot_pipeline.retrieval.deep.memory import Memory

@@ -4,8 +4,7 @@ asset commits the cached answers with no call."""
 
 from __future__ import annotations
 
-import pytest
-
+import itertools
 import json
 import os
 import subprocess
@@ -14,12 +13,13 @@ import threading
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from assets.resources import ExtractorResource
-from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
-from lightfoot_pipeline.models.llm import LLMSettings
 from lightfoot_pipeline.ingest.passages import split_passages
+from lightfoot_pipeline.models.llm import LLMSettings
+from lightfoot_pipeline.store import ledger
 
 pytestmark = [pytest.mark.dagster]
 
@@ -174,7 +174,7 @@ def test_two_concurrent_batches_ask_each_passage_once_and_commit_one_at_a_time(
     if lightfoot.storage == "postgres":
         # The store pool holds one store step at a time across runs. (On SQLite the pool's one slot
         # is best effort, dagster.yaml says why, and the local store's writer lock serialises instead.)
-        for (_, end, *which), (start, _, *following) in zip(writes, writes[1:]):
+        for (_, end, *which), (start, _, *following) in itertools.pairwise(writes):
             assert end <= start, f"store steps {which} and {following} overlapped"
     waited = sorted(_run_metadata(lightfoot.instance, run["run_id"], "extraction_cache")["run_answered_by_other_runs"].value
                     for run in runs)

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import pytest
-
 import dataclasses
 import datetime as dt
 import json
 
 import dagster as dg
 import polars as pl
+import pytest
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.store.fingerprint import fingerprint
-from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.ingest.landing import LandedDocument, Landing, utc_now
 from lightfoot_pipeline.ingest.receipts import Receipts
+from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 
 pytestmark = [pytest.mark.dagster]
@@ -171,12 +170,12 @@ def test_the_hourly_schedule_ingests_landed_documents_the_store_lacks(lightfoot_
     Landing(lightfoot.store()).put_documents(
         [LandedDocument(d, sample_records[d.doc_id], utc_now(), "test") for d in docs]
     )
-    (request,) = lightfoot.schedule_tick("hourly_ingestion", dt.datetime(2026, 6, 15, 10, 15, tzinfo=dt.timezone.utc))
+    (request,) = lightfoot.schedule_tick("hourly_ingestion", dt.datetime(2026, 6, 15, 10, 15, tzinfo=dt.UTC))
     assert (request.tags[RANGE_START], request.tags[RANGE_END]) == (docs[0].doc_id, docs[-1].doc_id)
     assert request.run_key == "hourly-20260615T1015"
     assert lightfoot.partitions() == [d.doc_id for d in docs]
     assert lightfoot.run(request, "document_ingestion").success
-    assert lightfoot.schedule_tick("hourly_ingestion", dt.datetime(2026, 6, 15, 11, 15, tzinfo=dt.timezone.utc)) == []
+    assert lightfoot.schedule_tick("hourly_ingestion", dt.datetime(2026, 6, 15, 11, 15, tzinfo=dt.UTC)) == []
 
 
 def test_a_reset_cursor_loses_no_drop(lightfoot, twenty, sample_records):
@@ -277,7 +276,7 @@ def test_the_hourly_schedule_asks_for_the_runs_of_pending_drops(lightfoot_on_dis
     docs = twenty[:2]
     lightfoot.drop_documents("drop", docs, sample_records)
     at = lambda hour: lightfoot.schedule_tick(  # noqa: E731
-        "hourly_ingestion", dt.datetime(2026, 6, 15, hour, 15, tzinfo=dt.timezone.utc))
+        "hourly_ingestion", dt.datetime(2026, 6, 15, hour, 15, tzinfo=dt.UTC))
     (request,) = at(10)
     (receipt,) = Receipts(lightfoot.store()).pending("documents")
     assert request.tags["lightfoot/inbox-drop"] == receipt.receipt_id

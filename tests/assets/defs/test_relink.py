@@ -9,10 +9,10 @@ import dagster as dg
 import pytest
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.store.fingerprint import fingerprint
-from lightfoot_pipeline.operations import relink
 from lightfoot_pipeline.models.embedder import load_embedder
+from lightfoot_pipeline.operations import relink
 from lightfoot_pipeline.settings import IndexSettings, SettingsError
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 
 pytestmark = [pytest.mark.dagster]
@@ -113,11 +113,10 @@ def test_steps_run_in_processes_of_their_own(sample_store, tmp_path, monkeypatch
     monkeypatch.setenv("LIGHTFOOT_LINK_PIECE_SIZE", "4000000")  # the pieces in one step
     job = dg.build_reconstructable_job("assets.defs.relink", "relink_job",
                                        reconstructable_args=(str(tmp_path / "store"), HASHING))
-    with dg.instance_for_test() as instance:
-        with dg.execute_job(job, instance=instance) as result:
-            assert result.success
-            started = [e for e in result.all_events if e.event_type_value == "STEP_START"]
-            assert len({e.pid for e in started}) == len(started) == 4  # prepare, plan, one step, commit
+    with dg.instance_for_test() as instance, dg.execute_job(job, instance=instance) as result:
+        assert result.success
+        started = [e for e in result.all_events if e.event_type_value == "STEP_START"]
+        assert len({e.pid for e in started}) == len(started) == 4  # prepare, plan, one step, commit
     assert fingerprint(Store(str(tmp_path / "store"))).digest == expected
     assert _staged(str(tmp_path / "store")) == []
 

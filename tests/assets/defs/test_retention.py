@@ -344,7 +344,7 @@ def test_the_retention_schedule_erases_documents_past_their_date(lightfoot_on_di
         documents=str(lightfoot.document_inbox), erasure_requests=str(lightfoot.erasure_inbox),
         retention_policy=str(policy_file))}
     at = lambda day: lightfoot.schedule_tick(  # noqa: E731
-        "retention_schedule", dt.datetime(2026, *day, 3, 0, tzinfo=dt.timezone.utc), resources)
+        "retention_schedule", dt.datetime(2026, *day, 3, 0, tzinfo=dt.UTC), resources)
 
     assert at((1, 31)) == []  # nothing is past its date yet
     (request,) = at((3, 2))
@@ -369,7 +369,7 @@ def test_a_failed_retention_run_is_asked_again_by_the_erasure_sensor(
     lightfoot = lightfoot_on_disk
     expired = dataclasses.replace(twenty[0], retention_until=dt.date(2026, 3, 1))
     lightfoot.ingest_through_the_inbox([expired, twenty[1]], sample_records)
-    (request,) = lightfoot.schedule_tick("retention_schedule", dt.datetime(2026, 3, 2, 3, 0, tzinfo=dt.timezone.utc))
+    (request,) = lightfoot.schedule_tick("retention_schedule", dt.datetime(2026, 3, 2, 3, 0, tzinfo=dt.UTC))
     (receipt,) = Receipts(lightfoot.store()).pending("erasure")
     assert receipt.origin == "retention schedule 2026-03-02" and receipt.erase_ids == (expired.doc_id,)
     assert request.tags["lightfoot/erasure-request"] == receipt.receipt_id
@@ -395,6 +395,6 @@ def test_a_bad_policy_file_fails_the_schedule_with_its_reason(lightfoot_on_disk,
     (tmp_path / "bad.json").write_text('{"rules": [{"keep_days": "ten"}]}')
     resources = {**lightfoot_on_disk.resources, "inbox": InboxResource(retention_policy=str(tmp_path / "bad.json"))}
     with pytest.raises(dg.DagsterError, match="evaluation of schedule retention_schedule") as failure:
-        lightfoot_on_disk.schedule_tick("retention_schedule", dt.datetime(2026, 3, 2, tzinfo=dt.timezone.utc), resources)
+        lightfoot_on_disk.schedule_tick("retention_schedule", dt.datetime(2026, 3, 2, tzinfo=dt.UTC), resources)
     assert isinstance(failure.value.__cause__, PolicyError)
     assert "rule 1: keep_days must be a whole number of days" in str(failure.value.__cause__)

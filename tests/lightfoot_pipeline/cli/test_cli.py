@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from lightfoot_pipeline.evaluation.deletion_trial import write_subset
 from lightfoot_pipeline.cli import main
+from lightfoot_pipeline.evaluation.deletion_trial import write_subset
 
 
 @pytest.fixture

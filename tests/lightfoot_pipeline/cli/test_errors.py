@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lightfoot_pipeline.cli import store as store_commands
 from lightfoot_pipeline.cli import main
+from lightfoot_pipeline.cli import store as store_commands
 from lightfoot_pipeline.ingest.dataset import DatasetError
 from lightfoot_pipeline.models.llm import HINTS
 from lightfoot_pipeline.store.log import StoreUnavailable

@@ -23,7 +23,7 @@ def test_sync_prints_what_it_did_and_exits_1_on_a_failed_file(tmp_path, chat_ser
 
     (folder / "junk.txt").write_bytes(b"\xff\xfe\x00\x00" * 100)
     (folder / "scan.pdf").unlink()
-    assert cli.main(argv + ["--json", "--erase"]) == 1
+    assert cli.main([*argv, "--json", "--erase"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["removed"] == ["scan.pdf"] and report["new"] == ["junk.txt"]
     assert report["failed"][0]["doc_id"] == "junk.txt" and "binary content" in report["failed"][0]["reason"]
@@ -33,7 +33,7 @@ def test_sync_prints_what_it_did_and_exits_1_on_a_failed_file(tmp_path, chat_ser
 def test_sync_refuses_bad_options_in_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # never asked: nothing to extract
     argv = ["sync", "--store", str(tmp_path / "store"), "--source", str(tmp_path), "--embedder", "hashing"]
-    assert cli.main(argv + ["--chunk-tokens", "50", "--chunk-overlap", "50"]) == 2
+    assert cli.main([*argv, "--chunk-tokens", "50", "--chunk-overlap", "50"]) == 2
     assert "overlap must be a whole number from 0 to below tokens (50)" in capsys.readouterr().err
     assert cli.main([*argv[:3], "--source", str(tmp_path / "nowhere"), "--embedder", "hashing"]) == 2
     assert "is not a folder or prefix that exists" in capsys.readouterr().err

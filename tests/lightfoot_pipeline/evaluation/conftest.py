@@ -55,8 +55,8 @@ def small_index(tmp_path_factory, small_dataset, hashing_embedder):
     from lightfoot_pipeline import operations
     from lightfoot_pipeline.ingest.dataset import load_corpus, load_recorded_extractions
     from lightfoot_pipeline.ingest.extraction import ReplayExtractor
-    from lightfoot_pipeline.snapshot.format import load_snapshot
     from lightfoot_pipeline.snapshot.export import export_snapshot
+    from lightfoot_pipeline.snapshot.format import load_snapshot
     from lightfoot_pipeline.store.store import Store
 
     store = Store(str(tmp_path_factory.mktemp("small-index") / "store"))
@@ -81,8 +81,8 @@ def audit_seed(doc_ids: list[str], questions, fraction: float) -> int:
 @pytest.fixture(scope="session")
 def small_audit(tmp_path_factory, small_dataset, small_questions, hashing_embedder):
     """The deletion audit of the slice (10%), kept as a run directory; its stores kept in work/."""
-    from lightfoot_pipeline.ingest.dataset import load_corpus
     from lightfoot_pipeline.evaluation.deletion_eval import run_deletion_audit
+    from lightfoot_pipeline.ingest.dataset import load_corpus
 
     base = tmp_path_factory.mktemp("small-audit")
     seed = audit_seed([d.doc_id for d in load_corpus(small_dataset)], small_questions, 0.1)

@@ -10,14 +10,20 @@ import numpy as np
 import pytest
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.store.fingerprint import counts, fingerprint
 from lightfoot_pipeline.evaluation.deletion_trial import (
-    AFTER, BEFORE, FRESH, CountingEmbedder, audit_deletion, choose_deletions, run_trial,
+    AFTER,
+    BEFORE,
+    FRESH,
+    CountingEmbedder,
+    audit_deletion,
+    choose_deletions,
+    run_trial,
 )
 from lightfoot_pipeline.evaluation.harness import HarnessError
 from lightfoot_pipeline.ingest.dataset import DatasetError, load_corpus, load_recorded_extractions
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
+from lightfoot_pipeline.store.fingerprint import counts, fingerprint
 from lightfoot_pipeline.store.store import Store
 
 DATA = Path(__file__).parents[1] / "data" / "query-corpus"
@@ -74,7 +80,7 @@ def test_the_audit_refuses_a_store_it_did_not_build_and_a_dataset_without_extrac
     bare = tmp_path / "bare"
     bare.mkdir()
     shutil.copy(DATA / "corpus.jsonl", bare / "corpus.jsonl")
-    with pytest.raises(DatasetError, match="no extractions.jsonl"):
+    with pytest.raises(DatasetError, match=r"no extractions\.jsonl"):
         run_trial(bare, Store(str(tmp_path / "a")), Store(str(tmp_path / "b")), hashing_embedder)
 
 

@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.evaluation.evaluate import (
-    AnswerOptions, ensure_dataset_indexed, eval_json, plan_evaluation, run_evaluation,
+    AnswerOptions,
+    ensure_dataset_indexed,
+    eval_json,
+    plan_evaluation,
+    run_evaluation,
 )
 from lightfoot_pipeline.evaluation.harness import HarnessError
 from lightfoot_pipeline.evaluation.metrics import recall_at_k
@@ -22,6 +25,7 @@ from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
 from lightfoot_pipeline.retrieval.answer import Answerer
 from lightfoot_pipeline.store import ledger
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 
 DATA = Path(__file__).parents[1] / "data" / "query-corpus"
@@ -189,5 +193,5 @@ def test_the_store_is_built_only_when_it_lacks_the_dataset(store, tmp_path):
     (changed / "extractions.jsonl").unlink()
     row["text"] += " And a red one."
     (changed / "corpus.jsonl").write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n")
-    with pytest.raises(DatasetError, match="no extractions.jsonl"):
+    with pytest.raises(DatasetError, match=r"no extractions\.jsonl"):
         ensure_dataset_indexed(store, changed, embedder)

@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 
 from lightfoot_pipeline.evaluation.harness import (
-    HarnessError, answer_messages, answer_rows, estimate_answer_cost, run_questions, select_modes,
+    HarnessError,
+    answer_messages,
+    answer_rows,
+    estimate_answer_cost,
+    run_questions,
+    select_modes,
 )
 from lightfoot_pipeline.evaluation.metrics import exact_match, token_f1
 from lightfoot_pipeline.evaluation.modes import DENSE, HIPPORAG2, LIGHTFOOT, LIGHTFOOT_RERANK, standard_modes

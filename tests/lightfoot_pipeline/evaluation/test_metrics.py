@@ -9,7 +9,11 @@ import numpy as np
 import pytest
 
 from lightfoot_pipeline.evaluation.metrics import (
-    exact_match, normalize_answer, paired_bootstrap, recall_at_k, token_f1,
+    exact_match,
+    normalize_answer,
+    paired_bootstrap,
+    recall_at_k,
+    token_f1,
 )
 
 

@@ -8,7 +8,14 @@ import polars as pl
 import pytest
 
 from lightfoot_pipeline.evaluation.runs import (
-    RESULTS_FILE, RUN_FILE, RunError, compare_modes, compare_runs, load_run, results_frame, write_run,
+    RESULTS_FILE,
+    RUN_FILE,
+    RunError,
+    compare_modes,
+    compare_runs,
+    load_run,
+    results_frame,
+    write_run,
 )
 
 

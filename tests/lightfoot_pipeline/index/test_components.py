@@ -17,7 +17,7 @@ def test_components_follow_strong_links_only():
     names = _names("a", "b", "c", "d")
     links = _links(("entity", "a", "b", 0.95), ("entity", "b", "c", 0.85), ("entity", "c", "d", 0.92))
     labelled = components(names, links, 0.92)
-    ids = dict(zip(labelled["name"], labelled["entity_id"]))
+    ids = dict(zip(labelled["name"], labelled["entity_id"], strict=True))
     assert ids["a"] == ids["b"] == entity_id_for("entity", "a")
     assert ids["c"] == ids["d"] == entity_id_for("entity", "c")
 

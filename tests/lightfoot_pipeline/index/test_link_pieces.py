@@ -9,7 +9,13 @@ import polars as pl
 import pytest
 
 from lightfoot_pipeline.index.link_pieces import (
-    LinkPiece, RelinkError, piece_links, plan_pieces, plan_steps, type_label, union_links,
+    LinkPiece,
+    RelinkError,
+    piece_links,
+    plan_pieces,
+    plan_steps,
+    type_label,
+    union_links,
 )
 from lightfoot_pipeline.index.links import LinkRule, links_within
 from lightfoot_pipeline.settings import Banding
@@ -33,7 +39,7 @@ def _corpus(seed: int, n: int, dim: int = 24) -> tuple[list[str], np.ndarray]:
 
 
 def _links(type_, names, vectors, pieces):
-    lookup = dict(zip(names, vectors))
+    lookup = dict(zip(names, vectors, strict=True))
     asked: list[int] = []
 
     def vectors_of(listed):

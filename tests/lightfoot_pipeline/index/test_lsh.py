@@ -10,11 +10,22 @@ import pytest
 
 from lightfoot_pipeline import operations
 from lightfoot_pipeline.index import lsh
-from lightfoot_pipeline.index.links import LinkRule, exact_cosines, links_between, links_within
 from lightfoot_pipeline.index.link_recall import link_pairs_found_share, link_recall
+from lightfoot_pipeline.index.links import LinkRule, exact_cosines, links_between, links_within
 from lightfoot_pipeline.index.lsh import (
-    band_keys, candidates_between, candidates_within, group_hash, hamming_cut, hyperplanes, keys_from_signs,
-    near_between, near_between_parts, near_within, sketch_distances, sketches, split_keys,
+    band_keys,
+    candidates_between,
+    candidates_within,
+    group_hash,
+    hamming_cut,
+    hyperplanes,
+    keys_from_signs,
+    near_between,
+    near_between_parts,
+    near_within,
+    sketch_distances,
+    sketches,
+    split_keys,
 )
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.settings import Banding, IndexSettings
@@ -105,10 +116,10 @@ def test_candidates_are_the_pairs_that_share_a_key_in_a_band():
     keys = rng.integers(0, 6, size=(80, 3))  # few values: many collisions, groups of every size
     old = rng.integers(0, 6, size=(50, 3))
     i, j = candidates_within(keys)
-    assert set(zip(i.tolist(), j.tolist())) == _brute_candidates(keys, keys, within=True)
-    assert len(i) == len(set(zip(i.tolist(), j.tolist()))), "each pair once"
+    assert set(zip(i.tolist(), j.tolist(), strict=True)) == _brute_candidates(keys, keys, within=True)
+    assert len(i) == len(set(zip(i.tolist(), j.tolist(), strict=True))), "each pair once"
     i, j = candidates_between(keys, old)
-    assert set(zip(i.tolist(), j.tolist())) == _brute_candidates(keys, old, within=False)
+    assert set(zip(i.tolist(), j.tolist(), strict=True)) == _brute_candidates(keys, old, within=False)
     # The same key in another band is no collision.
     i, _ = candidates_within(np.array([[1, 2], [2, 1]]))
     assert len(i) == 0
@@ -120,7 +131,7 @@ def test_candidates_between_do_not_depend_on_which_side_is_larger():
     few, many = rng.integers(0, 5, size=(7, 4)), rng.integers(0, 5, size=(90, 4))
     i, j = candidates_between(few, many)
     back_j, back_i = candidates_between(many, few)
-    assert set(zip(i.tolist(), j.tolist())) == set(zip(back_i.tolist(), back_j.tolist())) != set()
+    assert set(zip(i.tolist(), j.tolist(), strict=True)) == set(zip(back_i.tolist(), back_j.tolist(), strict=True)) != set()
 
 
 @pytest.mark.parametrize("scan_rows", [1 << 15, 7])
@@ -135,11 +146,11 @@ def test_band_keys_looked_up_by_their_sign_bits_pair_as_sorted_keys_do(monkeypat
     groups = np.array([group_hash(g) for g in rng.choice(["", "1945", "36th"], size=150)], dtype=np.uint64)
     keys = keys_from_signs(signs, banding, groups)
     new, old = keys[:40], keys[40:]
-    by_sorting = set(zip(*(a.tolist() for a in candidates_between(new, old))))
-    by_table = set(zip(*(a.tolist() for a in candidates_between(new, old, rows=banding.rows))))
+    by_sorting = set(zip(*(a.tolist() for a in candidates_between(new, old)), strict=True))
+    by_table = set(zip(*(a.tolist() for a in candidates_between(new, old, rows=banding.rows)), strict=True))
     assert by_table == by_sorting and len(by_sorting) > 100
     assert all(groups[i] >> np.uint64(4) == groups[40 + j] >> np.uint64(4) for i, j in by_sorting)
-    swapped = set(zip(*(a.tolist() for a in candidates_between(old, new, rows=banding.rows))))
+    swapped = set(zip(*(a.tolist() for a in candidates_between(old, new, rows=banding.rows)), strict=True))
     assert {(i, j) for j, i in swapped} == by_sorting
 
 
@@ -158,8 +169,8 @@ def test_the_sketch_cut_keeps_the_pairs_at_the_threshold_and_drops_unrelated_one
     copies = target * base[:300] + np.sqrt(1 - target**2) * noise
     vectors = np.concatenate([base, copies]).astype(np.float32)
     keys = band_keys(vectors, banding)
-    candidates = set(zip(*(a.tolist() for a in candidates_within(keys))))
-    near = set(zip(*(a.tolist() for a in near_within(keys, banding, 0.80))))
+    candidates = set(zip(*(a.tolist() for a in candidates_within(keys)), strict=True))
+    near = set(zip(*(a.tolist() for a in near_within(keys, banding, 0.80)), strict=True))
     planted = {(k, 3000 + k) for k in range(300)}
     assert near <= candidates
     assert planted & candidates <= near, "a pair above the threshold was cut"
@@ -169,7 +180,7 @@ def test_the_sketch_cut_keeps_the_pairs_at_the_threshold_and_drops_unrelated_one
     assert len(near - planted) < len(unrelated) / 100
     # Between: the same pairs, seen from the new names.
     i, j = near_between(keys[3000:], keys[:3000], banding, 0.80)
-    assert {(b, 3000 + a) for a, b in zip(i.tolist(), j.tolist())} == {p for p in near if p[1] >= 3000 > p[0]}
+    assert {(b, 3000 + a) for a, b in zip(i.tolist(), j.tolist(), strict=True)} == {p for p in near if p[1] >= 3000 > p[0]}
     parts_i, parts_j = near_between_parts(split_keys(keys[3000:], banding), split_keys(keys[:3000], banding),
                                           banding, 0.80)
     assert np.array_equal(parts_i, i) and np.array_equal(parts_j, j)
@@ -177,7 +188,7 @@ def test_the_sketch_cut_keeps_the_pairs_at_the_threshold_and_drops_unrelated_one
     marks = sketches(keys, banding)
     assert sketch_distances(marks[:1], marks[:1])[0] == 0
     assert sketch_distances(marks[:1], marks[1:2])[0] == sum(bin(int(a) ^ int(b)).count("1")
-                                                            for a, b in zip(marks[0], marks[1]))
+                                                            for a, b in zip(marks[0], marks[1], strict=True))
     assert hamming_cut(banding, 1.0) == 0 < hamming_cut(banding, 0.92) < hamming_cut(banding, 0.80) < 3200 // 2
     assert hamming_cut(banding, -1.0) == 3200
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from lightfoot_pipeline.ingest.chunking import chunk_blocks, count_tokens, document_text
@@ -32,7 +34,7 @@ def test_passages_stay_in_their_section_and_within_budget():
                                                                        {"Alpha", "Beta", "Gamma"}) == 1
     alpha = [c for c in chunks if c.section == ("A",)]
     assert len(alpha) > 3
-    for before, after in zip(alpha, alpha[1:]):  # overlap: the next one starts inside the one before
+    for before, after in itertools.pairwise(alpha):  # overlap: the next one starts inside the one before
         assert before.char_start < after.char_start < before.char_end
         assert count_tokens(text[after.char_start:before.char_end]) <= 14
 

@@ -7,7 +7,11 @@ from collections import Counter
 import pytest
 
 from lightfoot_pipeline.ingest.dataset import (
-    DatasetError, load_corpus, load_questions, load_recorded_extractions, unmatched_records,
+    DatasetError,
+    load_corpus,
+    load_questions,
+    load_recorded_extractions,
+    unmatched_records,
 )
 from lightfoot_pipeline.ingest.passages import Passage
 

@@ -143,6 +143,6 @@ def test_erasure_request_lines_keep_their_ids_exactly(tmp_path):
 
 
 def test_a_retention_rule_whose_pattern_no_id_can_match_is_refused():
-    with pytest.raises(PolicyError, match="can match no document: doc_id .* U\\+001B"):
+    with pytest.raises(PolicyError, match=r"can match no document: doc_id .* U\+001B"):
         RetentionPolicy.parse(json.dumps({"rules": [{"doc_id": "draft-\x1b*", "keep_days": 3}]}), "policy.json")
     assert RetentionPolicy.parse(json.dumps({"rules": [{"doc_id": "draft-*", "keep_days": 3}]})).rules

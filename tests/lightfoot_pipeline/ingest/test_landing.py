@@ -58,7 +58,7 @@ def test_a_copy_that_holds_another_document_is_refused(store):
 
 def test_requests_are_kept_until_resolved_and_never_downgraded(store):
     landing = Landing(store)
-    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     landing.request_deletions([DeletionRequest("a", "gdpr", True, t0, "inbox"),
                                DeletionRequest("b", "cleanup", False, t0 + dt.timedelta(hours=1), "cli")])
     landing.request_deletions([DeletionRequest("a", "again", False, t0 + dt.timedelta(hours=2), "cli")])

@@ -40,7 +40,7 @@ def test_a_receipt_id_comes_from_the_drop_and_what_it_asks():
 
 def test_a_receipt_is_pending_until_settled_and_known_for_good(store):
     receipts = Receipts(store)
-    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     older = dataclasses.replace(Receipt.for_documents(SOURCE, ["a"], "/in/a"), taken_at=t0)
     newer = dataclasses.replace(Receipt.for_deletions(SOURCE, [request("a")], "/in/gdpr.json"),
                                 taken_at=t0 + dt.timedelta(hours=1))
@@ -86,8 +86,8 @@ def test_a_receipt_file_that_is_not_one_is_refused(store):
 def test_outstanding_deletions_say_what_is_left_of_each_document(store, hashing_embedder):
     from lightfoot_pipeline import operations
     from lightfoot_pipeline.index.documents import tombstone_documents
-    from lightfoot_pipeline.operations.erase import erase_history
     from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+    from lightfoot_pipeline.operations.erase import erase_history
 
     names = {"a": "Oslo", "b": "Bergen", "c": "Tromso"}
     documents = [Document(d, "Title", f"{n} is a city.") for d, n in names.items()]

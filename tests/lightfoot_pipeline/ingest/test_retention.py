@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 
 import polars as pl
 import pytest
@@ -105,7 +106,7 @@ def test_anything_else_is_refused_with_the_reason(value, message):
 
 
 def test_a_policy_date_is_read_as_strictly():
-    with pytest.raises(PolicyError, match="policy.json: rule 1: delete_after '2026-06-30 later' is not an ISO 8601"):
+    with pytest.raises(PolicyError, match=re.escape("policy.json: rule 1: delete_after '2026-06-30 later' is not an ISO 8601")):
         RetentionPolicy.parse('{"rules": [{"delete_after": "2026-06-30 later"}]}', "policy.json")
     (rule,) = RetentionPolicy.parse('{"rules": [{"delete_after": "2026-06-30T23:00:00-02:00"}]}').rules
     assert rule.delete_after == dt.date(2026, 7, 1)

@@ -17,7 +17,7 @@ def test_a_question_is_embedded_as_its_row_of_a_batch():
     emb = HashingEmbedder(dim=48)
     texts = ["who founded the university of copenhagen", "hot country songs", ""]
     batch = emb.embed(texts)
-    for text, row in zip(texts, batch):
+    for text, row in zip(texts, batch, strict=True):
         vector = emb.embed_query(text)
         assert vector.shape == (48,) and vector.dtype == np.float32
         assert vector.tobytes() == row.tobytes()

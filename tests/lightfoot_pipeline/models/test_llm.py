@@ -65,7 +65,7 @@ def test_an_unpriced_model_costs_nothing_and_a_listed_one_its_list_price():
 def test_retry_after_headers():
     assert retry_after_seconds({"retry-after": "2"}) == 2.0
     assert retry_after_seconds({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
-    future = email.utils.format_datetime(dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=30), usegmt=True)
+    future = email.utils.format_datetime(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=30), usegmt=True)
     assert 25 <= retry_after_seconds({"retry-after": future}) <= 31
     assert retry_after_seconds({"retry-after": "soon"}) is None
     assert retry_after_seconds({}) is None

@@ -12,12 +12,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.store.fingerprint import counts, fingerprint
 from lightfoot_pipeline.ingest.dataset import Document
-from lightfoot_pipeline.operations.erase import vacuum
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
-from lightfoot_pipeline.snapshot.format import latest_snapshot, load_snapshot
+from lightfoot_pipeline.operations.erase import vacuum
 from lightfoot_pipeline.snapshot.export import export_snapshot
+from lightfoot_pipeline.snapshot.format import latest_snapshot, load_snapshot
+from lightfoot_pipeline.store.fingerprint import counts, fingerprint
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.vectors import lance_table_names
 
@@ -35,10 +35,10 @@ def _holders(root: Path, needle: str) -> list[Path]:
         if path.suffix == ".parquet":
             table = pq.read_table(path)
             for column in table.columns:
-                if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-                    if any(v and needle.casefold() in v.casefold() for v in column.to_pylist()):
-                        found.append(path)
-                        break
+                is_text = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+                if is_text and any(v and needle.casefold() in v.casefold() for v in column.to_pylist()):
+                    found.append(path)
+                    break
     return found
 
 

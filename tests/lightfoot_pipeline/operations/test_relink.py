@@ -9,13 +9,13 @@ import polars as pl
 import pytest
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.store.fingerprint import fingerprint
-from lightfoot_pipeline.operations import relink
-from lightfoot_pipeline.operations.erase import vacuum
 from lightfoot_pipeline.index.link_pieces import RelinkError
 from lightfoot_pipeline.ingest.extraction.replay import ReplayExtractor
 from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.operations import relink
+from lightfoot_pipeline.operations.erase import vacuum
 from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import NAME_SKETCHES
 
@@ -30,7 +30,7 @@ SIZE = 600_000
 def built(sample_store_built) -> Path:
     """The bundled sample, built with the hashing embedder (32 dimensions) and the default settings,
     once per session (tests/conftest.py; copied by each test)."""
-    assert SETTINGS == IndexSettings() and Store(str(sample_store_built)).exists()
+    assert IndexSettings() == SETTINGS and Store(str(sample_store_built)).exists()
     return sample_store_built
 
 

@@ -9,16 +9,23 @@ import polars as pl
 import pytest
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
 from lightfoot_pipeline.ingest.sources import SOURCE_FILES
 from lightfoot_pipeline.models.llm import LLMSettings
+from lightfoot_pipeline.operations.sync import sync
 from lightfoot_pipeline.settings import ChunkSettings
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
-    ALIASES, DOCUMENTS, FACT_SOURCES, FACTS, FORMS, MENTIONS, PASSAGE_SOURCES, PASSAGES,
+    ALIASES,
+    DOCUMENTS,
+    FACT_SOURCES,
+    FACTS,
+    FORMS,
+    MENTIONS,
+    PASSAGE_SOURCES,
+    PASSAGES,
 )
-from lightfoot_pipeline.operations.sync import sync
 
 CHUNKING = ChunkSettings(tokens=60, overlap=12)
 
@@ -212,8 +219,8 @@ def test_retrieval_and_answers_cite_the_file_and_its_page_or_section(tmp_path, m
                                                                     document_files, capsys):
     from lightfoot_pipeline import cli
     from lightfoot_pipeline.retrieval.answer import render_prompt
-    from lightfoot_pipeline.snapshot.export import export_snapshot
     from lightfoot_pipeline.retrieval.retrieve import Retriever
+    from lightfoot_pipeline.snapshot.export import export_snapshot
     from lightfoot_pipeline.snapshot.format import load_snapshot
 
     folder = tmp_path / "docs"

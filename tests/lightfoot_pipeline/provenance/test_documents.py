@@ -8,11 +8,11 @@ import polars as pl
 import pytest
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.store.fingerprint import fingerprint
-from lightfoot_pipeline.provenance import ExplainError
-from lightfoot_pipeline.provenance.documents import explain_document, preview_deletion
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.provenance import ExplainError
+from lightfoot_pipeline.provenance.documents import explain_document, preview_deletion
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ENTITIES, FACTS, SYNONYM_EDGES
 

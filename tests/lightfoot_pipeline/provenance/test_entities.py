@@ -6,10 +6,10 @@ import polars as pl
 import pytest
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.provenance import ExplainError
-from lightfoot_pipeline.provenance.entities import explain_entity
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.provenance import ExplainError
+from lightfoot_pipeline.provenance.entities import explain_entity
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from lightfoot_pipeline.retrieval.answer import ANSWER_SCHEMA, Answerer, build_answerer, parse_answer, render_prompt
 from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
+from lightfoot_pipeline.retrieval.answer import ANSWER_SCHEMA, Answerer, build_answerer, parse_answer, render_prompt
 from lightfoot_pipeline.retrieval.retrieve import FactHit, PassageHit
 
 QUESTION = "Who founded the company that makes the Zephyr phone?"

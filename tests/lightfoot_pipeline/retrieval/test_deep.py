@@ -14,8 +14,8 @@ from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
 from lightfoot_pipeline.retrieval.answer import AnswerBudget
 from lightfoot_pipeline.retrieval.deep import DeepQuery, DeepQueryError, DeepSettings, charges, trace_lines
 from lightfoot_pipeline.retrieval.deep.prompts import ANSWER_SYSTEM, CHECK_SYSTEM, MEMORY_SYSTEM
-from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.retrieval.retrieve import Retriever
+from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.snapshot.format import load_snapshot
 from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.store import Store

@@ -8,7 +8,6 @@ import scipy.sparse as sp
 
 from lightfoot_pipeline.retrieval.graph import RetrievalGraph
 from lightfoot_pipeline.retrieval.retrieve import RetrievalSettings, top_indices
-
 from tests.lightfoot_pipeline.retrieval.test_graph import exact_ppr
 
 

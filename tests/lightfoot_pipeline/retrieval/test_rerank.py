@@ -6,7 +6,11 @@ import numpy as np
 import pytest
 
 from lightfoot_pipeline.retrieval.rerank import (
-    CrossEncoderReranker, RerankerUnavailable, load_reranker, ranking_from_scores, reciprocal_rank_fusion,
+    CrossEncoderReranker,
+    RerankerUnavailable,
+    load_reranker,
+    ranking_from_scores,
+    reciprocal_rank_fusion,
 )
 
 

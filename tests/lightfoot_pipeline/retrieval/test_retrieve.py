@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.evaluation.evaluate import ensure_dataset_indexed
+from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.retrieval.rerank import CrossEncoderReranker, RerankerStatus, reciprocal_rank_fusion
 from lightfoot_pipeline.retrieval.retrieve import RetrievalError, RetrievalSettings, Retriever, top_indices
-from lightfoot_pipeline.snapshot.format import load_snapshot
 from lightfoot_pipeline.snapshot.export import export_snapshot
+from lightfoot_pipeline.snapshot.format import load_snapshot
 from lightfoot_pipeline.store.store import Store
 
 DATA = Path(__file__).parents[1] / "data" / "query-corpus"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lightfoot_pipeline.snapshot.collect import build_fact_index
 from lightfoot_pipeline.retrieval.retrieve import top_indices
 from lightfoot_pipeline.retrieval.seeding import HalfScorer, InvertedFileScorer
+from lightfoot_pipeline.snapshot.collect import build_fact_index
 from lightfoot_pipeline.snapshot.fact_index import n_lists
 
 

@@ -19,11 +19,11 @@ from lightfoot_pipeline import operations
 from lightfoot_pipeline.ingest.dataset import load_corpus, load_recorded_extractions
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.embedder import HashingEmbedder
-from lightfoot_pipeline.snapshot.export import export_snapshot
-from lightfoot_pipeline.service.queries import QueryService
 from lightfoot_pipeline.service.app import HttpLimits
 from lightfoot_pipeline.service.auth import Tokens
+from lightfoot_pipeline.service.queries import QueryService
 from lightfoot_pipeline.service.server import QueryServer
+from lightfoot_pipeline.snapshot.export import export_snapshot
 
 pytestmark = [pytest.mark.slow]
 

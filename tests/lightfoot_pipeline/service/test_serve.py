@@ -16,20 +16,19 @@ from pathlib import Path
 import pytest
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.service import auth
-from lightfoot_pipeline.service import queries
-from lightfoot_pipeline.store import ledger
-from lightfoot_pipeline.retrieval.answer import AnswerBudget, Answerer
 from lightfoot_pipeline.ingest.dataset import load_corpus, load_recorded_extractions
-from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
-from lightfoot_pipeline.service.queries import QueryService
-from lightfoot_pipeline.service.auth import AuthConfigError, Tokens, check_exposure, hash_token, read_tokens_file
+from lightfoot_pipeline.retrieval.answer import AnswerBudget, Answerer
+from lightfoot_pipeline.service import auth, queries
 from lightfoot_pipeline.service.app import BadRequest, HttpLimits, parse_query_request
+from lightfoot_pipeline.service.auth import AuthConfigError, Tokens, check_exposure, hash_token, read_tokens_file
+from lightfoot_pipeline.service.queries import QueryService
 from lightfoot_pipeline.service.server import QueryServer
-from lightfoot_pipeline.snapshot.format import latest_snapshot
 from lightfoot_pipeline.snapshot.export import export_snapshot
+from lightfoot_pipeline.snapshot.format import latest_snapshot
+from lightfoot_pipeline.store import ledger
 
 DATA = Path(__file__).parents[1] / "data" / "query-corpus"
 QUESTION = "Who founded the company that makes the Zephyr phone?"
@@ -190,7 +189,7 @@ def test_every_endpoint_but_health_needs_a_token(served):
     base = served.url
     for method, path, body in [("POST", "/query", {"question": QUESTION}), ("GET", "/status", None),
                                ("GET", "/snapshot", None), ("GET", "/nowhere", None), ("HEAD", "/status", None)]:
-        status, payload, headers = request(base, method, path, body, token=None)
+        status, _payload, headers = request(base, method, path, body, token=None)
         assert status == 401 and headers["www-authenticate"] == 'Bearer realm="lightfoot"', (method, path)
         status, _, headers = request(base, method, path, body, token="not-the-token-" + "y" * 20)
         assert status == 401 and 'error="invalid_token"' in headers["www-authenticate"], (method, path)

@@ -10,12 +10,12 @@ import polars as pl
 import pytest
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.store.fingerprint import counts, fingerprint
-from lightfoot_pipeline.snapshot import export
 from lightfoot_pipeline.ingest.dataset import Document
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.snapshot import export
 from lightfoot_pipeline.snapshot.export import erase_from_snapshots, export_snapshot
 from lightfoot_pipeline.snapshot.format import SnapshotError, latest_snapshot, list_snapshots, load_snapshot
+from lightfoot_pipeline.store.fingerprint import counts, fingerprint
 
 CANARY = "Zanzibarquux-canary-7d1f"
 
@@ -93,7 +93,7 @@ def test_export_writes_graph_tables_vectors_and_manifest(store, hashing_embedder
     assert adjacency[lonely].nnz == title_entity.height
     assert adjacency[n_e:, n_e:].nnz == 0
     # Entity–entity weights count the facts linking the pair: Ada–London is asserted once.
-    names = dict(zip(snap.entities.get_column("display_name").str.to_lowercase(), snap.entities.get_column("node")))
+    names = dict(zip(snap.entities.get_column("display_name").str.to_lowercase(), snap.entities.get_column("node"), strict=True))
     assert adjacency[names["ada lovelace"], names["london"]] == 1.0
 
 
@@ -228,7 +228,7 @@ def test_vectors_are_float16_and_memory_mapped_and_format_1_still_loads(store, h
     assert old.passage_vectors.dtype == np.float16
     np.testing.assert_array_equal(old.fact_vectors, expected)
     (folder / "manifest.json").write_text(json.dumps({**manifest, "format": 99}))
-    with pytest.raises(SnapshotError, match="format 99.*export a new one"):
+    with pytest.raises(SnapshotError, match=r"format 99.*export a new one"):
         load_snapshot(store)
 
 

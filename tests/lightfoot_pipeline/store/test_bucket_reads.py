@@ -8,7 +8,6 @@ names' band keys; what it leaves is still what a fresh build of the survivors gi
 from __future__ import annotations
 
 import dataclasses
-
 import random
 from pathlib import Path
 
@@ -16,14 +15,22 @@ import polars as pl
 import pytest
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.cli import main as cli_main
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.log import StoreLayoutError
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
-    BUCKET, DOCUMENTS, FORMS, INDEX_TABLES, LAYOUT_VERSION, PROBE_EVERY, all_specs, bucket_of, with_buckets,
+    BUCKET,
+    DOCUMENTS,
+    FORMS,
+    INDEX_TABLES,
+    LAYOUT_VERSION,
+    PROBE_EVERY,
+    all_specs,
+    bucket_of,
+    with_buckets,
 )
 from lightfoot_pipeline.store.transaction import Transaction
 
@@ -246,7 +253,7 @@ def test_a_transaction_opened_on_a_manifest_finds_rows_in_the_stores_own_buckets
 
 def test_a_layout_2_store_is_refused_with_the_migrate_hint_and_migrate_drops_its_name_keys(built):
     """Layout 2 kept each name's whole band keys in ``name_keys``; layout 3 keeps sketches."""
-    root, uri, documents, records = built
+    root, uri, documents, _records = built
     uri = _copy(root, uri, "layout-2")
     digest = fingerprint(Store(uri)).digest
     store = Store(uri)

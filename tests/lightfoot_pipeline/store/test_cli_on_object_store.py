@@ -13,7 +13,6 @@ import uuid
 
 import pytest
 
-
 CANARY = f"zyxcanary{uuid.uuid4().hex[:10]}"
 CANARY_DOC = {
     "doc_id": "canary-doc",

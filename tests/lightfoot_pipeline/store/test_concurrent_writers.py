@@ -17,15 +17,15 @@ import polars as pl
 import pytest
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.store.fingerprint import fingerprint
-from lightfoot_pipeline.ingest.dataset import Document
 from lightfoot_pipeline.index.documents import upsert_documents
+from lightfoot_pipeline.ingest.dataset import Document
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.log import ConcurrentCommitError
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.tables import DOCUMENTS, PASSAGES, with_buckets
+from lightfoot_pipeline.store.transaction import Transaction
 
 SETTINGS = IndexSettings()
 
@@ -48,7 +48,7 @@ def race(writers: list, attempts: int = 1) -> list[object]:
     def run(i: int) -> None:
         try:
             results[i] = writers[i]()
-        except Exception as err:  # noqa: BLE001 - the test inspects what each writer raised
+        except Exception as err:
             results[i] = err
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(writers))]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.ingest.dataset import Document
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.transaction import Transaction
 

@@ -9,9 +9,9 @@ import shutil
 import pytest
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.operations.erase import vacuum
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.operations.erase import vacuum
 from lightfoot_pipeline.store import fingerprint as fingerprint_module
 from lightfoot_pipeline.store.fingerprint import CACHE_FILE, fingerprint
 from lightfoot_pipeline.store.store import Store

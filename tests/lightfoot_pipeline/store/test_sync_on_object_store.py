@@ -7,9 +7,9 @@ import polars as pl
 from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
 from lightfoot_pipeline.ingest.sources import SOURCE_FILES
 from lightfoot_pipeline.models.llm import LLMSettings
+from lightfoot_pipeline.operations.sync import sync
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENTS, PASSAGE_SOURCES
-from lightfoot_pipeline.operations.sync import sync
 
 
 def test_a_prefix_is_synced_like_a_folder(object_store, chat_server, hashing_embedder, document_files):

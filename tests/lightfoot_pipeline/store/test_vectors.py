@@ -50,7 +50,7 @@ def test_each_embedding_pass_is_reported_from_its_start(tmp_path, hashing_embedd
     cache.vectors(texts)
     assert heard == [(0, 1300), (512, 1300), (1024, 1300), (1300, 1300)]
     heard.clear()
-    cache.vectors(texts[:10] + ["one more"])
+    cache.vectors([*texts[:10], "one more"])
     assert heard == [(0, 1), (1, 1)]  # only what the cache lacks is a pass
 
 

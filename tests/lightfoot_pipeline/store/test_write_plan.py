@@ -119,7 +119,7 @@ def test_a_lookup_of_values_held_in_nearly_every_bucket_reads_them_without_the_c
         tx.commit("seed")
     dense = Store(store.uri)
     with dense.transaction() as tx:
-        assert tx.rows(DOCUMENTS.name, "doc_id", ids[::3] + ["new-1"]).height == len(ids[::3])
+        assert tx.rows(DOCUMENTS.name, "doc_id", [*ids[::3], "new-1"]).height == len(ids[::3])
         assert tx.rows(DOCUMENTS.name, "doc_id", ids[1::3]).height == len(ids[1::3])
     assert dense.columns_read.get(DOCUMENTS.name, 0) == 0 and dense.buckets_read[DOCUMENTS.name] == 64
     # Values the table mostly lacks: after the probe, the column is read once, for both lookups.

@@ -15,12 +15,11 @@ import polars as pl
 import pytest
 from deltalake import DeltaTable
 
-from lightfoot_pipeline import cli
-from lightfoot_pipeline import operations
-from lightfoot_pipeline.store import ledger
+from lightfoot_pipeline import cli, operations
 from lightfoot_pipeline.ingest.extraction.cache import EXTRACTION_CACHE
 from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
 from lightfoot_pipeline.models.llm import LLMSettings
+from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import EXTRACTIONS
 
@@ -132,7 +131,7 @@ def test_cli_ingest_twice_makes_no_request_the_second_time(tmp_path, monkeypatch
     assert "sk-cli-test-key" not in first.out + first.err
 
     chat_server.reset()
-    assert cli.main(argv + ["--json"]) == 0
+    assert cli.main([*argv, "--json"]) == 0
     second = json.loads(capsys.readouterr().out)
     assert chat_server.count == 0
     assert (second["model_calls"], second["already_extracted"], second["extracted"]) == (0, 40, 0)
@@ -181,7 +180,7 @@ def test_kill_9_mid_ingest_loses_no_answer_and_the_rerun_asks_only_for_the_rest(
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     child["pid"] = process.pid
     try:
-        out, err = process.communicate(timeout=180)
+        _out, err = process.communicate(timeout=180)
     finally:
         release.set()
         if process.poll() is None:
@@ -274,7 +273,7 @@ def test_erasing_a_document_purges_its_cached_answer_and_leaves_no_text(tmp_path
                                 text=f"The {canary} Institute was founded in 1901 by Ada Quill.")
     chat_server.script(lambda r: chat_server.Reply(content=answer_for(r, chat_server)))
     settings = LLMSettings(base_url=chat_server.base_url, model="test-model", backoff_s=0.01)
-    operations.ingest(store, documents + [secret], build_openai_extractor(store, llm_settings=settings),
+    operations.ingest(store, [*documents, secret], build_openai_extractor(store, llm_settings=settings),
                     hashing_embedder)
     cache = store.read_journal(EXTRACTION_CACHE.name)
     assert cache.height == 6 and cache.get_column("output").str.contains(canary).sum() == 1

@@ -14,11 +14,11 @@ import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.ingest.extraction.cache import EXTRACTION_CACHE, ExtractionCache
 from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
-from lightfoot_pipeline.models.llm import LLMSettings
 from lightfoot_pipeline.ingest.passages import Passage
+from lightfoot_pipeline.models.llm import LLMSettings
+from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.log import ConcurrentCommitError
 from lightfoot_pipeline.store.store import Store
 
