@@ -1,7 +1,7 @@
 """The query-time commands of the ``lightfoot`` command line: snapshot, query, serve.
 
-Like cli/__init__.py, this module parses arguments and prints results; the work is in snapshot.py,
-retrieve.py, answer.py and serve.py.
+Like cli/__init__.py, this module parses arguments and prints results; the work is in snapshot/,
+retrieval/retrieve.py, retrieval/answer.py and service/queries.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ``hgmem`` mode in an evaluation: every question through the deep mode (serving/deep).
+"""The ``hgmem`` mode in an evaluation: every question through the deep mode (retrieval/deep).
 
 Its rows start as the first step's retrieval (the question's own global exploration, which needs
 no model), so the dry run can price them; :func:`deep_rows` then runs each question's loop under

@@ -10,7 +10,7 @@ side by side, on the same snapshot and question vectors:
 - ``hipporag2``: a HippoRAG 2-style configuration of the same graph (baseline): damping 0.5,
   every passage seeded at 0.05 × its min–max scaled similarity, the entities of the top 5 facts
   seeded, no reranker;
-- ``hgmem``: the deep mode (serving/deep), HGMem's working memory over the same graph: model calls
+- ``hgmem``: the deep mode (retrieval/deep), HGMem's working memory over the same graph: model calls
   at every step, so it runs only when named and with answers (``--answer`` or ``--dry-run``). Its
   ranked passages are those its answer was written from, then the rest it retrieved, in order.
 

@@ -9,7 +9,7 @@ Erasure also removes what history and caches still hold:
    zero retention, then a checkpoint and log clean-up);
 4. every old LanceDB version and unreferenced data file;
 5. the landed copies of documents that came through an inbox (landing.py);
-6. every serving snapshot that holds an erased document (serving/export.py; a fresh one replaces the
+6. every serving snapshot that holds an erased document (snapshot/export.py; a fresh one replaces the
    published one first);
 7. the keys and links that relink runs staged (relink.py), whether or not they are still running;
 

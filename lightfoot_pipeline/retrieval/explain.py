@@ -4,7 +4,7 @@ through, its dense score and its ranks.
 The explanation re-runs the query's parts with the retriever's own functions (question vector,
 dense scores, seed facts, seeds, the walk), so its numbers are the ranking's. At the walk's fixed
 point a passage's score is what the restart puts on it plus what flows in from its neighbours,
-which are entities only (graph.py):
+which are entities only (snapshot/adjacency.py):
 
     x[p] = (1 - d) · s[p] + d · Σ_e A[e, p] / deg(e) · x[e]      (+ the edgeless nodes' share of s[p])
 

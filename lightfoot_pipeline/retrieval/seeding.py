@@ -1,6 +1,6 @@
 """Similarity of a question to every passage or fact of a snapshot, for seeding the walk.
 
-A snapshot stores its vectors at half precision (snapshot.py). Two ways score them:
+A snapshot stores its vectors at half precision (snapshot/format.py). Two ways score them:
 
 - **Exact at reduced precision** (:class:`HalfScorer`): one float16 matrix–vector product over
   every row (torch's CPU kernel reads the half-precision rows directly; NumPy would convert them

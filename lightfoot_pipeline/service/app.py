@@ -3,19 +3,19 @@
 Endpoints (JSON in and out)::
 
     POST /query     {"question": "...", "top_k": 10, "answer": true, "rerank": true, "mode": "lightfoot"}
-                    ("mode": "deep": a multi-step answer from a working memory, serving/deep)
+                    ("mode": "deep": a multi-step answer from a working memory, retrieval/deep)
     GET  /status    the served snapshot, reloads, the reranker, the answer budget (authenticated)
     GET  /snapshot  the served snapshot's manifest and the published one's id (authenticated)
     GET  /health    {"status": "ok" | "no_snapshot"}: liveness, open to all, nothing more
-    GET  /          the web page, and POST /explain/query, GET /explain/entity, /explain/doc (serve_page.py)
+    GET  /          the web page, and POST /explain/query, GET /explain/entity, /explain/doc (page.py)
 
 Every endpoint but ``/health`` and the page's static files needs ``Authorization: Bearer <token>``
-when the service has tokens (serve_auth.py); a missing or wrong token gets 401 with
+when the service has tokens (auth.py); a missing or wrong token gets 401 with
 ``WWW-Authenticate``. GET endpoints answer HEAD too, and query strings are ignored but by
 ``/explain/entity`` and ``/explain/doc``.
 
 What the application bounds (:class:`HttpLimits`, which holds the server's bounds too: see
-serve_http.py):
+server.py):
 
 - **Bodies**: a ``Content-Length`` above ``max_body_bytes`` gets 413 before a byte of the body is
   read; a chunked body is counted as it arrives and cut at the limit (413). A body must arrive
@@ -73,7 +73,7 @@ REALM = "lightfoot"
 
 @dataclass(frozen=True)
 class HttpLimits:
-    """The bounds of one server: the application's (see the module docstring) and uvicorn's (serve_http.py)."""
+    """The bounds of one server: the application's (see the module docstring) and uvicorn's (server.py)."""
 
     max_body_bytes: int = 64 * 1024
     workers: int = field(default_factory=lambda: os.cpu_count() or 2)  # retrieval threads: queries at once

@@ -14,8 +14,8 @@ service's :class:`~lightfoot_pipeline.retrieval.answer.AnswerBudget` and is writ
 (purpose ``answer``, one ledger run per service process); once the budget is spent, queries
 still get their passages and the answer says why it is missing.
 
-The HTTP side is serve_app.py (the Starlette application) under uvicorn (serve_http.py), and its
-authentication serve_auth.py.
+The HTTP side is app.py (the Starlette application) under uvicorn (server.py), and its
+authentication auth.py.
 Every query result names the snapshot that served it and gives a latency breakdown in ms.
 """
 
@@ -241,7 +241,7 @@ class QueryService:
         payload["latency_ms"]["total"] = _ms_since(pending.started)
 
     def deep(self, question: str, *, rerank: bool = True, settings: DeepSettings | None = None) -> dict:
-        """The deep mode (serving/deep): a multi-step answer from a working memory, its points with
+        """The deep mode (retrieval/deep): a multi-step answer from a working memory, its points with
         their passages and facts, and its steps; every call within the service's budget and in the
         cost ledger. Raises DeepQueryError when the model endpoint cannot serve."""
         started = time.perf_counter()

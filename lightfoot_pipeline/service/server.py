@@ -1,8 +1,8 @@
-"""The query service over HTTP: the application of serve_app.py under uvicorn, on one socket.
+"""The query service over HTTP: the application of app.py under uvicorn, on one socket.
 
 uvicorn's HTTP/1.1 protocol (h11) is extended here where it would leave a connection unbounded;
 the endpoints, the token check and the bounds on bodies and work are the application's
-(serve_app.py). Every bound is set in :class:`HttpLimits`.
+(app.py). Every bound is set in :class:`HttpLimits`.
 
 - **Closing after a refusal**: a response sent before the body was read (413, 401, 404, 408)
   closes the connection, lingering: the server half-closes, so the client reads the response to

@@ -30,7 +30,7 @@ SERVE_TOKEN_ENV = "LIGHTFOOT_SERVE_TOKEN"
 SERVE_TOKENS_FILE_ENV = "LIGHTFOOT_SERVE_TOKENS_FILE"
 SERVE_ANSWERS_ENV = "LIGHTFOOT_SERVE_ANSWERS"
 SERVE_BUDGET_ENV = "LIGHTFOOT_SERVE_ANSWER_BUDGET_USD"
-# The deep query mode (serving/deep): DeepSettings field, variable, type of its value.
+# The deep query mode (retrieval/deep): DeepSettings field, variable, type of its value.
 DEEP_VARIABLES: dict[str, tuple[str, type]] = {
     "max_steps": ("LIGHTFOOT_DEEP_MAX_STEPS", int),
     "passages": ("LIGHTFOOT_DEEP_PASSAGES", int),

@@ -77,7 +77,7 @@ def collect(store: Store, manifest: Manifest, embedder: Embedder, previous: Snap
 
     Vectors of passages and facts that ``previous`` (a snapshot of the same embedder) holds are
     taken from it; the others come from the vector caches, embedded only when no cache holds them.
-    A fact table of ``index_min_rows`` or more is ordered by inverted-file group (seeding.py).
+    A fact table of ``index_min_rows`` or more is ordered by inverted-file group (fact_index.py).
     """
     step = _stepper(progress)
     step("reading the store", 0, 1)

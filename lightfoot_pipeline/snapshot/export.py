@@ -2,7 +2,7 @@
 hold erased text.
 
 :func:`export_snapshot` writes the store's committed state as a new snapshot directory (the
-format is in snapshot.py), publishes it by replacing the ``latest`` pointer, and prunes the older
+format is in format.py), publishes it by replacing the ``latest`` pointer, and prunes the older
 ones. Snapshots hold passage text, so a hard erase must reach them too: :func:`erase_from_snapshots`
 removes every snapshot that holds an erased document, or the earlier text of a document that was
 ingested again, exporting a fresh one first when the current one has to go.

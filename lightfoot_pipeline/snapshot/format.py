@@ -13,7 +13,7 @@ object store) holding
     fact_vectors.npy      (#facts, dim) float16, rows in facts.parquet order
     fact_index.npz        only for large fact tables: the inverted-file index's centroids, the
                           row offsets of its groups (facts.parquet holds the facts group by
-                          group) and its training sample's digest (seeding.py)
+                          group) and its training sample's digest (fact_index.py)
     manifest.json         store fingerprint and commit, models, creation time, counts
 
 **Vectors are memory-mapped.** On a local disk the two ``.npy`` files are mapped read-only, not
@@ -209,7 +209,7 @@ def list_snapshots(store: Store) -> list[SnapshotInfo]:
 
 @dataclass(frozen=True)
 class FactIndex:
-    """The inverted-file index of a snapshot's fact vectors (seeding.py)."""
+    """The inverted-file index of a snapshot's fact vectors (fact_index.py builds it, retrieval/seeding.py reads it)."""
 
     centroids: np.ndarray  # (#groups, dim) float32
     offsets: np.ndarray  # (#groups + 1,) rows of group g: offsets[g]:offsets[g + 1]
