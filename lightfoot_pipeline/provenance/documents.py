@@ -18,7 +18,7 @@ import polars as pl
 from lightfoot_pipeline.index.documents import tombstone_documents
 from lightfoot_pipeline.index.reconcile import EmbedderRequired, GraphChange, reconcile_graph
 from lightfoot_pipeline.ingest.passages import location_label
-from lightfoot_pipeline.provenance import ExplainError
+from lightfoot_pipeline.provenance.errors import ExplainError
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (

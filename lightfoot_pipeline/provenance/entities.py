@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from lightfoot_pipeline.ingest.normalise import normalise_name
-from lightfoot_pipeline.provenance import ExplainError
+from lightfoot_pipeline.provenance.errors import ExplainError
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
     ALIASES,
