@@ -5,7 +5,7 @@ names, extracting passages) and ``(step, done, total)`` for a run of steps (a sn
 :class:`Progress` and :class:`StepProgress` are those callbacks: each pass is a tqdm meter, which
 keeps the time and the rate, limits how often a pass is reported and stays quiet on a short one.
 With ``emit`` the lines go to a log (Dagster's ``context.log.info``), one line per report; without,
-they are one live line on a terminal's stderr.
+they are one live line on a terminal's stderr, or lines on a stderr sent to a file or a pipe.
 """
 
 from __future__ import annotations
@@ -67,6 +67,15 @@ class _Discard:
         pass
 
 
+def _on_a_terminal(stream) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def _stderr_line(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
 class Progress:
     """A ``(done, total)`` callback over passes of work: a pass starts on the first report, on
     ``done == 0`` or when ``done`` goes back, and ends when ``done`` reaches ``total``.
@@ -74,10 +83,12 @@ class Progress:
     A pass is reported at most every ``every_seconds`` (:data:`LOG_EVERY` in a log,
     :data:`TERMINAL_EVERY` on a terminal) and when it ends; one shorter than ``delay`` seconds says
     nothing. ``emit`` takes the lines (for a log); without it they are one live line
-    on ``stream`` (stderr by default)."""
+    on ``stream``, by default stderr when it is a terminal, and lines on stderr when it is not."""
 
     def __init__(self, label: str, emit: Callable[[str], None] | None = None, *, stream=None,
                  every_seconds: float | None = None, delay: float = 0.0) -> None:
+        if emit is None and stream is None and not _on_a_terminal(sys.stderr):
+            emit = _stderr_line  # stderr sent to a file or a pipe keeps one line per report
         self.label = label
         self.emit = emit
         self.stream = stream

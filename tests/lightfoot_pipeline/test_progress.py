@@ -90,3 +90,13 @@ def test_the_command_line_shows_one_live_line_per_step():
     assert [part.rsplit("\r", 1)[-1].split(" (")[0] for part in out] == [
         "snapshot, passage vectors: 6/6", "snapshot, writing the snapshot: 8/8"]
     assert out[0].startswith("\rsnapshot, passage vectors: 0/6 (")  # redrawn in place, ended by a newline
+
+
+def test_stderr_sent_to_a_file_gets_a_line_per_report(clock, capsys):
+    progress = Progress("extracting", every_seconds=0.0)  # pytest's captured stderr is no terminal
+    for done in range(4):
+        clock.now += 1.0
+        progress(done, 3)
+    lines = capsys.readouterr().err.split("\n")
+    assert "\r" not in "".join(lines) and lines[-1] == ""
+    assert [text.split(" (")[0] for text in lines[:-1]] == ["extracting: 1/3", "extracting: 2/3", "extracting: 3/3"]
