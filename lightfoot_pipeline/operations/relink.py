@@ -61,7 +61,7 @@ from lightfoot_pipeline.store.filesystem import (
 )
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.tables import FORMS, NAME_SKETCHES
+from lightfoot_pipeline.store.tables import FORMS, NAME_SKETCHES, arrow_frame
 from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.vectors import EmbedProgress, UnloadedEmbedder, VectorCache
 
@@ -106,7 +106,7 @@ class StagingArea:
 
     def read(self, kind: str, label: str) -> pl.DataFrame:
         try:
-            return pl.from_arrow(pq.read_table(f"{self.root}/{kind}/{label}.parquet", filesystem=self.fs))
+            return arrow_frame(pq.read_table(f"{self.root}/{kind}/{label}.parquet", filesystem=self.fs))
         except FileNotFoundError:
             raise RelinkError(f"relink staging {self.uri}: no {kind} {label!r} (the run was cleaned up, or a "
                               "step did not finish); run the job again") from None

@@ -50,6 +50,7 @@ from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.models.embedder import Embedder, EmbedderUnavailable, HashingEmbedder, load_embedder
 from lightfoot_pipeline.store.filesystem import open_filesystem
 from lightfoot_pipeline.store.store import Store, local_file_lock
+from lightfoot_pipeline.store.tables import arrow_frame
 
 SNAPSHOTS_DIR = "snapshots"
 POINTER = "latest"
@@ -306,7 +307,7 @@ class Snapshot:
 
 
 def _read_parquet(location: SnapshotDirectory, path: str) -> pl.DataFrame:
-    return pl.from_arrow(pq.read_table(io.BytesIO(location.read_bytes(path))))  # type: ignore[return-value]
+    return arrow_frame(pq.read_table(io.BytesIO(location.read_bytes(path))))
 
 
 def _with_location(passages: pl.DataFrame) -> pl.DataFrame:
