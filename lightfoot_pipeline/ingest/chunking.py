@@ -50,8 +50,10 @@ def document_text(blocks: tuple[Block, ...] | list[Block]) -> str:
     return "\n\n".join(b.text for b in blocks)
 
 
-def chunk_blocks(doc_id: str, blocks: tuple[Block, ...] | list[Block], settings: ChunkSettings) -> list[Chunk]:
-    """The passages of a file's blocks, in reading order."""
+def chunk_blocks(doc_id: str, blocks: tuple[Block, ...] | list[Block], settings: ChunkSettings,
+                 limit: int | None = None) -> list[Chunk]:
+    """The passages of a file's blocks, in reading order; with ``limit``, cutting stops once there
+    are more than ``limit`` of them (so a file over the limit costs no more than the limit)."""
     text = document_text(blocks)
     chunks: list[Chunk] = []
     seen: dict[tuple, int] = {}
@@ -68,6 +70,8 @@ def chunk_blocks(doc_id: str, blocks: tuple[Block, ...] | list[Block], settings:
                 seen[key] = n + 1
                 chunks.append(Chunk(_chunk_id(doc_id, block.page, block.section, piece, n), piece, block.page,
                                     block.section, start, stop))
+                if limit is not None and len(chunks) > limit:
+                    return chunks
             section_start = end + 2
         offset = end + 2
     return chunks

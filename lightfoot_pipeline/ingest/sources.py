@@ -1,32 +1,55 @@
 """Sources: a folder or an object-store prefix of document files that a store follows.
 
-Every file under the source is a document whose doc id is its path relative to the source
-(``guides/setup.pdf``). Names starting with ``.`` (in any folder of the path) and names ending in
-``.tmp`` or ``.part`` are not read: write a file under such a name and rename it when complete.
+Every file under the source is a document whose doc id is the source's name and the file's path
+within it, ``NAME:PATH`` (``handbook:guides/setup.pdf``; see :func:`file_doc_id` for how a path
+that a doc id cannot hold is escaped), so two sources synced into one store never share a doc id.
+Names starting with ``.`` (in any folder of the path) and names ending in ``.tmp`` or ``.part``
+are not read: write a file under such a name and rename it when complete.
+
+A local folder is walked with :func:`os.scandir`, names as the operating system gives them
+(:func:`os.fsdecode`). A symbolic link is followed only when its target lies inside the source,
+and then once: every real folder is walked once and every real file gets one doc id (its own
+path when that is listed, else the first link to it), so link cycles end. A link out of the
+source, or one that leads nowhere, is listed as a failed file with its reason and never read.
+Object stores have no links and are listed by pyarrow.
 
 A file ``NAME.lightfoot.json`` beside ``NAME`` is its sidecar, not a document:
 ``{"title": "…", "retention_until": "2027-06-30"}``, both optional (the date as in a corpus).
 
 What the store knows of each file is in the ``source_files`` table (an operational table, not
-part of the fingerprint): its size, modification time and content hash, its sidecar's hash, the
-chunking it was cut with, and whether it was indexed or failed and why. Size and modification
-time unchanged means the file is unchanged without reading it; otherwise its content hash decides.
+part of the fingerprint): its source, size, modification time and content hash, its sidecar's
+hash, the chunking it was cut with, and whether it was indexed or failed and why. Size and
+modification time unchanged means the file is unchanged without reading it; otherwise its
+content hash decides.
+
+Reading is bounded: a file over ``max_file_bytes`` is refused unread, and so is a text, Markdown
+or HTML file larger than its passages could be (:func:`text_bytes_limit`, from the listing's
+size); a reader stops as soon as the file has more text than ``max_passages`` passages can hold,
+when a Word file's XML inflates past ``max_file_bytes``, or after :data:`READ_SECONDS`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import heapq
+import io
 import json
+import os
+import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import polars as pl
 import pyarrow.fs as pafs
 
 from lightfoot_pipeline.ingest.chunking import chunk_blocks, document_text
 from lightfoot_pipeline.ingest.dataset import Document
-from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
+from lightfoot_pipeline.ingest.doc_ids import doc_id_problem, file_doc_id
 from lightfoot_pipeline.ingest.files import FileReadError, read_file
+from lightfoot_pipeline.ingest.files.blocks import ReadLimits
+from lightfoot_pipeline.ingest.files.detect import sniff
 from lightfoot_pipeline.ingest.retention import parse_retention_date
 from lightfoot_pipeline.settings import ChunkSettings
 from lightfoot_pipeline.store.tables import SOURCE_FILES
@@ -34,6 +57,12 @@ from lightfoot_pipeline.store.tables import SOURCE_FILES
 SIDECAR_SUFFIX = ".lightfoot.json"
 _NOT_READY_SUFFIXES = (".tmp", ".part")
 INDEXED, FAILED = "indexed", "failed"
+READ_SECONDS = 120.0  # the most one file may take to read, parse and cut into passages
+# A text, Markdown or HTML file larger than this many bytes per token its passages may hold
+# (max_passages × tokens) is refused unread: English runs 5 to 6 bytes a token, markup more.
+TEXT_BYTES_PER_TOKEN = 16
+HTML_BYTES_PER_TOKEN = 64
+_HEAD_BYTES = 64 * 1024  # what is read first to tell a file's type
 
 
 @dataclass(frozen=True)
@@ -41,10 +70,12 @@ class SourceFile:
     """A document file at the source, as listed (nothing read yet)."""
 
     doc_id: str
-    path: str  # within the source's filesystem
+    path: str  # within the source's filesystem (a local file's real path)
     size: int
     mtime_ns: int
     sidecar: str | None = None  # the sidecar's path, when there is one
+    relative: str = ""  # the path within the source, as listed
+    problem: str | None = None  # why it is not read at all (a link out of the source)
 
 
 @dataclass(frozen=True)
@@ -59,39 +90,134 @@ class FileOutcome:
         return self.record["status"] == FAILED
 
 
-def list_source(fs: pafs.FileSystem, root: str) -> list[SourceFile]:
-    """The document files under ``root``, in doc-id order, each with its sidecar if any."""
-    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-    files: dict[str, pafs.FileInfo] = {}
-    for info in infos:
-        if info.type != pafs.FileType.File:
-            continue
-        relative = info.path[len(root):].lstrip("/")
-        if any(part.startswith(".") for part in relative.split("/")) or relative.endswith(_NOT_READY_SUFFIXES):
-            continue
-        files[relative] = info
+@dataclass(frozen=True)
+class _Entry:
+    relative: str
+    path: str
+    size: int
+    mtime_ns: int
+    problem: str | None = None
+
+
+def list_source(fs: pafs.FileSystem, root: str, name: str) -> list[SourceFile]:
+    """The document files under ``root`` of the source named ``name``, in doc-id order, each with
+    its sidecar if any."""
+    entries = _walk_local(root) if isinstance(fs, pafs.LocalFileSystem) else _list_objects(fs, root)
+    files = {e.relative: e for e in entries if not _skipped(e.relative)}
     listed = []
-    for relative, info in sorted(files.items()):
+    for relative, entry in files.items():
         if relative.endswith(SIDECAR_SUFFIX) and relative.removesuffix(SIDECAR_SUFFIX) in files:
             continue
         sidecar = files.get(relative + SIDECAR_SUFFIX)
-        listed.append(SourceFile(relative, info.path, info.size or 0, info.mtime_ns or 0,
-                                 sidecar.path if sidecar is not None else None))
-    return listed
+        listed.append(SourceFile(file_doc_id(name, relative), entry.path, entry.size, entry.mtime_ns,
+                                 sidecar.path if sidecar is not None and sidecar.problem is None else None,
+                                 relative, entry.problem))
+    return sorted(listed, key=lambda f: f.doc_id)
+
+
+def _skipped(relative: str) -> bool:
+    return any(part.startswith(".") for part in relative.split("/")) or relative.endswith(_NOT_READY_SUFFIXES)
+
+
+def _list_objects(fs: pafs.FileSystem, root: str) -> Iterator[_Entry]:
+    for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
+        if info.type == pafs.FileType.File:
+            yield _Entry(info.path[len(root):].lstrip("/"), info.path, info.size or 0, info.mtime_ns or 0)
+
+
+def _walk_local(root: str) -> list[_Entry]:
+    """Every file under a local folder, links followed only inside it and each real file once.
+
+    The real tree is walked first, links set aside; then the links, in order of their paths, each
+    to a file or folder not yet reached. Folders are known by (device, inode), files by real path.
+    """
+    real_root = os.path.realpath(root)
+    inside = real_root.rstrip(os.sep) + os.sep
+    folders: set[tuple[int, int]] = set()
+    reached: set[str] = set()
+    found: list[_Entry] = []
+    links: list[tuple[str, str]] = []  # (relative path of the link, its path)
+
+    def walk(folder: str, prefix: str) -> None:
+        info = os.stat(folder)
+        if (info.st_dev, info.st_ino) in folders:
+            return
+        folders.add((info.st_dev, info.st_ino))
+        pending = [(folder, prefix)]
+        while pending:
+            here, at = pending.pop()
+            with os.scandir(here) as scan:
+                entries = sorted(scan, key=lambda e: e.name)
+            for entry in entries:
+                relative = at + entry.name
+                if entry.name.startswith("."):
+                    continue
+                if entry.is_symlink():
+                    heapq.heappush(links, (relative, entry.path))
+                elif entry.is_dir(follow_symlinks=False):
+                    held = entry.stat(follow_symlinks=False)
+                    if (held.st_dev, held.st_ino) not in folders:
+                        folders.add((held.st_dev, held.st_ino))
+                        pending.append((entry.path, relative + "/"))
+                elif entry.is_file(follow_symlinks=False) and entry.path not in reached:
+                    held = entry.stat(follow_symlinks=False)
+                    reached.add(entry.path)
+                    found.append(_Entry(relative, entry.path, held.st_size, held.st_mtime_ns))
+
+    walk(real_root, "")
+    while links:  # a heap: the link with the smallest path first, among those found so far
+        relative, path = heapq.heappop(links)
+        target = os.path.realpath(path)
+        if target != real_root and not target.startswith(inside):
+            found.append(_Entry(relative, path, 0, 0, "a symbolic link out of the source, not followed"))
+            continue
+        try:
+            held = os.stat(target)
+        except OSError:
+            found.append(_Entry(relative, path, 0, 0, "a symbolic link to nothing (its target is gone)"))
+            continue
+        if stat.S_ISDIR(held.st_mode):
+            walk(target, relative + "/")
+        elif stat.S_ISREG(held.st_mode) and target not in reached:
+            reached.add(target)
+            found.append(_Entry(relative, target, held.st_size, held.st_mtime_ns))
+    return found
+
+
+def open_source_file(fs: pafs.FileSystem, listed: SourceFile | str) -> BinaryIO:
+    """A listed file (or a sidecar's path) opened for reading. A local file is opened by its real
+    path without following a link, so a file swapped for a link after the listing is not read."""
+    path = listed if isinstance(listed, str) else listed.path
+    if isinstance(fs, pafs.LocalFileSystem):
+        return os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)), "rb")
+    return io.BufferedReader(fs.open_input_stream(path))
 
 
 def sidecar_hash(fs: pafs.FileSystem, listed: SourceFile) -> tuple[str | None, bytes | None]:
     """The sidecar's hash and bytes (None, None without one)."""
     if listed.sidecar is None:
         return None, None
-    with fs.open_input_stream(listed.sidecar) as stream:
+    with open_source_file(fs, listed.sidecar) as stream:
         data = stream.read()
     return hashlib.sha256(data).hexdigest(), data
 
 
+def text_bytes_limit(chunking: ChunkSettings, html: bool = False) -> int:
+    """The largest text (or HTML) file read: any larger one holds more passages than allowed."""
+    per_token = HTML_BYTES_PER_TOKEN if html else TEXT_BYTES_PER_TOKEN
+    return min(chunking.max_file_bytes, chunking.max_passages * chunking.tokens * per_token)
+
+
+def read_limits(chunking: ChunkSettings, seconds: float = READ_SECONDS) -> ReadLimits:
+    """The limits a reader works within for one file under ``chunking``."""
+    return ReadLimits(max_words=chunking.max_passages * chunking.tokens,
+                      too_long=f"more than {chunking.max_passages:,} passages, over the limit per document",
+                      max_inflated_bytes=chunking.max_file_bytes, seconds=seconds)
+
+
 def read_source_file(
     fs: pafs.FileSystem, source: str, listed: SourceFile, chunking: ChunkSettings,
-    sidecar: tuple[str | None, bytes | None], data: bytes | None = None,
+    sidecar: tuple[str | None, bytes | None], data: bytes | None = None, *, seconds: float = READ_SECONDS,
 ) -> FileOutcome:
     """Read, parse and chunk one file into a document, or record why it cannot be indexed."""
     record = {"doc_id": listed.doc_id, "source": source, "size": listed.size, "mtime_ns": listed.mtime_ns,
@@ -100,30 +226,54 @@ def read_source_file(
     problem = doc_id_problem(listed.doc_id)
     if problem:
         return FileOutcome({**record, "reason": f"its path cannot be a doc id: {problem}"})
+    if listed.problem:
+        return FileOutcome({**record, "reason": listed.problem})
     if listed.size > chunking.max_file_bytes:
         return FileOutcome({**record, "reason": f"{listed.size:,} bytes, over the limit of "
                                                 f"{chunking.max_file_bytes:,} per file"})
-    if data is None:
-        with fs.open_input_stream(listed.path) as stream:
-            data = stream.read(chunking.max_file_bytes + 1)
+    limits = read_limits(chunking, seconds)
+    try:
+        if data is None:
+            with open_source_file(fs, listed) as stream:
+                data = stream.read(_HEAD_BYTES)
+                _check_text_size(data, listed, chunking)
+                if len(data) == _HEAD_BYTES:
+                    data += stream.read(chunking.max_file_bytes + 1 - _HEAD_BYTES)
+        else:
+            _check_text_size(data[:_HEAD_BYTES], listed, chunking)
+    except FileReadError as err:
+        return FileOutcome({**record, "reason": str(err)})
+    except OSError as err:
+        return FileOutcome({**record, "reason": f"cannot be read: {err.strerror or err}"})
     record["sha256"] = hashlib.sha256(data).hexdigest()
     try:
         title, retention = _sidecar_fields(sidecar[1])
-        parsed = read_file(data, listed.doc_id)
+        parsed = read_file(data, listed.relative or listed.doc_id, limits)
+        chunks = chunk_blocks(listed.doc_id, parsed.blocks, chunking, limit=chunking.max_passages)
+        limits.check_time()
     except FileReadError as err:
         return FileOutcome({**record, "reason": str(err)})
     record["media_type"] = parsed.media_type
-    chunks = chunk_blocks(listed.doc_id, parsed.blocks, chunking)
     if len(chunks) > chunking.max_passages:
-        return FileOutcome({**record, "n_passages": len(chunks),
-                            "reason": f"{len(chunks):,} passages, over the limit of {chunking.max_passages:,} "
-                                      "per document"})
+        return FileOutcome({**record, "n_passages": len(chunks), "reason": limits.too_long})
+    path = listed.doc_id.partition(":")[2]
     document = Document(
-        doc_id=listed.doc_id, title=title or parsed.title or listed.doc_id.rsplit("/", 1)[-1],
-        text=document_text(parsed.blocks), retention_until=retention, source=f"{source}/{listed.doc_id}",
+        doc_id=listed.doc_id, title=title or parsed.title or path.rsplit("/", 1)[-1],
+        text=document_text(parsed.blocks), retention_until=retention, source=f"{source}/{path}",
         chunks=tuple(chunks),
     )
     return FileOutcome({**record, "status": INDEXED, "n_passages": len(chunks)}, document)
+
+
+def _check_text_size(head: bytes, listed: SourceFile, chunking: ChunkSettings) -> None:
+    """Refuse a text-like file (by its first bytes) that is larger than its passages could be."""
+    kind = sniff(head, listed.relative or listed.doc_id)
+    if kind is None:
+        return
+    limit = text_bytes_limit(chunking, html=kind == "html")
+    if listed.size > limit:
+        raise FileReadError(f"{listed.size:,} bytes of {kind}: more than {chunking.max_passages:,} passages of "
+                            f"{chunking.tokens} tokens can hold (the limit is {limit:,} bytes), so it is not read")
 
 
 def _sidecar_fields(data: bytes | None) -> tuple[str | None, dt.date | None]:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from lightfoot_pipeline.errors import LightfootError
 
@@ -31,6 +32,34 @@ class ParsedFile:
     media_type: str  # pdf, docx, html, markdown or text
     title: str
     blocks: tuple[Block, ...]
+
+
+@dataclass
+class ReadLimits:
+    """How much a reader may take of one file, checked as it goes so that a file over a limit stops
+    its parse early: words of text (a word is at least one token, so ``max_words`` of
+    ``max_passages × tokens`` refuses only files that would give more passages than allowed), the
+    inflated bytes of an archive's parts (a Word file's XML), and seconds."""
+
+    max_words: int | None = None
+    too_long: str = "too much text"  # the reason given when max_words is passed
+    max_inflated_bytes: int | None = None
+    seconds: float | None = None
+    words: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def take(self, text: str) -> str:
+        """``text``, counted against the limits; FileReadError once a limit is passed."""
+        self.words += len(text.split())
+        if self.max_words is not None and self.words > self.max_words:
+            raise FileReadError(self.too_long)
+        self.check_time()
+        return text
+
+    def check_time(self) -> None:
+        if self.seconds is not None and time.monotonic() - self.started > self.seconds:
+            raise FileReadError(f"still being read after {self.seconds:g} seconds, the limit per file")
+
 
 
 def clean_text(text: str) -> str:

@@ -61,6 +61,25 @@ def detect(data: bytes, name: str) -> str:
     return TEXT
 
 
+def sniff(head: bytes, name: str) -> str | None:
+    """What a file's first bytes say it is when it is text: ``html``, or ``text`` for plain text and
+    Markdown; None for a PDF, an archive or binary content (whose size says nothing of its text)."""
+    if b"%PDF-" in head[:1024] or head.startswith(b"PK\x03\x04"):
+        return None
+    if any(head.startswith(signature) for signature, _ in _BINARY_SIGNATURES):
+        return None
+    if not head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError as err:
+            if err.start < len(head) - 3:  # not a character cut at the end of the head
+                return None
+    suffix = name.rsplit(".", 1)[-1].casefold() if "." in name.rsplit("/", 1)[-1] else ""
+    if _HTML_START.match(head[:4096]) or suffix in ("html", "htm", "xhtml"):
+        return HTML
+    return TEXT
+
+
 def _zip_type(data: bytes, name: str) -> str:
     try:
         names = set(zipfile.ZipFile(io.BytesIO(data)).namelist())

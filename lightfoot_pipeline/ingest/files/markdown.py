@@ -5,16 +5,17 @@ from __future__ import annotations
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from lightfoot_pipeline.ingest.files.blocks import Block, ParsedFile, parsed
+from lightfoot_pipeline.ingest.files.blocks import Block, ParsedFile, ReadLimits, parsed
 from lightfoot_pipeline.ingest.files.detect import MARKDOWN, decode_text
 
 _PARSER = MarkdownIt("commonmark").enable("table")
 
 
-def read_markdown(data: bytes) -> ParsedFile:
+def read_markdown(data: bytes, limits: ReadLimits) -> ParsedFile:
     """Paragraphs, list items, code blocks and table rows as plain text, under the path of the
     headings above them; the first level-1 heading is the title."""
-    tokens = _PARSER.parse(decode_text(data))
+    tokens = _PARSER.parse(limits.take(decode_text(data)))
+    limits.check_time()
     title = ""
     path: list[str] = []
     blocks: list[Block] = []

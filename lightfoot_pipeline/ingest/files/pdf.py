@@ -7,20 +7,20 @@ import logging
 
 from pypdf import PdfReader
 
-from lightfoot_pipeline.ingest.files.blocks import Block, FileReadError, ParsedFile, parsed
+from lightfoot_pipeline.ingest.files.blocks import Block, FileReadError, ParsedFile, ReadLimits, parsed
 from lightfoot_pipeline.ingest.files.detect import PDF
 
 # pypdf logs every repair it makes to a damaged file; the reader reports only whether it could read it.
 logging.getLogger("pypdf").setLevel(logging.ERROR)
 
 
-def read_pdf(data: bytes) -> ParsedFile:
+def read_pdf(data: bytes, limits: ReadLimits) -> ParsedFile:
     """The text of every page. An encrypted PDF opens only when its user password is empty."""
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not _opens_without_password(reader):
             raise FileReadError("encrypted PDF: it needs a password to be read")
-        pages = [page.extract_text() or "" for page in reader.pages]
+        pages = [limits.take(page.extract_text() or "") for page in reader.pages]
         title = (reader.metadata.title if reader.metadata else None) or ""
     except FileReadError:
         raise

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from lightfoot_pipeline.ingest.files.blocks import Block, ParsedFile, parsed
+from lightfoot_pipeline.ingest.files.blocks import Block, ParsedFile, ReadLimits, parsed
 from lightfoot_pipeline.ingest.files.detect import TEXT, decode_text
 
 
-def read_text(data: bytes) -> ParsedFile:
-    return parsed(TEXT, "", [Block(decode_text(data))])
+def read_text(data: bytes, limits: ReadLimits) -> ParsedFile:
+    return parsed(TEXT, "", [Block(limits.take(decode_text(data)))])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from bs4 import BeautifulSoup, Tag
 
-from lightfoot_pipeline.ingest.files.blocks import Block, ParsedFile, parsed
+from lightfoot_pipeline.ingest.files.blocks import Block, ParsedFile, ReadLimits, parsed
 from lightfoot_pipeline.ingest.files.detect import HTML, decode_text
 
 _CHROME_TAGS = ("script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form", "svg",
@@ -19,8 +19,9 @@ _BLOCKS = (*_HEADINGS, "p", "li", "pre", "blockquote", "td", "th", "dt", "dd", "
            "address")
 
 
-def read_html(data: bytes) -> ParsedFile:
+def read_html(data: bytes, limits: ReadLimits) -> ParsedFile:
     soup = BeautifulSoup(decode_text(data), "lxml")
+    limits.check_time()
     title = soup.title.get_text(" ", strip=True) if soup.title else ""
     for tag in soup.find_all(_CHROME_TAGS):
         tag.decompose()
@@ -36,7 +37,7 @@ def read_html(data: bytes) -> ParsedFile:
     for element in root.find_all(_BLOCKS):
         if _inside_block(element, root):
             continue  # its enclosing block reads it
-        text = element.get_text(" ", strip=True)
+        text = limits.take(element.get_text(" ", strip=True))
         if element.name in _HEADINGS:
             depth = int(element.name[1])
             path = [*path[: depth - 1], text] if text else path

@@ -25,9 +25,9 @@ def test_sync_prints_what_it_did_and_exits_1_on_a_failed_file(tmp_path, chat_ser
     (folder / "scan.pdf").unlink()
     assert cli.main([*argv, "--json", "--erase"]) == 1
     report = json.loads(capsys.readouterr().out)
-    assert report["removed"] == ["scan.pdf"] and report["new"] == ["junk.txt"]
-    assert report["failed"][0]["doc_id"] == "junk.txt" and "binary content" in report["failed"][0]["reason"]
-    assert report["model_calls"] == 0 and report["erase"]["documents"] == ["scan.pdf"]
+    assert report["removed"] == ["docs:scan.pdf"] and report["new"] == ["docs:junk.txt"]
+    assert report["failed"][0]["doc_id"] == "docs:junk.txt" and "binary content" in report["failed"][0]["reason"]
+    assert report["model_calls"] == 0 and report["erase"]["documents"] == ["docs:scan.pdf"]
 
 
 def test_sync_refuses_bad_options_in_one_line(tmp_path, capsys, monkeypatch):
@@ -53,6 +53,6 @@ def test_a_sync_that_only_removes_files_needs_no_model_endpoint(tmp_path, chat_s
         monkeypatch.delenv(name, raising=False)
     (folder / "b.md").unlink()
     assert cli.main(argv) == 0
-    assert json.loads(capsys.readouterr().out)["removed"] == ["b.md"]
+    assert json.loads(capsys.readouterr().out)["removed"] == ["docs:b.md"]
     assert cli.main([*argv[:3], "--source", str(tmp_path / "nowhere"), "--embedder", "hashing"]) == 2
     assert "is not a folder or prefix that exists" in capsys.readouterr().err

@@ -83,18 +83,18 @@ def test_sync_edit_remove_add_corrupt_then_resync_equals_a_fresh_sync(tmp_path, 
     store = Store(str(tmp_path / "store"))
 
     first = run_sync(store, folder, model, hashing_embedder)
-    assert sorted(first.new) == ["manual.docx", "notes.md", "readme.txt", "reports/annual.pdf", "site.html"]
+    assert sorted(first.new) == ["docs:manual.docx", "docs:notes.md", "docs:readme.txt", "docs:reports/annual.pdf", "docs:site.html"]
     assert first.failed == [] and first.model_calls == first.passages == model.count
     passages = store.read(PASSAGES.name)
     assert passages.height == first.passages
     assert not passages.filter(pl.col("text").str.contains("SITE-CHROME")).height
     sources = store.read(PASSAGE_SOURCES.name)
-    assert set(rows_of(store, PASSAGE_SOURCES, "reports/annual.pdf").get_column("page").to_list()) == {1, 2}
-    assert "Install › Linux" in rows_of(store, PASSAGE_SOURCES, "manual.docx").get_column("section").to_list()
+    assert set(rows_of(store, PASSAGE_SOURCES, "docs:reports/annual.pdf").get_column("page").to_list()) == {1, 2}
+    assert "Install › Linux" in rows_of(store, PASSAGE_SOURCES, "docs:manual.docx").get_column("section").to_list()
     assert sources.height == passages.height
-    assert store.read(DOCUMENTS.name).filter(pl.col("doc_id") == "manual.docx").get_column("title").item() == "Manual"
+    assert store.read(DOCUMENTS.name).filter(pl.col("doc_id") == "docs:manual.docx").get_column("title").item() == "Manual"
     assert "Zorblax" in store.read(ALIASES.name).get_column("surface").to_list()
-    notes_before = set(rows_of(store, PASSAGES, "notes.md").get_column("chunk_id").to_list())
+    notes_before = set(rows_of(store, PASSAGES, "docs:notes.md").get_column("chunk_id").to_list())
 
     # Edit one section of one file, remove another, add a corrupt one, touch one without a change.
     notes = folder / "notes.md"
@@ -106,28 +106,28 @@ def test_sync_edit_remove_add_corrupt_then_resync_equals_a_fresh_sync(tmp_path, 
     model.reset()
 
     second = run_sync(store, folder, model, hashing_embedder, erase=True)
-    notes_after = rows_of(store, PASSAGES, "notes.md")
+    notes_after = rows_of(store, PASSAGES, "docs:notes.md")
     new_chunks = set(notes_after.get_column("chunk_id").to_list()) - notes_before
     assert new_chunks, "the edit changed the section's passages"
-    sections = rows_of(store, PASSAGE_SOURCES, "notes.md").filter(pl.col("chunk_id").is_in(list(new_chunks)))
+    sections = rows_of(store, PASSAGE_SOURCES, "docs:notes.md").filter(pl.col("chunk_id").is_in(list(new_chunks)))
     assert set(sections.get_column("section").to_list()) == {"Notes › Second"}
     assert second.model_calls == model.count == len(new_chunks)
     assert all("Glacier" in passage_text(r) for r in model.requests)
-    assert second.changed == ["notes.md"] and second.removed == ["manual.docx"] and second.new == ["broken.pdf"]
+    assert second.changed == ["docs:notes.md"] and second.removed == ["docs:manual.docx"] and second.new == ["docs:broken.pdf"]
     assert second.unchanged == 3  # the touched PDF among them
-    assert [f["doc_id"] for f in second.failed] == ["broken.pdf"] and "corrupt PDF" in second.failed[0]["reason"]
-    recorded = store.read(SOURCE_FILES.name).filter(pl.col("doc_id") == "broken.pdf").row(0, named=True)
+    assert [f["doc_id"] for f in second.failed] == ["docs:broken.pdf"] and "corrupt PDF" in second.failed[0]["reason"]
+    recorded = store.read(SOURCE_FILES.name).filter(pl.col("doc_id") == "docs:broken.pdf").row(0, named=True)
     assert recorded["status"] == "failed" and recorded["reason"].startswith("corrupt PDF")
     for spec in (DOCUMENTS, PASSAGES, PASSAGE_SOURCES, FORMS, FACT_SOURCES):
-        assert rows_of(store, spec, "manual.docx").height == 0, spec.name
-    assert store.read(MENTIONS.name).filter(pl.col("doc_id") == "manual.docx").height == 0
+        assert rows_of(store, spec, "docs:manual.docx").height == 0, spec.name
+    assert store.read(MENTIONS.name).filter(pl.col("doc_id") == "docs:manual.docx").height == 0
     assert not {"zorblax", "penguin", "widget"} & set(store.read(ALIASES.name).get_column("name").to_list())
     assert not store.read(FACTS.name).filter(pl.col("subject").is_in(["zorblax", "penguin", "widget"])).height
-    assert second.erase is not None and second.erase["documents"] == ["manual.docx"]
+    assert second.erase is not None and second.erase["documents"] == ["docs:manual.docx"]
 
     fresh = Store(str(tmp_path / "fresh"))
     again = run_sync(fresh, folder, model, hashing_embedder)
-    assert [f["doc_id"] for f in again.failed] == ["broken.pdf"]
+    assert [f["doc_id"] for f in again.failed] == ["docs:broken.pdf"]
     assert fingerprint(fresh).digest == fingerprint(store).digest
     rebuilt = Store(str(tmp_path / "rebuilt"))  # what Dagster's matches_fresh_rebuild check compares with
     operations.rebuild(store, rebuilt, hashing_embedder)
@@ -136,7 +136,7 @@ def test_sync_edit_remove_add_corrupt_then_resync_equals_a_fresh_sync(tmp_path, 
     model.reset()
     third = run_sync(store, folder, model, hashing_embedder)
     assert (third.new, third.changed, third.removed, third.unchanged, model.count) == ([], [], [], 5, 0)
-    assert third.commits == [] and [f["doc_id"] for f in third.failed] == ["broken.pdf"]
+    assert third.commits == [] and [f["doc_id"] for f in third.failed] == ["docs:broken.pdf"]
 
 
 def test_bad_files_are_recorded_with_their_reasons_and_affect_nothing_else(tmp_path, model, hashing_embedder,
@@ -163,19 +163,19 @@ def test_bad_files_are_recorded_with_their_reasons_and_affect_nothing_else(tmp_p
                   chunking=ChunkSettings(tokens=60, overlap=12, max_passages=20))
 
     reasons = {f["doc_id"]: f["reason"] for f in report.failed}
-    assert sorted(reasons) == ["badside.txt", "cut.docx", "empty.txt", "huge.txt", "junk.txt", "locked.pdf",
-                               "long.md", 'quo"te.txt']
-    assert reasons["empty.txt"] == "empty file"
-    assert reasons["junk.txt"].startswith("binary content")
-    assert reasons["locked.pdf"].startswith("encrypted PDF")
-    assert reasons["cut.docx"].startswith("truncated or corrupt Word document")
-    assert reasons["huge.txt"] == "209,715,200 bytes, over the limit of 67,108,864 per file"
-    assert reasons["long.md"].startswith("30 passages, over the limit of 20")
-    assert "retention_until" in reasons["badside.txt"] and "doc id" in reasons['quo"te.txt']
-    assert report.files == 10 and report.read_failed == 8
+    assert sorted(reasons) == ["docs:badside.txt", "docs:cut.docx", "docs:empty.txt", "docs:huge.txt",
+                               "docs:junk.txt", "docs:locked.pdf", "docs:long.md"]
+    assert reasons["docs:empty.txt"] == "empty file"
+    assert reasons["docs:junk.txt"].startswith("binary content")
+    assert reasons["docs:locked.pdf"].startswith("encrypted PDF")
+    assert reasons["docs:cut.docx"].startswith("truncated or corrupt Word document")
+    assert reasons["docs:huge.txt"] == "209,715,200 bytes, over the limit of 67,108,864 per file"
+    assert reasons["docs:long.md"] == "more than 20 passages, over the limit per document"
+    assert "retention_until" in reasons["docs:badside.txt"]
+    assert report.files == 10 and report.read_failed == 7
     live = store.read(DOCUMENTS.name)
-    assert sorted(live.get_column("doc_id").to_list()) == ["dated.txt", "good.md"]
-    dated = live.filter(pl.col("doc_id") == "dated.txt").row(0, named=True)
+    assert sorted(live.get_column("doc_id").to_list()) == ["docs:dated.txt", "docs:good.md", "docs:quo%22te.txt"]
+    dated = live.filter(pl.col("doc_id") == "docs:dated.txt").row(0, named=True)
     assert (dated["title"], str(dated["retention_until"])) == ("Dated", "2030-01-31")
     assert report.model_calls == store.read(PASSAGES.name).height
     stored = store.read(SOURCE_FILES.name)
@@ -187,10 +187,11 @@ def test_bad_files_are_recorded_with_their_reasons_and_affect_nothing_else(tmp_p
     model.reset()
     report = sync(store, str(folder), build_openai_extractor(store, llm_settings=settings), hashing_embedder,
                   chunking=ChunkSettings(tokens=60, overlap=12, max_passages=20))
-    assert sorted(report.changed) == ["empty.txt", "good.md"]
-    assert sorted(store.read(DOCUMENTS.name).get_column("doc_id").to_list()) == ["dated.txt", "empty.txt"]
-    assert rows_of(store, PASSAGES, "good.md").height == 0
-    assert model.count == rows_of(store, PASSAGES, "empty.txt").height
+    assert sorted(report.changed) == ["docs:empty.txt", "docs:good.md"]
+    assert sorted(store.read(DOCUMENTS.name).get_column("doc_id").to_list()) == ["docs:dated.txt", "docs:empty.txt",
+                                                                                  "docs:quo%22te.txt"]
+    assert rows_of(store, PASSAGES, "docs:good.md").height == 0
+    assert model.count == rows_of(store, PASSAGES, "docs:empty.txt").height
 
 
 def test_other_chunking_reads_every_file_again_and_reuses_cached_answers(tmp_path, model, hashing_embedder,
@@ -203,7 +204,7 @@ def test_other_chunking_reads_every_file_again_and_reuses_cached_answers(tmp_pat
     settings = LLMSettings(base_url=model.base_url, model="test-model", backoff_s=0.01)
     report = sync(store, str(folder), build_openai_extractor(store, llm_settings=settings), hashing_embedder,
                   chunking=ChunkSettings(tokens=60, overlap=12, max_passages=500))
-    assert sorted(report.changed) == ["manual.docx", "notes.md", "readme.txt", "reports/annual.pdf", "site.html"]
+    assert sorted(report.changed) == ["docs:manual.docx", "docs:notes.md", "docs:readme.txt", "docs:reports/annual.pdf", "docs:site.html"]
     assert report.model_calls == 0 and report.already_extracted == report.passages
 
 
@@ -230,8 +231,8 @@ def test_retrieval_and_answers_cite_the_file_and_its_page_or_section(tmp_path, m
     export_snapshot(store, hashing_embedder)
     snapshot = load_snapshot(store)
     locations = set(snapshot.passages.get_column("location").to_list())
-    assert {"reports/annual.pdf, page 1", "reports/annual.pdf, page 2", "manual.docx, Install › Linux",
-            "site.html, Site › Team", "readme.txt"} <= locations
+    assert {"docs:reports/annual.pdf, page 1", "docs:reports/annual.pdf, page 2", "docs:manual.docx, Install › Linux",
+            "docs:site.html, Site › Team", "docs:readme.txt"} <= locations
 
     hits = Retriever(snapshot, hashing_embedder).retrieve("Where do Quarry sentences link Harbor?", rerank=False).passages
     by_chunk = dict(snapshot.passages.select("chunk_id", "location").iter_rows())
@@ -247,8 +248,8 @@ def test_retrieval_and_answers_cite_the_file_and_its_page_or_section(tmp_path, m
     from lightfoot_pipeline.provenance.documents import explain_document
     from lightfoot_pipeline.retrieval.explain import explain_query
 
-    explained = explain_document(store, "reports/annual.pdf", preview=False).passages
-    assert {p["location"] for p in explained} == {"reports/annual.pdf, page 1", "reports/annual.pdf, page 2"}
+    explained = explain_document(store, "docs:reports/annual.pdf", preview=False).passages
+    assert {p["location"] for p in explained} == {"docs:reports/annual.pdf, page 1", "docs:reports/annual.pdf, page 2"}
     why = explain_query(Retriever(snapshot, hashing_embedder), "Quarry Harbor", rerank=False)["passages"]
     assert why and all(p["location"] == by_chunk[p["chunk_id"]] for p in why)
 
@@ -273,5 +274,5 @@ def test_a_removed_file_synced_with_erase_leaves_no_copy_of_its_text(tmp_path, m
     assert any("snapshots" in p for p in holding())  # the search finds the text where it is
     (folder / "secret.docx").unlink()
     report = run_sync(store, folder, model, hashing_embedder, erase=True)
-    assert report.removed == ["secret.docx"] and report.erase["documents"] == ["secret.docx"]
+    assert report.removed == ["docs:secret.docx"] and report.erase["documents"] == ["docs:secret.docx"]
     assert holding() == []
