@@ -32,6 +32,9 @@ KNOWN_MODELS = {
 LENGTH_BUCKETS = (16, 32, 64, 128, 256, 512)
 
 
+MAX_HASHING_DIM = 4096
+
+
 class EmbedderUnavailable(LightfootError, RuntimeError):
     """The configured embedding model cannot be loaded here (the message says what to do)."""
 
@@ -66,6 +69,10 @@ class HashingEmbedder:
     """
 
     def __init__(self, dim: int = 64, ngram: int = 3) -> None:
+        for name, value, most in (("dim", dim, MAX_HASHING_DIM), ("ngram", ngram, 16)):
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+                raise EmbedderUnavailable(f"the hashing embedder's {name} must be a whole number from 1 to {most}, "
+                                          f"got {value!r}")
         self.dim = dim
         self.ngram = ngram
         self.model_id = f"hashing-{ngram}gram-{dim}d"
@@ -185,7 +192,10 @@ def load_embedder(spec: str | None) -> Embedder:
     """An embedder by name (else ``$LIGHTFOOT_EMBEDDER``, else the default): ``hashing[:DIM]`` for the
     model-free one, else a model name or path."""
     spec = embedder_spec(spec) or DEFAULT_EMBEDDER
-    if spec.startswith("hashing"):
+    if spec == "hashing" or spec.startswith("hashing:"):
         _, _, dim = spec.partition(":")
+        if dim and not (dim.isascii() and dim.isdigit()):
+            raise EmbedderUnavailable(f"embedder {spec!r}: the hashing embedder is hashing or hashing:DIM, "
+                                      f"DIM a whole number from 1 to {MAX_HASHING_DIM}")
         return HashingEmbedder(dim=int(dim) if dim else 64)
     return SentenceTransformerEmbedder(spec)

@@ -7,6 +7,7 @@ from lightfoot_pipeline.settings.chunking import (
     CHUNK_OVERLAP_TOKENS,
     CHUNK_TOKENS,
     MAX_FILE_BYTES,
+    MAX_FILE_BYTES_CEILING,
     MAX_PASSAGES_PER_DOCUMENT,
     ChunkSettings,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "MAX_ENTITIES_PER_PASSAGE",
     "MAX_FACTS_PER_PASSAGE",
     "MAX_FILE_BYTES",
+    "MAX_FILE_BYTES_CEILING",
     "MAX_PASSAGES_PER_DOCUMENT",
     "MODEL_HUB_VARIABLES",
     "OBJECT_STORE_VARIABLES",

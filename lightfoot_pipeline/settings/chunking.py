@@ -11,6 +11,9 @@ CHUNK_TOKENS = 200
 CHUNK_OVERLAP_TOKENS = 30
 MAX_PASSAGES_PER_DOCUMENT = 2000
 MAX_FILE_BYTES = 64 * 1024 * 1024
+# The most a limit may allow: a file is read whole into memory, so a larger limit is a mistake.
+MAX_FILE_BYTES_CEILING = 1024 * 1024 * 1024
+MAX_PASSAGES_CEILING = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,12 @@ class ChunkSettings:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SettingsError(f"chunking: {name} must be a whole number from 1, got {value!r}")
+        if self.max_file_bytes > MAX_FILE_BYTES_CEILING:
+            raise SettingsError(f"chunking: max_file_bytes is {self.max_file_bytes:,}, over the ceiling of "
+                                f"{MAX_FILE_BYTES_CEILING:,} (1 GiB): a file is read whole into memory")
+        if self.max_passages > MAX_PASSAGES_CEILING:
+            raise SettingsError(f"chunking: max_passages is {self.max_passages:,}, over the ceiling of "
+                                f"{MAX_PASSAGES_CEILING:,}")
         if not isinstance(self.overlap, int) or not 0 <= self.overlap < self.tokens:
             raise SettingsError(f"chunking: overlap must be a whole number from 0 to below tokens ({self.tokens}), "
                                 f"got {self.overlap!r}")

@@ -48,3 +48,26 @@ def local_file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def check_writable_root(uri: str) -> None:
+    """Refuse a local store root where no store can be written (a read-only or virtual file system,
+    a folder without write permission), by creating the root and a probe file in it.
+
+    Commands that write call it before any paid model call, so a store that cannot be written fails
+    at once rather than after extraction. An object-store root is checked by its first write.
+    """
+    check_store_root(uri)
+    if "://" in uri and not uri.startswith("file://"):
+        return
+    import tempfile
+
+    root = Path(uri.removeprefix("file://"))
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".lightfoot-write-probe-"):
+            pass
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise StoreUnavailable(f"store {root}: cannot write there ({reason})",
+                               hint="give --store (or LIGHTFOOT_STORE) a directory this user can write") from None
