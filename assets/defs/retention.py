@@ -37,10 +37,9 @@ from lightfoot_pipeline.operations.deletion_requests import (
     documents_past_retention,
     latest_tombstones,
     partition_status,
-    pending_erasures,
     tombstone_requests,
 )
-from lightfoot_pipeline.operations.erase import erase_history
+from lightfoot_pipeline.operations.erase import erase_history, pending_erasures
 from lightfoot_pipeline.store.documents import live_doc_ids
 from lightfoot_pipeline.store.tables import TOMBSTONES as TOMBSTONES_TABLE
 

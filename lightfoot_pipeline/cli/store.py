@@ -204,7 +204,12 @@ def cmd_migrate(args) -> int:
 
 
 def cmd_status(args) -> int:
+    import polars as pl
+
+    from lightfoot_pipeline.index.documents import EXCLUDED
+    from lightfoot_pipeline.operations.erase import pending_erasures
     from lightfoot_pipeline.store.fingerprint import fingerprint
+    from lightfoot_pipeline.store.tables import SOURCE_FILES
 
     store = _store(args)
     manifest = store.manifest()
@@ -220,6 +225,11 @@ def cmd_status(args) -> int:
         "config": manifest.config,
         "fingerprint": fp.digest,
         "counts": fp.counts(),
+        # Erasures asked for whose history is not erased yet: the next sync, delete, vacuum or
+        # erasures run finishes them.
+        "pending_erasures": pending_erasures(store),
+        "excluded_files": store.read(SOURCE_FILES.name, manifest, columns=["doc_id", "source", "status", "reason"])
+        .filter(pl.col("status") == EXCLUDED).select("doc_id", "source", "reason").sort("doc_id").to_dicts(),
     }
     if args.json:
         _print_json(payload)
@@ -228,6 +238,11 @@ def cmd_status(args) -> int:
         print(f"  embedder {manifest.config.get('embedder')}; fingerprint {fp.digest[:16]}")
         for name, rows in fp.counts().items():
             print(f"  {name:<14} {rows:>9,}")
+        if payload["pending_erasures"]:
+            print(f"  erasures pending (the next sync, delete or vacuum finishes them): "
+                  f"{_listed(payload['pending_erasures'])}")
+        for f in payload["excluded_files"][:20]:
+            print(f"  excluded from {f['source']}: {f['doc_id']} ({f['reason']}; `lightfoot sync --readmit` brings it back)")
     return 0
 
 

@@ -37,11 +37,16 @@ from lightfoot_pipeline.store.tables import (
     PASSAGE_SOURCES,
     PASSAGES,
     PER_DOCUMENT_TABLES,
+    SOURCE_FILES,
     TOMBSTONES,
     TableSpec,
     with_buckets,
 )
 from lightfoot_pipeline.store.transaction import Transaction
+
+# The status of a sync source's file whose document was deleted: no sync brings it back, whatever
+# the file becomes, until it is readmitted (``lightfoot sync --readmit``).
+EXCLUDED = "excluded"
 
 
 def _document_rows(tx: Transaction, spec: TableSpec, doc_ids: list[str]) -> pl.DataFrame:
@@ -268,7 +273,9 @@ def tombstone_documents(
     tx: Transaction, doc_ids: Iterable[str], *, reason: str = "", erase: bool = False,
     now: dt.datetime | None = None,
 ) -> TombstoneReport:
-    """Remove documents' rows from every per-document table and log the deletion."""
+    """Remove documents' rows from every per-document table and log the deletion. A deleted
+    document's file at a sync source is marked excluded there (a sync that removes or replaces
+    the file's record stages that after this)."""
     ids = sorted(set(doc_ids))
     live = set(tx.rows(DOCUMENTS.name, "doc_id", ids).get_column("doc_id").to_list())
     report = TombstoneReport(deleted=[d for d in ids if d in live], not_found=[d for d in ids if d not in live])
@@ -296,4 +303,15 @@ def tombstone_documents(
                 "erase": pl.Boolean, "erased_at": pl.Datetime("us", "UTC")},
     )
     tx.update(TOMBSTONES.name, add=with_buckets(log, TOMBSTONES, tx.n_buckets))
+    _exclude_source_files(tx, report.deleted, reason)
     return report
+
+
+def _exclude_source_files(tx: Transaction, doc_ids: list[str], reason: str) -> None:
+    """Mark the deleted documents' files at a sync source, if any, as excluded, with why."""
+    rows = tx.rows(SOURCE_FILES.name, "doc_id", doc_ids)
+    if not rows.height:
+        return
+    why = f"deleted from the index ({reason})" if reason else "deleted from the index"
+    tx.update(SOURCE_FILES.name, remove=_doc_rows(doc_ids),
+              add=rows.with_columns(status=pl.lit(EXCLUDED), reason=pl.lit(why)))

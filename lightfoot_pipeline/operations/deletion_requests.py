@@ -1,7 +1,8 @@
 """Deletion requests carried out in steps, as an orchestrated deletion run does: the documents
 the retention policy makes due on a day, the pending requests applied as tombstones in one
-transaction, the erasures still owed once the graph has let go of the deleted names, and which
-deleted documents are done with (their partition keys can go) or what each still waits for.
+transaction, and which deleted documents are done with (their partition keys can go) or what
+each still waits for. The erasures still owed, once the graph has let go of the deleted names,
+are erase.py's ``pending_erasures``.
 
 Each is a function over the store and its landing area, with no model call; the graph is updated
 between the steps by the graph's own reconciliation.
@@ -63,16 +64,6 @@ def tombstone_requests(tx: Transaction, requests: Sequence[DeletionRequest]) -> 
         applied.not_found.extend(report.not_found)
         applied.passages_removed += len(report.chunk_ids)
     return applied
-
-
-def pending_erasures(store: Store) -> list[str]:
-    """Deleted documents whose deletion asked for an erasure of their history not done yet (a
-    document stored again since is left out)."""
-    log = store.read(TOMBSTONES_TABLE.name)
-    live = live_doc_ids(store)
-    return sorted(set(
-        log.filter(pl.col("erase") & pl.col("erased_at").is_null()).get_column("doc_id").to_list()
-    ) - live)
 
 
 def latest_tombstones(store: Store, doc_ids: Sequence[str]) -> dict[str, dict]:

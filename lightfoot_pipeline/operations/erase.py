@@ -13,8 +13,14 @@ Erasure also removes what history and caches still hold:
    published one first);
 7. the keys and links that relink runs staged (relink.py), whether or not they are still running;
 
-and then marks the tombstones as erased. After it, no file under the store root holds the text;
+and only then marks the tombstones as erased (``erased_at``), and vacuums what that commit left
+of the deletion log's earlier version. After it, no file under the store root holds the text;
 the tests plant a canary string and search every file for it.
+
+An erasure asked for and not finished (its deletion committed, then the process stopped, or a
+step above failed) is pending: a tombstone with ``erase`` and no ``erased_at``
+(:func:`pending_erasures`). Every erase and vacuum finishes the pending ones too, and so do
+``delete`` and ``sync`` whenever any is pending; ``lightfoot status`` lists them.
 
 Steps 1-4 keep only what the live rows use, and step 6 also removes snapshots that hold the
 earlier text of a document ingested again: so every erase, and :func:`vacuum` (``lightfoot
@@ -34,6 +40,7 @@ from lightfoot_pipeline.index.link_pieces import remove_relink_staging
 from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.snapshot.export import erase_from_snapshots
+from lightfoot_pipeline.store.documents import live_doc_ids
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, EXTRACTIONS, FACTS, PASSAGES, TOMBSTONES
 from lightfoot_pipeline.store.vectors import cleanup_vector_history, purge_vector_caches
@@ -64,41 +71,61 @@ def live_vector_texts(store: Store) -> dict[str, list[str]]:
     return {"name": names, "passage": passage_texts, "fact": fact_texts}
 
 
+def pending_erasures(store: Store) -> list[str]:
+    """Deleted documents whose deletion asked for an erasure of their history not finished yet (a
+    document stored again since is left out)."""
+    log = store.read(TOMBSTONES.name, columns=["doc_id", "erase", "erased_at"])
+    live = live_doc_ids(store)
+    return sorted(set(
+        log.filter(pl.col("erase") & pl.col("erased_at").is_null()).get_column("doc_id").to_list()
+    ) - live)
+
+
 def vacuum(store: Store) -> EraseReport:
     """Remove from the store's history, caches and snapshots everything no live row uses.
 
-    An erase of no document: the text of documents deleted without an erase, and the earlier text
-    of documents that were ingested again, leaves the store. No tombstone changes.
+    An erase of no document but the pending ones: the text of documents deleted without an erase,
+    and the earlier text of documents that were ingested again, leaves the store. No other
+    tombstone changes.
     """
     return erase_history(store, [])
 
 
 def erase_history(store: Store, doc_ids: Sequence[str]) -> EraseReport:
-    """Erase the history of the deleted ``doc_ids`` (and whatever else no live row uses)."""
-    report = EraseReport(documents=sorted(doc_ids))
+    """Erase the history of the deleted ``doc_ids`` and of every pending erasure (and whatever
+    else no live row uses); the tombstones are marked erased once nothing holds the text."""
+    ids = sorted(set(doc_ids) | set(pending_erasures(store)))
+    report = EraseReport(documents=ids)
     manifest = store.manifest()
     live_keys = store.read(EXTRACTIONS.name, manifest, columns=["cache_key"]).get_column("cache_key").to_list()
     report.cache_entries_purged = ExtractionCache(store).purge_except(k for k in live_keys if k)
     report.vectors_purged = purge_vector_caches(store, live_vector_texts(store))
-    now = dt.datetime.now(dt.UTC)
-    if doc_ids:
-        with store.transaction() as tx:
-            tombstones = tx.table(TOMBSTONES.name)
-            tx.put(
-                TOMBSTONES.name,
-                tombstones.with_columns(
-                    pl.when(pl.col("doc_id").is_in(list(doc_ids)) & pl.col("erased_at").is_null())
-                    .then(pl.lit(now, dtype=pl.Datetime("us", "UTC")))
-                    .otherwise(pl.col("erased_at"))
-                    .alias("erased_at")
-                ),
-            )
-            tx.commit("erase", {"documents": len(doc_ids)})
-    report.landed_copies_removed = Landing(store).forget(doc_ids)  # documents that came through an inbox
+    report.landed_copies_removed = Landing(store).forget(ids)  # documents that came through an inbox
     # Serving copies of the text: of the erased documents, and earlier versions of re-ingested ones.
-    report.snapshots_removed = erase_from_snapshots(store, doc_ids, replaced_text=True)
+    report.snapshots_removed = erase_from_snapshots(store, ids, replaced_text=True)
     remove_relink_staging(store)  # staged links are derived from names that may be erased now
     report.files_vacuumed = store.vacuum()
     cleanup_vector_history(store)
-    report.erased_at = now.isoformat()
+    if ids:
+        report.erased_at = mark_erased(store, ids).isoformat()
     return report
+
+
+def mark_erased(store: Store, doc_ids: Sequence[str]) -> dt.datetime:
+    """Commit ``erased_at`` on the documents' tombstones that lack it, then vacuum the deletion
+    log and the store log, so that no earlier version of either is left behind."""
+    now = dt.datetime.now(dt.UTC)
+    with store.transaction() as tx:
+        tombstones = tx.table(TOMBSTONES.name)
+        tx.put(
+            TOMBSTONES.name,
+            tombstones.with_columns(
+                pl.when(pl.col("doc_id").is_in(list(doc_ids)) & pl.col("erased_at").is_null())
+                .then(pl.lit(now, dtype=pl.Datetime("us", "UTC")))
+                .otherwise(pl.col("erased_at"))
+                .alias("erased_at")
+            ),
+        )
+        tx.commit("erase", {"documents": len(doc_ids)})
+    store.vacuum(only={TOMBSTONES.name, "store_log"})
+    return now

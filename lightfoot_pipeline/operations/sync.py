@@ -208,6 +208,7 @@ def sync(
         deleted = operations.delete(store, report.removed, settings, erase=erase, reason=f"removed from {root}",
                                   stage=lambda tx: _put_records(tx, [], look.gone))
         report.commits.append(deleted.seq)
+        report.erase = deleted.erase  # the removed files' erasure, and any pending one
     for doc_id in readmitted:
         del records[doc_id]  # read as a new file
     to_read = [*look.to_read, *((listed[d], sidecar_hash(fs, listed[d])) for d in sorted({*readmitted, *again}))]
@@ -259,9 +260,12 @@ def sync(
         report.cost_usd += ingested.cost_usd
     report.failed.sort(key=lambda f: f["doc_id"])
     report.unextracted = sum(unextracted_passages(store, indexed).values())
-    erased = [*report.removed, *failed_live] if erase else []
+    erased = failed_live if erase else []
     if erased or pending_erasures(store):  # and the erasures asked for earlier and not finished
-        report.erase = erase_history(store, erased).as_dict()
+        done = erase_history(store, erased).as_dict()
+        if report.erase:
+            done["documents"] = sorted({*report.erase["documents"], *done["documents"]})
+        report.erase = done
     report.seconds = time.perf_counter() - started
     return report
 

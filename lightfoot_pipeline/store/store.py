@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 
 import polars as pl
@@ -380,8 +380,10 @@ class Store(Journals):
 
     # -- maintenance -----------------------------------------------------------------------
 
-    def vacuum(self, orphan_grace_hours: int = ORPHAN_GRACE_HOURS) -> dict[str, int]:
-        """Remove every data file and log entry that the current versions no longer use.
+    def vacuum(self, orphan_grace_hours: int = ORPHAN_GRACE_HOURS,
+               only: Collection[str] | None = None) -> dict[str, int]:
+        """Remove every data file and log entry that the current versions no longer use (of the
+        tables named in ``only``: table names, ``journal/<name>`` or ``store_log``; default all).
 
         The logged version of each table is kept too: it differs from the newest version only
         when a writer is between its table writes and its log row, and readers read it. Files
@@ -393,6 +395,8 @@ class Store(Journals):
         uris = [(name, uri) for name, uri in self.table_locations()]
         uris += [(f"journal/{name}", self.journal_uri(name)) for name, _ in self.table_locations()]
         uris.append(("store_log", self.path("_lightfoot", "store_log")))
+        if only is not None:
+            uris = [(name, uri) for name, uri in uris if name in only]
         for name, uri in uris:
             table = self.open_table(uri)
             if table is None:

@@ -2,7 +2,8 @@
 
 This is the part of extraction that may run in many processes at once: it asks the model and
 writes only journals (the cache and its cost ledger, and the claims), never a store commit. The
-committing step then reads the answers from the cache (:class:`CachedAnswers`), with no call.
+committing step then reads the answers from the cache (:class:`CachedAnswers`), with no call. A
+run that asks and commits in one process (a sync) does both through :class:`ClaimingExtractor`.
 
 For each distinct passage text (cache key) :func:`answer_passages`
 
@@ -21,12 +22,15 @@ after a failed or unusable answer (a retry) or a holder that died with its claim
 from __future__ import annotations
 
 import datetime as dt
+import os
+import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache
 from lightfoot_pipeline.ingest.extraction.claims import CLAIM_CHUNK, ExtractionClaims
+from lightfoot_pipeline.ingest.extraction.openai_extractor import OpenAIExtractor
 from lightfoot_pipeline.ingest.extraction.outcome import OK, ExtractionOutcome, ProgressCallback
 from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.models.llm import LLMError
@@ -139,3 +143,57 @@ class CachedAnswers:
         if progress is not None and passages:
             progress(len(passages), len(passages))
         return outcomes
+
+
+class ClaimingExtractor:
+    """An extractor for a run that commits its own answers (a sync, an ingest): the passage texts
+    it is given are asked through the claims (:func:`answer_passages`), so two such runs at once
+    ask each text once, and every passage then gets its outcome: the one its call gave, or the
+    cache's answer (or the reason a claim ended without one).
+
+    The claimant is the extractor's run id with the host and process id, so a run on this host
+    whose process has ended holds nothing; one elsewhere holds its claims until their lease ends.
+    """
+
+    def __init__(self, extractor: OpenAIExtractor, *, poll_s: float = POLL_S) -> None:
+        self.extractor = extractor
+        self.name = extractor.name
+        self.store = extractor.store
+        self.claims = ExtractionClaims(extractor.store, f"{extractor.run_id}@{socket.gethostname()}:{os.getpid()}")
+        self.poll_s = poll_s
+        self.endpoint_error: LLMError | None = None
+
+    def cache_key(self, passage: Passage) -> str:
+        return self.extractor.cache_key(passage)
+
+    def extract(self, passages: Sequence[Passage], progress: ProgressCallback | None = None) -> list[ExtractionOutcome]:
+        report = answer_passages(self.extractor, self.claims, passages, finished=process_ended, progress=progress,
+                                 poll_s=self.poll_s)
+        self.endpoint_error = report.endpoint_error
+        asked = {o.chunk_id: o for o in report.outcomes}
+        asked_keys = {o.cache_key for o in report.outcomes if o.status == OK}
+        rest = [p for p in passages if p.chunk_id not in asked]
+        keys = {self.extractor.cache_key(p) for p in rest}
+        answered = iter(self.extractor.from_cache(rest, self.claims.reasons(keys)))
+        outcomes = []
+        for passage in passages:
+            outcome = asked.get(passage.chunk_id) or next(answered)
+            if outcome.cached and outcome.cache_key in asked_keys:
+                outcome = replace(outcome, cached=False)  # its text was asked in this run, for another passage
+            outcomes.append(outcome)
+        return outcomes
+
+
+def process_ended(claimant: str) -> bool:
+    """Whether a claimant named ``run@host:pid`` is a process of this host that has ended."""
+    _, at, where = claimant.rpartition("@")
+    host, _, pid = where.rpartition(":")
+    if not at or host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False

@@ -166,3 +166,46 @@ def test_an_erase_raises_no_lancedb_warning(store, hashing_embedder):
         warnings.simplefilter("always")
         store.lance().open_table(lance_table_names(store.lance())[0]).optimize(cleanup_older_than=dt.timedelta(0))
     assert any("cleanup_older_than" in str(w.message) for w in caught)
+
+
+def test_an_erasure_that_fails_before_it_is_marked_stays_pending_and_the_next_vacuum_finishes_it(
+        store, hashing_embedder, monkeypatch):
+    from lightfoot_pipeline.operations import erase
+    from lightfoot_pipeline.operations.erase import pending_erasures
+
+    documents, records = _corpus()
+    operations.ingest(store, documents, ReplayExtractor(records), hashing_embedder)
+    export_snapshot(store, hashing_embedder)
+    marked = erase.mark_erased
+
+    def fails(*args, **kwargs):
+        raise OSError("the store went away before the tombstones were marked")
+
+    monkeypatch.setattr(erase, "mark_erased", fails)
+    try:
+        operations.delete(store, ["secret"], erase=True)
+    except OSError:
+        pass
+    else:
+        raise AssertionError("the erasure was to fail")
+    # Cleaned, but not marked: the tombstone says the erasure is still owed.
+    assert pending_erasures(store) == ["secret"]
+    tombstones = store.read("tombstones").filter(pl.col("doc_id") == "secret")
+    assert tombstones["erased_at"].null_count() == 1
+
+    monkeypatch.setattr(erase, "mark_erased", marked)
+    report = vacuum(store)
+    assert report.documents == ["secret"] and report.erased_at
+    assert pending_erasures(store) == []
+    assert store.read("tombstones").filter(pl.col("doc_id") == "secret")["erased_at"].null_count() == 0
+    assert _holders(Path(store.uri), CANARY) == []
+
+
+def test_the_mark_of_an_erasure_leaves_no_earlier_version_of_the_deletion_log(store, hashing_embedder):
+    documents, records = _corpus()
+    operations.ingest(store, documents, ReplayExtractor(records), hashing_embedder)
+    operations.delete(store, ["secret"], erase=True)
+    tombstones = Path(store.uri) / "tables" / "tombstones"
+    held = [p for p in tombstones.rglob("*.parquet") if "_delta_log" not in p.parts]
+    # Only the current version's data files remain: each holds the erased tombstone.
+    assert held and all(pq.read_table(p).column("erased_at").null_count == 0 for p in held)
