@@ -31,9 +31,10 @@ def cmd_sync(args) -> int:
     store = Store(args.store)
     # The source first: a folder that is not there is the error to report, and a sync that only
     # removes files (or finds nothing changed) needs no model endpoint.
-    look = look_at_source(store, args.source, chunking)
+    look = look_at_source(store, args.source, chunking, name=args.name)
     extractor = build_openai_extractor(store, settings) if look.to_read else ReplayExtractor({})
     report = sync(store, args.source, extractor, load_embedder(args.embedder), settings, chunking, erase=args.erase,
+                  name=args.name,
                   batch_files=args.batch_files, progress=None if args.json else Progress("extracting"),
                   embed_progress=None if args.json else name_progress())
     cause = getattr(extractor, "endpoint_error", None)
@@ -88,7 +89,11 @@ def _positive_mb(text: str) -> float:
 def add_sync_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("sync", parents=[common],
                        help="mirror a folder or s3:// prefix of PDF, Word, HTML, Markdown and text files into the store")
-    p.add_argument("--source", required=True, help="a folder or s3://bucket/prefix; doc ids are paths within it")
+    p.add_argument("--source", required=True,
+                   help="a folder or s3://bucket/prefix; a file's doc id is NAME:PATH, its path within it")
+    p.add_argument("--name", default=None,
+                   help="the NAME of the source's doc ids (default: the folder's or prefix's last part); two "
+                        "sources in one store need two names")
     p.add_argument("--erase", action="store_true", help="erase the text of removed files from history and caches")
     p.add_argument("--embedder", default=None, help="embedding model name or path, or hashing[:DIM]")
     p.add_argument("--chunk-tokens", type=int, default=CHUNK_TOKENS,

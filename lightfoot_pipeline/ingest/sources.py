@@ -168,13 +168,13 @@ def _walk_local(root: str) -> list[_Entry]:
     while links:  # a heap: the link with the smallest path first, among those found so far
         relative, path = heapq.heappop(links)
         target = os.path.realpath(path)
-        if target != real_root and not target.startswith(inside):
-            found.append(_Entry(relative, path, 0, 0, "a symbolic link out of the source, not followed"))
-            continue
         try:
             held = os.stat(target)
         except OSError:
             found.append(_Entry(relative, path, 0, 0, "a symbolic link to nothing (its target is gone)"))
+            continue
+        if target != real_root and not target.startswith(inside):
+            found.append(_Entry(relative, path, 0, 0, "a symbolic link out of the source, not followed"))
             continue
         if stat.S_ISDIR(held.st_mode):
             walk(target, relative + "/")
