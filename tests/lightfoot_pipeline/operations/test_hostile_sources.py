@@ -12,11 +12,13 @@ import zipfile
 
 import polars as pl
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lightfoot_pipeline import cli, operations
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.ingest import sources
-from lightfoot_pipeline.ingest.doc_ids import doc_id_problem, file_path_of
+from lightfoot_pipeline.ingest.doc_ids import doc_id_problem, file_doc_id, file_path_of
 from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
 from lightfoot_pipeline.ingest.sources import SOURCE_FILES, list_source, read_source_file, records_frame
 from lightfoot_pipeline.models.llm import LLMSettings
@@ -310,3 +312,13 @@ def test_a_store_with_doc_ids_of_before_names_syncs_from_the_extraction_cache(tm
     recorded = store.read(SOURCE_FILES.name)
     assert sorted(recorded.get_column("doc_id").to_list()) == ["docs:guide.md", "docs:notes.txt"]
     assert recorded.filter(pl.col("status") != "indexed").height == 0
+
+
+@given(st.lists(st.text(min_size=1, max_size=12).filter(lambda t: "/" not in t and "\x00" not in t), min_size=1,
+                max_size=3))
+def test_any_file_name_gets_a_valid_doc_id_that_gives_the_name_back(parts):
+    path = "/".join(parts)
+    doc_id = file_doc_id("src", path)
+    assert doc_id_problem(doc_id) is None
+    assert file_path_of(doc_id) == ("src", path)
+    assert file_doc_id("src", path + "x") != doc_id
