@@ -2,7 +2,7 @@
 
 The ``source_sync`` sensor lists the source (``LIGHTFOOT_SYNC_SOURCE``, or the inbox resource's
 ``sync_source``) on every tick and compares it with what the store records of its files; when
-files were added, changed or removed, it asks for one run of ``source_sync_job``, whose ``source_files`` asset mirrors the source into the store
+files were added, changed or removed, or passages of its files are stored without an extraction, it asks for one run of ``source_sync_job``, whose ``source_files`` asset mirrors the source into the store
 (lightfoot_pipeline/sync.py: new and changed files ingested, removed ones deleted, unreadable ones
 recorded with their reason). The run key is a hash of the pending changes and the hour, so the
 same changes are asked for once an hour at most: a failed run is asked again the next hour, or at
@@ -18,7 +18,7 @@ from assets.keys import TRIGGER_TAG
 from assets.provenance import CODE_VERSION, STORE_POOL, column_schema, store_metadata
 from assets.resources import EmbedderResource, ExtractorResource, InboxResource, StoreResource
 from lightfoot_pipeline.ingest.sources import SOURCE_FILES
-from lightfoot_pipeline.operations.sync import look_at_source, sync
+from lightfoot_pipeline.operations.sync import look_at_source, sync, unextracted_files
 from lightfoot_pipeline.store.tables import DOCUMENTS, PASSAGE_SOURCES, PASSAGES
 
 SOURCES_GROUP = "sources"
@@ -59,6 +59,8 @@ def source_files(
         "failed_files": dg.MetadataValue.int(len(report.failed)),
         "passages_read": dg.MetadataValue.int(report.passages),
         "from_cache": dg.MetadataValue.int(report.from_cache),
+        "unextracted": dg.MetadataValue.int(report.unextracted),
+        "excluded": dg.MetadataValue.json(report.excluded[:100]),
     })
     return dg.MaterializeResult(metadata=metadata)
 
@@ -75,11 +77,15 @@ def source_sync(context: dg.SensorEvaluationContext, store: StoreResource, inbox
     uri = inbox.sync_source_uri()
     if not uri:
         return dg.SensorResult(skip_reason=dg.SkipReason("no source to follow: LIGHTFOOT_SYNC_SOURCE is not set"))
-    look = look_at_source(store.open(), uri)
-    if look.in_sync:
+    lightfoot = store.open()
+    look = look_at_source(lightfoot, uri)
+    again = unextracted_files(lightfoot, look)  # passages stored without an extraction are asked again
+    if look.in_sync and not again:
         return dg.SensorResult(skip_reason=dg.SkipReason(
             f"{look.root} is in sync: {len(look.files)} files as the store records them"))
-    context.log.info(f"{look.root}: {len(look.to_read)} files to read, {len(look.gone)} removed")
+    context.log.info(f"{look.root}: {len(look.to_read)} files to read, {len(look.gone)} removed, {len(again)} "
+                     "with passages to extract again")
     hour = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H")
-    return dg.SensorResult(run_requests=[dg.RunRequest(run_key=f"sync-{look.signature()}-{hour}",
+    signature = look.signature() + (f"-again{len(again)}" if again else "")
+    return dg.SensorResult(run_requests=[dg.RunRequest(run_key=f"sync-{signature}-{hour}",
                                                        tags={TRIGGER_TAG: "source"})])
