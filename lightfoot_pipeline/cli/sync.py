@@ -21,7 +21,7 @@ def cmd_sync(args) -> int:
     from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
     from lightfoot_pipeline.ingest.extraction.replay import ReplayExtractor
     from lightfoot_pipeline.models.embedder import load_embedder
-    from lightfoot_pipeline.operations.sync import look_at_source, sync
+    from lightfoot_pipeline.operations.sync import look_at_source, readmissions, sync, unextracted_files
     from lightfoot_pipeline.progress import Progress, name_progress
     from lightfoot_pipeline.store.store import Store
 
@@ -30,18 +30,23 @@ def cmd_sync(args) -> int:
     settings = IndexSettings()
     store = Store(args.store)
     # The source first: a folder that is not there is the error to report, and a sync that only
-    # removes files (or finds nothing changed) needs no model endpoint.
+    # removes files (or finds nothing changed) needs no model endpoint. A file to readmit must be an
+    # excluded file of the source. Passages stored without an extraction need the endpoint too: the
+    # sync asks for them again.
     look = look_at_source(store, args.source, chunking, name=args.name)
-    extractor = build_openai_extractor(store, settings) if look.to_read else ReplayExtractor({})
+    readmit = readmissions(look, args.readmit or [])
+    asks = bool(look.to_read or readmit or unextracted_files(store, look))
+    extractor = build_openai_extractor(store, settings) if asks else ReplayExtractor({})
     report = sync(store, args.source, extractor, load_embedder(args.embedder), settings, chunking, erase=args.erase,
+                  readmit=readmit,
                   name=args.name,
                   batch_files=args.batch_files, progress=None if args.json else Progress("extracting"),
                   embed_progress=None if args.json else name_progress())
     cause = getattr(extractor, "endpoint_error", None)
     if cause is not None:
         raise LightfootError(
-            f"sync into {store.uri}: the model endpoint failed ({cause}); {report.extraction_failed} of "
-            f"{report.passages} passages are stored without extraction, and the next sync asks for them",
+            f"sync into {store.uri}: the model endpoint failed ({cause}); {report.unextracted} passages are "
+            "stored without extraction, and the next sync asks for them",
             hint=cause.hint,
         ) from cause
     if args.json:
@@ -49,7 +54,7 @@ def cmd_sync(args) -> int:
         sys.stdout.write("\n")
     else:
         print_report(report, store.uri)
-    return 1 if report.failed or report.extraction_failed else 0
+    return 1 if report.failed or report.extraction_failed or report.unextracted else 0
 
 
 def print_report(report, store_uri: str) -> None:
@@ -64,6 +69,15 @@ def print_report(report, store_uri: str) -> None:
         print(f"  failed {failure['doc_id']}: {failure['reason']}")
     if len(report.failed) > 20:
         print(f"  … and {len(report.failed) - 20} more failed files (--json lists them all)")
+    if report.unextracted:
+        print(f"  {report.unextracted} passages are stored without extraction: the next sync asks for them")
+    if report.asked_again:
+        print(f"  read again for passages without extraction: {_listed(report.asked_again)}")
+    if report.readmitted:
+        print(f"  readmitted: {_listed(report.readmitted)}")
+    if report.excluded:
+        print(f"  excluded (deleted from the index; --readmit PATH brings one back): "
+              f"{_listed([e['doc_id'] for e in report.excluded])}")
     if report.removed:
         shown = ", ".join(report.removed[:10]) + (f" and {len(report.removed) - 10} more" if len(report.removed) > 10
                                                    else "")
@@ -74,6 +88,10 @@ def print_report(report, store_uri: str) -> None:
               "vacuumed")
     commits = ", ".join(map(str, report.commits)) or "none (nothing changed)"
     print(f"  store commits {commits} in {report.seconds:.1f}s (reading files {report.read_seconds:.1f}s)")
+
+
+def _listed(doc_ids: list[str], most: int = 10) -> str:
+    return ", ".join(doc_ids[:most]) + (f" and {len(doc_ids) - most} more" if len(doc_ids) > most else "")
 
 
 def _positive_mb(text: str) -> float:
@@ -95,6 +113,9 @@ def add_sync_command(sub, common: argparse.ArgumentParser) -> None:
                    help="the NAME of the source's doc ids (default: the folder's or prefix's last part); two "
                         "sources in one store need two names")
     p.add_argument("--erase", action="store_true", help="erase the text of removed files from history and caches")
+    p.add_argument("--readmit", action="append", metavar="PATH",
+                   help="index again a file excluded by a deletion (its path within the source, or its doc id); "
+                        "repeatable")
     p.add_argument("--embedder", default=None, help="embedding model name or path, or hashing[:DIM]")
     p.add_argument("--chunk-tokens", type=int, default=CHUNK_TOKENS,
                    help=f"a passage's budget in word and punctuation tokens (default {CHUNK_TOKENS})")
