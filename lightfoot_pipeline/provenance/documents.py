@@ -2,7 +2,9 @@
 
 :func:`explain_document` reads the committed store: the document's passages and their extraction
 status, the names it gave and the entities they belong to, and the facts it asserted with their
-evidence. Its deletion preview runs the two stages ``pipeline.delete`` runs —
+evidence. It reads only the buckets that hold them (the document's buckets, and the buckets of its
+names and facts, which ``document_keys`` lists), so its cost is that of the document, not of the
+store. Its deletion preview runs the two stages ``pipeline.delete`` runs —
 ``tombstone_documents``, then ``reconcile_graph`` — in a transaction that is never committed, so
 the store is left as it was and the preview is exactly what a deletion at this commit does:
 entities removed, entities whose aliases or passages change, entities a split creates, facts
@@ -20,9 +22,11 @@ from lightfoot_pipeline.index.reconcile import EmbedderRequired, GraphChange, re
 from lightfoot_pipeline.ingest.passages import location_label
 from lightfoot_pipeline.provenance.errors import ExplainError
 from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
     ALIASES,
+    DOCUMENT_KEYS,
     DOCUMENTS,
     ENTITIES,
     EXTRACTIONS,
@@ -87,38 +91,44 @@ class DocumentExplanation:
 
 
 def explain_document(store: Store, doc_id: str, settings: IndexSettings | None = None,
-                     *, preview: bool = True) -> DocumentExplanation:
-    """A document's contribution to the index and, with ``preview``, what its deletion would remove.
+                     *, preview: bool = True, manifest: Manifest | None = None) -> DocumentExplanation:
+    """A document's contribution to the index as of ``manifest`` (default: the store's latest
+    commit) and, with ``preview``, what its deletion would remove.
 
     A deleted document is explained by its deletion-log row; an id the store has never held
     raises :class:`ExplainError`.
     """
-    manifest = store.manifest()
-    documents = store.read(DOCUMENTS.name, manifest).filter(pl.col("doc_id") == doc_id)
+    manifest = manifest or store.manifest()
+    documents = store.rows(DOCUMENTS.name, "doc_id", [doc_id], manifest)
     if documents.height == 0:
-        log = store.read(TOMBSTONES.name, manifest).filter(pl.col("doc_id") == doc_id)
+        log = store.rows(TOMBSTONES.name, "doc_id", [doc_id], manifest)
         if log.height == 0:
-            raise ExplainError(f"document {doc_id!r} is not in the store at {store.uri} and was never deleted from it",
+            raise ExplainError(f"document {doc_id!r} is not in the store and was never deleted from it",
                                hint="check the id (`lightfoot status` counts the documents)")
         latest = log.sort("requested_at").row(-1, named=True)
         return DocumentExplanation(doc_id, "deleted", manifest.seq, deletion={
             k: latest[k] for k in ("requested_at", "reason", "erase", "erased_at")})
     explanation = DocumentExplanation(doc_id, "live", manifest.seq, document={
         k: v for k, v in documents.row(0, named=True).items() if k in DOCUMENTS.columns and k != "content_hash"})
-    passages = store.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id", "ordinal", "title", "text"])
-    extractions = store.read(EXTRACTIONS.name, manifest, columns=["chunk_id", "status", "reason", "extractor",
-                                                                  "n_entities", "n_facts"])
-    sources = store.read(PASSAGE_SOURCES.name, manifest).filter(pl.col("doc_id") == doc_id).drop("doc_id")
-    mine = (passages.filter(pl.col("doc_id") == doc_id).join(extractions, on="chunk_id", how="left")
+    passages = store.rows(PASSAGES.name, "doc_id", [doc_id], manifest).select(
+        "chunk_id", "doc_id", "ordinal", "title", "text")
+    extractions = store.rows(EXTRACTIONS.name, "doc_id", [doc_id], manifest).select(
+        "chunk_id", "status", "reason", "extractor", "n_entities", "n_facts")
+    sources = store.rows(PASSAGE_SOURCES.name, "doc_id", [doc_id], manifest).select(PASSAGE_SOURCES.columns).drop("doc_id")
+    mine = (passages.join(extractions, on="chunk_id", how="left")
             .join(sources, on="chunk_id", how="left").sort("ordinal"))
     explanation.passages = [
         {**row, "location": location_label(doc_id, row["page"], row["section"])
          if row["page"] is not None or row["section"] else None}
         for row in mine.drop("doc_id").to_dicts()]
 
-    forms = store.read(FORMS.name, manifest).filter(pl.col("doc_id") == doc_id)
-    aliases = store.read(ALIASES.name, manifest, columns=["name", "type", "entity_id"])
-    entities = store.read(ENTITIES.name, manifest, columns=ENTITY_COLUMNS)
+    keys = store.rows(DOCUMENT_KEYS.name, "doc_id", [doc_id], manifest)
+    name_keys = keys.filter(pl.col("kind") == "name").get_column("key").unique().to_list()
+    fact_keys = keys.filter(pl.col("kind") == "fact").get_column("key").unique().to_list()
+    forms = store.rows(FORMS.name, "name", name_keys, manifest).filter(pl.col("doc_id") == doc_id)
+    aliases = store.rows(ALIASES.name, "name", name_keys, manifest).select("name", "type", "entity_id")
+    entity_ids = aliases.get_column("entity_id").drop_nulls().unique().to_list()
+    entities = store.rows(ENTITIES.name, "entity_id", entity_ids, manifest).select(ENTITY_COLUMNS)
     names = (
         forms.group_by("name", "type").agg(pl.col("surface").min(), pl.col("chunk_id").unique().sort().alias("passages"))
         .join(aliases, on=["name", "type"], how="left")
@@ -129,22 +139,24 @@ def explain_document(store: Store, doc_id: str, settings: IndexSettings | None =
     ids = names.get_column("entity_id").drop_nulls().unique()
     explanation.entities = entities.filter(pl.col("entity_id").is_in(ids.implode())).sort("entity_id").to_dicts()
 
-    sources = store.read(FACT_SOURCES.name, manifest).filter(pl.col("doc_id") == doc_id)
-    facts = store.read(FACTS.name, manifest, columns=["fact_id", "n_sources"])
+    sources = store.rows(FACT_SOURCES.name, "fact_id", fact_keys, manifest).filter(pl.col("doc_id") == doc_id)
+    facts = store.rows(FACTS.name, "fact_id", fact_keys, manifest).select("fact_id", "n_sources")
     explanation.facts = (
         sources.join(facts, on="fact_id", how="left")
         .select("fact_id", "subject", "predicate", "object", "chunk_id", "evidence", "evidence_verified", "n_sources")
         .sort("subject", "predicate", "object", "chunk_id").to_dicts()
     )
     if preview:
-        explanation.preview = preview_deletion(store, [doc_id], settings)
+        explanation.preview = preview_deletion(store, [doc_id], settings, manifest=manifest)
     return explanation
 
 
-def preview_deletion(store: Store, doc_ids: list[str], settings: IndexSettings | None = None) -> DeletionPreview:
-    """What deleting ``doc_ids`` at the store's current commit would change (nothing is written)."""
+def preview_deletion(store: Store, doc_ids: list[str], settings: IndexSettings | None = None,
+                     *, manifest: Manifest | None = None) -> DeletionPreview:
+    """What deleting ``doc_ids`` at ``manifest`` (default: the store's latest commit) would change
+    (nothing is written)."""
     settings = settings or IndexSettings()
-    tx = Transaction(store, store.manifest())  # a working copy; never committed
+    tx = Transaction(store, manifest or store.manifest())  # a working copy; never committed
     before = {spec.name: tx.table(spec.name) for spec in (ENTITIES, FACTS, SYNONYM_EDGES, ALIASES)}
     tombstone = tombstone_documents(tx, doc_ids)
     try:

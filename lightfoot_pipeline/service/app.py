@@ -12,7 +12,13 @@ Endpoints (JSON in and out)::
 Every endpoint but ``/health`` and the page's static files needs ``Authorization: Bearer <token>``
 when the service has tokens (auth.py); a missing or wrong token gets 401 with
 ``WWW-Authenticate``. GET endpoints answer HEAD too, and query strings are ignored but by
-``/explain/entity`` and ``/explain/doc``.
+``/explain/entity`` and ``/explain/doc``. Every request first passes the gate (gate.py): its
+``Host``, its framing, its content type and its client's rate, and every response carries the
+security headers and an access-log line.
+
+Errors tell a client what it can act on and nothing of the deployment: no model endpoint, no
+model name, no filesystem path. What went wrong inside is logged with an error id that the
+response names (:func:`private_error`).
 
 What the application bounds (:class:`HttpLimits`, which holds the server's bounds too: see
 server.py):
@@ -20,10 +26,13 @@ server.py):
 - **Bodies**: a ``Content-Length`` above ``max_body_bytes`` gets 413 before a byte of the body is
   read; a chunked body is counted as it arrives and cut at the limit (413). A body must arrive
   within ``body_timeout_s`` (408).
+- **Rates**: each client address may make ``client_rate`` requests a second (``client_burst`` at
+  once), each token ``token_rate`` (``token_burst``); past that, 429 with ``Retry-After``.
 - **Work**: retrieval runs in a pool of ``workers`` threads, with at most ``queue`` queries
   waiting for one; a query beyond that gets 503 with ``Retry-After`` at once, rather than piling
   up. Answer calls (seconds each) have a pool of their own, the model client's concurrency wide,
-  so that they never hold the retrieval workers. The worker threads run at a lower scheduling
+  so that they never hold the retrieval workers; a deletion's dry run (``/explain/doc``) has a
+  pool of one thread, so that however many ask, it takes one core at most. The worker threads run at a lower scheduling
   priority (``worker_nice``) than the event loop.
 - **Malformed requests** get 400 with the reason: invalid JSON or UTF-8, lone surrogates, nesting
   too deep to parse, unknown fields, values of the wrong type or range.
@@ -38,6 +47,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,6 +65,7 @@ from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.retrieval.deep import DeepQueryError
 from lightfoot_pipeline.retrieval.retrieve import RetrievalError
 from lightfoot_pipeline.service.auth import Tokens
+from lightfoot_pipeline.service.gate import TOKEN_SCOPE_KEY, Gate, HostPolicy, RateLimiter, TokenRate
 from lightfoot_pipeline.service.page import STATIC_PREFIX, page_routes
 from lightfoot_pipeline.service.queries import (
     DEFAULT_TOP_K,
@@ -69,6 +80,7 @@ log = logging.getLogger(__name__)
 QUERY_MODES = ("lightfoot", "deep")
 OPEN_PATHS = frozenset({"/health", "/"})  # answered without a token; so is everything under /static/
 REALM = "lightfoot"
+DRY_RUN_NICE = 15  # the deletion preview's thread: below the retrieval workers
 
 
 @dataclass(frozen=True)
@@ -81,6 +93,11 @@ class HttpLimits:
     answer_workers: int = 8  # answer calls at once (the model client's concurrency)
     answer_queue: int = 64  # answer calls waiting before 503
     max_connections: int = 1000
+    max_connections_per_client: int = 32  # open connections of one client address, within max_connections
+    client_rate: float = 20.0  # requests a second of one client address (0: no limit)
+    client_burst: float = 40.0
+    token_rate: float = 20.0  # requests a second with one token (0: no limit)
+    token_burst: float = 40.0
     header_timeout_s: float = 10.0
     body_timeout_s: float = 10.0
     keep_alive_s: float = 5.0
@@ -88,9 +105,12 @@ class HttpLimits:
     worker_nice: int = 5  # scheduling priority of the worker threads, below the event loop's (Linux)
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "workers", "answer_workers", "max_connections", "backlog"):
+        for name in ("max_body_bytes", "workers", "answer_workers", "max_connections", "max_connections_per_client",
+                     "backlog"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        RateLimiter(self.client_rate, self.client_burst)  # each refuses a rate it cannot keep
+        RateLimiter(self.token_rate, self.token_burst)
         if not 0 <= self.worker_nice <= 19:
             raise ValueError(f"worker_nice must be from 0 to 19, got {self.worker_nice}")
         for name in ("queue", "answer_queue"):
@@ -195,6 +215,31 @@ def encode(payload: dict) -> bytes:
     return json.dumps(payload, default=str).encode("ascii")
 
 
+def private_error(what: str, detail: str) -> str:
+    """A client's message for a failure inside the service: ``what`` failed, with an error id; the
+    ``detail`` (which may name an endpoint, a model or a path) goes to the service's log only."""
+    error_id = secrets.token_hex(4)
+    log.error("error %s: %s: %s", error_id, what, detail)
+    return f"{what} (error {error_id}; the details are in the service's log)"
+
+
+def redact_answers(payload: dict) -> dict:
+    """``payload`` with what an answer or a model call says of the model taken out: its model
+    name is dropped and its error, if any, replaced by :func:`private_error`'s line."""
+    def scrub(record: dict) -> None:
+        record.pop("model", None)
+        if record.get("error"):
+            record["error"] = private_error(f"the model call failed ({record.get('error_kind') or 'no answer'})",
+                                            record["error"])
+
+    if isinstance(payload.get("answer"), dict):
+        scrub(payload["answer"])
+    for call in payload.get("calls") or []:
+        if isinstance(call, dict):
+            scrub(call)
+    return payload
+
+
 def _may_have_body(scope) -> bool:
     """Whether a request announced a body (which a response sent before reading it leaves unread)."""
     for name, value in scope["headers"]:
@@ -266,8 +311,9 @@ class TokenAuth:
             await self.app(scope, receive, send)
             return
         header = next((value for name, value in scope["headers"] if name == b"authorization"), None)
-        verdict = self.tokens.check_header(header.decode("utf-8", "surrogateescape") if header else None)
+        verdict = self.tokens.identify_header(header.decode("utf-8", "surrogateescape") if header else None)
         if verdict:
+            scope[TOKEN_SCOPE_KEY] = verdict  # for the token's rate and the access log
             await self.app(scope, receive, send)
             return
         if verdict is None:
@@ -279,11 +325,16 @@ class TokenAuth:
         await response(scope, receive, send)
 
 
-def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLimits | None = None) -> Starlette:
-    """The ASGI application over a service."""
+def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLimits | None = None, *,
+             hosts: HostPolicy | None = None, insecure_no_auth: bool = False) -> Starlette:
+    """The ASGI application over a service. ``hosts``: the Host names it answers to (by default
+    the loopback names). Without a token, unless ``insecure_no_auth``, it answers only requests
+    to a loopback name from no other site (gate.py)."""
     limits = limits or HttpLimits()
     retrieval = WorkPool("retrieval", limits.workers, limits.queue, limits.worker_nice)
     answers = WorkPool("answer", limits.answer_workers, limits.answer_queue, limits.worker_nice)
+    previews = WorkPool("deletion preview", 1, limits.queue, DRY_RUN_NICE)
+    local_only = not (tokens is not None and tokens.configured) and not insecure_no_auth
 
     def retrieve_and_encode(arguments: dict) -> tuple[bytes | None, dict, object]:
         payload, pending = service.retrieve(**arguments)
@@ -291,10 +342,18 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
 
     def answer_and_encode(payload: dict, pending) -> bytes:
         service.answer(payload, pending)
-        return encode(payload)
+        return encode(redact_answers(payload))
 
     def deep_and_encode(arguments: dict) -> bytes:
-        return encode(service.deep(arguments["question"], rerank=arguments["rerank"]))
+        return encode(redact_answers(service.deep(arguments["question"], rerank=arguments["rerank"])))
+
+    def snapshot_info() -> dict:
+        info = service.snapshot_info()
+        if isinstance(info.get("serving"), dict):
+            info["serving"].pop("uri", None)  # a path on the server
+        if info.get("published_error"):
+            info["published_error"] = private_error("the published snapshot cannot be read", info["published_error"])
+        return info
 
     async def parse_body(request: Request) -> tuple[str, int, bool]:
         arguments = await read_arguments(request)
@@ -319,10 +378,10 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
             except NoSnapshotLoaded as err:
                 return json_response(503, {"error": str(err)}, {"retry-after": "5"})
             except RetrievalError as err:
-                return json_response(422, {"error": str(err)})
-            except Exception:
+                return json_response(422, {"error": private_error("retrieval cannot run as configured", str(err))})
+            except Exception as err:
                 log.exception("%s failed", request.url.path)
-                return json_response(500, {"error": "the request failed inside the service (logged there)"})
+                return json_response(500, {"error": private_error("the request failed inside the service", repr(err))})
         return guarded
 
     async def query(request: Request) -> Response:
@@ -341,12 +400,12 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
         except NoSnapshotLoaded as err:
             return json_response(503, {"error": str(err)}, {"retry-after": "5"})
         except RetrievalError as err:
-            return json_response(422, {"error": str(err)})
+            return json_response(422, {"error": private_error("retrieval cannot run as configured", str(err))})
         except DeepQueryError as err:  # the model endpoint cannot serve
-            return json_response(502, {"error": str(err)})
-        except Exception:  # a bug must not take the server down; the details stay in the log
+            return json_response(502, {"error": private_error("the model endpoint cannot serve", str(err))})
+        except Exception as err:  # a bug must not take the server down; the details stay in the log
             log.exception("query failed")
-            return json_response(500, {"error": "the query failed inside the service (logged there)"})
+            return json_response(500, {"error": private_error("the query failed inside the service", repr(err))})
         return json_response(200, encoded)
 
     async def health(request: Request) -> Response:
@@ -359,7 +418,7 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
 
     async def snapshot(request: Request) -> Response:
         try:
-            return json_response(200, await retrieval.run(service.snapshot_info))  # reads the store
+            return json_response(200, await retrieval.run(snapshot_info))  # reads the store
         except HttpError as err:
             return json_response(err.status, {"error": str(err)}, err.headers)
 
@@ -375,8 +434,13 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
             Route("/health", health, methods=["GET"]),
             Route("/status", status, methods=["GET"]),
             Route("/snapshot", snapshot, methods=["GET"]),
-            *page_routes(service, retrieval.run, guard, json_response, HttpError, parse_body),
+            *page_routes(service, retrieval.run, guard, json_response, HttpError, parse_body, previews.run),
         ],
-        middleware=[Middleware(TokenAuth, tokens=tokens)],
+        middleware=[
+            Middleware(Gate, hosts=hosts or HostPolicy(), client_rate=RateLimiter(limits.client_rate, limits.client_burst),
+                       local_only=local_only),
+            Middleware(TokenAuth, tokens=tokens),
+            Middleware(TokenRate, limiter=RateLimiter(limits.token_rate, limits.token_burst)),
+        ],
         exception_handlers={HTTPException: http_error},
     )

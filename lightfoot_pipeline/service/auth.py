@@ -7,12 +7,21 @@ Tokens come from two places, either or both:
   tokens, one a line (``#`` starts a comment), so that the file holds no token itself.
   ``lightfoot serve-token`` makes a new token and its line, or ``--hash`` hashes one from stdin.
   The file is read again when it changes (checked at most every two seconds), so a token is
-  added or revoked without a restart; a file that no longer parses leaves the tokens as they were.
+  added or revoked without a restart. The file fails closed: once it is missing, unreadable, or
+  holds a line that is not a digest, every token it gave is revoked at once (the log says why),
+  until it reads again.
 
 A request presents ``Authorization: Bearer <token>``. The presented token is hashed and compared
 with every known digest by :func:`hmac.compare_digest`, so the time taken says nothing about how
-close a guess was. A service with no token answers everyone, which :func:`check_exposure` allows
-only on a loopback address unless the operator says otherwise (``--insecure-no-auth``).
+close a guess was. A token is known in logs by :func:`token_id`, a prefix of its digest, never by
+the token.
+
+A service with no token answers everyone, which :func:`check_exposure` allows only on a loopback
+address unless the operator says otherwise (``--insecure-no-auth``). Even on loopback a page in
+the machine's browser could reach such a service (a blind form POST, or a DNS name rebound to
+127.0.0.1), so without a token and without ``--insecure-no-auth`` the service answers only
+requests whose ``Host`` is a loopback name and whose ``Origin``, if any, is the service itself
+(:func:`local_origin_only`, enforced by the application's gate).
 """
 
 from __future__ import annotations
@@ -48,6 +57,12 @@ def hash_token(token: str) -> str:
     if len(token) < MIN_TOKEN_CHARS:
         raise AuthConfigError(f"a token must have at least {MIN_TOKEN_CHARS} characters")
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def token_id(digest: bytes) -> str:
+    """A token's name in logs: the first 12 hex digits of its SHA-256 (the tokens file's line
+    starts with them), which does not let anyone present the token."""
+    return "t:" + digest.hex()[:12]
 
 
 def new_token() -> str:
@@ -108,6 +123,10 @@ class Tokens:
 
     def check(self, token: str) -> bool:
         """Whether ``token`` is one of the accepted tokens (constant time in the token)."""
+        return self.identify(token) is not None
+
+    def identify(self, token: str) -> str | None:
+        """The :func:`token_id` of ``token`` if it is accepted, else None (constant time in the token)."""
         self._maybe_reload()
         digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
         with self._lock:
@@ -115,16 +134,22 @@ class Tokens:
         accepted = False
         for candidate in known:  # every digest is compared, whichever matches
             accepted |= hmac.compare_digest(candidate, digest)
-        return accepted
+        return token_id(digest) if accepted else None
 
     def check_header(self, value: str | None) -> bool | None:
         """An ``Authorization`` header's verdict: None when it is missing or not a bearer token."""
+        verdict = self.identify_header(value)
+        return verdict if verdict is None else bool(verdict)
+
+    def identify_header(self, value: str | None) -> str | None:
+        """An ``Authorization`` header's token id: None when it is missing or not a bearer token,
+        ``""`` when the token is not accepted."""
         if not value:
             return None
         scheme, _, token = value.strip().partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return None
-        return self.check(token.strip())
+        return self.identify(token.strip()) or ""
 
     def _stat(self) -> tuple[int, int] | None:
         try:
@@ -142,8 +167,10 @@ class Tokens:
             return
         try:
             digests = read_tokens_file(self.tokens_file)
-        except AuthConfigError as err:
-            log.error("keeping the tokens read before: %s", err)
+        except AuthConfigError as err:  # fail closed: a file that cannot be read revokes what it gave
+            with self._lock:
+                revoked, self._from_file, self._file_state = len(self._from_file), [], state
+            log.error("revoked all %d tokens of the tokens file until it reads again: %s", revoked, err)
             return
         with self._lock:
             self._from_file, self._file_state = digests, state
@@ -161,6 +188,42 @@ def is_loopback(host: str) -> bool:
     except OSError:
         return False
     return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1", "[::1]")
+
+
+def host_name(value: str) -> str:
+    """The name of a ``Host`` header or an origin's authority, without its port, in lower case."""
+    value = value.strip().lower()
+    if value.startswith("["):  # [::1]:8410
+        return value[: value.find("]") + 1] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def is_loopback_name(name: str) -> bool:
+    """Whether a Host name is a loopback name, without asking a resolver: ``localhost`` (and names
+    under ``.localhost``) or a literal loopback address."""
+    name = name.strip("[]").rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def local_origin_only(host: str | None, origin: str | None) -> str | None:
+    """Why a request to a service without a token is refused, or None: its ``Host`` must be a
+    loopback name, and its ``Origin``, if any, the same authority (the service's own page)."""
+    if not host or not is_loopback_name(host_name(host)):
+        return "without a token, this service answers only requests addressed to a loopback name"
+    if origin is None:
+        return None
+    scheme, _, authority = origin.strip().lower().partition("://")
+    if scheme != "http" or authority.rstrip("/") != host.strip().lower():
+        return "without a token, this service answers only its own page, not another site's"
+    return None
 
 
 def check_exposure(host: str, tokens: Tokens, insecure_no_auth: bool = False) -> None:

@@ -12,11 +12,19 @@ Routes::
 The page and its files are open (they carry no data; the page asks for the token and keeps it in
 the tab's sessionStorage); every ``/explain`` route needs the same token as ``/query`` and runs in
 the same bounded pool of retrieval threads, under the same body and request limits.
+
+What the provenance routes read is the store's committed state, so their answers are kept per
+commit (:class:`PerCommit`): asked again at the same commit, a document or an entity costs a
+manifest read. A document's deletion preview (a deletion's graph stage, run in a transaction never
+committed: several times a query's work) runs in a pool of its own of one thread, so that however
+many clients ask for previews, queries keep their workers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
 from importlib import resources
 
 from starlette.requests import Request
@@ -24,7 +32,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from lightfoot_pipeline.provenance import ExplainError
-from lightfoot_pipeline.provenance.documents import explain_document
+from lightfoot_pipeline.provenance.documents import explain_document, preview_deletion
 from lightfoot_pipeline.provenance.entities import explain_entity
 from lightfoot_pipeline.retrieval.explain import explain_query
 
@@ -36,21 +44,49 @@ PAGE_FILES = {
     "vendor/vis-network.min.js": "text/javascript; charset=utf-8",
 }
 MAX_PARAMETER_CHARS = 512  # a doc id or an entity name
+PER_COMMIT_ENTRIES = 256  # provenance answers kept, the least recently asked dropped first
+
+
+class PerCommit:
+    """Answers kept by (store commit, question), at most ``size``; a new commit makes every kept
+    answer of older ones unreachable, and they leave as new ones come in."""
+
+    def __init__(self, size: int = PER_COMMIT_ENTRIES) -> None:
+        self.size = size
+        self._kept: OrderedDict[Hashable, object] = OrderedDict()
+        self._lock = threading.Lock()  # the pools' threads share it
+        self.hits = 0
+
+    def get(self, key: Hashable, compute: Callable[[], object]):
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                self.hits += 1
+                return self._kept[key]
+        value = compute()
+        with self._lock:
+            self._kept[key] = value
+            while len(self._kept) > self.size:
+                self._kept.popitem(last=False)
+        return value
 
 
 def page_file(name: str) -> bytes:
     return resources.files("lightfoot_pipeline.service").joinpath("static", *name.split("/")).read_bytes()
 
 
-def page_routes(service, run: Callable[..., Awaitable], guard, json_response, http_error, parse_body) -> list[Route]:
-    """The page's routes. ``run`` runs a function in the retrieval pool; ``guard`` wraps an endpoint
-    so that the service's errors become its JSON error responses; ``parse_body`` reads and validates
-    a POST body into ``(question, top_k, rerank)`` or raises ``http_error`` (400, 408, 413)."""
+def page_routes(service, run: Callable[..., Awaitable], guard, json_response, http_error, parse_body,
+                run_preview: Callable[..., Awaitable] | None = None) -> list[Route]:
+    """The page's routes. ``run`` runs a function in the retrieval pool, ``run_preview`` (default
+    ``run``) in the deletion previews' pool; ``guard`` wraps an endpoint so that the service's errors
+    become its JSON error responses; ``parse_body`` reads and validates a POST body into
+    ``(question, top_k, rerank)`` or raises ``http_error`` (400, 408, 413)."""
     cache = {name: page_file(name) for name in PAGE_FILES}
+    answers = PerCommit()
+    run_preview = run_preview or run
 
     async def index(request: Request) -> Response:
-        return Response(cache["index.html"], media_type=PAGE_FILES["index.html"],
-                        headers={"cache-control": "no-cache", "x-content-type-options": "nosniff"})
+        return Response(cache["index.html"], media_type=PAGE_FILES["index.html"], headers={"cache-control": "no-store"})
 
     async def static(request: Request) -> Response:
         name = request.path_params["name"]
@@ -65,11 +101,17 @@ def page_routes(service, run: Callable[..., Awaitable], guard, json_response, ht
             raise http_error(400, f"give ?{name}= with 1 to {MAX_PARAMETER_CHARS} characters")
         return value
 
-    async def answer(work: Callable[[], dict]) -> Response:
+    async def answer(work: Callable[[], dict], pool: Callable[..., Awaitable] = run) -> Response:
         try:
-            return json_response(200, await run(work))
+            return json_response(200, await pool(work))
         except ExplainError as err:
             return json_response(404, {"error": err.line()})
+
+    def per_commit(kind: str, question: str, compute: Callable) -> Callable[[], dict]:
+        def work() -> dict:
+            manifest = service.store.manifest()
+            return answers.get((kind, manifest.seq, question), lambda: compute(manifest))
+        return work
 
     async def query(request: Request) -> Response:
         question, top_k, rerank = await parse_body(request)
@@ -85,11 +127,20 @@ def page_routes(service, run: Callable[..., Awaitable], guard, json_response, ht
 
     async def entity(request: Request) -> Response:
         name = parameter(request, "name")
-        return await answer(lambda: {"entities": [e.as_dict() for e in explain_entity(service.store, name)]})
+        return await answer(per_commit("entity", name, lambda manifest: {
+            "entities": [e.as_dict() for e in explain_entity(service.store, name)]}))
 
     async def document(request: Request) -> Response:
         doc_id = parameter(request, "doc_id")
-        return await answer(lambda: explain_document(service.store, doc_id).as_dict())
+        try:
+            explanation = dict(await run(per_commit("doc", doc_id, lambda manifest: explain_document(
+                service.store, doc_id, preview=False, manifest=manifest).as_dict())))
+            if explanation["status"] == "live":
+                explanation["deletion_preview"] = await run_preview(per_commit("preview", doc_id, lambda manifest: (
+                    preview_deletion(service.store, [doc_id], manifest=manifest).as_dict())))
+        except ExplainError as err:
+            return json_response(404, {"error": err.line()})
+        return json_response(200, explanation)
 
     return [
         Route("/", index, methods=["GET"]),

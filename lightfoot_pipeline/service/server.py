@@ -15,18 +15,25 @@ the endpoints, the token check and the bounds on bodies and work are the applica
   closed. uvicorn alone times out only idle keep-alive connections (``keep_alive_s``): a
   connection that sent half its headers would be held open for ever, counting against
   ``max_connections``; the header timer here closes it.
-- **Connections**: at most ``max_connections`` open at once; a request arriving beyond that gets
-  503 from uvicorn (``limit_concurrency``).
+- **Connections**: at most ``max_connections_per_client`` open at once from one client address,
+  and ``max_connections`` in all (:class:`ConnectionCount`). The count is kept as connections are
+  accepted, before a byte is read: a connection past either bound is answered at once, with JSON
+  (429 past the client's bound, 503 past the total, both with ``Retry-After``), and closed. It
+  never counts, so a flood of idle connections from one address holds that address's slots and
+  no one else's. (uvicorn's own bound, ``limit_concurrency``, counts every client together and
+  answers in plain text; it is not used.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import socket
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import h11
@@ -35,6 +42,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from lightfoot_pipeline.service.app import HttpLimits, make_app
 from lightfoot_pipeline.service.auth import Tokens
+from lightfoot_pipeline.service.gate import NO_STORE, SECURITY_HEADERS, HostPolicy
 from lightfoot_pipeline.service.queries import QueryService
 
 DEFAULT_HOST = "127.0.0.1"
@@ -48,6 +56,49 @@ LINGER_BYTES = 16 * 1024 * 1024
 # event loop waits for the GIL at every step of a request, so a retrieval thread's Python code
 # would add up to this much to each step of a /health probe.
 SWITCH_INTERVAL_S = 0.001
+# How long a refused connection is kept half-closed, so that the client reads its refusal.
+REFUSED_LINGER_S = 1.0
+
+
+def refusal_bytes(status: int, reason: str, message: str) -> bytes:
+    """A whole HTTP/1.1 response refusing a connection before its request is read."""
+    body = json.dumps({"error": message}).encode("ascii")
+    head = [f"HTTP/1.1 {status} {reason}", "content-type: application/json", f"content-length: {len(body)}",
+            "retry-after: 1", "connection: close",
+            *(f"{name.decode()}: {value.decode()}" for name, value in [*SECURITY_HEADERS, NO_STORE])]
+    return ("\r\n".join(head) + "\r\n\r\n").encode("ascii") + body
+
+
+CLIENT_FULL = refusal_bytes(429, "Too Many Requests", "too many connections from this address; close some and retry")
+SERVER_FULL = refusal_bytes(503, "Service Unavailable", "the service has too many connections open; retry shortly")
+
+
+class ConnectionCount:
+    """Open connections by client address, and in all; used from the event loop only."""
+
+    def __init__(self, per_client: int, total: int) -> None:
+        self.per_client, self.total = min(per_client, total), total
+        self.by_client: Counter[str] = Counter()
+        self.open = 0
+        self.refused = 0
+
+    def admit(self, client: str) -> bytes | None:
+        """None when a connection from ``client`` may open (it is counted), else its refusal."""
+        if self.by_client[client] >= self.per_client:
+            self.refused += 1
+            return CLIENT_FULL
+        if self.open >= self.total:
+            self.refused += 1
+            return SERVER_FULL
+        self.by_client[client] += 1
+        self.open += 1
+        return None
+
+    def release(self, client: str) -> None:
+        self.open -= 1
+        self.by_client[client] -= 1
+        if self.by_client[client] <= 0:
+            del self.by_client[client]
 
 
 class LingeringTransport:
@@ -97,13 +148,27 @@ class LingeringTransport:
             self._transport.close()
 
 
-def protocol_with_header_timeout(header_timeout_s: float) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol, closing a connection whose request headers are not complete within
-    ``header_timeout_s`` of its opening or of the request's first byte (a slowloris client), and
-    closing with a linger (:class:`LingeringTransport`)."""
+def bounded_protocol(header_timeout_s: float, connections: ConnectionCount) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol, admitting a connection only within ``connections``' bounds (else
+    answering it with a refusal and closing it), closing a connection whose request headers are not
+    complete within ``header_timeout_s`` of its opening or of the request's first byte (a slowloris
+    client), and closing with a linger (:class:`LingeringTransport`)."""
 
     class BoundedH11(H11Protocol):
         def connection_made(self, transport) -> None:
+            peer = transport.get_extra_info("peername")
+            self._peer = str(peer[0]) if isinstance(peer, tuple) and peer else "-"
+            refusal = connections.admit(self._peer)
+            self._refused = refusal is not None
+            if refusal is not None:  # never handed to uvicorn: answered, half-closed, dropped
+                self.transport = transport
+                transport.write(refusal)
+                if transport.can_write_eof():
+                    transport.write_eof()
+                    self._close_timer = self.loop.call_later(REFUSED_LINGER_S, transport.close)
+                else:
+                    transport.close()
+                return
             lingering = LingeringTransport(transport, self.loop, lambda: self.conn.their_state is h11.SEND_BODY)
             super().connection_made(lingering)
             self._header_timer: asyncio.TimerHandle | None = None
@@ -111,6 +176,8 @@ def protocol_with_header_timeout(header_timeout_s: float) -> type[asyncio.Protoc
             self._arm_header_timer()
 
         def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return  # a refused connection's request is dropped unread
             if self.transport.lingering:
                 self.transport.drop(data)
                 return
@@ -126,14 +193,30 @@ def protocol_with_header_timeout(header_timeout_s: float) -> type[asyncio.Protoc
                 self._arm_header_timer()  # the first bytes of a next request on a kept-alive connection
 
         def eof_received(self) -> bool | None:
+            if self._refused:
+                self.transport.close()
+                return None
             if self.transport.lingering:
                 self.transport.finish()
             return super().eof_received()
 
         def connection_lost(self, exc) -> None:
+            if self._refused:
+                if getattr(self, "_close_timer", None) is not None:
+                    self._close_timer.cancel()
+                return
+            connections.release(self._peer)
             self._cancel_header_timer()
             self.transport.finish()
             super().connection_lost(exc)
+
+        def pause_writing(self) -> None:
+            if not self._refused:
+                super().pause_writing()
+
+        def resume_writing(self) -> None:
+            if not self._refused:
+                super().resume_writing()
 
         def _arm_header_timer(self) -> None:
             self._header_timer = self.loop.call_later(header_timeout_s, self._header_timeout)
@@ -170,21 +253,27 @@ class QueryServer:
     """uvicorn serving :func:`make_app` on one socket, bound when the server is made."""
 
     def __init__(self, service: QueryService, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *,
-                 tokens: Tokens | None = None, limits: HttpLimits | None = None) -> None:
+                 tokens: Tokens | None = None, limits: HttpLimits | None = None,
+                 allowed_hosts: tuple[str, ...] | list[str] = (), insecure_no_auth: bool = False) -> None:
+        """``allowed_hosts``: Host names the service answers to beside the loopback names and
+        ``host`` (gate.py); ``insecure_no_auth``: without a token, answer any Host and Origin."""
         self.service = service
         self.limits = limits or HttpLimits()
+        self.connections = ConnectionCount(self.limits.max_connections_per_client, self.limits.max_connections)
         self.socket = bind(host, port)
         self.socket.listen(self.limits.backlog)  # connections wait in the backlog until uvicorn starts
+        app = make_app(service, tokens, self.limits, hosts=HostPolicy(host, allowed_hosts),
+                       insecure_no_auth=insecure_no_auth)
         config = uvicorn.Config(
-            make_app(service, tokens, self.limits),
-            http=protocol_with_header_timeout(self.limits.header_timeout_s),
+            app,
+            http=bounded_protocol(self.limits.header_timeout_s, self.connections),
             ws="none",
             lifespan="off",
             log_config=None,
             access_log=False,
             server_header=False,
             proxy_headers=False,
-            limit_concurrency=self.limits.max_connections,
+            limit_concurrency=None,  # bounded per client and in all by ConnectionCount
             timeout_keep_alive=self.limits.keep_alive_s,
             backlog=self.limits.backlog,
             h11_max_incomplete_event_size=MAX_HEADER_BYTES,

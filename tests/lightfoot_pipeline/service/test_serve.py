@@ -120,12 +120,15 @@ def embedder():
 
 @pytest.fixture
 def running():
-    """``start(service, tokens=Tokens(TOKEN), **limits) -> QueryServer`` on 127.0.0.1, a free port."""
+    """``start(service, tokens=Tokens(TOKEN), allowed_hosts=(), insecure_no_auth=False, **limits) -> QueryServer``
+    on 127.0.0.1, a free port."""
     started = []
 
-    def start(service: QueryService, tokens: Tokens | None = None, **limits) -> QueryServer:
+    def start(service: QueryService, tokens: Tokens | None = None, allowed_hosts: tuple[str, ...] = (),
+              insecure_no_auth: bool = False, **limits) -> QueryServer:
         server = QueryServer(service, "127.0.0.1", 0, tokens=tokens if tokens is not None else Tokens(TOKEN),
-                             limits=HttpLimits(**limits)).start()
+                             limits=HttpLimits(**limits), allowed_hosts=allowed_hosts,
+                             insecure_no_auth=insecure_no_auth).start()
         started.append((server, service))
         return server
 
@@ -217,8 +220,18 @@ def test_tokens_from_a_file_of_digests_are_read_again_when_it_changes(store, emb
     tokens_file.write_text(f"{hash_token(second)}\n")  # first is revoked
     assert request(base, "GET", "/status", token=first)[0] == 401
     assert request(base, "GET", "/status", token=second)[0] == 200
-    tokens_file.write_text("not a digest\n")  # a broken file leaves the tokens as they were
+    # The file fails closed: an unreadable line, or no file, revokes every token it gave, at once.
+    tokens_file.write_text(f"{hash_token(second)}\nnot a digest\n")
+    assert request(base, "GET", "/status", token=second)[0] == 401
+    tokens_file.write_text(f"{hash_token(second)}\n")
     assert request(base, "GET", "/status", token=second)[0] == 200
+    tokens_file.unlink()
+    assert request(base, "GET", "/status", token=second)[0] == 401
+    assert request(base, "GET", "/health", token=None)[0] == 200
+    tokens_file.write_bytes(hash_token(second).encode() + b"\n\xff\xfe\n")  # not UTF-8
+    assert request(base, "GET", "/status", token=second)[0] == 401
+    tokens_file.write_text(f"{hash_token(first)}\n")
+    assert request(base, "GET", "/status", token=first)[0] == 200
 
 
 def test_token_settings_are_checked(tmp_path):
@@ -251,7 +264,8 @@ def test_serving_beyond_loopback_needs_a_token_or_an_explicit_choice():
 def test_health_tells_nothing_of_the_model_endpoint(store, embedder, chat_server, running):
     ingest(store, embedder, late=False)
     export_snapshot(store, embedder)
-    client = LLMClient(LLMSettings(base_url=chat_server.base_url, model="private-answer-model", max_retries=0))
+    client = LLMClient(LLMSettings(base_url=chat_server.base_url, model="private-answer-model", max_retries=0,
+                                   price_in_per_mtok=1.0, price_out_per_mtok=2.0))
     service = QueryService(store, embedder, answerer=Answerer(client), budget=AnswerBudget(1.0))
     assert service.refresh()
     base = running(service).url
@@ -308,7 +322,7 @@ def test_bodies_are_refused_before_they_are_read(store, embedder, running):
     service = QueryService(store, embedder)
     assert service.refresh()
     server = running(service, max_body_bytes=1000, body_timeout_s=0.5)
-    head = b"POST /query HTTP/1.1\r\nHost: x\r\n" + auth_header()
+    head = b"POST /query HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + auth_header()
 
     # A declared length over the limit is refused with no byte of the body sent.
     clock = time.monotonic()
@@ -341,12 +355,12 @@ def test_stalled_connections_are_closed_and_do_not_hold_up_health(store, embedde
     export_snapshot(store, embedder)
     service = QueryService(store, embedder)
     assert service.refresh()
-    server = running(service, header_timeout_s=1.0)
+    server = running(service, header_timeout_s=1.0, max_connections_per_client=100)
     stalled = []
     for i in range(60):
         sock = socket.create_connection(server.address, timeout=10)
         if i % 2:
-            sock.sendall(b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Ty")
+            sock.sendall(b"POST /query HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
         stalled.append(sock)
     try:
         clock = time.monotonic()
@@ -363,7 +377,7 @@ def test_stalled_connections_are_closed_and_do_not_hold_up_health(store, embedde
             sock.close()
     # A kept-alive connection whose next request stalls halfway through its headers is closed too.
     with socket.create_connection(server.address, timeout=10) as sock:
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
         sock.sendall(b"GET /health HTTP/1.1\r\nHo")
         assert sock.recv(65536) == b""
@@ -375,7 +389,7 @@ def test_busy_workers_and_too_many_connections_get_503(store, embedder, running,
     service = QueryService(store, embedder)
     assert service.refresh()
     entered = slow_down(monkeypatch, service, "retrieve", 1.0)
-    server = running(service, workers=1, queue=0, max_connections=8)
+    server = running(service, workers=1, queue=0, max_connections=8, max_connections_per_client=4)
     results = []
     first = threading.Thread(target=lambda: results.append(
         request(server.url, "POST", "/query", {"question": QUESTION, "answer": False})))
@@ -386,11 +400,13 @@ def test_busy_workers_and_too_many_connections_get_503(store, embedder, running,
     first.join(30)
     assert results[0][0] == 200
 
-    idle = [socket.create_connection(server.address, timeout=10) for _ in range(8)]
+    idle = [socket.create_connection(server.address, timeout=10, source_address=(f"127.0.0.{2 + i % 2}", 0))
+            for i in range(8)]  # two other clients, at their bound of 4 each: the server's 8 are taken
     try:
         time.sleep(0.2)
         status, body, headers = request(server.url, "GET", "/health", token=None)
-        assert status == 503 and body == {"text": "Service Unavailable"} and headers["connection"] == "close"
+        assert status == 503 and "too many connections" in body["error"] and headers["connection"] == "close"
+        assert headers["content-type"] == "application/json" and headers["retry-after"] == "1"
     finally:
         for sock in idle:
             sock.close()
@@ -417,7 +433,7 @@ def test_a_new_snapshot_is_picked_up_while_queries_keep_being_answered(store, em
 
     loading = slow_down(monkeypatch, queries, "load_snapshot", 0.6)  # queries meanwhile: from the old snapshot
     service.watch(interval_s=0.05)
-    base = running(service).url
+    base = running(service, client_rate=0, token_rate=0).url  # four clients as fast as they are answered
     results: list[list[tuple[float, int, str | None, list[str]]]] = [[] for _ in range(4)]
     stop = threading.Event()
 
@@ -476,7 +492,8 @@ def test_answers_come_from_the_language_model_with_the_retrieved_context(store, 
     ingest(store, embedder, late=True)
     export_snapshot(store, embedder)
     chat_server.queue(chat_server.Reply(content='{"answer": "Mira Kalden"}', usage=(500, 6)))
-    client = LLMClient(LLMSettings(base_url=chat_server.base_url, model="answer-model", max_retries=0))
+    client = LLMClient(LLMSettings(base_url=chat_server.base_url, model="answer-model", max_retries=0,
+                                   price_in_per_mtok=1.0, price_out_per_mtok=2.0))
     service = QueryService(store, embedder, answerer=Answerer(client))
     assert service.refresh()
     base = running(service).url
@@ -533,7 +550,8 @@ def test_a_failed_answer_call_is_in_the_ledger_and_releases_its_reservation(stor
     ingest(store, embedder, late=False)
     export_snapshot(store, embedder)
     chat_server.queue(chat_server.Reply(status=500), then=chat_server.Reply(content='{"answer": "x"}'))
-    settings = LLMSettings(base_url=chat_server.base_url, model="answer-model", max_retries=0)
+    settings = LLMSettings(base_url=chat_server.base_url, model="answer-model", max_retries=0,
+                           price_in_per_mtok=1.0, price_out_per_mtok=2.0)
     service = QueryService(store, embedder, answerer=Answerer(LLMClient(settings)), budget=AnswerBudget(0.5))
     assert service.refresh()
     failed = service.query(QUESTION)
@@ -543,20 +561,6 @@ def test_a_failed_answer_call_is_in_the_ledger_and_releases_its_reservation(stor
     assert rows.get_column("status").to_list() == ["error", "ok"]
     assert rows.get_column("error_kind").to_list() == ["server_error", None]
     assert service.budget.held_usd == 0.0 and service.budget.calls == 2
-
-
-def test_answer_budget_reserves_the_worst_case():
-    budget = AnswerBudget(1.0)
-    assert budget.reserve(0.6)
-    assert not budget.reserve(0.5)  # 0.6 held: 0.5 more does not fit
-    assert not budget.reserve(0.01)  # and once refused, the budget is spent
-    budget.settle(0.6, 0.1)
-    assert budget.as_dict() == {"budget_usd": 1.0, "spent_usd": 0.1, "calls": 1, "refused": 2, "exhausted": True}
-    unlimited = AnswerBudget(None)
-    assert all(unlimited.reserve(1e9) for _ in range(3))
-    for bad in (-1.0, float("inf"), float("nan")):
-        with pytest.raises(ValueError, match="non-negative"):
-            AnswerBudget(bad)
 
 
 def test_parse_query_request_defaults():
