@@ -22,6 +22,9 @@ from lightfoot_pipeline.settings import (
 )
 
 PREVIEW_CHARS = 160
+ALLOW_UNPRICED_HELP = ("answer with a model that has no known price (default: $LIGHTFOOT_LLM_ALLOW_UNPRICED, "
+                       "else refused): its calls count as $0, so no budget holds them; pricing it with "
+                       "LIGHTFOOT_LLM_PRICE_IN/_OUT keeps the budget")
 
 
 def _store(args):
@@ -79,7 +82,9 @@ def cmd_query(args) -> int:
         raise SettingsError("query: --trace, --max-steps and --question-budget are options of the deep mode",
                             hint="add --mode deep")
     service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker,
-                           answers=not args.no_answer)
+                           answers=not args.no_answer, allow_unpriced=args.allow_unpriced)
+    if service.price is not None and service.price["state"] == "refused":  # before any paid call
+        raise SettingsError(f"query: {service.answer_status}", hint="or pass --no-answer for retrieval only")
     result = service.query(args.question, top_k=args.top_k, answer=not args.no_answer, rerank=not args.no_rerank)
     result["snapshot"]["stale"] = snapshot_is_stale(store, service)
     if args.json:
@@ -114,7 +119,8 @@ def query_deep(args, store) -> int:
     from lightfoot_pipeline.service.queries import open_service
 
     settings = DeepSettings.from_env(max_steps=args.max_steps, question_budget_usd=args.question_budget)
-    service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker, answers=True)
+    service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker, answers=True,
+                           allow_unpriced=getattr(args, "allow_unpriced", False))
     if service.answerer is None:
         raise SettingsError(f"query --mode deep: {service.answer_status}",
                             hint="set OPENAI_BASE_URL to an OpenAI-compatible endpoint (the README's settings table)")
@@ -156,6 +162,7 @@ def cmd_serve(args) -> int:
 
     from lightfoot_pipeline.retrieval.answer import AnswerBudget
     from lightfoot_pipeline.service.auth import Tokens, check_exposure
+    from lightfoot_pipeline.service.gate import access_logger
     from lightfoot_pipeline.service.queries import open_service
     from lightfoot_pipeline.service.server import HttpLimits, QueryServer
 
@@ -165,24 +172,33 @@ def cmd_serve(args) -> int:
     answers = args.answers or serve_answers()
     budget = _serve_budget(args)
     try:  # the service's own checks of the options, refused before anything loads
+        if not 0 <= args.port <= 65535:
+            raise ValueError(f"--port must be from 0 to 65535, got {args.port}")
+        if not args.poll > 0:
+            raise ValueError(f"--poll must be positive, got {args.poll:g}")
         AnswerBudget(budget)
         limits = HttpLimits(max_body_bytes=args.max_body_bytes, queue=args.queue,
                             max_connections=args.max_connections, header_timeout_s=args.header_timeout,
-                            body_timeout_s=args.body_timeout, keep_alive_s=args.keep_alive)
+                            body_timeout_s=args.body_timeout, keep_alive_s=args.keep_alive,
+                            max_connections_per_client=args.max_connections_per_client,
+                            client_rate=args.client_rate, client_burst=args.client_burst,
+                            token_rate=args.token_rate, token_burst=args.token_burst)
+        access_logger(args.access_log, args.access_log_max_bytes, args.access_log_backups)
         if args.workers is not None:
             limits = dataclasses.replace(limits, workers=args.workers)
-    except ValueError as err:
+    except (ValueError, OSError) as err:  # OSError: an access log that cannot be opened
         raise SettingsError(f"serve: {err}", hint="see `lightfoot serve --help`") from None
     store = _store(args)
     service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker, answers=answers,
-                           answer_budget_usd=budget, ledger_prefix="serve",
+                           answer_budget_usd=budget, ledger_prefix="serve", allow_unpriced=args.allow_unpriced,
                            answers_off_reason=f"answers are off on this service (start it with --answers "
                                               f"or {SERVE_ANSWERS_ENV}=1)")
     if service.answerer is not None:
         settings = service.answerer.client.settings
         limits = dataclasses.replace(limits, answer_workers=settings.concurrency)
     try:
-        server = QueryServer(service, args.host, args.port, tokens=tokens, limits=limits)
+        server = QueryServer(service, args.host, args.port, tokens=tokens, limits=limits,
+                             allowed_hosts=args.allowed_host, insecure_no_auth=args.insecure_no_auth)
     except OSError as err:
         service.close()
         raise LightfootError(f"serve: cannot listen on {args.host}:{args.port}: {err}",
@@ -194,13 +210,14 @@ def cmd_serve(args) -> int:
     if tokens.configured:
         auth = "bearer token required (GET /health is open)"
     else:
-        auth = "OFF: anyone who reaches the port can query" + (" (loopback only)" if not args.insecure_no_auth else "")
+        auth = ("OFF: anyone who reaches the port can query" if args.insecure_no_auth else
+                "OFF: only requests to a loopback name from this service's own page or a non-browser client")
     print(f"  authentication: {auth}")
     if service.answerer is not None:
         settings = service.answerer.client.settings
         price_in, price_out, source = settings.prices()
         priced = (f"${price_in:g}/${price_out:g} per million tokens ({source})" if source != "unpriced"
-                  else "NO PRICE KNOWN: set LIGHTFOOT_LLM_PRICE_IN/_OUT, else the budget counts every call as $0")
+                  else "NO PRICE KNOWN, allowed by --allow-unpriced: every call counts as $0 and no budget holds it")
         answers_line = (f"on: {settings.model} at {settings.endpoint()}, {priced}; budget ${budget:g} for this "
                         f"process; every call in the cost ledger as run {service.ledger_run_id}")
     else:
@@ -258,6 +275,7 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
                         "else 0.05)")
     p.add_argument("--embedder", default=None, help=embedder_help)
     p.add_argument("--reranker", default=None, help=reranker_help)
+    p.add_argument("--allow-unpriced", action="store_true", help=ALLOW_UNPRICED_HELP)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_query)
 
@@ -271,11 +289,14 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
                    help="file of SHA-256 token digests, one a line (default: $LIGHTFOOT_SERVE_TOKENS_FILE); "
                         "a single token comes from $LIGHTFOOT_SERVE_TOKEN")
     p.add_argument("--insecure-no-auth", action="store_true",
-                   help="serve beyond loopback without a token (only behind a proxy that authenticates)")
+                   help="serve without a token to any Host and Origin, beyond loopback too (only behind a proxy "
+                        "that authenticates); without it and without a token, only loopback requests from no "
+                        "other site are answered")
     p.add_argument("--answers", action="store_true",
                    help=f"answer with the language model (default: ${SERVE_ANSWERS_ENV}, else retrieval only)")
     p.add_argument("--answer-budget-usd", type=float, default=None,
                    help=f"most this process spends on answers (default: ${SERVE_BUDGET_ENV}, else 1.00)")
+    p.add_argument("--allow-unpriced", action="store_true", help=ALLOW_UNPRICED_HELP)
     p.add_argument("--max-body-bytes", type=int, default=64 * 1024, help="largest request body (default 65536)")
     p.add_argument("--workers", type=int, default=None, help="retrieval threads (default: one per CPU)")
     p.add_argument("--queue", type=int, default=64, help="queries waiting for a thread before 503 (default 64)")
@@ -286,6 +307,23 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--body-timeout", type=float, default=10.0,
                    help="seconds a client has to send a request's body (default 10)")
     p.add_argument("--keep-alive", type=float, default=5.0, help="seconds an idle connection is kept (default 5)")
+    p.add_argument("--max-connections-per-client", type=int, default=32,
+                   help="open connections of one client address; more are refused at once with 429 (default 32)")
+    p.add_argument("--client-rate", type=float, default=20.0,
+                   help="requests a second of one client address before 429 (default 20; 0: no limit)")
+    p.add_argument("--client-burst", type=float, default=40.0, help="requests at once of one client address (default 40)")
+    p.add_argument("--token-rate", type=float, default=20.0,
+                   help="requests a second with one token before 429 (default 20; 0: no limit)")
+    p.add_argument("--token-burst", type=float, default=40.0, help="requests at once with one token (default 40)")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="a Host name the service answers to, beside the loopback names and --host "
+                        "(repeat it; * for any); other names get 421")
+    p.add_argument("--access-log", default=None, metavar="PATH",
+                   help="write the access log (time, client, token id, method, path, status, ms) to PATH, "
+                        "rotated by size (default: the process's log)")
+    p.add_argument("--access-log-max-bytes", type=int, default=10 * 1024 * 1024,
+                   help="size at which the access log is rotated (default 10485760)")
+    p.add_argument("--access-log-backups", type=int, default=5, help="rotated access logs kept (default 5)")
     p.add_argument("--embedder", default=None, help=embedder_help)
     p.add_argument("--reranker", default=None, help=reranker_help)
     p.set_defaults(func=cmd_serve)

@@ -270,3 +270,18 @@ def test_host_policy_names():
     assert not policy.allows("10.0.0.6") and not policy.allows(None) and not policy.allows("")
     assert not HostPolicy("0.0.0.0").allows("0.0.0.0") and HostPolicy("::1").allows("[::1]:8410")
     assert HostPolicy("0.0.0.0", ["*"]).allows("anything.example")
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--port", "99999"], "--port must be from 0 to 65535"),
+    (["--client-burst", "0.5"], "burst >= 1"),
+    (["--max-connections-per-client", "0"], "max_connections_per_client must be at least 1"),
+    (["--access-log-backups", "-1"], "backups >= 0"),
+])
+def test_bad_serve_options_are_one_line_errors(tmp_path, capsys, options, message):
+    from lightfoot_pipeline.cli import main
+
+    assert main(["serve", "--store", str(tmp_path / "store"), "--access-log", str(tmp_path / "a.log"),
+                 *options]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: serve: ") and message in err and "\n" not in err and "Traceback" not in err
