@@ -146,6 +146,10 @@ def minified(record: dict) -> str:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
 
 
+class _Listener(ThreadingHTTPServer):
+    request_queue_size = 128  # tests open dozens of connections at once (the default backlog is 5)
+
+
 class ChatServer:
     """Tests reach the reply type as ``chat_server.Reply`` (conftest modules are not importable)."""
 
@@ -214,7 +218,7 @@ class ChatServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout test)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _Listener(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 

@@ -103,7 +103,7 @@ def cmd_eval(args) -> int:
     if args.answer or args.dry_run:
         from lightfoot_pipeline.retrieval.answer import build_answerer
 
-        answerer, why = build_answerer()
+        answerer, why = build_answerer(allow_unpriced=args.allow_unpriced)
         if answerer is None and not args.dry_run:
             raise SettingsError(why, hint="set OPENAI_BASE_URL, or price the answers with --dry-run")
         answers = AnswerOptions(answerer=answerer, budget_usd=None if args.no_budget else args.answer_budget,
@@ -253,6 +253,9 @@ def add_eval_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--answer", action="store_true", help="answer every question through the model endpoint")
     p.add_argument("--answer-budget", type=float, default=1.0, help="stop answering at this many USD (default 1.0)")
     p.add_argument("--no-budget", action="store_true", help="answer with no budget cap")
+    p.add_argument("--allow-unpriced", action="store_true",
+                   help="answer with a model that has no known price (default: $LIGHTFOOT_LLM_ALLOW_UNPRICED, "
+                        "else refused): its calls count as $0, so the budget cannot hold them")
     p.add_argument("--answer-modes", default=None, help="comma-separated modes to answer for (default: all)")
     p.add_argument("--dry-run", action="store_true", help="print what the answers would cost, call nothing")
     p.add_argument("--traces", action="store_true",

@@ -24,9 +24,10 @@ from lightfoot_pipeline.evaluation.metrics import distinct, exact_match, recall_
 from lightfoot_pipeline.evaluation.modes import K_VALUES, Mode
 from lightfoot_pipeline.ingest.dataset import Question
 from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.models.llm import prompt_token_bound
 from lightfoot_pipeline.retrieval.answer import (
+    ANSWER_SCHEMA,
     MAX_TOKENS,
-    RESERVE_CHARS_PER_TOKEN,
     SYSTEM_PROMPT,
     Answer,
     AnswerBudget,
@@ -41,7 +42,7 @@ DEPTH = 30  # ranked passages kept per (mode, question)
 ANSWER_PASSAGES = 10
 # Tokens an answer typically takes ({"answer": "..."} with a short span); the ceiling is max_tokens.
 TYPICAL_ANSWER_TOKENS = 16
-# Characters per token assumed by the estimate (the budget reserves at answer.RESERVE_CHARS_PER_TOKEN).
+# Characters per token assumed by the estimate (the budget holds a prompt at its byte bound, llm.prompt_token_bound).
 CHARS_PER_TOKEN = 4.0
 
 
@@ -239,7 +240,7 @@ def estimate_answer_cost(results: Sequence[QuestionResult], model: str, prices: 
     price_in, price_out, source = prices
     chars = [_prompt_chars(r) for r in results]
     tokens_in = sum(math.ceil(c / CHARS_PER_TOKEN) for c in chars)
-    reserve_in = sum(math.ceil(c / RESERVE_CHARS_PER_TOKEN) for c in chars)
+    reserve_in = sum(prompt_token_bound(answer_messages(r), ANSWER_SCHEMA) for r in results)
     calls = len(results)
     typical = calls * TYPICAL_ANSWER_TOKENS
     ceiling = calls * max_tokens
@@ -279,7 +280,7 @@ def answer_rows(
 ) -> AnswerSpend:
     """Answer each (mode, question) through the model, never letting the spend pass the budget.
 
-    Before a call, its worst case (the prompt at 3 characters a token and a full ``max_tokens``
+    Before a call, its worst case (the prompt at its byte bound on tokens and a full ``max_tokens``
     answer) is reserved against the budget (answer.AnswerBudget); a call that does not fit is
     skipped, with the reason recorded on its row, and so is every call after it. Calls run
     ``concurrency`` at a time (the client's setting). ``budget``: one shared with other calls of
@@ -310,7 +311,8 @@ def answer_rows(
         try:
             answer = answerer.ask(messages)
         finally:
-            budget.settle(hold, answer.cost_usd if answer is not None else 0.0)
+            budget.settle(hold, answer.cost_usd if answer is not None else 0.0,
+                          answer.tokens_in if answer is not None else 0, answer.tokens_out if answer is not None else 0)
         with lock:
             result.answer = answer
             spend.calls += 1

@@ -15,7 +15,12 @@ needs from it:
   endpoint refuses the request format (a 400 or 422), and remembers the mode that worked. A
   fallback is remembered only once a lower mode succeeds, so one bad request does not downgrade
   the client for everyone.
-- **A per-call timeout**, and token counts for the cost ledger.
+- **A per-call timeout**, and token counts for the cost ledger. An endpoint that reports no
+  usage is charged the most the call could have been billed: :func:`prompt_token_bound` for the
+  prompt and the request's ``max_tokens`` for the reply.
+- **What a call may cost, before it is made** (:meth:`LLMSettings.worst_case_usd`), and whether
+  the model may be paid for at all (:meth:`LLMSettings.price_state`): a model with neither a
+  configured nor a list price is refused wherever spend is capped, unless the operator allows it.
 - **The key stays secret**: it is never in a repr, a log line or an error message.
 
 Settings come from the environment (:meth:`LLMSettings.from_env`): ``OPENAI_BASE_URL``,
@@ -26,8 +31,8 @@ Settings come from the environment (:meth:`LLMSettings.from_env`): ``OPENAI_BASE
 from __future__ import annotations
 
 import email.utils
+import json
 import logging
-import math
 import random
 import threading
 import time
@@ -44,6 +49,16 @@ log = logging.getLogger(__name__)
 DEFAULT_MODEL = "meta-llama/Llama-3.3-70B-Instruct"
 OUTPUT_MODES = ("json_schema", "json_object", "prompt")
 _NO_KEY = "no-key"  # sent to endpoints that need no key; the openai client refuses an empty one
+
+# What a request's prompt may hold besides its messages' text, in tokens: the chat template's role
+# markers and separators (a few tokens a message in the templates of Llama 3, Qwen and OpenAI's
+# chat format) and what a template puts before the first message (Llama 3.1's date lines).
+TEMPLATE_TOKENS_PER_MESSAGE = 8
+TEMPLATE_TOKENS_PER_REQUEST = 64
+# Price states (LLMSettings.price_state).
+PRICED, UNPRICED_ALLOWED, REFUSED = "priced", "unpriced-allowed", "refused"
+ALLOW_UNPRICED_HINT = ("set LIGHTFOOT_LLM_PRICE_IN and LIGHTFOOT_LLM_PRICE_OUT (USD per million tokens), "
+                       "or pass --allow-unpriced (LIGHTFOOT_LLM_ALLOW_UNPRICED=1) to spend without a cap")
 
 RETRYABLE_KINDS = frozenset({"timeout", "rate_limited", "server_error", "unreachable"})
 # What to do about a failed call, by its kind (LLMError.hint).
@@ -83,6 +98,30 @@ class LLMError(LightfootError, RuntimeError):
         return max(self.attempts - 1, 0)
 
 
+class UnpricedModelError(LightfootError, ValueError):
+    """Paid calls refused before any is made: the model has no known price, so no budget can
+    hold its calls, and the operator has not allowed spending on it without one."""
+
+    hint = ALLOW_UNPRICED_HINT
+
+
+def prompt_token_bound(messages: list[dict], json_schema: dict | None = None) -> int:
+    """The most prompt tokens a request with these messages can be billed for, without a tokenizer.
+
+    Every token of a byte-level BPE tokenizer (GPT-2's, OpenAI's cl100k and o200k, Llama 3's,
+    Qwen's) covers at least one byte of the UTF-8 text, and so does every piece of a SentencePiece
+    tokenizer with byte fallback, so a text's UTF-8 byte length is a true upper bound on its token
+    count. (tiktoken would count exactly, but it fetches its BPE files from the internet at first
+    use.) To the messages' bytes come the chat template's tokens (``TEMPLATE_TOKENS_PER_MESSAGE``
+    a message, ``TEMPLATE_TOKENS_PER_REQUEST`` a request) and the JSON schema's bytes, which some
+    endpoints put into the prompt. The endpoint's reported usage settles the call afterwards.
+    """
+    content = sum(len(str(m.get("content") or "").encode("utf-8")) + len(str(m.get("role") or "").encode("utf-8"))
+                  for m in messages)
+    schema = len(json.dumps(json_schema, separators=(",", ":")).encode("utf-8")) if json_schema is not None else 0
+    return content + schema + TEMPLATE_TOKENS_PER_MESSAGE * len(messages) + TEMPLATE_TOKENS_PER_REQUEST
+
+
 @dataclass(frozen=True)
 class LLMSettings:
     """Where the model is and how to call it. The key is kept out of repr and comparisons."""
@@ -100,6 +139,7 @@ class LLMSettings:
     backoff_max_s: float = 30.0
     retry_after_max_s: float = 120.0  # longest Retry-After honoured
     temperature: float = 0.0
+    allow_unpriced: bool = False  # spend on a model without a known price (its calls count as $0)
 
     def __post_init__(self) -> None:
         if self.output_mode not in ("auto", *OUTPUT_MODES):
@@ -131,13 +171,37 @@ class LLMSettings:
         price_in, price_out = self.price_in_per_mtok, self.price_out_per_mtok
         if price_in is not None and price_out is not None:
             return price_in, price_out, "configured"
-        if listed is None:
-            return price_in or 0.0, price_out or 0.0, "configured" if price_in or price_out else "unpriced"
+        if listed is None:  # one price configured and no list price: the other side would be free
+            return price_in or 0.0, price_out or 0.0, "unpriced"
         return (
             listed[0] if price_in is None else price_in,
             listed[1] if price_out is None else price_out,
             "list" if price_in is None and price_out is None else "configured",
         )
+
+    def price_state(self) -> str:
+        """``priced`` (configured or list prices for both sides), ``unpriced-allowed`` (no known
+        price, spent on by the operator's choice) or ``refused``."""
+        if self.prices()[2] != "unpriced":
+            return PRICED
+        return UNPRICED_ALLOWED if self.allow_unpriced else REFUSED
+
+    def price_status(self) -> dict:
+        """The price state, the prices and where they come from (for a status page: no endpoint)."""
+        price_in, price_out, source = self.prices()
+        return {"state": self.price_state(), "model": self.model, "source": source,
+                "price_in_per_mtok": price_in, "price_out_per_mtok": price_out}
+
+    def require_price(self, what: str) -> None:
+        """Raise :class:`UnpricedModelError` (one line, no endpoint) when ``what`` may not be paid for."""
+        if self.price_state() == REFUSED:
+            raise UnpricedModelError(f"{what} refused: the model {self.model!r} has no known price")
+
+    def worst_case_usd(self, messages: list[dict], max_tokens: int, json_schema: dict | None = None) -> float:
+        """The most a call can be billed, in USD, by an endpoint that keeps to ``max_tokens``: the
+        prompt at :func:`prompt_token_bound` and a reply of ``max_tokens``, at :meth:`prices`."""
+        price_in, price_out, _ = self.prices()
+        return (prompt_token_bound(messages, json_schema) * price_in + max_tokens * price_out) / 1e6
 
     def endpoint(self) -> str:
         """The base URL with any credentials in it removed, for messages."""
@@ -283,7 +347,8 @@ class LLMClient:
             if fallback_from is not None:
                 with self._lock:
                     self._mode_floor = max(self._mode_floor, mode_index)
-            return self._completion(response, messages, attempts, time.monotonic() - started, mode)
+            return self._completion(response, messages, attempts, time.monotonic() - started, mode,
+                                    json_schema if mode != "prompt" else None, max_tokens)
 
     # -- internals -------------------------------------------------------------------------
 
@@ -343,7 +408,8 @@ class LLMClient:
             text = text.replace(key, "***")
         return text
 
-    def _completion(self, response, messages: list[dict], attempts: int, seconds: float, mode: str) -> Completion:
+    def _completion(self, response, messages: list[dict], attempts: int, seconds: float, mode: str,
+                    json_schema: dict | None, max_tokens: int | None) -> Completion:
         choices = getattr(response, "choices", None) or []
         if not choices:
             raise LLMError("bad_response", "the answer has no choices", attempts=attempts)
@@ -355,11 +421,10 @@ class LLMClient:
         tokens_out = getattr(usage, "completion_tokens", None) if usage is not None else None
         reported = tokens_in is not None and tokens_out is not None
         if tokens_in is None or tokens_out is None:  # not reported
-            # No usage from the endpoint: estimate (about four characters a token) so that the
-            # ledger does not count the call as free; the ledger marks it as estimated.
-            prompt_chars = sum(len(str(m.get("content", ""))) for m in messages)
-            tokens_in = math.ceil(prompt_chars / 4)
-            tokens_out = math.ceil(len(text) / 4)
+            # No usage from the endpoint: charge the most the call could have been billed (what a
+            # budget held for it), never less; the ledger marks it as estimated.
+            tokens_in = prompt_token_bound(messages, json_schema)
+            tokens_out = max_tokens if max_tokens is not None else len(text.encode("utf-8")) + 1
         return Completion(
             text=text, tokens_in=int(tokens_in), tokens_out=int(tokens_out), attempts=attempts, seconds=seconds,
             finish_reason=getattr(choice, "finish_reason", None), mode=mode, usage_reported=reported,

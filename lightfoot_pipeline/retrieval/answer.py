@@ -9,22 +9,25 @@ retrieval: the ranked passages never depend on it.
 The model is reached through the project's OpenAI-compatible client (llm.py); an endpoint that
 cannot be reached gives an :class:`Answer` with the error, never an exception from here.
 
-:class:`AnswerBudget` caps what answer calls may spend: each call's worst case (the prompt at
-three characters a token and a full ``max_tokens`` reply) is reserved before the call is made,
-so concurrent calls can never together pass the cap. ``eval --answer`` and ``lightfoot serve``
-both spend through it.
+:class:`AnswerBudget` caps what answer calls may spend: each call's worst case (the prompt at its
+UTF-8 byte length, a true upper bound on its tokens, and a full ``max_tokens`` reply, which every
+request sends; :meth:`~lightfoot_pipeline.models.llm.LLMSettings.worst_case_usd`) is held before the
+call is made and settled by what the endpoint reports it billed. ``eval --answer`` and
+``lightfoot serve`` both spend through it. A model with no known price cannot be held against a
+budget, so an :class:`Answerer` refuses it (before any call) unless the operator allowed it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from lightfoot_pipeline.models.llm import LLMClient, LLMError
+from lightfoot_pipeline.models.llm import LLMClient, LLMError, UnpricedModelError
 from lightfoot_pipeline.retrieval.retrieve import FactHit, PassageHit
 from lightfoot_pipeline.store import ledger
 
@@ -32,9 +35,8 @@ N_FACTS = 10
 N_PASSAGES = 10
 MAX_TOKENS = 200
 MAX_EVIDENCE = 2  # evidence quotes shown per fact
-# Characters per token assumed when reserving a call's worst case (a prompt of names and numbers
-# tokenises denser than prose, which runs at about 4).
-RESERVE_CHARS_PER_TOKEN = 3.0
+
+log = logging.getLogger(__name__)
 
 ANSWER_SCHEMA = {
     "title": "answer",
@@ -126,8 +128,12 @@ def parse_answer(text: str) -> tuple[str | None, bool]:
 
 
 class Answerer:
+    """Answer calls to one model. Raises :class:`~lightfoot_pipeline.models.llm.UnpricedModelError`
+    when the model has no known price and its settings do not allow spending without one."""
+
     def __init__(self, client: LLMClient, n_facts: int = N_FACTS, n_passages: int = N_PASSAGES,
                  max_tokens: int = MAX_TOKENS) -> None:
+        client.settings.require_price("answers")
         self.client = client
         self.n_facts = n_facts
         self.n_passages = n_passages
@@ -145,11 +151,9 @@ class Answerer:
         ]
 
     def worst_case_usd(self, messages: Sequence[dict]) -> float:
-        """The most a call with these messages can cost: the prompt at three characters a token
-        and a reply of ``max_tokens``, at the configured (or list) prices."""
-        price_in, price_out, _ = self.client.settings.prices()
-        tokens_in = math.ceil(sum(len(m["content"]) for m in messages) / RESERVE_CHARS_PER_TOKEN)
-        return (tokens_in * price_in + self.max_tokens * price_out) / 1e6
+        """The most a call with these messages can cost: the prompt's byte bound on its tokens and
+        a reply of ``max_tokens``, at the configured (or list) prices."""
+        return self.client.settings.worst_case_usd(list(messages), self.max_tokens, ANSWER_SCHEMA)
 
     def answer(self, question: str, facts: Sequence[FactHit], passages: Sequence[PassageHit]) -> Answer:
         return self.ask(self.messages(question, facts, passages))
@@ -183,8 +187,15 @@ class AnswerBudget:
 
     :meth:`reserve` holds a call's worst case before the call; a call whose worst case does not
     fit beside what is spent and held is refused, and from then on every call is refused (the
-    budget is spent). :meth:`settle` releases the hold and charges what the call cost. A budget
-    of ``None`` refuses nothing and only counts.
+    budget is spent). :meth:`settle` releases the hold and charges what the endpoint billed,
+    whatever that is: a call whose cost brings the spend to the cap ends every later call.
+
+    An endpoint that keeps to ``max_tokens`` is never billed past a hold, so the cap holds. One
+    that bills past it (``overbilled``) could overshoot by every call in flight at once, so a
+    capped budget lets one call at a time through (:meth:`reserve` waits) until a call has been
+    billed within its hold, and again for good after any call billed past it: the spend then
+    passes the cap by at most one call's bill, and by the calls in flight only where an endpoint
+    billed honestly first and then did not. A budget of ``None`` refuses nothing and only counts.
     """
 
     def __init__(self, limit_usd: float | None) -> None:
@@ -195,18 +206,28 @@ class AnswerBudget:
         self.held_usd = 0.0
         self.calls = 0
         self.refused = 0
+        self.overbilled = 0  # calls settled above their hold
+        self.tokens_in = 0
+        self.tokens_out = 0
         self.exhausted = False
-        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._one_at_a_time = limit_usd is not None  # until a call is billed within its hold
+        self._lock = threading.Condition()
 
     def reserve(self, worst_case_usd: float) -> bool:
-        """Hold ``worst_case_usd`` for a call about to be made; False: the call must not be made."""
+        """Hold ``worst_case_usd`` for a call about to be made; False: the call must not be made.
+        While the budget lets one call at a time through, this waits for the call in flight."""
         with self._lock:
+            while self._one_at_a_time and self._in_flight and not self.exhausted:
+                self._lock.wait()
             over = self.limit_usd is not None and self.spent_usd + self.held_usd + worst_case_usd > self.limit_usd
             if self.exhausted or over:
                 self.exhausted = True
                 self.refused += 1
+                self._lock.notify_all()
                 return False
             self.held_usd += worst_case_usd
+            self._in_flight += 1
             return True
 
     def spent(self) -> bool:
@@ -216,29 +237,56 @@ class AnswerBudget:
                 self.refused += 1
             return self.exhausted
 
-    def settle(self, worst_case_usd: float, cost_usd: float) -> None:
-        """Release a call's hold and charge what it cost."""
+    def settle(self, worst_case_usd: float, cost_usd: float, tokens_in: int = 0, tokens_out: int = 0) -> None:
+        """Release a call's hold and charge what it cost; at the cap, the budget is spent."""
         with self._lock:
             self.held_usd = max(0.0, self.held_usd - worst_case_usd)
+            self._in_flight = max(0, self._in_flight - 1)
             self.spent_usd += cost_usd
+            self.tokens_in += tokens_in
+            self.tokens_out += tokens_out
             self.calls += 1
+            if cost_usd > worst_case_usd + 1e-8:  # (costs are rounded to 8 places)
+                self.overbilled += 1
+                self._one_at_a_time = self.limit_usd is not None
+                log.warning("a model call was billed $%.6f, above the $%.6f held for it: the endpoint "
+                            "bills past the request's max_tokens", cost_usd, worst_case_usd)
+            elif self.overbilled == 0 and (cost_usd > 0 or worst_case_usd == 0):  # billed within its hold
+                self._one_at_a_time = False
+            if self.limit_usd is not None and self.spent_usd >= self.limit_usd:
+                self.exhausted = True
+            self._lock.notify_all()
 
     def as_dict(self) -> dict:
         with self._lock:
-            return {"budget_usd": self.limit_usd, "spent_usd": round(self.spent_usd, 8), "calls": self.calls,
-                    "refused": self.refused, "exhausted": self.exhausted}
+            return {"budget_usd": self.limit_usd, "spent_usd": round(self.spent_usd, 8),
+                    "held_usd": round(self.held_usd, 8), "calls": self.calls, "refused": self.refused,
+                    "overbilled": self.overbilled, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
+                    "exhausted": self.exhausted}
 
 
-def build_answerer(environ: dict | None = None) -> tuple[Answerer | None, str]:
-    """The answerer for the configured endpoint, or None and why there is none."""
+def answer_settings(environ: dict | None = None, *, allow_unpriced: bool = False):
+    """The answer model's settings from the environment; ``allow_unpriced`` (``--allow-unpriced``)
+    allows a model without a known price whatever ``LIGHTFOOT_LLM_ALLOW_UNPRICED`` says."""
     from lightfoot_pipeline.models.llm import LLMSettings
 
+    return LLMSettings.from_env(environ, **({"allow_unpriced": True} if allow_unpriced else {}))
+
+
+def build_answerer(environ: dict | None = None, *, allow_unpriced: bool = False) -> tuple[Answerer | None, str]:
+    """The answerer for the configured endpoint, or None and why there is none (one line: a
+    refused model's reason names the model and the settings that price it, never the endpoint)."""
     try:
-        settings = LLMSettings.from_env(environ)
+        settings = answer_settings(environ, allow_unpriced=allow_unpriced)
         client = LLMClient(settings)
+    except UnpricedModelError as err:
+        return None, err.line()
     except (LLMError, ValueError) as err:
         return None, f"answers need a language-model endpoint ({err}); retrieval works without one"
-    return Answerer(client), f"available: {settings.model} at {settings.endpoint()}"
+    try:
+        return Answerer(client), f"available: {settings.model} at {settings.endpoint()}"
+    except UnpricedModelError as err:
+        return None, err.line()
 
 
 def answer_charge(run_id: str, answer: Answer, prices: tuple[float, float, str]) -> ledger.Charge:

@@ -10,9 +10,13 @@ reported (``status``) and the service stays on the one it has.
 A query runs in two steps, so that a server can give each its own worker pool: :meth:`QueryService.retrieve`
 ranks the passages (local work, milliseconds) and, when an answer is wanted, :meth:`QueryService.answer`
 calls the language model (seconds). Every answer call first reserves its worst case against the
-service's :class:`~lightfoot_pipeline.retrieval.answer.AnswerBudget` and is written to the cost ledger
-(purpose ``answer``, one ledger run per service process); once the budget is spent, queries
-still get their passages and the answer says why it is missing.
+service's :class:`~lightfoot_pipeline.retrieval.answer.AnswerBudget`, is settled at what the endpoint
+billed, and is written to the cost ledger (purpose ``answer``, one ledger run per service process;
+:func:`open_service` creates the ledger before the first answer, and a write lost to another
+writer is tried again until it lands). Once the budget is spent, queries still get their
+passages and the answer says why it is missing. A model without a known price gives no answers
+unless the operator allowed it (``--allow-unpriced``); ``status`` shows the price state
+(``priced``, ``unpriced-allowed`` or ``refused``) beside the spend.
 
 The HTTP side is app.py (the Starlette application) under uvicorn (server.py), and its
 authentication auth.py.
@@ -29,7 +33,15 @@ from dataclasses import dataclass
 
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.models.embedder import Embedder, load_embedder
-from lightfoot_pipeline.retrieval.answer import Answer, AnswerBudget, Answerer, answer_charge, build_answerer
+from lightfoot_pipeline.models.llm import REFUSED
+from lightfoot_pipeline.retrieval.answer import (
+    Answer,
+    AnswerBudget,
+    Answerer,
+    answer_charge,
+    answer_settings,
+    build_answerer,
+)
 from lightfoot_pipeline.retrieval.deep import DeepQuery, DeepQueryError, DeepSettings, charges
 from lightfoot_pipeline.retrieval.rerank import Reranker, RerankerStatus, load_reranker
 from lightfoot_pipeline.retrieval.retrieve import (
@@ -83,22 +95,25 @@ class PendingAnswer:
 class QueryService:
     """Retrieval (and answers, when a model endpoint is configured) over the published snapshot.
 
-    ``answer_status`` says why there are no answers when ``answerer`` is None. ``budget`` caps
-    what answers spend (None: no cap, for one-off queries); ``charge_ledger`` writes every answer
-    call to the store's cost ledger, under one run whose id starts with ``ledger_prefix``.
+    ``answer_status`` says why there are no answers when ``answerer`` is None, and ``price`` is
+    the answer model's price status then (``LLMSettings.price_status``; with an answerer, its
+    own). ``budget`` caps what answers spend (None: no cap, for one-off queries);
+    ``charge_ledger`` writes every answer call to the store's cost ledger, under one run whose id
+    starts with ``ledger_prefix``.
     """
 
     def __init__(self, store: Store, embedder: Embedder, reranker: Reranker | None = None,
                  reranker_status: RerankerStatus | None = None, answerer: Answerer | None = None,
                  answer_status: str = "", settings: RetrievalSettings | None = None,
                  budget: AnswerBudget | None = None, charge_ledger: bool = True,
-                 ledger_prefix: str = "query") -> None:
+                 ledger_prefix: str = "query", price: dict | None = None) -> None:
         self.store = store
         self.embedder = embedder
         self.reranker = reranker
         self.reranker_status = reranker_status
         self.answerer = answerer
         self.answer_status = "available" if answerer else (answer_status or "no answer model configured")
+        self.price = answerer.client.settings.price_status() if answerer else price
         self.settings = settings or RetrievalSettings()
         self.budget = budget or AnswerBudget(None)
         self.charge_ledger = charge_ledger
@@ -232,7 +247,10 @@ class QueryService:
         try:
             result = answerer.ask(messages)
         finally:
-            self.budget.settle(hold, result.cost_usd if result is not None else 0.0)
+            if result is None:
+                self.budget.settle(hold, 0.0)
+            else:
+                self.budget.settle(hold, result.cost_usd, result.tokens_in, result.tokens_out)
         self._charge(result)
         payload["answer"] = result.as_dict()
         payload["answer_status"] = "failed" if result.error else "answered"
@@ -283,6 +301,8 @@ class QueryService:
         self._record([answer_charge(self.ledger_run_id, result, self.answerer.client.settings.prices())])
 
     def _record(self, charges: list[ledger.Charge]) -> None:
+        """Charges into the ledger, tried again until written; one that still fails after the
+        journal's long bound is counted in ``ledger_errors`` and logged, not raised."""
         if not self.charge_ledger:
             return
         try:
@@ -296,10 +316,11 @@ class QueryService:
         return {"status": "ok" if self._serving else "no_snapshot"}
 
     def status(self) -> dict:
-        """The served snapshot, reloads, the reranker and the answer budget (never the model endpoint)."""
+        """The served snapshot, reloads, the reranker, the answer model's price state and the budget's
+        spend (never the model endpoint)."""
         serving = self._serving
-        answers = {"state": self._answers_state(), **self.budget.as_dict(), "ledger_run_id": self.ledger_run_id,
-                   "ledger_errors": self.ledger_errors}
+        answers = {"state": self._answers_state(), "price": self.price, **self.budget.as_dict(),
+                   "ledger_run_id": self.ledger_run_id, "ledger_errors": self.ledger_errors}
         return {
             "status": "ok" if serving else "no_snapshot",
             "snapshot_id": serving.snapshot.snapshot_id if serving else None,
@@ -312,7 +333,7 @@ class QueryService:
 
     def _answers_state(self) -> str:
         if self.answerer is None:
-            return "off"
+            return "refused" if self.price and self.price["state"] == REFUSED else "off"
         return "budget spent" if self.budget.exhausted else "on"
 
     def snapshot_info(self) -> dict:
@@ -349,11 +370,14 @@ def resolve_embedder(store: Store, spec: str | None = None) -> Embedder:
 
 def open_service(store: Store, *, embedder_spec: str | None = None, reranker_spec: str | None = None,
                  answers: bool = True, answer_budget_usd: float | None = None,
-                 answers_off_reason: str = "answers were turned off", ledger_prefix: str = "query") -> QueryService:
+                 answers_off_reason: str = "answers were turned off", ledger_prefix: str = "query",
+                 allow_unpriced: bool = False) -> QueryService:
     """A service on the store's published snapshot (exporting one first if there is none).
 
     ``answer_budget_usd`` caps what the service's answer calls spend (None: no cap); each call is
-    in the cost ledger under a run named from ``ledger_prefix``.
+    in the cost ledger under a run named from ``ledger_prefix``, which is created here when the
+    service answers. ``allow_unpriced`` answers with a model that has no known price (its calls
+    count as $0, so no budget holds them).
     """
     if not store.exists():
         raise SnapshotError(f"no index at {store.uri}: run `lightfoot ingest` first")
@@ -362,10 +386,19 @@ def open_service(store: Store, *, embedder_spec: str | None = None, reranker_spe
     if published is None or published.models.get("embedder") != embedder.model_id:
         export_snapshot(store, embedder)
     reranker, status = load_reranker(reranker_spec)
-    answerer, answer_status = build_answerer() if answers else (None, answers_off_reason)
+    answerer, answer_status = (build_answerer(allow_unpriced=allow_unpriced) if answers
+                               else (None, answers_off_reason))
+    price = None
+    if answers and answerer is None:
+        try:
+            price = answer_settings(allow_unpriced=allow_unpriced).price_status()
+        except ValueError:  # settings that cannot be used: answer_status says why
+            price = None
+    if answerer is not None:
+        ledger.ensure(store)  # before the first answers race to write to it
     one_thread_per_query()
     service = QueryService(store, embedder, reranker, status, answerer, answer_status,
-                           budget=AnswerBudget(answer_budget_usd), ledger_prefix=ledger_prefix)
+                           budget=AnswerBudget(answer_budget_usd), ledger_prefix=ledger_prefix, price=price)
     if not service.refresh():
         raise SnapshotError(service.last_reload_error or f"no snapshot to serve under {store.uri}")
     return service

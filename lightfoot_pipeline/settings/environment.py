@@ -51,6 +51,7 @@ LLM_VARIABLES: dict[str, tuple[tuple[str, ...], type]] = {
     "backoff_s": (("LIGHTFOOT_LLM_BACKOFF_S",), float),
     "backoff_max_s": (("LIGHTFOOT_LLM_BACKOFF_MAX_S",), float),
     "temperature": (("LIGHTFOOT_LLM_TEMPERATURE",), float),
+    "allow_unpriced": (("LIGHTFOOT_LLM_ALLOW_UNPRICED",), bool),
 }
 # Object-store credentials and endpoint, passed to the store's libraries under the same names.
 OBJECT_STORE_VARIABLES = (
@@ -86,6 +87,14 @@ def _number(name: str, text: str, kind: type):
         what = "a whole number" if kind is int else "a number"
         raise SettingsError(f"{name}={text!r} is not {what}",
                             hint=f"set {name} to {what}, or unset it for the default") from None
+
+
+def _flag(name: str, text: str) -> bool:
+    value = text.casefold()
+    if value not in _TRUE + _FALSE:
+        raise SettingsError(f"{name}={text!r}: expected 1/true/yes/on or 0/false/no/off",
+                            hint=f"set {name} to one of those, or unset it")
+    return value in _TRUE
 
 
 def is_set(name: str) -> bool:
@@ -181,7 +190,10 @@ def llm_environment(environ: Mapping[str, str] | None = None) -> dict[str, objec
         for name in names:
             text = _read(name, environ)
             if text is not None:
-                values[field_name] = text if kind is str else _number(name, text, kind)
+                if kind is bool:
+                    values[field_name] = _flag(name, text)
+                else:
+                    values[field_name] = text if kind is str else _number(name, text, kind)
                 break
     return values
 

@@ -2,13 +2,20 @@
 the cost ledger and the other records that many writers append to at once).
 
 Appends never conflict with each other, so journals are not versioned with the index tables; a
-journal is read at its latest version. ``append_journal_after`` appends only on top of an exact
-version, for records that must not race (a claim on a passage). :class:`Journals` is a part of
+journal is read at its latest version. Two appenders can still lose a commit to each other: the
+first appends to a journal that does not exist yet both try to create it, and a burst of appends
+can outlast deltalake's own commit retries. :meth:`Journals.append_journal` therefore tries again,
+with a bounded backoff, until the rows are written, and raises :class:`StoreError` only after
+``APPEND_RETRY_S``; :meth:`Journals.ensure_journal` creates an empty journal race-free, before
+the first concurrent writes. ``append_journal_after`` appends only on top of an exact version,
+for records that must not race (a claim on a passage). :class:`Journals` is a part of
 :class:`~lightfoot_pipeline.store.store.Store`.
 """
 
 from __future__ import annotations
 
+import random
+import time
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -32,6 +39,11 @@ from lightfoot_pipeline.store.tables import BUCKET, TableSpec, conform, spec_for
 ORPHAN_GRACE_HOURS = 1
 # Journal appends (an answer at a time) leave small files; compaction waits for this many per bucket.
 JOURNAL_FILES_PER_BUCKET = 4
+# An append that lost its commit (or met a storage failure) is sent again after a wait that
+# starts at APPEND_BACKOFF_S and doubles to APPEND_BACKOFF_MAX_S, for APPEND_RETRY_S at most.
+APPEND_BACKOFF_S = 0.02
+APPEND_BACKOFF_MAX_S = 2.0
+APPEND_RETRY_S = 120.0
 
 
 def typed(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:
@@ -60,19 +72,44 @@ class Journals:
             return spec.empty()
         return typed(self.read_files(table, spec), spec).select([*spec.columns, BUCKET])
 
-    def append_journal(self, name: str, rows: pl.DataFrame) -> None:
-        """Append rows to a journal table (safe beside other appenders: appends never conflict)."""
+    def append_journal(self, name: str, rows: pl.DataFrame, *, retry_for_s: float = APPEND_RETRY_S) -> int:
+        """Append rows to a journal table, durable when this returns; the attempts it took.
+
+        A commit lost to another writer (deltalake's CommitFailedError: two writers creating the
+        journal, or more concurrent appends than deltalake retries) or a storage failure is tried
+        again after a jittered backoff, until ``retry_for_s`` has passed; then StoreError says
+        how many attempts failed and the last reason. A lost commit wrote nothing, so trying it
+        again never doubles a row (its data files are orphans that vacuum removes); a storage
+        failure met after the commit landed could, and the rows keep their ids to tell.
+        """
         if rows.height == 0:
-            return
+            return 0
         spec = spec_for(name)
-        write_deltalake(
-            self.journal_uri(name),
-            conform(rows, spec),
-            mode="append",
-            partition_by=[BUCKET],
-            configuration=TABLE_CONFIGURATION,
-            storage_options=self.connection_options(),
-        )
+        table = conform(rows, spec)
+        deadline = time.monotonic() + retry_for_s
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                write_deltalake(self.journal_uri(name), table, mode="append", partition_by=[BUCKET],
+                                configuration=TABLE_CONFIGURATION, storage_options=self.connection_options())
+                return attempts
+            except (DeltaError, OSError) as err:
+                wait = min(APPEND_BACKOFF_MAX_S, APPEND_BACKOFF_S * 2 ** min(attempts - 1, 16))
+                wait *= 0.5 + random.random() / 2  # jitter keeps racing appenders apart
+                if time.monotonic() + wait > deadline:
+                    lost = "the commit was lost to other writers: " if isinstance(err, CommitFailedError) else ""
+                    raise StoreError(f"cannot append {rows.height} rows to journal {name} after {attempts} attempts "
+                                     f"in {retry_for_s:g}s: {lost}{storage_failure(err)}") from err
+                time.sleep(wait)
+
+    def ensure_journal(self, name: str) -> bool:
+        """Create the journal, empty, if it does not exist (race-free: of two creators one wins and
+        the other finds it made); True when this call created it."""
+        if self.open_table(self.journal_uri(name)) is not None:
+            return False
+        spec = spec_for(name)
+        return self.append_journal_after(name, spec.empty(), None)
 
     def read_journal_version(self, name: str) -> tuple[int | None, pl.DataFrame]:
         """A journal table at its latest version, and that version (None when it does not exist)."""

@@ -11,7 +11,14 @@ here; the rows stay as the record of what was paid.
 
 Prices are USD per million tokens: the configured ones (``LIGHTFOOT_LLM_PRICE_IN`` /
 ``LIGHTFOOT_LLM_PRICE_OUT``), else the model's list price from ``data/llm_prices.json`` (the
-paper's Llama 3.3 70B: $0.10 in, $0.32 out). Each row keeps the prices it was charged at.
+paper's Llama 3.3 70B: $0.10 in, $0.32 out). Each row keeps the prices it was charged at; a call
+to a model without a known price, made because the operator allowed it, is ``unpriced`` at $0.
+A call whose endpoint reported no usage is charged the most it could have been billed
+(``usage_reported`` false).
+
+Many threads append at once (a query service's answers): :func:`ensure` creates the ledger before
+they start, and each append is tried again until it is written (``Journals.append_journal``), so
+no row is lost to another writer's commit.
 
 :func:`totals` is what the Dagster layer reports as metadata; ``lightfoot cost`` prints
 :func:`totals`, :func:`by_run` and :func:`by_document`.
@@ -88,8 +95,14 @@ class Charge:
         }
 
 
+def ensure(store) -> bool:
+    """Create the (empty) ledger if the store has none yet; True when this call created it."""
+    return store.ensure_journal(LLM_LEDGER.name)
+
+
 def record(store, charges: list[Charge]) -> None:
-    """Append charges to the ledger (one journal commit for the lot, durable when this returns)."""
+    """Append charges to the ledger (one journal commit for the lot, durable when this returns;
+    tried again until written, StoreError after ``journals.APPEND_RETRY_S``)."""
     if not charges:
         return
     frame = pl.DataFrame([c.row() for c in charges], schema=arrow_frame(LLM_LEDGER.schema.empty_table()).schema)

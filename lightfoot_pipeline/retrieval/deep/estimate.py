@@ -4,8 +4,8 @@ The first step's evidence needs no model (it is the question's own global explor
 memory prompt is measured exactly. Later prompts are taken as the path that costs most within
 the step cap: every step runs, each step's evidence the size of the first's, and the memory
 grows by ``MEMORY_CHARS_PER_STEP`` a step. Replies count ``TYPICAL_TOKENS`` each (the estimate)
-or their full ``max_tokens`` (the ceiling, with prompts at three characters a token, as the
-budget reserves).
+or their full ``max_tokens`` (the ceiling, with prompts at their byte bound on tokens,
+``llm.prompt_token_bound``, as the budget holds them).
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lightfoot_pipeline.retrieval.answer import RESERVE_CHARS_PER_TOKEN
+from lightfoot_pipeline.models.llm import prompt_token_bound
 from lightfoot_pipeline.retrieval.deep.evidence import SnapshotIndex, StepEvidence, explore
 from lightfoot_pipeline.retrieval.deep.loop import DeepSettings
 from lightfoot_pipeline.retrieval.deep.memory import Memory
 from lightfoot_pipeline.retrieval.deep.prompts import answer_messages, check_messages, memory_messages
+from lightfoot_pipeline.retrieval.deep.schemas import SCHEMAS
 from lightfoot_pipeline.retrieval.retrieve import Retriever
 
 CHARS_PER_TOKEN = 4.0
@@ -29,7 +30,7 @@ TYPICAL_TOKENS = {"memory": 250, "check": 80, "answer": 16}
 class QuestionEstimate:
     calls: int
     tokens_in: int  # prompt characters / 4
-    tokens_in_reserved: int  # prompt characters / 3
+    tokens_in_reserved: int  # the prompts' byte bounds on their tokens
     tokens_out_typical: int
     tokens_out_max: int
 
@@ -45,20 +46,25 @@ def estimate_question(retriever: Retriever, settings: DeepSettings, question: st
     first = explore(retriever, index, question, s.passages, s.facts_per_query, s.entities_per_query, rerank)
     evidence = StepEvidence([first])
     empty = Memory()
-    stages: list[tuple[str, int]] = []
-    memory_chars = _chars(memory_messages(question, empty, evidence, index))
-    check_chars = _chars(check_messages(question, empty, index, s.max_subqueries))
+    stages: list[tuple[str, int, int]] = []  # (stage, prompt characters, bound on its tokens)
+
+    def stage(name: str, messages: list[dict], grown: int) -> None:
+        # the memory grows in text of about a byte a character
+        stages.append((name, _chars(messages) + grown, prompt_token_bound(messages, SCHEMAS[name]) + grown))
+
+    memory = memory_messages(question, empty, evidence, index)
+    check = check_messages(question, empty, index, s.max_subqueries)
     for step in range(s.max_steps):
         grown = step * MEMORY_CHARS_PER_STEP
-        stages.append(("memory", memory_chars + grown))
+        stage("memory", memory, grown)
         if step + 1 < s.max_steps:
-            stages.append(("check", check_chars + grown + MEMORY_CHARS_PER_STEP))
-    answer_chars = _chars(answer_messages(question, empty, {}, first.passages[: s.passages], index))
-    stages.append(("answer", answer_chars + s.max_steps * MEMORY_CHARS_PER_STEP))
+            stage("check", check, grown + MEMORY_CHARS_PER_STEP)
+    stage("answer", answer_messages(question, empty, {}, first.passages[: s.passages], index),
+          s.max_steps * MEMORY_CHARS_PER_STEP)
     return QuestionEstimate(
         calls=len(stages),
-        tokens_in=sum(math.ceil(c / CHARS_PER_TOKEN) for _, c in stages),
-        tokens_in_reserved=sum(math.ceil(c / RESERVE_CHARS_PER_TOKEN) for _, c in stages),
-        tokens_out_typical=sum(TYPICAL_TOKENS[stage] for stage, _ in stages),
-        tokens_out_max=sum(s.tokens(stage) for stage, _ in stages),
+        tokens_in=sum(math.ceil(c / CHARS_PER_TOKEN) for _, c, _ in stages),
+        tokens_in_reserved=sum(bound for _, _, bound in stages),
+        tokens_out_typical=sum(TYPICAL_TOKENS[name] for name, _, _ in stages),
+        tokens_out_max=sum(s.tokens(name) for name, _, _ in stages),
     )

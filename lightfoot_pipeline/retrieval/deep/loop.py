@@ -12,10 +12,13 @@ For a question (paper §3.2–3.6), with a step cap T (``max_steps``, default 3)
    their entities (at most ``passages``, the one-step mode's 10 by default), and names the points
    it rests on.
 
-A question makes at most 2T model calls. Each call reserves its worst case (the prompt at three
-characters a token and a full reply) against the question's budget and the run's
+A question makes at most 2T model calls, each sending its stage's ``max_tokens``. Each call
+reserves its worst case (the prompt at its byte bound on tokens and a full reply) against the
+question's budget and the run's
 (:class:`~lightfoot_pipeline.retrieval.answer.AnswerBudget`) before it is made; a call that does not
-fit is not made, and the question ends there. So does a malformed or refused reply, or a call
+fit is not made, and the question ends there; a call settled at what the endpoint billed that
+brings a budget to its cap ends it too. A model without a known price is refused before any call
+(:class:`~lightfoot_pipeline.models.llm.UnpricedModelError`) unless the operator allowed it. So does a malformed or refused reply, or a call
 that fails: the result keeps the memory so far and says why, and the run goes on. An endpoint
 that cannot serve at all (unreachable, refusing the key, without the model) raises
 :class:`DeepQueryError` at once, naming where it looked. :func:`charges` gives every call's row
@@ -33,7 +36,7 @@ import numpy as np
 
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.models.llm import LLMClient, LLMError
-from lightfoot_pipeline.retrieval.answer import RESERVE_CHARS_PER_TOKEN, Answer, AnswerBudget, answer_charge
+from lightfoot_pipeline.retrieval.answer import Answer, AnswerBudget, answer_charge
 from lightfoot_pipeline.retrieval.deep.evidence import Evidence, SnapshotIndex, StepEvidence, explore, investigate
 from lightfoot_pipeline.retrieval.deep.memory import Memory, Operation
 from lightfoot_pipeline.retrieval.deep.parse import (
@@ -212,6 +215,7 @@ class DeepQuery:
 
     def __init__(self, retriever: Retriever, client: LLMClient, settings: DeepSettings | None = None,
                  budget: AnswerBudget | None = None, rerank: bool = True) -> None:
+        client.settings.require_price("deep-mode calls")
         self.retriever = retriever
         self.client = client
         self.settings = settings or DeepSettings()
@@ -341,9 +345,8 @@ class DeepQuery:
         return hits
 
     def worst_case_usd(self, messages: list[dict], stage: str) -> float:
-        price_in, price_out, _ = self.client.settings.prices()
-        tokens_in = math.ceil(sum(len(m["content"]) for m in messages) / RESERVE_CHARS_PER_TOKEN)
-        return (tokens_in * price_in + self.settings.tokens(stage) * price_out) / 1e6
+        """The most the stage's call can cost: the prompt's byte bound and a full ``max_tokens`` reply."""
+        return self.client.settings.worst_case_usd(messages, self.settings.tokens(stage), SCHEMAS[stage])
 
     def _call(self, result: DeepResult, stage: str, step: int, messages: list[dict],
               question_budget: AnswerBudget) -> str:
@@ -381,8 +384,9 @@ class DeepQuery:
             result.calls.append(Call(stage, step, record))
         finally:
             cost = record.cost_usd if record is not None else 0.0
-            question_budget.settle(hold, cost)
-            self.budget.settle(hold, cost)
+            tokens = (record.tokens_in, record.tokens_out) if record is not None else (0, 0)
+            question_budget.settle(hold, cost, *tokens)
+            self.budget.settle(hold, cost, *tokens)
         if refused:
             raise QuestionStopped(f"step {step}: the model refused the {stage} call or returned nothing "
                         f"(finish reason {completion.finish_reason})")

@@ -166,8 +166,7 @@ def test_the_budget_cap_stops_the_calls_before_the_spend_passes_it(chat_server, 
     chat_server.script(lambda request: chat_server.Reply(content='{"answer": "x"}', usage=(1000, 5)))
     answerer = answerer_for(chat_server, price_in_per_mtok=100.0, price_out_per_mtok=400.0)
     chosen = [r for r in results if r.mode == HIPPORAG2]
-    worst = [(math.ceil(sum(len(m["content"]) for m in answer_messages(r)) / 3) * 100.0
-              + answerer.max_tokens * 400.0) / 1e6 for r in chosen]
+    worst = [answerer.worst_case_usd(answerer.messages(r.question, r.facts, r.hits)) for r in chosen]
     actual = (1000 * 100.0 + 5 * 400.0) / 1e6
     # room for the first three calls' worst cases, not a fourth's
     budget = 2 * actual + worst[2] + 1e-9

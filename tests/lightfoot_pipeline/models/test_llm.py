@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from lightfoot_pipeline.models.llm import LLMClient, LLMError, LLMSettings, retry_after_seconds
+from lightfoot_pipeline.models.llm import LLMClient, LLMError, LLMSettings, prompt_token_bound, retry_after_seconds
 
 SCHEMA = {"title": "answer", "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
           "additionalProperties": False}
@@ -243,6 +243,9 @@ def test_missing_usage_is_estimated_and_marked(chat_server):
     chat_server.queue(chat_server.Reply(body=body))
     completion = client_for(chat_server).complete(HELLO)
     assert not completion.usage_reported
-    assert completion.tokens_out == 50  # 200 characters at four a token
-    assert completion.tokens_in > 0
+    assert completion.tokens_out == 201  # no max_tokens: the reply's 200 bytes bound its tokens (and an end)
+    assert completion.tokens_in == prompt_token_bound(HELLO)  # the most the prompt can be billed
     assert completion.truncated
+    chat_server.queue(chat_server.Reply(body=body))
+    capped = client_for(chat_server).complete(HELLO, max_tokens=64)
+    assert (capped.tokens_in, capped.tokens_out) == (prompt_token_bound(HELLO), 64)  # the worst case held

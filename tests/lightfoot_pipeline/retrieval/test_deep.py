@@ -234,18 +234,26 @@ def test_replies_that_stray_from_the_schema_are_read(chat_server, retriever):
 def test_the_question_budget_stops_a_call_before_it_is_made(chat_server, retriever):
     dialogue(chat_server)
     probe = DeepQuery(retriever, client_for(chat_server))
-    assert probe.run(QUESTION).status == "answered"
-    first_hold = probe.worst_case_usd(chat_server.requests[0].messages, "memory")
-    for budget, calls in ((first_hold * 0.99, 0), (first_hold * 1.5, None)):
+    answered = probe.run(QUESTION)
+    assert answered.status == "answered"
+    holds = [probe.worst_case_usd(r.messages, c.stage) for r, c in zip(chat_server.requests, answered.calls,
+                                                                         strict=True)]
+    costs = [c.record.cost_usd for c in answered.calls]
+    # what call k needs free: the spend before it and its own hold; the first call that needs more
+    # than every call before it is the one a budget of that earlier most stops
+    needs = [sum(costs[:k]) + hold for k, hold in enumerate(holds)]
+    stop = next(k for k in range(1, len(needs)) if needs[k] > max(needs[:k]))
+    for budget, calls in ((holds[0] * 0.99, 0), (max(needs[:stop]), stop)):
         chat_server.reset()
         dialogue(chat_server)
         result = DeepQuery(retriever, client_for(chat_server), DeepSettings(question_budget_usd=budget)).run(QUESTION)
         assert result.status == "stopped" and result.reason.startswith("budget: the ")
         assert "more than is left of the question's" in result.reason
-        assert len(result.calls) == chat_server.count and chat_server.count < 5
-        if calls is not None:
-            assert chat_server.count == calls and len(result.memory) == 0
+        assert len(result.calls) == chat_server.count == calls
+        if calls == 0:
+            assert len(result.memory) == 0
         assert result.cost_usd <= budget
+        assert all(r.body["max_tokens"] == DeepSettings().tokens(stage(r)) for r in chat_server.requests)
 
 
 def test_the_run_budget_stops_every_question_once_spent(chat_server, retriever):
