@@ -60,15 +60,28 @@ def test_query_exports_a_snapshot_and_reports_it_with_a_latency_breakdown(built,
 def test_query_answers_through_the_configured_endpoint(built, capsys, chat_server, monkeypatch, no_endpoint):
     monkeypatch.setenv("OPENAI_BASE_URL", chat_server.base_url)
     monkeypatch.setenv("LIGHTFOOT_LLM_MODEL", "answer-model")
+    for name in ("LIGHTFOOT_LLM_PRICE_IN", "LIGHTFOOT_LLM_PRICE_OUT", "LIGHTFOOT_LLM_ALLOW_UNPRICED"):
+        monkeypatch.delenv(name, raising=False)
     chat_server.queue(chat_server.Reply(content='{"answer": "Mira Kalden"}'))
+    # a model without a known price is refused in one line, before any call
+    assert main(["query", QUESTION, "--store", built]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: query: answers refused: the model 'answer-model' has no known price")
+    assert "--allow-unpriced" in err and "\n" not in err and chat_server.count == 0
+    assert main(["query", QUESTION, "--store", built, "--allow-unpriced"]) == 0
+    assert "answer: Mira Kalden   [answer-model" in capsys.readouterr().out
+    monkeypatch.setenv("LIGHTFOOT_LLM_PRICE_IN", "1")
+    monkeypatch.setenv("LIGHTFOOT_LLM_PRICE_OUT", "2")
     assert main(["query", QUESTION, "--store", built]) == 0
     assert "answer: Mira Kalden   [answer-model" in capsys.readouterr().out
-    assert chat_server.count == 1
+    assert chat_server.count == 2
     from lightfoot_pipeline.store import ledger
     from lightfoot_pipeline.store.store import Store
 
-    (row,) = ledger.read(Store(built)).to_dicts()  # the answer call is paid for, so it is recorded
-    assert row["purpose"] == "answer" and row["run_id"].startswith("query-") and row["model"] == "answer-model"
+    rows = ledger.read(Store(built)).sort("created_at").to_dicts()  # each answer call is recorded
+    assert [r["price_source"] for r in rows] == ["unpriced", "configured"]
+    assert all(r["purpose"] == "answer" and r["run_id"].startswith("query-") and r["model"] == "answer-model"
+               for r in rows)
 
 
 def test_a_new_commit_marks_the_served_snapshot_stale(built, capsys, no_endpoint):
