@@ -71,9 +71,16 @@ def _escaped(ch: str) -> str:
         "".join(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
 
 
+# What an ASCII text may hold that escape_for_doc_id escapes: ``%``, quotes, backslash, controls,
+# three dots, whitespace at the end.
+_ASCII_TO_ESCAPE = re.compile(r"""[%'"\\\x00-\x1f\x7f]|\.\.\.|\s\Z""")
+
+
 def escape_for_doc_id(text: str, also: str = "") -> str:
     """``text`` (a file path as :func:`os.fsdecode` gives it) with what a doc id cannot hold
     percent-escaped, and ``%`` and the characters of ``also``; :func:`unescape_doc_id` undoes it."""
+    if text.isascii() and not _ASCII_TO_ESCAPE.search(text) and not any(ch in text for ch in also):
+        return text  # the common case, without a look at each character
     out: list[str] = []
     dots = 0
     end = len(text.rstrip())

@@ -38,7 +38,7 @@ from lightfoot_pipeline import operations
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.index.documents import EXCLUDED, tombstone_documents
 from lightfoot_pipeline.index.link_pieces import STAGING
-from lightfoot_pipeline.ingest.doc_ids import default_source_name, source_name_problem
+from lightfoot_pipeline.ingest.doc_ids import default_source_name, file_doc_id, file_path_of, source_name_problem
 from lightfoot_pipeline.ingest.extraction.answers import ClaimingExtractor
 from lightfoot_pipeline.ingest.extraction.openai_extractor import OpenAIExtractor
 from lightfoot_pipeline.ingest.extraction.outcome import OK, Extractor, ProgressCallback
@@ -148,6 +148,8 @@ def check_store_outside(store: Store, root: str) -> None:
         return
     local = store.local_root()
     assert local is not None
+    if (root.rstrip(os.sep) + os.sep).startswith(os.path.realpath(local).rstrip(os.sep) + os.sep):
+        raise StoreError(f"the source {root} is inside the store {store.uri}", hint="sync a folder outside the store")
     paths = [("the store", str(local)), ("its landing area", str(local / LANDING_DIR)),
              ("its staging", str(local.joinpath(*STAGING)))]
     if local.is_dir():
@@ -159,9 +161,6 @@ def check_store_outside(store: Store, root: str) -> None:
             where = "" if what == "the store" else f" ({what}, {real})"
             raise StoreError(f"the store {store.uri}{where} is inside the source {root}: a sync would index the "
                              "store itself", hint="keep the store and its folders outside the source")
-    if inside.startswith(os.path.realpath(local).rstrip(os.sep) + os.sep):
-        raise StoreError(f"the source {root} is inside the store {store.uri}",
-                         hint="sync a folder outside the store")
 
 
 def sync(
@@ -203,10 +202,15 @@ def sync(
     report.failed = [{"doc_id": d, "reason": records[d]["reason"]} for d in look.unchanged
                      if records[d]["status"] == FAILED]
     live = live_doc_ids(store)
-    if look.gone:
-        report.removed = [d for d in look.gone if d in live]
-        deleted = operations.delete(store, report.removed, settings, erase=erase, reason=f"removed from {root}",
-                                  stage=lambda tx: _put_records(tx, [], look.gone))
+    if look.renamed:  # files listed under other ids now: their text stays live, so nothing is erased
+        renamed = operations.delete(store, [d for d in look.renamed if d in live], settings,
+                                    reason=f"renamed at {root}", stage=lambda tx: _put_records(tx, [], look.renamed))
+        report.commits.append(renamed.seq)
+    gone = [d for d in look.gone if d not in set(look.renamed)]
+    report.removed = [d for d in look.gone if d in live]
+    if gone:
+        deleted = operations.delete(store, [d for d in gone if d in live], settings, erase=erase,
+                                    reason=f"removed from {root}", stage=lambda tx: _put_records(tx, [], gone))
         report.commits.append(deleted.seq)
         report.erase = deleted.erase  # the removed files' erasure, and any pending one
     for doc_id in readmitted:
@@ -282,6 +286,9 @@ class SourceLook:
     to_read: list[tuple[SourceFile, tuple[str | None, bytes | None]]]  # with each one's sidecar
     unchanged: list[str]
     gone: list[str]
+    # Of ``gone``, the ids of files still listed under another id: recorded before doc ids carried
+    # the source's name (a bare path), or under another name of the source.
+    renamed: list[str] = field(default_factory=list)
 
     @property
     def in_sync(self) -> bool:
@@ -325,6 +332,7 @@ def look_at_source(store: Store, source: str, chunking: ChunkSettings | None = N
     look = SourceLook(root, fs, files, records, [], [], [])
     listed_ids = {f.doc_id for f in files}
     look.gone = sorted(d for d in records if d not in listed_ids)
+    look.renamed = [d for d in look.gone if _listed_as(d, named) & listed_ids]
     for f in files:
         known = records.get(f.doc_id)
         sidecar = sidecar_hash(fs, f)
@@ -333,6 +341,15 @@ def look_at_source(store: Store, source: str, chunking: ChunkSettings | None = N
         else:
             look.to_read.append((f, sidecar))
     return look
+
+
+def _listed_as(doc_id: str, name: str) -> set[str]:
+    """The ids a file recorded as ``doc_id`` has under the name ``name``: as a bare path, or as
+    ``OTHER:PATH``."""
+    ids = {file_doc_id(name, doc_id)}
+    if ":" in doc_id:
+        ids.add(file_doc_id(name, file_path_of(doc_id)[1]))
+    return ids
 
 
 def _same_listing(known: dict, listed: SourceFile, sidecar: str | None, chunking: ChunkSettings) -> bool:

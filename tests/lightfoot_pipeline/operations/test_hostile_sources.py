@@ -251,7 +251,7 @@ def test_a_large_text_file_is_refused_without_being_read_whole(tmp_path, monkeyp
     assert not read_source_file(fs, root, listed["small.txt"], ChunkSettings(), (None, None)).failed
 
 
-def test_two_sources_in_one_store_never_share_a_doc_id(tmp_path, model, hashing_embedder, capsys):
+def test_two_sources_in_one_store_never_share_a_doc_id(tmp_path, model, hashing_embedder, capsys, monkeypatch):
     store = Store(str(tmp_path / "store"))
     for team in ("x", "y"):
         (tmp_path / team / "docs").mkdir(parents=True)
@@ -264,9 +264,11 @@ def test_two_sources_in_one_store_never_share_a_doc_id(tmp_path, model, hashing_
     with pytest.raises(LightfootError, match=r"the source name 'docs' is taken .* by the source .*x/docs") as refused:
         run_sync(store, tmp_path / "y" / "docs", model, hashing_embedder)
     assert "--name" in refused.value.hint
-    argv = ["sync", "--store", store.uri, "--source", str(tmp_path / "y" / "docs"), "--embedder", "hashing"]
+    argv = ["sync", "--store", store.uri, "--source", str(tmp_path / "y" / "docs"), "--embedder", "hashing:32"]
     assert cli.main(argv) == 2 and "--name" in capsys.readouterr().err
-    run_sync(store, tmp_path / "y" / "docs", model, hashing_embedder, name="team-y")
+    monkeypatch.setenv("OPENAI_BASE_URL", model.base_url)
+    assert cli.main([*argv, "--name", "team-y", "--chunk-tokens", "60",
+                     "--chunk-overlap", "12"]) == 0, capsys.readouterr().err
     assert live_ids(store) == ["docs:readme.md", "handbook:readme.md", "team-y:readme.md"]
     assert set(store.read(SOURCE_FILES.name).get_column("source").to_list()) == {
         os.path.realpath(tmp_path / p) for p in ("x/docs", "handbook", "y/docs")}
@@ -278,8 +280,11 @@ def test_two_sources_in_one_store_never_share_a_doc_id(tmp_path, model, hashing_
         look_at_source(store, str(tmp_path / "handbook"), name="a:b")
 
 
-def test_a_store_with_doc_ids_of_before_names_syncs_from_the_extraction_cache(tmp_path, model, hashing_embedder):
-    """Files recorded under bare paths (``guide.md``) come back as ``NAME:PATH`` with no model call."""
+@pytest.mark.parametrize("erase", [False, True])
+def test_a_store_with_doc_ids_of_before_names_syncs_from_the_extraction_cache(tmp_path, model, hashing_embedder,
+                                                                              erase):
+    """Files recorded under bare paths (``guide.md``) come back as ``NAME:PATH`` with no model call,
+    and with ``erase`` the old ids' erasure keeps the answers the new passages use."""
     src = tmp_path / "docs"
     src.mkdir()
     for name in ("guide.md", "notes.txt"):
@@ -303,7 +308,7 @@ def test_a_store_with_doc_ids_of_before_names_syncs_from_the_extraction_cache(tm
     assert live_ids(store) == ["guide.md", "notes.txt"] and model.count > 0
     model.reset()
 
-    report = run_sync(store, src, model, hashing_embedder)
+    report = run_sync(store, src, model, hashing_embedder, erase=erase)
     assert sorted(report.removed) == ["guide.md", "notes.txt"] and sorted(report.new) == ["docs:guide.md",
                                                                                             "docs:notes.txt"]
     assert model.count == 0, [r.user_text for r in model.requests]
@@ -312,6 +317,12 @@ def test_a_store_with_doc_ids_of_before_names_syncs_from_the_extraction_cache(tm
     recorded = store.read(SOURCE_FILES.name)
     assert sorted(recorded.get_column("doc_id").to_list()) == ["docs:guide.md", "docs:notes.txt"]
     assert recorded.filter(pl.col("status") != "indexed").height == 0
+    if erase:  # the old ids' tombstones: deleted, not erased, as their text is live under the new ids
+        assert report.erase is None or not set(report.erase["documents"]) & {"guide.md", "notes.txt"}
+
+    renamed = run_sync(store, src, model, hashing_embedder, erase=erase, name="handbook")  # a source renamed
+    assert sorted(renamed.new) == ["handbook:guide.md", "handbook:notes.txt"] and model.count == 0
+    assert live_ids(store) == ["handbook:guide.md", "handbook:notes.txt"]
 
 
 @given(st.lists(st.text(min_size=1, max_size=12).filter(lambda t: "/" not in t and "\x00" not in t), min_size=1,
