@@ -36,10 +36,10 @@ def test_the_sensor_asks_for_a_sync_when_the_folder_changes_and_the_asset_report
     result = lightfoot.run(tick.run_requests[0], job_name="source_sync_job")
     assert result.success
     metadata = result.get_asset_materialization_events()[0].event_specific_data.materialization.metadata
-    assert metadata["new"].value == ["broken.docx", "guide.md"] and metadata["model_calls"].value == 1
-    assert metadata["failed"].value[0]["doc_id"] == "broken.docx"
+    assert metadata["new"].value == ["shared-drive:broken.docx", "shared-drive:guide.md"] and metadata["model_calls"].value == 1
+    assert metadata["failed"].value[0]["doc_id"] == "shared-drive:broken.docx"
     assert metadata["failed"].value[0]["reason"].startswith("truncated or corrupt Word document")
-    assert lightfoot.stored_ids() == ["guide.md"]
+    assert lightfoot.stored_ids() == ["shared-drive:guide.md"]
     assert "is in sync: 2 files" in lightfoot.tick("source_sync").skip_message
 
     (folder / "guide.md").unlink()
