@@ -154,7 +154,7 @@ def test_two_syncs_at_once_ask_each_passage_once(tmp_path, chat_server, hashing_
     def one_sync():
         try:
             reports.append(run_sync(Store(store_uri), folder, chat_server, hashing_embedder))
-        except Exception as err:  # noqa: BLE001 - reported by the assertion below
+        except Exception as err:  # reported by the assertion below
             errors.append(err)
 
     threads = [threading.Thread(target=one_sync) for _ in range(2)]
@@ -218,7 +218,7 @@ def test_a_sync_killed_between_its_deletion_and_its_erasure_leaves_it_pending_an
     assert f"erasures pending (the next sync, delete or vacuum finishes them): {secret}" in capsys.readouterr().out
 
     # The next sync, without --erase and with nothing changed at the source, finishes the erasure.
-    assert cli.main(argv[:-1] + ["--json"]) == 0
+    assert cli.main([*argv[:-1], "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["removed"] == [] and report["erase"]["documents"] == [secret]
     assert holding(tmp_path / "store") == []
