@@ -21,6 +21,19 @@ store lacks it: recorded extractions, no model call), warms it up, and then, all
   show what the machine's own scheduling adds;
 - unauthenticated and wrongly authenticated queries are sent.
 
+With ``--isolation`` it measures instead what one client can take from the others, in one run
+against one server (rate limits off, so that only the connection bound and the pools are
+measured; each client on an address of its own in 127.0.0.0/8):
+
+- ``--clients`` authenticated query clients and a ``/health`` prober for ``--phase-s`` seconds,
+  alone and then beside a connection flood: a process holding ``--flood`` sockets from one address,
+  each reopened as soon as the server closes it (the server keeps ``--max-connections-per-client``
+  of them and refuses the rest at once). It reports the authenticated p50 and the ``/health`` p99
+  in both phases and their ratios (target: within 3x);
+- one ``/query`` client alone, and beside four ``/explain/doc`` clients asking for document after
+  document (each a deletion preview, never the same twice): its p50 in both and the ratio
+  (target: within 2x).
+
 It checks that every authenticated query got 200, every unauthenticated one 401, every big body
 413 (or a closed connection) without the server reading it, ``/health`` answered within 50 ms
 (p99 and the slowest probe), and the server's RSS after the load (and at its peak) within 200 MB
@@ -330,13 +343,13 @@ def prepare_store(store_uri: str, embedder_spec: str) -> None:
     export_snapshot(store, embedder)
 
 
-def start_server(store_uri: str, token: str, args) -> tuple[subprocess.Popen, int]:
+def start_server(store_uri: str, token: str, args, extra: list[str] = ()) -> tuple[subprocess.Popen, int]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "LIGHTFOOT_LLM_BASE_URL", "LIGHTFOOT_LLM_API_KEY",
                         "LIGHTFOOT_SERVE_TOKENS_FILE", "LIGHTFOOT_SERVE_ANSWERS")}
     env.update(LIGHTFOOT_SERVE_TOKEN=token, LIGHTFOOT_RERANKER="none", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     command = [sys.executable, "-m", "lightfoot_pipeline.cli", "serve", "--store", store_uri, "--host", HOST,
-               "--port", "0", "--workers", str(args.workers), "--poll", "30"]
+               "--port", "0", "--workers", str(args.workers), "--poll", "30", *extra]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = process.stdout.readline()
     if not line.startswith("serving snapshot"):
@@ -367,6 +380,204 @@ def percentile(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 2) if values else None
 
 
+# -- isolation: a flood of connections, and explain clients, beside ordinary clients ---------------
+
+
+def flood_process(port: int, sockets: int, source: str, stop, results) -> None:
+    """Hold ``sockets`` connections from ``source``, each reopened as soon as the server closes it."""
+
+    async def one(counts: dict) -> None:
+        while not stop.is_set():
+            try:
+                reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
+            except OSError:
+                counts["connect_errors"] += 1
+                await asyncio.sleep(0.05)
+                continue
+            counts["opened"] += 1
+            try:
+                while not stop.is_set():  # idle: read until the server closes (a refusal, or its header timer)
+                    try:
+                        data = await asyncio.wait_for(reader.read(4096), 0.5)
+                    except TimeoutError:
+                        continue
+                    if not data:
+                        break
+                    counts["refusals" if data.startswith(b"HTTP/1.1 429") else "other"] += 1
+            except ConnectionError:
+                pass
+            finally:
+                writer.close()
+
+    async def run() -> dict:
+        counts = {"opened": 0, "refusals": 0, "other": 0, "connect_errors": 0}
+        await asyncio.gather(*[one(counts) for _ in range(sockets)])
+        return counts
+
+    results.send(asyncio.run(run()))
+
+
+async def timed_client(port: int, source: str, make: callable, seconds: float, latencies: list, statuses: dict) -> None:
+    """Requests from ``make()`` (bytes) over one kept-alive connection from ``source`` for ``seconds``."""
+    reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
+    deadline = time.perf_counter() + seconds
+    try:
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            writer.write(make())
+            await writer.drain()
+            status, headers, _ = await read_response(reader)
+            latencies.append((time.perf_counter() - started) * 1000.0)
+            statuses[status] = statuses.get(status, 0) + 1
+            if headers.get("connection", "").lower() == "close":
+                writer.close()
+                reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
+    finally:
+        writer.close()
+
+
+def health_prober(port: int, source: str, seconds: float) -> list[float]:
+    """/health on a fresh connection from ``source`` every 20 ms for ``seconds`` (a thread of its own)."""
+    out, deadline = [], time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        started = time.perf_counter()
+        with socket.create_connection((HOST, port), timeout=10, source_address=(source, 0)) as sock:
+            sock.sendall(request_bytes("GET", "/health"))
+            data = b""
+            while not data.endswith(b"}"):
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        if not data.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"/health answered {data[:80]!r}")
+        out.append((time.perf_counter() - started) * 1000.0)
+        time.sleep(0.02)
+    return out
+
+
+def query_phase(port: int, token: str, questions: list[str], clients: int, seconds: float) -> dict:
+    """``clients`` query clients (127.0.0.10, .11, …) and a /health prober (127.0.0.3) together."""
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    counter = iter(range(10**9))
+
+    def make() -> bytes:
+        body = json.dumps({"question": questions[next(counter) % len(questions)], "answer": False}).encode()
+        return request_bytes("POST", "/query", body, token)
+
+    health: list[float] = []
+    prober = threading.Thread(target=lambda: health.extend(health_prober(port, "127.0.0.3", seconds)))
+    prober.start()
+
+    async def run() -> None:
+        await asyncio.gather(*[timed_client(port, f"127.0.0.{10 + i}", make, seconds, latencies, statuses)
+                               for i in range(clients)])
+
+    asyncio.run(run())
+    prober.join()
+    return {"queries": len(latencies), "statuses": {str(k): v for k, v in statuses.items()},
+            "query_p50_ms": percentile(latencies, 50), "query_p95_ms": percentile(latencies, 95),
+            "health_n": len(health), "health_p50_ms": percentile(health, 50), "health_p99_ms": percentile(health, 99)}
+
+
+def explain_phase(port: int, token: str, questions: list[str], doc_ids: list[str], explainers: int,
+                  seconds: float) -> dict:
+    """One query client (127.0.0.20) beside ``explainers`` /explain/doc clients (127.0.0.21, …)."""
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    explained: list[float] = []
+    explain_statuses: dict[int, int] = {}
+    counter, docs = iter(range(10**9)), iter(range(10**9))
+
+    def query() -> bytes:
+        body = json.dumps({"question": questions[next(counter) % len(questions)], "answer": False}).encode()
+        return request_bytes("POST", "/query", body, token)
+
+    def explain() -> bytes:
+        return request_bytes("GET", f"/explain/doc?doc_id={doc_ids[next(docs) % len(doc_ids)]}", token=token)
+
+    async def run() -> None:
+        await asyncio.gather(timed_client(port, "127.0.0.20", query, seconds, latencies, statuses),
+                             *[timed_client(port, f"127.0.0.{21 + i}", explain, seconds, explained, explain_statuses)
+                               for i in range(explainers)])
+
+    asyncio.run(run())
+    return {"queries": len(latencies), "statuses": {str(k): v for k, v in statuses.items()},
+            "query_p50_ms": percentile(latencies, 50), "explains": len(explained),
+            "explain_statuses": {str(k): v for k, v in explain_statuses.items()},
+            "explain_p50_ms": percentile(explained, 50)}
+
+
+def isolation(args, store_uri: str, questions: list[str]) -> int:
+    from urllib.parse import quote
+
+    from lightfoot_pipeline.store.store import Store
+    from lightfoot_pipeline.store.tables import DOCUMENTS
+
+    doc_ids = [quote(d) for d in Store(store_uri).read(DOCUMENTS.name).get_column("doc_id").to_list()]
+    token = secrets.token_urlsafe(32)
+    process, port = start_server(store_uri, token, args, extra=["--client-rate", "0", "--token-rate", "0"])
+    watchdog = threading.Timer(args.timeout, process.kill)
+    watchdog.start()
+    try:
+        warm = Load(port, token, questions)
+        asyncio.run(query_client(warm, 20))
+        quiet = query_phase(port, token, questions, args.clients, args.phase_s)
+        context = multiprocessing.get_context("spawn")
+        stop, (receiving, sending) = context.Event(), context.Pipe(duplex=False)
+        flooder = context.Process(target=flood_process, args=(port, args.flood, "127.0.0.9", stop, sending))
+        flooder.start()
+        time.sleep(2.0)  # the flood at full size
+        flooded = query_phase(port, token, questions, args.clients, args.phase_s)
+        stop.set()
+        flood_counts = receiving.recv()
+        flooder.join(30)
+        alone = explain_phase(port, token, questions, doc_ids, 0, args.phase_s)
+        beside = explain_phase(port, token, questions, doc_ids, 4, args.phase_s)
+    finally:
+        watchdog.cancel()
+        process.terminate()
+        process.wait(timeout=30)
+
+    def ratio(a, b):
+        return round(a / b, 2) if a and b else None
+
+    figures = {
+        "quiet": quiet, "flooded": flooded, "flood": {"sockets": args.flood, **flood_counts},
+        "query_p50_ratio_flood": ratio(flooded["query_p50_ms"], quiet["query_p50_ms"]),
+        "health_p99_ratio_flood": ratio(flooded["health_p99_ms"], quiet["health_p99_ms"]),
+        "query_alone": alone, "query_beside_explains": beside,
+        "query_p50_ratio_explains": ratio(beside["query_p50_ms"], alone["query_p50_ms"]),
+        "cpus": os.cpu_count(), "server_workers": args.workers, "embedder": args.embedder,
+    }
+    checks = {
+        "every query answered 200": set(quiet["statuses"]) == set(flooded["statuses"]) == {"200"}
+        and set(alone["statuses"]) == set(beside["statuses"]) == {"200"},
+        "authenticated p50 with the flood within 3x": (figures["query_p50_ratio_flood"] or 99) <= 3.0,
+        "/health p99 with the flood within 3x": (figures["health_p99_ratio_flood"] or 99) <= 3.0,
+        "/query p50 beside four explain clients within 2x": (figures["query_p50_ratio_explains"] or 99) <= 2.0,
+    }
+    figures["checks"] = checks
+    print(f"{args.clients} authenticated clients, {args.phase_s:g}s a phase (server workers {args.workers}, "
+          f"embedder {args.embedder}, {os.cpu_count()} CPUs)")
+    print(f"  without the flood: query p50 {quiet['query_p50_ms']} ms ({quiet['queries']} queries), "
+          f"/health p99 {quiet['health_p99_ms']} ms ({quiet['health_n']} probes)")
+    print(f"  with {args.flood} flood sockets from one address ({flood_counts['opened']} opened, "
+          f"{flood_counts['refusals']} refused with 429): query p50 {flooded['query_p50_ms']} ms "
+          f"({flooded['queries']} queries), /health p99 {flooded['health_p99_ms']} ms; ratios "
+          f"{figures['query_p50_ratio_flood']}x, {figures['health_p99_ratio_flood']}x")
+    print(f"  one /query client alone: p50 {alone['query_p50_ms']} ms; beside four /explain/doc clients "
+          f"({beside['explains']} explained, p50 {beside['explain_p50_ms']} ms, {beside['explain_statuses']}): "
+          f"p50 {beside['query_p50_ms']} ms; ratio {figures['query_p50_ratio_explains']}x")
+    for name, ok in checks.items():
+        print(f"  {'ok  ' if ok else 'FAIL'} {name}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+        print(f"wrote {args.json}")
+    return 0 if all(checks.values()) else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", default=None, help="store holding (or to hold) the bundled sample")
@@ -381,6 +592,10 @@ def main() -> int:
     parser.add_argument("--json", default=None, help="write the figures here")
     parser.add_argument("--skip-alone", action="store_true",
                         help="do not first measure retrieval alone, in this process, for comparison")
+    parser.add_argument("--isolation", action="store_true",
+                        help="measure what a connection flood and explain clients take from other clients instead")
+    parser.add_argument("--flood", type=int, default=1000, help="--isolation: the flood's sockets")
+    parser.add_argument("--phase-s", type=float, default=12.0, help="--isolation: seconds a phase")
     args = parser.parse_args()
     if min(args.requests, args.clients) < 1 or min(args.stalled, args.bodies, args.body_mb) < 0:
         parser.error("--requests and --clients must be positive, the others not negative")
@@ -394,6 +609,8 @@ def main() -> int:
         store_uri = str(Path(work.name) / "store")
     prepare_store(store_uri, args.embedder)
     questions = [q.question for q in load_questions(bundled_sample_dir() / "questions-dev.jsonl")]
+    if args.isolation:
+        return isolation(args, store_uri, questions)
     alone = None if args.skip_alone else retrieval_alone(store_uri, questions, args.workers)
     token = secrets.token_urlsafe(32)
     process, port = start_server(store_uri, token, args)

@@ -20,7 +20,11 @@ the endpoints, the token check and the bounds on bodies and work are the applica
   accepted, before a byte is read: a connection past either bound is answered at once, with JSON
   (429 past the client's bound, 503 past the total, both with ``Retry-After``), and closed. It
   never counts, so a flood of idle connections from one address holds that address's slots and
-  no one else's. (uvicorn's own bound, ``limit_concurrency``, counts every client together and
+  no one else's. A refused connection that sends a request gets its refusal as soon as the
+  request's first bytes arrive; one that sends nothing is held, idle, for the header timeout
+  before it gets it (at most ``HELD_PER_CLIENT`` of one address, ``HELD_TOTAL`` in all; past
+  those it is answered at once). A flood that reopens each socket as it closes thus opens a few
+  connections a second, not thousands, and its accepts do not crowd the event loop. (uvicorn's own bound, ``limit_concurrency``, counts every client together and
   answers in plain text; it is not used.)
 """
 
@@ -58,6 +62,9 @@ LINGER_BYTES = 16 * 1024 * 1024
 SWITCH_INTERVAL_S = 0.001
 # How long a refused connection is kept half-closed, so that the client reads its refusal.
 REFUSED_LINGER_S = 1.0
+# Idle refused connections held before their refusal, per client address and in all (file descriptors).
+HELD_PER_CLIENT = 2048
+HELD_TOTAL = 8192
 
 
 def refusal_bytes(status: int, reason: str, message: str) -> bytes:
@@ -81,6 +88,22 @@ class ConnectionCount:
         self.by_client: Counter[str] = Counter()
         self.open = 0
         self.refused = 0
+        self.held_by_client: Counter[str] = Counter()  # refused connections held idle
+        self.held = 0
+
+    def hold(self, client: str) -> bool:
+        """Whether a refused connection from ``client`` may be held idle (it is counted) before its refusal."""
+        if self.held_by_client[client] >= HELD_PER_CLIENT or self.held >= HELD_TOTAL:
+            return False
+        self.held_by_client[client] += 1
+        self.held += 1
+        return True
+
+    def unhold(self, client: str) -> None:
+        self.held -= 1
+        self.held_by_client[client] -= 1
+        if self.held_by_client[client] <= 0:
+            del self.held_by_client[client]
 
     def admit(self, client: str) -> bytes | None:
         """None when a connection from ``client`` may open (it is counted), else its refusal."""
@@ -160,14 +183,14 @@ def bounded_protocol(header_timeout_s: float, connections: ConnectionCount) -> t
             self._peer = str(peer[0]) if isinstance(peer, tuple) and peer else "-"
             refusal = connections.admit(self._peer)
             self._refused = refusal is not None
-            if refusal is not None:  # never handed to uvicorn: answered, half-closed, dropped
+            if refusal is not None:  # never handed to uvicorn: held idle, or answered now
                 self.transport = transport
-                transport.write(refusal)
-                if transport.can_write_eof():
-                    transport.write_eof()
-                    self._close_timer = self.loop.call_later(REFUSED_LINGER_S, transport.close)
+                self._refusal, self._held = refusal, connections.hold(self._peer)
+                self._close_timer: asyncio.TimerHandle | None = None
+                if self._held:
+                    self._close_timer = self.loop.call_later(header_timeout_s, self._refuse)
                 else:
-                    transport.close()
+                    self._refuse()
                 return
             lingering = LingeringTransport(transport, self.loop, lambda: self.conn.their_state is h11.SEND_BODY)
             super().connection_made(lingering)
@@ -175,9 +198,28 @@ def bounded_protocol(header_timeout_s: float, connections: ConnectionCount) -> t
             self._seen_cycle = None
             self._arm_header_timer()
 
+        def _refuse(self) -> None:
+            """Answer a refused connection, half-close it, and close it after REFUSED_LINGER_S."""
+            if self._held:
+                self._held = False
+                connections.unhold(self._peer)
+            if self._close_timer is not None:
+                self._close_timer.cancel()
+            if self.transport.is_closing():
+                return
+            self.transport.write(self._refusal)
+            self._refusal = b""
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+                self._close_timer = self.loop.call_later(REFUSED_LINGER_S, self.transport.close)
+            else:
+                self.transport.close()
+
         def data_received(self, data: bytes) -> None:
-            if self._refused:
-                return  # a refused connection's request is dropped unread
+            if self._refused:  # its request is dropped unread; the refusal goes out if it has not yet
+                if self._refusal:
+                    self._refuse()
+                return
             if self.transport.lingering:
                 self.transport.drop(data)
                 return
@@ -202,7 +244,10 @@ def bounded_protocol(header_timeout_s: float, connections: ConnectionCount) -> t
 
         def connection_lost(self, exc) -> None:
             if self._refused:
-                if getattr(self, "_close_timer", None) is not None:
+                if self._held:
+                    self._held = False
+                    connections.unhold(self._peer)
+                if self._close_timer is not None:
                     self._close_timer.cancel()
                 return
             connections.release(self._peer)
