@@ -78,8 +78,9 @@ def cmd_ingest(args) -> int:
     dataset = Path(args.dataset)
     documents = load_corpus(dataset)
     store = _store(args)
-    extractor, recorded = make_extractor(args.extractor, dataset, store, settings)
     embedder = load_embedder(args.embedder)
+    store.check_writable()  # before any paid call
+    extractor, recorded = make_extractor(args.extractor, dataset, store, settings)
     progress = None if args.json else Progress("extracting")
     report = operations.ingest(store, documents, extractor, embedder, settings, progress=progress, recorded=recorded,
                              embed_progress=None if args.json else name_progress())
@@ -214,8 +215,10 @@ def cmd_status(args) -> int:
     store = _store(args)
     manifest = store.manifest()
     if manifest.seq == 0:
-        print(f"no store at {store.uri}")
-        return 1
+        from lightfoot_pipeline.store.store import StoreError
+
+        raise StoreError(f"no store at {store.uri}",
+                         hint="name the store with --store (or LIGHTFOOT_STORE), or build one with `lightfoot ingest`")
     fp = fingerprint(store, manifest)
     payload = {
         "store": store.uri,

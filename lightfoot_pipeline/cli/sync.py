@@ -11,6 +11,7 @@ from lightfoot_pipeline.settings import (
     CHUNK_OVERLAP_TOKENS,
     CHUNK_TOKENS,
     MAX_FILE_BYTES,
+    MAX_FILE_BYTES_CEILING,
     MAX_PASSAGES_PER_DOCUMENT,
     ChunkSettings,
     IndexSettings,
@@ -31,14 +32,16 @@ def cmd_sync(args) -> int:
     store = Store(args.store)
     # The source first: a folder that is not there is the error to report, and a sync that only
     # removes files (or finds nothing changed) needs no model endpoint. A file to readmit must be an
-    # excluded file of the source. Passages stored without an extraction need the endpoint too: the
-    # sync asks for them again.
+    # excluded file of the source. Then what else would fail after a paid call: the embedder, and a
+    # store that cannot be written. Passages stored without an extraction need the endpoint too:
+    # the sync asks for them again.
     look = look_at_source(store, args.source, chunking, name=args.name)
     readmit = readmissions(look, args.readmit or [])
+    embedder = load_embedder(args.embedder)
+    store.check_writable()
     asks = bool(look.to_read or readmit or unextracted_files(store, look))
     extractor = build_openai_extractor(store, settings) if asks else ReplayExtractor({})
-    report = sync(store, args.source, extractor, load_embedder(args.embedder), settings, chunking, erase=args.erase,
-                  readmit=readmit,
+    report = sync(store, args.source, extractor, embedder, settings, chunking, erase=args.erase, readmit=readmit,
                   name=args.name,
                   batch_files=args.batch_files, progress=None if args.json else Progress("extracting"),
                   embed_progress=None if args.json else name_progress())
@@ -101,6 +104,9 @@ def _positive_mb(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of megabytes") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r}: the limit must be above 0")
+    ceiling = MAX_FILE_BYTES_CEILING // 1024 // 1024
+    if value > ceiling:
+        raise argparse.ArgumentTypeError(f"{text!r}: the limit can be at most {ceiling} (a file is read whole into memory)")
     return value
 
 

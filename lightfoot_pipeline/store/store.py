@@ -52,7 +52,7 @@ from lightfoot_pipeline.store.log import (
     StoreUnavailable,
 )
 from lightfoot_pipeline.store.recovery import recover
-from lightfoot_pipeline.store.roots import check_store_root, local_file_lock, storage_failure
+from lightfoot_pipeline.store.roots import check_store_root, check_writable_root, local_file_lock, storage_failure
 from lightfoot_pipeline.store.tables import (
     BUCKET,
     LAYOUT_VERSION,
@@ -155,6 +155,11 @@ class Store(Journals):
 
     def exists(self) -> bool:
         return self.manifest().seq > 0
+
+    def check_writable(self) -> None:
+        """Refuse (StoreUnavailable) a local root where nothing can be written; see
+        :func:`~lightfoot_pipeline.store.roots.check_writable_root`."""
+        check_writable_root(self.uri)
 
     # -- reading ---------------------------------------------------------------------------
 

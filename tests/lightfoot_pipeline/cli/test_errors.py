@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -152,6 +153,53 @@ def test_a_model_endpoint_that_refuses_the_key(tmp_path, capsys, monkeypatch, ch
     assert line.startswith(f"error: ingest into {store}: the model endpoint failed (auth: ")
     assert "; 12 of 12 passages are stored without extraction" in line and line.endswith(HINTS["auth"])
     assert "sk-refused-key" not in line
+
+
+def test_mistakes_are_refused_before_any_paid_call(tmp_path, capsys, monkeypatch, chat_server):
+    """A bad embedder, an unwritable store or a limit out of range: one line, and no model call made."""
+    for name in ENDPOINT_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", chat_server.base_url)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.txt").write_text("Alice met Bob in Paris.\n")
+    store = str(tmp_path / "store")
+    ingest = ["ingest", "--dataset", str(DATA), "--extractor", "openai", "--store", store]
+    sync = ["sync", "--source", str(tmp_path / "src"), "--store", store]
+    for spec in ("hashing:0", "hashing:5000"):
+        for argv in (ingest, sync):
+            line = refused(capsys, [*argv, "--embedder", spec])
+            assert line.startswith("error: the hashing embedder's dim must be a whole number from 1 to 4096, got ")
+    for spec in ("hashing:abc", "hashing:-1", "hashing:1e3"):
+        line = refused(capsys, [*ingest, "--embedder", spec])
+        assert line == (f"error: embedder {spec!r}: the hashing embedder is hashing or hashing:DIM, DIM a whole "
+                        "number from 1 to 4096")
+    unwritable = tmp_path / "read-only"
+    unwritable.mkdir()
+    unwritable.chmod(0o500)
+    roots = ["/proc/lightfoot"] + ([str(unwritable / "store")] if os.geteuid() != 0 else [])  # root writes anywhere
+    try:
+        for root in roots:
+            for argv in (["ingest", "--dataset", str(DATA), "--extractor", "openai", "--embedder", "hashing"],
+                         ["sync", "--source", str(tmp_path / "src"), "--embedder", "hashing"]):
+                line = refused(capsys, [*argv, "--store", root])
+                assert line.startswith(f"error: store {root}: cannot write there (")
+                assert line.endswith("give --store (or LIGHTFOOT_STORE) a directory this user can write")
+    finally:
+        unwritable.chmod(0o700)
+    for value in ("1e30", "inf", "nan", "0", "-1", "abc"):
+        with pytest.raises(SystemExit) as exited:
+            main([*sync, "--embedder", "hashing", "--max-file-mb", value])
+        assert exited.value.code == 2
+        assert "argument --max-file-mb: " in capsys.readouterr().err
+    assert chat_server.count == 0
+    assert not Path(store).exists()
+
+
+def test_status_of_a_missing_store(tmp_path, capsys):
+    missing = str(tmp_path / "none")
+    for argv in (["status", "--store", missing], ["status", "--store", missing, "--json"]):
+        assert refused(capsys, argv) == (f"error: no store at {missing}; name the store with --store (or "
+                                         "LIGHTFOOT_STORE), or build one with `lightfoot ingest`")
 
 
 def test_a_missing_index_or_snapshot(tmp_path, capsys):
