@@ -8,7 +8,8 @@ Each family is defined beside the code that raises it, and keeps the built-in ba
 catch it by (``ValueError``, ``RuntimeError``, ``OSError``):
 
 - ``settings``: SettingsError (an environment variable or setting that cannot be used);
-- ``models``: LLMError (a model call; its hint follows its kind), EmbedderUnavailable;
+- ``models``: LLMError (a model call; its hint follows its kind), UnpricedModelError (paid calls
+  to a model without a known price, refused before any is made), EmbedderUnavailable;
 - ``store``: StoreError, with ConcurrentCommitError (another writer won), StoreUnavailable
   (the store's URI cannot be read: a file, an unknown scheme, an unreachable object store) and
   StoreLayoutError (a store laid out by an earlier version: ``lightfoot migrate``);

@@ -84,7 +84,9 @@ def cmd_query(args) -> int:
     service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker,
                            answers=not args.no_answer, allow_unpriced=args.allow_unpriced)
     if service.price is not None and service.price["state"] == "refused":  # before any paid call
-        raise SettingsError(f"query: {service.answer_status}", hint="or pass --no-answer for retrieval only")
+        from lightfoot_pipeline.retrieval.answer import answer_settings
+
+        answer_settings(allow_unpriced=args.allow_unpriced).require_price("query: answers")
     result = service.query(args.question, top_k=args.top_k, answer=not args.no_answer, rerank=not args.no_rerank)
     result["snapshot"]["stale"] = snapshot_is_stale(store, service)
     if args.json:

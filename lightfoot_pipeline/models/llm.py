@@ -187,10 +187,11 @@ class LLMSettings:
         return UNPRICED_ALLOWED if self.allow_unpriced else REFUSED
 
     def price_status(self) -> dict:
-        """The price state, the prices and where they come from (for a status page: no endpoint)."""
+        """The price state, the prices and where they come from (for a status page: neither the
+        endpoint nor the model)."""
         price_in, price_out, source = self.prices()
-        return {"state": self.price_state(), "model": self.model, "source": source,
-                "price_in_per_mtok": price_in, "price_out_per_mtok": price_out}
+        return {"state": self.price_state(), "source": source, "price_in_per_mtok": price_in,
+                "price_out_per_mtok": price_out}
 
     def require_price(self, what: str) -> None:
         """Raise :class:`UnpricedModelError` (one line, no endpoint) when ``what`` may not be paid for."""

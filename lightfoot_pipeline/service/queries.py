@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.models.embedder import Embedder, load_embedder
-from lightfoot_pipeline.models.llm import REFUSED
+from lightfoot_pipeline.models.llm import ALLOW_UNPRICED_HINT, REFUSED
 from lightfoot_pipeline.retrieval.answer import (
     Answer,
     AnswerBudget,
@@ -394,6 +394,8 @@ def open_service(store: Store, *, embedder_spec: str | None = None, reranker_spe
             price = answer_settings(allow_unpriced=allow_unpriced).price_status()
         except ValueError:  # settings that cannot be used: answer_status says why
             price = None
+        if price is not None and price["state"] == REFUSED:  # what clients read names no model
+            answer_status = f"answers refused: the answer model has no known price; {ALLOW_UNPRICED_HINT}"
     if answerer is not None:
         ledger.ensure(store)  # before the first answers race to write to it
     one_thread_per_query()
