@@ -228,8 +228,8 @@ def cmd_status(args) -> int:
         "config": manifest.config,
         "fingerprint": fp.digest,
         "counts": fp.counts(),
-        # Erasures asked for whose history is not erased yet: the next sync, delete, vacuum or
-        # erasures run finishes them.
+        # Erasures asked for whose history is not erased yet: the next sync, delete --erase,
+        # vacuum or erasures run finishes them.
         "pending_erasures": pending_erasures(store),
         "excluded_files": store.read(SOURCE_FILES.name, manifest, columns=["doc_id", "source", "status", "reason"])
         .filter(pl.col("status") == EXCLUDED).select("doc_id", "source", "reason").sort("doc_id").to_dicts(),
@@ -242,7 +242,7 @@ def cmd_status(args) -> int:
         for name, rows in fp.counts().items():
             print(f"  {name:<14} {rows:>9,}")
         if payload["pending_erasures"]:
-            print(f"  erasures pending (the next sync, delete or vacuum finishes them): "
+            print(f"  erasures pending (the next sync, delete --erase or vacuum finishes them): "
                   f"{_listed(payload['pending_erasures'])}")
         for f in payload["excluded_files"][:20]:
             print(f"  excluded from {f['source']}: {f['doc_id']} ({f['reason']}; `lightfoot sync --readmit` brings it back)")

@@ -19,8 +19,9 @@ the tests plant a canary string and search every file for it.
 
 An erasure asked for and not finished (its deletion committed, then the process stopped, or a
 step above failed) is pending: a tombstone with ``erase`` and no ``erased_at``
-(:func:`pending_erasures`). Every erase and vacuum finishes the pending ones too, and so do
-``delete`` and ``sync`` whenever any is pending; ``lightfoot status`` lists them.
+(:func:`pending_erasures`). Every erase and vacuum finishes the pending ones too, and so does a
+``sync`` whenever any is pending; ``lightfoot status`` lists them. (A plain ``delete`` does not
+look: it reads only the buckets its documents touch.)
 
 Steps 1-4 keep only what the live rows use, and step 6 also removes snapshots that hold the
 earlier text of a document ingested again: so every erase, and :func:`vacuum` (``lightfoot
@@ -40,9 +41,8 @@ from lightfoot_pipeline.index.link_pieces import remove_relink_staging
 from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.snapshot.export import erase_from_snapshots
-from lightfoot_pipeline.store.documents import live_doc_ids
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.tables import ALIASES, EXTRACTIONS, FACTS, PASSAGES, TOMBSTONES
+from lightfoot_pipeline.store.tables import ALIASES, DOCUMENTS, EXTRACTIONS, FACTS, PASSAGES, TOMBSTONES
 from lightfoot_pipeline.store.vectors import cleanup_vector_history, purge_vector_caches
 
 
@@ -75,10 +75,11 @@ def pending_erasures(store: Store) -> list[str]:
     """Deleted documents whose deletion asked for an erasure of their history not finished yet (a
     document stored again since is left out)."""
     log = store.read(TOMBSTONES.name, columns=["doc_id", "erase", "erased_at"])
-    live = live_doc_ids(store)
-    return sorted(set(
-        log.filter(pl.col("erase") & pl.col("erased_at").is_null()).get_column("doc_id").to_list()
-    ) - live)
+    owed = set(log.filter(pl.col("erase") & pl.col("erased_at").is_null()).get_column("doc_id").to_list())
+    if not owed:
+        return []
+    live = set(store.rows(DOCUMENTS.name, "doc_id", owed).get_column("doc_id").to_list())
+    return sorted(owed - live)
 
 
 def vacuum(store: Store) -> EraseReport:

@@ -35,7 +35,6 @@ import polars as pl
 import pyarrow.fs as pafs
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.index.documents import EXCLUDED, tombstone_documents
 from lightfoot_pipeline.index.link_pieces import STAGING
 from lightfoot_pipeline.ingest.doc_ids import default_source_name, file_doc_id, file_path_of, source_name_problem
@@ -380,13 +379,9 @@ def unextracted_files(store: Store, look: SourceLook) -> list[str]:
     return sorted(unextracted_passages(store, indexed))
 
 
-class SyncError(LightfootError):
-    """A sync asked for what the source or the store does not hold."""
-
-
 def readmissions(look: SourceLook, paths: Sequence[str]) -> list[str]:
     """The doc ids of the excluded files that ``paths`` name, each by its path within the source
-    or its doc id; a path that names no excluded file of the source is refused (SyncError)."""
+    or its doc id; a path that names no excluded file of the source is refused (SettingsError)."""
     excluded = {d for d, r in look.records.items() if r["status"] == EXCLUDED}
     by_name: dict[str, str] = {}
     for f in look.files:
@@ -401,7 +396,7 @@ def readmissions(look: SourceLook, paths: Sequence[str]) -> list[str]:
             unknown.append(path)
     if unknown:
         shown = ", ".join(sorted(excluded)[:10]) or "none"
-        raise SyncError(f"sync --readmit: {', '.join(map(repr, unknown))} names no excluded file of {look.root} "
+        raise SettingsError(f"sync --readmit: {', '.join(map(repr, unknown))} names no excluded file of {look.root} "
                         f"(excluded now: {shown})",
                         hint="name an excluded file by its path within the source or by its doc id")
     return sorted(set(readmitted))

@@ -19,8 +19,8 @@ from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_e
 from lightfoot_pipeline.ingest.sources import SOURCE_FILES
 from lightfoot_pipeline.models.llm import LLMSettings
 from lightfoot_pipeline.operations.erase import pending_erasures
-from lightfoot_pipeline.operations.sync import SyncError, sync
-from lightfoot_pipeline.settings import ChunkSettings
+from lightfoot_pipeline.operations.sync import sync
+from lightfoot_pipeline.settings import ChunkSettings, SettingsError
 from lightfoot_pipeline.store.documents import live_doc_ids
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
@@ -215,7 +215,7 @@ def test_a_sync_killed_between_its_deletion_and_its_erasure_leaves_it_pending_an
     assert cli.main(["status", "--store", str(tmp_path / "store"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["pending_erasures"] == [secret]
     assert cli.main(["status", "--store", str(tmp_path / "store")]) == 0
-    assert f"erasures pending (the next sync, delete or vacuum finishes them): {secret}" in capsys.readouterr().out
+    assert f"erasures pending (the next sync, delete --erase or vacuum finishes them): {secret}" in capsys.readouterr().out
 
     # The next sync, without --erase and with nothing changed at the source, finishes the erasure.
     assert cli.main([*argv[:-1], "--json"]) == 0
@@ -247,7 +247,7 @@ def test_a_deleted_file_stays_out_after_an_edit_until_it_is_readmitted(tmp_path,
     assert [f["doc_id"] for f in json.loads(capsys.readouterr().out)["excluded_files"]] == [guide]
 
     # A path that names no excluded file is refused in one line, before any call.
-    with pytest.raises(SyncError, match="names no excluded file"):
+    with pytest.raises(SettingsError, match="names no excluded file"):
         run_sync(store, folder, chat_server, hashing_embedder, readmit=["notes.md"])
     argv = ["sync", "--store", str(tmp_path / "store"), "--source", str(folder), "--embedder", "hashing",
             "--chunk-tokens", "60", "--chunk-overlap", "12"]
