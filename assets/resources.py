@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from pydantic import Field
 
-from lightfoot_pipeline.ingest.extraction.answers import CachedAnswers
+from lightfoot_pipeline.ingest.extraction.answers import CachedAnswers, ClaimingExtractor
 from lightfoot_pipeline.ingest.extraction.claims import ExtractionClaims
 from lightfoot_pipeline.ingest.extraction.outcome import ExtractionOutcome, Extractor, ProgressCallback
 from lightfoot_pipeline.ingest.extraction.replay import ReplayExtractor
@@ -147,6 +147,10 @@ class RecordedOrModelExtractor:
         except Exception as err:  # a missing endpoint or bad settings fail the passages, with the reason
             return [ExtractionOutcome.failed(p, f"no recorded extraction, and the language model is not usable: {err}",
                                              extractor="openai") for p in passages]
+        from lightfoot_pipeline.ingest.extraction.openai_extractor import OpenAIExtractor
+
+        if isinstance(model, OpenAIExtractor):  # through the claims: a sync or ingest beside it asks each text once
+            model = ClaimingExtractor(model)
         return model.extract(passages, progress)
 
 

@@ -242,7 +242,7 @@ def cmd_status(args) -> int:
         for name, rows in fp.counts().items():
             print(f"  {name:<14} {rows:>9,}")
         if payload["pending_erasures"]:
-            print(f"  erasures pending (the next sync, delete --erase or vacuum finishes them): "
+            print(f"  erasures pending (the next sync, delete or vacuum finishes them): "
                   f"{_listed(payload['pending_erasures'])}")
         for f in payload["excluded_files"][:20]:
             print(f"  excluded from {f['source']}: {f['doc_id']} ({f['reason']}; `lightfoot sync --readmit` brings it back)")

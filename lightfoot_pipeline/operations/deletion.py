@@ -14,7 +14,7 @@ import polars as pl
 
 from lightfoot_pipeline.index.documents import TombstoneReport, tombstone_documents
 from lightfoot_pipeline.index.reconcile import GraphChange, reconcile_graph
-from lightfoot_pipeline.operations.erase import erase_history
+from lightfoot_pipeline.operations.erase import erase_history, pending_erasures
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import TOMBSTONES
@@ -53,9 +53,10 @@ def delete(
 
     Ids the store does not hold are reported in ``not_found`` (a deletion of what is not there is
     done already). With ``erase``, the history of the deleted documents is erased, and so is that
-    of ids deleted earlier without an erase (``already_deleted``), and the erasures asked for
-    earlier and not finished. A deleted document's file at a sync source is excluded there. ``stage``: further changes to make in the same commit, before the graph
-    update.
+    of ids deleted earlier without an erase (``already_deleted``). With or without it, erasures
+    asked for earlier and not finished are finished (``erase`` in the report says what was
+    erased). A deleted document's file at a sync source is excluded there. ``stage``: further
+    changes to make in the same commit, before the graph update.
     """
     settings = settings or IndexSettings()
     started = time.perf_counter()
@@ -72,6 +73,9 @@ def delete(
         graph=graph, seq=manifest.seq, tombstone=tombstone,
     )
     report.seconds = time.perf_counter() - started
-    if erase:  # and the erasures asked for earlier and not finished
-        report.erase = erase_history(store, [*tombstone.deleted, *report.already_deleted]).as_dict()
+    # An erasure asked for earlier and not finished (a run stopped between its deletion and its
+    # erasure) is finished by the next delete, with or without an erase of its own.
+    if erase or pending_erasures(store):
+        ids = [*tombstone.deleted, *report.already_deleted] if erase else []
+        report.erase = erase_history(store, ids).as_dict()
     return report

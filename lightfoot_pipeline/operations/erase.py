@@ -74,7 +74,7 @@ def live_vector_texts(store: Store) -> dict[str, list[str]]:
 def pending_erasures(store: Store) -> list[str]:
     """Deleted documents whose deletion asked for an erasure of their history not finished yet (a
     document stored again since is left out)."""
-    log = store.read(TOMBSTONES.name, columns=["doc_id", "erase", "erased_at"])
+    log = store.read_columns(TOMBSTONES.name, store.manifest(), ["doc_id", "erase", "erased_at"])  # only these
     owed = set(log.filter(pl.col("erase") & pl.col("erased_at").is_null()).get_column("doc_id").to_list())
     if not owed:
         return []

@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from lightfoot_pipeline import operations
 from lightfoot_pipeline.ingest.dataset import Document
@@ -168,8 +169,9 @@ def test_an_erase_raises_no_lancedb_warning(store, hashing_embedder):
     assert any("cleanup_older_than" in str(w.message) for w in caught)
 
 
-def test_an_erasure_that_fails_before_it_is_marked_stays_pending_and_the_next_vacuum_finishes_it(
-        store, hashing_embedder, monkeypatch):
+@pytest.mark.parametrize("finisher", ["vacuum", "plain delete"])
+def test_an_erasure_that_fails_before_it_is_marked_stays_pending_and_the_next_run_finishes_it(
+        store, hashing_embedder, monkeypatch, finisher):
     from lightfoot_pipeline.operations import erase
     from lightfoot_pipeline.operations.erase import pending_erasures
 
@@ -194,8 +196,13 @@ def test_an_erasure_that_fails_before_it_is_marked_stays_pending_and_the_next_va
     assert tombstones["erased_at"].null_count() == 1
 
     monkeypatch.setattr(erase, "mark_erased", marked)
-    report = vacuum(store)
-    assert report.documents == ["secret"] and report.erased_at
+    if finisher == "vacuum":
+        report = vacuum(store)
+        assert report.documents == ["secret"] and report.erased_at
+    else:  # a delete without an erase of its own finishes the erasure owed, and erases nothing more
+        deleted = operations.delete(store, ["d0"])
+        assert deleted.erase["documents"] == ["secret"] and deleted.erase["erased_at"]
+        assert store.read("tombstones").filter(pl.col("doc_id") == "d0")["erased_at"].null_count() == 1
     assert pending_erasures(store) == []
     assert store.read("tombstones").filter(pl.col("doc_id") == "secret")["erased_at"].null_count() == 0
     assert _holders(Path(store.uri), CANARY) == []
