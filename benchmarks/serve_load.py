@@ -30,9 +30,9 @@ measured; each client on an address of its own in 127.0.0.0/8):
   each reopened as soon as the server closes it (the server keeps ``--max-connections-per-client``
   of them and refuses the rest at once). It reports the authenticated p50 and the ``/health`` p99
   in both phases and their ratios (target: within 3x);
-- one ``/query`` client alone, and beside four ``/explain/doc`` clients asking for document after
-  document (each a deletion preview, never the same twice): its p50 in both and the ratio
-  (target: within 2x).
+- one ``/query`` client alone, and beside four clients opening document after document as the
+  page does (``/explain/doc``, then ``/explain/doc/preview``: a deletion preview, never the same
+  twice): its p50 in both and the ratio (target: within 2x).
 
 It checks that every authenticated query got 200, every unauthenticated one 401, every big body
 413 (or a closed connection) without the server reading it, ``/health`` answered within 50 ms
@@ -494,8 +494,11 @@ def explain_phase(port: int, token: str, questions: list[str], doc_ids: list[str
         body = json.dumps({"question": questions[next(counter) % len(questions)], "answer": False}).encode()
         return request_bytes("POST", "/query", body, token)
 
-    def explain() -> bytes:
-        return request_bytes("GET", f"/explain/doc?doc_id={doc_ids[next(docs) % len(doc_ids)]}", token=token)
+    def explain() -> bytes:  # as the page opens a document: its explanation, then its deletion's dry run
+        step = next(docs)
+        doc_id = doc_ids[(step // 2) % len(doc_ids)]
+        route = "/explain/doc" if step % 2 == 0 else "/explain/doc/preview"
+        return request_bytes("GET", f"{route}?doc_id={doc_id}", token=token)
 
     async def run() -> None:
         await asyncio.gather(timed_client(port, "127.0.0.20", query, seconds, latencies, statuses),

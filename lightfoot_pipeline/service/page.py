@@ -7,7 +7,8 @@ Routes::
     GET  /static/NAME        its script, style sheet and the vendored graph library
     POST /explain/query      {"question": "...", "top_k": 10, "rerank": true}: explain_query
     GET  /explain/entity?name=NAME    explain_entity, with the entities its facts and synonyms join
-    GET  /explain/doc?doc_id=ID       explain_document, with the dry run of its deletion
+    GET  /explain/doc?doc_id=ID       explain_document: its passages, names, entities and facts
+    GET  /explain/doc/preview?doc_id=ID    the dry run of its deletion (preview_deletion)
 
 The page and its files are open (they carry no data; the page asks for the token and keeps it in
 the tab's sessionStorage); every ``/explain`` route needs the same token as ``/query`` and runs in
@@ -15,9 +16,11 @@ the same bounded pool of retrieval threads, under the same body and request limi
 
 What the provenance routes read is the store's committed state, so their answers are kept per
 commit (:class:`PerCommit`): asked again at the same commit, a document or an entity costs a
-manifest read. A document's deletion preview (a deletion's graph stage, run in a transaction never
-committed: several times a query's work) runs in a pool of its own of one thread, so that however
-many clients ask for previews, queries keep their workers.
+manifest read. A document's explanation reads only the buckets of the document, its names and its
+facts: about a query's work. Its deletion preview (a deletion's graph stage, run in a transaction
+never committed: several times a query's work) is a route of its own, which the page asks for
+after it shows the document, and runs in a pool of its own of one thread, so that however many
+clients ask for previews, queries and explanations keep their workers.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from lightfoot_pipeline.provenance import ExplainError
 from lightfoot_pipeline.provenance.documents import explain_document, preview_deletion
 from lightfoot_pipeline.provenance.entities import explain_entity
 from lightfoot_pipeline.retrieval.explain import explain_query
+from lightfoot_pipeline.store.tables import DOCUMENTS
 
 STATIC_PREFIX = "/static/"
 PAGE_FILES = {
@@ -132,15 +136,19 @@ def page_routes(service, run: Callable[..., Awaitable], guard, json_response, ht
 
     async def document(request: Request) -> Response:
         doc_id = parameter(request, "doc_id")
-        try:
-            explanation = dict(await run(per_commit("doc", doc_id, lambda manifest: explain_document(
-                service.store, doc_id, preview=False, manifest=manifest).as_dict())))
-            if explanation["status"] == "live":
-                explanation["deletion_preview"] = await run_preview(per_commit("preview", doc_id, lambda manifest: (
-                    preview_deletion(service.store, [doc_id], manifest=manifest).as_dict())))
-        except ExplainError as err:
-            return json_response(404, {"error": err.line()})
-        return json_response(200, explanation)
+        return await answer(per_commit("doc", doc_id, lambda manifest: explain_document(
+            service.store, doc_id, preview=False, manifest=manifest).as_dict()))
+
+    async def deletion_preview(request: Request) -> Response:
+        doc_id = parameter(request, "doc_id")
+
+        def work(manifest) -> dict:
+            if not service.store.rows(DOCUMENTS.name, "doc_id", [doc_id], manifest).height:
+                raise ExplainError(f"no live document {doc_id!r} to preview the deletion of")
+            return {"doc_id": doc_id, "deletion_preview": preview_deletion(service.store, [doc_id],
+                                                                           manifest=manifest).as_dict()}
+
+        return await answer(per_commit("preview", doc_id, work), run_preview)
 
     return [
         Route("/", index, methods=["GET"]),
@@ -148,4 +156,5 @@ def page_routes(service, run: Callable[..., Awaitable], guard, json_response, ht
         Route("/explain/query", guard(query), methods=["POST"]),
         Route("/explain/entity", guard(entity), methods=["GET"]),
         Route("/explain/doc", guard(document), methods=["GET"]),
+        Route("/explain/doc/preview", guard(deletion_preview), methods=["GET"]),
     ]

@@ -165,7 +165,6 @@ async function openDocument(docId) {
     openPanel(el("h2", {}, docId), el("div", {}, `deleted at ${d.deletion.requested_at}`));
     return;
   }
-  const c = d.deletion_preview.counts;
   openPanel(
     el("h2", { id: "document-id" }, `${d.document.title} `, el("span", { class: "muted" }, docId)),
     el("div", { class: "muted" }, `${d.passages.length} passages · ${d.names.length} names · ${d.facts.length} facts`),
@@ -174,9 +173,15 @@ async function openDocument(docId) {
     el("h3", {}, "Facts it asserts"),
     ...d.facts.map((f) => el("div", { class: "fact" }, factLine(f), f.evidence ? el("div", { class: "quote" }, `“${f.evidence}”`) : null)),
     el("h3", {}, "Deleting it would (dry run)"),
-    el("div", { id: "deletion-preview" }, `remove ${c.entities_removed} entities, change ${c.entities_changed}, `
-      + `split off ${c.entities_added}; drop ${c.facts_dropped} facts, leave ${c.facts_changed} with fewer sources; `
-      + `remove ${c.synonym_edges_removed} synonym edges, add ${c.synonym_edges_added}`));
+    el("div", { id: "deletion-preview", class: "muted", "data-doc": docId }, "working out what its deletion would change…"));
+  const p = await api("GET", "/explain/doc/preview?doc_id=" + encodeURIComponent(docId));
+  const c = p.deletion_preview.counts;
+  const preview = $("deletion-preview");
+  if (!preview || preview.getAttribute("data-doc") !== docId) return;  // another panel was opened meanwhile
+  preview.className = "";
+  preview.textContent = `remove ${c.entities_removed} entities, change ${c.entities_changed}, `
+    + `split off ${c.entities_added}; drop ${c.facts_dropped} facts, leave ${c.facts_changed} with fewer sources; `
+    + `remove ${c.synonym_edges_removed} synonym edges, add ${c.synonym_edges_added}`;
 }
 
 function fail(err) { say(err.message || String(err)); }

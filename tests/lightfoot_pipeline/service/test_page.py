@@ -86,7 +86,15 @@ def test_the_page_is_open_and_its_data_needs_the_token(serve):
     result = json.loads(raw)
     assert len(result["passages"]) == 3 and result["snapshot"]["snapshot_id"] and result["seed_facts"]
     status, raw, _ = fetch(base + "/explain/doc?doc_id=q-orbital", token=TOKEN)
-    assert json.loads(raw)["deletion_preview"]["counts"]["passages_removed"] == 1
+    assert json.loads(raw)["status"] == "live" and json.loads(raw)["deletion_preview"] is None  # a route of its own
+    assert fetch(base + "/explain/doc/preview?doc_id=q-orbital")[0] == 401
+    status, raw, _ = fetch(base + "/explain/doc/preview?doc_id=q-orbital", token=TOKEN)
+    preview = json.loads(raw)
+    assert status == 200 and preview["doc_id"] == "q-orbital"
+    assert preview["deletion_preview"]["counts"]["passages_removed"] == 1
+    status, raw, _ = fetch(base + "/explain/doc/preview?doc_id=q-none", token=TOKEN)
+    assert status == 404 and "q-none" in json.loads(raw)["error"]
+    assert fetch(base + "/explain/doc/preview", token=TOKEN)[0] == 400
     assert fetch(base + "/explain/entity?name=nobody%20at%20all", token=TOKEN)[0] == 404
     assert fetch(base + "/explain/doc", token=TOKEN)[0] == 400
     assert fetch(base + "/explain/query", {"question": ""}, TOKEN)[0] == 400
@@ -120,3 +128,12 @@ def test_the_page_in_headless_chromium(serve, tmp_path):
     assert re.search(r'id="graph" data-nodes="([2-9]|\d\d+)"', dom), "the neighbourhood is drawn"
     assert "<canvas" in dom
     assert screenshot.exists() and screenshot.stat().st_size > 10_000
+    # A document's panel shows at once, and its deletion's dry run fills in from a route of its own.
+    command[-1] = f"{base}/#doc=q-orbital"
+    command[-3] = f"--screenshot={tmp_path / 'document.png'}"
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    dom = done.stdout
+    assert 'data-ready="true"' in dom and re.search(r'<h2 id="document-id">', dom), dom[-2000:]
+    assert re.search(r'<div id="deletion-preview" class="" data-doc="q-orbital">remove \d+ entities, change \d+', dom), \
+        dom[-3000:]
