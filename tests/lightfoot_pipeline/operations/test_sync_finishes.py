@@ -215,7 +215,7 @@ def test_a_sync_killed_between_its_deletion_and_its_erasure_leaves_it_pending_an
     assert cli.main(["status", "--store", str(tmp_path / "store"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["pending_erasures"] == [secret]
     assert cli.main(["status", "--store", str(tmp_path / "store")]) == 0
-    assert f"erasures pending (the next sync, delete --erase or vacuum finishes them): {secret}" in capsys.readouterr().out
+    assert f"erasures pending (the next sync, delete or vacuum finishes them): {secret}" in capsys.readouterr().out
 
     # The next sync, without --erase and with nothing changed at the source, finishes the erasure.
     assert cli.main([*argv[:-1], "--json"]) == 0
