@@ -9,12 +9,18 @@ document's partition only (:func:`add_document_metadata`); what the run did as a
 every partition under ``run_``-prefixed keys, so that summing a key over partitions never counts
 a run twice. Every asset declares its tables' column schema and a code version (the engine's
 version and the index's settings), so the UI marks an asset stale when either changes.
+
+Metadata, tags, log lines and failure messages hold identifiers, counts, digests, costs and
+links, never content: no title, passage text, entity name, fact or evidence quote. Dagster's SQL
+event storage cannot remove one partition's events, so whatever enters it stays after an erasure;
+the store holds the content, and ``lightfoot explain doc ID`` (or the service's page) reads it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
@@ -32,8 +38,12 @@ STORE_POOL = "lightfoot_store"  # one store writer at a time (the lock on object
 # What every asset's output is a function of: the engine and the index's settings.
 CODE_VERSION = "{}-{}".format(lightfoot_pipeline.__version__, hashlib.sha256(
     json.dumps(IndexSettings().shape_of_index(), sort_keys=True, default=str).encode()).hexdigest()[:12])
-# Rows of a graph materialization's table of changed entities and facts.
-MAX_CHANGED_ROWS = 50
+
+
+def explain_hint(doc_id: str) -> str:
+    """The command that shows a document's content and what it contributed (read from the store,
+    so an erased document's content is gone from it too)."""
+    return f"lightfoot explain doc {shlex.quote(doc_id)}"
 
 
 def column_schema(spec: TableSpec, *more: TableSpec) -> dict[str, dg.TableSchema]:

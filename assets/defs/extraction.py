@@ -31,7 +31,7 @@ from lightfoot_pipeline.index.documents import derive_forms, record_extractions
 from lightfoot_pipeline.ingest.extraction.answers import AnswerReport, answer_passages
 from lightfoot_pipeline.ingest.extraction.cache import EXTRACTION_CACHE as EXTRACTION_CACHE_TABLE
 from lightfoot_pipeline.ingest.extraction.claims import EXTRACTION_CLAIMS, ExtractionClaims
-from lightfoot_pipeline.ingest.extraction.outcome import OK
+from lightfoot_pipeline.ingest.extraction.outcome import OK, reason_kind
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.settings import extraction_slots
@@ -93,11 +93,11 @@ def extraction_cache(
     if report.failed:
         metadata["failures"] = _failure_table(report.failed)
     if report.unanswered:
-        first = report.unanswered[0].reason
+        first = reason_kind(report.unanswered[0].reason)
         raise dg.Failure(
             description=f"{len(report.unanswered)} of {report.texts} passage texts got no answer from the model "
-            f"(e.g. {first}); the answers taken are in the extraction cache, and the next attempt asks only "
-            "for the rest",
+            f"(e.g. {first}: passage {report.unanswered[0].chunk_id}); the answers taken are in the extraction "
+            "cache, and the next attempt asks only for the rest",
             metadata=metadata,
         )
     return dg.MaterializeResult(metadata=metadata)
@@ -226,9 +226,11 @@ def _run_finished(instance: dg.DagsterInstance, run_id: str) -> bool:
 
 
 def _failure_table(failures) -> dg.MetadataValue:
+    """The first failures by passage, document and kind of reason (the full reason may quote the
+    passage: it stays with the extraction in the store, where ``lightfoot explain doc ID`` shows it)."""
     return dg.MetadataValue.md(
         "| passage | document | reason |\n|---|---|---|\n"
-        + "\n".join(f"| {o.chunk_id} | {o.doc_id} | {o.reason.replace('|', '/')} |" for o in failures[:25])
+        + "\n".join(f"| {o.chunk_id} | {o.doc_id} | {reason_kind(o.reason).replace('|', '/')} |" for o in failures[:25])
     )
 
 

@@ -22,7 +22,14 @@ from assets.keys import (
     TRIGGER_TAG,
 )
 from assets.partitions import DOCUMENTS, PER_DOCUMENT, key_ranges, range_tags
-from assets.provenance import CODE_VERSION, add_document_metadata, column_schema, commit_if_changed, store_metadata
+from assets.provenance import (
+    CODE_VERSION,
+    add_document_metadata,
+    column_schema,
+    commit_if_changed,
+    explain_hint,
+    store_metadata,
+)
 from assets.receipts import receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
 from lightfoot_pipeline.index.documents import upsert_documents
@@ -67,11 +74,12 @@ def passages(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Mate
             tx, "passages", {"documents": len(documents), "run_id": context.run.run_id}
         )
     context.log.info(f"{len(documents)} documents staged; store commit {manifest.seq} (changed: {changed})")
-    stored = lightfoot.read(PASSAGES_TABLE.name, manifest, columns=["doc_id", "title"]).filter(pl.col("doc_id").is_in(keys))
-    per_doc = stored.group_by("doc_id").agg(pl.len().alias("n"), pl.col("title").first())
-    counts = {r["doc_id"]: (r["n"], r["title"]) for r in per_doc.iter_rows(named=True)}
+    stored = lightfoot.read(PASSAGES_TABLE.name, manifest, columns=["doc_id"]).filter(pl.col("doc_id").is_in(keys))
+    counts = dict(stored.group_by("doc_id").len().iter_rows())
+    # Ids and counts only: Dagster's event storage keeps what it is given for good, so the title
+    # stays in the store (which an erasure reaches) and the partition says where to read it.
     add_document_metadata(context, {
-        key: {"dagster/row_count": counts.get(key, (0, ""))[0], "title": counts.get(key, (0, ""))[1] or "",
+        key: {"dagster/row_count": counts.get(key, 0), "read_with": explain_hint(key),
               "status": "awaiting deletion" if key in awaiting_deletion else "deleted" if key in deleted
               and key not in counts else "stored"}
         for key in keys

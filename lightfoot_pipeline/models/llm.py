@@ -341,8 +341,10 @@ class LLMClient:
                     raise
                 wait = self._backoff(failures, err)
                 failures += 1
-                log.warning("model call failed (%s); retry %d of %d in %.2fs", err, failures,
-                            self.settings.max_retries, wait)
+                # The kind and status only: the endpoint's reply may quote the prompt, and so a passage,
+                # and a log line outlives the erasure of that passage's document.
+                log.warning("model call failed (%s%s); retry %d of %d in %.2fs", err.kind,
+                            f", HTTP {err.status}" if err.status else "", failures, self.settings.max_retries, wait)
                 self._sleep(wait)
                 continue
             if fallback_from is not None:

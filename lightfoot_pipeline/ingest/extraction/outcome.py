@@ -38,6 +38,17 @@ class ExtractionOutcome:
         return cls(chunk_id=passage.chunk_id, doc_id=passage.doc_id, status=FAILED, reason=reason, **extra)
 
 
+def reason_kind(reason: str) -> str:
+    """What kind of failure a reason names: its text before the first ``": "``.
+
+    Every failure reason starts with the engine's own words ("unusable answer", "model call failed
+    after 3 attempt(s)", "no recorded extraction for this passage"); what follows may quote the
+    model's answer or the endpoint's reply, and so the passage. A report kept outside the store
+    (the orchestrator's event log, which an erasure cannot reach) shows the kind; the full reason
+    stays with the passage's extraction in the store."""
+    return reason.split(": ", 1)[0].strip() or "no reason given"
+
+
 ProgressCallback = Callable[[int, int], None]
 
 
