@@ -30,6 +30,7 @@ from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 from tests.assets.postgres_server import new_database
+from tests.assets.test_nothing_erasable_in_dagster import CANARY, canary_document, holders
 
 pytestmark = [pytest.mark.dagster]
 
@@ -110,7 +111,9 @@ def test_ingestion_and_erasure_runs_on_a_postgres_instance(deployment, sample_do
     from assets.definitions import defs as load_defs
 
     root, env = deployment
-    twelve = sample_documents[:12]
+    memo, memo_record = canary_document("memo-7", "Oslo")  # the canary in title, text, names, a fact, a quote
+    twelve = [*sample_documents[:11], memo]
+    sample_records = {**sample_records, memo.doc_id: memo_record}
     ids = sorted(d.doc_id for d in twelve)
     with dg.DagsterInstance.get() as instance:
         assert isinstance(instance.run_storage, PostgresRunStorage)
@@ -125,7 +128,7 @@ def test_ingestion_and_erasure_runs_on_a_postgres_instance(deployment, sample_do
 
     execute(env, ingest.run_requests[0], "document_ingestion")
 
-    doomed = [twelve[3].doc_id, twelve[7].doc_id]
+    doomed = [twelve[3].doc_id, twelve[7].doc_id, memo.doc_id]
     erasure_inbox = root / "inbox" / "erasure"
     erasure_inbox.mkdir(parents=True)
     (erasure_inbox / "request-1.json").write_text(json.dumps({"doc_ids": doomed, "reason": "test"}))
@@ -146,9 +149,34 @@ def test_ingestion_and_erasure_runs_on_a_postgres_instance(deployment, sample_do
         # The store pool's limit is the instance's (default_limit 1), kept in PostgreSQL.
         assert instance.event_log_storage.get_concurrency_info(STORE_POOL).slot_count == 1
 
+    # Nothing of the erased document in the database (every row of every table) nor under DAGSTER_HOME.
+    assert _rows_holding(env, CANARY) == {}
+    assert holders(Path(env["DAGSTER_HOME"])) == []
+    assert holders(Path(env["LIGHTFOOT_STORE"])) == []
+
     store = Store(env["LIGHTFOOT_STORE"])
     survivors = [d for d in twelve if d.doc_id not in doomed]
     assert sorted(store.read("documents").get_column("doc_id").to_list()) == sorted(d.doc_id for d in survivors)
     fresh = Store(str(root / "fresh"))
     operations.ingest(fresh, survivors, ReplayExtractor(sample_records), HashingEmbedder(dim=32))
     assert fingerprint(store).digest == fingerprint(fresh).digest
+
+
+def _rows_holding(env: dict, needle: str) -> dict[str, int]:
+    """The instance database's tables with rows whose text holds the needle (case-folded), and how many."""
+    import psycopg2
+
+    found = {}
+    with psycopg2.connect(host=env["DAGSTER_PG_HOST"], port=env["DAGSTER_PG_PORT"], dbname=env["DAGSTER_PG_DB"],
+                          user=env["DAGSTER_PG_USERNAME"], password=env["DAGSTER_PG_PASSWORD"]) as conn, \
+            conn.cursor() as cursor:
+        cursor.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")
+        tables = [name for (name,) in cursor.fetchall()]
+        assert "event_logs" in tables and "runs" in tables
+        for table in tables:
+            cursor.execute(f'SELECT count(*) FROM "{table}" t WHERE lower(t::text) LIKE %s',
+                           (f"%{needle.casefold()}%",))
+            (count,) = cursor.fetchone()
+            if count:
+                found[table] = count
+    return found
