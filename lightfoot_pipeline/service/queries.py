@@ -69,6 +69,9 @@ DEFAULT_TOP_K = 10
 MAX_TOP_K = 30  # the passages PageRank keeps (RetrievalSettings.candidates)
 MAX_QUESTION_CHARS = 4000
 DEFAULT_ANSWER_BUDGET_USD = 1.0
+# Store buckets the service keeps in memory for its provenance routes (explain doc and entity read
+# a few buckets of each table; the same buckets serve the next documents at the same commit).
+PROVENANCE_BUCKET_BYTES = 256 * 1024 * 1024
 
 
 class NoSnapshotLoaded(LightfootError, RuntimeError):
@@ -398,6 +401,7 @@ def open_service(store: Store, *, embedder_spec: str | None = None, reranker_spe
             answer_status = f"answers refused: the answer model has no known price; {ALLOW_UNPRICED_HINT}"
     if answerer is not None:
         ledger.ensure(store)  # before the first answers race to write to it
+    store.keep_buckets(PROVENANCE_BUCKET_BYTES)  # explain routes read small pieces of the same versions
     one_thread_per_query()
     service = QueryService(store, embedder, reranker, status, answerer, answer_status,
                            budget=AnswerBudget(answer_budget_usd), ledger_prefix=ledger_prefix, price=price)

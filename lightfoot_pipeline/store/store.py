@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 
@@ -96,6 +98,11 @@ class Store(Journals):
         self.columns_read: dict[str, int] = {}  # single columns read whole (read_column), per table
         # Digests of buckets by their data files (fingerprint.py), as this process last read or wrote them.
         self.fingerprint_cache: dict | None = None
+        # Buckets read, by (table, version, bucket), for a process that reads many small pieces of
+        # one version (the query service's provenance routes); off unless keep_buckets() is called.
+        self._buckets: OrderedDict[tuple, pl.DataFrame] | None = None
+        self._buckets_bytes, self._buckets_limit = 0, 0
+        self._buckets_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
@@ -211,6 +218,13 @@ class Store(Journals):
         cached = self._frames.get(name)
         if cached is not None and cached[0] == version:
             return cached[1].select(columns)
+        key = (name, version, "columns", *columns)
+        if self._buckets is not None:
+            with self._buckets_lock:
+                held = self._buckets.get(key)
+                if held is not None:
+                    self._buckets.move_to_end(key)
+                    return held
         table = self.open_version(name, version)
         self.columns_read[name] = self.columns_read.get(name, 0) + 1
         if self.is_remote:
@@ -218,13 +232,25 @@ class Store(Journals):
         else:
             files = table.file_uris()
             frame = pl.read_parquet(files, columns=columns, hive_partitioning=BUCKET in columns) if files else spec.empty()
-        return frame.select(columns).cast({c: spec.empty().schema[c] for c in columns})
+        frame = frame.select(columns).cast({c: spec.empty().schema[c] for c in columns})
+        if self._buckets is not None:
+            self._keep(key, frame)
+            with self._buckets_lock:
+                self._evict(keep=1)
+        return frame
+
+    def keep_buckets(self, max_bytes: int) -> None:
+        """Keep the buckets and columns this Store reads, up to ``max_bytes`` of them (the least
+        recently used go first): a version's bucket is immutable, so a later read of it costs no
+        file read."""
+        self._buckets = OrderedDict()
+        self._buckets_bytes, self._buckets_limit = 0, max_bytes
 
     def read_buckets(self, name: str, manifest: Manifest, buckets: Iterable[int]) -> pl.DataFrame:
         """The rows of some buckets of a table as of the committed state (with the bucket column).
 
         Only those buckets' data files are read (a Delta partition filter), unless this process
-        already holds the whole table at that version.
+        already holds the whole table at that version, or those buckets (:meth:`keep_buckets`).
         """
         spec = spec_for(name)
         wanted = sorted(set(buckets))
@@ -235,6 +261,46 @@ class Store(Journals):
         cached = self._frames.get(name)
         if cached is not None and cached[0] == version:
             return cached[1].filter(pl.col(BUCKET).is_in(wanted))
+        if self._buckets is not None:
+            return self._kept_buckets(name, version, wanted)
+        return self._read_bucket_files(name, version, wanted)
+
+    def _kept_buckets(self, name: str, version: int, wanted: list[int]) -> pl.DataFrame:
+        kept = self._buckets
+        assert kept is not None
+        with self._buckets_lock:
+            missing = [b for b in wanted if (name, version, b) not in kept]
+        if missing:
+            frame = self._read_bucket_files(name, version, missing)
+            parts = {key[0]: part for key, part in frame.partition_by(BUCKET, as_dict=True).items()}
+            for bucket in missing:
+                self._keep((name, version, bucket), parts.get(bucket, frame.clear()))
+        with self._buckets_lock:
+            frames = []
+            for bucket in wanted:
+                kept.move_to_end((name, version, bucket))
+                frames.append(kept[(name, version, bucket)])
+            self._evict(keep=len(wanted))
+        return pl.concat(frames, how="vertical_relaxed")
+
+    def _keep(self, key: tuple, frame: pl.DataFrame) -> None:
+        kept = self._buckets
+        assert kept is not None
+        with self._buckets_lock:
+            if key not in kept:
+                kept[key] = frame
+                self._buckets_bytes += int(frame.estimated_size())
+
+    def _evict(self, keep: int) -> None:
+        """Drop the least recently used pieces past the byte limit, but never the last ``keep``."""
+        kept = self._buckets
+        assert kept is not None
+        while self._buckets_bytes > self._buckets_limit and len(kept) > keep:
+            _, dropped = kept.popitem(last=False)
+            self._buckets_bytes -= int(dropped.estimated_size())
+
+    def _read_bucket_files(self, name: str, version: int, wanted: list[int]) -> pl.DataFrame:
+        spec = spec_for(name)
         table = self.open_version(name, version)
         partitions = [(BUCKET, "in", [str(b) for b in wanted])]
         if self.is_remote:

@@ -273,3 +273,32 @@ def test_a_layout_2_store_is_refused_with_the_migrate_hint_and_migrate_drops_its
     assert not old_keys.exists()
     assert Store(uri).manifest().details["layout"]["version"] == LAYOUT_VERSION
     assert fingerprint(Store(uri)).digest == digest
+
+
+def test_kept_buckets_answer_as_files_do_and_stay_within_their_bound(built):
+    """A Store that keeps what it reads (the query service's) answers every bucket and column read
+    as a fresh one does, reads each piece's files once, and holds no more than its byte bound."""
+    _, uri, documents, _ = built
+    fresh, keeping = Store(uri), Store(uri)
+    keeping.keep_buckets(64 * 1024 * 1024)
+    manifest = fresh.manifest()
+    doc_ids = [d.doc_id for d in documents[:150]]
+    for batch in (doc_ids[:5], doc_ids[3:40], doc_ids[:5]):
+        for name, order in ((DOCUMENTS.name, ["doc_id"]), ("passages", ["doc_id", "chunk_id"])):
+            expected = fresh.rows(name, "doc_id", batch, manifest).sort(order)
+            assert keeping.rows(name, "doc_id", batch, manifest).sort(order).equals(expected), name
+    once = dict(keeping.rows_read)
+    keeping.rows(DOCUMENTS.name, "doc_id", doc_ids[:40], manifest)  # every bucket of these is kept
+    assert keeping.rows_read == once
+    column = keeping.read_columns(FORMS.name, manifest, ["name"])
+    assert column.equals(fresh.read_columns(FORMS.name, manifest, ["name"]))
+    reads = dict(keeping.columns_read)
+    assert keeping.read_columns(FORMS.name, manifest, ["name"]).equals(column) and keeping.columns_read == reads
+
+    tight = Store(uri)
+    tight.keep_buckets(4 * 1024)  # a few small buckets at most
+    for doc_id in doc_ids:
+        assert tight.rows(DOCUMENTS.name, "doc_id", [doc_id], manifest).get_column("doc_id").to_list() == [doc_id]
+    held = tight._buckets
+    assert held is not None and sum(int(f.estimated_size()) for f in held.values()) <= 4 * 1024 + max(
+        int(f.estimated_size()) for f in held.values())
