@@ -1,7 +1,7 @@
 """The code location: every definition under ``assets/defs/``, found by Dagster's defs loader.
 
-``dagster dev`` (through workspace.yaml) and ``dagster definitions validate`` load this module.
-The loader finds the project through pyproject.toml (``[tool.dg.project]``), so the project runs
+``dg dev`` and ``dg check defs`` load this module (pyproject.toml's ``[tool.dg]`` names it), and so
+do ``dagster-webserver`` and ``dagster-daemon`` through workspace.yaml. The loader finds the project through pyproject.toml (``[tool.dg.project]``), so the project runs
 from its checkout or an editable install (``scripts/setup.sh``).
 """
 

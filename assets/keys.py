@@ -33,3 +33,12 @@ PASSAGES_CHECK = dg.AssetCheckKey(EXTRACTIONS, "passages_accounted_for")
 REBUILD_CHECK = "matches_fresh_rebuild"
 
 TRIGGER_TAG = "lightfoot/trigger"
+# What a run paid for model calls, on the run page: its steps' totals, summed (assets/provenance.py).
+MODEL_CALLS_TAG = "lightfoot/model_calls"
+TOKENS_IN_TAG = "lightfoot/tokens_in"
+TOKENS_OUT_TAG = "lightfoot/tokens_out"
+COST_USD_TAG = "lightfoot/cost_usd"
+COST_RUN_TAG = "lightfoot/cost_of_run"  # the run those totals are of (a re-execution inherits its parent's tags)
+
+# Who answers for every asset (Dagster takes an email address or "team:<name>").
+OWNERS = ["team:lightfoot"]

@@ -7,8 +7,9 @@ A run over a range of document partitions records one materialization per docume
 true of one document (its passages, extraction, model calls, tokens and cost) goes on that
 document's partition only (:func:`add_document_metadata`); what the run did as a whole goes on
 every partition under ``run_``-prefixed keys, so that summing a key over partitions never counts
-a run twice. Every asset declares its tables' column schema and a code version (the engine's
-version and the index's settings), so the UI marks an asset stale when either changes.
+a run twice. Every asset declares its tables (:func:`table_metadata`) and a code version of its
+own (assets/code_versions.py), so the UI marks an asset stale when the code that computes it or
+the index's settings change.
 
 Metadata, tags, log lines and failure messages hold identifiers, counts, digests, costs and
 links, never content: no title, passage text, entity name, fact or evidence quote. Dagster's SQL
@@ -18,26 +19,21 @@ the store holds the content, and ``lightfoot explain doc ID`` (or the service's 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import dagster as dg
 
-import lightfoot_pipeline
-from lightfoot_pipeline.settings import IndexSettings
+from assets.keys import COST_RUN_TAG, COST_USD_TAG, MODEL_CALLS_TAG, TOKENS_IN_TAG, TOKENS_OUT_TAG
 from lightfoot_pipeline.store.fingerprint import fingerprint as store_fingerprint
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import TableSpec, spec_for
 from lightfoot_pipeline.store.transaction import Transaction
+from lightfoot_pipeline.store.vectors import VECTOR_CACHE_COLUMNS
 
 STORE_POOL = "lightfoot_store"  # one store writer at a time (the lock on object stores)
-# What every asset's output is a function of: the engine and the index's settings.
-CODE_VERSION = "{}-{}".format(lightfoot_pipeline.__version__, hashlib.sha256(
-    json.dumps(IndexSettings().shape_of_index(), sort_keys=True, default=str).encode()).hexdigest()[:12])
 
 
 def explain_hint(doc_id: str) -> str:
@@ -46,14 +42,45 @@ def explain_hint(doc_id: str) -> str:
     return f"lightfoot explain doc {shlex.quote(doc_id)}"
 
 
-def column_schema(spec: TableSpec, *more: TableSpec) -> dict[str, dg.TableSchema]:
-    """The definition metadata that declares the columns of an asset's store tables: its first
-    table's as ``dagster/column_schema``, each further table's as ``column_schema/<table>``."""
-    def schema(table: TableSpec) -> dg.TableSchema:
-        return dg.TableSchema(columns=[dg.TableColumn(field.name, str(field.type), description=table.description
-                                                      if i == 0 else None) for i, field in enumerate(table.schema)])
+def table_metadata(spec: TableSpec, *more: TableSpec) -> dict[str, dg.RawMetadataValue]:
+    """The definition metadata that declares an asset's store tables (Delta tables).
 
-    return {"dagster/column_schema": schema(spec), **{f"column_schema/{t.name}": schema(t) for t in more}}
+    Its own table, the first, under Dagster's table keys: ``dagster/table_name``
+    (``lightfoot.<table>``), ``dagster/column_schema`` and ``dagster/storage_kind``, with the
+    table's description as ``table_description``; each further table it writes as
+    ``column_schema/<table>`` and ``table_description/<table>``. A description is the table's:
+    no column carries it. Its location (``dagster/uri``) depends on the store, so each
+    materialization reports it.
+    """
+    metadata: dict[str, dg.RawMetadataValue] = {
+        "dagster/table_name": f"lightfoot.{spec.name}",
+        "dagster/column_schema": _schema(spec),
+        "dagster/storage_kind": "deltalake",
+        "table_description": dg.MetadataValue.text(spec.description),
+    }
+    for table in more:
+        metadata[f"column_schema/{table.name}"] = _schema(table)
+        metadata[f"table_description/{table.name}"] = dg.MetadataValue.text(table.description)
+    return metadata
+
+
+def vector_cache_metadata(kind: str) -> dict[str, dg.RawMetadataValue]:
+    """The definition metadata of a LanceDB vector cache (lightfoot_pipeline/store/vectors.py):
+    its columns and description. One table per embedding model (``<kind>__<model>``), so its name
+    and location are reported by each materialization, which knows the model."""
+    return {
+        "dagster/column_schema": dg.TableSchema(columns=[
+            dg.TableColumn(name, type_, description=about) for name, (type_, about) in VECTOR_CACHE_COLUMNS.items()
+        ]),
+        "dagster/storage_kind": "lancedb",
+        "table_description": dg.MetadataValue.text(
+            f"LanceDB table {kind}__<model> under the store's vectors/ folder: one vector per text and embedding "
+            "model, computed once and kept; rows hold a hash of the text, never the text."),
+    }
+
+
+def _schema(table: TableSpec) -> dg.TableSchema:
+    return dg.TableSchema(columns=[dg.TableColumn(field.name, str(field.type)) for field in table.schema])
 
 
 def add_document_metadata(context: dg.AssetExecutionContext, per_document: Mapping[str, Mapping[str, object]],
@@ -100,6 +127,36 @@ def commit_if_changed(tx: Transaction, operation: str, details: dict) -> tuple[M
 
 def table_rows(store: Store, manifest: Manifest, tables: Sequence[str]) -> dict[str, int]:
     return {name: store.read(name, manifest, columns=[spec_for(name).key[0]]).height for name in tables}
+
+
+def add_run_cost(context: dg.AssetExecutionContext, *, model_calls: int, tokens_in: int, tokens_out: int,
+                 cost_usd: float) -> dict[str, str]:
+    """Add a step's model calls, tokens and cost to its run's tags, where the run page shows them.
+
+    The tags hold the run's totals: each step that calls the model adds its own to what the run's
+    earlier steps recorded (the steps that do so run one after another, in process). A step with
+    no call still records zeros, so a run that cost nothing says so. A re-execution starts with
+    its parent's tags; ``lightfoot/cost_of_run`` says whose totals they are, so it counts only its
+    own calls. Returns the tags set."""
+    run_id = context.run.run_id
+    run = context.instance.get_run_by_id(run_id)
+    before = run.tags if run is not None and run.tags.get(COST_RUN_TAG) == run_id else {}
+
+    def prior(tag: str) -> float:
+        try:
+            return float(before.get(tag, 0))
+        except ValueError:
+            return 0.0
+
+    tags = {
+        MODEL_CALLS_TAG: str(int(prior(MODEL_CALLS_TAG)) + model_calls),
+        TOKENS_IN_TAG: str(int(prior(TOKENS_IN_TAG)) + tokens_in),
+        TOKENS_OUT_TAG: str(int(prior(TOKENS_OUT_TAG)) + tokens_out),
+        COST_USD_TAG: f"{prior(COST_USD_TAG) + float(cost_usd):.6f}",
+        COST_RUN_TAG: run_id,
+    }
+    context.instance.add_run_tags(run_id, tags)
+    return tags
 
 
 def store_metadata(

@@ -15,16 +15,17 @@ from collections import Counter
 import dagster as dg
 import polars as pl
 
-from assets.keys import EXTRACTION_CACHE, EXTRACTIONS, PASSAGES
+from assets.code_versions import code_version
+from assets.keys import EXTRACTION_CACHE, EXTRACTIONS, OWNERS, PASSAGES
 from assets.partitions import PER_DOCUMENT
 from assets.provenance import (
-    CODE_VERSION,
     EXTRACTION_POOL,
     STORE_POOL,
     add_document_metadata,
-    column_schema,
+    add_run_cost,
     commit_if_changed,
     store_metadata,
+    table_metadata,
 )
 from assets.resources import ExtractorResource, StoreResource
 from lightfoot_pipeline.index.documents import derive_forms, record_extractions
@@ -41,8 +42,9 @@ from lightfoot_pipeline.store.tables import FACT_SOURCES, FORMS
 from lightfoot_pipeline.store.tables import PASSAGES as PASSAGES_TABLE
 
 
-@dg.asset(**{**PER_DOCUMENT, "pool": EXTRACTION_POOL}, deps=[PASSAGES], kinds={"deltalake", "openai"},
-          code_version=CODE_VERSION, metadata=column_schema(EXTRACTION_CACHE_TABLE, EXTRACTION_CLAIMS))
+@dg.asset(**{**PER_DOCUMENT, "pool": EXTRACTION_POOL}, deps=[PASSAGES], kinds={"deltalake", "openai"}, owners=OWNERS,
+          code_version=code_version(__name__, "extraction_cache"),
+          metadata=table_metadata(EXTRACTION_CACHE_TABLE, EXTRACTION_CLAIMS))
 def extraction_cache(
     context: dg.AssetExecutionContext, store: StoreResource, extractor: ExtractorResource
 ) -> dg.MaterializeResult:
@@ -92,7 +94,9 @@ def extraction_cache(
         metadata["model_unusable"] = dg.MetadataValue.text(unusable)
     if report.failed:
         metadata["failures"] = _failure_table(report.failed)
-    if report.unanswered:
+    add_run_cost(context, model_calls=sum(o.model_calls for o in calls), tokens_in=sum(o.tokens_in for o in calls),
+                 tokens_out=sum(o.tokens_out for o in calls), cost_usd=float(sum(o.cost_usd for o in calls)))
+    if report.unanswered:  # the calls made are paid for and on the run's tags
         first = reason_kind(report.unanswered[0].reason)
         raise dg.Failure(
             description=f"{len(report.unanswered)} of {report.texts} passage texts got no answer from the model "
@@ -103,8 +107,8 @@ def extraction_cache(
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset(**PER_DOCUMENT, deps=[EXTRACTION_CACHE], kinds={"deltalake", "python"}, code_version=CODE_VERSION,
-          metadata=column_schema(EXTRACTIONS_TABLE))
+@dg.asset(**PER_DOCUMENT, deps=[EXTRACTION_CACHE], kinds={"deltalake", "python"}, owners=OWNERS,
+          code_version=code_version(__name__, "extractions"), metadata=table_metadata(EXTRACTIONS_TABLE))
 def extractions(
     context: dg.AssetExecutionContext, store: StoreResource, extractor: ExtractorResource
 ) -> dg.MaterializeResult:
@@ -245,8 +249,8 @@ def _progress(context: dg.AssetExecutionContext):
     return report
 
 
-@dg.asset(**PER_DOCUMENT, deps=[EXTRACTIONS], kinds={"deltalake", "python"}, code_version=CODE_VERSION,
-          metadata=column_schema(FORMS, FACT_SOURCES))
+@dg.asset(**PER_DOCUMENT, deps=[EXTRACTIONS], kinds={"deltalake", "python"}, owners=OWNERS,
+          code_version=code_version(__name__, "forms"), metadata=table_metadata(FORMS, FACT_SOURCES))
 def forms(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     """Every normalised entity name, fact subject and fact object of a document's passages, and
     which passage asserted which fact: the per-document input of the graph."""
@@ -277,7 +281,11 @@ def forms(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Materia
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.sensor(minimum_interval_seconds=300, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(
+    minimum_interval_seconds=300, default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Keeps the pools' limits in the instance's storage: lightfoot_store at one slot, "
+    "lightfoot_extraction at LIGHTFOOT_EXTRACTION_SLOTS. Never asks for a run.",
+)
 def pool_limits(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     """Keeps the pools' limits in the instance's storage: ``lightfoot_store`` at one slot,
     ``lightfoot_extraction`` at LIGHTFOOT_EXTRACTION_SLOTS.

@@ -13,6 +13,7 @@ import json
 import dagster as dg
 import polars as pl
 
+from assets.code_versions import code_version
 from assets.keys import (
     ENTITIES,
     FACTS,
@@ -20,22 +21,24 @@ from assets.keys import (
     GRAPH_GROUP,
     NAME_LINKS,
     NAME_VECTORS,
+    OWNERS,
     SYNONYM_EDGES,
     TOMBSTONES,
 )
 from assets.provenance import (
-    CODE_VERSION,
     STORE_POOL,
-    column_schema,
     commit_if_changed,
     store_metadata,
+    table_metadata,
     table_rows,
+    vector_cache_metadata,
 )
 from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline import operations
 from lightfoot_pipeline.index.reconcile import EmbedderRequired, GraphChange, reconcile_graph
 from lightfoot_pipeline.progress import name_progress
 from lightfoot_pipeline.provenance.documents import table_differences
+from lightfoot_pipeline.settings import ENTITY_THRESHOLD, LSH_BANDS, LSH_ROWS, SYNONYM_THRESHOLD
 from lightfoot_pipeline.store.fingerprint import fingerprint as store_fingerprint
 from lightfoot_pipeline.store.tables import ALIASES, BUCKET, MENTIONS, TableSpec
 from lightfoot_pipeline.store.tables import ENTITIES as ENTITIES_TABLE
@@ -43,7 +46,7 @@ from lightfoot_pipeline.store.tables import FACT_SOURCES as FACT_SOURCES_TABLE
 from lightfoot_pipeline.store.tables import FACTS as FACTS_TABLE
 from lightfoot_pipeline.store.tables import NAME_LINKS as NAME_LINKS_TABLE
 from lightfoot_pipeline.store.tables import SYNONYM_EDGES as SYNONYM_EDGES_TABLE
-from lightfoot_pipeline.store.vectors import name_vector_cache
+from lightfoot_pipeline.store.vectors import cache_table_name, name_vector_cache, vector_cache_uri
 
 _EAGER = dg.AutomationCondition.eager()
 
@@ -53,27 +56,31 @@ def _specs() -> list[dg.AssetSpec]:
     for assets of their own)."""
     return [
         dg.AssetSpec(
-            NAME_VECTORS, code_version=CODE_VERSION, metadata=column_schema(ALIASES), deps=[FORMS, TOMBSTONES], group_name=GRAPH_GROUP, kinds={"lancedb"}, automation_condition=_EAGER,
+            NAME_VECTORS, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=vector_cache_metadata("name"), deps=[FORMS, TOMBSTONES], group_name=GRAPH_GROUP, kinds={"lancedb"}, automation_condition=_EAGER,
             description="One embedding per live (name, type), cached per model and name: a name's vector never "
             "depends on which other names are indexed.",
         ),
         dg.AssetSpec(
-            NAME_LINKS, code_version=CODE_VERSION, metadata=column_schema(NAME_LINKS_TABLE), deps=[NAME_VECTORS], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
-            description="Pairs of live names of one type with cosine similarity at or above the synonym threshold "
-            "(0.80), computed exactly with blocked matrix products.",
+            NAME_LINKS, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=table_metadata(NAME_LINKS_TABLE), deps=[NAME_VECTORS], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
+            description=f"Pairs of live names of one type that carry the same numbers and whose cosine similarity, "
+            f"computed exactly in float64, is at or above the synonym threshold ({SYNONYM_THRESHOLD:.2f}). The pairs "
+            f"compared are those that share a key in one of {LSH_BANDS} seeded random-hyperplane LSH bands "
+            f"({LSH_ROWS} sign bits each) and whose sign sketches are close enough for the threshold: a link is a "
+            "function of its two names alone.",
         ),
         dg.AssetSpec(
-            ENTITIES, code_version=CODE_VERSION, metadata=column_schema(ENTITIES_TABLE, ALIASES, MENTIONS), deps=[NAME_LINKS], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
-            description="Connected components of names linked at the entity threshold (0.92), with their aliases "
+            ENTITIES, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=table_metadata(ENTITIES_TABLE, ALIASES, MENTIONS), deps=[NAME_LINKS], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
+            description=f"Connected components of names linked at the entity threshold ({ENTITY_THRESHOLD:.2f}), with their aliases "
             "and the passages that mention them.",
         ),
         dg.AssetSpec(
-            SYNONYM_EDGES, code_version=CODE_VERSION, metadata=column_schema(SYNONYM_EDGES_TABLE), deps=[ENTITIES, NAME_LINKS], group_name=GRAPH_GROUP, kinds={"deltalake"},
+            SYNONYM_EDGES, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=table_metadata(SYNONYM_EDGES_TABLE), deps=[ENTITIES, NAME_LINKS], group_name=GRAPH_GROUP, kinds={"deltalake"},
             automation_condition=_EAGER,
-            description="Same-type entity pairs with a member-name pair at cosine at or above 0.80 (no top-k).",
+            description=f"Same-type entity pairs with a member-name pair at cosine at or above {SYNONYM_THRESHOLD:.2f} "
+            "(no top-k).",
         ),
         dg.AssetSpec(
-            FACTS, code_version=CODE_VERSION, metadata=column_schema(FACTS_TABLE, FACT_SOURCES_TABLE), deps=[FORMS, TOMBSTONES], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
+            FACTS, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=table_metadata(FACTS_TABLE, FACT_SOURCES_TABLE), deps=[FORMS, TOMBSTONES], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
             description="(subject, predicate, object) facts that at least one live passage asserts, with the set "
             "of asserting passages.",
         ),
@@ -131,6 +138,12 @@ def graph(context: dg.AssetExecutionContext, store: StoreResource, embedder: Emb
         if key in (ENTITIES, FACTS):
             kind = "entities" if key == ENTITIES else "facts"
             metadata.update({f"{kind}_{what}": dg.MetadataValue.int(n) for what, n in diff[kind].items()})
+        if key == NAME_VECTORS:  # its table is the model's LanceDB vector cache, not a Delta table
+            embedder_id = manifest.config.get("embedder")
+            metadata.pop("dagster/uri", None)
+            if embedder_id:
+                metadata["dagster/uri"] = dg.MetadataValue.path(vector_cache_uri(lightfoot, "name", embedder_id))
+                metadata["dagster/table_name"] = f"lightfoot.vectors.{cache_table_name('name', embedder_id)}"
         metadata.update(details[key])
         version = hashlib.sha256(json.dumps({n: manifest.versions.get(n) for n in names}, sort_keys=True).encode())
         yield dg.MaterializeResult(asset_key=key, metadata=metadata, data_version=dg.DataVersion(version.hexdigest()[:16]))

@@ -13,22 +13,23 @@ from dataclasses import dataclass, field
 import dagster as dg
 import polars as pl
 
+from assets.code_versions import code_version
 from assets.defs.checks import INGESTION_REBUILD_LIMIT
 from assets.keys import (
     DOCUMENTS_GROUP,
     GRAPH_GROUP,
     INGESTION_JOB,
+    OWNERS,
     SERVING_GROUP,
     TRIGGER_TAG,
 )
 from assets.partitions import DOCUMENTS, PER_DOCUMENT, key_ranges, range_tags
 from assets.provenance import (
-    CODE_VERSION,
     add_document_metadata,
-    column_schema,
     commit_if_changed,
     explain_hint,
     store_metadata,
+    table_metadata,
 )
 from assets.receipts import receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
@@ -43,8 +44,8 @@ from lightfoot_pipeline.store.tables import PASSAGES as PASSAGES_TABLE
 from lightfoot_pipeline.store.tables import TOMBSTONES as TOMBSTONES_TABLE
 
 
-@dg.asset(**PER_DOCUMENT, kinds={"deltalake", "python"}, code_version=CODE_VERSION,
-          metadata=column_schema(PASSAGES_TABLE, DOCUMENTS_TABLE))
+@dg.asset(**PER_DOCUMENT, kinds={"deltalake", "python"}, owners=OWNERS, code_version=code_version(__name__, "passages"),
+          metadata=table_metadata(PASSAGES_TABLE, DOCUMENTS_TABLE))
 def passages(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     """A document's row (title, source, retention date) and its passages, from its landed copy.
 
@@ -186,7 +187,11 @@ def drop_runs(instance: dg.DagsterInstance, receipts: Receipts, trigger: str) ->
     return out
 
 
-@dg.sensor(job_name=INGESTION_JOB, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(
+    job_name=INGESTION_JOB, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Lands the documents dropped in the inbox with a receipt, adds them as partitions, and asks for "
+    "ingestion runs until a run of each drop has succeeded.",
+)
 def document_inbox(
     context: dg.SensorEvaluationContext, store: StoreResource, inbox: InboxResource
 ) -> dg.SensorResult:
@@ -229,6 +234,8 @@ def document_inbox(
     job_name=INGESTION_JOB,
     execution_timezone="UTC",
     default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Every hour at :15 UTC: lands what is in the inbox, asks for the runs its pending drops need, and "
+    "ingests every other landed document the store lacks; skipped while an ingestion run is queued or running.",
 )
 def hourly_ingestion(
     context: dg.ScheduleEvaluationContext, store: StoreResource, inbox: InboxResource

@@ -14,10 +14,12 @@ from collections.abc import Callable
 
 import dagster as dg
 
+from assets.code_versions import code_version
 from assets.keys import (
     DELETION_JOB,
     ERASURES,
     GRAPH_ASSETS,
+    OWNERS,
     PASSAGES_CHECK,
     PER_DOCUMENT_ASSETS,
     RETENTION_GROUP,
@@ -26,7 +28,7 @@ from assets.keys import (
     TRIGGER_TAG,
 )
 from assets.partitions import DOCUMENTS
-from assets.provenance import CODE_VERSION, STORE_POOL, column_schema, commit_if_changed, store_metadata
+from assets.provenance import STORE_POOL, commit_if_changed, store_metadata, table_metadata
 from assets.receipts import IN_FLIGHT, receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
 from lightfoot_pipeline.ingest.inbox import take_requests
@@ -88,8 +90,8 @@ def restate_latest(instance: dg.DagsterInstance, key: dg.AssetKey, deleted: set[
     return None
 
 
-@dg.asset(group_name=RETENTION_GROUP, kinds={"deltalake"}, pool=STORE_POOL, code_version=CODE_VERSION,
-          metadata=column_schema(TOMBSTONES_TABLE))
+@dg.asset(group_name=RETENTION_GROUP, kinds={"deltalake"}, pool=STORE_POOL, owners=OWNERS,
+          code_version=code_version(__name__, "tombstones"), metadata=table_metadata(TOMBSTONES_TABLE))
 def tombstones(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     """The deletion log: pending deletion requests applied, one tombstone per deleted document.
 
@@ -139,7 +141,8 @@ def tombstones(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Ma
     group_name=RETENTION_GROUP,
     kinds={"deltalake", "lancedb"},
     pool=STORE_POOL,
-    code_version=CODE_VERSION,
+    owners=OWNERS,
+    code_version=code_version(__name__, "erasures"),
 )
 def erasures(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     """Hard erasure: the text of deleted documents that asked for it, removed from everything the
@@ -187,7 +190,11 @@ def _deletion_runs_in_flight(instance: dg.DagsterInstance) -> list[str]:
     return [r.dagster_run.run_id for r in records]
 
 
-@dg.sensor(job_name=DELETION_JOB, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(
+    job_name=DELETION_JOB, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Records the erasure requests dropped in the erasure inbox and asks for deletion runs, one at a "
+    "time, until a run that includes each request has succeeded.",
+)
 def erasure_inbox(
     context: dg.SensorEvaluationContext, store: StoreResource, inbox: InboxResource
 ) -> dg.SensorResult:
@@ -269,6 +276,8 @@ def erasure_inbox(
     job_name=DELETION_JOB,
     execution_timezone="UTC",
     default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Daily at 03:00 UTC: the documents past their retention date (retention_until, or the policy "
+    "file) are deleted and their history erased.",
 )
 def retention_schedule(
     context: dg.ScheduleEvaluationContext, store: StoreResource, inbox: InboxResource
@@ -299,7 +308,11 @@ def retention_schedule(
 # -- removing the partitions of deleted documents ---------------------------------------------
 
 
-@dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(
+    minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Removes a deleted document's partition once the graph has applied its tombstone and its history "
+    "is erased where that was asked.",
+)
 def deleted_partitions(context: dg.SensorEvaluationContext, store: StoreResource) -> dg.SensorResult:
     """Removes the partition of a deleted document once everything downstream of its tombstone is
     clean: the graph has applied it, and its history is erased when that was asked.

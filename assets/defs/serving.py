@@ -6,8 +6,9 @@ it; under automation, it waits for the checks to pass.
 
 import dagster as dg
 
-from assets.keys import GRAPH_ASSETS, SERVING_GROUP
-from assets.provenance import CODE_VERSION, STORE_POOL
+from assets.code_versions import code_version
+from assets.keys import GRAPH_ASSETS, OWNERS, SERVING_GROUP
+from assets.provenance import STORE_POOL
 from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline.progress import StepProgress
 from lightfoot_pipeline.snapshot.export import DEFAULT_KEEP, export_snapshot
@@ -18,7 +19,8 @@ from lightfoot_pipeline.snapshot.export import DEFAULT_KEEP, export_snapshot
     group_name=SERVING_GROUP,
     kinds={"numpy", "parquet"},
     pool=STORE_POOL,
-    code_version=CODE_VERSION,
+    owners=OWNERS,
+    code_version=code_version(__name__, "serving_snapshot"),
     automation_condition=dg.AutomationCondition.eager() & dg.AutomationCondition.all_deps_blocking_checks_passed(),
 )
 def serving_snapshot(

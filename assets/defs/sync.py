@@ -14,8 +14,9 @@ import datetime as dt
 
 import dagster as dg
 
-from assets.keys import TRIGGER_TAG
-from assets.provenance import CODE_VERSION, STORE_POOL, column_schema, store_metadata
+from assets.code_versions import code_version
+from assets.keys import OWNERS, TRIGGER_TAG
+from assets.provenance import STORE_POOL, add_run_cost, store_metadata, table_metadata
 from assets.resources import EmbedderResource, ExtractorResource, InboxResource, StoreResource
 from lightfoot_pipeline.ingest.sources import SOURCE_FILES
 from lightfoot_pipeline.operations.sync import look_at_source, sync, unextracted_files
@@ -25,8 +26,8 @@ SOURCES_GROUP = "sources"
 SOURCE_SYNC_JOB = "source_sync_job"
 
 
-@dg.asset(group_name=SOURCES_GROUP, kinds={"deltalake", "python"}, pool=STORE_POOL, code_version=CODE_VERSION,
-          metadata=column_schema(SOURCE_FILES, PASSAGE_SOURCES))
+@dg.asset(group_name=SOURCES_GROUP, kinds={"deltalake", "python"}, pool=STORE_POOL, owners=OWNERS,
+          code_version=code_version(__name__, "source_files"), metadata=table_metadata(SOURCE_FILES, PASSAGE_SOURCES))
 def source_files(
     context: dg.AssetExecutionContext, store: StoreResource, embedder: EmbedderResource,
     extractor: ExtractorResource, inbox: InboxResource,
@@ -43,6 +44,8 @@ def source_files(
     context.log.info(f"{report.source}: {len(report.new)} new, {len(report.changed)} changed, {report.unchanged} "
                      f"unchanged, {len(report.removed)} removed, {len(report.failed)} failed; "
                      f"{report.model_calls} model calls")
+    add_run_cost(context, model_calls=report.model_calls, tokens_in=report.tokens_in, tokens_out=report.tokens_out,
+                 cost_usd=report.cost_usd)
     manifest = lightfoot.manifest()
     metadata = store_metadata(
         lightfoot, manifest, [DOCUMENTS.name, PASSAGES.name, SOURCE_FILES.name], fingerprint=store.report_fingerprint,
@@ -71,7 +74,11 @@ source_sync_job = dg.define_asset_job(
 )
 
 
-@dg.sensor(job=source_sync_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(
+    job=source_sync_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Follows the sync source (LIGHTFOOT_SYNC_SOURCE): one sync run for each new set of files added, "
+    "changed or removed there.",
+)
 def source_sync(context: dg.SensorEvaluationContext, store: StoreResource, inbox: InboxResource) -> dg.SensorResult:
     """Files added, changed or removed at the source: one sync run for each new set of changes."""
     uri = inbox.sync_source_uri()

@@ -95,6 +95,8 @@ class SyncReport:
     unextracted: int = 0
     model_calls: int = 0
     retries: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
     cost_usd: float = 0.0
     commits: list[int] = field(default_factory=list)
     read_seconds: float = 0.0
@@ -260,6 +262,8 @@ def sync(
         report.extraction_failed += ingested.failed
         report.model_calls += ingested.model_calls
         report.retries += ingested.retries
+        report.tokens_in += ingested.tokens_in
+        report.tokens_out += ingested.tokens_out
         report.cost_usd += ingested.cost_usd
     report.failed.sort(key=lambda f: f["doc_id"])
     report.unextracted = sum(unextracted_passages(store, indexed).values())

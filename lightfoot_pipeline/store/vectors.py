@@ -49,13 +49,30 @@ def _slug(model_id: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", model_id.casefold()).strip("_")
 
 
+# A cache table's columns: (type, what it holds).
+VECTOR_CACHE_COLUMNS = {
+    "key": ("string", "the first 32 hex digits of the text's SHA-256 (the text is never stored here)"),
+    "vector": ("fixed_size_list<float32>", "the model's embedding of the text, as many floats as the model's dimension"),
+}
+
+
+def cache_table_name(kind: str, model_id: str) -> str:
+    """The LanceDB table of one kind of text's vectors for one model: ``<kind>__<model>``."""
+    return f"{kind}__{_slug(model_id)}"
+
+
+def vector_cache_uri(store: Store, kind: str, model_id: str) -> str:
+    """Where that table lives: ``<store>/vectors/<kind>__<model>.lance``."""
+    return store.path("vectors", f"{cache_table_name(kind, model_id)}.lance")
+
+
 class VectorCache:
     def __init__(self, store, kind: str, embedder: Embedder, progress: EmbedProgress | None = None) -> None:
         """``progress`` hears how each pass of :meth:`vectors` that embeds texts proceeds."""
         self.store = store
         self.kind = kind
         self.embedder = embedder
-        self.table_name = f"{kind}__{_slug(embedder.model_id)}"
+        self.table_name = cache_table_name(kind, embedder.model_id)
         self.computed = 0
         self._keys_at: tuple[tuple[int, int], pa.ChunkedArray] | None = None  # the key column, at one table version
         self.key_reads = 0  # times the whole key column was read (it grows with the cache)
