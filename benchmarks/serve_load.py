@@ -32,7 +32,9 @@ measured; each client on an address of its own in 127.0.0.0/8):
   in both phases and their ratios (target: within 3x);
 - one ``/query`` client alone, and beside four clients opening document after document as the
   page does (``/explain/doc``, then ``/explain/doc/preview``: a deletion preview, never the same
-  twice): its p50 in both and the ratio (target: within 2x).
+  twice): its p50 in both and the ratio (target: within 2x); and one ``/explain/doc`` client
+  alone, a new document each time, whose p50 beside the lone query's is what an explanation
+  costs (target: within 3x).
 
 It checks that every authenticated query got 200, every unauthenticated one 401, every big body
 413 (or a closed connection) without the server reading it, ``/health`` answered within 50 ms
@@ -417,12 +419,14 @@ def flood_process(port: int, sockets: int, source: str, stop, results) -> None:
     results.send(asyncio.run(run()))
 
 
-async def timed_client(port: int, source: str, make: callable, seconds: float, latencies: list, statuses: dict) -> None:
-    """Requests from ``make()`` (bytes) over one kept-alive connection from ``source`` for ``seconds``."""
+async def timed_client(port: int, source: str, make: callable, seconds: float, latencies: list, statuses: dict,
+                       limit: int | None = None) -> None:
+    """Requests from ``make()`` (bytes) over one kept-alive connection from ``source`` for ``seconds``
+    (or ``limit`` requests, if fewer)."""
     reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
     deadline = time.perf_counter() + seconds
     try:
-        while time.perf_counter() < deadline:
+        while time.perf_counter() < deadline and (limit is None or len(latencies) < limit):
             started = time.perf_counter()
             writer.write(make())
             await writer.drain()
@@ -512,6 +516,28 @@ def explain_phase(port: int, token: str, questions: list[str], doc_ids: list[str
             "explain_p50_ms": percentile(explained, 50)}
 
 
+def explain_cost_phase(port: int, token: str, doc_ids: list[str], seconds: float) -> dict:
+    """One client (127.0.0.30) asking /explain/doc for document after document, never the same
+    twice (so never from the per-commit cache): what an explanation costs, beside a query's cost.
+
+    The service keeps the store buckets it has read (``Store.keep_buckets``); 40 other documents
+    explained first warm them, as a service that has run a while has them."""
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    warm_up: list[float] = []
+    warm = iter(range(len(doc_ids) - 40, len(doc_ids)))
+    asyncio.run(timed_client(port, "127.0.0.30", lambda: request_bytes(
+        "GET", f"/explain/doc?doc_id={doc_ids[next(warm)]}", token=token), seconds, warm_up, {}, limit=40))
+    docs = iter(range(10**9))
+
+    def explain() -> bytes:
+        return request_bytes("GET", f"/explain/doc?doc_id={doc_ids[next(docs) % len(doc_ids)]}", token=token)
+
+    asyncio.run(timed_client(port, "127.0.0.30", explain, seconds, latencies, statuses))
+    return {"explains": len(latencies), "statuses": {str(k): v for k, v in statuses.items()},
+            "explain_p50_ms": percentile(latencies, 50), "explain_p95_ms": percentile(latencies, 95)}
+
+
 def isolation(args, store_uri: str, questions: list[str]) -> int:
     from urllib.parse import quote
 
@@ -537,6 +563,7 @@ def isolation(args, store_uri: str, questions: list[str]) -> int:
         flood_counts = receiving.recv()
         flooder.join(30)
         alone = explain_phase(port, token, questions, doc_ids, 0, args.phase_s)
+        explained = explain_cost_phase(port, token, doc_ids, args.phase_s)
         beside = explain_phase(port, token, questions, doc_ids, 4, args.phase_s)
     finally:
         watchdog.cancel()
@@ -552,6 +579,8 @@ def isolation(args, store_uri: str, questions: list[str]) -> int:
         "health_p99_ratio_flood": ratio(flooded["health_p99_ms"], quiet["health_p99_ms"]),
         "query_alone": alone, "query_beside_explains": beside,
         "query_p50_ratio_explains": ratio(beside["query_p50_ms"], alone["query_p50_ms"]),
+        "explain_alone": explained,
+        "explain_over_query_p50": ratio(explained["explain_p50_ms"], alone["query_p50_ms"]),
         "cpus": os.cpu_count(), "server_workers": args.workers, "embedder": args.embedder,
     }
     checks = {
@@ -560,6 +589,8 @@ def isolation(args, store_uri: str, questions: list[str]) -> int:
         "authenticated p50 with the flood within 3x": (figures["query_p50_ratio_flood"] or 99) <= 3.0,
         "/health p99 with the flood within 3x": (figures["health_p99_ratio_flood"] or 99) <= 3.0,
         "/query p50 beside four explain clients within 2x": (figures["query_p50_ratio_explains"] or 99) <= 2.0,
+        "/explain/doc p50 alone within 3x a query's": (figures["explain_over_query_p50"] or 99) <= 3.0
+        and set(explained["statuses"]) == {"200"},
     }
     figures["checks"] = checks
     print(f"{args.clients} authenticated clients, {args.phase_s:g}s a phase (server workers {args.workers}, "
@@ -573,6 +604,8 @@ def isolation(args, store_uri: str, questions: list[str]) -> int:
     print(f"  one /query client alone: p50 {alone['query_p50_ms']} ms; beside four /explain/doc clients "
           f"({beside['explains']} explained, p50 {beside['explain_p50_ms']} ms, {beside['explain_statuses']}): "
           f"p50 {beside['query_p50_ms']} ms; ratio {figures['query_p50_ratio_explains']}x")
+    print(f"  one /explain/doc client alone, a new document each time: p50 {explained['explain_p50_ms']} ms "
+          f"({explained['explains']} explained); {figures['explain_over_query_p50']}x a query's p50")
     for name, ok in checks.items():
         print(f"  {'ok  ' if ok else 'FAIL'} {name}")
     if args.json:
