@@ -99,6 +99,12 @@ class _Entry:
     problem: str | None = None
 
 
+def shown_path(relative: str) -> str:
+    """A listed path as a person reads it (a title, a document's source): as the file system names
+    it, with a byte that is not UTF-8 shown as U+FFFD (the doc id keeps it, escaped, exactly)."""
+    return relative.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def list_source(fs: pafs.FileSystem, root: str, name: str) -> list[SourceFile]:
     """The document files under ``root`` of the source named ``name``, in doc-id order, each with
     its sidecar if any."""
@@ -256,7 +262,7 @@ def read_source_file(
     record["media_type"] = parsed.media_type
     if len(chunks) > chunking.max_passages:
         return FileOutcome({**record, "n_passages": len(chunks), "reason": limits.too_long})
-    path = listed.doc_id.partition(":")[2]
+    path = shown_path(listed.relative) if listed.relative else listed.doc_id.partition(":")[2]
     document = Document(
         doc_id=listed.doc_id, title=title or parsed.title or path.rsplit("/", 1)[-1],
         text=document_text(parsed.blocks), retention_until=retention, source=f"{source}/{path}",

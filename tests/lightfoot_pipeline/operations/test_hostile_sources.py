@@ -167,6 +167,10 @@ def test_names_that_are_not_utf8_or_hold_quotes_and_dots_are_indexed(tmp_path, m
     assert "share:100%25.txt" in ids and "share:tab%09here.txt" in ids and "share:trailing .txt%20" in ids
     assert all(doc_id_problem(d) is None for d in ids)
     assert sorted(os.fsencode(file_path_of(d)[1]) for d in ids) == sorted([*odd, b"plain.txt"])
+    # A title is the name as the file system gives it, a byte that is not UTF-8 shown as U+FFFD.
+    titles = dict(Store(str(tmp_path / "store")).read("documents").select("doc_id", "title").iter_rows())
+    assert titles["share:it%27s.txt"] == "it's.txt" and titles["share:wait..%2E.txt"] == "wait....txt"
+    assert titles["share:caf%E9 menu.txt"] == "caf\ufffd menu.txt" and titles["share:100%25.txt"] == "100%.txt"
     assert model.count == len(odd) + 1
     monkeypatch.setenv("OPENAI_BASE_URL", model.base_url)
     argv = ["sync", "--store", str(tmp_path / "store"), "--source", str(src), "--embedder", "hashing:32", "--json",
