@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.ingest.records import Entity, Fact, Issue, ValidatedRecord
+from lightfoot_pipeline.models.llm import HINTS as ERROR_HINTS
 
 OK = "ok"
 FAILED = "failed"
@@ -45,8 +47,15 @@ def reason_kind(reason: str) -> str:
     after 3 attempt(s)", "no recorded extraction for this passage"); what follows may quote the
     model's answer or the endpoint's reply, and so the passage. A report kept outside the store
     (the orchestrator's event log, which an erasure cannot reach) shows the kind; the full reason
-    stays with the passage's extraction in the store."""
-    return reason.split(": ", 1)[0].strip() or "no reason given"
+    stays with the passage's extraction in the store. A failed model call keeps its error's kind
+    and HTTP status too (``model call failed after 1 attempt(s): server_error (HTTP 503)``)."""
+    parts = reason.split(": ")
+    kind = parts[0].strip() or "no reason given"
+    if len(parts) > 1 and parts[1] in ERROR_HINTS:  # an LLMError: "kind: HTTP 503 from URL: the reply"
+        kind += f": {parts[1]}"
+        status = re.match(r"HTTP \d{3}\b", parts[2]) if len(parts) > 2 else None
+        kind += f" ({status.group(0)})" if status else ""
+    return kind
 
 
 ProgressCallback = Callable[[int, int], None]
