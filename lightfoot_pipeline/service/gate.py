@@ -5,7 +5,8 @@ check). In order, it refuses:
 
 - a ``Host`` that is not one of the service's names (:class:`HostPolicy`: the loopback names, the
   bind address and every ``--allowed-host``), with 421, so that a DNS name rebound to the
-  service's address does not reach it; and, on a service without a token (not opened with
+  service's address does not reach it (``GET /health``, which tells nothing, answers to any, for
+  probes that name the process by its address); and, on a service without a token (not opened with
   ``--insecure-no-auth``), any request whose ``Host`` is not a loopback name or whose ``Origin``
   is another site (403, see :func:`~lightfoot_pipeline.service.auth.local_origin_only`);
 - a request with both ``Content-Length`` and ``Transfer-Encoding`` (400: the two framings
@@ -180,7 +181,10 @@ class Gate:
     def refusal(self, scope) -> tuple[int, str, list] | None:
         """(status, message, headers) of the refusal a request gets here, or None to pass it on."""
         host = _header(scope, b"host")
-        if not self.hosts.allows(host):
+        # /health tells nothing and is what probes ask, by whatever address reaches the process
+        # (a Kubernetes probe names the pod's IP): it answers to any Host.
+        probe = scope["path"] == "/health" and scope["method"] in ("GET", "HEAD")
+        if not probe and not self.hosts.allows(host):
             return 421, "this service does not answer to that Host name (see --allowed-host)", []
         if self.local_only:
             why = local_origin_only(host, _header(scope, b"origin"))

@@ -134,10 +134,11 @@ def test_serve_answers_over_http_with_a_token_and_no_answers_unless_enabled(buil
             assert json.loads(response.read()) == {"status": "ok"}
         body = json.dumps({"question": QUESTION}).encode()
         with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(urllib.request.Request(base + "/query", data=body, method="POST"), timeout=30)
+            urllib.request.urlopen(urllib.request.Request(base + "/query", data=body, method="POST",
+                                                          headers={"content-type": "application/json"}), timeout=30)
         assert refused.value.code == 401
         request = urllib.request.Request(base + "/query", data=body, method="POST",
-                                         headers={"authorization": f"Bearer {token}"})
+                                         headers={"authorization": f"Bearer {token}", "content-type": "application/json"})
         with urllib.request.urlopen(request, timeout=30) as response:
             result = json.loads(response.read())
         assert result["passages"][0]["doc_id"].startswith("q-") and result["latency_ms"]["total"] > 0

@@ -137,7 +137,8 @@ def test_the_service_answers_deep_queries(built, chat_server):
 
         def post(body: dict) -> tuple[int, dict]:
             request = urllib.request.Request(base + "/query", data=json.dumps(body).encode(), method="POST",
-                                             headers={"authorization": f"Bearer {token}"})
+                                             headers={"authorization": f"Bearer {token}",
+                                                      "content-type": "application/json"})
             try:
                 with urllib.request.urlopen(request, timeout=60) as response:
                     return response.status, json.loads(response.read())

@@ -143,10 +143,13 @@ def test_host_names_framing_and_content_type_are_checked(store, embedder, runnin
     server = running(service_over(store, embedder), allowed_hosts=["search.example"])
     auth = {"authorization": f"Bearer {TOKEN}"}
     for host in ("attacker.example", "127.0.0.1.attacker.example", "search.example.evil"):
-        reply = raw_exchange(server.address, raw("GET", "/health", host=host))
-        assert status_of(reply) == 421 and "Host" in body_of(reply)["error"], host
+        for path in ("/status", "/"):
+            reply = raw_exchange(server.address, raw("GET", path, host=host, headers=auth))
+            assert status_of(reply) == 421 and "Host" in body_of(reply)["error"], (host, path)
+        # /health tells nothing and answers to any Host: probes name the process by its address.
+        assert status_of(raw_exchange(server.address, raw("GET", "/health", host=host))) == 200, host
     for host in ("127.0.0.1", f"127.0.0.1:{server.address[1]}", "localhost", "[::1]:8410", "search.example:443"):
-        reply = raw_exchange(server.address, raw("GET", "/health", host=host))
+        reply = raw_exchange(server.address, raw("GET", "/status", host=host, headers=auth))
         assert status_of(reply) == 200, host
 
     body = json.dumps(QUERY).encode()
