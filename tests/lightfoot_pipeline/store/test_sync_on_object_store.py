@@ -27,8 +27,8 @@ def test_a_prefix_is_synced_like_a_folder(object_store, chat_server, hashing_emb
 
     report = run()
     assert report.source == object_store.uri("drive")
-    assert report.new == ["guides/start.md", "scan.pdf"] and report.failed == []
-    pages = store.read(PASSAGE_SOURCES.name).filter(pl.col("doc_id") == "scan.pdf").get_column("page").to_list()
+    assert report.new == ["drive:guides/start.md", "drive:scan.pdf"] and report.failed == []
+    pages = store.read(PASSAGE_SOURCES.name).filter(pl.col("doc_id") == "drive:scan.pdf").get_column("page").to_list()
     assert sorted(pages) == [1, 2]
     documents = store.read(DOCUMENTS.name).sort("doc_id")
     assert documents.get_column("source").to_list() == [object_store.uri("drive/guides/start.md"),
@@ -37,6 +37,6 @@ def test_a_prefix_is_synced_like_a_folder(object_store, chat_server, hashing_emb
     client.delete_object(Bucket=bucket, Key="drive/scan.pdf")
     chat_server.reset()
     report = run()
-    assert (report.removed, report.unchanged, chat_server.count) == (["scan.pdf"], 1, 0)
-    assert store.read(DOCUMENTS.name).get_column("doc_id").to_list() == ["guides/start.md"]
-    assert store.read(SOURCE_FILES.name).get_column("doc_id").to_list() == ["guides/start.md"]
+    assert (report.removed, report.unchanged, chat_server.count) == (["drive:scan.pdf"], 1, 0)
+    assert store.read(DOCUMENTS.name).get_column("doc_id").to_list() == ["drive:guides/start.md"]
+    assert store.read(SOURCE_FILES.name).get_column("doc_id").to_list() == ["drive:guides/start.md"]
