@@ -538,6 +538,16 @@ def explain_cost_phase(port: int, token: str, doc_ids: list[str], seconds: float
             "explain_p50_ms": percentile(latencies, 50), "explain_p95_ms": percentile(latencies, 95)}
 
 
+def report_checks(args, figures: dict, checks: dict[str, bool]) -> int:
+    """Print each check, write the figures to ``--json`` if asked, and the exit code: 0 if all held."""
+    for name, ok in checks.items():
+        print(f"  {'ok  ' if ok else 'FAIL'} {name}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+        print(f"wrote {args.json}")
+    return 0 if all(checks.values()) else 1
+
+
 def isolation(args, store_uri: str, questions: list[str]) -> int:
     from urllib.parse import quote
 
@@ -606,12 +616,7 @@ def isolation(args, store_uri: str, questions: list[str]) -> int:
           f"p50 {beside['query_p50_ms']} ms; ratio {figures['query_p50_ratio_explains']}x")
     print(f"  one /explain/doc client alone, a new document each time: p50 {explained['explain_p50_ms']} ms "
           f"({explained['explains']} explained); {figures['explain_over_query_p50']}x a query's p50")
-    for name, ok in checks.items():
-        print(f"  {'ok  ' if ok else 'FAIL'} {name}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
-        print(f"wrote {args.json}")
-    return 0 if all(checks.values()) else 1
+    return report_checks(args, figures, checks)
 
 
 def main() -> int:
@@ -758,12 +763,7 @@ def main() -> int:
           f"max {figures['control_health_ms_under_load']['max']} ms")
     print(f"server RSS: idle {rss['idle']} MB, peak {rss['peak']} MB, after {rss['after']} MB; "
           f"unauthenticated: {figures['unauthenticated_statuses']}; load average {figures['load_average_1m']}")
-    for name, ok in checks.items():
-        print(f"  {'ok  ' if ok else 'FAIL'} {name}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
-        print(f"wrote {args.json}")
-    return 0 if all(checks.values()) else 1
+    return report_checks(args, figures, checks)
 
 
 if __name__ == "__main__":

@@ -80,48 +80,66 @@ CLIENT_FULL = refusal_bytes(429, "Too Many Requests", "too many connections from
 SERVER_FULL = refusal_bytes(503, "Service Unavailable", "the service has too many connections open; retry shortly")
 
 
-class ConnectionCount:
-    """Open connections by client address, and in all; used from the event loop only."""
+class Slots:
+    """Places counted by client address and in all, each bounded; used from the event loop only."""
 
     def __init__(self, per_client: int, total: int) -> None:
         self.per_client, self.total = min(per_client, total), total
         self.by_client: Counter[str] = Counter()
-        self.open = 0
-        self.refused = 0
-        self.held_by_client: Counter[str] = Counter()  # refused connections held idle
-        self.held = 0
+        self.taken = 0
 
-    def hold(self, client: str) -> bool:
-        """Whether a refused connection from ``client`` may be held idle (it is counted) before its refusal."""
-        if self.held_by_client[client] >= HELD_PER_CLIENT or self.held >= HELD_TOTAL:
-            return False
-        self.held_by_client[client] += 1
-        self.held += 1
-        return True
-
-    def unhold(self, client: str) -> None:
-        self.held -= 1
-        self.held_by_client[client] -= 1
-        if self.held_by_client[client] <= 0:
-            del self.held_by_client[client]
-
-    def admit(self, client: str) -> bytes | None:
-        """None when a connection from ``client`` may open (it is counted), else its refusal."""
+    def take(self, client: str) -> str | None:
+        """None when ``client`` gets a place (it is counted), else which bound is full: ``client``
+        or ``total``."""
         if self.by_client[client] >= self.per_client:
-            self.refused += 1
-            return CLIENT_FULL
-        if self.open >= self.total:
-            self.refused += 1
-            return SERVER_FULL
+            return "client"
+        if self.taken >= self.total:
+            return "total"
         self.by_client[client] += 1
-        self.open += 1
+        self.taken += 1
         return None
 
-    def release(self, client: str) -> None:
-        self.open -= 1
+    def give(self, client: str) -> None:
+        self.taken -= 1
         self.by_client[client] -= 1
         if self.by_client[client] <= 0:
             del self.by_client[client]
+
+
+class ConnectionCount:
+    """Open connections by client address, and in all, and the refused ones held idle before their
+    refusal; used from the event loop only."""
+
+    def __init__(self, per_client: int, total: int) -> None:
+        self.opened = Slots(per_client, total)
+        self.held = Slots(HELD_PER_CLIENT, HELD_TOTAL)  # refused connections held idle
+        self.refused = 0
+
+    @property
+    def by_client(self) -> Counter[str]:
+        return self.opened.by_client
+
+    @property
+    def open(self) -> int:
+        return self.opened.taken
+
+    def hold(self, client: str) -> bool:
+        """Whether a refused connection from ``client`` may be held idle (it is counted) before its refusal."""
+        return self.held.take(client) is None
+
+    def unhold(self, client: str) -> None:
+        self.held.give(client)
+
+    def admit(self, client: str) -> bytes | None:
+        """None when a connection from ``client`` may open (it is counted), else its refusal."""
+        full = self.opened.take(client)
+        if full is None:
+            return None
+        self.refused += 1
+        return CLIENT_FULL if full == "client" else SERVER_FULL
+
+    def release(self, client: str) -> None:
+        self.opened.give(client)
 
 
 class LingeringTransport:
