@@ -27,6 +27,7 @@ from lightfoot_pipeline.ingest.extraction.outcome import (
 )
 from lightfoot_pipeline.ingest.passages import Passage, split_passages, text_hash
 from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.store.batches import ADDED, DELETED, REPLACED, UNCHANGED, log_documents
 from lightfoot_pipeline.store.tables import (
     DOCUMENT_KEYS,
     DOCUMENTS,
@@ -187,6 +188,8 @@ def upsert_documents(tx: Transaction, documents: Sequence[Document], settings: I
                 "char_start": pl.Int64, "char_end": pl.Int64},
     )
     doc_ids = [d.doc_id for d in documents]
+    changes = document_changes(tx, documents)
+    log_documents(tx, {ADDED: changes.new, REPLACED: changes.replaced, UNCHANGED: changes.unchanged})
     _replace_rows(tx, DOCUMENTS, doc_ids, doc_rows)
     _replace_rows(tx, PASSAGES, doc_ids, passage_rows)
     _replace_rows(tx, PASSAGE_SOURCES, doc_ids, source_rows)
@@ -303,6 +306,7 @@ def tombstone_documents(
                 "erase": pl.Boolean, "erased_at": pl.Datetime("us", "UTC")},
     )
     tx.update(TOMBSTONES.name, add=with_buckets(log, TOMBSTONES, tx.n_buckets))
+    log_documents(tx, {DELETED: report.deleted})
     _exclude_source_files(tx, report.deleted, reason)
     return report
 

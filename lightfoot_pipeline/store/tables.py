@@ -245,9 +245,16 @@ SOURCE_FILES = TableSpec(
     key=("doc_id",), bucket_by="doc_id", per_document=True, fingerprinted=False,
     description="The files of synced sources: what was seen of each, and whether it was indexed or why not.",
 )
+BATCH_DOCUMENTS = TableSpec(
+    "batch_documents",
+    _schema(("batch", S), ("doc_id", S), ("action", S), ("seq", I), ("run_id", S), ("at", TS_UTC)),
+    key=("batch", "doc_id", "action", "seq"), bucket_by="doc_id", per_document=True, fingerprinted=False,
+    description="Which ingestion batch added, replaced, kept or deleted which document, in which store commit and "
+                "run (ids only; store/batches.py).",
+)
 OPERATIONAL_TABLES: tuple[TableSpec, ...] = (
     NAME_LINKS_REVERSE, NAME_SKETCHES, DOCUMENT_KEYS, TOMBSTONES, GRAPH_QUEUE,
-    EXTRACTION_CACHE, EXTRACTION_CLAIMS, LLM_LEDGER, SOURCE_FILES,
+    EXTRACTION_CACHE, EXTRACTION_CLAIMS, LLM_LEDGER, SOURCE_FILES, BATCH_DOCUMENTS,
 )
 
 # Every table a store can hold, whatever has been imported: vacuum, recovery and migration go

@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 import polars as pl
 from deltalake import write_deltalake
 
+from lightfoot_pipeline.store.batches import commit_details
 from lightfoot_pipeline.store.log import (
     EXACT_VERSION,
     LOG_SCHEMA,
@@ -330,7 +331,7 @@ class Transaction:
             for name, future in futures.items():
                 versions[name] = future.result()
         rows = {**(self.manifest.details.get("rows") or {}), **counts}
-        details = {**(details or {}), "buckets_written": written, "config": self.config, "rows": rows,
+        details = {**commit_details(), **(details or {}), "buckets_written": written, "config": self.config, "rows": rows,
                    "layout": {"version": LAYOUT_VERSION, "n_buckets": self.n_buckets}}
         manifest = self._append_log(self.manifest.seq + 1, operation, versions, details, read_at=self.manifest.log_version)
         for name in written:
