@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sync_command(sub, common)
     add_query_commands(sub, common)  # snapshot, query, serve, serve-token
     add_eval_commands(sub, common)  # eval, eval-deletion, report, compare
-    add_explain_commands(sub, common)  # explain doc, explain entity, explain query
+    add_explain_commands(sub, common)  # explain doc, entity, fact, batch, query
     return parser
 
 

@@ -8,6 +8,10 @@
 4. Put the deleted documents back, so the store again holds the whole sample.
 5. Export a serving snapshot and retrieve passages for sample questions: no model call (answers
    would need a language-model endpoint, and the demo never calls one).
+
+Each step that writes the store is an ingestion batch of its own (``cli-demo-ingest-…``,
+``cli-demo-delete-…``, ``cli-demo-restore-…``), all in one run; ``lightfoot explain batch`` shows
+what each did.
 """
 
 from __future__ import annotations
@@ -36,10 +40,13 @@ def _section(title: str) -> None:
 
 def run_demo(args) -> int:
     from lightfoot_pipeline import operations
+    from lightfoot_pipeline.cli.store import command_batch
     from lightfoot_pipeline.ingest.extraction import ReplayExtractor
     from lightfoot_pipeline.models.embedder import load_embedder
     from lightfoot_pipeline.progress import Progress, name_progress
+    from lightfoot_pipeline.store.batches import writing_batch
     from lightfoot_pipeline.store.fingerprint import counts, fingerprint
+    from lightfoot_pipeline.store.ledger import new_run_id
     from lightfoot_pipeline.store.store import Store
 
     settings = IndexSettings()
@@ -51,13 +58,17 @@ def run_demo(args) -> int:
     print(f"store: {store.uri}")
     embedder = load_embedder(args.embedder)
     print(f"embedder: {embedder.model_id} ({embedder.dim} dimensions)")
+    run_id = new_run_id("cli-demo")
 
     _section("1. build (recorded extractions: no model call)")
-    report = operations.ingest(store, documents, ReplayExtractor(records), embedder, settings,
-                             progress=Progress("extracting"), embed_progress=name_progress())
+    built = command_batch("demo-ingest", run_id)
+    with writing_batch(built):
+        report = operations.ingest(store, documents, ReplayExtractor(records), embedder, settings,
+                                   progress=Progress("extracting"), embed_progress=name_progress())
     print(f"{report.passages} passages: {report.extracted} extracted now, {report.already_extracted} already "
           f"extracted, {report.failed} failed; {report.model_calls} model calls; {report.graph.vectors_computed} "
           f"name vectors computed; {report.seconds:.1f}s")
+    print(f"batch {built.batch_id} (run {run_id})")
     if report.validation:
         print("record validation:")
         for key, count in sorted(report.validation.items()):
@@ -70,9 +81,12 @@ def run_demo(args) -> int:
 
     _section(f"3. delete {args.delete} documents (no model call) and compare with a fresh build")
     doomed = sorted(random.Random(0).sample([d.doc_id for d in documents], args.delete))
-    deleted = operations.delete(store, doomed, settings, reason="demo")
+    deleting = command_batch("demo-delete", run_id)
+    with writing_batch(deleting):
+        deleted = operations.delete(store, doomed, settings, reason="demo")
     g = deleted.graph
-    print(f"deleted {', '.join(deleted.deleted)} in {deleted.seconds:.2f}s with {deleted.model_calls} model calls")
+    print(f"deleted {', '.join(deleted.deleted)} in {deleted.seconds:.2f}s with {deleted.model_calls} model calls "
+          f"(batch {deleting.batch_id})")
     print(f"  names removed {g.names_removed}, changed {g.names_changed}; {g.entities_recomputed} of "
           f"{g.entities_before} entities recomputed; synonym edges {g.synonym_edges_before} -> {g.synonym_edges_after}")
     survivors = [d for d in documents if d.doc_id not in set(doomed)]
@@ -94,14 +108,17 @@ def run_demo(args) -> int:
         shutil.rmtree(fresh_root, ignore_errors=True)
 
     _section("4. restore the deleted documents")
-    restored = operations.ingest(store, [d for d in documents if d.doc_id in set(doomed)], ReplayExtractor(records),
-                               embedder, settings)
-    print(f"re-added {restored.documents} documents with {restored.model_calls} model calls; "
-          f"store fingerprint {fingerprint(store).digest[:32]}")
+    restoring = command_batch("demo-restore", run_id)
+    with writing_batch(restoring):
+        restored = operations.ingest(store, [d for d in documents if d.doc_id in set(doomed)],
+                                     ReplayExtractor(records), embedder, settings)
+    print(f"re-added {restored.documents} documents with {restored.model_calls} model calls "
+          f"(batch {restoring.batch_id}); store fingerprint {fingerprint(store).digest[:32]}")
 
     _section("5. serve: export a snapshot and retrieve with no model call")
-    _show_retrieval(store, embedder, dataset)
-    print("\nNext: `lightfoot status`, `lightfoot delete DOC_ID --erase`, "
+    with writing_batch(command_batch("demo-snapshot", run_id)):  # a first snapshot registers its vector model
+        _show_retrieval(store, embedder, dataset)
+    print(f"\nNext: `lightfoot explain batch {built.batch_id}`, `lightfoot status`, `lightfoot delete DOC_ID --erase`, "
           "`lightfoot audit-deletion --fraction 0.1 --out audit.json`, `lightfoot query \"…\"`, `lightfoot serve`.")
     return 0 if equal else 1
 

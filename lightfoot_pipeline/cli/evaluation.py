@@ -81,6 +81,7 @@ def _plan(args, reranker, status):
 
 def cmd_eval(args) -> int:
     """``lightfoot eval``: every mode on one snapshot, to --out (JSON) and/or --run-dir (a kept run)."""
+    from lightfoot_pipeline.cli.store import command_batch, print_batch
     from lightfoot_pipeline.evaluation.evaluate import AnswerOptions, eval_json, run_evaluation
     from lightfoot_pipeline.evaluation.report import significance_rows
     from lightfoot_pipeline.evaluation.runs import load_run
@@ -89,6 +90,7 @@ def cmd_eval(args) -> int:
     from lightfoot_pipeline.retrieval.rerank import load_reranker
     from lightfoot_pipeline.retrieval.retrieve import one_thread_per_query
     from lightfoot_pipeline.service.queries import resolve_embedder
+    from lightfoot_pipeline.store.batches import writing_batch
     from lightfoot_pipeline.store.store import Store
 
     if args.run_dir is None and args.out is None and not args.dry_run:
@@ -111,11 +113,13 @@ def cmd_eval(args) -> int:
                                 modes=_names(args.answer_modes) if args.answer_modes else None,
                                 traces=args.traces)
     one_thread_per_query()  # retrieval timed as the query service runs it
-    outcome = run_evaluation(
-        store, dataset, questions_file, embedder, plan, answers=answers,
-        run_dir=Path(args.run_dir) if args.run_dir else None, overwrite=args.overwrite,
-        echo=lambda line: print(line, file=sys.stderr), progress_factory=Progress,
-    )
+    batch = command_batch("eval")  # it ingests what the store lacks of the dataset, and snapshots it
+    with writing_batch(batch):
+        outcome = run_evaluation(
+            store, dataset, questions_file, embedder, plan, answers=answers,
+            run_dir=Path(args.run_dir) if args.run_dir else None, overwrite=args.overwrite,
+            echo=lambda line: print(line, file=sys.stderr), progress_factory=Progress,
+        )
     if outcome.dry_run:
         print("dry run: no model was called and nothing was written")
         return 0
@@ -141,23 +145,30 @@ def cmd_eval(args) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(eval_json(outcome), indent=2, sort_keys=True, default=str) + "\n")
         print(f"wrote {out}")
+    print_batch(batch)
     return 0
 
 
 def cmd_audit_deletion(args) -> int:
+    from lightfoot_pipeline.cli.store import command_batch, print_batch
     from lightfoot_pipeline.evaluation.deletion_trial import audit_deletion
     from lightfoot_pipeline.models.embedder import DEFAULT_EMBEDDER, load_embedder
+    from lightfoot_pipeline.store.batches import writing_batch
     from lightfoot_pipeline.store.store import Store
 
     spec = args.embedder or DEFAULT_EMBEDDER
     store = Store(args.store) if args.store else _scratch_store("audit")
-    result = audit_deletion(Path(args.dataset), store, load_embedder(spec), spec, args.fraction, args.seed)
+    batch = command_batch("audit-deletion")
+    with writing_batch(batch):
+        result = audit_deletion(Path(args.dataset), store, load_embedder(spec), spec, args.fraction, args.seed)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
     print(f"deleted {result['deleted_docs']} of {result['deleted_docs'] + result['surviving_docs']} documents in "
           f"{result['delete_seconds']}s with {result['model_calls']} model calls; fresh build of the survivors "
           f"in {result['rebuild_seconds']}s; fingerprint_equal={str(result['fingerprint_equal']).lower()}")
     print(f"wrote {args.out}")
+    if args.store:  # a scratch store's batch is gone with it
+        print_batch(batch)
     return 0 if result["fingerprint_equal"] else 1
 
 

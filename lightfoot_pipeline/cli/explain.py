@@ -1,4 +1,4 @@
-"""``lightfoot explain doc | entity | query``: provenance on the command line, as text or JSON."""
+"""``lightfoot explain doc | entity | fact | batch | query``: provenance on the command line, as text or JSON."""
 
 from __future__ import annotations
 
@@ -28,6 +28,24 @@ def _short(text: str | None, width: int = 90) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _run(row: dict) -> str:
+    """A run id, with its Dagster page when there is one (LIGHTFOOT_DAGSTER_URL)."""
+    return f"run {row['run_id']}" + (f" ({row['run_url']})" if row.get("run_url") else "")
+
+
+def _print_batches(rows: list[dict], indent: str = "  ") -> None:
+    for b in rows:
+        print(f"{indent}{b['action']} by batch {b['batch']} in store commit {b['seq']}, {_run(b)}")
+
+
+def _print_sources(sources: list[dict], indent: str = "  ") -> None:
+    """Each source document with the batch and run that produced its current text."""
+    for source in sources:
+        made = source["produced_by"]
+        print(f"{indent}{source['doc_id']}: " + (f"{made['action']} by batch {made['batch']} (store commit "
+                                                  f"{made['seq']}, {_run(made)})" if made else "from no batch"))
+
+
 def cmd_explain_doc(args) -> int:
     from lightfoot_pipeline.provenance.documents import explain_document
 
@@ -40,8 +58,12 @@ def cmd_explain_doc(args) -> int:
         d = e.deletion
         print(f"{e.doc_id}: deleted at {d['requested_at']}" + (f" ({d['reason']})" if d["reason"] else "")
               + ("; erased" if d["erased_at"] else "; erase pending" if d["erase"] else ""))
+        print(f"batches ({len(e.batches)}):")
+        _print_batches(e.batches)
         return 0
     print(f"{e.doc_id}: {e.document.get('title')!r}, {len(e.passages)} passages (store commit {e.store_seq})")
+    print(f"batches ({len(e.batches)}):")
+    _print_batches(e.batches)
     for p in e.passages:
         status = p["status"] or "not extracted"
         print(f"  passage {p['ordinal']} {p['chunk_id']}: {status}, {p['n_entities'] or 0} entities, "
@@ -92,6 +114,54 @@ def cmd_explain_entity(args) -> int:
             print(f"    ({f['subject']}; {f['predicate']}; {f['object']}), {f['n_sources']} sources")
             for ev in (f["evidence"] or [])[:2]:
                 print(f"      {ev['doc_id']}: \"{_short(ev['evidence'])}\"" if ev["evidence"] else f"      {ev['doc_id']}")
+        print(f"  source documents ({len(e.documents)}" + (f", {len(e.sources)} shown" if len(e.sources) < len(e.documents)
+                                                           else "") + "), each by the batch that produced it:")
+        _print_sources(e.sources, "    ")
+    return 0
+
+
+def cmd_explain_fact(args) -> int:
+    from lightfoot_pipeline.provenance.entities import explain_fact
+
+    f = explain_fact(_existing_store(args), args.fact_id)
+    if args.json:
+        _print_json(f.as_dict())
+        return 0
+    print(f"({f.subject}; {f.predicate}; {f.object}) {f.fact_id}: asserted by {f.n_sources} passages "
+          f"(store commit {f.store_seq})")
+    for ev in f.evidence:
+        print(f"  {ev['doc_id']} {ev['chunk_id']}" + (f": \"{_short(ev['evidence'])}\"" if ev["evidence"] else ""))
+    print("source documents, each by the batch that produced it:")
+    _print_sources(f.sources)
+    return 0
+
+
+def cmd_explain_batch(args) -> int:
+    from lightfoot_pipeline.provenance.batches import explain_batch
+
+    b = explain_batch(_existing_store(args), args.batch_id)
+    if args.json:
+        _print_json(b.as_dict())
+        return 0
+    c = b.counts
+    runs = ", ".join(_run(r) + f" by {r['by']}" for r in b.runs) or "no run"
+    print(f"batch {b.batch_id}: {len(b.documents)} documents (added {c['added']}, replaced {c['replaced']}, "
+          f"unchanged {c['unchanged']}, deleted {c['deleted']}) in {len(b.commits)} store "
+          f"commit{'' if len(b.commits) == 1 else 's'}; {runs}"
+          + (f"; {b.link}" if b.link else ""))
+    if c["added"] or c["replaced"]:
+        print(f"  its text is the current text of {c['live']} documents: {c['passages']} passages, {c['names']} "
+              f"names of {c['entities']} entities, {c['facts']} facts (store commit {b.store_seq})")
+    for commit in b.commits:
+        print(f"  commit {commit['seq']} {commit['operation']} at {commit['committed_at']}, by {commit['by']}, "
+              f"{_run(commit)}")
+    for d in b.documents[:args.documents]:
+        now = d["status"] + (f" (batch {d['status_batch']})" if d["status_batch"] and d["status_batch"] != b.batch_id
+                             else "")
+        title = f" {d['title']!r}" if d.get("title") else ""
+        print(f"  {d['doc_id']}{title}: {d['action']} in commit {d['seq']}; now {now}")
+    if len(b.documents) > args.documents:
+        print(f"  … and {len(b.documents) - args.documents} more documents (--json lists them all)")
     return 0
 
 
@@ -137,8 +207,8 @@ def cmd_explain_query(args) -> int:
 
 
 def add_explain_commands(sub, common) -> None:
-    p = sub.add_parser("explain", help="provenance: what a document contributed, an entity's sources, "
-                                       "why a passage ranked")
+    p = sub.add_parser("explain", help="provenance: what a document contributed, an entity's or a fact's "
+                                       "sources, what a batch did, why a passage ranked")
     kinds = p.add_subparsers(dest="kind", required=True)
     d = kinds.add_parser("doc", parents=[common], help="a document's passages, names, entities and facts, and "
                                                        "what deleting it would remove (a dry run)")
@@ -152,6 +222,17 @@ def add_explain_commands(sub, common) -> None:
     e.add_argument("--facts", type=int, default=20, help="facts to print (default 20; --json has up to 200)")
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_explain_entity)
+    f = kinds.add_parser("fact", parents=[common], help="a fact's asserting passages and its source documents "
+                                                        "with the batches that produced them")
+    f.add_argument("fact_id", metavar="FACT_ID", help="a fact id (explain entity --json lists them)")
+    f.add_argument("--json", action="store_true")
+    f.set_defaults(func=cmd_explain_fact)
+    b = kinds.add_parser("batch", parents=[common], help="what an ingestion batch did to each document and where "
+                                                         "each stands now, with its store commits and runs")
+    b.add_argument("batch_id", metavar="BATCH_ID", help="a batch id, as a command prints it or a Dagster partition")
+    b.add_argument("--documents", type=int, default=50, help="documents to print (default 50; --json has all)")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_explain_batch)
     q = kinds.add_parser("query", parents=[common], help="why each passage ranked for a question")
     q.add_argument("question")
     q.add_argument("--top-k", type=int, default=10, help="passages to explain (1-30, default 10)")

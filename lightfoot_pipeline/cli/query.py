@@ -54,21 +54,26 @@ def print_latency(latency: dict) -> None:
 
 
 def cmd_snapshot(args) -> int:
+    from lightfoot_pipeline.cli.store import batch_report, command_batch, print_batch
     from lightfoot_pipeline.progress import StepProgress
     from lightfoot_pipeline.service.queries import resolve_embedder
     from lightfoot_pipeline.snapshot.export import export_snapshot
+    from lightfoot_pipeline.store.batches import writing_batch
 
     store = _store(args)
     started = time.perf_counter()
-    info = export_snapshot(store, resolve_embedder(store, args.embedder), keep=args.keep,
-                           progress=StepProgress("snapshot"))
+    batch = command_batch("snapshot")  # the first snapshot of a store registers its vector model: a commit
+    with writing_batch(batch):
+        info = export_snapshot(store, resolve_embedder(store, args.embedder), keep=args.keep,
+                               progress=StepProgress("snapshot"))
     if args.json:
-        _print_json(info.as_dict())
+        _print_json({**info.as_dict(), "batch": batch_report(batch)})
     else:
         print(f"published snapshot {info.snapshot_id} of store commit {info.store_seq} "
               f"({time.perf_counter() - started:.1f}s)")
         print(f"  {info.uri}")
         print("  " + ", ".join(f"{k} {v:,}" for k, v in info.counts.items() if isinstance(v, int)))
+        print_batch(batch)
     return 0
 
 

@@ -1,7 +1,9 @@
 """The store commands of the ``lightfoot`` command line: what changes a store (ingest, delete,
 vacuum, migrate) and what reports on one (status, cost).
 
-Each command's work lives in the engine; these functions parse arguments and print results.
+Each command's work lives in the engine; these functions parse arguments and print results. Every
+command that commits to a store does it in an ingestion batch of its own (:func:`command_batch`,
+store/batches.py), whose id it prints: ``lightfoot explain batch ID`` shows what it did.
 """
 
 from __future__ import annotations
@@ -41,9 +43,40 @@ def _print_json(payload) -> None:
     sys.stdout.write("\n")
 
 
-def make_extractor(kind: str | None, dataset_dir: Path | None, store, settings: IndexSettings):
-    """The extractor a command asked for: ``replay`` (recorded output) or ``openai`` (a live model),
-    with the recorded extractions it replays (None for a model)."""
+def command_batch(command: str, run_id: str | None = None):
+    """The batch a command's store writes belong to (``cli-<command>-<time>-<random>``), in a run of
+    its own unless ``run_id`` names the command's run: the run its commits record, and the cost
+    ledger's run of the model calls it makes."""
+    from lightfoot_pipeline.store.batches import CLI, Batch, new_batch_id
+    from lightfoot_pipeline.store.ledger import new_run_id
+
+    kind = f"cli-{command}"
+    return Batch(new_batch_id(kind), run_id or new_run_id(kind), CLI)
+
+
+def batch_report(batch) -> dict:
+    """What a command's --json output says of its batch: its id (None when it committed nothing),
+    its run, and the store commits it made."""
+    return {"batch_id": batch.batch_id if batch.commits else None, "run_id": batch.run_id,
+            "commits": list(batch.commits)}
+
+
+def print_batch(batch) -> None:
+    """The line that names a command's batch, when it committed anything, and how to look it up."""
+    from lightfoot_pipeline.provenance.batches import batch_link
+
+    if not batch.commits:
+        return
+    link = batch_link(batch.batch_id)
+    print(f"  batch {batch.batch_id} (run {batch.run_id}): see `lightfoot explain batch {batch.batch_id}`"
+          + (f" or {link}" if link else ""))
+
+
+def make_extractor(kind: str | None, dataset_dir: Path | None, store, settings: IndexSettings,
+                   run_id: str | None = None):
+    """The extractor a command asked for: ``replay`` (recorded output) or ``openai`` (a live model,
+    its calls in the cost ledger as ``run_id``), with the recorded extractions it replays (None for
+    a model)."""
     if kind is None:
         kind = "replay" if dataset_dir is not None and has_recorded_extractions(dataset_dir) else "openai"
     if kind == "replay":
@@ -60,7 +93,7 @@ def make_extractor(kind: str | None, dataset_dir: Path | None, store, settings: 
     if kind == "openai":
         from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
 
-        return build_openai_extractor(store, settings), None
+        return build_openai_extractor(store, settings, run_id=run_id), None
     raise SettingsError(f"unknown extractor {kind!r}", hint="choose replay or openai")
 
 
@@ -73,6 +106,7 @@ def cmd_ingest(args) -> int:
     from lightfoot_pipeline import operations
     from lightfoot_pipeline.models.embedder import load_embedder
     from lightfoot_pipeline.progress import Progress, name_progress
+    from lightfoot_pipeline.store.batches import writing_batch
 
     settings = IndexSettings()
     dataset = Path(args.dataset)
@@ -80,13 +114,15 @@ def cmd_ingest(args) -> int:
     store = _store(args)
     embedder = load_embedder(args.embedder)
     store.check_writable()  # before any paid call
-    extractor, recorded = make_extractor(args.extractor, dataset, store, settings)
+    batch = command_batch("ingest")
+    extractor, recorded = make_extractor(args.extractor, dataset, store, settings, run_id=batch.run_id)
     progress = None if args.json else Progress("extracting")
-    report = operations.ingest(store, documents, extractor, embedder, settings, progress=progress, recorded=recorded,
-                             embed_progress=None if args.json else name_progress())
-    _refuse_a_failed_endpoint(extractor, report, store)
+    with writing_batch(batch):
+        report = operations.ingest(store, documents, extractor, embedder, settings, progress=progress,
+                                   recorded=recorded, embed_progress=None if args.json else name_progress())
+    _refuse_a_failed_endpoint(extractor, report, store, batch)
     if args.json:
-        _print_json(report.as_dict())
+        _print_json({**report.as_dict(), "batch": batch_report(batch)})
     else:
         print(f"ingested {report.ingested} new documents, replaced {report.replaced}, {report.unchanged} unchanged "
               f"({report.passages} passages) into {store.uri}")
@@ -111,10 +147,11 @@ def cmd_ingest(args) -> int:
               f"entities {g.entities_before} -> {g.entities_after}; synonym edges {g.synonym_edges_after}; "
               f"facts {g.facts_after}")
         print(f"  store commit {report.seq} in {report.seconds:.1f}s")
+        print_batch(batch)
     return 1 if report.failed else 0
 
 
-def _refuse_a_failed_endpoint(extractor, report, store) -> None:
+def _refuse_a_failed_endpoint(extractor, report, store, batch) -> None:
     """An ingest whose model endpoint failed as a whole (unreachable, refusing the key, not knowing
     the model) is an error, not a report of failed passages; the documents are stored all the same."""
     from lightfoot_pipeline.ingest.extraction.openai_extractor import OpenAIExtractor
@@ -123,7 +160,8 @@ def _refuse_a_failed_endpoint(extractor, report, store) -> None:
     if cause is not None:
         raise LightfootError(
             f"ingest into {store.uri}: the model endpoint failed ({cause}); {report.failed} of {report.passages} "
-            "passages are stored without extraction, and the next ingest asks for them", hint=cause.hint,
+            f"passages are stored without extraction (batch {batch.batch_id}), and the next ingest asks for them",
+            hint=cause.hint,
         ) from cause
 
 
@@ -134,10 +172,15 @@ def cmd_delete(args) -> int:
     problems = [p for p in map(doc_id_problem, args.doc_ids) if p]
     if problems:
         raise SettingsError("delete: " + "; ".join(problems), hint="no document can have such an id")
+    from lightfoot_pipeline.store.batches import writing_batch
+
     store = _existing_store(args)
-    report = operations.delete(store, args.doc_ids, erase=args.erase, reason=args.reason or "requested on the command line")
+    batch = command_batch("delete")
+    with writing_batch(batch):
+        report = operations.delete(store, args.doc_ids, erase=args.erase,
+                                   reason=args.reason or "requested on the command line")
     if args.json:
-        _print_json(report.as_dict())
+        _print_json({**report.as_dict(), "batch": batch_report(batch)})
         return 0
     print(f"deleted {len(report.deleted)} documents ({report.passages_removed} passages) in {report.seconds:.2f}s, "
           f"0 model calls")
@@ -153,6 +196,7 @@ def cmd_delete(args) -> int:
           f"{g.entities_recomputed}; entities {g.entities_before} -> {g.entities_after}")
     if report.erase:
         _print_erase(report.erase)
+    print_batch(batch)
     return 0
 
 
@@ -164,22 +208,28 @@ def _print_erase(erase: dict) -> None:
 
 def cmd_vacuum(args) -> int:
     from lightfoot_pipeline.operations.erase import vacuum
+    from lightfoot_pipeline.store.batches import writing_batch
 
     store = _existing_store(args)
-    report = vacuum(store)
+    batch = command_batch("vacuum")  # it commits when it finishes erasures owed
+    with writing_batch(batch):
+        report = vacuum(store)
     if args.json:
-        _print_json(report.as_dict())
+        _print_json({**report.as_dict(), "batch": batch_report(batch)})
         return 0
     print(f"vacuumed {store.uri}: what no live row uses is gone from history, caches and snapshots")
     _print_erase(report.as_dict())
+    print_batch(batch)
     return 0
 
 
 def cmd_migrate(args) -> int:
     from lightfoot_pipeline import operations
     from lightfoot_pipeline.models.embedder import load_embedder
+    from lightfoot_pipeline.store.batches import writing_batch
 
     store = _existing_store(args)
+    batch = command_batch("migrate")
     config = store.manifest().config
     if args.embedder is not None:
         embedder = load_embedder(args.embedder)
@@ -187,20 +237,22 @@ def cmd_migrate(args) -> int:
         from lightfoot_pipeline.store.vectors import UnloadedEmbedder
 
         embedder = UnloadedEmbedder(config["embedder"], config["dim"])
-    if args.pieces:  # the links in pieces, as the relink_graph job computes them
-        from lightfoot_pipeline.operations import relink
+    with writing_batch(batch):
+        if args.pieces:  # the links in pieces, as the relink_graph job computes them
+            from lightfoot_pipeline.operations import relink
 
-        change = relink.relink(store, embedder, IndexSettings(), n_buckets=args.buckets)
-    else:
-        change = operations.migrate(store, embedder, IndexSettings(), args.buckets)
+            change = relink.relink(store, embedder, IndexSettings(), n_buckets=args.buckets)
+        else:
+            change = operations.migrate(store, embedder, IndexSettings(), args.buckets)
     manifest = store.manifest()
     payload = {"store": store.uri, "commit": manifest.seq, "layout": manifest.details.get("layout"),
-               "graph": change.as_dict()}
+               "graph": change.as_dict(), "batch": batch_report(batch)}
     if args.json:
         _print_json(payload)
         return 0
     print(f"migrated {store.uri} to layout {payload['layout']['version']} with {payload['layout']['n_buckets']} "
           f"buckets (commit {manifest.seq}): {change.names_added} names, {change.entities_after} entities")
+    print_batch(batch)
     return 0
 
 

@@ -1,4 +1,6 @@
-"""``lightfoot sync``: mirror a folder or an object-store prefix of document files into the store."""
+"""``lightfoot sync``: mirror a folder or an object-store prefix of document files into the store.
+
+A sync, with what it readmits and erases, is one ingestion batch (``cli-sync-…``, see cli/store.py)."""
 
 from __future__ import annotations
 
@@ -19,11 +21,13 @@ from lightfoot_pipeline.settings import (
 
 
 def cmd_sync(args) -> int:
+    from lightfoot_pipeline.cli.store import batch_report, command_batch, print_batch
     from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
     from lightfoot_pipeline.ingest.extraction.replay import ReplayExtractor
     from lightfoot_pipeline.models.embedder import load_embedder
     from lightfoot_pipeline.operations.sync import look_at_source, readmissions, sync, unextracted_files
     from lightfoot_pipeline.progress import Progress, name_progress
+    from lightfoot_pipeline.store.batches import writing_batch
     from lightfoot_pipeline.store.store import Store
 
     chunking = ChunkSettings(tokens=args.chunk_tokens, overlap=args.chunk_overlap, max_passages=args.max_passages,
@@ -40,23 +44,27 @@ def cmd_sync(args) -> int:
     embedder = load_embedder(args.embedder)
     store.check_writable()
     asks = bool(look.to_read or readmit or unextracted_files(store, look))
-    extractor = build_openai_extractor(store, settings) if asks else ReplayExtractor({})
-    report = sync(store, args.source, extractor, embedder, settings, chunking, erase=args.erase, readmit=readmit,
-                  name=args.name,
-                  batch_files=args.batch_files, progress=None if args.json else Progress("extracting"),
-                  embed_progress=None if args.json else name_progress())
+    batch = command_batch("sync")
+    extractor = build_openai_extractor(store, settings, run_id=batch.run_id) if asks else ReplayExtractor({})
+    with writing_batch(batch):
+        report = sync(store, args.source, extractor, embedder, settings, chunking, erase=args.erase, readmit=readmit,
+                      name=args.name,
+                      batch_files=args.batch_files, progress=None if args.json else Progress("extracting"),
+                      embed_progress=None if args.json else name_progress())
     cause = getattr(extractor, "endpoint_error", None)
     if cause is not None:
         raise LightfootError(
             f"sync into {store.uri}: the model endpoint failed ({cause}); {report.unextracted} passages are "
-            "stored without extraction, and the next sync asks for them",
+            f"stored without extraction (batch {batch.batch_id}), and the next sync asks for them",
             hint=cause.hint,
         ) from cause
     if args.json:
-        json.dump(report.as_dict(), sys.stdout, indent=2, sort_keys=True, default=str)
+        json.dump({**report.as_dict(), "batch": batch_report(batch)}, sys.stdout, indent=2, sort_keys=True,
+                  default=str)
         sys.stdout.write("\n")
     else:
         print_report(report, store.uri)
+        print_batch(batch)
     return 1 if report.failed or report.extraction_failed or report.unextracted else 0
 
 

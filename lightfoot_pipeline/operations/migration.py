@@ -16,6 +16,7 @@ from lightfoot_pipeline.store.filesystem import delete_folder_quietly, open_file
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
+    BATCH_DOCUMENTS,
     DOCUMENTS,
     EXTRACTIONS,
     PASSAGE_SOURCES,
@@ -51,15 +52,16 @@ def rebuild(source: Store, target: Store, embedder: Embedder, settings: IndexSet
     return change
 
 
-# What a migration keeps of a store: its documents and their extractions, and the deletion log.
-KEPT_BY_MIGRATION = (DOCUMENTS, PASSAGES, EXTRACTIONS, TOMBSTONES)
+# What a migration keeps of a store: its documents and their extractions, the deletion log, and
+# which batches added, replaced, kept or deleted each document.
+KEPT_BY_MIGRATION = (DOCUMENTS, PASSAGES, EXTRACTIONS, TOMBSTONES, BATCH_DOCUMENTS)
 
 
 def migrate(store: Store, embedder: Embedder, settings: IndexSettings | None = None,
             n_buckets: int | None = None, linker: Linker | None = None) -> GraphChange:
     """Bring a store to this version's layout and index, in place and in one commit; no model call.
 
-    The documents, passages, extractions and deletion log are kept, re-bucketed (into
+    The documents, passages, extractions, deletion log and batch log are kept, re-bucketed (into
     ``n_buckets``, else the store's own count); everything else is derived again from them with
     ``settings``, as :func:`rebuild` does, so the store then equals a fresh build of its live
     documents. Name vectors come from the store's cache, and the embedder computes only the ones

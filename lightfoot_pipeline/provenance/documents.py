@@ -4,7 +4,8 @@
 status, the names it gave and the entities they belong to, and the facts it asserted with their
 evidence. It reads only the buckets that hold them (the document's buckets, and the buckets of its
 names and facts, which ``document_keys`` lists), so its cost is that of the document, not of the
-store. Its deletion preview runs the two stages ``pipeline.delete`` runs —
+store. It names the batches and runs that added, replaced, kept or deleted the document
+(provenance/batches.py). Its deletion preview runs the two stages ``pipeline.delete`` runs —
 ``tombstone_documents``, then ``reconcile_graph`` — in a transaction that is never committed, so
 the store is left as it was and the preview is exactly what a deletion at this commit does:
 entities removed, entities whose aliases or passages change, entities a split creates, facts
@@ -20,6 +21,7 @@ import polars as pl
 from lightfoot_pipeline.index.documents import tombstone_documents
 from lightfoot_pipeline.index.reconcile import EmbedderRequired, GraphChange, reconcile_graph
 from lightfoot_pipeline.ingest.passages import location_label
+from lightfoot_pipeline.provenance.batches import document_batches
 from lightfoot_pipeline.provenance.errors import ExplainError
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.log import Manifest
@@ -82,6 +84,8 @@ class DocumentExplanation:
     names: list[dict] = field(default_factory=list)  # {name, type, surface, entity_id, display_name, passages}
     entities: list[dict] = field(default_factory=list)  # entities the document's names belong to
     facts: list[dict] = field(default_factory=list)  # facts with this document's evidence
+    # Every batch that added, replaced, kept or deleted it: {batch, action, seq, run_id, at, by, run_url}
+    batches: list[dict] = field(default_factory=list)
     preview: DeletionPreview | None = None
 
     def as_dict(self) -> dict:
@@ -107,9 +111,11 @@ def explain_document(store: Store, doc_id: str, settings: IndexSettings | None =
                                hint="check the id (`lightfoot status` counts the documents)")
         latest = log.sort("requested_at").row(-1, named=True)
         return DocumentExplanation(doc_id, "deleted", manifest.seq, deletion={
-            k: latest[k] for k in ("requested_at", "reason", "erase", "erased_at")})
+            k: latest[k] for k in ("requested_at", "reason", "erase", "erased_at")},
+            batches=document_batches(store, [doc_id], manifest).get(doc_id, []))
     explanation = DocumentExplanation(doc_id, "live", manifest.seq, document={
-        k: v for k, v in documents.row(0, named=True).items() if k in DOCUMENTS.columns and k != "content_hash"})
+        k: v for k, v in documents.row(0, named=True).items() if k in DOCUMENTS.columns and k != "content_hash"},
+        batches=document_batches(store, [doc_id], manifest).get(doc_id, []))
     passages = store.rows(PASSAGES.name, "doc_id", [doc_id], manifest).select(
         "chunk_id", "doc_id", "ordinal", "title", "text")
     extractions = store.rows(EXTRACTIONS.name, "doc_id", [doc_id], manifest).select(

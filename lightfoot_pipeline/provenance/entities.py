@@ -1,5 +1,7 @@
 """An entity's provenance: its aliases, the passages and documents behind each, its synonym edges
-and the facts whose subject or object is one of its names, each fact with its evidence.
+and the facts whose subject or object is one of its names, each fact with its evidence; and a
+fact's: the passages that assert it. Both name their source documents with the batches and runs
+that produced them (provenance/batches.py).
 
 An entity is found by its id, or by any of its names as written (the name is normalised as at
 ingestion, so ``"The Beatles"`` finds ``the beatles``); a name two entities of different types
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from lightfoot_pipeline.ingest.normalise import normalise_name
+from lightfoot_pipeline.provenance.batches import source_batches
 from lightfoot_pipeline.provenance.errors import ExplainError
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
@@ -44,6 +47,22 @@ class EntityExplanation:
     synonyms: list[dict] = field(default_factory=list)  # {entity_id, display_name, type, similarity}
     facts: list[dict] = field(default_factory=list)  # {fact_id, subject, predicate, object, subject_entity, ...}
     n_facts: int = 0
+    sources: list[dict] = field(default_factory=list)  # {doc_id, produced_by, batches}: source_batches
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class FactExplanation:
+    fact_id: str
+    subject: str
+    predicate: str
+    object: str
+    store_seq: int
+    n_sources: int = 0
+    evidence: list[dict] = field(default_factory=list)  # {chunk_id, doc_id, evidence, evidence_verified}
+    sources: list[dict] = field(default_factory=list)  # {doc_id, produced_by, batches}: source_batches
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -105,8 +124,25 @@ def explain_entity(store: Store, query: str) -> list[EntityExplanation]:
         explanation.synonyms = (touching.join(display, on="entity_id", how="left")
                                 .sort(["similarity", "entity_id"], descending=[True, False]).to_dicts())
         explanation.facts, explanation.n_facts = _facts(facts, sources, ends, members.select("name", "type"))
+        explanation.sources = source_batches(store, explanation.documents, manifest)
         out.append(explanation)
     return out
+
+
+def explain_fact(store: Store, fact_id: str) -> FactExplanation:
+    """A fact, the passages that assert it with their evidence, and its source documents with the
+    batches and runs that produced them; reads the fact's buckets and its documents' only."""
+    manifest = store.manifest()
+    found = store.rows(FACTS.name, "fact_id", [fact_id], manifest)
+    if found.height == 0:
+        raise ExplainError(f"no fact {fact_id!r} in the store at {store.uri}",
+                           hint="fact ids are listed by `lightfoot explain entity` and `explain doc` (--json)")
+    fact = found.row(0, named=True)
+    evidence = (store.rows(FACT_SOURCES.name, "fact_id", [fact_id], manifest).filter(pl.col("fact_id") == fact_id)
+                .select("chunk_id", "doc_id", "evidence", "evidence_verified").sort("doc_id", "chunk_id"))
+    return FactExplanation(fact_id, fact["subject"], fact["predicate"], fact["object"], manifest.seq,
+                           n_sources=fact["n_sources"], evidence=evidence.to_dicts(),
+                           sources=source_batches(store, evidence.get_column("doc_id").to_list(), manifest))
 
 
 def _facts(facts: pl.DataFrame, sources: pl.DataFrame, ends: pl.DataFrame, names: pl.DataFrame) -> tuple[list[dict], int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from lightfoot_pipeline.settings.errors import SettingsError
 
@@ -30,6 +31,8 @@ SERVE_TOKEN_ENV = "LIGHTFOOT_SERVE_TOKEN"
 SERVE_TOKENS_FILE_ENV = "LIGHTFOOT_SERVE_TOKENS_FILE"
 SERVE_ANSWERS_ENV = "LIGHTFOOT_SERVE_ANSWERS"
 SERVE_BUDGET_ENV = "LIGHTFOOT_SERVE_ANSWER_BUDGET_USD"
+PAGE_URL_ENV = "LIGHTFOOT_PAGE_URL"
+DAGSTER_URL_ENV = "LIGHTFOOT_DAGSTER_URL"
 # The deep query mode (retrieval/deep): DeepSettings field, variable, type of its value.
 DEEP_VARIABLES: dict[str, tuple[str, type]] = {
     "max_steps": ("LIGHTFOOT_DEEP_MAX_STEPS", int),
@@ -65,7 +68,7 @@ VARIABLES: tuple[str, ...] = (
     STORE_ENV, EMBEDDER_ENV, RERANKER_ENV, EXTRACTOR_ENV, EXTRACTION_SLOTS_ENV, DOCUMENT_INBOX_ENV, ERASURE_INBOX_ENV,
     RETENTION_POLICY_ENV, SYNC_SOURCE_ENV, LINK_PIECE_SIZE_ENV, RELINK_EXECUTOR_ENV,
     *(name for names, _ in LLM_VARIABLES.values() for name in names),
-    SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, SERVE_ANSWERS_ENV, SERVE_BUDGET_ENV,
+    SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, SERVE_ANSWERS_ENV, SERVE_BUDGET_ENV, PAGE_URL_ENV, DAGSTER_URL_ENV,
     *(name for name, _ in DEEP_VARIABLES.values()),
     *OBJECT_STORE_VARIABLES, *MODEL_HUB_VARIABLES,
 )
@@ -217,6 +220,31 @@ def serve_answer_budget_usd() -> float | None:
     """The query service's answer budget in USD: ``$LIGHTFOOT_SERVE_ANSWER_BUDGET_USD``, if set."""
     text = _read(SERVE_BUDGET_ENV)
     return None if text is None else _number(SERVE_BUDGET_ENV, text, float)
+
+
+def _base_url(name: str) -> str | None:
+    """An http(s) base URL from ``name`` without its trailing slash, if set; SettingsError for a
+    value that is not one (a query or fragment would not survive a path added to it)."""
+    text = _read(name)
+    if text is None:
+        return None
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise SettingsError(f"{name}={text!r} is not an http:// or https:// base URL",
+                            hint=f"set {name} to a URL such as https://host[:port][/path], or unset it")
+    return text.rstrip("/")
+
+
+def page_url() -> str | None:
+    """Where people reach the query service's page (its external base URL): ``$LIGHTFOOT_PAGE_URL``,
+    if set; links to a batch or a document on the page start with it."""
+    return _base_url(PAGE_URL_ENV)
+
+
+def dagster_url() -> str | None:
+    """The Dagster web server's base URL: ``$LIGHTFOOT_DAGSTER_URL``, if set; the page links a
+    Dagster run id to ``<url>/runs/<run id>``."""
+    return _base_url(DAGSTER_URL_ENV)
 
 
 def deep_environment(environ: Mapping[str, str] | None = None) -> dict[str, object]:

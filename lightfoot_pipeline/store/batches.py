@@ -21,7 +21,7 @@ import datetime as dt
 import re
 import secrets
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -42,6 +42,8 @@ class Batch:
     batch_id: str
     run_id: str
     by: str = CLI
+    # The store commits made in it by this process, oldest first (note_commit adds each).
+    commits: list[int] = field(default_factory=list, compare=False, repr=False)
 
     def details(self) -> dict[str, str]:
         return {"batch": self.batch_id, "run_id": self.run_id, "by": self.by}
@@ -83,6 +85,14 @@ def commit_details() -> dict[str, str]:
     """What a commit records of the batch it is made in (nothing outside one)."""
     batch = _current.get()
     return batch.details() if batch is not None else {}
+
+
+def note_commit(seq: int) -> None:
+    """Count store commit ``seq`` among the current batch's commits (the transaction calls it once
+    the commit's log row is written). Outside a batch, nothing."""
+    batch = _current.get()
+    if batch is not None:
+        batch.commits.append(seq)
 
 
 def log_documents(tx, actions: dict[str, Iterable[str]]) -> None:

@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 import polars as pl
 from deltalake import write_deltalake
 
-from lightfoot_pipeline.store.batches import commit_details
+from lightfoot_pipeline.store.batches import commit_details, note_commit
 from lightfoot_pipeline.store.log import (
     EXACT_VERSION,
     LOG_SCHEMA,
@@ -334,6 +334,7 @@ class Transaction:
         details = {**commit_details(), **(details or {}), "buckets_written": written, "config": self.config, "rows": rows,
                    "layout": {"version": LAYOUT_VERSION, "n_buckets": self.n_buckets}}
         manifest = self._append_log(self.manifest.seq + 1, operation, versions, details, read_at=self.manifest.log_version)
+        note_commit(manifest.seq)
         for name in written:
             if self._loaded[name] is None:
                 self.store.remember_rows(name, versions[name], self._working[name])
