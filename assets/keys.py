@@ -2,12 +2,13 @@
 
 import dagster as dg
 
-# Per-document assets, partitioned by document.
+# Per-batch assets, a partition per ingestion batch (assets/partitions.py); documents are rows.
+SOURCE_FILES = dg.AssetKey("source_files")
 PASSAGES = dg.AssetKey("passages")
 EXTRACTION_CACHE = dg.AssetKey("extraction_cache")
 EXTRACTIONS = dg.AssetKey("extractions")
 FORMS = dg.AssetKey("forms")
-PER_DOCUMENT_ASSETS = (PASSAGES, EXTRACTION_CACHE, EXTRACTIONS, FORMS)
+PER_BATCH_ASSETS = (PASSAGES, EXTRACTION_CACHE, EXTRACTIONS, FORMS)
 
 # Global assets, updated incrementally by one graph-stage commit.
 NAME_VECTORS = dg.AssetKey("name_vectors")
@@ -21,6 +22,7 @@ SERVING_SNAPSHOT = dg.AssetKey("serving_snapshot")
 TOMBSTONES = dg.AssetKey("tombstones")
 ERASURES = dg.AssetKey("erasures")
 
+SOURCES_GROUP = "sources"
 DOCUMENTS_GROUP = "documents"
 GRAPH_GROUP = "graph"
 SERVING_GROUP = "serving"
@@ -28,6 +30,7 @@ RETENTION_GROUP = "retention"
 
 INGESTION_JOB = "document_ingestion"
 DELETION_JOB = "document_deletion"
+SYNC_JOB = "source_sync_job"
 
 PASSAGES_CHECK = dg.AssetCheckKey(EXTRACTIONS, "passages_accounted_for")
 REBUILD_CHECK = "matches_fresh_rebuild"

@@ -1,52 +1,64 @@
-"""The ``documents`` partitions: one dynamic partition per document id.
+"""The partitions: one per ingestion batch, one per deletion run. Documents are rows.
 
-A run over many documents is one run over a range of partition keys (a single-run backfill), not
-one run per document. Keys added together are contiguous in the partition order, so a batch of new
-documents is one range; :func:`key_ranges` splits any other set of keys into as few ranges as the
-order allows.
+A drop in the inbox, the hourly schedule's pick-up of landed documents and a sync run are each a
+partition of ``batches``; an erasure request or a day's retention run is a partition of
+``deletions``. Keys are opaque and content-free (lightfoot_pipeline/store/batches.py): the kind of
+work and a digest or a time with random digits, such as ``drop-3f1c…`` (the drop's receipt id),
+``sync-20261201t170501-9a0b1c2d`` or ``erase-…``. The store logs which batch added, replaced,
+kept or deleted each document (``batch_documents``), so the per-batch assets read a batch's
+documents from there, and a run writes one materialization per asset whatever its size.
+
+An instance of the earlier layout (a ``documents`` partition per document) is migrated by
+``python -m assets.migrate`` (assets/migrate.py); until then the sensors refuse to ask for runs.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable, Sequence
 
 import dagster as dg
 
 from assets.keys import DOCUMENTS_GROUP
 from assets.provenance import STORE_POOL
-from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
+from lightfoot_pipeline.ingest.receipts import ERASURE, INGESTION, Receipt
+from lightfoot_pipeline.store.batches import check_batch_id, new_batch_id
 
-DOCUMENTS = dg.DynamicPartitionsDefinition(name="documents")
-RANGE_START_TAG = "dagster/asset_partition_range_start"
-RANGE_END_TAG = "dagster/asset_partition_range_end"
-# What every per-document asset is (``@dg.asset(**PER_DOCUMENT, deps=…, kinds=…)``): one partition
-# per document, a range of them in one run, in the documents group, writing through the store pool.
-PER_DOCUMENT = {
-    "partitions_def": DOCUMENTS,
-    "backfill_policy": dg.BackfillPolicy.single_run(),
-    "group_name": DOCUMENTS_GROUP,
-    "pool": STORE_POOL,
-}
+BATCHES = dg.DynamicPartitionsDefinition(name="batches")
+DELETIONS = dg.DynamicPartitionsDefinition(name="deletions")
+# The per-document partitions of the earlier layout (assets/migrate.py removes them).
+LEGACY_DOCUMENTS = "documents"
+PARTITION_TAG = "dagster/partition"
 
+# What every per-batch asset is (``@dg.asset(**PER_BATCH, deps=…, kinds=…)``): one partition per
+# batch, in the documents group, writing through the store pool.
+PER_BATCH = {"partitions_def": BATCHES, "group_name": DOCUMENTS_GROUP, "pool": STORE_POOL}
 
-def invalid_key_reason(doc_id: str) -> str | None:
-    """Why a document id cannot be a partition key, or None when it can: the engine's one rule for
-    doc ids (lightfoot_pipeline.ingest.doc_ids), which refuses all that Dagster refuses in a key."""
-    return doc_id_problem(doc_id)
+DROP, SYNC, LANDED = "drop", "sync", "landed"  # kinds of ingestion batch
+ERASE, RETENTION = "erase", "retention"  # kinds of deletion run
 
 
-def key_ranges(ordered_keys: Sequence[str], wanted: Iterable[str]) -> list[tuple[str, str]]:
-    """The fewest (first, last) ranges of ``ordered_keys`` that cover exactly the ``wanted`` keys."""
-    position = {key: i for i, key in enumerate(ordered_keys)}
-    indices = sorted(position[k] for k in set(wanted))
-    ranges: list[tuple[str, str]] = []
-    for index in indices:
-        if ranges and position[ranges[-1][1]] == index - 1:
-            ranges[-1] = (ranges[-1][0], ordered_keys[index])
-        else:
-            ranges.append((ordered_keys[index], ordered_keys[index]))
-    return ranges
+def receipt_batch(receipt: Receipt, kind: str | None = None) -> str:
+    """The partition key of a receipt's batch: its kind and the receipt's id (a digest)."""
+    kind = kind or (DROP if receipt.kind == INGESTION else ERASE)
+    return check_batch_id(f"{kind}-{receipt.receipt_id}")
 
 
-def range_tags(first: str, last: str) -> dict[str, str]:
-    return {RANGE_START_TAG: first, RANGE_END_TAG: last}
+def receipt_of(batch_id: str) -> tuple[str, str] | None:
+    """The receipt kind and id a batch key names, or None for a batch with no receipt (a sync)."""
+    kind, _, rest = batch_id.partition("-")
+    if kind in (DROP, LANDED):
+        return INGESTION, rest
+    if kind in (ERASE, RETENTION):
+        return ERASURE, rest
+    return None
+
+
+def sync_batch() -> str:
+    return new_batch_id(SYNC)
+
+
+def legacy_layout(instance: dg.DagsterInstance) -> bool:
+    """Whether the instance still holds per-document partitions of the earlier layout."""
+    return bool(instance.get_paginated_dynamic_partitions(LEGACY_DOCUMENTS, limit=1, ascending=True).results)
+
+
+LEGACY_HINT = ("this Dagster instance holds a partition per document (the earlier layout): run "
+               "`python -m assets.migrate` once (README: Migrating a Dagster instance)")

@@ -3,11 +3,10 @@
 With it, the Dagster UI is the index's lineage and provenance view: which store commit an asset
 materialization made, which version of each Delta table it left, and what it cost.
 
-A run over a range of document partitions records one materialization per document. What is
-true of one document (its passages, extraction, model calls, tokens and cost) goes on that
-document's partition only (:func:`add_document_metadata`); what the run did as a whole goes on
-every partition under ``run_``-prefixed keys, so that summing a key over partitions never counts
-a run twice. Every asset declares its tables (:func:`table_metadata`) and a code version of its
+A partition is an ingestion batch (assets/partitions.py): a run writes one materialization per
+asset, which counts the batch's documents, passages, names, model calls, tokens and cost, and
+links to the batch on the project's page (:func:`batch_metadata`). ``table_rows`` is the size of
+the asset's whole store table, ``dagster/row_count`` the batch's own rows. Every asset declares its tables (:func:`table_metadata`) and a code version of its
 own (assets/code_versions.py), so the UI marks an asset stale when the code that computes it or
 the index's settings change.
 
@@ -20,12 +19,12 @@ the store holds the content, and ``lightfoot explain doc ID`` (or the service's 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 
 import dagster as dg
 
 from assets.keys import COST_RUN_TAG, COST_USD_TAG, MODEL_CALLS_TAG, TOKENS_IN_TAG, TOKENS_OUT_TAG
+from lightfoot_pipeline.provenance.batches import batch_link
 from lightfoot_pipeline.store.fingerprint import fingerprint as store_fingerprint
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
@@ -83,36 +82,20 @@ def _schema(table: TableSpec) -> dg.TableSchema:
     return dg.TableSchema(columns=[dg.TableColumn(field.name, str(field.type)) for field in table.schema])
 
 
-def add_document_metadata(context: dg.AssetExecutionContext, per_document: Mapping[str, Mapping[str, object]],
-                          asset_key: dg.AssetKey | None = None) -> None:
-    """Metadata on each document's own partition (``dagster/row_count`` among it).
+def batch_metadata(batch_id: str, counts: Mapping[str, int]) -> dict[str, dg.RawMetadataValue]:
+    """A batch's counts (documents added, replaced, kept, deleted, live) and where to read it: the
+    project's page for the batch (``LIGHTFOOT_PAGE_URL``) and the command that shows it."""
+    metadata: dict[str, dg.RawMetadataValue] = {
+        "batch": dg.MetadataValue.text(batch_id),
+        **{f"documents_{name}" if name != "documents" else "documents": dg.MetadataValue.int(int(n))
+           for name, n in counts.items()},
+        "read_with": dg.MetadataValue.text(f"lightfoot explain batch {shlex.quote(batch_id)}"),
+    }
+    link = batch_link(batch_id)
+    if link:
+        metadata["batch_page"] = dg.MetadataValue.url(link)
+    return metadata
 
-    Dagster checks each partition key against the run's range by listing every key of the
-    partitions definition; with a document partition per document, that listing is read once for
-    the run's documents here rather than once per document (which made a 1,000-document run over
-    100,000 partitions spend minutes listing keys).
-    """
-    with _partition_keys_listed_once(context.instance):
-        for doc_id, metadata in sorted(per_document.items()):
-            context.add_asset_metadata(dict(metadata), asset_key=asset_key, partition_key=doc_id)
-
-
-@contextmanager
-def _partition_keys_listed_once(instance: dg.DagsterInstance) -> Iterator[None]:
-    """Within the block, each dynamic partitions definition's keys are read from the instance once."""
-    listed: dict[str, Sequence[str]] = {}
-    read = instance.get_dynamic_partitions
-
-    def once(partitions_def_name: str) -> Sequence[str]:
-        if partitions_def_name not in listed:
-            listed[partitions_def_name] = read(partitions_def_name)
-        return listed[partitions_def_name]
-
-    instance.get_dynamic_partitions = once  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        del instance.get_dynamic_partitions
 
 # Steps that ask the model and write only the extraction cache: LIGHTFOOT_EXTRACTION_SLOTS at once.
 EXTRACTION_POOL = "lightfoot_extraction"
@@ -169,27 +152,21 @@ def store_metadata(
     model_calls: int = 0,
     cost_usd: float = 0.0,
     rows: dict[str, int] | None = None,
-    per_document: bool = False,
 ) -> dict[str, dg.RawMetadataValue]:
-    """Metadata for a materialization that left the store at ``manifest``.
-
-    ``per_document``: for a range of document partitions, where the row count, model calls and
-    cost of each document go on its own partition; the run's are kept under ``run_`` keys.
-    """
+    """Metadata for a materialization that left the store at ``manifest``."""
     rows = rows if rows is not None else table_rows(store, manifest, tables)
-    run = "run_" if per_document else ""
     metadata: dict[str, dg.RawMetadataValue] = {
         "rows": dg.MetadataValue.json(rows),
         "table_versions": dg.MetadataValue.json({name: manifest.versions.get(name) for name in tables}),
         "store_commit": dg.MetadataValue.int(manifest.seq),
         "store_changed": dg.MetadataValue.bool(changed),
         "store": dg.MetadataValue.path(store.uri),
-        f"{run}model_calls": dg.MetadataValue.int(model_calls),
-        f"{run}cost_usd": dg.MetadataValue.float(round(float(cost_usd), 9)),
+        "model_calls": dg.MetadataValue.int(model_calls),
+        "cost_usd": dg.MetadataValue.float(round(float(cost_usd), 9)),
     }
     if tables:
         metadata["dagster/uri"] = dg.MetadataValue.path(store.table_uri(tables[0]))
-        metadata["table_rows" if per_document else "dagster/row_count"] = dg.MetadataValue.int(rows[tables[0]])
+        metadata["table_rows"] = metadata["dagster/row_count"] = dg.MetadataValue.int(rows[tables[0]])
     if fingerprint and manifest.seq:
         metadata["store_fingerprint"] = dg.MetadataValue.text(store_fingerprint(store, manifest).digest)
     return metadata

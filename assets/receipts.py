@@ -4,7 +4,7 @@ A run asked for a receipt (see lightfoot_pipeline/ingest/receipts.py) carries th
 tag that names its kind, and the attempt number. The receipt is found again by that tag whatever
 happened to the sensor's cursor or the daemon, and its state follows from those runs:
 
-- **succeeded**: each run of its latest attempt (one per partition range) has succeeded;
+- **succeeded**: a run of its latest attempt (a run of its batch's partition) has succeeded;
 - **in flight**: one is queued, starting, running or being canceled;
 - otherwise it needs a run: attempt 0 when it has none (never asked, dropped, or the instance
   wiped), the next attempt after a failed or canceled one, the same attempt when its run was
@@ -22,12 +22,10 @@ bad deployment) leaves a failed run an hour in the instance rather than one ever
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 import dagster as dg
 
-from assets.partitions import RANGE_END_TAG, RANGE_START_TAG
 from lightfoot_pipeline.ingest.receipts import ERASURE, INGESTION, Receipt
 
 ATTEMPT_TAG = "lightfoot/attempt"
@@ -44,11 +42,12 @@ IN_FLIGHT = [
 class ReceiptRuns:
     """What the instance holds of the runs asked for one receipt."""
 
-    succeeded: str | None = None  # a successful run of the latest attempt, when each of its ranges succeeded
+    succeeded: str | None = None  # a successful run of the latest attempt
     in_flight: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)  # failed or canceled, in any attempt
     attempt: int = 0  # the attempt a request made now belongs to
     retry_at: float | None = None  # after repeated failures: no retry before this time (epoch seconds)
+    started: bool = False  # whether any run was ever asked for it
 
     def backing_off(self, now: float | None = None) -> bool:
         """Whether a retry must wait (see the module docstring)."""
@@ -79,15 +78,11 @@ def receipt_runs(instance: dg.DagsterInstance, receipt: Receipt) -> ReceiptRuns:
     in_flight = sorted(r.run_id for r in runs if r.status in IN_FLIGHT)
     failed = sorted(r.run_id for r in runs if r.is_failure_or_canceled)
     latest = max(_attempt(r) for r in runs)
-    ranges: dict[tuple, list[dg.DagsterRun]] = defaultdict(list)
-    for run in runs:
-        if _attempt(run) == latest:
-            ranges[(run.tags.get(RANGE_START_TAG), run.tags.get(RANGE_END_TAG))].append(run)
-    successes = [next((r for r in group if r.is_success), None) for group in ranges.values()]
-    succeeded = successes[0].run_id if all(successes) else None
-    retry = any(r.is_failure_or_canceled for group in ranges.values() for r in group)
-    return ReceiptRuns(succeeded, in_flight, failed, latest + 1 if retry else latest,
-                       _retry_at(records) if retry else None)
+    current = [r for r in runs if _attempt(r) == latest]
+    success = next((r for r in current if r.is_success), None)
+    retry = success is None and any(r.is_failure_or_canceled for r in current)
+    return ReceiptRuns(success.run_id if success else None, in_flight, failed, latest + 1 if retry else latest,
+                       _retry_at(records) if retry else None, started=True)
 
 
 def retry_delay_s(failures: int) -> float:

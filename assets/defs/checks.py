@@ -1,13 +1,15 @@
 """Asset checks that guard the index's invariants; each is blocking, so a failure stops the
 serving snapshot from being exported.
 
-- every passage is accounted for: extracted, or failed with its reason;
+- every passage of a batch's documents is accounted for: extracted, or failed with its reason;
 - no reference dangles: nothing points at a deleted document, passage, name or entity;
 - the store equals a fresh rebuild of its live documents (after every ingestion and deletion;
   configurable, since it costs a rebuild).
 
-Each runs in every job that can change its answer: the ingestion job runs all of them, the
-deletion job all of them too (the passages check after the tombstones).
+Each runs in every job that can change its answer: the ingestion and sync jobs run all of them,
+the deletion job those of the graph (a deletion removes passages with their extractions, so it
+cannot leave one unaccounted for, and another batch's unfinished extraction is no failure of a
+deletion run). Every message names documents, never passages.
 """
 
 
@@ -21,6 +23,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
+from assets.batches import batch_doc_ids
 from assets.keys import (
     DELETION_JOB,
     ENTITIES,
@@ -31,10 +34,10 @@ from assets.keys import (
     NAME_LINKS,
     NAME_VECTORS,
     REBUILD_CHECK,
+    SYNC_JOB,
     SYNONYM_EDGES,
-    TOMBSTONES,
 )
-from assets.partitions import DOCUMENTS, RANGE_END_TAG, RANGE_START_TAG
+from assets.partitions import PARTITION_TAG
 from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline import operations
 from lightfoot_pipeline.index.references import dangling_references
@@ -45,24 +48,27 @@ from lightfoot_pipeline.store.tables import EXTRACTIONS as EXTRACTIONS_TABLE
 from lightfoot_pipeline.store.tables import PASSAGES
 
 
-@dg.asset_check(asset=EXTRACTIONS, blocking=True, additional_deps=[TOMBSTONES])
+@dg.asset_check(asset=EXTRACTIONS, blocking=True)
 def passages_accounted_for(context: dg.AssetCheckExecutionContext, store: StoreResource) -> dg.AssetCheckResult:
-    """Every live passage of the run's documents (of every document, in a run without partitions)
-    has one extraction: a record, or a failure that says why. Runs in the ingestion job after the
-    extractions and in the deletion job after the tombstones. Other runs' documents may be between
-    their passages and their extractions, since runs extract in parallel."""
+    """Every live passage of the batch's documents (of every document, when run without a batch)
+    has one extraction: a record, or a failure that says why. Other batches' documents may be
+    between their passages and their extractions, since runs extract in parallel."""
     lightfoot = store.open()
     manifest = lightfoot.manifest()
-    passages = lightfoot.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id"])
-    mid_way = pl.DataFrame(schema=passages.schema)
-    if context.has_partition_key_range or context.has_partition_key:
-        passages = passages.filter(pl.col("doc_id").is_in(list(context.partition_keys)))
-    else:  # every document, but those of runs mid-way: their own check accounts for them
+    batch = _partition(context)
+    if batch is not None:
+        ids = batch_doc_ids(lightfoot, batch, manifest)
+        passages = (lightfoot.rows(PASSAGES.name, "doc_id", ids, manifest) if ids else PASSAGES.empty()).select(
+            "chunk_id", "doc_id")
+        mid_way = passages.clear()
+    else:
+        passages = lightfoot.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id"])  # every document, but those of runs mid-way: their own check accounts for them
         own = own_run_id(context)
-        theirs = set() if own is None else documents_of(context.instance, runs_mid_way(context.instance, own))
+        theirs = set() if own is None else documents_of(context.instance, lightfoot, runs_mid_way(context.instance, own))
         mid_way = passages.filter(pl.col("doc_id").is_in(sorted(theirs)))
         passages = passages.filter(~pl.col("doc_id").is_in(sorted(theirs)))
-    extractions = lightfoot.read(EXTRACTIONS_TABLE.name, manifest, columns=["chunk_id", "status", "reason"])
+    extractions = lightfoot.read(EXTRACTIONS_TABLE.name, manifest, columns=["chunk_id", "doc_id", "status", "reason"])
+    extractions = extractions.filter(pl.col("chunk_id").is_in(passages.get_column("chunk_id").implode()))
     missing = passages.join(extractions, on="chunk_id", how="anti")
     duplicated = extractions.group_by("chunk_id").len().filter(pl.col("len") > 1)
     unknown_status = extractions.filter(~pl.col("status").is_in([OK, FAILED]))
@@ -72,24 +78,46 @@ def passages_accounted_for(context: dg.AssetCheckExecutionContext, store: StoreR
     kinds = Counter(reason_kind(r or "") for r in failed.get_column("reason").to_list())
     reasons = sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
     passed = missing.height == 0 and duplicated.height == 0 and unknown_status.height == 0 and unexplained.height == 0
+    doc_of = dict(passages.select("chunk_id", "doc_id").iter_rows())
+    problems = {
+        "without an extraction": _documents(missing.get_column("chunk_id"), doc_of),
+        "with a failure that gives no reason": _documents(unexplained.get_column("chunk_id"), doc_of),
+        "with several extractions": _documents(duplicated.get_column("chunk_id"), doc_of),
+        "with an unknown status": _documents(unknown_status.get_column("chunk_id"), doc_of),
+    }
     return dg.AssetCheckResult(
         passed=passed,
-        description=None if passed else (
-            f"{missing.height} passages without an extraction, {unexplained.height} failures without a reason, "
-            f"{duplicated.height} passages with several, {unknown_status.height} with an unknown status"
+        description=None if passed else "; ".join(
+            f"{len(docs)} documents have passages {what} ({', '.join(docs[:5])}{', …' if len(docs) > 5 else ''})"
+            for what, docs in problems.items() if docs
         ),
         metadata={
+            "batch": batch or "",
             "passages": passages.height,
             "extracted": extractions.filter(pl.col("status") == OK).height,
             "failed": failed.height,
             "missing": missing.height,
             "mid_way_passages": mid_way.height,
-            "missing_examples": dg.MetadataValue.json(missing.get_column("chunk_id").head(20).to_list()),
+            "documents_missing_extractions": dg.MetadataValue.json(problems["without an extraction"][:20]),
             "failed_without_reason": unexplained.height,
             "failure_reasons": dg.MetadataValue.json(dict(reasons)),
             "store_commit": manifest.seq,
         },
     )
+
+
+def _partition(context: dg.AssetCheckExecutionContext) -> str | None:
+    """The batch a check runs for: its run's partition (None when invoked outside a run, or in a run
+    of none)."""
+    run_id = own_run_id(context)
+    if run_id is None:
+        return None
+    return context.run.tags.get(PARTITION_TAG)
+
+
+def _documents(chunk_ids: pl.Series, doc_of: dict[str, str]) -> list[str]:
+    """The documents of these passages, sorted."""
+    return sorted({doc_of.get(c, c.rsplit("::", 1)[0]) for c in chunk_ids.to_list()})
 
 
 @dg.asset_check(asset=ENTITIES, blocking=True)
@@ -124,8 +152,7 @@ class RebuildCheckConfig(dg.Config):
 
 
 # The jobs whose runs commit to the store in several steps, the graph step last.
-GRAPH_WRITING_JOBS = (INGESTION_JOB, DELETION_JOB)
-PARTITION_TAG = "dagster/partition"
+GRAPH_WRITING_JOBS = (INGESTION_JOB, DELETION_JOB, SYNC_JOB)
 GRAPH_STEP = "graph"  # the step of the graph multi-asset (assets/defs/graph.py)
 IN_PROGRESS = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 
@@ -154,20 +181,14 @@ def own_run_id(context: dg.AssetCheckExecutionContext) -> str | None:
         return None
 
 
-def documents_of(instance: dg.DagsterInstance, run_ids: list[str]) -> set[str]:
-    """The document partitions that runs cover (their partition, or range of partitions)."""
+def documents_of(instance: dg.DagsterInstance, store: Store, run_ids: list[str]) -> set[str]:
+    """The documents of the batches that runs ingest (their partitions)."""
     documents: set[str] = set()
-    order: list[str] | None = None
     for run_id in run_ids:
         run = instance.get_run_by_id(run_id)
-        tags = run.tags if run is not None else {}
-        first, last = tags.get(RANGE_START_TAG), tags.get(RANGE_END_TAG)
-        if first and last:
-            order = list(instance.get_dynamic_partitions(DOCUMENTS.name)) if order is None else order
-            if first in order and last in order:
-                documents.update(order[order.index(first) : order.index(last) + 1])
-        elif tags.get(PARTITION_TAG):
-            documents.add(tags[PARTITION_TAG])
+        batch = run.tags.get(PARTITION_TAG) if run is not None else None
+        if batch:
+            documents.update(batch_doc_ids(store, batch))
     return documents
 
 

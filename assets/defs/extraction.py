@@ -1,4 +1,4 @@
-"""Extraction: the ``extraction_cache``, ``extractions`` and ``forms`` assets (per document),
+"""Extraction: the ``extraction_cache``, ``extractions`` and ``forms`` assets (per batch),
 and the sensor that sizes the extraction pool.
 
 One extraction per passage: recorded output replayed where the document came with one, else one
@@ -15,14 +15,15 @@ from collections import Counter
 import dagster as dg
 import polars as pl
 
+from assets.batches import batch_counts, batch_doc_ids, dagster_batch
 from assets.code_versions import code_version
 from assets.keys import EXTRACTION_CACHE, EXTRACTIONS, OWNERS, PASSAGES
-from assets.partitions import PER_DOCUMENT
+from assets.partitions import PER_BATCH
 from assets.provenance import (
     EXTRACTION_POOL,
     STORE_POOL,
-    add_document_metadata,
     add_run_cost,
+    batch_metadata,
     commit_if_changed,
     store_metadata,
     table_metadata,
@@ -37,18 +38,18 @@ from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.settings import extraction_slots
 from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.tables import DOCUMENT_KEYS, FACT_SOURCES, FORMS
 from lightfoot_pipeline.store.tables import EXTRACTIONS as EXTRACTIONS_TABLE
-from lightfoot_pipeline.store.tables import FACT_SOURCES, FORMS
 from lightfoot_pipeline.store.tables import PASSAGES as PASSAGES_TABLE
 
 
-@dg.asset(**{**PER_DOCUMENT, "pool": EXTRACTION_POOL}, deps=[PASSAGES], kinds={"deltalake", "openai"}, owners=OWNERS,
+@dg.asset(**{**PER_BATCH, "pool": EXTRACTION_POOL}, deps=[PASSAGES], kinds={"deltalake", "openai"}, owners=OWNERS,
           code_version=code_version(__name__, "extraction_cache"),
           metadata=table_metadata(EXTRACTION_CACHE_TABLE, EXTRACTION_CLAIMS))
 def extraction_cache(
     context: dg.AssetExecutionContext, store: StoreResource, extractor: ExtractorResource
 ) -> dg.MaterializeResult:
-    """The model's answer for every passage of a document that has no extraction yet, in the
+    """The model's answer for every passage of a batch's documents that has no extraction yet, in the
     extraction cache: the only thing this step writes (no store commit), so it runs beside other
     runs' extraction, in the ``lightfoot_extraction`` pool (LIGHTFOOT_EXTRACTION_SLOTS at once).
 
@@ -58,11 +59,12 @@ def extraction_cache(
     the client's retries) the step fails once every other answer is cached, so the run fails and
     the drop's next attempt asks again for those passages only; an answer the model gave but that
     is unusable keeps its reason with the released claim, and ``extractions`` stores the passage
-    as failed with it. Each document's partition has its own model calls, retries (requests sent
-    again, not further calls), tokens and cost; the run's totals are under ``run_`` keys.
+    as failed with it. The materialization counts the batch's model calls, retries (requests sent
+    again, not further calls), tokens and cost.
     """
-    keys = sorted(context.partition_keys)
+    batch = context.partition_key
     lightfoot = store.open()
+    keys = batch_doc_ids(lightfoot, batch)
     needed = _unextracted(lightfoot, keys)
     recorded = _recorded(lightfoot, needed)
     asked = [p for p in needed if extractor.asks_model(p.doc_id, recorded)]
@@ -79,16 +81,19 @@ def extraction_cache(
             report = answer_passages(model, claims, asked, progress=_progress(context),
                                      finished=functools.partial(_run_finished, context.instance))
     calls = report.outcomes
-    add_document_metadata(context, _calls_per_document(keys, calls))
     metadata: dict[str, dg.RawMetadataValue] = {
-        "run_passages": dg.MetadataValue.int(len(needed)),
-        "run_passage_texts": dg.MetadataValue.int(report.texts),
-        "run_already_cached": dg.MetadataValue.int(report.cached),
-        "run_asked": dg.MetadataValue.int(report.asked),
-        "run_answered_by_other_runs": dg.MetadataValue.int(report.answered_elsewhere),
-        "run_failed": dg.MetadataValue.int(len(report.failed)),
-        **{f"run_{name}": dg.MetadataValue.int(sum(getattr(o, name) for o in calls)) for name in _COUNTED},
-        "run_cost_usd": dg.MetadataValue.float(round(float(sum(o.cost_usd for o in calls)), 9)),
+        "batch": dg.MetadataValue.text(batch),
+        "documents": dg.MetadataValue.int(len(keys)),
+        "documents_asked": dg.MetadataValue.int(len({p.doc_id for p in asked})),
+        "dagster/row_count": dg.MetadataValue.int(len(needed)),
+        "passages": dg.MetadataValue.int(len(needed)),
+        "passage_texts": dg.MetadataValue.int(report.texts),
+        "already_cached": dg.MetadataValue.int(report.cached),
+        "asked": dg.MetadataValue.int(report.asked),
+        "answered_by_other_runs": dg.MetadataValue.int(report.answered_elsewhere),
+        "failed": dg.MetadataValue.int(len(report.failed)),
+        **{name: dg.MetadataValue.int(sum(getattr(o, name) for o in calls)) for name in _COUNTED},
+        "cost_usd": dg.MetadataValue.float(round(float(sum(o.cost_usd for o in calls)), 9)),
     }
     if unusable:
         metadata["model_unusable"] = dg.MetadataValue.text(unusable)
@@ -100,14 +105,14 @@ def extraction_cache(
         first = reason_kind(report.unanswered[0].reason)
         raise dg.Failure(
             description=f"{len(report.unanswered)} of {report.texts} passage texts got no answer from the model "
-            f"(e.g. {first}: passage {report.unanswered[0].chunk_id}); the answers taken are in the extraction "
+            f"(e.g. {first}: a passage of document {report.unanswered[0].doc_id}); the answers taken are in the extraction "
             "cache, and the next attempt asks only for the rest",
             metadata=metadata,
         )
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset(**PER_DOCUMENT, deps=[EXTRACTION_CACHE], kinds={"deltalake", "python"}, owners=OWNERS,
+@dg.asset(**PER_BATCH, deps=[EXTRACTION_CACHE], kinds={"deltalake", "python"}, owners=OWNERS,
           code_version=code_version(__name__, "extractions"), metadata=table_metadata(EXTRACTIONS_TABLE))
 def extractions(
     context: dg.AssetExecutionContext, store: StoreResource, extractor: ExtractorResource
@@ -117,12 +122,12 @@ def extractions(
     Recorded extractions are replayed; every other passage's answer is read from the extraction
     cache, where the ``extraction_cache`` step put it: this step makes no model call, so it holds
     the store's writer pool only to read and commit. A passage with no usable answer is stored as
-    failed with the reason; passages extracted before are left as they are. Each document's
-    partition has its own passages, status, entities and facts; the run's totals are under
-    ``run_`` keys.
+    failed with the reason; passages extracted before are left as they are. The materialization
+    counts the batch's passages, extractions and failures, and its documents by status.
     """
-    keys = sorted(context.partition_keys)
+    batch = context.partition_key
     lightfoot = store.open()
+    keys = batch_doc_ids(lightfoot, batch)
     needed = _unextracted(lightfoot, keys)
     recorded = _recorded(lightfoot, needed)
     outcomes = []
@@ -130,31 +135,31 @@ def extractions(
         chosen = extractor.get(lightfoot, store.settings(), recorded, context.run.run_id, from_cache=True)
         context.log.info(f"recording {len(needed)} extractions with {chosen.name}")
         outcomes = chosen.extract(needed)
-    with lightfoot.transaction() as tx:
-        live = set(tx.table(PASSAGES_TABLE.name).filter(pl.col("doc_id").is_in(keys)).get_column("chunk_id").to_list())
+    with dagster_batch(context), lightfoot.transaction() as tx:
+        live = set(tx.rows(PASSAGES_TABLE.name, "doc_id", keys).get_column("chunk_id").to_list()) if keys else set()
         kept = [o for o in outcomes if o.chunk_id in live]  # a document deleted meanwhile stays deleted
         record_extractions(tx, kept)
-        manifest, changed = commit_if_changed(tx, "extractions", {"passages": len(kept), "run_id": context.run.run_id})
+        manifest, changed = commit_if_changed(tx, "extractions", {"passages": len(kept)})
     failures = [o for o in kept if o.status != OK]
     validation: Counter = Counter()
     for o in kept:
         if o.record is not None:
             validation.update(o.record.counts())
-    add_document_metadata(context, _extractions_per_document(lightfoot, manifest, keys, kept))
     metadata = store_metadata(
         lightfoot, manifest, [EXTRACTIONS_TABLE.name], fingerprint=store.report_fingerprint, changed=changed,
-        per_document=True,
     )
-    in_run = lightfoot.read(PASSAGES_TABLE.name, manifest, columns=["doc_id"]).filter(pl.col("doc_id").is_in(keys))
+    statuses = _documents_by_status(lightfoot, manifest, keys)
+    metadata.update(batch_metadata(batch, batch_counts(lightfoot, batch, manifest)))
     metadata.update({
-        "run_passages": dg.MetadataValue.int(in_run.height),
-        "run_already_extracted": dg.MetadataValue.int(in_run.height - len(needed)),
-        "run_extracted": dg.MetadataValue.int(len(kept) - len(failures)),
-        "run_replayed": dg.MetadataValue.int(sum(1 for o in kept if o.status == OK and o.doc_id in recorded
-                                                 and not o.cached)),
-        "run_from_cache": dg.MetadataValue.int(sum(1 for o in kept if o.status == OK and o.cached)),
-        "run_failed": dg.MetadataValue.int(len(failures)),
-        "run_validation": dg.MetadataValue.json(dict(sorted(validation.items()))),
+        "dagster/row_count": dg.MetadataValue.int(statuses.pop("rows")),
+        "passages_already_extracted": dg.MetadataValue.int(len(live) - len(needed)),
+        "extracted": dg.MetadataValue.int(len(kept) - len(failures)),
+        "replayed": dg.MetadataValue.int(sum(1 for o in kept if o.status == OK and o.doc_id in recorded
+                                             and not o.cached)),
+        "from_cache": dg.MetadataValue.int(sum(1 for o in kept if o.status == OK and o.cached)),
+        "failed": dg.MetadataValue.int(len(failures)),
+        "validation": dg.MetadataValue.json(dict(sorted(validation.items()))),
+        **{f"documents_{status}": dg.MetadataValue.int(n) for status, n in statuses.items()},
     })
     if failures:
         metadata["failures"] = _failure_table(failures)
@@ -164,47 +169,28 @@ def extractions(
 _COUNTED = ("model_calls", "retries", "tokens_in", "tokens_out")
 
 
-def _calls_per_document(keys: list[str], calls) -> dict[str, dict]:
-    """What this run's model calls for each document cost (a text shared by several documents is
-    charged to the one it was asked for)."""
-    out = {key: {"asked": 0, **dict.fromkeys(_COUNTED, 0), "cost_usd": 0.0} for key in keys}
-    for o in calls:
-        entry = out.get(o.doc_id)
-        if entry is None:
-            continue
-        entry["asked"] += 1
-        for name in (*_COUNTED, "cost_usd"):
-            entry[name] += getattr(o, name)
-    for entry in out.values():
-        entry["cost_usd"] = dg.MetadataValue.float(round(float(entry["cost_usd"]), 9))
-    return out
-
-
-def _extractions_per_document(lightfoot: Store, manifest, keys: list[str], kept) -> dict[str, dict]:
-    """Each document's stored extractions: rows, status, entities and facts, and those this run
-    took from the cache."""
-    rows = lightfoot.read(EXTRACTIONS_TABLE.name, manifest, columns=["doc_id", "status", "n_entities", "n_facts"])
-    rows = rows.filter(pl.col("doc_id").is_in(keys))
-    cached = Counter(o.doc_id for o in kept if o.status == OK and o.cached)
-    out: dict[str, dict] = {}
+def _documents_by_status(lightfoot: Store, manifest, keys: list[str]) -> dict[str, int]:
+    """The batch's stored extraction rows (``rows``) and its documents by extraction status:
+    extracted, partly failed, failed, or with no passages."""
+    rows = lightfoot.rows(EXTRACTIONS_TABLE.name, "doc_id", keys, manifest) if keys else EXTRACTIONS_TABLE.empty()
+    per_doc = rows.group_by("doc_id").agg(pl.len().alias("n"), (pl.col("status") != OK).sum().alias("failed"))
+    by_doc = {r["doc_id"]: r for r in per_doc.iter_rows(named=True)}
+    out = {"rows": rows.height, "extracted": 0, "partly_failed": 0, "failed": 0, "without_passages": 0}
     for key in keys:
-        mine = rows.filter(pl.col("doc_id") == key)
-        failed = mine.filter(pl.col("status") != OK).height
-        out[key] = {
-            "dagster/row_count": mine.height, "failed": failed,
-            "status": "no passages" if mine.height == 0 else "failed" if failed == mine.height
-            else "partly failed" if failed else "extracted",
-            "entities": int(mine.get_column("n_entities").sum()), "facts": int(mine.get_column("n_facts").sum()),
-            "from_cache": cached[key],
-        }
+        r = by_doc.get(key)
+        status = ("without_passages" if r is None else "failed" if r["failed"] == r["n"]
+                  else "partly_failed" if r["failed"] else "extracted")
+        out[status] += 1
     return out
 
 
 def _unextracted(lightfoot: Store, keys: list[str]) -> list[Passage]:
     """The documents' passages with no successful extraction stored, in document order."""
-    stored = lightfoot.read(PASSAGES_TABLE.name).filter(pl.col("doc_id").is_in(keys))
+    if not keys:
+        return []
+    stored = lightfoot.rows(PASSAGES_TABLE.name, "doc_id", keys)
     done = set(
-        lightfoot.read(EXTRACTIONS_TABLE.name, columns=["chunk_id", "status"])
+        lightfoot.rows(EXTRACTIONS_TABLE.name, "doc_id", keys)
         .filter(pl.col("status") == OK).get_column("chunk_id").to_list()
     )
     return [
@@ -249,34 +235,31 @@ def _progress(context: dg.AssetExecutionContext):
     return report
 
 
-@dg.asset(**PER_DOCUMENT, deps=[EXTRACTIONS], kinds={"deltalake", "python"}, owners=OWNERS,
+@dg.asset(**PER_BATCH, deps=[EXTRACTIONS], kinds={"deltalake", "python"}, owners=OWNERS,
           code_version=code_version(__name__, "forms"), metadata=table_metadata(FORMS, FACT_SOURCES))
 def forms(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     """Every normalised entity name, fact subject and fact object of a document's passages, and
-    which passage asserted which fact: the per-document input of the graph."""
-    keys = sorted(context.partition_keys)
+    which passage asserted which fact: the batch's input to the graph. The materialization counts
+    the batch's forms, distinct names and fact assertions."""
+    batch = context.partition_key
     lightfoot = store.open()
-    with lightfoot.transaction() as tx:
+    keys = batch_doc_ids(lightfoot, batch)
+    with dagster_batch(context), lightfoot.transaction() as tx:
         n_forms, n_assertions = derive_forms(tx, keys)
-        manifest, changed = commit_if_changed(tx, "forms", {"documents": len(keys), "run_id": context.run.run_id})
-    stored = lightfoot.read(FORMS.name, manifest, columns=["doc_id", "name", "type"]).filter(pl.col("doc_id").is_in(keys))
-    asserted = lightfoot.read(FACT_SOURCES.name, manifest, columns=["doc_id"]).filter(pl.col("doc_id").is_in(keys))
-    names = stored.group_by("doc_id").agg(pl.len().alias("forms"), pl.struct("name", "type").n_unique().alias("names"))
-    facts = asserted.group_by("doc_id").len()
-    by_doc = {r["doc_id"]: r for r in names.iter_rows(named=True)}
-    facts_by_doc = dict(facts.iter_rows())
-    add_document_metadata(context, {
-        key: {"dagster/row_count": by_doc.get(key, {}).get("forms", 0), "names": by_doc.get(key, {}).get("names", 0),
-              "fact_assertions": facts_by_doc.get(key, 0)}
-        for key in keys
-    })
+        manifest, changed = commit_if_changed(tx, "forms", {"documents": len(keys)})
+    mine = lightfoot.rows(DOCUMENT_KEYS.name, "doc_id", keys, manifest) if keys else None
     metadata = store_metadata(
         lightfoot, manifest, [FORMS.name, FACT_SOURCES.name], fingerprint=store.report_fingerprint, changed=changed,
-        per_document=True,
     )
+    metadata.update(batch_metadata(batch, batch_counts(lightfoot, batch, manifest)))
     metadata.update({
-        "run_forms": dg.MetadataValue.int(n_forms),
-        "run_fact_assertions": dg.MetadataValue.int(n_assertions),
+        "dagster/row_count": dg.MetadataValue.int(n_forms),
+        "forms_derived": dg.MetadataValue.int(n_forms),
+        "fact_assertions_derived": dg.MetadataValue.int(n_assertions),
+        "names": dg.MetadataValue.int(0 if mine is None else mine.filter(pl.col("kind") == "name")
+                                      .select("type", "key").n_unique()),
+        "facts": dg.MetadataValue.int(0 if mine is None else mine.filter(pl.col("kind") == "fact")
+                                      .select("key").n_unique()),
     })
     return dg.MaterializeResult(metadata=metadata)
 

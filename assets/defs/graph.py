@@ -13,6 +13,7 @@ import json
 import dagster as dg
 import polars as pl
 
+from assets.batches import dagster_batch
 from assets.code_versions import code_version
 from assets.keys import (
     ENTITIES,
@@ -101,7 +102,7 @@ GRAPH_TABLES: dict[dg.AssetKey, list[TableSpec]] = {
 def graph(context: dg.AssetExecutionContext, store: StoreResource, embedder: EmbedderResource):
     """Bring the global tables in line with the live forms and fact assertions (one commit).
 
-    Each materialization says which documents the graph gained and lost and how many entities
+    Each materialization says how many documents the graph gained and lost and how many entities
     and facts were removed, added and changed (counts, never names: Dagster's storage keeps what
     it is given after an erasure; ``lightfoot explain doc ID`` reads a document's entities and
     facts from the store); its data version is the version of its tables, so an unchanged table
@@ -110,17 +111,18 @@ def graph(context: dg.AssetExecutionContext, store: StoreResource, embedder: Emb
     lightfoot = store.open()
     settings = store.settings()
     model = None
-    try:
-        change, manifest, changed, diff = _reconcile(lightfoot, settings, None, context.run.run_id)
-    except EmbedderRequired:
-        model = embedder.get()
-        context.log.info(f"new names need vectors: embedding with {model.model_id}")
-        progress = name_progress(context.log.info)
-        change, manifest, changed, diff = _reconcile(lightfoot, settings, model, context.run.run_id, progress)
+    with dagster_batch(context):
+        try:
+            change, manifest, changed, diff = _reconcile(lightfoot, settings, None)
+        except EmbedderRequired:
+            model = embedder.get()
+            context.log.info(f"new names need vectors: embedding with {model.model_id}")
+            progress = name_progress(context.log.info)
+            change, manifest, changed, diff = _reconcile(lightfoot, settings, model, progress)
     context.log.info(
         f"names +{change.names_added} -{change.names_removed} ~{change.names_changed}; "
-        f"{change.entities_recomputed} entities recomputed; documents +{len(diff['documents_added'])} "
-        f"-{len(diff['documents_removed'])}; store commit {manifest.seq} (changed: {changed})"
+        f"{change.entities_recomputed} entities recomputed; documents +{diff['documents_added']} "
+        f"-{diff['documents_removed']}; store commit {manifest.seq} (changed: {changed})"
     )
     fingerprint = store_fingerprint(lightfoot, manifest) if store.report_fingerprint and manifest.seq else None
     details = _details(change, manifest.config.get("embedder"))
@@ -133,8 +135,8 @@ def graph(context: dg.AssetExecutionContext, store: StoreResource, embedder: Emb
             metadata["store_fingerprint"] = dg.MetadataValue.text(fingerprint.digest)
             own = "name_vectors" if key == NAME_VECTORS else names[0]
             metadata["tables_digest"] = dg.MetadataValue.text(fingerprint.tables[own].digest)
-        metadata["documents_added"] = dg.MetadataValue.json(diff["documents_added"][:200])
-        metadata["documents_removed"] = dg.MetadataValue.json(diff["documents_removed"][:200])
+        metadata["documents_added"] = dg.MetadataValue.int(diff["documents_added"])
+        metadata["documents_removed"] = dg.MetadataValue.int(diff["documents_removed"])
         if key in (ENTITIES, FACTS):
             kind = "entities" if key == ENTITIES else "facts"
             metadata.update({f"{kind}_{what}": dg.MetadataValue.int(n) for what, n in diff[kind].items()})
@@ -149,7 +151,7 @@ def graph(context: dg.AssetExecutionContext, store: StoreResource, embedder: Emb
         yield dg.MaterializeResult(asset_key=key, metadata=metadata, data_version=dg.DataVersion(version.hexdigest()[:16]))
 
 
-def _reconcile(lightfoot, settings, model, run_id: str, progress=None) -> tuple[GraphChange, object, bool, dict]:
+def _reconcile(lightfoot, settings, model, progress=None) -> tuple[GraphChange, object, bool, dict]:
     with lightfoot.transaction() as tx:
         operations.check_config(tx, settings, model)
         vectors = name_vector_cache(lightfoot, model, progress) if model is not None else None
@@ -162,7 +164,7 @@ def _reconcile(lightfoot, settings, model, run_id: str, progress=None) -> tuple[
         elsewhere = mentioned.filter(~pl.col(BUCKET).is_in(before[MENTIONS.name].get_column(BUCKET).unique().implode()))
         diff = _changes(before, after, set(mentioned.get_column("doc_id").unique().to_list()),
                         set(elsewhere.get_column("doc_id").unique().to_list()))
-        manifest, changed = commit_if_changed(tx, "graph", {"graph": change.as_dict(), "run_id": run_id})
+        manifest, changed = commit_if_changed(tx, "graph", {"graph": change.as_dict()})
     return change, manifest, changed, diff
 
 
@@ -186,7 +188,7 @@ def _changes(before: dict[str, pl.DataFrame], after: dict[str, pl.DataFrame], me
         return {"removed": len(removed), "added": len(added), "changed": len(changed)}
 
     return {
-        "documents_added": sorted(new - old), "documents_removed": sorted(old - new),
+        "documents_added": len(new - old), "documents_removed": len(old - new),
         "entities": counted(ENTITIES_TABLE.name, "entity_id", ["display_name"]),
         "facts": counted(FACTS_TABLE.name, "fact_id", ["subject", "predicate", "object"]),
     }

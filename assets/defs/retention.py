@@ -1,33 +1,33 @@
 """Deletion and retention: tombstones, hard erasure, the erasure-request inbox, the retention
-schedule, and the removal of deleted documents' partitions.
+schedule, and the tombstones of deleted documents that the command line made.
 
 A deletion request — a file in the erasure inbox, the retention schedule, or ``lightfoot delete``
-on the command line — becomes a tombstone: one store commit removes the documents' rows, and a
-observation of each document's partition (passages, extractions, forms) records it as
-tombstoned — an observation, not a materialization, so a deleted document is never an asset's
-latest materialization. The graph then recomputes only the components the deleted names touched,
-and every blocking check runs again; erasure removes the documents' text from history; and only
-then, with everything downstream clean, is the partition key removed.
+on the command line — becomes a tombstone: one store commit removes the documents' rows. An
+erasure request or a day's retention run is a partition of ``deletions`` (assets/partitions.py);
+its ``tombstones`` step records the deletion as a tombstone within the batches that held each
+document (an observation of their per-batch assets that counts their deleted documents), and a
+batch whose documents are all deleted is tombstoned as a whole: its partition goes at once, so
+nothing deleted shows as materialized (assets/batches.py). The graph then recomputes only the
+components the deleted names touched, and every blocking check runs again; erasure removes the
+documents' text from history.
 """
 
-from collections.abc import Callable
-
 import dagster as dg
+import polars as pl
 
+from assets.batches import apply_deletion_events, dagster_batch, deletion_events
 from assets.code_versions import code_version
 from assets.keys import (
     DELETION_JOB,
     ERASURES,
     GRAPH_ASSETS,
     OWNERS,
-    PASSAGES_CHECK,
-    PER_DOCUMENT_ASSETS,
     RETENTION_GROUP,
     SERVING_SNAPSHOT,
     TOMBSTONES,
     TRIGGER_TAG,
 )
-from assets.partitions import DOCUMENTS
+from assets.partitions import BATCHES, DELETIONS, LEGACY_HINT, RETENTION, legacy_layout, receipt_batch
 from assets.provenance import STORE_POOL, commit_if_changed, store_metadata, table_metadata
 from assets.receipts import IN_FLIGHT, receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
@@ -35,103 +35,49 @@ from lightfoot_pipeline.ingest.inbox import take_requests
 from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing, utc_now
 from lightfoot_pipeline.ingest.receipts import ERASURE, Receipt, Receipts
 from lightfoot_pipeline.ingest.retention import load_policy
-from lightfoot_pipeline.operations.deletion_requests import (
-    documents_past_retention,
-    latest_tombstones,
-    partition_status,
-    tombstone_requests,
-)
+from lightfoot_pipeline.operations.deletion_requests import documents_past_retention, tombstone_requests
 from lightfoot_pipeline.operations.erase import erase_history, pending_erasures
+from lightfoot_pipeline.store.batches import DELETED, batch_log
 from lightfoot_pipeline.store.documents import live_doc_ids
 from lightfoot_pipeline.store.tables import TOMBSTONES as TOMBSTONES_TABLE
 
-TOMBSTONED = "tombstoned"
 
-
-def tombstone_event(asset_key: dg.AssetKey, doc_id: str, reason: str, erase: bool, seq: int) -> dg.AssetObservation:
-    """The observation that records a document's partition of a per-document asset as deleted."""
-    return dg.AssetObservation(
-        asset_key=asset_key,
-        partition=doc_id,
-        description=f"tombstone: {reason}" if reason else "tombstone",
-        metadata={
-            "status": dg.MetadataValue.text(TOMBSTONED),
-            "reason": dg.MetadataValue.text(reason),
-            "erase": dg.MetadataValue.bool(erase),
-            "store_commit": dg.MetadataValue.int(seq),
-        },
-    )
-
-
-def restate_latest(instance: dg.DagsterInstance, key: dg.AssetKey, deleted: set[str],
-                   live: Callable[[], set[str]], look_back: int = 200) -> str | None:
-    """Keep a deleted document from being the asset's latest materialization.
-
-    Dagster's SQL event storage cannot remove one partition's events, so when the latest
-    materialization of ``key`` is a deleted document's, the newest materialization of a live
-    document is recorded again, unchanged but for ``restated``: that partition's data is what it
-    was, and the asset's latest materialization is a live one. Returns the restated partition.
-    """
-    latest = instance.get_latest_materialization_event(key)
-    if latest is None or latest.dagster_event is None or latest.dagster_event.partition not in deleted:
-        return None
-    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=look_back,
-                                              ascending=False).records
-    live_ids = live()
-    for record in records:
-        if record.partition_key in live_ids and record.asset_materialization is not None:
-            metadata = {**record.asset_materialization.metadata,
-                        "restated": dg.MetadataValue.text("recorded again after a deletion: unchanged since "
-                                                          f"run {record.run_id}")}
-            instance.report_runless_asset_event(dg.AssetMaterialization(
-                asset_key=key, partition=record.partition_key, metadata=metadata,
-                description=record.asset_materialization.description))
-            return record.partition_key
-    return None
-
-
-@dg.asset(group_name=RETENTION_GROUP, kinds={"deltalake"}, pool=STORE_POOL, owners=OWNERS,
+@dg.asset(partitions_def=DELETIONS, group_name=RETENTION_GROUP, kinds={"deltalake"}, pool=STORE_POOL, owners=OWNERS,
           code_version=code_version(__name__, "tombstones"), metadata=table_metadata(TOMBSTONES_TABLE))
 def tombstones(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     """The deletion log: pending deletion requests applied, one tombstone per deleted document.
 
     One commit removes the documents' rows from every per-document table; their landed copies go
-    too. Each deleted document's partition gets a tombstone observation. No model call.
+    too. Each batch that held a deleted document gets a tombstone observation that counts its
+    deleted and live documents, and a batch left with none is removed. No model call.
     """
     lightfoot = store.open()
     landing = Landing(lightfoot)
     requests = landing.deletion_requests()
-    with lightfoot.transaction() as tx:
+    with dagster_batch(context), lightfoot.transaction() as tx:
         applied = tombstone_requests(tx, requests)
         deleted, not_found, passages_removed = applied.deleted, applied.not_found, applied.passages_removed
-        manifest, changed = commit_if_changed(
-            tx, "delete", {"deleted": len(deleted), "model_calls": 0, "run_id": context.run.run_id}
-        )
+        manifest, changed = commit_if_changed(tx, "delete", {"deleted": len(deleted), "model_calls": 0})
     requested = [r.doc_id for r in requests]
     landing.forget(requested)  # a landed copy holds the text, and no later run may ingest it again
     landing.resolve_requests(requested)
-    partitions = set(context.instance.get_dynamic_partitions(DOCUMENTS.name))
-    for doc_id, (reason, erase) in sorted(deleted.items()):
-        if doc_id in partitions:
-            for key in PER_DOCUMENT_ASSETS:
-                context.log_event(tombstone_event(key, doc_id, reason, erase, manifest.seq))
-    def live() -> set[str]:
-        return live_doc_ids(lightfoot, manifest)
-
-    for key in PER_DOCUMENT_ASSETS:
-        restate_latest(context.instance, key, set(deleted), live)
+    events = deletion_events(lightfoot, context.instance, deleted, manifest.seq)
+    apply_deletion_events(context, events)
     context.log.info(f"tombstoned {len(deleted)} documents ({passages_removed} passages); not in the store: "
                      f"{len(not_found)}; store commit {manifest.seq}")
     metadata = store_metadata(
         lightfoot, manifest, [TOMBSTONES_TABLE.name], fingerprint=store.report_fingerprint, changed=changed
     )
     metadata.update({
+        "batch": dg.MetadataValue.text(context.partition_key),
         "requests": dg.MetadataValue.int(len(requests)),
-        "deleted": dg.MetadataValue.json(sorted(deleted)[:200]),
-        "deleted_count": dg.MetadataValue.int(len(deleted)),
+        "dagster/row_count": dg.MetadataValue.int(len(deleted)),
+        "documents_deleted": dg.MetadataValue.int(len(deleted)),
         "passages_removed": dg.MetadataValue.int(passages_removed),
-        "not_found": dg.MetadataValue.json(sorted(not_found)[:200]),
+        "not_found": dg.MetadataValue.int(len(not_found)),
         "erase_requested": dg.MetadataValue.int(sum(1 for _, erase in deleted.values() if erase)),
+        "batches_tombstoned": dg.MetadataValue.int(len(events.emptied)),
+        "batches_partly_deleted": dg.MetadataValue.int(len(events.touched)),
     })
     return dg.MaterializeResult(metadata=metadata)
 
@@ -152,17 +98,18 @@ def erasures(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Mate
     snapshot that still holds them is replaced by a fresh export first."""
     lightfoot = store.open()
     pending = pending_erasures(lightfoot)
+    if pending:
+        with dagster_batch(context):
+            report = erase_history(lightfoot, pending)
     if not pending:
         manifest = lightfoot.manifest()
         metadata = store_metadata(lightfoot, manifest, [TOMBSTONES_TABLE.name], fingerprint=False, changed=False)
-        metadata["erased"] = dg.MetadataValue.json([])
+        metadata["erased_count"] = dg.MetadataValue.int(0)
         return dg.MaterializeResult(metadata=metadata)
-    report = erase_history(lightfoot, pending)
     manifest = lightfoot.manifest()
     context.log.info(f"erased the history of {len(pending)} documents")
     metadata = store_metadata(lightfoot, manifest, [TOMBSTONES_TABLE.name], fingerprint=store.report_fingerprint)
     metadata.update({
-        "erased": dg.MetadataValue.json(pending[:200]),
         "erased_count": dg.MetadataValue.int(len(pending)),
         "snapshots_removed": dg.MetadataValue.int(report.snapshots_removed),
         "landed_copies_removed": dg.MetadataValue.int(report.landed_copies_removed),
@@ -173,9 +120,10 @@ def erasures(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Mate
 
 document_deletion = dg.define_asset_job(
     DELETION_JOB,
-    selection=dg.AssetSelection.assets(TOMBSTONES, *GRAPH_ASSETS, SERVING_SNAPSHOT, ERASURES)
-    | dg.AssetSelection.checks(PASSAGES_CHECK),
-    description="Apply pending deletion requests as tombstones, recompute the affected graph, run every blocking "
+    selection=dg.AssetSelection.assets(TOMBSTONES, *GRAPH_ASSETS, SERVING_SNAPSHOT, ERASURES),
+    partitions_def=DELETIONS,
+    description="Apply pending deletion requests as tombstones (one partition of deletions per request or retention "
+    "day), recompute the affected graph, run every blocking "
     "check (a fresh rebuild among them), re-export the serving snapshot and erase history where asked.",
     executor_def=dg.in_process_executor,
 )
@@ -221,6 +169,8 @@ def erasure_inbox(
     with a growing wait (assets/receipts.py), each failed run left in the instance. Nothing depends on the cursor: resetting it,
     restarting the daemon or wiping the instance loses no request and applies none twice.
     """
+    if legacy_layout(context.instance):
+        return dg.SensorResult(skip_reason=dg.SkipReason(LEGACY_HINT))
     lightfoot = store.open()
     landing = Landing(lightfoot)
     box = inbox.erasure_inbox(lightfoot)
@@ -229,7 +179,11 @@ def erasure_inbox(
     settled, waiting, backing_off, needed = [], [], [], []
     for receipt in receipts.pending(ERASURE):
         runs = receipt_runs(context.instance, receipt)
-        if runs.succeeded:
+        if not runs.started and already_honoured(lightfoot, receipt):
+            landing.resolve_requests(receipt.doc_ids)  # nothing is left to do for them
+            receipts.settle(receipt, "already honoured: its documents were deleted" + (" and erased" if receipt.erase_ids else ""))
+            settled.append(receipt)
+        elif runs.succeeded:
             receipts.settle(receipt, f"run {runs.succeeded} succeeded")
             settled.append(receipt)
         elif runs.in_flight:
@@ -265,10 +219,28 @@ def erasure_inbox(
     more = f"; {len(needed) - 1} more requests pending, applied by the same run" if len(needed) > 1 else ""
     context.log.info(f"{'; '.join(news)}; requesting a deletion run for request {receipt.receipt_id} from "
                      f"{receipt.origin}, {why}; outstanding: {example}{more}")
-    return dg.SensorResult(run_requests=[dg.RunRequest(
-        run_key=receipt_run_key("erasure", receipt, runs.attempt),
-        tags={TRIGGER_TAG: "erasure-inbox", **receipt_tags(receipt, runs.attempt)},
-    )])
+    batch = receipt_batch(receipt)
+    new = [] if context.instance.has_dynamic_partition(DELETIONS.name, batch) else [batch]
+    return dg.SensorResult(
+        run_requests=[dg.RunRequest(
+            run_key=receipt_run_key("erasure", receipt, runs.attempt), partition_key=batch,
+            tags={TRIGGER_TAG: "erasure-inbox", **receipt_tags(receipt, runs.attempt)},
+        )],
+        dynamic_partitions_requests=[DELETIONS.build_add_request(new)] if new else [],
+    )
+
+
+def already_honoured(lightfoot, receipt: Receipt) -> bool:
+    """Whether every document a deletion receipt names was deleted before, and erased where it
+    asks: a request dropped again after it was done, which needs no run."""
+    ids = sorted(receipt.doc_ids)
+    if not ids or live_doc_ids(lightfoot, among=ids):
+        return False
+    log = lightfoot.rows(TOMBSTONES_TABLE.name, "doc_id", ids)
+    if set(ids) - set(log.get_column("doc_id").to_list()):
+        return False  # never stored here: the run says it was not found
+    erased = set(log.filter(pl.col("erased_at").is_not_null()).get_column("doc_id").to_list())
+    return set(receipt.erase_ids) <= erased
 
 
 @dg.schedule(
@@ -287,6 +259,8 @@ def retention_schedule(
 
     The day's deletions get a receipt like an erasure request's, and the run carries its tag, so
     that the ``erasure_inbox`` sensor asks again for a run that failed or never came to exist."""
+    if legacy_layout(context.instance):
+        return dg.SkipReason(LEGACY_HINT)
     lightfoot = store.open()
     landing = Landing(lightfoot)
     policy = load_policy(inbox.policy_path(), lightfoot.storage_options)
@@ -301,63 +275,45 @@ def retention_schedule(
     landing.request_deletions(requests)
     Receipts(lightfoot).record(receipt)
     context.log.info(f"{len(due)} documents past their retention date (request {receipt.receipt_id})")
-    return dg.RunRequest(run_key=f"retention-{today.isoformat()}",
+    batch = receipt_batch(receipt, RETENTION)
+    if not context.instance.has_dynamic_partition(DELETIONS.name, batch):
+        context.instance.add_dynamic_partitions(DELETIONS.name, [batch])
+    return dg.RunRequest(run_key=f"retention-{today.isoformat()}", partition_key=batch,
                          tags={TRIGGER_TAG: "retention", **receipt_tags(receipt, 0)})
 
 
-# -- removing the partitions of deleted documents ---------------------------------------------
+# -- deletions made outside Dagster ----------------------------------------------------------
 
 
 @dg.sensor(
-    minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Removes a deleted document's partition once the graph has applied its tombstone and its history "
-    "is erased where that was asked.",
+    minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Records the deletions that the command line (lightfoot delete, sync) made as tombstones within the "
+    "batches that held the documents, and removes the batches left with none. Never asks for a run.",
 )
-def deleted_partitions(context: dg.SensorEvaluationContext, store: StoreResource) -> dg.SensorResult:
-    """Removes the partition of a deleted document once everything downstream of its tombstone is
-    clean: the graph has applied it, and its history is erased when that was asked.
-
-    A document deleted outside Dagster (``lightfoot delete``) gets its tombstone observation
-    here. The cursor is the store commit and the partition count it last looked at.
-    """
+def outside_deletions(context: dg.SensorEvaluationContext, store: StoreResource) -> dg.SensorResult:
+    """Deletions committed outside a Dagster run (``lightfoot delete``, ``lightfoot sync``): each
+    becomes a tombstone within the batches that held the documents, as a deletion run's does, and
+    a batch left with no live document is removed. The cursor is the last store commit looked at;
+    a deletion made by a Dagster run was recorded by that run's step."""
     lightfoot = store.open()
-    keys = context.instance.get_dynamic_partitions(DOCUMENTS.name)
-    cursor = f"{lightfoot.manifest().seq}:{len(keys)}"
-    if cursor == context.cursor:
-        return dg.SensorResult(skip_reason=dg.SkipReason("no store commit since the last look"), cursor=cursor)
-    landing = Landing(lightfoot)
-    removable, waiting, stale = partition_status(lightfoot, landing, keys)
-    for key, why in sorted(waiting.items())[:20]:
-        context.log.info(f"keeping partition {key}: {why}")
-    if not removable:
-        return dg.SensorResult(skip_reason=dg.SkipReason(f"no partition to remove ({len(waiting)} waiting)"),
-                               cursor=cursor)
-    landing.forget(stale)
-    events = []
-    latest = latest_tombstones(lightfoot, removable)
-    for key in removable:
-        if not _has_tombstone(context.instance, key):
-            t = latest[key]
-            events.extend(tombstone_event(asset, key, t["reason"] or "", bool(t["erase"]), lightfoot.manifest().seq)
-                          for asset in PER_DOCUMENT_ASSETS)
-    context.log.info(f"removing {len(removable)} partitions of deleted documents")
+    seq = lightfoot.manifest().seq
+    since = int(context.cursor) if (context.cursor or "").isdigit() else 0
+    if seq == since:
+        return dg.SensorResult(skip_reason=dg.SkipReason(f"no store commit since {since}"), cursor=str(seq))
+    rows = batch_log(lightfoot).filter((pl.col("action") == DELETED) & (pl.col("seq") > since))
+    runs = {run_id for run_id in rows.get_column("run_id").unique().to_list()
+            if run_id and context.instance.get_run_by_id(run_id) is not None}
+    outside = rows.filter(~pl.col("run_id").is_in(sorted(runs)))
+    deleted = sorted(set(outside.get_column("doc_id").to_list()))
+    events = deletion_events(lightfoot, context.instance, deleted, seq) if deleted else None
+    if events is None or not events.observations:
+        return dg.SensorResult(skip_reason=dg.SkipReason(
+            f"store commits {since + 1}-{seq}: no deletion outside Dagster in a batch this instance holds"),
+            cursor=str(seq))
+    context.log.info(f"{len(deleted)} documents deleted outside Dagster: {len(events.emptied)} batches tombstoned "
+                     f"as a whole, {len(events.touched)} keep live documents")
     return dg.SensorResult(
-        dynamic_partitions_requests=[DOCUMENTS.build_delete_request(removable)],
-        asset_events=events,
-        cursor=cursor,
+        asset_events=events.observations,
+        dynamic_partitions_requests=[BATCHES.build_delete_request(events.emptied)] if events.emptied else [],
+        cursor=str(seq),
     )
-
-
-def _has_tombstone(instance: dg.DagsterInstance, doc_id: str) -> bool:
-    """Whether the partition's latest observation of the first per-document asset is a tombstone
-    newer than its latest materialization (a document ingested again after its deletion has none)."""
-    asset = PER_DOCUMENT_ASSETS[0]
-    observed = instance.fetch_observations(dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[doc_id]), limit=1)
-    if not observed.records:
-        return False
-    record = observed.records[0]
-    status = record.asset_observation.metadata.get("status") if record.asset_observation else None
-    if getattr(status, "value", None) != TOMBSTONED:
-        return False
-    made = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[doc_id]), limit=1)
-    return not made.records or made.records[0].storage_id < record.storage_id

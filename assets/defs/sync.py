@@ -2,88 +2,124 @@
 
 The ``source_sync`` sensor lists the source (``LIGHTFOOT_SYNC_SOURCE``, or the inbox resource's
 ``sync_source``) on every tick and compares it with what the store records of its files; when
-files were added, changed or removed, or passages of its files are stored without an extraction, it asks for one run of ``source_sync_job``, whose ``source_files`` asset mirrors the source into the store
-(lightfoot_pipeline/sync.py: new and changed files ingested, removed ones deleted, unreadable ones
-recorded with their reason). The run key is a hash of the pending changes and the hour, so the
+files were added, changed or removed, or passages of its files are stored without an extraction,
+it adds a batch and asks for one run of ``source_sync_job`` over it. Its ``source_files`` step
+mirrors the source into the store (lightfoot_pipeline/operations/sync.py: new and changed files
+stored with their passages, removed ones deleted, unreadable ones recorded with their reason); the
+batch's extraction and forms steps, the graph and the snapshot follow, as for a drop. The run key is a hash of the pending changes and the hour, so the
 same changes are asked for once an hour at most: a failed run is asked again the next hour, or at
 once when the source changes again. Nothing depends on the cursor: the store's records say what
 is in sync.
 """
 
 import datetime as dt
+import hashlib
+from collections import Counter
 
 import dagster as dg
 
+from assets.batches import apply_deletion_events, batch_counts, dagster_batch, deletion_events
 from assets.code_versions import code_version
-from assets.keys import OWNERS, TRIGGER_TAG
-from assets.provenance import STORE_POOL, add_run_cost, store_metadata, table_metadata
-from assets.resources import EmbedderResource, ExtractorResource, InboxResource, StoreResource
-from lightfoot_pipeline.ingest.sources import SOURCE_FILES
+from assets.keys import (
+    DOCUMENTS_GROUP,
+    GRAPH_GROUP,
+    OWNERS,
+    SERVING_GROUP,
+    SOURCE_FILES,
+    SOURCES_GROUP,
+    SYNC_JOB,
+    TRIGGER_TAG,
+)
+from assets.partitions import BATCHES, LEGACY_HINT, PER_BATCH, SYNC, legacy_layout
+from assets.provenance import add_run_cost, batch_metadata, store_metadata, table_metadata
+from assets.resources import InboxResource, StoreResource
+from lightfoot_pipeline.ingest.extraction.outcome import ProgressCallback, reason_kind
+from lightfoot_pipeline.ingest.passages import Passage
+from lightfoot_pipeline.ingest.sources import SOURCE_FILES as SOURCE_FILES_TABLE
 from lightfoot_pipeline.operations.sync import look_at_source, sync, unextracted_files
 from lightfoot_pipeline.store.tables import DOCUMENTS, PASSAGE_SOURCES, PASSAGES
 
-SOURCES_GROUP = "sources"
-SOURCE_SYNC_JOB = "source_sync_job"
+
+class LeftToExtractionSteps:
+    """The extractor a sync in Dagster is given: it extracts nothing, so the sync stores the files'
+    documents and passages and the batch's ``extraction_cache`` and ``extractions`` steps extract
+    them, as they do a drop's."""
+
+    name = "extraction steps"
+
+    def extract(self, passages: list[Passage], progress: ProgressCallback | None = None) -> list:
+        return []
 
 
-@dg.asset(group_name=SOURCES_GROUP, kinds={"deltalake", "python"}, pool=STORE_POOL, owners=OWNERS,
-          code_version=code_version(__name__, "source_files"), metadata=table_metadata(SOURCE_FILES, PASSAGE_SOURCES))
-def source_files(
-    context: dg.AssetExecutionContext, store: StoreResource, embedder: EmbedderResource,
-    extractor: ExtractorResource, inbox: InboxResource,
-) -> dg.MaterializeResult:
-    """The source's files mirrored into the store: one document per file, its passages cut by
-    section with their page or heading path; files that cannot be read are listed with why."""
+@dg.asset(**PER_BATCH | {"group_name": SOURCES_GROUP}, key=SOURCE_FILES, kinds={"deltalake", "python"},
+          owners=OWNERS, code_version=code_version(__name__, "source_files"),
+          metadata=table_metadata(SOURCE_FILES_TABLE, PASSAGE_SOURCES))
+def source_files(context: dg.AssetExecutionContext, store: StoreResource, inbox: InboxResource) -> dg.MaterializeResult:
+    """The source's files mirrored into the store, one batch per sync run: one document per file,
+    its passages cut by section with their page or heading path; removed files' documents deleted;
+    files that cannot be read listed with why. The batch's passages, extractions and forms steps
+    follow, then the graph and the snapshot, as for a drop."""
     uri = inbox.sync_source_uri()
     if not uri:
         raise dg.Failure(description="no source to sync: set LIGHTFOOT_SYNC_SOURCE (or the inbox resource's sync_source)")
+    batch = context.partition_key
     lightfoot = store.open()
     settings = store.settings()
-    report = sync(lightfoot, uri, extractor.get(lightfoot, settings, {}, context.run.run_id), embedder.get(),
-                  settings, erase=inbox.sync_erase)
-    context.log.info(f"{report.source}: {len(report.new)} new, {len(report.changed)} changed, {report.unchanged} "
-                     f"unchanged, {len(report.removed)} removed, {len(report.failed)} failed; "
-                     f"{report.model_calls} model calls")
-    add_run_cost(context, model_calls=report.model_calls, tokens_in=report.tokens_in, tokens_out=report.tokens_out,
-                 cost_usd=report.cost_usd)
+    with dagster_batch(context):
+        report = sync(lightfoot, uri, LeftToExtractionSteps(), None, settings, erase=inbox.sync_erase, link=False)
+    context.log.info(f"batch {batch}: {len(report.new)} new, {len(report.changed)} changed, {report.unchanged} "
+                     f"unchanged, {len(report.removed)} removed, {len(report.failed)} failed files")
+    add_run_cost(context, model_calls=0, tokens_in=0, tokens_out=0, cost_usd=0.0)
     manifest = lightfoot.manifest()
+    if report.removed:
+        apply_deletion_events(context, deletion_events(lightfoot, context.instance, report.removed, manifest.seq))
     metadata = store_metadata(
-        lightfoot, manifest, [DOCUMENTS.name, PASSAGES.name, SOURCE_FILES.name], fingerprint=store.report_fingerprint,
-        changed=bool(report.commits), model_calls=report.model_calls, cost_usd=report.cost_usd,
+        lightfoot, manifest, [SOURCE_FILES_TABLE.name, DOCUMENTS.name, PASSAGES.name],
+        fingerprint=store.report_fingerprint, changed=bool(report.commits),
     )
+    failures = Counter(reason_kind(f["reason"]) for f in report.failed)
+    metadata.update(batch_metadata(batch, batch_counts(lightfoot, batch, manifest)))
     metadata.update({
         "source": dg.MetadataValue.path(report.source),
         "files": dg.MetadataValue.int(report.files),
-        "new": dg.MetadataValue.json(report.new[:100]),
-        "changed": dg.MetadataValue.json(report.changed[:100]),
-        "removed": dg.MetadataValue.json(report.removed[:100]),
-        "unchanged": dg.MetadataValue.int(report.unchanged),
-        "failed": dg.MetadataValue.json(report.failed[:100]),
-        "failed_files": dg.MetadataValue.int(len(report.failed)),
+        "dagster/row_count": dg.MetadataValue.int(report.files),
+        "files_new": dg.MetadataValue.int(len(report.new)),
+        "files_changed": dg.MetadataValue.int(len(report.changed)),
+        "files_removed": dg.MetadataValue.int(len(report.removed)),
+        "files_unchanged": dg.MetadataValue.int(report.unchanged),
+        "files_failed": dg.MetadataValue.int(len(report.failed)),
+        "files_excluded": dg.MetadataValue.int(len(report.excluded)),
+        "failure_kinds": dg.MetadataValue.json(dict(sorted(failures.items()))),
         "passages_read": dg.MetadataValue.int(report.passages),
-        "from_cache": dg.MetadataValue.int(report.from_cache),
-        "unextracted": dg.MetadataValue.int(report.unextracted),
-        "excluded": dg.MetadataValue.json(report.excluded[:100]),
+        "passages_to_extract": dg.MetadataValue.int(report.unextracted),
     })
     return dg.MaterializeResult(metadata=metadata)
 
 
 source_sync_job = dg.define_asset_job(
-    SOURCE_SYNC_JOB, selection=dg.AssetSelection.assets(source_files),
-    description="Mirror the source's files into the store.", executor_def=dg.in_process_executor,
+    SYNC_JOB,
+    selection=dg.AssetSelection.assets(SOURCE_FILES) | dg.AssetSelection.groups(DOCUMENTS_GROUP, GRAPH_GROUP,
+                                                                                SERVING_GROUP),
+    partitions_def=BATCHES,
+    description="Mirror the source's files into the store as one batch, extract its new passages, then bring the "
+    "graph and the serving snapshot up to date, with every blocking check.",
+    executor_def=dg.in_process_executor,
 )
 
 
 @dg.sensor(
     job=source_sync_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Follows the sync source (LIGHTFOOT_SYNC_SOURCE): one sync run for each new set of files added, "
-    "changed or removed there.",
+    description="Follows the sync source (LIGHTFOOT_SYNC_SOURCE): one sync run, a batch of its own, for each new set "
+    "of files added, changed or removed there.",
 )
 def source_sync(context: dg.SensorEvaluationContext, store: StoreResource, inbox: InboxResource) -> dg.SensorResult:
-    """Files added, changed or removed at the source: one sync run for each new set of changes."""
+    """Files added, changed or removed at the source: one sync run, a batch of its own, for each
+    new set of changes (its key a digest of the changes and the hour)."""
     uri = inbox.sync_source_uri()
     if not uri:
         return dg.SensorResult(skip_reason=dg.SkipReason("no source to follow: LIGHTFOOT_SYNC_SOURCE is not set"))
+    if legacy_layout(context.instance):
+        return dg.SensorResult(skip_reason=dg.SkipReason(LEGACY_HINT))
     lightfoot = store.open()
     look = look_at_source(lightfoot, uri)
     again = unextracted_files(lightfoot, look)  # passages stored without an extraction are asked again
@@ -94,5 +130,10 @@ def source_sync(context: dg.SensorEvaluationContext, store: StoreResource, inbox
                      "with passages to extract again")
     hour = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H")
     signature = look.signature() + (f"-again{len(again)}" if again else "")
-    return dg.SensorResult(run_requests=[dg.RunRequest(run_key=f"sync-{signature}-{hour}",
-                                                       tags={TRIGGER_TAG: "source"})])
+    batch = f"{SYNC}-{hashlib.sha256(f'{signature}-{hour}'.encode()).hexdigest()[:32]}"
+    new = [] if context.instance.has_dynamic_partition(BATCHES.name, batch) else [batch]
+    return dg.SensorResult(
+        run_requests=[dg.RunRequest(run_key=f"sync-{signature}-{hour}", partition_key=batch,
+                                    tags={TRIGGER_TAG: "source"})],
+        dynamic_partitions_requests=[BATCHES.build_add_request(new)] if new else [],
+    )

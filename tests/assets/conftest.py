@@ -85,8 +85,9 @@ class Harness:
         path.write_text(json.dumps(payload), encoding="utf-8")
         return path
 
-    def partitions(self) -> list[str]:
-        return self.instance.get_dynamic_partitions("documents")
+    def partitions(self, name: str = "batches") -> list[str]:
+        """The instance's batches (or, with ``name="deletions"``, its deletion runs)."""
+        return self.instance.get_dynamic_partitions(name)
 
     def stored_ids(self) -> list[str]:
         """The documents the store holds, sorted."""
@@ -103,7 +104,7 @@ class Harness:
         sensor = self.defs.resolve_sensor_def(sensor_name)
         with dg.build_sensor_context(
             instance=self.instance, cursor=self.cursors.get(sensor_name), definitions=self.defs,
-            sensor_name=sensor_name, resources=self.resources,
+            sensor_name=sensor_name, resources=self.resources, instance_ref=self.instance.get_ref(),
         ) as context:
             data = sensor.evaluate_tick(context)
         self.cursors[sensor_name] = data.cursor
@@ -130,7 +131,7 @@ class Harness:
         job = self.defs.resolve_job_def(request.job_name or job_name)
         return job.execute_in_process(
             instance=self.instance, tags=dict(request.tags), run_config=run_config or request.run_config or {},
-            raise_on_error=False,
+            partition_key=request.partition_key, raise_on_error=False,
         )
 
 
@@ -145,7 +146,7 @@ class Harness:
                 results.append(None)
                 continue
             tagged = dg.RunRequest(run_key=request.run_key, job_name=request.job_name, run_config=request.run_config,
-                                   tags={**request.tags, **daemon_tags})
+                                   tags={**request.tags, **daemon_tags}, partition_key=request.partition_key)
             results.append(self.run(tagged, job_name))
         return results
 
@@ -190,8 +191,11 @@ def make_harness():
 
 @pytest.fixture
 def lightfoot(tmp_path, monkeypatch):
-    """The harness on an ephemeral (in-memory) instance."""
-    instance = dg.DagsterInstance.ephemeral()
+    """The harness on a temporary instance with storage on disk (a sensor resolves the partition of
+    the runs it asks for through the instance's ref, which an in-memory instance lacks)."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    instance = dg.DagsterInstance.from_config(str(home))
     try:
         yield _harness(tmp_path, monkeypatch, instance)
     finally:

@@ -1,21 +1,34 @@
-"""The documents partitions: ranges of keys for single runs, and which ids can be keys."""
+"""The partitions: batch keys are opaque and content-free, and name the receipt they come from."""
 
 from __future__ import annotations
 
-from assets.partitions import invalid_key_reason, key_ranges
+import pytest
+
+from assets.partitions import receipt_batch, receipt_of, sync_batch
+from lightfoot_pipeline.ingest.landing import DeletionRequest, utc_now
+from lightfoot_pipeline.ingest.receipts import ERASURE, INGESTION, Receipt
+from lightfoot_pipeline.store.batches import check_batch_id, new_batch_id
 
 
-def test_key_ranges_cover_exactly_the_wanted_keys():
-    order = ["a", "b", "c", "d", "e", "f"]
-    assert key_ranges(order, ["b", "c", "d"]) == [("b", "d")]
-    assert key_ranges(order, ["f", "a", "c", "b"]) == [("a", "c"), ("f", "f")]
-    assert key_ranges(order, []) == []
-    for wanted in (["a"], ["a", "f"], ["b", "d", "f"], order):
-        covered = [k for first, last in key_ranges(order, wanted) for k in order[order.index(first):order.index(last) + 1]]
-        assert sorted(covered) == sorted(wanted)
+def test_a_drop_and_an_erasure_request_name_their_receipt_and_nothing_of_their_content():
+    drop = Receipt.for_documents({"name": "Grellstone memo.jsonl"}, ["memo-canary", "doc-2"], "inbox")
+    batch = receipt_batch(drop)
+    assert batch == f"drop-{drop.receipt_id}" and receipt_of(batch) == (INGESTION, drop.receipt_id)
+    assert "memo" not in batch and "canary" not in batch.lower()
+    request = Receipt.for_deletions({"name": "erase.jsonl"}, [DeletionRequest("memo-canary", "asked", True, utc_now(),
+                                                                               "inbox")], "inbox")
+    erase = receipt_batch(request)
+    assert erase.startswith("erase-") and receipt_of(erase) == (ERASURE, request.receipt_id)
+    assert receipt_batch(request, "retention").startswith("retention-")
 
 
-def test_partition_keys_cannot_hold_a_range_marker():
-    assert invalid_key_reason("musique-0001") is None
-    assert "'...'" in invalid_key_reason("a...b")
-    assert invalid_key_reason("a..b") is None
+def test_a_sync_batch_is_fresh_each_time_and_names_no_receipt():
+    first, second = sync_batch(), sync_batch()
+    assert first != second and first.startswith("sync-") and receipt_of(first) is None
+
+
+@pytest.mark.parametrize("bad", ["", "Drop-1", "drop 1", "x" * 65, "doc:memo.txt", "-drop"])
+def test_batch_ids_are_lower_case_words_digits_and_dashes(bad):
+    with pytest.raises(ValueError):
+        check_batch_id(bad)
+    assert check_batch_id(new_batch_id("cli-ingest")).startswith("cli-ingest-")
