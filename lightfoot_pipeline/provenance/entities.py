@@ -17,6 +17,7 @@ import polars as pl
 from lightfoot_pipeline.ingest.normalise import normalise_name
 from lightfoot_pipeline.provenance.batches import source_batches
 from lightfoot_pipeline.provenance.errors import ExplainError
+from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
     ALIASES,
@@ -129,10 +130,11 @@ def explain_entity(store: Store, query: str) -> list[EntityExplanation]:
     return out
 
 
-def explain_fact(store: Store, fact_id: str) -> FactExplanation:
+def explain_fact(store: Store, fact_id: str, manifest: Manifest | None = None) -> FactExplanation:
     """A fact, the passages that assert it with their evidence, and its source documents with the
-    batches and runs that produced them; reads the fact's buckets and its documents' only."""
-    manifest = store.manifest()
+    batches and runs that produced them, as of ``manifest`` (default: the store's latest commit);
+    reads the fact's buckets and its documents' only."""
+    manifest = manifest or store.manifest()
     found = store.rows(FACTS.name, "fact_id", [fact_id], manifest)
     if found.height == 0:
         raise ExplainError(f"no fact {fact_id!r} in the store at {store.uri}",

@@ -7,12 +7,13 @@ Endpoints (JSON in and out)::
     GET  /status    the served snapshot, reloads, the reranker, the answer budget (authenticated)
     GET  /snapshot  the served snapshot's manifest and the published one's id (authenticated)
     GET  /health    {"status": "ok" | "no_snapshot"}: liveness, open to all, nothing more
-    GET  /          the web page, and POST /explain/query, GET /explain/entity, /explain/doc (page.py)
+    GET  /          the web page (also at /batch/ID), and POST /explain/query, GET /explain/entity,
+                    /explain/fact, /explain/doc, /explain/batch (page.py)
 
-Every endpoint but ``/health`` and the page's static files needs ``Authorization: Bearer <token>``
-when the service has tokens (auth.py); a missing or wrong token gets 401 with
-``WWW-Authenticate``. GET endpoints answer HEAD too, and query strings are ignored but by
-``/explain/entity`` and ``/explain/doc``. Every request first passes the gate (gate.py): its
+Every endpoint but ``/health`` and the page and its static files needs ``Authorization: Bearer
+<token>`` when the service has tokens (auth.py); a missing or wrong token gets 401 with
+``WWW-Authenticate``. GET endpoints answer HEAD too, and query strings are ignored but by the
+``/explain`` routes. Every request first passes the gate (gate.py): its
 ``Host``, its framing, its content type and its client's rate, and every response carries the
 security headers and an access-log line.
 
@@ -66,7 +67,7 @@ from lightfoot_pipeline.retrieval.deep import DeepQueryError
 from lightfoot_pipeline.retrieval.retrieve import RetrievalError
 from lightfoot_pipeline.service.auth import Tokens
 from lightfoot_pipeline.service.gate import TOKEN_SCOPE_KEY, Gate, HostPolicy, RateLimiter, TokenRate
-from lightfoot_pipeline.service.page import STATIC_PREFIX, page_routes
+from lightfoot_pipeline.service.page import BATCH_PAGE_PREFIX, STATIC_PREFIX, page_routes
 from lightfoot_pipeline.service.queries import (
     DEFAULT_TOP_K,
     MAX_QUESTION_CHARS,
@@ -78,7 +79,8 @@ from lightfoot_pipeline.service.queries import (
 log = logging.getLogger(__name__)
 
 QUERY_MODES = ("lightfoot", "deep")
-OPEN_PATHS = frozenset({"/health", "/"})  # answered without a token; so is everything under /static/
+OPEN_PATHS = frozenset({"/health", "/"})  # answered without a token; so is everything under these prefixes:
+OPEN_PREFIXES = (STATIC_PREFIX, BATCH_PAGE_PREFIX)  # the page's files, and the page opening a batch
 REALM = "lightfoot"
 DRY_RUN_NICE = 15  # the deletion preview's thread: below the retrieval workers
 
@@ -307,7 +309,7 @@ class TokenAuth:
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http" or self.tokens is None or scope["path"] in OPEN_PATHS \
-                or scope["path"].startswith(STATIC_PREFIX):
+                or scope["path"].startswith(OPEN_PREFIXES):
             await self.app(scope, receive, send)
             return
         header = next((value for name, value in scope["headers"] if name == b"authorization"), None)

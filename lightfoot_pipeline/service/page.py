@@ -1,18 +1,25 @@
-"""The query service's web page: a question box, ranked passages with why they ranked, and the
-provenance of an entity or a document, at ``/`` of ``lightfoot serve``.
+"""The query service's web page: a question box, ranked passages with why they ranked, the
+provenance of an entity, a fact or a document, and what an ingestion batch did, at ``/`` of
+``lightfoot serve``.
 
 Routes::
 
     GET  /                   the page (static; it holds no data)
+    GET  /batch/ID           the same page, opening the view of batch ID (the link the Dagster
+                             layer puts in each batch's materialization, provenance.batch_link)
     GET  /static/NAME        its script, style sheet and the vendored graph library
     POST /explain/query      {"question": "...", "top_k": 10, "rerank": true}: explain_query
     GET  /explain/entity?name=NAME    explain_entity, with the entities its facts and synonyms join
+    GET  /explain/fact?fact_id=ID     explain_fact: its passages and source documents
     GET  /explain/doc?doc_id=ID       explain_document: its passages, names, entities and facts
     GET  /explain/doc/preview?doc_id=ID    the dry run of its deletion (preview_deletion)
+    GET  /explain/batch?batch_id=ID   explain_batch: its documents and their status now, its commits
 
 The page and its files are open (they carry no data; the page asks for the token and keeps it in
 the tab's sessionStorage); every ``/explain`` route needs the same token as ``/query`` and runs in
-the same bounded pool of retrieval threads, under the same body and request limits.
+the same bounded pool of retrieval threads, under the same body and request limits. Documents,
+entities and facts name the batches and runs behind them; the page links each batch to its view
+and, with ``LIGHTFOOT_DAGSTER_URL`` set, each Dagster run to its page there.
 
 What the provenance routes read is the store's committed state, so their answers are kept per
 commit (:class:`PerCommit`): asked again at the same commit, a document or an entity costs a
@@ -35,12 +42,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from lightfoot_pipeline.provenance import ExplainError
+from lightfoot_pipeline.provenance.batches import explain_batch
 from lightfoot_pipeline.provenance.documents import explain_document, preview_deletion
-from lightfoot_pipeline.provenance.entities import explain_entity
+from lightfoot_pipeline.provenance.entities import explain_entity, explain_fact
 from lightfoot_pipeline.retrieval.explain import explain_query
+from lightfoot_pipeline.store.batches import BATCH_ID
 from lightfoot_pipeline.store.tables import DOCUMENTS
 
 STATIC_PREFIX = "/static/"
+BATCH_PAGE_PREFIX = "/batch/"  # the page, opening a batch's view; open as the page is
 PAGE_FILES = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
@@ -92,6 +102,13 @@ def page_routes(service, run: Callable[..., Awaitable], guard, json_response, ht
     async def index(request: Request) -> Response:
         return Response(cache["index.html"], media_type=PAGE_FILES["index.html"], headers={"cache-control": "no-store"})
 
+    async def batch_page(request: Request) -> Response:
+        batch_id = request.path_params["batch_id"]
+        if not BATCH_ID.match(batch_id):  # what the path says, before the page asks for the batch
+            return json_response(404, {"error": f"{batch_id[:80]!r} is not a batch id (lower-case letters, digits "
+                                                "and dashes)"})
+        return await index(request)
+
     async def static(request: Request) -> Response:
         name = request.path_params["name"]
         if name not in PAGE_FILES or name == "index.html":
@@ -134,6 +151,16 @@ def page_routes(service, run: Callable[..., Awaitable], guard, json_response, ht
         return await answer(per_commit("entity", name, lambda manifest: {
             "entities": [e.as_dict() for e in explain_entity(service.store, name)]}))
 
+    async def fact(request: Request) -> Response:
+        fact_id = parameter(request, "fact_id")
+        return await answer(per_commit("fact", fact_id, lambda manifest: explain_fact(
+            service.store, fact_id, manifest).as_dict()))
+
+    async def batch(request: Request) -> Response:
+        batch_id = parameter(request, "batch_id")
+        return await answer(per_commit("batch", batch_id, lambda manifest: explain_batch(
+            service.store, batch_id, manifest).as_dict()))
+
     async def document(request: Request) -> Response:
         doc_id = parameter(request, "doc_id")
         return await answer(per_commit("doc", doc_id, lambda manifest: explain_document(
@@ -152,9 +179,12 @@ def page_routes(service, run: Callable[..., Awaitable], guard, json_response, ht
 
     return [
         Route("/", index, methods=["GET"]),
+        Route(BATCH_PAGE_PREFIX + "{batch_id}", batch_page, methods=["GET"]),
         Route(STATIC_PREFIX + "{name:path}", static, methods=["GET"]),
         Route("/explain/query", guard(query), methods=["POST"]),
         Route("/explain/entity", guard(entity), methods=["GET"]),
+        Route("/explain/fact", guard(fact), methods=["GET"]),
         Route("/explain/doc", guard(document), methods=["GET"]),
         Route("/explain/doc/preview", guard(deletion_preview), methods=["GET"]),
+        Route("/explain/batch", guard(batch), methods=["GET"]),
     ]
