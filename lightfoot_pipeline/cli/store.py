@@ -120,7 +120,7 @@ def cmd_ingest(args) -> int:
     with writing_batch(batch):
         report = operations.ingest(store, documents, extractor, embedder, settings, progress=progress,
                                    recorded=recorded, embed_progress=None if args.json else name_progress())
-    _refuse_a_failed_endpoint(extractor, report, store, batch)
+    _refuse_a_failed_endpoint(extractor, report, store)
     if args.json:
         _print_json({**report.as_dict(), "batch": batch_report(batch)})
     else:
@@ -151,7 +151,7 @@ def cmd_ingest(args) -> int:
     return 1 if report.failed else 0
 
 
-def _refuse_a_failed_endpoint(extractor, report, store, batch) -> None:
+def _refuse_a_failed_endpoint(extractor, report, store) -> None:
     """An ingest whose model endpoint failed as a whole (unreachable, refusing the key, not knowing
     the model) is an error, not a report of failed passages; the documents are stored all the same."""
     from lightfoot_pipeline.ingest.extraction.openai_extractor import OpenAIExtractor
@@ -160,8 +160,7 @@ def _refuse_a_failed_endpoint(extractor, report, store, batch) -> None:
     if cause is not None:
         raise LightfootError(
             f"ingest into {store.uri}: the model endpoint failed ({cause}); {report.failed} of {report.passages} "
-            f"passages are stored without extraction (batch {batch.batch_id}), and the next ingest asks for them",
-            hint=cause.hint,
+            "passages are stored without extraction, and the next ingest asks for them", hint=cause.hint,
         ) from cause
 
 

@@ -55,7 +55,7 @@ def cmd_sync(args) -> int:
     if cause is not None:
         raise LightfootError(
             f"sync into {store.uri}: the model endpoint failed ({cause}); {report.unextracted} passages are "
-            f"stored without extraction (batch {batch.batch_id}), and the next sync asks for them",
+            "stored without extraction, and the next sync asks for them",
             hint=cause.hint,
         ) from cause
     if args.json:
