@@ -15,7 +15,7 @@ import yaml
 from assets.definitions import defs as load_defs
 
 REPO = Path(__file__).resolve().parents[2]
-PER_DOCUMENT = {"passages", "extraction_cache", "extractions", "forms"}
+PER_BATCH = {"passages", "extraction_cache", "extractions", "forms"}
 GRAPH = {"name_vectors", "name_links", "entities", "synonym_edges", "facts"}
 
 
@@ -26,31 +26,36 @@ def defs() -> dg.Definitions:
 
 def test_every_asset_is_a_described_noun_in_a_group_with_kinds(defs):
     specs = {s.key.to_user_string(): s for s in defs.resolve_all_asset_specs()}
-    assert set(specs) == PER_DOCUMENT | GRAPH | {"serving_snapshot", "tombstones", "erasures", "source_files"}
+    assert set(specs) == PER_BATCH | GRAPH | {"serving_snapshot", "tombstones", "erasures", "source_files"}
     for name, spec in specs.items():
         assert spec.description and len(spec.description) > 30, name
         assert spec.kinds, name
-    assert {specs[n].group_name for n in PER_DOCUMENT} == {"documents"}
+    assert {specs[n].group_name for n in PER_BATCH} == {"documents"}
     assert {specs[n].group_name for n in GRAPH} == {"graph"}
     assert specs["serving_snapshot"].group_name == "serving"
     assert {specs["tombstones"].group_name, specs["erasures"].group_name} == {"retention"}
     assert specs["source_files"].group_name == "sources"
 
 
-def test_per_document_assets_are_partitioned_by_document_and_backfill_in_one_run(defs):
+def test_per_batch_assets_are_partitioned_by_batch_and_tombstones_by_deletion(defs):
     graph = defs.resolve_asset_graph()
-    for name in PER_DOCUMENT:
+    for name in PER_BATCH | {"source_files"}:
         node = graph.get(dg.AssetKey(name))
-        assert isinstance(node.partitions_def, dg.DynamicPartitionsDefinition)
-        assert node.partitions_def.name == "documents"
-        assert node.backfill_policy == dg.BackfillPolicy.single_run()
-    for name in GRAPH | {"serving_snapshot", "tombstones", "erasures"}:
-        assert graph.get(dg.AssetKey(name)).partitions_def is None
+        assert isinstance(node.partitions_def, dg.DynamicPartitionsDefinition), name
+        assert node.partitions_def.name == "batches", name
+    tombstones = graph.get(dg.AssetKey("tombstones")).partitions_def
+    assert isinstance(tombstones, dg.DynamicPartitionsDefinition) and tombstones.name == "deletions"
+    for name in GRAPH | {"serving_snapshot", "erasures"}:
+        assert graph.get(dg.AssetKey(name)).partitions_def is None, name
+    for job in ("document_ingestion", "source_sync_job"):
+        assert defs.resolve_job_def(job).partitions_def.name == "batches", job
+    assert defs.resolve_job_def("document_deletion").partitions_def.name == "deletions"
 
 
 def test_lineage_runs_from_documents_through_the_graph_to_serving(defs):
     graph = defs.resolve_asset_graph()
     parents = lambda name: {k.to_user_string() for k in graph.get(dg.AssetKey(name)).parent_keys}  # noqa: E731
+    assert parents("passages") == {"source_files"}
     assert parents("extraction_cache") == {"passages"}
     assert parents("extractions") == {"extraction_cache"}
     assert parents("forms") == {"extractions"}
@@ -74,7 +79,7 @@ def test_checks_are_blocking_and_guard_the_serving_export(defs):
 
 def test_model_calls_run_in_their_own_pool_and_commits_in_the_store_pool(defs):
     graph = defs.resolve_asset_graph()
-    pools = {name: graph.get(dg.AssetKey(name)).pools for name in PER_DOCUMENT | GRAPH | {"serving_snapshot"}}
+    pools = {name: graph.get(dg.AssetKey(name)).pools for name in PER_BATCH | GRAPH | {"serving_snapshot"}}
     assert pools.pop("extraction_cache") == {"lightfoot_extraction"}
     assert set(map(frozenset, pools.values())) == {frozenset({"lightfoot_store"})}
 
@@ -82,7 +87,7 @@ def test_model_calls_run_in_their_own_pool_and_commits_in_the_store_pool(defs):
 def test_jobs_sensors_and_schedules(defs):
     assert {j.name for j in defs.jobs} == {"document_ingestion", "document_deletion", "source_sync_job", "relink_graph"}
     sensors = {s.name: s for s in defs.sensors}
-    assert set(sensors) == {"document_inbox", "erasure_inbox", "deleted_partitions", "lightfoot_automation",
+    assert set(sensors) == {"document_inbox", "erasure_inbox", "outside_deletions", "lightfoot_automation",
                             "source_sync", "pool_limits"}
     assert all(s.default_status == dg.DefaultSensorStatus.RUNNING for s in sensors.values())
     assert isinstance(sensors["lightfoot_automation"], dg.AutomationConditionSensorDefinition)
@@ -91,15 +96,21 @@ def test_jobs_sensors_and_schedules(defs):
     assert schedules["retention_schedule"].cron_schedule == "0 3 * * *"
     ingestion = defs.resolve_job_def("document_ingestion")
     selected = {k.to_user_string() for k in ingestion.asset_layer.selected_asset_keys}
-    assert selected == PER_DOCUMENT | GRAPH | {"serving_snapshot"}
+    assert selected == PER_BATCH | GRAPH | {"serving_snapshot"}
     # every blocking check runs in each job that can change its answer
     assert {"matches_fresh_rebuild", "entities_no_dangling_references", "extractions_passages_accounted_for"} \
         <= set(ingestion.graph.node_dict)
     deletion = defs.resolve_job_def("document_deletion")
     selected = {k.to_user_string() for k in deletion.asset_layer.selected_asset_keys}
     assert selected == GRAPH | {"tombstones", "erasures", "serving_snapshot"}
+    # a deletion adds no passage, so it runs the graph's checks, not passages_accounted_for
+    assert {"matches_fresh_rebuild", "entities_no_dangling_references"} <= set(deletion.graph.node_dict)
+    assert "extractions_passages_accounted_for" not in set(deletion.graph.node_dict)
+    sync = defs.resolve_job_def("source_sync_job")
+    selected = {k.to_user_string() for k in sync.asset_layer.selected_asset_keys}
+    assert selected == {"source_files"} | PER_BATCH | GRAPH | {"serving_snapshot"}
     assert {"matches_fresh_rebuild", "entities_no_dangling_references", "extractions_passages_accounted_for"} \
-        <= set(deletion.graph.node_dict)
+        <= set(sync.graph.node_dict)
 
 
 def test_secrets_reach_the_extractor_only_as_environment_variables(monkeypatch):
@@ -137,7 +148,7 @@ def test_the_local_instance_file_loads_with_sqlite_storage_and_one_store_writer(
     with dg.DagsterInstance.from_config(str(home)) as instance:
         assert "Sqlite" in type(instance.run_storage).__name__
         assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
-        instance.add_dynamic_partitions("documents", ["doc-1"])
+        instance.add_dynamic_partitions("batches", ["drop-1"])
     assert any(p.suffix == ".db" for p in home.rglob("*")), "the SQLite files live under DAGSTER_HOME"
 
 
@@ -271,13 +282,13 @@ def test_a_run_carries_its_model_calls_tokens_and_cost_as_tags(lightfoot, twenty
     result = lightfoot.run(lightfoot.tick("document_inbox").run_requests[0])
     assert result.success
     tags = lightfoot.instance.get_run_by_id(result.run_id).tags
-    step = result.asset_materializations_for_node("extraction_cache")[0].metadata
+    (step,) = [m.metadata for m in result.asset_materializations_for_node("extraction_cache")]  # one per batch
     calls = chat_server.count
     assert calls >= 1
-    assert tags["lightfoot/model_calls"] == str(calls) == str(step["run_model_calls"].value)
-    assert tags["lightfoot/tokens_in"] == str(500 * calls) == str(step["run_tokens_in"].value)
-    assert tags["lightfoot/tokens_out"] == str(50 * calls)
-    assert float(tags["lightfoot/cost_usd"]) == pytest.approx(step["run_cost_usd"].value, abs=1e-6)
+    assert tags["lightfoot/model_calls"] == str(calls) == str(step["model_calls"].value)
+    assert tags["lightfoot/tokens_in"] == str(500 * calls) == str(step["tokens_in"].value)
+    assert tags["lightfoot/tokens_out"] == str(50 * calls) == str(step["tokens_out"].value)
+    assert float(tags["lightfoot/cost_usd"]) == pytest.approx(step["cost_usd"].value, abs=1e-6)
     assert tags["lightfoot/cost_of_run"] == result.run_id
     # A re-execution inherits its parent's tags: it counts its own calls, not its parent's again.
     again = lightfoot.run(dg.RunRequest(tags={**tags, "dagster/parent_run_id": result.run_id}),
