@@ -7,6 +7,7 @@ import json
 import pytest
 
 from assets.resources import ExtractorResource, InboxResource
+from lightfoot_pipeline.ingest.extraction.outcome import reason_kind
 
 pytestmark = [pytest.mark.dagster]
 
@@ -33,17 +34,33 @@ def test_the_sensor_asks_for_a_sync_when_the_folder_changes_and_the_asset_report
     tick = lightfoot.tick("source_sync")
     assert len(tick.run_requests) == 1 and tick.run_requests[0].run_key.startswith("sync-")
     assert lightfoot.tick("source_sync").run_requests[0].run_key == tick.run_requests[0].run_key
+    batch = tick.run_requests[0].partition_key
+    assert batch.startswith("sync-") and batch in lightfoot.partitions()
     result = lightfoot.run(tick.run_requests[0], job_name="source_sync_job")
     assert result.success
-    metadata = result.get_asset_materialization_events()[0].event_specific_data.materialization.metadata
-    assert metadata["new"].value == ["shared-drive:broken.docx", "shared-drive:guide.md"] and metadata["model_calls"].value == 1
-    assert metadata["failed"].value[0]["doc_id"] == "shared-drive:broken.docx"
-    assert metadata["failed"].value[0]["reason"].startswith("truncated or corrupt Word document")
+    made = {m.asset_key.to_user_string(): m for m in
+            (e.event_specific_data.materialization for e in result.get_asset_materialization_events())}
+    assert {"source_files", "passages", "extraction_cache", "extractions", "forms", "facts", "serving_snapshot"} <= set(made)
+    assert all(made[a].partition == batch for a in ("source_files", "passages", "extraction_cache", "extractions", "forms"))
+    files = made["source_files"].metadata
+    assert (files["files"].value, files["files_new"].value, files["files_failed"].value) == (2, 2, 1)
+    assert files["batch"].value == batch and files["documents_added"].value == 1
+    assert files["model_calls"].value == 0, "the sync stores the files; the batch's extraction steps extract them"
+    assert made["extraction_cache"].metadata["model_calls"].value == 1 and chat_server.count == 1
+    records = {r["doc_id"]: r for r in lightfoot.store().read("source_files").iter_rows(named=True)}
+    reason = records["shared-drive:broken.docx"]["reason"]
+    assert reason.startswith("truncated or corrupt Word document")
+    assert files["failure_kinds"].value == {reason_kind(reason): 1}, "kinds of failure, never the reason's text"
     assert lightfoot.stored_ids() == ["shared-drive:guide.md"]
     assert "is in sync: 2 files" in lightfoot.tick("source_sync").skip_message
 
     (folder / "guide.md").unlink()
     tick = lightfoot.tick("source_sync")
-    assert lightfoot.run(tick.run_requests[0], job_name="source_sync_job").success
+    removal = lightfoot.run(tick.run_requests[0], job_name="source_sync_job")
+    assert removal.success
     assert lightfoot.stored_ids() == []
+    # The first batch's only document is deleted: the batch is tombstoned and its partition goes.
+    observed = [e.event_specific_data.asset_observation for e in removal.get_asset_observation_events()]
+    assert {o.metadata["status"].value for o in observed if o.partition == batch} == {"tombstoned"}
+    assert batch not in lightfoot.partitions()
     assert "is in sync: 1 files" in lightfoot.tick("source_sync").skip_message
