@@ -1,7 +1,9 @@
 """Delete: drop documents' rows and recompute only what their names touched. No model call.
 
 The result equals a fresh index of the surviving documents (the erasure invariant); with
-``erase`` the deleted text also leaves the store's history (``erase.py``).
+``erase`` the deleted text also leaves the store's history (``erase.py``). With ``link=False``
+the graph is left to the graph stage, and so is any erasure: until the graph is recomputed its
+tables still hold the deleted documents' names and facts.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def delete(
     erase: bool = False,
     reason: str = "",
     stage: Callable[[Transaction], None] | None = None,
+    link: bool = True,
 ) -> DeleteReport:
     """Delete documents: drop their rows, recompute what their names touched. No model call.
 
@@ -56,7 +59,9 @@ def delete(
     of ids deleted earlier without an erase (``already_deleted``). With or without it, erasures
     asked for earlier and not finished are finished (``erase`` in the report says what was
     erased). A deleted document's file at a sync source is excluded there. ``stage``: further
-    changes to make in the same commit, before the graph update.
+    changes to make in the same commit, before the graph update. ``link=False``: commit the
+    tombstones and the rows' removal only; the graph queue keeps the names and facts for the
+    graph stage, and the erasures (this one's and any pending) stay pending until an erase after it.
     """
     settings = settings or IndexSettings()
     started = time.perf_counter()
@@ -64,7 +69,7 @@ def delete(
         tombstone = tombstone_documents(tx, doc_ids, reason=reason, erase=erase)
         if stage is not None:
             stage(tx)
-        graph = reconcile_graph(tx, settings, None)
+        graph = reconcile_graph(tx, settings, None) if link else GraphChange()
         earlier = tx.table(TOMBSTONES.name).filter(pl.col("doc_id").is_in(tombstone.not_found))
         manifest = tx.commit("delete", {"deleted": len(tombstone.deleted), "erase": erase, "model_calls": 0})
     report = DeleteReport(
@@ -75,7 +80,7 @@ def delete(
     report.seconds = time.perf_counter() - started
     # An erasure asked for earlier and not finished (a run stopped between its deletion and its
     # erasure) is finished by the next delete, with or without an erase of its own.
-    if erase or pending_erasures(store):
+    if link and (erase or pending_erasures(store)):
         ids = [*tombstone.deleted, *report.already_deleted] if erase else []
         report.erase = erase_history(store, ids).as_dict()
     return report

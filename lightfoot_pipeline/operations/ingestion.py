@@ -3,7 +3,8 @@
 The composition of the per-document stage (``index/documents.py``) and the graph stage
 (``index/reconcile.py``) inside one transaction, so the store moves from one consistent state to
 the next. The CLI, the tests, the benchmarks and the sync call it; Dagster runs the same stages as
-separate assets.
+separate assets. With ``link=False`` only the per-document stage is committed: the names and
+facts it touched stay in the graph queue for the graph stage to apply (Dagster's graph asset).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from lightfoot_pipeline.ingest.dataset import Document, unmatched_records
 from lightfoot_pipeline.ingest.extraction.outcome import OK, Extractor, ProgressCallback
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.operations.config import check_config
-from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.settings import IndexSettings, SettingsError
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import EXTRACTIONS
 from lightfoot_pipeline.store.transaction import Transaction
@@ -81,13 +82,15 @@ def ingest(
     store: Store,
     documents: Sequence[Document],
     extractor: Extractor,
-    embedder: Embedder,
+    embedder: Embedder | None,
     settings: IndexSettings | None = None,
     progress: ProgressCallback | None = None,
     operation: str = "ingest",
     recorded: Mapping[str, dict | list] | None = None,
     stage: Callable[[Transaction], None] | None = None,
     embed_progress: EmbedProgress | None = None,
+    *,
+    link: bool = True,
 ) -> IngestReport:
     """Add (or replace) documents: extract what is new, then update the graph, in one commit.
 
@@ -97,7 +100,11 @@ def ingest(
     extractor replays, if any; those that match no passage are counted in ``ignored_records``.
     ``stage``: further changes to make in the same commit, before the graph update (the records
     and deletions of a sync). ``embed_progress``: hears how embedding the new names proceeds.
+    ``link=False``: commit the documents, extractions and forms but leave the graph to the graph
+    stage (the queue keeps what it must recompute); no embedder is needed then (``None``).
     """
+    if link and embedder is None:
+        raise SettingsError("ingest: linking the graph needs an embedder (or link=False, to leave it to the graph stage)")
     settings = settings or IndexSettings()
     started = time.perf_counter()
     report = IngestReport(documents=len(documents))
@@ -137,9 +144,11 @@ def ingest(
         if stage is not None:
             stage(tx)
         clock.lap("documents")
-        report.graph = reconcile_graph(tx, settings, name_vector_cache(store, embedder, embed_progress),
-                                       timings=report.stage_seconds)
-        clock.lap("graph")
+        if link:
+            assert embedder is not None
+            report.graph = reconcile_graph(tx, settings, name_vector_cache(store, embedder, embed_progress),
+                                           timings=report.stage_seconds)
+            clock.lap("graph")
         manifest = tx.commit(operation, {"documents": len(documents), "replaced": len(changes.replaced),
                                          "model_calls": report.model_calls, "retries": report.retries,
                                          "extracted": report.extracted, "from_cache": report.from_cache,

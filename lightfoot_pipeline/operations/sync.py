@@ -20,6 +20,11 @@ those still without, ``unextracted``), and erasures asked for and not finished a
 passage text once: they claim what they ask (:mod:`lightfoot_pipeline.ingest.extraction.claims`).
 A file whose document was deleted (``lightfoot delete``) is excluded: no sync brings it back,
 whatever it becomes, until it is readmitted (``readmit``).
+
+With ``link=False`` each commit holds the documents, extractions, forms, file records and
+deletions but not the graph: the graph queue keeps the names and facts for the graph stage
+(Dagster's graph asset), no embedder is needed, and erasures wait for an erase after that stage
+(the graph's tables hold the deleted names until it runs).
 """
 
 from __future__ import annotations
@@ -168,11 +173,12 @@ def sync(
     store: Store,
     source: str,
     extractor: Extractor,
-    embedder: Embedder,
+    embedder: Embedder | None = None,
     settings: IndexSettings | None = None,
     chunking: ChunkSettings | None = None,
     *,
     erase: bool = False,
+    link: bool = True,
     name: str | None = None,
     readmit: Sequence[str] = (),
     batch_files: int = BATCH_FILES,
@@ -183,7 +189,10 @@ def sync(
 
     ``name`` names the source's doc ids (``NAME:PATH``; by default the folder's last part).
     ``readmit``: excluded files to index again (each a path within the source or a doc id).
-    ``progress`` hears how extraction proceeds, ``embed_progress`` how embedding new names does."""
+    ``progress`` hears how extraction proceeds, ``embed_progress`` how embedding new names does.
+    ``link=False``: leave the graph, and so the erasures, to the graph stage; ``embedder`` may be None."""
+    if link and embedder is None:
+        raise SettingsError("sync: linking the graph needs an embedder (or link=False, to leave it to the graph stage)")
     settings = settings or IndexSettings()
     chunking = chunking or ChunkSettings()
     if not isinstance(batch_files, int) or batch_files < 1:
@@ -205,13 +214,15 @@ def sync(
     live = live_doc_ids(store)
     if look.renamed:  # files listed under other ids now: their text stays live, so nothing is erased
         renamed = operations.delete(store, [d for d in look.renamed if d in live], settings,
-                                    reason=f"renamed at {root}", stage=lambda tx: _put_records(tx, [], look.renamed))
+                                    reason=f"renamed at {root}", stage=lambda tx: _put_records(tx, [], look.renamed),
+                                    link=link)
         report.commits.append(renamed.seq)
     gone = [d for d in look.gone if d not in set(look.renamed)]
     report.removed = [d for d in look.gone if d in live]
     if gone:
         deleted = operations.delete(store, [d for d in gone if d in live], settings, erase=erase,
-                                    reason=f"removed from {root}", stage=lambda tx: _put_records(tx, [], gone))
+                                    reason=f"removed from {root}", stage=lambda tx: _put_records(tx, [], gone),
+                                    link=link)
         report.commits.append(deleted.seq)
         report.erase = deleted.erase  # the removed files' erasure, and any pending one
     for doc_id in readmitted:
@@ -253,7 +264,7 @@ def sync(
             _put_records(tx, rows, [])
 
         ingested = operations.ingest(store, documents, extractor, embedder, settings, progress=progress,
-                                   operation="sync", stage=stage, embed_progress=embed_progress)
+                                   operation="sync", stage=stage, embed_progress=embed_progress, link=link)
         report.commits.append(ingested.seq)
         report.passages += ingested.passages
         report.extracted += ingested.extracted
@@ -268,7 +279,7 @@ def sync(
     report.failed.sort(key=lambda f: f["doc_id"])
     report.unextracted = sum(unextracted_passages(store, indexed).values())
     erased = failed_live if erase else []
-    if erased or pending_erasures(store):  # and the erasures asked for earlier and not finished
+    if link and (erased or pending_erasures(store)):  # and the erasures asked for earlier and not finished
         done = erase_history(store, erased).as_dict()
         if report.erase:
             done["documents"] = sorted({*report.erase["documents"], *done["documents"]})

@@ -276,3 +276,51 @@ def test_a_removed_file_synced_with_erase_leaves_no_copy_of_its_text(tmp_path, m
     report = run_sync(store, folder, model, hashing_embedder, erase=True)
     assert report.removed == ["docs:secret.docx"] and report.erase["documents"] == ["docs:secret.docx"]
     assert holding() == []
+
+
+def apply_graph(store, embedder) -> int:
+    """The graph stage as Dagster's graph asset runs it: what the queue holds, in one commit."""
+    from lightfoot_pipeline.index.reconcile import reconcile_graph
+    from lightfoot_pipeline.settings import IndexSettings
+    from lightfoot_pipeline.store.vectors import name_vector_cache
+
+    settings = IndexSettings()
+    with store.transaction() as tx:
+        operations.check_config(tx, settings, embedder)
+        reconcile_graph(tx, settings, name_vector_cache(store, embedder))
+        return tx.commit("graph", {}).seq
+
+
+def test_a_sync_that_leaves_the_graph_to_the_graph_stage_ends_where_a_linking_sync_does(tmp_path, model,
+                                                                                        hashing_embedder):
+    from lightfoot_pipeline.operations.erase import pending_erasures
+    from lightfoot_pipeline.store.tables import GRAPH_QUEUE, TOMBSTONES
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for word in ("Orchard", "Quarry", "Lantern", "Falcon"):
+        (folder / f"{word.lower()}.txt").write_text(para(word) + "\n\n" + para("Meadow", 2))
+    linked, deferred = Store(str(tmp_path / "linked")), Store(str(tmp_path / "deferred"))
+
+    run_sync(linked, folder, model, hashing_embedder, batch_files=2)
+    first = run_sync(deferred, folder, model, None, batch_files=2, link=False)  # no embedder needed
+    assert first.new and len(first.commits) == 2
+    assert deferred.read(ALIASES.name).height == 0 and deferred.read(GRAPH_QUEUE.name).height > 0
+    apply_graph(deferred, hashing_embedder)
+    assert deferred.read(GRAPH_QUEUE.name).height == 0
+    assert fingerprint(deferred).digest == fingerprint(linked).digest
+
+    # A changed file, a removed one (with an erasure) and a new one: the deletion's graph change waits too.
+    (folder / "orchard.txt").write_text(para("Orchard") + "\n\n" + para("Summit", 2))
+    (folder / "quarry.txt").unlink()
+    (folder / "pebble.txt").write_text(para("Pebble"))
+    run_sync(linked, folder, model, hashing_embedder, erase=True)
+    second = run_sync(deferred, folder, model, None, erase=True, link=False)
+    assert second.removed == ["docs:quarry.txt"] and second.erase is None
+    assert "quarry" in deferred.read(ALIASES.name).get_column("name").to_list()  # until the graph stage runs
+    assert pending_erasures(deferred) == ["docs:quarry.txt"]  # an erasure waits for the graph stage
+    apply_graph(deferred, hashing_embedder)
+    assert "quarry" not in deferred.read(ALIASES.name).get_column("name").to_list()
+    assert fingerprint(deferred).digest == fingerprint(linked).digest
+    operations.erase_history(deferred, [])
+    assert pending_erasures(deferred) == [] and deferred.read(TOMBSTONES.name).get_column("erased_at").is_not_null().all()
