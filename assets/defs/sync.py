@@ -22,6 +22,7 @@ from assets.batches import apply_deletion_events, batch_counts, dagster_batch, d
 from assets.code_versions import code_version
 from assets.keys import (
     DOCUMENTS_GROUP,
+    ERASURES,
     GRAPH_GROUP,
     OWNERS,
     SERVING_GROUP,
@@ -98,11 +99,12 @@ def source_files(context: dg.AssetExecutionContext, store: StoreResource, inbox:
 
 source_sync_job = dg.define_asset_job(
     SYNC_JOB,
-    selection=dg.AssetSelection.assets(SOURCE_FILES) | dg.AssetSelection.groups(DOCUMENTS_GROUP, GRAPH_GROUP,
-                                                                                SERVING_GROUP),
+    selection=dg.AssetSelection.assets(SOURCE_FILES, ERASURES) | dg.AssetSelection.groups(
+        DOCUMENTS_GROUP, GRAPH_GROUP, SERVING_GROUP),
     partitions_def=BATCHES,
     description="Mirror the source's files into the store as one batch, extract its new passages, then bring the "
-    "graph and the serving snapshot up to date, with every blocking check.",
+    "graph and the serving snapshot up to date, with every blocking check, and erase the removed files' history "
+    "where sync_erase asks.",
     executor_def=dg.in_process_executor,
 )
 

@@ -26,7 +26,7 @@ def defs() -> dg.Definitions:
 
 def test_every_asset_is_a_described_noun_in_a_group_with_kinds(defs):
     specs = {s.key.to_user_string(): s for s in defs.resolve_all_asset_specs()}
-    assert set(specs) == PER_BATCH | GRAPH | {"serving_snapshot", "tombstones", "erasures", "source_files"}
+    assert set(specs) == PER_BATCH | GRAPH | {"serving_snapshot", "tombstones", "erasures", "source_files", "store_log"}
     for name, spec in specs.items():
         assert spec.description and len(spec.description) > 30, name
         assert spec.kinds, name
@@ -35,6 +35,7 @@ def test_every_asset_is_a_described_noun_in_a_group_with_kinds(defs):
     assert specs["serving_snapshot"].group_name == "serving"
     assert {specs["tombstones"].group_name, specs["erasures"].group_name} == {"retention"}
     assert specs["source_files"].group_name == "sources"
+    assert specs["store_log"].group_name == "sources"
 
 
 def test_per_batch_assets_are_partitioned_by_batch_and_tombstones_by_deletion(defs):
@@ -59,9 +60,10 @@ def test_lineage_runs_from_documents_through_the_graph_to_serving(defs):
     assert parents("extraction_cache") == {"passages"}
     assert parents("extractions") == {"extraction_cache"}
     assert parents("forms") == {"extractions"}
-    assert parents("name_vectors") == {"forms", "tombstones"}
-    assert parents("facts") == {"forms", "tombstones"}
-    assert parents("serving_snapshot") == GRAPH
+    assert parents("name_vectors") == {"forms", "tombstones", "store_log"}
+    assert parents("facts") == {"forms", "tombstones", "store_log"}
+    assert all("store_log" in parents(name) for name in GRAPH)  # a write outside Dagster makes each stale
+    assert parents("serving_snapshot") == GRAPH | {"store_log"}
     assert parents("erasures") >= GRAPH
 
 
@@ -88,7 +90,7 @@ def test_jobs_sensors_and_schedules(defs):
     assert {j.name for j in defs.jobs} == {"document_ingestion", "document_deletion", "source_sync_job", "relink_graph"}
     sensors = {s.name: s for s in defs.sensors}
     assert set(sensors) == {"document_inbox", "erasure_inbox", "outside_deletions", "lightfoot_automation",
-                            "source_sync", "pool_limits"}
+                            "source_sync", "pool_limits", "store_log_observer"}
     assert all(s.default_status == dg.DefaultSensorStatus.RUNNING for s in sensors.values())
     assert isinstance(sensors["lightfoot_automation"], dg.AutomationConditionSensorDefinition)
     schedules = {s.name: s for s in defs.schedules}
@@ -108,7 +110,7 @@ def test_jobs_sensors_and_schedules(defs):
     assert "extractions_passages_accounted_for" not in set(deletion.graph.node_dict)
     sync = defs.resolve_job_def("source_sync_job")
     selected = {k.to_user_string() for k in sync.asset_layer.selected_asset_keys}
-    assert selected == {"source_files"} | PER_BATCH | GRAPH | {"serving_snapshot"}
+    assert selected == {"source_files"} | PER_BATCH | GRAPH | {"serving_snapshot", "erasures"}  # sync_erase
     assert {"matches_fresh_rebuild", "entities_no_dangling_references", "extractions_passages_accounted_for"} \
         <= set(sync.graph.node_dict)
 

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import dagster as dg
+import polars as pl
 import pytest
 
 from assets.resources import ExtractorResource, InboxResource
@@ -68,6 +69,7 @@ def test_no_file_under_dagster_home_holds_erased_content(
     # A batch through the inbox, its extractions recorded.
     harness.ingest_through_the_inbox([*others, memo, note], records)
     assert {memo.doc_id, note.doc_id} <= set(harness.stored_ids())
+    (drop,) = harness.partitions()
 
     # A folder synced through source_sync / source_files; the model (a loopback server) names the canary.
     folder = harness.root / "shared"
@@ -87,19 +89,24 @@ def test_no_file_under_dagster_home_holds_erased_content(
     (request,) = harness.tick("source_sync").run_requests
     assert harness.run(request, "source_sync_job").success
     assert "shared:handbook.md" in harness.stored_ids()
+    synced = request.partition_key
+    assert sorted(harness.partitions()) == sorted([drop, synced])
     assert len(chat_server.requests) == 1, "the synced file's passage went to the model"
     assert holders(harness.root / "store"), "the store holds the canary before the erasures (or the search is blind)"
 
-    # Deleted on the command line, against the same store; the Dagster layer then removes its partition.
+    # Deleted on the command line, against the same store; the Dagster layer records it in its batch.
     assert lightfoot(["delete", note.doc_id, "--erase", "--store", harness.store_uri]) == 0
-    harness.tick("deleted_partitions")
-    assert note.doc_id not in harness.partitions()
+    recorded = harness.tick("outside_deletions")
+    assert {(e.partition, e.metadata["status"].value) for e in recorded.asset_events} == {(drop, "partly deleted")}
 
     # The synced file removed from its folder: the next sync deletes and erases its document.
     (folder / "handbook.md").unlink()
     (request,) = harness.tick("source_sync").run_requests
     assert harness.run(request, "source_sync_job").success
     assert "shared:handbook.md" not in harness.stored_ids()
+    assert synced not in harness.partitions(), "the synced batch held only the handbook"
+    erased = harness.store().read("tombstones").filter(pl.col("doc_id") == "shared:handbook.md")
+    assert erased.get_column("erased_at").null_count() == 0, "sync_erase: the sync run erases the removed file"
 
     # Erased through the erasure inbox.
     harness.drop_erasure_request("request-1.json", [memo.doc_id], reason="data subject request")
@@ -108,8 +115,8 @@ def test_no_file_under_dagster_home_holds_erased_content(
     assert deletion.success
     assert all(e.passed for e in deletion.get_asset_check_evaluations())
     harness.tick("erasure_inbox")
-    harness.tick("deleted_partitions")
-    assert memo.doc_id not in harness.partitions()
+    harness.tick("outside_deletions")
+    assert drop in harness.partitions(), "the drop's batch keeps its six other documents"
     assert not {memo.doc_id, note.doc_id, "shared:handbook.md"} & set(harness.stored_ids())
 
     # The store's own check, as before: no file under its root holds the canary.
@@ -121,10 +128,15 @@ def test_no_file_under_dagster_home_holds_erased_content(
     assert holders(home) == []
     printed = capfd.readouterr()
     assert CANARY.casefold() not in (printed.out + printed.err).casefold()
-    # Ids remain, as the audit trail: the erased documents' partitions were observed as tombstoned.
-    tombstoned = harness.instance.fetch_observations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey("passages"), asset_partitions=[memo.doc_id]), limit=5).records
-    assert tombstoned and tombstoned[0].asset_observation.metadata["status"].value == "tombstoned"
+    # Ids and counts remain, as the audit trail: the batches that held the erased documents were
+    # observed as tombstoned, or partly deleted.
+    def observed(batch: str) -> list:
+        return harness.instance.fetch_observations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("passages"), asset_partitions=[batch]), limit=5).records
+
+    latest = observed(drop)[0].asset_observation.metadata
+    assert latest["status"].value == "partly deleted" and latest["documents_deleted"].value == 2
+    assert observed(synced)[0].asset_observation.metadata["status"].value == "tombstoned"
 
 
 def _use(harness, **resources) -> None:
