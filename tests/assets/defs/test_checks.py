@@ -46,7 +46,11 @@ def ingested(ingested_once, make_harness, tmp_path, monkeypatch):
 
 
 def deletion_run(lightfoot, run_config: dict | None = None):
-    return lightfoot.run(dg.RunRequest(), "document_deletion", run_config=run_config)
+    """A deletion run, a partition of deletions of its own, with no request pending: it applies
+    nothing and runs the graph's checks."""
+    key = f"erase-check-{len(lightfoot.partitions('deletions'))}"
+    lightfoot.instance.add_dynamic_partitions("deletions", [key])
+    return lightfoot.run(dg.RunRequest(partition_key=key), "document_deletion", run_config=run_config)
 
 
 def evaluations(result) -> dict[tuple[str, str], dg.AssetCheckEvaluation]:
@@ -68,7 +72,10 @@ def test_a_sound_store_passes_every_check(ingested):
     result = deletion_run(ingested)
     assert result.success
     checks = evaluations(result)
-    assert len(checks) == 7 and all(c.passed for c in checks.values())  # the passages check runs after deletions too
+    # The graph's checks: a deletion removes passages with their extractions, so the deletion job
+    # leaves the passages check to the jobs that extract.
+    assert len(checks) == 6 and all(c.passed for c in checks.values())
+    assert ("extractions", "passages_accounted_for") not in checks
     rebuild = checks[("facts", "matches_fresh_rebuild")].metadata
     assert rebuild["store_fingerprint"].value == rebuild["rebuild_fingerprint"].value
     assert rebuild["differing_tables"].value == []
@@ -126,13 +133,18 @@ def test_a_passage_with_no_extraction_is_not_accounted_for(ingested):
     from assets.defs.checks import passages_accounted_for
 
     store = ingested.store()
-    context = dg.build_asset_check_context()
+    context = dg.build_asset_check_context()  # outside a run: every document's passages
     assert passages_accounted_for(context, store=ingested.resources["store"]).passed
     tamper(store, EXTRACTIONS.name, lambda frame, n: frame.slice(1))
+    extracted = set(store.read("extractions").get_column("chunk_id").to_list())
+    (missing,) = [r for r in store.read("passages").iter_rows(named=True) if r["chunk_id"] not in extracted]
     result = passages_accounted_for(context, store=ingested.resources["store"])
     assert not result.passed
     assert result.metadata["missing"].value == 1
-    assert "1 passages without an extraction" in result.description
+    assert result.metadata["documents_missing_extractions"].value == [missing["doc_id"]]
+    # The message names the document, never the passage.
+    assert result.description == f"1 documents have passages without an extraction ({missing['doc_id']})"
+    assert missing["chunk_id"] not in result.description
 
 
 def test_the_ingestion_job_compares_with_a_rebuild_up_to_its_limit(lightfoot, twenty, sample_records):
@@ -147,6 +159,11 @@ def test_the_ingestion_job_compares_with_a_rebuild_up_to_its_limit(lightfoot, tw
     limited = {"ops": {"matches_fresh_rebuild": {"config": {"ingestion_limit": 4}}}}
     result = lightfoot.run(request, run_config=limited)
     assert result.success
+    # The passages check of an ingestion run accounts for its batch's documents, not the store's.
+    accounted = evaluations(result)[("extractions", "passages_accounted_for")]
+    assert accounted.passed and accounted.metadata["batch"].value == request.partition_key
+    mine = lightfoot.store().read("passages").filter(pl.col("doc_id").is_in([d.doc_id for d in twenty[3:5]]))
+    assert 0 < accounted.metadata["passages"].value == mine.height < lightfoot.store().read("passages").height
     check = evaluations(result)[("facts", "matches_fresh_rebuild")]
     assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
     assert "5 live documents, more than the ingestion job's limit of 4" in check.description
@@ -158,9 +175,10 @@ def test_the_ingestion_job_compares_with_a_rebuild_up_to_its_limit(lightfoot, tw
 
 def test_the_rebuild_comparison_waits_for_no_other_run_to_be_mid_way(ingested, twenty, sample_records):
     """Another run's documents can be in the store before its graph step runs; while such a run is
-    in progress the comparison is left to a later check and its passages to its own check, and the
-    first check that finds none mid-way compares."""
-    from assets.defs.checks import runs_mid_way
+    in progress the comparison is left to a later check (and its passages to its own check, which
+    accounts for its batch's documents), and the first check that finds none mid-way compares."""
+    from assets.defs.checks import documents_of, passages_accounted_for, runs_mid_way
+    from lightfoot_pipeline.store.batches import DAGSTER, Batch, writing_batch
 
     instance = ingested.instance
     other = dg.DagsterRun(job_name="document_ingestion", run_id="other-ingestion-run", status=dg.DagsterRunStatus.STARTED)
@@ -168,36 +186,36 @@ def test_the_rebuild_comparison_waits_for_no_other_run_to_be_mid_way(ingested, t
     assert runs_mid_way(instance, "this-run") == ["other-ingestion-run"]
     assert runs_mid_way(instance, "other-ingestion-run") == []
 
-    # Its documents and their extractions are in the store; its forms and graph steps have not run.
+    # Its batch's documents and their extractions are in the store; its forms and graph steps have not run.
     from lightfoot_pipeline.index.documents import record_extractions, upsert_documents
     from lightfoot_pipeline.ingest.extraction import ReplayExtractor
     from lightfoot_pipeline.settings import IndexSettings
 
     store = ingested.store()
-    other.tags.update({"dagster/asset_partition_range_start": twenty[6].doc_id,
-                       "dagster/asset_partition_range_end": twenty[7].doc_id})
-    instance.add_run_tags("other-ingestion-run", {"dagster/asset_partition_range_start": twenty[6].doc_id,
-                                                  "dagster/asset_partition_range_end": twenty[7].doc_id})
-    instance.add_dynamic_partitions("documents", [twenty[6].doc_id, twenty[7].doc_id])
-    with store.transaction() as tx:
-        passages = upsert_documents(tx, twenty[6:8], IndexSettings())
-        tx.commit("the other run's passages", {})
-    with store.transaction() as tx:
-        record_extractions(tx, ReplayExtractor(sample_records).extract(passages[:-1]))  # one passage still to ask
-        tx.commit("the other run's extractions", {})
+    other_batch = "drop-other0123456789"
+    instance.add_dynamic_partitions("batches", [other_batch])
+    instance.add_run_tags("other-ingestion-run", {"dagster/partition": other_batch})
+    with writing_batch(Batch(other_batch, "other-ingestion-run", DAGSTER)):
+        with store.transaction() as tx:
+            passages = upsert_documents(tx, twenty[6:8], IndexSettings())
+            tx.commit("the other run's passages", {})
+        with store.transaction() as tx:
+            record_extractions(tx, ReplayExtractor(sample_records).extract(passages[:-1]))  # one passage still to ask
+            tx.commit("the other run's extractions", {})
+    # The mid-way run's documents are found through its batch, the partition it runs.
+    assert documents_of(instance, store, runs_mid_way(instance, "this-run")) == {twenty[6].doc_id, twenty[7].doc_id}
     result = deletion_run(ingested)
     rebuild = evaluations(result)[("facts", "matches_fresh_rebuild")]
     assert not rebuild.passed and rebuild.severity == dg.AssetCheckSeverity.WARN
     assert "other-ingestion-run is mid-way" in rebuild.description
     assert result.success and "serving_snapshot" in materialized(result)  # a warning blocks nothing
-    accounted = evaluations(result)[("extractions", "passages_accounted_for")]
-    assert accounted.passed and accounted.metadata["mid_way_passages"].value == len(passages)
 
     instance.report_run_failed(instance.get_run_by_id("other-ingestion-run"))  # it stops mid-way
     assert runs_mid_way(instance, "this-run") == []
     result = deletion_run(ingested)
     checks = evaluations(result)
-    # Nothing is mid-way now, and what the failed run left is found: its last passage has no
-    # extraction, and its documents' forms were never derived, so no fresh rebuild is equal.
-    assert not checks[("extractions", "passages_accounted_for")].passed
+    # Nothing is mid-way now, and what the failed run left is found: its documents' forms were
+    # never derived, so no fresh rebuild is equal; and its last passage has no extraction.
     assert not checks[("facts", "matches_fresh_rebuild")].passed
+    accounted = passages_accounted_for(dg.build_asset_check_context(), store=ingested.resources["store"])
+    assert not accounted.passed and passages[-1].doc_id in accounted.description
