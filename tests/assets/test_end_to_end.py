@@ -1,4 +1,4 @@
-"""End to end on an ephemeral instance: 20 documents arrive in the inbox and are ingested in one
+"""End to end on an instance on disk: 20 documents arrive in the inbox and are ingested in one
 run, 3 are erased through an erasure request, and the store equals a fresh build of the other 17."""
 
 from __future__ import annotations
@@ -29,15 +29,17 @@ def test_twenty_arrive_three_are_erased_and_the_store_equals_a_fresh_build_of_se
     ids = sorted(d.doc_id for d in twenty)
     lightfoot.drop_documents("batch-1", twenty, sample_records)
 
-    # The sensor lands the drop, adds 20 partitions and asks for one run over all of them.
+    # The sensor lands the drop, adds its batch as one partition and asks for one run of it.
     tick = lightfoot.tick("document_inbox")
     assert len(tick.run_requests) == 1, "20 new documents are one run, not one per document"
-    assert sorted(lightfoot.partitions()) == ids
+    batch = tick.run_requests[0].partition_key
+    assert lightfoot.partitions() == [batch] and batch.startswith("drop-")
     ingestion = lightfoot.run(tick.run_requests[0])
     assert ingestion.success
     assert lightfoot.instance.get_runs_count() == 1
-    assert sorted(m.partition for m in materializations(ingestion, "passages")) == ids
-    assert sorted(m.partition for m in materializations(ingestion, "forms")) == ids
+    for asset in ("passages", "extraction_cache", "extractions", "forms"):
+        (made,) = materializations(ingestion, asset)  # one per batch, the documents its rows
+        assert made.partition == batch and made.metadata["documents"].value == 20, asset
     assert len(materializations(ingestion, "serving_snapshot")) == 1
     assert list(lightfoot.document_inbox.iterdir()) == [], "a landed drop leaves the inbox"
     store = Store(lightfoot.store_uri)
@@ -56,17 +58,16 @@ def test_twenty_arrive_three_are_erased_and_the_store_equals_a_fresh_build_of_se
     assert ("facts", "matches_fresh_rebuild") in checks and ("entities", "no_dangling_references") in checks
     assert all(checks.values()), checks
     observed = [e.event_specific_data.asset_observation for e in deletion.get_asset_observation_events()]
-    for asset in ("passages", "extractions", "forms"):
+    for asset in ("passages", "extraction_cache", "extractions", "forms"):
         assert materializations(deletion, asset) == [], "a deletion is no materialization"
-        tombstoned = [o for o in observed if o.asset_key.to_user_string() == asset]
-        assert sorted(m.partition for m in tombstoned) == doomed
-        assert {m.metadata["status"].value for m in tombstoned} == {"tombstoned"}
+        (tombstone,) = [o for o in observed if o.asset_key.to_user_string() == asset]
+        assert tombstone.partition == batch and tombstone.metadata["status"].value == "partly deleted"
+        assert (tombstone.metadata["documents_deleted"].value, tombstone.metadata["documents_live"].value) == (3, 17)
     assert materializations(deletion, "erasures")[0].metadata["erased_count"].value == 3
     assert Landing(store).landed_ids() == sorted(set(ids) - set(doomed))
 
-    # With everything downstream clean, the deleted partitions go.
-    lightfoot.tick("deleted_partitions")
-    assert sorted(lightfoot.partitions()) == sorted(set(ids) - set(doomed))
+    # The batch keeps its 17 live documents, and so its partition.
+    assert lightfoot.partitions() == [batch]
 
     # The store equals a fresh build of the 17 survivors, table for table.
     fresh = Store(str(tmp_path / "fresh"))

@@ -41,13 +41,15 @@ def test_auto_mode_replays_recordings_and_asks_the_model_for_the_rest(
     assert extractions.get_column("status").to_list() == ["ok", "ok"]
     by_doc = dict(zip(extractions.get_column("doc_id").to_list(), extractions.get_column("extractor").to_list(), strict=True))
     assert by_doc[recorded.doc_id].startswith("replay:") and by_doc[asked.doc_id] == "openai:test-model"
-    metadata = {m.partition: m.metadata for m in result.asset_materializations_for_node("extraction_cache")}
-    assert metadata[asked.doc_id]["model_calls"].value == 1 and metadata[recorded.doc_id]["model_calls"].value == 0
-    for partition in metadata.values():  # the run's totals on every partition, under run_ keys
-        assert partition["run_model_calls"].value == 1
-        assert partition["run_tokens_in"].value == 500 and partition["run_tokens_out"].value == 50
-        assert partition["run_cost_usd"].value == pytest.approx((500 * 0.10 + 50 * 0.32) / 1e6, abs=1e-6)
-    assert metadata[asked.doc_id]["cost_usd"].value == pytest.approx((500 * 0.10 + 50 * 0.32) / 1e6, abs=1e-6)
+    (cache,) = result.asset_materializations_for_node("extraction_cache")  # one for the batch
+    metadata = cache.metadata
+    assert cache.partition == result.dagster_run.tags["dagster/partition"]
+    assert metadata["documents"].value == 2 and metadata["documents_asked"].value == 1  # the other is replayed
+    assert metadata["model_calls"].value == 1
+    assert metadata["tokens_in"].value == 500 and metadata["tokens_out"].value == 50
+    assert metadata["cost_usd"].value == pytest.approx((500 * 0.10 + 50 * 0.32) / 1e6, abs=1e-6)
+    tags = lightfoot.instance.get_run_by_id(result.run_id).tags  # the run's totals, on its run page
+    assert (tags["lightfoot/model_calls"], tags["lightfoot/tokens_in"], tags["lightfoot/tokens_out"]) == ("1", "500", "50")
     forms = lightfoot.store().read("forms").filter(pl.col("doc_id") == asked.doc_id)
     assert "oslo" in forms.get_column("name").to_list()
 
