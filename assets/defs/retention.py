@@ -305,6 +305,8 @@ def outside_deletions(context: dg.SensorEvaluationContext, store: StoreResource)
             if run_id and context.instance.get_run_by_id(run_id) is not None}
     outside = rows.filter(~pl.col("run_id").is_in(sorted(runs)))
     deleted = sorted(set(outside.get_column("doc_id").to_list()))
+    if deleted:
+        _forget_stale_copies(lightfoot, outside)
     events = deletion_events(lightfoot, context.instance, deleted, seq) if deleted else None
     if events is None or not events.observations:
         return dg.SensorResult(skip_reason=dg.SkipReason(
@@ -317,3 +319,13 @@ def outside_deletions(context: dg.SensorEvaluationContext, store: StoreResource)
         dynamic_partitions_requests=[BATCHES.build_delete_request(events.emptied)] if events.emptied else [],
         cursor=str(seq),
     )
+
+
+def _forget_stale_copies(lightfoot, deletions: pl.DataFrame) -> None:
+    """A landed copy older than its document's deletion holds the deleted text, and the hourly
+    schedule would ingest it again: it goes. A copy landed since waits to be ingested."""
+    at = dict(deletions.group_by("doc_id").agg(pl.col("at").max()).iter_rows())
+    landing = Landing(lightfoot)
+    live = live_doc_ids(lightfoot, among=sorted(at))
+    landing.forget([d for d, copy in landing.documents(sorted(at)).items()
+                    if d not in live and (copy.landed_at is None or copy.landed_at <= at[d])])

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from lightfoot_pipeline import operations
 from lightfoot_pipeline.ingest.landing import LandedDocument, Landing, utc_now
 from lightfoot_pipeline.ingest.receipts import Receipts
 
@@ -103,7 +103,9 @@ def test_a_wiped_instance_asks_again_for_what_is_pending_and_not_for_what_is_don
     lightfoot.drop_erasure_request("pending.json", [docs[1].doc_id])
     asked = lightfoot.tick("erasure_inbox")
 
-    old, lightfoot.instance = lightfoot.instance, dg.DagsterInstance.ephemeral()
+    wiped = lightfoot.root / "wiped_home"  # a fresh instance on disk, as after wiping DAGSTER_HOME
+    wiped.mkdir()
+    old, lightfoot.instance = lightfoot.instance, dg.DagsterInstance.from_config(str(wiped))
     try:
         lightfoot.cursors.clear()
         tick = lightfoot.tick("erasure_inbox")
@@ -250,80 +252,174 @@ def test_two_requests_with_the_same_content_in_different_files_are_both_honoured
     assert len({r.dagster_run.tags["lightfoot/erasure-request"] for r in runs}) == 2
 
 
-def test_a_soft_deletion_tombstones_the_partition_and_keeps_history(lightfoot, twenty, sample_records):
-    docs = twenty[:4]
-    lightfoot.ingest_through_the_inbox(docs, sample_records)
-    lightfoot.drop_erasure_request("soft.json", [docs[1].doc_id, "never-ingested"], erase=False, reason="duplicate")
-    result = lightfoot.run(lightfoot.tick("erasure_inbox").run_requests[0], "document_deletion")
-    assert result.success
-    tombstones = [e.event_specific_data.materialization for e in result.get_asset_materialization_events()]
-    log = next(m for m in tombstones if m.asset_key.to_user_string() == "tombstones")
-    assert log.metadata["deleted"].value == [docs[1].doc_id]
-    assert log.metadata["not_found"].value == ["never-ingested"]
-    assert log.metadata["model_calls"].value == 0
-    assert not [m for m in tombstones if m.partition == docs[1].doc_id], "a deletion is no materialization"
+PER_BATCH = ("extraction_cache", "extractions", "forms", "passages")
+
+
+def observations(result, batch: str) -> dict[str, dg.AssetObservation]:
+    """The run's observations of a batch's per-batch assets, by asset."""
     observed = [e.event_specific_data.asset_observation for e in result.get_asset_observation_events()]
-    per_partition = [m for m in observed if m.partition == docs[1].doc_id]
-    assert sorted(m.asset_key.to_user_string() for m in per_partition) == ["extraction_cache", "extractions", "forms", "passages"]
-    assert all(m.metadata["reason"].value == "duplicate" and m.metadata["erase"].value is False for m in per_partition)
-    erasures = next(m for m in tombstones if m.asset_key.to_user_string() == "erasures")
-    assert erasures.metadata["erased"].value == []
+    return {o.asset_key.to_user_string(): o for o in observed if o.partition == batch}
+
+
+def ingest_batch(lightfoot, documents, records) -> str:
+    """Ingest documents through the inbox as one batch; its partition key."""
+    before = set(lightfoot.partitions())
+    lightfoot.ingest_through_the_inbox(documents, records)
+    (batch,) = set(lightfoot.partitions()) - before
+    return batch
+
+
+def test_a_soft_deletion_tombstones_within_the_batch_and_keeps_history(lightfoot, twenty, sample_records):
+    docs = twenty[:4]
+    batch = ingest_batch(lightfoot, docs, sample_records)
+    lightfoot.drop_erasure_request("soft.json", [docs[1].doc_id, "never-ingested"], erase=False, reason="duplicate")
+    (request,) = lightfoot.tick("erasure_inbox").run_requests
+    assert request.partition_key in lightfoot.partitions("deletions")
+    result = lightfoot.run(request, "document_deletion")
+    assert result.success
+    made = [e.event_specific_data.materialization for e in result.get_asset_materialization_events()]
+    log = next(m for m in made if m.asset_key.to_user_string() == "tombstones")
+    assert log.partition == request.partition_key
+    assert log.metadata["documents_deleted"].value == 1 and log.metadata["not_found"].value == 1
+    assert log.metadata["erase_requested"].value == 0
+    assert log.metadata["model_calls"].value == 0
+    assert (log.metadata["batches_partly_deleted"].value, log.metadata["batches_tombstoned"].value) == (1, 0)
+    assert not [m for m in made if m.asset_key.to_user_string() in PER_BATCH], "a deletion is no materialization"
+    per_asset = observations(result, batch)
+    assert sorted(per_asset) == list(PER_BATCH)
+    for observed in per_asset.values():
+        assert observed.metadata["status"].value == "partly deleted"
+        assert observed.metadata["documents_deleted"].value == 1 and observed.metadata["documents_live"].value == 3
+    erasures = next(m for m in made if m.asset_key.to_user_string() == "erasures")
+    assert erasures.metadata["erased_count"].value == 0
     store = lightfoot.store()
     assert docs[1].doc_id not in store.read("documents").get_column("doc_id").to_list()
+    assert store.read("tombstones").get_column("erased_at").to_list() == [None], "a soft deletion keeps history"
     assert Landing(store).deletion_requests() == []
     assert docs[1].doc_id not in Landing(store).landed_ids()
-
-    lightfoot.tick("deleted_partitions")
-    assert docs[1].doc_id not in lightfoot.partitions()
-    assert len(lightfoot.partitions()) == 3
+    assert lightfoot.partitions() == [batch], "the batch keeps its live documents"
 
 
-def test_a_partition_stays_until_its_history_is_erased(lightfoot, twenty, sample_records):
-    from assets.defs.graph import graph
-    from assets.defs.retention import tombstones
-
-    docs = twenty[:3]
-    lightfoot.ingest_through_the_inbox(docs, sample_records)
-    lightfoot.drop_erasure_request("erase.json", [docs[0].doc_id])
-    lightfoot.tick("erasure_inbox")
-    # Tombstone and graph, but not yet the erasure.
-    assert dg.materialize([tombstones, graph], instance=lightfoot.instance, resources=lightfoot.resources).success
-    lightfoot.tick("deleted_partitions")
-    assert docs[0].doc_id in lightfoot.partitions(), "removed before its history was erased"
-
-    result = lightfoot.run(dg.RunRequest(), "document_deletion")
+def test_a_batch_whose_documents_are_all_erased_loses_its_partition_and_the_others_count_theirs(
+    lightfoot, twenty, sample_records
+):
+    whole, part = twenty[:2], twenty[2:5]
+    emptied = ingest_batch(lightfoot, whole, sample_records)
+    kept = ingest_batch(lightfoot, part, sample_records)
+    assert sorted(lightfoot.partitions()) == sorted([emptied, kept])
+    doomed = [whole[0].doc_id, whole[1].doc_id, part[0].doc_id]
+    lightfoot.drop_erasure_request("gdpr.json", doomed, reason="data subject request")
+    tick = lightfoot.tick("erasure_inbox")
+    (result,) = lightfoot.launch(tick, "erasure_inbox", "document_deletion")
     assert result.success
-    erased = [e.event_specific_data.materialization for e in result.get_asset_materialization_events()
-              if e.event_specific_data.materialization.asset_key.to_user_string() == "erasures"]
-    assert erased[0].metadata["erased"].value == [docs[0].doc_id]
-    lightfoot.tick("deleted_partitions")
-    assert docs[0].doc_id not in lightfoot.partitions()
+    assert lightfoot.instance.get_dynamic_partitions("batches") == [kept]
+    gone = observations(result, emptied)
+    assert sorted(gone) == list(PER_BATCH)
+    assert all(o.metadata["status"].value == "tombstoned" and o.metadata["documents_deleted"].value == 2
+               and o.metadata["documents_live"].value == 0 for o in gone.values())
+    partly = observations(result, kept)
+    assert sorted(partly) == list(PER_BATCH)
+    assert all(o.metadata["status"].value == "partly deleted" and o.metadata["documents_deleted"].value == 1
+               and o.metadata["documents_deleted_now"].value == 1 and o.metadata["documents_live"].value == 2
+               for o in partly.values())
+    log = next(m for m in result.asset_materializations_for_node("tombstones"))
+    assert (log.metadata["batches_tombstoned"].value, log.metadata["batches_partly_deleted"].value) == (1, 1)
+    # The instance keeps the observations, the audit trail of the deletion (ids and counts only).
+    recorded = lightfoot.instance.fetch_observations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("passages"), asset_partitions=[kept]), limit=5).records
+    assert recorded and recorded[0].asset_observation.metadata["documents_deleted"].value == 1
+    assert lightfoot.stored_ids() == sorted(d.doc_id for d in part[1:])
+    # A deletion a Dagster run made is not recorded a second time by the outside_deletions sensor.
+    assert lightfoot.tick("outside_deletions").asset_events in (None, [])
 
 
-def test_a_deletion_on_the_command_line_is_recorded_on_its_partition(lightfoot, twenty, sample_records):
-    docs = twenty[:3]
-    lightfoot.ingest_through_the_inbox(docs, sample_records)
-    store = lightfoot.store()
-    operations.delete(store, [docs[2].doc_id], reason="lightfoot delete")
-    assert docs[2].doc_id in Landing(store).landed_ids()  # a soft delete leaves the landed copy
-
-    tick = lightfoot.tick("deleted_partitions")
-    assert docs[2].doc_id not in lightfoot.partitions()
-    assert docs[2].doc_id not in Landing(store).landed_ids(), "the stale landed copy goes with the partition"
-    events = {(e.asset_key.to_user_string(), e.partition) for e in tick.asset_events}
-    assert events == {(a, docs[2].doc_id) for a in ("passages", "extraction_cache", "extractions", "forms")}
-    assert all(e.metadata["status"].value == "tombstoned" for e in tick.asset_events)
-    assert lightfoot.tick("deleted_partitions").dynamic_partitions_requests == []
-
-
-def test_a_document_landed_again_after_its_deletion_keeps_its_partition(lightfoot, twenty, sample_records):
+def test_a_redropped_request_already_honoured_is_settled_without_a_run(lightfoot, twenty, sample_records):
     docs = twenty[:2]
     lightfoot.ingest_through_the_inbox(docs, sample_records)
+    lightfoot.drop_erasure_request("gdpr.json", [docs[0].doc_id], reason="data subject request")
+    erase(lightfoot, lightfoot.tick("erasure_inbox"))
+    assert lightfoot.tick("erasure_inbox").run_requests == []
+    deletions = lightfoot.partitions("deletions")
+    assert len(deletions) == 1
+
+    lightfoot.drop_erasure_request("gdpr-again.json", [docs[0].doc_id], reason="data subject request")
+    tick = lightfoot.tick("erasure_inbox")
+    assert tick.run_requests == []
+    assert "took 1 request files" in tick.skip_message and "1 requests done" in tick.skip_message
+    book = Receipts(lightfoot.store())
+    assert book.pending("erasure") == []
+    done = [json.loads(p.read_text()) for p in sorted(Path(book.root, "erasure", "done").glob("*.json"))]
+    (again,) = [r for r in done if r["origin"].endswith("gdpr-again.json")]
+    assert again["outcome"].startswith("already honoured"), again["outcome"]
+    assert len(lightfoot.instance.get_run_records(dg.RunsFilter(job_name="document_deletion"))) == 1
+    assert lightfoot.partitions("deletions") == deletions, "no partition for a request that needs no run"
+    assert Landing(lightfoot.store()).deletion_requests() == []
+    assert lightfoot.stored_ids() == [docs[1].doc_id]
+
+
+def test_a_deletion_run_succeeds_although_another_batch_has_passages_without_extractions(
+    lightfoot, twenty, sample_records
+):
+    from assets.defs.ingestion import passages
+
+    done, unfinished = twenty[:3], twenty[3:5]
+    ingest_batch(lightfoot, done, sample_records)
+    lightfoot.drop_documents("unfinished", unfinished, sample_records)
+    (request,) = lightfoot.tick("document_inbox").run_requests
+    # Only the batch's passages step runs: its passages are stored, and nothing extracts them.
+    assert dg.materialize([passages], instance=lightfoot.instance, resources=lightfoot.resources,
+                          partition_key=request.partition_key).success
     store = lightfoot.store()
-    operations.delete(store, [docs[0].doc_id], reason="test")
+    waiting = {d.doc_id for d in unfinished}
+    assert set(store.read("passages").get_column("doc_id").to_list()) >= waiting
+    assert not waiting & set(store.read("extractions").get_column("doc_id").to_list())
+
+    lightfoot.drop_erasure_request("gdpr.json", [done[0].doc_id])
+    tick = lightfoot.tick("erasure_inbox")
+    (result,) = lightfoot.launch(tick, "erasure_inbox", "document_deletion")
+    assert result.success
+    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert "passages_accounted_for" not in checks, "another batch's unfinished extraction is that batch's failure"
+    assert checks and all(checks.values()), checks
+    assert done[0].doc_id not in lightfoot.stored_ids()
+
+
+def test_a_deletion_on_the_command_line_is_recorded_in_its_batches(lightfoot, twenty, sample_records):
+    from lightfoot_pipeline.cli import main as command_line
+
+    first, second = twenty[:2], twenty[2:3]
+    partly = ingest_batch(lightfoot, first, sample_records)
+    emptied = ingest_batch(lightfoot, second, sample_records)
+    store = lightfoot.store()
+    gone = [first[0].doc_id, second[0].doc_id]
+    assert command_line(["delete", *gone, "--store", lightfoot.store_uri]) == 0
+    assert set(gone) <= set(Landing(store).landed_ids())  # a soft delete leaves the landed copy
+
+    tick = lightfoot.tick("outside_deletions")
+    assert lightfoot.partitions() == [partly]
+    assert not set(gone) & set(Landing(store).landed_ids()), "the stale landed copies go with the deletion"
+    assert first[1].doc_id in Landing(store).landed_ids()
+    events = {(e.asset_key.to_user_string(), e.partition): e.metadata for e in tick.asset_events}
+    assert set(events) == {(a, b) for a in PER_BATCH for b in (partly, emptied)}
+    assert {m["status"].value for (_, b), m in events.items() if b == partly} == {"partly deleted"}
+    assert {m["status"].value for (_, b), m in events.items() if b == emptied} == {"tombstoned"}
+    assert {m["documents_deleted"].value for m in events.values()} == {1}
+    again = lightfoot.tick("outside_deletions")
+    assert again.dynamic_partitions_requests == [] and not again.asset_events
+
+
+def test_a_document_landed_again_after_its_deletion_keeps_its_landed_copy(lightfoot, twenty, sample_records):
+    from lightfoot_pipeline.cli import main as command_line
+
+    docs = twenty[:2]
+    batch = ingest_batch(lightfoot, docs, sample_records)
+    store = lightfoot.store()
+    assert command_line(["delete", docs[0].doc_id, "--store", lightfoot.store_uri]) == 0
     Landing(store).put_documents([LandedDocument(docs[0], sample_records[docs[0].doc_id], utc_now(), "again")])
-    lightfoot.tick("deleted_partitions")
-    assert docs[0].doc_id in lightfoot.partitions()
+    tick = lightfoot.tick("outside_deletions")
+    assert {e.partition for e in tick.asset_events} == {batch}
+    assert lightfoot.partitions() == [batch]
+    assert docs[0].doc_id in Landing(store).landed_ids(), "a copy landed after the deletion waits to be ingested"
 
 
 @pytest.fixture
