@@ -162,6 +162,13 @@ def cmd_explain_batch(args) -> int:
         print(f"  {d['doc_id']}{title}: {d['action']} in commit {d['seq']}; now {now}")
     if len(b.documents) > args.documents:
         print(f"  … and {len(b.documents) - args.documents} more documents (--json lists them all)")
+    if b.entities:
+        print(f"  entities its documents' passages mention ({c['entities']}), most first "
+              "(`lightfoot explain entity ID` names their sources and runs):")
+    for e in b.entities:
+        print(f"    {e['display_name']} [{e['type']}] {e['entity_id']}: {e['n_passages']} passage{'' if e['n_passages'] == 1 else 's'}")
+    if b.more_entities:
+        print(f"    … and {b.more_entities} more entities")
     return 0
 
 

@@ -17,7 +17,9 @@ A document of a batch stands, now, in one of these states:
 - ``readded``: this batch deleted it, and a later batch (``status_batch``) stored it again.
 
 Only writes made inside a batch are logged, so a change made outside one (a library call) is not
-seen here. Links: :func:`batch_link` and :func:`document_link` point at the query service's page
+seen here. A batch's entities are those its live documents' passages mention, most-mentioned
+first (at most :data:`MAX_ENTITIES`; ``more_entities`` counts the rest), each the way to its
+source documents and the runs that made them (provenance/entities.py). Links: :func:`batch_link` and :func:`document_link` point at the query service's page
 (``LIGHTFOOT_PAGE_URL``), :func:`run_link` at a Dagster run (``LIGHTFOOT_DAGSTER_URL``); each is
 None when its setting is unset. The Dagster layer puts :func:`batch_link` in each batch's
 materialization.
@@ -47,13 +49,15 @@ from lightfoot_pipeline.store.batches import (
 )
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.tables import ALIASES, DOCUMENT_KEYS, DOCUMENTS, TOMBSTONES
+from lightfoot_pipeline.store.tables import ALIASES, DOCUMENT_KEYS, DOCUMENTS, ENTITIES, FORMS, TOMBSTONES
 
 LIVE, REPLACED, ERASED, READDED = "live", "replaced", "erased", "readded"
 STATUSES = (LIVE, UNCHANGED, REPLACED, DELETED, ERASED, READDED)
 CLI_KIND = f"{CLI}-"  # the command line's batch ids start so (cli-ingest-…); the Dagster layer's never do
 # Source documents listed with their batches, per entity (the count of documents is always whole).
 MAX_SOURCES = 200
+# Entities listed per batch, most-mentioned first (their count is always whole).
+MAX_ENTITIES = 50
 
 
 def batch_link(batch_id: str) -> str | None:
@@ -96,6 +100,9 @@ class BatchExplanation:
     commits: list[dict] = field(default_factory=list)  # {seq, operation, committed_at, by, run_id, run_url}
     counts: dict[str, int] = field(default_factory=dict)
     runs: list[dict] = field(default_factory=list)  # {run_id, by, run_url}
+    # What its live documents' passages mention: {entity_id, type, display_name, n_passages}, most first
+    entities: list[dict] = field(default_factory=list)
+    more_entities: int = 0  # entities mentioned beyond those listed
     link: str | None = None  # the page's view of it, when LIGHTFOOT_PAGE_URL is set
 
     def as_dict(self) -> dict:
@@ -108,7 +115,8 @@ def explain_batch(store: Store, batch_id: str, manifest: Manifest | None = None)
     raises :class:`ExplainError`.
 
     Reads the whole of ``batch_documents`` (ids and numbers) and of the store log, and of the
-    documents' tables only the buckets of the batch's documents."""
+    other tables only the buckets of the batch's documents, of their names and of the entities
+    listed."""
     manifest = manifest or store.manifest()
     if not BATCH_ID.match(batch_id or ""):
         raise ExplainError(f"{batch_id!r} is not a batch id",
@@ -139,7 +147,8 @@ def explain_batch(store: Store, batch_id: str, manifest: Manifest | None = None)
         if doc_id in titles:  # a live document's title; of one deleted, nothing but its id
             entry["title"] = titles[doc_id]["title"]
         explanation.documents.append(entry)
-    explanation.counts = _counts(store, manifest, explanation.documents, titles)
+    explanation.counts, explanation.entities, explanation.more_entities = _contribution(
+        store, manifest, explanation.documents, titles)
     runs = {c["run_id"]: c["by"] for c in commits if c["run_id"]}  # who ran each, as its commits say
     for run in mine.get_column("run_id").unique().sort().to_list():
         runs.setdefault(run, runner_of(batch_id))
@@ -167,9 +176,13 @@ def _status(batch_id: str, row: dict, later: list[dict], live: bool, erased: boo
     return LIVE, None
 
 
-def _counts(store: Store, manifest: Manifest, documents: list[dict], live: dict[str, dict]) -> dict[str, int]:
+def _contribution(store: Store, manifest: Manifest, documents: list[dict],
+                  live: dict[str, dict]) -> tuple[dict[str, int], list[dict], int]:
     """Documents by what the batch did to them, and what the text it holds now contributes:
-    ``live`` documents, their passages, names, the entities of those names, and facts."""
+    ``live`` documents, their passages, names, the entities of those names, and facts; and those
+    entities, each with how many of the live documents' passages mention it, most first (at most
+    :data:`MAX_ENTITIES`), with the count of the rest. A document's names and entities are found as
+    ``explain_document`` finds them: its keys, then its names' forms and aliases."""
     counts = {action: sum(d["action"] == action for d in documents) for action in ACTIONS}
     holds = [d["doc_id"] for d in documents if d["status"] == LIVE]
     counts["live"] = len(holds)
@@ -178,10 +191,21 @@ def _counts(store: Store, manifest: Manifest, documents: list[dict], live: dict[
     names = keys.filter(pl.col("kind") == "name").select("type", "key").unique()
     counts["names"] = names.height
     counts["facts"] = keys.filter(pl.col("kind") == "fact").get_column("key").n_unique()
-    aliases = store.rows(ALIASES.name, "name", names.get_column("key").to_list(), manifest)
-    counts["entities"] = (aliases.join(names, left_on=["type", "name"], right_on=["type", "key"], how="semi")
-                          .get_column("entity_id").drop_nulls().n_unique())
-    return counts
+    name_keys = names.get_column("key").unique().to_list()
+    aliases = (store.rows(ALIASES.name, "name", name_keys, manifest)
+               .join(names, left_on=["type", "name"], right_on=["type", "key"], how="semi")
+               .select("name", "type", "entity_id").drop_nulls("entity_id"))
+    forms = store.rows(FORMS.name, "name", name_keys, manifest).filter(pl.col("doc_id").is_in(holds))
+    mentioned = (forms.join(aliases, on=["name", "type"], how="inner")
+                 .group_by("entity_id").agg(pl.col("chunk_id").n_unique().alias("n_passages"))
+                 .sort(["n_passages", "entity_id"], descending=[True, False]))
+    counts["entities"] = mentioned.height
+    top = mentioned.head(MAX_ENTITIES)
+    entities = store.rows(ENTITIES.name, "entity_id", top.get_column("entity_id").to_list(), manifest)
+    listed = (top.join(entities.select("entity_id", "type", "display_name"), on="entity_id", how="inner",
+                       maintain_order="left")
+              .select("entity_id", "type", "display_name", "n_passages"))
+    return counts, listed.to_dicts(), mentioned.height - listed.height
 
 
 def batch_commits(store: Store, batch_id: str, manifest: Manifest | None = None) -> list[dict]:

@@ -13,7 +13,8 @@ Routes::
     GET  /explain/fact?fact_id=ID     explain_fact: its passages and source documents
     GET  /explain/doc?doc_id=ID       explain_document: its passages, names, entities and facts
     GET  /explain/doc/preview?doc_id=ID    the dry run of its deletion (preview_deletion)
-    GET  /explain/batch?batch_id=ID   explain_batch: its documents and their status now, its commits
+    GET  /explain/batch?batch_id=ID   explain_batch: its documents and their status now, its commits,
+                                      the entities its documents mention (each one click from its sources)
 
 The page and its files are open (they carry no data; the page asks for the token and keeps it in
 the tab's sessionStorage); every ``/explain`` route needs the same token as ``/query`` and runs in

@@ -78,6 +78,11 @@ function docLink(docId) {
   return link("#doc=" + encodeURIComponent(docId), docId, () => openDocument(docId).catch(fail), { class: "doc" });
 }
 
+function entityLink(e) {
+  return link("#entity=" + encodeURIComponent(e.entity_id), e.display_name, () => openEntity(e.entity_id).catch(fail),
+              { class: "entity" });
+}
+
 function batchRows(rows) {
   return el("div", { class: "batches" }, ...(rows || []).map((b) => el("div", {},
     `${b.action} by batch `, batchLink(b.batch), ` in store commit ${b.seq} · `, runLabel(b))));
@@ -287,7 +292,11 @@ async function openBatch(batchId) {
       el("td", {}, runLabel(m))))),
     el("h3", {}, "Documents"),
     el("table", { id: "batch-documents" }, el("tr", { class: "muted" }, el("td", {}, "document"), el("td", {}, "title"),
-      el("td", {}, "this batch"), el("td", {}, "now"), el("td", {}, "")), ...rows));
+      el("td", {}, "this batch"), el("td", {}, "now"), el("td", {}, "")), ...rows),
+    el("h3", {}, `Entities its documents' passages mention (${c.entities}), each with its source documents and runs`),
+    el("div", { id: "batch-entities" }, ...b.entities.map((e) => el("div", { "data-entity": e.entity_id },
+      entityLink(e), el("span", { class: "muted" }, ` [${e.type}] ${e.n_passages} passage${e.n_passages === 1 ? "" : "s"}`))),
+      b.more_entities ? el("div", { class: "muted" }, `… and ${b.more_entities} more`) : null));
   view.hidden = false;
   $("results").hidden = true;
   say(`batch ${b.batch_id} at store commit ${b.store_seq}`);

@@ -8,6 +8,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from lightfoot_pipeline import operations
@@ -110,6 +111,25 @@ def test_an_erased_document_is_an_id_in_its_batches_and_nothing_more(built):
     history = explain_document(built, "q-canary")
     assert history.status == "deleted"
     assert [(b["batch"], b["action"]) for b in history.batches] == [(DROP, "added"), (ERASE, "deleted")]
+
+
+def test_a_batch_lists_the_entities_its_live_documents_mention_most_first(built, monkeypatch):
+    dropped = explain_batch(built, DROP)
+    live = [d["doc_id"] for d in dropped.documents if d["status"] == "live"]
+    mentions = built.read("mentions").filter(pl.col("doc_id").is_in(live))
+    expected = dict(mentions.group_by("entity_id").agg(pl.col("chunk_id").n_unique()).iter_rows())
+    assert {e["entity_id"]: e["n_passages"] for e in dropped.entities} == expected, "the live documents' passages"
+    assert len(dropped.entities) == dropped.counts["entities"] and dropped.more_entities == 0
+    assert [e["n_passages"] for e in dropped.entities] == sorted(expected.values(), reverse=True)
+    text = json.dumps(dropped.entities)
+    for word in ("Vellamo", "Ansel"):  # the erased canary's, and q-zephyr's are the later batch's
+        assert word not in text, word
+    [orbital] = explain_entity(built, "Orbital Corp")
+    assert orbital.entity_id in {e["entity_id"] for e in dropped.entities}
+    assert explain_batch(built, ERASE).entities == []
+    monkeypatch.setattr("lightfoot_pipeline.provenance.batches.MAX_ENTITIES", 3)
+    capped = explain_batch(built, DROP)
+    assert capped.entities == dropped.entities[:3] and capped.more_entities == len(dropped.entities) - 3
 
 
 def test_a_document_names_every_batch_that_touched_it(built):

@@ -2,7 +2,7 @@
 the token says what the batch did and where each document stands, documents, entities and facts
 name their batches, and run ids link to Dagster only with LIGHTFOOT_DAGSTER_URL set; in headless
 Chromium the batch view renders with every text escaped and its documents one click from their
-explanation and their deletion's dry run."""
+explanation and their deletion's dry run, and its entities one click from their sources and runs."""
 
 from __future__ import annotations
 
@@ -112,6 +112,7 @@ def test_the_batch_view_is_the_page_and_its_data_needs_the_token(serve):
                                                                                             DROP_RUN)]
     for word in (b"Vellamo", b"Quarry", b"Ansel"):
         assert word not in raw, "an erased document is its id alone"
+    assert "Orbital Corp" in {e["display_name"] for e in batch["entities"]} and batch["more_entities"] == 0
     status, raw, _ = fetch(f"{base}/explain/batch?batch_id={ERASE}", TOKEN)
     assert [d["status"] for d in json.loads(raw)["documents"]] == ["erased"] and b"Vellamo" not in raw
 
@@ -187,6 +188,12 @@ def test_the_batch_view_in_headless_chromium(serve, tmp_path, monkeypatch):
     preview = dom(f"{base}/batch/{DROP}#preview=q-orbital")
     assert re.search(r'<div id="deletion-preview" class="" data-doc="q-orbital">remove \d+ entities', preview), \
         preview[-3000:]
+    # An entity its documents mention, one click away: the entity's sources and the runs that made them.
+    entity = re.search(r'<a class="entity" href="#entity=(ent-[0-9a-f]+)">Orbital Corp</a>', page)
+    assert entity, page[-3000:]
+    sources = dom(f"{base}/batch/{DROP}#entity={entity.group(1)}")
+    assert re.search(r'<h2 id="entity-name">Orbital Corp ', sources) and 'href="#doc=q-orbital"' in sources
+    assert f'<a class="run" href="https://dagster.example/runs/{DROP_RUN}">{DROP_RUN}</a>' in sources
     document = dom(f"{base}/batch/{DROP}#doc=q-zephyr")
     assert re.search(r'<h2 id="document-id">', document) and f'href="/batch/{REVISE}"' in document
     missing = dom(f"{base}/batch/drop-nothing-here")
