@@ -19,6 +19,8 @@ FACTS = dg.AssetKey("facts")
 GRAPH_ASSETS = (NAME_VECTORS, NAME_LINKS, ENTITIES, SYNONYM_EDGES, FACTS)
 
 SERVING_SNAPSHOT = dg.AssetKey("serving_snapshot")
+# The store's log: what the graph and the snapshot are computed from, whoever wrote it (assets/defs/store_log.py).
+STORE_LOG = dg.AssetKey("store_log")
 TOMBSTONES = dg.AssetKey("tombstones")
 ERASURES = dg.AssetKey("erasures")
 

@@ -2,8 +2,9 @@
 
 The graph assets and the serving snapshot carry ``AutomationCondition.eager()`` (the snapshot
 also waits for every blocking check upstream to pass): when their upstream changes outside the
-ingestion and deletion jobs (a per-document partition materialized by hand, a failed run's graph
-step left undone), this sensor asks for the runs that bring them up to date. It replaces Dagster's
+ingestion and deletion jobs (a batch's partition materialized by hand, a failed run's graph step
+left undone, a write from the command line that the store log's observation reports, store_log.py),
+this sensor asks for the runs that bring them up to date. It replaces Dagster's
 default automation sensor, which a new deployment would start stopped; turn it off in the UI's
 Automation tab to keep only the jobs, schedules and inbox sensors.
 """

@@ -23,6 +23,7 @@ from assets.keys import (
     NAME_LINKS,
     NAME_VECTORS,
     OWNERS,
+    STORE_LOG,
     SYNONYM_EDGES,
     TOMBSTONES,
 )
@@ -54,15 +55,16 @@ _EAGER = dg.AutomationCondition.eager()
 
 def _specs() -> list[dg.AssetSpec]:
     """The five graph assets (built here, not at module level, where the loader would take them
-    for assets of their own)."""
+    for assets of their own). Each depends on the store log too: a commit Dagster does not account
+    for (store_log.py) may change any of their tables, and staleness does not pass from one to the next."""
     return [
         dg.AssetSpec(
-            NAME_VECTORS, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=vector_cache_metadata("name"), deps=[FORMS, TOMBSTONES], group_name=GRAPH_GROUP, kinds={"lancedb"}, automation_condition=_EAGER,
+            NAME_VECTORS, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=vector_cache_metadata("name"), deps=[FORMS, TOMBSTONES, STORE_LOG], group_name=GRAPH_GROUP, kinds={"lancedb"}, automation_condition=_EAGER,
             description="One embedding per live (name, type), cached per model and name: a name's vector never "
             "depends on which other names are indexed.",
         ),
         dg.AssetSpec(
-            NAME_LINKS, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=table_metadata(NAME_LINKS_TABLE), deps=[NAME_VECTORS], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
+            NAME_LINKS, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=table_metadata(NAME_LINKS_TABLE), deps=[NAME_VECTORS, STORE_LOG], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
             description=f"Pairs of live names of one type that carry the same numbers and whose cosine similarity, "
             f"computed exactly in float64, is at or above the synonym threshold ({SYNONYM_THRESHOLD:.2f}). The pairs "
             f"compared are those that share a key in one of {LSH_BANDS} seeded random-hyperplane LSH bands "
@@ -70,18 +72,18 @@ def _specs() -> list[dg.AssetSpec]:
             "function of its two names alone.",
         ),
         dg.AssetSpec(
-            ENTITIES, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=table_metadata(ENTITIES_TABLE, ALIASES, MENTIONS), deps=[NAME_LINKS], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
+            ENTITIES, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=table_metadata(ENTITIES_TABLE, ALIASES, MENTIONS), deps=[NAME_LINKS, STORE_LOG], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
             description=f"Connected components of names linked at the entity threshold ({ENTITY_THRESHOLD:.2f}), with their aliases "
             "and the passages that mention them.",
         ),
         dg.AssetSpec(
-            SYNONYM_EDGES, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=table_metadata(SYNONYM_EDGES_TABLE), deps=[ENTITIES, NAME_LINKS], group_name=GRAPH_GROUP, kinds={"deltalake"},
+            SYNONYM_EDGES, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=table_metadata(SYNONYM_EDGES_TABLE), deps=[ENTITIES, NAME_LINKS, STORE_LOG], group_name=GRAPH_GROUP, kinds={"deltalake"},
             automation_condition=_EAGER,
             description=f"Same-type entity pairs with a member-name pair at cosine at or above {SYNONYM_THRESHOLD:.2f} "
             "(no top-k).",
         ),
         dg.AssetSpec(
-            FACTS, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=table_metadata(FACTS_TABLE, FACT_SOURCES_TABLE), deps=[FORMS, TOMBSTONES], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
+            FACTS, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=table_metadata(FACTS_TABLE, FACT_SOURCES_TABLE), deps=[FORMS, TOMBSTONES, STORE_LOG], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
             description="(subject, predicate, object) facts that at least one live passage asserts, with the set "
             "of asserting passages.",
         ),

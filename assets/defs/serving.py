@@ -1,13 +1,15 @@
 """Serving: the snapshot that retrieval loads (CSR graph, node tables, passage and fact vectors).
 
 Exported only when every blocking check upstream passed: in a run, a failed blocking check skips
-it; under automation, it waits for the checks to pass.
+it; under automation, it waits for the checks to pass. It depends on the store log too
+(store_log.py), so a commit it does not reflect, made by any path, makes it stale.
 """
 
 import dagster as dg
 
+from assets.batches import dagster_batch
 from assets.code_versions import code_version
-from assets.keys import GRAPH_ASSETS, OWNERS, SERVING_GROUP
+from assets.keys import GRAPH_ASSETS, OWNERS, SERVING_GROUP, STORE_LOG
 from assets.provenance import STORE_POOL
 from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline.progress import StepProgress
@@ -15,7 +17,7 @@ from lightfoot_pipeline.snapshot.export import DEFAULT_KEEP, export_snapshot
 
 
 @dg.asset(
-    deps=list(GRAPH_ASSETS),
+    deps=[*GRAPH_ASSETS, STORE_LOG],
     group_name=SERVING_GROUP,
     kinds={"numpy", "parquet"},
     pool=STORE_POOL,
@@ -28,11 +30,20 @@ def serving_snapshot(
 ) -> dg.MaterializeResult:
     """The store's committed state exported for retrieval, published atomically; the newest
     snapshots are kept and older ones pruned. An unchanged store keeps its current snapshot.
-    Long steps (embedding, indexing, writing) log their progress."""
+    Long steps (embedding, indexing, writing) log their progress.
+
+    ``store_commit`` is the newest commit the snapshot is known to equal: the one its export read,
+    which a kept snapshot equals too (the store-log observation compares it with the store's);
+    ``exported_at_commit`` is the commit the snapshot was written at."""
     lightfoot = store.open()
     model = embedder.get()
-    info = export_snapshot(lightfoot, model, keep=DEFAULT_KEEP, progress=StepProgress("snapshot export", context.log.info))
-    context.log.info(f"serving snapshot {info.snapshot_id} (store commit {info.store_seq})")
+    read = lightfoot.manifest().seq  # the export reads this commit or a later one
+    with dagster_batch(context):  # registering a vector model is a commit of Dagster's own
+        info = export_snapshot(lightfoot, model, keep=DEFAULT_KEEP,
+                               progress=StepProgress("snapshot export", context.log.info))
+    reflected = max(read, info.store_seq)
+    context.log.info(f"serving snapshot {info.snapshot_id} (exported at store commit {info.store_seq}; "
+                     f"the store's state at commit {reflected})")
     counts = info.counts
     return dg.MaterializeResult(
         data_version=dg.DataVersion(info.fingerprint[:16]),
@@ -40,7 +51,8 @@ def serving_snapshot(
             "snapshot_id": dg.MetadataValue.text(info.snapshot_id),
             "dagster/uri": dg.MetadataValue.path(info.uri),
             "fingerprint": dg.MetadataValue.text(info.fingerprint),
-            "store_commit": dg.MetadataValue.int(info.store_seq),
+            "store_commit": dg.MetadataValue.int(reflected),
+            "exported_at_commit": dg.MetadataValue.int(info.store_seq),
             "created_at": dg.MetadataValue.text(info.created_at),
             "dagster/row_count": dg.MetadataValue.int(int(counts.get("passages", 0))),
             "rows": dg.MetadataValue.json(counts),

@@ -154,6 +154,12 @@ class Store(Journals):
         files = log.file_uris()
         return pl.read_parquet(files) if files else arrow_frame(LOG_SCHEMA.empty_table())
 
+    def log_version(self) -> int | None:
+        """The store log's Delta version (None before the first commit). It moves with every
+        commit, so a watcher can tell that nothing was committed without reading the log's rows."""
+        log = self.open_table(self.path("_lightfoot", "store_log"))
+        return None if log is None else log.version()
+
     def history(self) -> pl.DataFrame:
         log = self.open_table(self.path("_lightfoot", "store_log"))
         if log is None:

@@ -1,0 +1,234 @@
+"""The store log observed: every store write is in the lineage, whoever made it.
+
+The store's log (``lightfoot_pipeline/store/log.py``, one row per commit) is the source of truth
+for what the store holds, and ``store_log`` is the external asset that stands for it. The graph
+assets and the serving snapshot depend on it, so when a report of it carries a new data version
+they show as stale (Dagster's data-version staleness) and their eager automation conditions
+(automation.py) bring them up to date.
+
+A commit made in Dagster records ``by: dagster`` in its log details (``dagster_batch``,
+assets/batches.py); every other one is *external*: the command line's (``by: cli``), a library
+call's, an older store's (no ``by``). The data version is a digest of the *version commit*, the
+newest commit that the Dagster lineage does not account for:
+
+- every external commit;
+- a Dagster commit that changed what a snapshot is exported from (a fingerprinted table) and that
+  no serving snapshot reflects once the run that made it has ended: a run stopped between its
+  commit and its export, a relink, a sensor's commit. While the run is in progress its commits
+  wait (``pending_runs``): its own later steps export the snapshot, and its graph commit must not
+  make its graph stale. A commit that wrote no such table (an erasure's mark on its tombstones, a
+  vector model registered) leaves every snapshot of the commit before it as true as it was.
+
+So after any write, by any path, the next look leaves no snapshot fresh that is behind the store.
+The version commit only moves forward: a commit counted once stays counted, and what was brought
+up to date since stays fresh. With no such commit the data version is Dagster's initial one,
+which is what a source never reported has: what was materialized before the first report stays
+fresh.
+
+The ``store_log_observer`` sensor looks every 30 s, without a run, and skips at once while the
+log's Delta version is its cursor's and no pending run has ended. It reports the first time and
+whenever the data version moves, that is after each external or unaccounted commit, as a runless
+materialization of ``store_log`` (``SensorResult(asset_events=[AssetMaterialization])``).
+Dagster's staleness reads an external asset's data version from its materializations (an
+observation counts only for an asset with an observation function, and the decorators that make
+one are beta in this Dagster), and its automation takes each new one for an update: a report that
+moved nothing would set automation off for nothing, so there is none.
+
+A report holds ids, counts and times, never content (assets/provenance.py): the newest commit
+(``store_commit``), the newest external one (``external_commit``), how many external commits since
+the previous report (``external_commits``) and each of them (seq, operation, batch, run id, by,
+committed_at; the newest 100, the rest counted), the commit its data version digests
+(``version_commit``), the one the serving snapshot reflects (``snapshot_commit``) and the runs whose
+commits wait (``pending_runs``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+
+import dagster as dg
+import polars as pl
+
+from assets.keys import OWNERS, SERVING_SNAPSHOT, SOURCES_GROUP, STORE_LOG
+from assets.resources import StoreResource
+from lightfoot_pipeline.store.batches import DAGSTER
+from lightfoot_pipeline.store.log import LOG_SCHEMA
+from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.tables import all_specs
+
+OBSERVE_SECONDS = 30
+LISTED = 100  # external commits listed in one report; the rest are counted
+INITIAL = dg.DataVersion("INITIAL")  # the data version Dagster gives a source never observed
+COMMIT_SCHEMA = {"seq": pl.Int64, "operation": pl.String, "batch": pl.String, "run_id": pl.String,
+                 "by": pl.String, "committed_at": pl.Datetime("us", "UTC")}  # what a report lists of a commit
+
+
+def store_commits(store: Store) -> pl.DataFrame:
+    """Every commit of the store, oldest first: its seq and operation, the batch, run and runner
+    its log details name (``""`` where they name none), when, and whether it wrote a fingerprinted
+    table (``content``; a commit that does not say which tables it wrote counts as one that did).
+    Ids and times only."""
+    log = store.history()
+    details = [json.loads(d) if d else {} for d in log.get_column("details").to_list()]
+    named = {key: [str(d.get(key) or "") for d in details] for key in ("batch", "run_id", "by")}
+    fingerprinted = {spec.name for spec in all_specs() if spec.fingerprinted}
+    content = [not isinstance(d.get("buckets_written"), dict) or bool(fingerprinted & set(d["buckets_written"]))
+               for d in details]
+    return pl.DataFrame({"seq": log.get_column("seq"), "operation": log.get_column("operation"), **named,
+                         "committed_at": log.get_column("committed_at"), "content": content},
+                        schema={**COMMIT_SCHEMA, "content": pl.Boolean})
+
+
+@dataclass(frozen=True)
+class LogState:
+    """Where a look left the store log: the next goes on from it (the sensor's cursor)."""
+
+    store_commit: int = 0  # the newest commit seen
+    external_commit: int = 0  # the newest commit not made by Dagster
+    version_commit: int = 0  # the commit the data version is a digest of
+    pending_runs: dict[str, int] = field(default_factory=dict)  # runs in progress: their newest commit
+
+    @classmethod
+    def of(cls, values: Mapping[str, object]) -> LogState:
+        def number(key: str) -> int:
+            value = values.get(key)
+            return value if isinstance(value, int) else 0
+
+        runs = values.get("pending_runs")
+        return cls(number("store_commit"), number("external_commit"), number("version_commit"),
+                   {str(k): int(v) for k, v in runs.items()} if isinstance(runs, dict) else {})
+
+    def as_cursor(self) -> dict:
+        return asdict(self)
+
+
+def last_state(instance: dg.DagsterInstance) -> LogState:
+    """What the latest report of the store log recorded (nothing before the first)."""
+    event = instance.get_latest_materialization_event(STORE_LOG)
+    report = event.asset_materialization if event is not None else None
+    if report is None:
+        return LogState()
+    return LogState.of({key: value.value for key, value in report.metadata.items()})
+
+
+def snapshot_commit(instance: dg.DagsterInstance) -> int:
+    """The store commit the latest serving snapshot reflects (0 before the first)."""
+    event = instance.get_latest_materialization_event(SERVING_SNAPSHOT)
+    materialization = event.asset_materialization if event is not None else None
+    value = materialization.metadata.get("store_commit") if materialization is not None else None
+    return value.value if value is not None and isinstance(value.value, int) else 0
+
+
+def run_ended(instance: dg.DagsterInstance, run_id: str) -> bool:
+    """Whether a run is over (a run the instance does not know, or none, counts as over)."""
+    run = instance.get_run_by_id(run_id) if run_id else None
+    return run is None or run.is_finished
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One look at the store log: the state it leaves, and what it saw since the previous one."""
+
+    state: LogState
+    data_version: dg.DataVersion
+    previous_version: dg.DataVersion
+    external: pl.DataFrame  # the external commits since the previous look, oldest first (store_commits' columns)
+    snapshot_commit: int
+
+    def metadata(self) -> dict[str, dg.MetadataValue]:
+        md = dg.MetadataValue
+        listed = self.external.tail(LISTED).select(list(COMMIT_SCHEMA))
+        records = [dg.TableRecord({**row, "committed_at": row["committed_at"].isoformat()})
+                   for row in listed.iter_rows(named=True)]
+        schema = dg.TableSchema(columns=[dg.TableColumn(name, "int" if name == "seq" else "string")
+                                         for name in COMMIT_SCHEMA])
+        return {
+            "store_commit": md.int(self.state.store_commit),
+            "external_commit": md.int(self.state.external_commit),
+            "external_commits": md.int(self.external.height),
+            "external_commit_log": md.table(records, schema=schema),
+            "external_commits_not_listed": md.int(self.external.height - listed.height),
+            "version_commit": md.int(self.state.version_commit),
+            "snapshot_commit": md.int(self.snapshot_commit),
+            "pending_runs": md.json(dict(sorted(self.state.pending_runs.items()))),
+        }
+
+    def event(self) -> dg.AssetMaterialization:
+        """The report: a runless materialization of the external asset, with the data version."""
+        return dg.AssetMaterialization(asset_key=STORE_LOG, metadata=self.metadata(),
+                                       tags={"dagster/data_version": self.data_version.value})
+
+
+def observe_store_log(store: Store, instance: dg.DagsterInstance, previous: LogState) -> Observation:
+    """Read the store log and judge its commits since ``previous`` (see the module docstring)."""
+    log = store_commits(store)
+    newest = int(log.get_column("seq").max() or 0)
+    if newest < previous.store_commit:  # another store at the same place: start again
+        previous = LogState()
+    new = log.filter(pl.col("seq") > previous.store_commit)
+    external = new.filter(pl.col("by") != DAGSTER)
+    external_commit = max(previous.external_commit, int(external.get_column("seq").max() or 0))
+    runs = dict(previous.pending_runs)
+    dagster = new.filter((pl.col("by") == DAGSTER) & pl.col("content"))
+    for run_id, seq in dagster.group_by("run_id").agg(pl.col("seq").max()).iter_rows():
+        runs[run_id] = max(runs.get(run_id, 0), seq)
+    reflected = snapshot_commit(instance)
+    version, pending = max(previous.version_commit, external_commit), {}
+    for run_id, seq in sorted(runs.items()):
+        if seq <= reflected:
+            continue
+        if run_ended(instance, run_id):
+            version = max(version, seq)
+        else:
+            pending[run_id] = seq
+    state = LogState(newest, external_commit, version, pending)
+    return Observation(state, _data_version(log, version), _data_version(log, previous.version_commit), external,
+                       reflected)
+
+
+def _data_version(log: pl.DataFrame, seq: int) -> dg.DataVersion:
+    """A digest of commit ``seq`` (its number and time); the initial version for none."""
+    if seq == 0:
+        return INITIAL
+    at = log.filter(pl.col("seq") == seq).get_column("committed_at")
+    stamp = at.item().isoformat() if at.len() == 1 and at.item() is not None else ""
+    return dg.DataVersion(hashlib.sha256(f"{seq}\x00{stamp}".encode()).hexdigest()[:16])
+
+
+store_log = dg.AssetSpec(
+    STORE_LOG, group_name=SOURCES_GROUP, owners=OWNERS, kinds={"deltalake"},
+    metadata={"dagster/table_name": "lightfoot._lightfoot.store_log", "dagster/column_schema": dg.TableSchema(
+        columns=[dg.TableColumn(f.name, str(f.type)) for f in LOG_SCHEMA])},
+    description="The store's log, one row per commit: what the graph and the serving snapshot are computed from. "
+    "Its data version moves with each commit Dagster did not make (the command line's, a library call's) and "
+    "with each Dagster commit no serving snapshot reflects once its run ended; the store_log_observer sensor "
+    f"looks every {OBSERVE_SECONDS} s and reports it when it moves.",
+)
+
+
+@dg.sensor(
+    name="store_log_observer",
+    minimum_interval_seconds=OBSERVE_SECONDS,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description=f"Observes the store log every {OBSERVE_SECONDS} s without a run: a commit made outside Dagster "
+    "(the command line), or one no serving snapshot reflects, makes the graph and the snapshot stale, and "
+    "automation brings them up to date. Skips while the log's version is its cursor's.",
+)
+def store_log_observer(context: dg.SensorEvaluationContext, store: StoreResource) -> dg.SensorResult:
+    lightfoot = store.open()
+    cursor = json.loads(context.cursor) if context.cursor else {}
+    version = lightfoot.log_version()  # read first: a commit after it is seen by the next tick
+    waiting = cursor.get("pending_runs") or {}
+    if cursor and version == cursor.get("log_version") and not any(run_ended(context.instance, r) for r in waiting):
+        return dg.SensorResult(skip_reason=dg.SkipReason(f"no store commit since log version {version}"),
+                               cursor=context.cursor)
+    previous = LogState.of(cursor) if cursor else last_state(context.instance)
+    observation = observe_store_log(lightfoot, context.instance, previous)
+    next_cursor = json.dumps({"log_version": version, **observation.state.as_cursor()})
+    if cursor and observation.data_version == observation.previous_version:
+        return dg.SensorResult(skip_reason=dg.SkipReason(
+            f"store commit {observation.state.store_commit}: every commit is accounted for"), cursor=next_cursor)
+    return dg.SensorResult(asset_events=[observation.event()], cursor=next_cursor)
