@@ -49,21 +49,26 @@ def test_extractions_reuse_a_crashed_runs_answers_and_count_retries_apart_from_c
 
     chat_server.queue(chat_server.Reply(status=500), answer)  # the next request gets a 500, and is sent again
     lightfoot.drop_documents("two", [cached, asked], {})
-    result = lightfoot.run(lightfoot.tick("document_inbox").run_requests[0])
+    (request,) = lightfoot.tick("document_inbox").run_requests
+    result = lightfoot.run(request)
     assert result.success
     assert chat_server.count == 1 + 2  # the asked passage only: one call, retried once
-    by_partition = {m.partition: m.metadata for m in result.asset_materializations_for_node("extraction_cache")}
-    metadata = by_partition[asked.doc_id]
-    values = {k: metadata[f"run_{k}"].value for k in ("model_calls", "retries", "already_cached", "asked", "failed")}
+    (cache,) = result.asset_materializations_for_node("extraction_cache")  # one for the batch, not one per document
+    assert cache.partition == request.partition_key
+    metadata = cache.metadata
+    values = {k: metadata[k].value for k in ("model_calls", "retries", "already_cached", "asked", "failed")}
     assert values == {"model_calls": 1, "retries": 1, "already_cached": 1, "asked": 1, "failed": 0}
-    assert (metadata["model_calls"].value, metadata["retries"].value) == (1, 1)
-    assert by_partition[cached.doc_id]["model_calls"].value == 0
-    committed = {m.partition: m.metadata for m in result.asset_materializations_for_node("extractions")}
-    values = {k: committed[asked.doc_id][f"run_{k}"].value for k in ("from_cache", "already_extracted", "failed",
-                                                                      "model_calls")}
-    assert values == {"from_cache": 2, "already_extracted": 0, "failed": 0, "model_calls": 0}
-    assert (committed[cached.doc_id]["from_cache"].value, committed[asked.doc_id]["from_cache"].value) == (1, 1)
-    totals = ledger.totals(lightfoot.store())
+    assert metadata["documents"].value == 2 and metadata["passages"].value == 2
+    # Of the batch's two documents, only the one with no cached answer reached the model.
+    assert not any(cached.text[:60] in r.user_text for r in chat_server.requests[1:])
+    assert sum(1 for r in chat_server.requests[1:] if asked.text[:60] in r.user_text) == 2
+    (committed,) = result.asset_materializations_for_node("extractions")
+    assert committed.partition == request.partition_key
+    values = {k: committed.metadata[k].value for k in ("from_cache", "passages_already_extracted", "failed",
+                                                       "extracted", "documents_extracted")}
+    assert values == {"from_cache": 2, "passages_already_extracted": 0, "failed": 0, "extracted": 2,
+                      "documents_extracted": 2}
+    totals = ledger.totals(lightfoot.store())  # the crashed run's call and this run's: the extractions step made none
     assert (totals["calls"], totals["retries"], totals["runs"]) == (2, 1, 2)
     assert lightfoot.store().read("extractions").get_column("status").to_list() == ["ok", "ok"]
 
@@ -107,7 +112,8 @@ import dagster as dg
 from assets.definitions import defs
 job = defs().resolve_job_def(sys.argv[1])
 with dg.DagsterInstance.get() as instance:
-    result = job.execute_in_process(instance=instance, tags=json.loads(sys.argv[2]), raise_on_error=False)
+    result = job.execute_in_process(instance=instance, tags=json.loads(sys.argv[2]), partition_key=sys.argv[3],
+                                    raise_on_error=False)
 print(json.dumps({"run_id": result.run_id, "success": result.success}))
 """
 
@@ -118,7 +124,8 @@ def _launch(lightfoot, request, url: str) -> subprocess.Popen:
            "LIGHTFOOT_EMBEDDER": "hashing:32", "LIGHTFOOT_EXTRACTOR": "openai", "OPENAI_BASE_URL": url,
            "LIGHTFOOT_LLM_MODEL": "test-model", "OPENAI_API_KEY": "sk-test", "LIGHTFOOT_LLM_CONCURRENCY": "1",
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen([sys.executable, "-c", RUN_ONE, request.job_name, json.dumps(dict(request.tags))],
+    return subprocess.Popen([sys.executable, "-c", RUN_ONE, request.job_name, json.dumps(dict(request.tags)),
+                             request.partition_key],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -142,8 +149,8 @@ def test_two_concurrent_batches_ask_each_passage_once_and_commit_one_at_a_time(
     first, second = twenty[:6], twenty[3:9]  # three documents in both batches
     lightfoot.drop_documents("first", first, {})
     lightfoot.drop_documents("second", second, {})
-    requests = lightfoot.tick("document_inbox").run_requests  # one run per drop
-    assert len(requests) == 2
+    requests = lightfoot.tick("document_inbox").run_requests  # one run per drop, each of its own batch
+    assert len(requests) == 2 and len({r.partition_key for r in requests}) == 2
     processes = [_launch(lightfoot, request, chat_server.base_url) for request in requests]
     runs = []
     for process in processes:
@@ -176,7 +183,7 @@ def test_two_concurrent_batches_ask_each_passage_once_and_commit_one_at_a_time(
         # is best effort, dagster.yaml says why, and the local store's writer lock serialises instead.)
         for (_, end, *which), (start, _, *following) in itertools.pairwise(writes):
             assert end <= start, f"store steps {which} and {following} overlapped"
-    waited = sorted(_run_metadata(lightfoot.instance, run["run_id"], "extraction_cache")["run_answered_by_other_runs"].value
+    waited = sorted(_run_metadata(lightfoot.instance, run["run_id"], "extraction_cache")["answered_by_other_runs"].value
                     for run in runs)
     assert waited == [0, 3], "the later run waited for the three passages the other was asking"
     # A run whose check finds the other mid-way leaves the comparison to it; one of them compares.
