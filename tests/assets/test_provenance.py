@@ -1,5 +1,6 @@
-"""Provenance in Dagster: per-document metadata that sums to the run's totals, deletions that never
-show as a materialization, and every blocking check evaluated by each job."""
+"""Provenance in Dagster: one materialization per batch whose counts are the batch's rows and the
+run's totals, deletions that never show as a materialization, and every blocking check evaluated
+by each job."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from assets.resources import ExtractorResource
 
 pytestmark = [pytest.mark.dagster]
 
-PER_DOCUMENT = ("passages", "extractions", "forms")  # their row counts are the tables'
+PER_BATCH = ("passages", "extractions", "forms")  # their row counts are the tables'
 ANSWER = {"entities": [{"name": "Oslo", "type": "location", "description": "a city"}],
           "facts": [["Oslo", "capital of", "Norway", "Oslo is the capital of Norway"]]}
 
@@ -56,98 +57,66 @@ def test_two_batches_and_a_deletion_through_dagster(lightfoot, twenty, sample_re
     assert chat_server.count == len(asked)
 
     store = lightfoot.store()
-    for result, batch in zip(runs, (first, second), strict=True):
-        ids = {d.doc_id for d in batch}
-        for asset in PER_DOCUMENT:
-            partitions = {m.partition: m.metadata for m in result.asset_materializations_for_node(asset)}
-            assert set(partitions) == ids
-            rows = sum(m["dagster/row_count"].value for m in partitions.values())
-            table = {"passages": "passages", "extractions": "extractions", "forms": "forms"}[asset]
-            assert rows == store.read(table).filter(dg_in(ids)).height
-        passages = {m.partition: m.metadata for m in result.asset_materializations_for_node("passages")}
-        assert sum(m["dagster/row_count"].value for m in passages.values()) == \
-            next(iter(passages.values()))["run_passages"].value
-        calls = {m.partition: m.metadata for m in result.asset_materializations_for_node("extraction_cache")}
-        assert set(calls) == ids
-        any_partition = next(iter(calls.values()))
-        for key in ("model_calls", "tokens_in", "tokens_out", "cost_usd"):
-            total = sum(m[key].value for m in calls.values())
-            assert total == pytest.approx(any_partition[f"run_{key}"].value, abs=1e-8), key
-        for doc_id, metadata in calls.items():
-            assert metadata["model_calls"].value == (1 if doc_id in asked else 0)
-        extractions = {m.partition: m.metadata for m in result.asset_materializations_for_node("extractions")}
-        for metadata in extractions.values():
-            assert metadata["status"].value == "extracted" and metadata["entities"].value >= 1
-    assert next(iter({m.partition: m.metadata for m in runs[1].asset_materializations_for_node("extraction_cache")}
-                     .values()))["run_cost_usd"].value == pytest.approx(len(asked) * (400 * 0.10 + 40 * 0.32) / 1e6)
+    batches = []
+    for result, docs in zip(runs, (first, second), strict=True):
+        ids = {d.doc_id for d in docs}
+        batch = lightfoot.instance.get_run_by_id(result.run_id).tags["dagster/partition"]
+        batches.append(batch)
+        for asset in PER_BATCH:
+            (made,) = result.asset_materializations_for_node(asset)  # one per batch, whatever its size
+            assert made.partition == batch, asset
+            assert made.metadata["dagster/row_count"].value == store.read(asset).filter(dg_in(ids)).height, asset
+            assert made.metadata["documents"].value == made.metadata["documents_added"].value == len(ids), asset
+            assert made.metadata["batch"].value == batch
+        tags = lightfoot.instance.get_run_by_id(result.run_id).tags
+        (calls,) = result.asset_materializations_for_node("extraction_cache")
+        assert calls.partition == batch
+        for key in ("model_calls", "tokens_in", "tokens_out"):
+            assert calls.metadata[key].value == int(tags[f"lightfoot/{key}"]), key
+        # the run's tag keeps the cost to six decimals
+        assert calls.metadata["cost_usd"].value == pytest.approx(float(tags["lightfoot/cost_usd"]), abs=1e-6)
+        assert calls.metadata["model_calls"].value == len(ids & asked)
+        assert calls.metadata["documents_asked"].value == len(ids & asked)
+        (extractions,) = result.asset_materializations_for_node("extractions")
+        assert extractions.metadata["documents_extracted"].value == len(ids)
+        assert extractions.metadata["failed"].value == 0
+    assert runs[0].asset_materializations_for_node("extraction_cache")[0].metadata["cost_usd"].value == 0
+    assert runs[1].asset_materializations_for_node("extraction_cache")[0].metadata["cost_usd"].value == \
+        pytest.approx(len(asked) * (400 * 0.10 + 40 * 0.32) / 1e6)
     graph = {e.event_specific_data.materialization.asset_key.to_user_string(): e.event_specific_data.materialization
              .metadata for e in runs[1].get_asset_materialization_events()}
-    assert graph["entities"]["documents_added"].value == sorted(d.doc_id for d in second)
+    assert graph["entities"]["documents_added"].value == len(second)  # counts, never ids or names
     assert graph["entities"]["entities_added"].value >= 1 and graph["facts"]["facts_added"].value >= 1
     assert "changes" not in graph["entities"] and "changes" not in graph["facts"], "counts, never names"
-    assert graph["facts"]["documents_removed"].value == []
+    assert graph["facts"]["documents_removed"].value == 0
 
     deleted = [first[0].doc_id, second[-1].doc_id]
     lightfoot.drop_erasure_request("gone.json", deleted, erase=True, reason="asked by the author")
     (request,) = lightfoot.tick("erasure_inbox").run_requests
-    deletion = _run(lightfoot, request, blocking, "document_deletion")
+    graph_checks = {k for k in blocking if k.name != "passages_accounted_for"}  # a deletion adds no passage
+    deletion = _run(lightfoot, request, graph_checks, "document_deletion")
     entities = next(e.event_specific_data.materialization.metadata for e in deletion.get_asset_materialization_events()
                     if e.event_specific_data.materialization.asset_key.to_user_string() == "entities")
-    assert entities["documents_removed"].value == sorted(deleted)
-    assert entities["documents_added"].value == []
-    lightfoot.tick("deleted_partitions")
-    assert not set(deleted) & set(lightfoot.partitions())
-    for asset in (*PER_DOCUMENT, "extraction_cache"):
+    assert entities["documents_removed"].value == len(deleted)
+    assert entities["documents_added"].value == 0
+    assert not [m for m in deletion.get_asset_materialization_events()
+                if m.event_specific_data.materialization.asset_key.to_user_string() in (*PER_BATCH, "extraction_cache")], \
+        "a deletion is no materialization"
+    assert sorted(lightfoot.partitions()) == sorted(batches), "each batch keeps live documents"
+    for asset in (*PER_BATCH, "extraction_cache"):
         key = dg.AssetKey(asset)
-        latest = lightfoot.instance.get_latest_materialization_event(key)
-        assert latest.dagster_event.partition not in deleted
-        assert "status" not in latest.asset_materialization.metadata or \
-            latest.asset_materialization.metadata["status"].value != "tombstoned"
         made = lightfoot.instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=1000).records
-        assert all(r.asset_materialization.metadata.get("status") is None
-                   or r.asset_materialization.metadata["status"].value != "tombstoned" for r in made)
+        assert sorted(r.partition_key for r in made) == sorted(batches)
+        assert all(r.asset_materialization.metadata.get("status") is None for r in made)
         observed = lightfoot.instance.fetch_observations(
-            dg.AssetRecordsFilter(asset_key=key, asset_partitions=deleted), limit=10).records
-        assert {r.partition_key for r in observed} == set(deleted)
-        assert {r.asset_observation.metadata["status"].value for r in observed} == {"tombstoned"}
+            dg.AssetRecordsFilter(asset_key=key, asset_partitions=batches), limit=10).records
+        assert {r.partition_key for r in observed} == set(batches)
+        assert {r.asset_observation.metadata["status"].value for r in observed} == {"partly deleted"}
+        assert {r.asset_observation.metadata["documents_deleted"].value for r in observed} == {1}
+        assert {r.asset_observation.metadata["documents_live"].value for r in observed} == {5}
 
 
 def dg_in(ids):
     import polars as pl
 
     return pl.col("doc_id").is_in(sorted(ids))
-
-
-def test_per_document_metadata_lists_the_partition_keys_once_a_run(monkeypatch):
-    """Dagster checks each document's key against the run's range by listing every partition key:
-    a run over a range lists them once, not once per document, and each partition gets its own."""
-    from assets.provenance import add_document_metadata
-
-    letters = dg.DynamicPartitionsDefinition(name="letters")
-    listings, during = [], []
-
-    @dg.asset(partitions_def=letters, backfill_policy=dg.BackfillPolicy.single_run())
-    def per_letter(context) -> None:
-        read = context.instance.get_dynamic_partitions
-        per_document = {key: {"letter": key} for key in context.partition_keys}
-        before = len(listings)
-        add_document_metadata(context, per_document)
-        during.append(len(listings) - before)
-        assert context.instance.get_dynamic_partitions == read  # the instance is left as it was
-
-    counted = dg.DagsterInstance.get_dynamic_partitions
-
-    def counting(self, partitions_def_name):
-        listings.append(partitions_def_name)
-        return counted(self, partitions_def_name)
-
-    monkeypatch.setattr(dg.DagsterInstance, "get_dynamic_partitions", counting)
-    keys = [f"k{i:03d}" for i in range(40)]
-    with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions("letters", keys)
-        result = dg.materialize([per_letter], instance=instance, tags={
-            "dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
-    assert result.success
-    assert during == [1]  # one listing for the 40 documents
-    got = {m.partition: m.metadata["letter"].value for m in result.asset_materializations_for_node("per_letter")}
-    assert got == {key: key for key in keys}
