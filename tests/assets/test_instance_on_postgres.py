@@ -75,7 +75,7 @@ def drop(folder: Path, name: str, documents, records) -> None:
 def tick(instance: dg.DagsterInstance, defs: dg.Definitions, sensor_name: str):
     """Evaluate a sensor as the daemon does, applying its partition requests to the instance."""
     with dg.build_sensor_context(instance=instance, definitions=defs, sensor_name=sensor_name,
-                                 resources=dict(defs.resources or {})) as context:
+                                 resources=dict(defs.resources or {}), instance_ref=instance.get_ref()) as context:
         data = defs.resolve_sensor_def(sensor_name).evaluate_tick(context)
     for request in data.dynamic_partitions_requests or []:
         instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
@@ -83,10 +83,12 @@ def tick(instance: dg.DagsterInstance, defs: dg.Definitions, sensor_name: str):
 
 
 def execute(env: dict, request: dg.RunRequest, job_name: str) -> None:
-    """Run a requested job in its own process (a run worker), on the instance of the environment."""
+    """Run a requested job in its own process (a run worker), on the instance of the environment,
+    on the request's partition (a batch or a deletion), as its run's tag."""
+    tags = {**request.tags, **({"dagster/partition": request.partition_key} if request.partition_key else {})}
     done = subprocess.run(
         [sys.executable, "-m", "dagster", "job", "execute", "-m", "assets.definitions", "-j",
-         request.job_name or job_name, "--tags", json.dumps(dict(request.tags))],
+         request.job_name or job_name, "--tags", json.dumps(tags)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -124,7 +126,8 @@ def test_ingestion_and_erasure_runs_on_a_postgres_instance(deployment, sample_do
         drop(root / "inbox" / "documents", "batch-1", twelve, sample_records)
         ingest = tick(instance, defs, "document_inbox")
         assert len(ingest.run_requests) == 1
-        assert sorted(instance.get_dynamic_partitions("documents")) == ids
+        batch = ingest.run_requests[0].partition_key
+        assert instance.get_dynamic_partitions("batches") == [batch], "one partition for the drop's batch"
 
     execute(env, ingest.run_requests[0], "document_ingestion")
 
@@ -135,6 +138,7 @@ def test_ingestion_and_erasure_runs_on_a_postgres_instance(deployment, sample_do
     with dg.DagsterInstance.get() as instance:
         erase = tick(instance, load_defs(), "erasure_inbox")
         assert len(erase.run_requests) == 1
+        assert instance.get_dynamic_partitions("deletions") == [erase.run_requests[0].partition_key]
     execute(env, erase.run_requests[0], "document_deletion")
 
     # A fresh connection reads back what the run processes wrote to PostgreSQL.
@@ -142,8 +146,12 @@ def test_ingestion_and_erasure_runs_on_a_postgres_instance(deployment, sample_do
         runs = instance.get_run_records()
         assert sorted(r.dagster_run.job_name for r in runs) == ["document_deletion", "document_ingestion"]
         assert {r.dagster_run.status for r in runs} == {dg.DagsterRunStatus.SUCCESS}
-        materialized = instance.get_materialized_partitions(dg.AssetKey("forms"))
-        assert materialized >= set(ids)
+        assert instance.get_materialized_partitions(dg.AssetKey("forms")) == {batch}
+        (made,) = instance.fetch_materializations(dg.AssetKey("forms"), limit=5).records
+        assert made.asset_materialization.metadata["documents"].value == len(ids)
+        observed = instance.fetch_observations(dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey("forms"), asset_partitions=[batch]), limit=5).records
+        assert observed and observed[0].asset_observation.metadata["documents_deleted"].value == len(doomed)
         facts = instance.get_latest_materialization_event(dg.AssetKey("facts"))
         assert facts is not None and facts.run_id in {r.dagster_run.run_id for r in runs}
         # The store pool's limit is the instance's (default_limit 1), kept in PostgreSQL.

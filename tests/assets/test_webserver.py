@@ -20,7 +20,8 @@ pytestmark = [pytest.mark.dagster]
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "tests" / "artifacts"
 GROUPS = {
-    "documents": ["passages", "extractions", "forms"],
+    "sources": ["source_files"],
+    "documents": ["passages", "extraction_cache", "extractions", "forms"],
     "graph": ["name_vectors", "name_links", "entities", "synonym_edges", "facts"],
     "serving": ["serving_snapshot"],
     "retention": ["tombstones", "erasures"],
