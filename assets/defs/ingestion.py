@@ -29,7 +29,7 @@ from assets.partitions import BATCHES, LEGACY_HINT, PER_BATCH, legacy_layout, re
 from assets.provenance import batch_metadata, commit_if_changed, store_metadata, table_metadata
 from assets.receipts import receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
-from lightfoot_pipeline.index.documents import upsert_documents
+from lightfoot_pipeline.index.documents import document_changes, upsert_documents
 from lightfoot_pipeline.ingest.inbox import take_documents
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.ingest.receipts import INGESTION, Receipt, Receipts
@@ -71,6 +71,12 @@ def passages(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Mate
                 metadata={"missing": dg.MetadataValue.int(len(unknown))},
             )
         with dagster_batch(context), lightfoot.transaction() as tx:
+            # A re-run of the batch stages none of the documents it already stored and that are
+            # unchanged: logging them again as ``unchanged`` would commit for nothing and change the
+            # batch's counts (its added documents would count as kept).
+            held = set(batch_doc_ids(lightfoot, batch, tx.manifest))
+            same = set(document_changes(tx, [d for d in documents if d.doc_id in held]).unchanged)
+            documents = [d for d in documents if d.doc_id not in same]
             upsert_documents(tx, documents, store.settings())
             manifest, changed = commit_if_changed(tx, "passages", {"documents": len(documents)})
         staged = len(documents)

@@ -124,6 +124,7 @@ class Harness:
         schedule = self.defs.resolve_schedule_def(schedule_name)
         with dg.build_schedule_context(
             instance=self.instance, resources=resources or self.resources, scheduled_execution_time=at,
+            repository_def=self.defs.get_repository_def(),  # a partitioned job's run request resolves through it
         ) as context:
             return list(schedule.evaluate_tick(context).run_requests or [])
 

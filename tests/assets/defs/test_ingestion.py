@@ -1,4 +1,5 @@
-"""Ingestion: the inbox sensor, the per-document assets and the hourly schedule."""
+"""Ingestion: the inbox sensor, the per-batch assets and the hourly schedule (a partition per batch,
+documents as rows)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from lightfoot_pipeline import operations
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.ingest.landing import LandedDocument, Landing, utc_now
-from lightfoot_pipeline.ingest.receipts import Receipts
+from lightfoot_pipeline.ingest.receipts import Receipt, Receipts
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
@@ -21,6 +22,16 @@ from lightfoot_pipeline.store.store import Store
 pytestmark = [pytest.mark.dagster]
 
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
+PER_BATCH = ("passages", "extraction_cache", "extractions", "forms")
+
+
+def materializations(result) -> dict[str, list[dg.AssetMaterialization]]:
+    """A run's materializations by asset."""
+    out: dict[str, list[dg.AssetMaterialization]] = {}
+    for event in result.get_asset_materialization_events():
+        m = event.event_specific_data.materialization
+        out.setdefault(m.asset_key.to_user_string(), []).append(m)
+    return out
 
 
 def test_the_inbox_sensor_lands_a_drop_and_asks_for_one_run(lightfoot, twenty, sample_records):
@@ -30,17 +41,26 @@ def test_the_inbox_sensor_lands_a_drop_and_asks_for_one_run(lightfoot, twenty, s
     ids = [d.doc_id for d in docs]
     (request,) = tick.run_requests
     assert request.job_name == "document_ingestion"
-    assert (request.tags[RANGE_START], request.tags[RANGE_END]) == (ids[0], ids[-1])
+    (receipt,) = Receipts(lightfoot.store()).pending("documents")
+    batch = f"drop-{receipt.receipt_id}"
+    assert request.partition_key == batch, "one run of the drop's batch"
+    assert RANGE_START not in request.tags and RANGE_END not in request.tags
     assert request.tags["lightfoot/trigger"] == "inbox"
-    assert lightfoot.partitions() == ids
+    assert lightfoot.partitions() == [batch], "a partition for the batch, none per document"
     assert Landing(lightfoot.store()).landed_ids() == ids
     assert Landing(lightfoot.store()).documents([ids[0]])[ids[0]].extraction == sample_records[ids[0]]
     assert not lightfoot.document_inbox.joinpath("five").exists()
-    (receipt,) = Receipts(lightfoot.store()).pending("documents")
     assert receipt.doc_ids == tuple(ids) and receipt.origin.endswith("/five")
     assert request.run_key == f"inbox-{receipt.receipt_id}-0"
     assert request.tags["lightfoot/inbox-drop"] == receipt.receipt_id and request.tags["lightfoot/attempt"] == "0"
-    assert lightfoot.run(request).success
+    result = lightfoot.run(request)
+    assert result.success
+    by_asset = materializations(result)
+    for asset in PER_BATCH:  # one materialization of the batch, its documents counted as rows
+        (m,) = by_asset[asset]
+        assert m.partition == batch and m.metadata["batch"].value == batch
+        assert m.metadata["documents"].value == len(ids)
+    assert by_asset["passages"][0].metadata["documents_added"].value == len(ids)
 
     again = lightfoot.tick("document_inbox")
     assert again.run_requests == []
@@ -56,20 +76,27 @@ def test_the_inbox_sensor_lands_a_drop_and_asks_for_one_run(lightfoot, twenty, s
     assert listed == [], "a tick with nothing to ask for lists no partition (100k of them take a second)"
 
 
-def test_new_and_changed_documents_run_as_few_ranges_as_the_partition_order_allows(
-    lightfoot, twenty, sample_records, tmp_path
-):
+def test_a_drop_of_new_and_changed_documents_is_one_run_of_its_own_batch(lightfoot, twenty, sample_records, tmp_path):
+    # (Replaces the test that new and changed documents ran as few partition ranges as the order
+    # allowed: partition ranges are gone, a drop is one batch whatever its documents.)
     first = twenty[:5]
     lightfoot.drop_documents("first", first, sample_records)
     assert lightfoot.run(lightfoot.tick("document_inbox").run_requests[0]).success
+    (first_batch,) = lightfoot.partitions()
 
     changed = dataclasses.replace(twenty[1], text=twenty[1].text + " It was renamed in 2001.")
     lightfoot.drop_documents("second", [changed, twenty[5], twenty[6]], sample_records)
     tick = lightfoot.tick("document_inbox")
-    ranges = sorted((r.tags[RANGE_START], r.tags[RANGE_END]) for r in tick.run_requests)
-    assert ranges == sorted([(twenty[1].doc_id, twenty[1].doc_id), (twenty[5].doc_id, twenty[6].doc_id)])
-    for request in tick.run_requests:
-        assert lightfoot.run(request).success
+    (request,) = tick.run_requests
+    assert request.partition_key != first_batch
+    assert lightfoot.partitions() == [first_batch, request.partition_key]
+    result = lightfoot.run(request)
+    assert result.success
+    (m,) = materializations(result)["passages"]
+    assert m.partition == request.partition_key
+    counts = {k: m.metadata[f"documents_{k}"].value for k in ("added", "replaced", "unchanged")}
+    assert counts == {"added": 2, "replaced": 1, "unchanged": 0}
+    assert m.metadata["documents"].value == 3
 
     final = [first[0], changed, *first[2:], twenty[5], twenty[6]]
     store = lightfoot.store()
@@ -95,7 +122,7 @@ def test_an_unreadable_drop_is_rejected_with_its_reason(lightfoot):
     assert Landing(lightfoot.store()).landed_ids() == []
 
 
-def per_document_and_graph(lightfoot):
+def per_batch_and_graph(lightfoot):
     from assets.defs.extraction import extraction_cache, extractions, forms
     from assets.defs.graph import graph
     from assets.defs.ingestion import passages
@@ -107,9 +134,12 @@ def test_materializing_one_partition_reports_rows_versions_fingerprint_and_cost(
     doc = twenty[0]
     store = lightfoot.store()
     Landing(store).put_documents([LandedDocument(doc, sample_records[doc.doc_id], utc_now(), "test")])
-    lightfoot.instance.add_dynamic_partitions("documents", [doc.doc_id])
+    receipt = Receipt.for_documents({"test": "one"}, [doc.doc_id], "test")
+    Receipts(store).record(receipt)
+    batch = f"drop-{receipt.receipt_id}"
+    lightfoot.instance.add_dynamic_partitions("batches", [batch])
     result = dg.materialize(
-        per_document_and_graph(lightfoot), partition_key=doc.doc_id, instance=lightfoot.instance,
+        per_batch_and_graph(lightfoot), partition_key=batch, instance=lightfoot.instance,
         resources=lightfoot.resources,
     )
     assert result.success
@@ -117,13 +147,16 @@ def test_materializing_one_partition_reports_rows_versions_fingerprint_and_cost(
     by_asset = {m.asset_key.to_user_string(): m.metadata for m in events}
     digest = fingerprint(store).digest
     assert by_asset["passages"]["dagster/row_count"].value == 1
+    assert by_asset["passages"]["batch"].value == batch and by_asset["passages"]["documents"].value == 1
     first_commit = json.loads(store.history().row(0, named=True)["versions"])
     assert by_asset["passages"]["table_versions"].value == {t: first_commit[t] for t in ("passages", "documents")}
     assert by_asset["passages"]["store_commit"].value == 1
-    assert by_asset["extractions"]["run_extracted"].value == 1 and by_asset["extractions"]["status"].value == "extracted"
-    assert by_asset["extractions"]["run_model_calls"].value == 0  # replayed: no call, here or in extraction_cache
+    assert by_asset["extractions"]["extracted"].value == 1 and by_asset["extractions"]["documents_extracted"].value == 1
+    assert by_asset["extractions"]["replayed"].value == 1 and by_asset["extractions"]["failed"].value == 0
+    # replayed: no call, in extraction_cache (the only step that asks the model)
+    assert by_asset["extraction_cache"]["asked"].value == 0 and by_asset["extraction_cache"]["documents_asked"].value == 0
     assert by_asset["extraction_cache"]["model_calls"].value == 0 and by_asset["extraction_cache"]["cost_usd"].value == 0.0
-    assert by_asset["forms"]["run_forms"].value == by_asset["forms"]["dagster/row_count"].value \
+    assert by_asset["forms"]["forms_derived"].value == by_asset["forms"]["dagster/row_count"].value \
         == store.read("forms").height > 0
     assert by_asset["facts"]["store_fingerprint"].value == digest
     assert by_asset["entities"]["rows"].value["entities"] == store.read("entities").height
@@ -132,22 +165,43 @@ def test_materializing_one_partition_reports_rows_versions_fingerprint_and_cost(
     assert history.get_column("operation").to_list() == ["passages", "extractions", "forms", "graph"]
 
     again = dg.materialize(
-        per_document_and_graph(lightfoot), partition_key=doc.doc_id, instance=lightfoot.instance,
+        per_batch_and_graph(lightfoot), partition_key=batch, instance=lightfoot.instance,
         resources=lightfoot.resources,
     )
     assert again.success
     assert store.history().height == 4, "a re-run on unchanged input commits nothing"
+    (rerun,) = [e.event_specific_data.materialization for e in again.get_asset_materialization_events()
+                if e.event_specific_data.materialization.asset_key.to_user_string() == "passages"]
+    assert (rerun.metadata["documents_added"].value, rerun.metadata["documents_unchanged"].value) == (1, 0), \
+        "a re-run leaves the batch's counts as they were"
 
 
-def test_a_partition_without_a_landed_copy_fails_saying_so(lightfoot):
-    lightfoot.instance.add_dynamic_partitions("documents", ["ghost"])
+def test_a_batch_whose_document_has_no_landed_copy_fails_saying_so(lightfoot):
+    receipt = Receipt.for_documents({"test": "ghost"}, ["ghost"], "test")  # its document was never landed
+    Receipts(lightfoot.store()).record(receipt)
+    batch = f"drop-{receipt.receipt_id}"
+    lightfoot.instance.add_dynamic_partitions("batches", [batch])
     result = dg.materialize(
-        per_document_and_graph(lightfoot)[:1], partition_key="ghost", instance=lightfoot.instance,
+        per_batch_and_graph(lightfoot)[:1], partition_key=batch, instance=lightfoot.instance,
         resources=lightfoot.resources, raise_on_error=False,
     )
     assert not result.success
     (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-    assert "no landed copy and no stored document (e.g. ghost)" in failure.event_specific_data.error.message
+    assert f"1 documents of batch {batch} have no landed copy and are not stored (e.g. ghost)" \
+        in failure.event_specific_data.error.message
+
+
+def test_a_batch_whose_receipt_is_not_held_fails_saying_so(lightfoot):
+    batch = "drop-0123456789abcdef"
+    lightfoot.instance.add_dynamic_partitions("batches", [batch])
+    result = dg.materialize(
+        per_batch_and_graph(lightfoot)[:1], partition_key=batch, instance=lightfoot.instance,
+        resources=lightfoot.resources, raise_on_error=False,
+    )
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert f"batch {batch} names receipt 0123456789abcdef, which the landing area does not hold" \
+        in failure.event_specific_data.error.message
 
 
 def test_a_passage_with_no_recording_fails_with_its_reason_and_is_still_accounted_for(lightfoot, twenty, sample_records):
@@ -171,10 +225,13 @@ def test_the_hourly_schedule_ingests_landed_documents_the_store_lacks(lightfoot_
         [LandedDocument(d, sample_records[d.doc_id], utc_now(), "test") for d in docs]
     )
     (request,) = lightfoot.schedule_tick("hourly_ingestion", dt.datetime(2026, 6, 15, 10, 15, tzinfo=dt.UTC))
-    assert (request.tags[RANGE_START], request.tags[RANGE_END]) == (docs[0].doc_id, docs[-1].doc_id)
-    assert request.run_key == "hourly-20260615T1015"
-    assert lightfoot.partitions() == [d.doc_id for d in docs]
+    (receipt,) = Receipts(lightfoot.store()).pending("documents")  # the pick-up gets a receipt and a batch
+    assert receipt.doc_ids == tuple(sorted(d.doc_id for d in docs)) and receipt.origin == "hourly schedule 20260615T1015"
+    assert request.partition_key == f"drop-{receipt.receipt_id}" and RANGE_START not in request.tags
+    assert request.run_key == f"inbox-{receipt.receipt_id}-0" and request.tags["lightfoot/trigger"] == "schedule"
+    assert lightfoot.partitions() == [request.partition_key]
     assert lightfoot.run(request, "document_ingestion").success
+    assert lightfoot.stored_ids() == sorted(d.doc_id for d in docs)
     assert lightfoot.schedule_tick("hourly_ingestion", dt.datetime(2026, 6, 15, 11, 15, tzinfo=dt.UTC)) == []
 
 
@@ -200,6 +257,7 @@ def test_a_failed_ingestion_run_is_asked_again_until_one_succeeds(lightfoot, twe
     docs = twenty[:3]
     lightfoot.drop_documents("drop", docs, sample_records)
     first = lightfoot.tick("document_inbox")
+    (batch,) = lightfoot.partitions()
 
     def store_unavailable(*args, **kwargs):
         raise OSError("the store is unreachable")
@@ -213,25 +271,30 @@ def test_a_failed_ingestion_run_is_asked_again_until_one_succeeds(lightfoot, twe
     (request,) = retry.run_requests
     (receipt,) = Receipts(lightfoot.store()).pending("documents")
     assert request.run_key == f"inbox-{receipt.receipt_id}-1" and request.tags["lightfoot/attempt"] == "1"
-    assert (request.tags[RANGE_START], request.tags[RANGE_END]) == (docs[0].doc_id, docs[-1].doc_id)
+    assert request.partition_key == first.run_requests[0].partition_key == batch == f"drop-{receipt.receipt_id}"
+    assert lightfoot.partitions() == [batch], "the retry is a run of the same batch"
     assert all(r.success for r in lightfoot.launch(retry))
     assert lightfoot.stored_ids() == sorted(d.doc_id for d in docs)
     assert lightfoot.tick("document_inbox").run_requests == []
 
 
-def test_a_wiped_instance_gets_the_partitions_and_runs_of_pending_drops_back(lightfoot, twenty, sample_records):
+def test_a_wiped_instance_gets_the_partitions_and_runs_of_pending_drops_back(lightfoot, twenty, sample_records, tmp_path):
     lightfoot.drop_documents("done", twenty[:2], sample_records)
     assert all(r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
     lightfoot.tick("document_inbox")
     lightfoot.drop_documents("pending", twenty[2:4], sample_records)
     lightfoot.tick("document_inbox")
+    (pending,) = Receipts(lightfoot.store()).pending("documents")
 
-    old, lightfoot.instance = lightfoot.instance, dg.DagsterInstance.ephemeral()
+    wiped = tmp_path / "wiped_dagster_home"  # on disk: a sensor resolves its runs' partition through the ref
+    wiped.mkdir()
+    old, lightfoot.instance = lightfoot.instance, dg.DagsterInstance.from_config(str(wiped))
     try:
         tick = lightfoot.tick("document_inbox")
         (request,) = tick.run_requests
-        assert (request.tags[RANGE_START], request.tags[RANGE_END]) == (twenty[2].doc_id, twenty[3].doc_id)
-        assert lightfoot.partitions() == [twenty[2].doc_id, twenty[3].doc_id]
+        assert request.partition_key == f"drop-{pending.receipt_id}"
+        assert pending.doc_ids == tuple(sorted([twenty[2].doc_id, twenty[3].doc_id]))
+        assert lightfoot.partitions() == [request.partition_key]
         assert all(r.success for r in lightfoot.launch(tick))
         assert lightfoot.stored_ids() == sorted(d.doc_id for d in twenty[:4])
     finally:
@@ -281,8 +344,32 @@ def test_the_hourly_schedule_asks_for_the_runs_of_pending_drops(lightfoot_on_dis
     (receipt,) = Receipts(lightfoot.store()).pending("documents")
     assert request.tags["lightfoot/inbox-drop"] == receipt.receipt_id
     assert request.tags["lightfoot/trigger"] == "schedule"
-    assert lightfoot.partitions() == [d.doc_id for d in docs]
+    assert request.partition_key == f"drop-{receipt.receipt_id}"
+    assert lightfoot.partitions() == [request.partition_key]
     assert lightfoot.run(request, "document_ingestion").success
     assert at(11) == []
     assert Receipts(lightfoot.store()).receipt("documents", receipt.receipt_id).is_done
     assert lightfoot.tick("document_inbox").run_requests == []
+
+
+def test_a_drop_of_many_documents_writes_as_many_materializations_as_a_drop_of_one(lightfoot, twenty, sample_records):
+    """A run's events follow the assets, not the documents: one materialization per asset per run."""
+
+    def materialization_events(name: str, documents) -> dict[str, int]:
+        lightfoot.drop_documents(name, documents, sample_records)
+        (request,) = lightfoot.tick("document_inbox").run_requests
+        result = lightfoot.run(request)
+        assert result.success
+        records = lightfoot.instance.get_records_for_run(
+            result.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=100_000).records
+        by_asset: dict[str, int] = {}
+        for record in records:
+            key = record.event_log_entry.dagster_event.asset_key.to_user_string()
+            by_asset[key] = by_asset.get(key, 0) + 1
+        return by_asset
+
+    one = materialization_events("one", twenty[:1])
+    many = materialization_events("many", twenty[1:11])
+    assert sum(many.values()) == sum(one.values()) > 0
+    assert many == one
+    assert all(one[asset] == 1 for asset in PER_BATCH), one
