@@ -31,7 +31,7 @@ PARTITION_TAG = "dagster/partition"
 # batch, in the documents group, writing through the store pool.
 PER_BATCH = {"partitions_def": BATCHES, "group_name": DOCUMENTS_GROUP, "pool": STORE_POOL}
 
-DROP, SYNC, LANDED = "drop", "sync", "landed"  # kinds of ingestion batch
+DROP, SYNC = "drop", "sync"  # kinds of ingestion batch (the hourly pick-up of landed documents is a drop)
 ERASE, RETENTION = "erase", "retention"  # kinds of deletion run
 
 
@@ -44,7 +44,7 @@ def receipt_batch(receipt: Receipt, kind: str | None = None) -> str:
 def receipt_of(batch_id: str) -> tuple[str, str] | None:
     """The receipt kind and id a batch key names, or None for a batch with no receipt (a sync)."""
     kind, _, rest = batch_id.partition("-")
-    if kind in (DROP, LANDED):
+    if kind == DROP:
         return INGESTION, rest
     if kind in (ERASE, RETENTION):
         return ERASURE, rest

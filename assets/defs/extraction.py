@@ -84,7 +84,7 @@ def extraction_cache(
     metadata: dict[str, dg.RawMetadataValue] = {
         "batch": dg.MetadataValue.text(batch),
         "documents": dg.MetadataValue.int(len(keys)),
-        "documents_asked": dg.MetadataValue.int(len({p.doc_id for p in asked})),
+        "documents_asked": dg.MetadataValue.int(len({o.doc_id for o in calls if o.model_calls})),
         "dagster/row_count": dg.MetadataValue.int(len(needed)),
         "passages": dg.MetadataValue.int(len(needed)),
         "passage_texts": dg.MetadataValue.int(report.texts),
