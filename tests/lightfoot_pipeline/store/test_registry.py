@@ -28,7 +28,7 @@ EXPECTED = {
     "aliases", "entities", "mentions", "synonym_edges", "facts",
     # operational tables
     "name_links_reverse", "name_sketches", "document_keys", "tombstones", "graph_queue",
-    "extraction_cache", "extraction_claims", "llm_ledger", "source_files",
+    "extraction_cache", "extraction_claims", "llm_ledger", "source_files", "batch_documents",
 }
 
 # Imports the modules named in argv in turn, in this order, and prints the table names that
