@@ -55,11 +55,14 @@ def runs_in_flight(instance: dg.DagsterInstance) -> list[str]:
     return [r.dagster_run.run_id for r in records if r.dagster_run.job_name in jobs]
 
 
+def unbatched(store: Store) -> list[str]:
+    """The live documents no batch holds, sorted."""
+    return sorted(live_doc_ids(store) - set(batch_log(store).get_column("doc_id").to_list()))
+
+
 def adopt_unbatched(store: Store) -> tuple[str | None, int]:
     """Log the live documents no batch holds under one migrated batch; returns it and their count."""
-    live = live_doc_ids(store)
-    held = set(batch_log(store).get_column("doc_id").to_list())
-    orphans = sorted(live - held)
+    orphans = unbatched(store)
     if not orphans:
         return None, 0
     digest = hashlib.sha256("\n".join(orphans).encode("utf-8")).hexdigest()[:32]
@@ -89,9 +92,7 @@ def migrate(instance: dg.DagsterInstance, store: Store, dry_run: bool = False) -
         raise MigrationRefused(f"runs {', '.join(busy)} are queued or running: let them finish (or cancel them) "
                                "and stop the daemon, then migrate")
     if dry_run:
-        live = live_doc_ids(store)
-        held = set(batch_log(store).get_column("doc_id").to_list())
-        report["documents"] = len(live - held)
+        report["documents"] = len(unbatched(store))
         report["outcome"] = "dry run: nothing changed"
         return report
     batch_id, adopted = adopt_unbatched(store)
