@@ -7,16 +7,9 @@ and the query service on its store, both on loopback. Screenshots are kept under
 
 from __future__ import annotations
 
-import contextlib
 import html
-import os
 import re
-import shutil
-import signal
-import socket
 import subprocess
-import sys
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -29,27 +22,16 @@ from lightfoot_pipeline.provenance import explain_entity
 from lightfoot_pipeline.service.app import HttpLimits
 from lightfoot_pipeline.service.queries import QueryService
 from lightfoot_pipeline.service.server import QueryServer
+from tests.assets.webserver import REPO, chromium, dagster_webserver, free_port
 
 pytestmark = [pytest.mark.dagster]
 
-REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "tests" / "artifacts"
-
-
-def _chromium() -> str | None:
-    return next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-                 if shutil.which(n)), None)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _render(url: str, screenshot: Path, profile: Path, height: int = 1000) -> str:
     """The page's DOM after its scripts ran (and a screenshot of it)."""
-    command = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    command = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                "--hide-scrollbars", f"--user-data-dir={profile}", f"--window-size=1600,{height}",
                "--virtual-time-budget=30000", f"--screenshot={screenshot}", "--dump-dom", url]
     done = subprocess.run(command, capture_output=True, text=True, timeout=240)
@@ -57,46 +39,13 @@ def _render(url: str, screenshot: Path, profile: Path, height: int = 1000) -> st
     return done.stdout
 
 
-@contextlib.contextmanager
-def _webserver(home: Path, port: int, store: str, log_path: Path):
-    """``dagster_webserver`` on loopback on the instance under ``home``, loading the workspace."""
-    env = {**os.environ, "DAGSTER_HOME": str(home), "LIGHTFOOT_STORE": store,
-           "LIGHTFOOT_EMBEDDER": "hashing:32", "LIGHTFOOT_EXTRACTOR": "replay"}
-    with log_path.open("w") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "dagster_webserver", "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 240
-            while True:
-                try:
-                    with urllib.request.urlopen(f"{base}/server_info", timeout=5) as response:
-                        if response.status == 200:
-                            break
-                except OSError:
-                    pass
-                assert server.poll() is None, log_path.read_text()[-3000:]
-                assert time.monotonic() < deadline, "the webserver did not answer within 240 s"
-                time.sleep(1)
-            yield base
-        finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(_chromium() is None, reason="no Chromium on this machine (scripts/setup.sh installs it)")
+@pytest.mark.skipif(chromium() is None, reason="no Chromium on this machine (scripts/setup.sh installs it)")
 def test_an_entitys_sources_and_runs_are_two_clicks_from_a_batch_materialization(
     lightfoot_on_disk, sample_documents, sample_records, tmp_path, monkeypatch
 ):
     harness = lightfoot_on_disk
-    page_port, dagster_port = _free_port(), _free_port()  # chosen up front: the links are made at ingestion
+    page_port, dagster_port = free_port(), free_port()  # chosen up front: the links are made at ingestion
     page, dagster = f"http://127.0.0.1:{page_port}", f"http://127.0.0.1:{dagster_port}"
     monkeypatch.setenv("LIGHTFOOT_PAGE_URL", page)
     monkeypatch.setenv("LIGHTFOOT_DAGSTER_URL", dagster)
@@ -119,7 +68,7 @@ def test_an_entitys_sources_and_runs_are_two_clicks_from_a_batch_materialization
         home = harness.root / "dagster_home"
         (home / ".nux").mkdir(exist_ok=True)
         (home / ".nux" / "nux.yaml").write_text("seen: 1\n")  # no "join the community" dialog over the page
-        with _webserver(home, dagster_port, harness.store_uri, tmp_path / "webserver.log") as base:
+        with dagster_webserver(home, dagster_port, harness.store_uri, tmp_path / "webserver.log", 240) as base:
             assert base == dagster
             # The batch's partition of `passages` in the Dagster UI: its materialization links to the page.
             partition = _render(f"{dagster}/assets/passages?view=partitions&partition={urllib.parse.quote(batch)}",

@@ -3,21 +3,16 @@ every asset by name. Screenshots are kept under tests/artifacts/ (not committed)
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.assets.webserver import REPO, chromium, dagster_webserver, free_port
+
 pytestmark = [pytest.mark.dagster]
 
-REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "tests" / "artifacts"
 GROUPS = {
     "sources": ["source_files"],
@@ -26,20 +21,6 @@ GROUPS = {
     "serving": ["serving_snapshot"],
     "retention": ["tombstones", "erasures"],
 }
-
-
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _render(browser: str, url: str, screenshot: Path) -> str:
@@ -58,41 +39,13 @@ def webserver(tmp_path):
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
-    port = _free_port()
-    env = {**os.environ, "DAGSTER_HOME": str(home), "LIGHTFOOT_STORE": str(tmp_path / "store"),
-           "LIGHTFOOT_EMBEDDER": "hashing:32", "LIGHTFOOT_EXTRACTOR": "replay"}
-    log = (tmp_path / "webserver.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "dagster_webserver", "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/server_info", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None, (tmp_path / "webserver.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the webserver did not answer within 180 s"
-            time.sleep(1)
+    with dagster_webserver(home, free_port(), str(tmp_path / "store"), tmp_path / "webserver.log", 180) as base:
         yield base
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-        log.close()
 
 
 @pytest.mark.slow
 def test_the_asset_graph_shows_every_asset(webserver):
-    browser = _chromium()
+    browser = chromium()
     if browser is None:
         pytest.skip("no Chromium on this machine (scripts/setup.sh installs it with apt-get)")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
