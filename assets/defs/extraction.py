@@ -66,7 +66,8 @@ def extraction_cache(
     lightfoot = store.open()
     keys = batch_doc_ids(lightfoot, batch)
     needed = _unextracted(lightfoot, keys)
-    recorded = _recorded(lightfoot, needed)
+    # Only the automatic mode asks by whether a document came with a recording.
+    recorded = _recorded(lightfoot, needed) if extractor.mode == "auto" else {}
     asked = [p for p in needed if extractor.asks_model(p.doc_id, recorded)]
     report, unusable = AnswerReport(), ""
     if asked:

@@ -9,6 +9,7 @@ deletion needs no embedder (the model is loaded only when new names need vectors
 
 import hashlib
 import json
+from collections.abc import Callable
 
 import dagster as dg
 import polars as pl
@@ -37,7 +38,8 @@ from assets.provenance import (
 )
 from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.index.reconcile import EmbedderRequired, GraphChange, reconcile_graph
+from lightfoot_pipeline.index.reconcile import GraphChange, reconcile_graph
+from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.progress import name_progress
 from lightfoot_pipeline.provenance.documents import table_differences
 from lightfoot_pipeline.settings import ENTITY_THRESHOLD, LSH_BANDS, LSH_ROWS, SYNONYM_THRESHOLD
@@ -48,7 +50,7 @@ from lightfoot_pipeline.store.tables import FACT_SOURCES as FACT_SOURCES_TABLE
 from lightfoot_pipeline.store.tables import FACTS as FACTS_TABLE
 from lightfoot_pipeline.store.tables import NAME_LINKS as NAME_LINKS_TABLE
 from lightfoot_pipeline.store.tables import SYNONYM_EDGES as SYNONYM_EDGES_TABLE
-from lightfoot_pipeline.store.vectors import cache_table_name, name_vector_cache, vector_cache_uri
+from lightfoot_pipeline.store.vectors import VectorCache, cache_table_name, name_vector_cache, vector_cache_uri
 
 _EAGER = dg.AutomationCondition.eager()
 
@@ -112,15 +114,14 @@ def graph(context: dg.AssetExecutionContext, store: StoreResource, embedder: Emb
     """
     lightfoot = store.open()
     settings = store.settings()
-    model = None
+
+    def model() -> Embedder:  # loaded only once new names need vectors
+        loaded = embedder.get()
+        context.log.info(f"new names need vectors: embedding with {loaded.model_id}")
+        return loaded
+
     with dagster_batch(context):
-        try:
-            change, manifest, changed, diff = _reconcile(lightfoot, settings, None)
-        except EmbedderRequired:
-            model = embedder.get()
-            context.log.info(f"new names need vectors: embedding with {model.model_id}")
-            progress = name_progress(context.log.info)
-            change, manifest, changed, diff = _reconcile(lightfoot, settings, model, progress)
+        change, manifest, changed, diff = _reconcile(lightfoot, settings, model, name_progress(context.log.info))
     context.log.info(
         f"names +{change.names_added} -{change.names_removed} ~{change.names_changed}; "
         f"{change.entities_recomputed} entities recomputed; documents +{diff['documents_added']} "
@@ -153,10 +154,15 @@ def graph(context: dg.AssetExecutionContext, store: StoreResource, embedder: Emb
         yield dg.MaterializeResult(asset_key=key, metadata=metadata, data_version=dg.DataVersion(version.hexdigest()[:16]))
 
 
-def _reconcile(lightfoot, settings, model, progress=None) -> tuple[GraphChange, object, bool, dict]:
+def _reconcile(lightfoot, settings, model: Callable[[], Embedder], progress) -> tuple[GraphChange, object, bool, dict]:
     with lightfoot.transaction() as tx:
-        operations.check_config(tx, settings, model)
-        vectors = name_vector_cache(lightfoot, model, progress) if model is not None else None
+        operations.check_config(tx, settings, None)
+
+        def vectors() -> VectorCache:
+            loaded = model()
+            operations.check_config(tx, settings, loaded)
+            return name_vector_cache(lightfoot, loaded, progress)
+
         change = reconcile_graph(tx, settings, vectors)
         # What changed is read from the buckets the transaction changed, never from whole tables:
         # an entity's mentions and a fact's sources share its bucket, so those buckets hold all of them.

@@ -12,7 +12,7 @@ from assets.code_versions import code_version
 from assets.keys import GRAPH_ASSETS, OWNERS, SERVING_GROUP, STORE_LOG
 from assets.provenance import STORE_POOL
 from assets.resources import EmbedderResource, StoreResource
-from lightfoot_pipeline.progress import StepProgress
+from lightfoot_pipeline.progress import LOG_EVERY, StepProgress
 from lightfoot_pipeline.snapshot.export import DEFAULT_KEEP, export_snapshot
 
 
@@ -30,7 +30,7 @@ def serving_snapshot(
 ) -> dg.MaterializeResult:
     """The store's committed state exported for retrieval, published atomically; the newest
     snapshots are kept and older ones pruned. An unchanged store keeps its current snapshot.
-    Long steps (embedding, indexing, writing) log their progress.
+    Stages longer than a few seconds (embedding, indexing, writing) log their progress.
 
     ``store_commit`` is the newest commit the snapshot is known to equal: the one its export read,
     which a kept snapshot equals too (the store-log observation compares it with the store's);
@@ -40,7 +40,7 @@ def serving_snapshot(
     read = lightfoot.manifest().seq  # the export reads this commit or a later one
     with dagster_batch(context):  # registering a vector model is a commit of Dagster's own
         info = export_snapshot(lightfoot, model, keep=DEFAULT_KEEP,
-                               progress=StepProgress("snapshot export", context.log.info))
+                               progress=StepProgress("snapshot export", context.log.info, delay=LOG_EVERY))
     reflected = max(read, info.store_seq)
     context.log.info(f"serving snapshot {info.snapshot_id} (exported at store commit {info.store_seq}; "
                      f"the store's state at commit {reflected})")

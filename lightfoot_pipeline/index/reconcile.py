@@ -173,8 +173,8 @@ def _entities_of(tx: Transaction, names: pl.DataFrame, region_aliases: pl.DataFr
 
 
 def reconcile_graph(
-    tx: Transaction, settings: IndexSettings, name_vectors: VectorCache | None, *, full: bool = False,
-    timings: dict[str, float] | None = None, linker: Linker | None = None,
+    tx: Transaction, settings: IndexSettings, name_vectors: VectorCache | Callable[[], VectorCache] | None, *,
+    full: bool = False, timings: dict[str, float] | None = None, linker: Linker | None = None,
 ) -> GraphChange:
     """Update the global tables for the names and facts queued by the document stage.
 
@@ -184,7 +184,11 @@ def reconcile_graph(
     whatever caused it). ``timings`` gets the seconds spent linking added names (``links``).
     ``linker`` links the added names and stages their keys in place of
     :func:`name_sketches.link_added_names` (links computed elsewhere: link_pieces.PrecomputedLinks).
+    ``name_vectors`` may be a function that returns the cache: it is called only once added names
+    need vectors, so a change without one never loads the embedder (the Dagster graph step).
     """
+    if full and callable(name_vectors):
+        name_vectors = name_vectors()
     change = GraphChange()
     n = tx.n_buckets
     queue = tx.table(GRAPH_QUEUE.name)
@@ -222,13 +226,15 @@ def reconcile_graph(
         change.links_removed = gone.height
         _drop_links(tx, gone)
         drop_keys(tx, removed)
-    if full and name_vectors is not None:
+    if full and isinstance(name_vectors, VectorCache):
         store_keys(tx, tx.table(ALIASES.name).select(NAME_KEY).join(removed, on=NAME_KEY, how="anti"),
                    name_vectors, LinkRule.of(settings))
     new_links = pl.DataFrame(schema=LINK_SCHEMA)
     if added.height:
         if name_vectors is None:
             raise EmbedderRequired(f"{added.height} new names need vectors, and no embedder was given")
+        if callable(name_vectors):
+            name_vectors = name_vectors()
         linking = time.perf_counter()
         new_links = (linker or link_added_names)(tx, added, removed, name_vectors, settings)
         if timings is not None:  # linking the added names: vectors, band keys, candidates, cosines

@@ -84,13 +84,17 @@ def test_the_image_copies_only_what_exists_and_the_context_lets_through():
 
 
 def test_the_postgres_instance_config_is_the_local_one_with_credentials_from_the_environment():
-    """dagster.postgres.yaml differs from dagster.yaml in its storage only, and names no secret.
+    """dagster.postgres.yaml differs from dagster.yaml in its storage only (dagster-postgres's, with
+    a connection pool: assets/pooled_postgres.py), and names no secret.
     Dagster loads and migrates it against a real server in tests/assets/test_instance_on_postgres.py."""
     local, postgres = load(ROOT / "dagster.yaml"), load(ROOT / "dagster.postgres.yaml")
     storage = postgres.pop("storage")
     assert postgres == local
-    assert list(storage) == ["postgres"] and list(storage["postgres"]) == ["postgres_db"]
-    database = storage["postgres"]["postgres_db"]
+    assert list(storage) == ["custom"]
+    custom = storage["custom"]
+    assert (custom["module"], custom["class"]) == ("assets.pooled_postgres", "PooledPostgresStorage")
+    assert set(custom["config"]) == {"postgres_db", "pool_size", "max_overflow"}
+    database = custom["config"]["postgres_db"]
     credentials = {"hostname": "DAGSTER_PG_HOST", "port": "DAGSTER_PG_PORT", "db_name": "DAGSTER_PG_DB",
                    "username": "DAGSTER_PG_USERNAME", "password": "DAGSTER_PG_PASSWORD"}
     assert {key: database[key] for key in credentials} == {k: {"env": v} for k, v in credentials.items()}, \
