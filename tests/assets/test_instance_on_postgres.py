@@ -101,7 +101,7 @@ def test_dagster_loads_and_migrates_the_shipped_postgres_instance_file(deploymen
         done = subprocess.run([sys.executable, "-m", "dagster", "instance", command],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "run_storage: PostgresRunStorage" in done.stdout
+    assert "run_storage: PooledRunStorage" in done.stdout  # assets/pooled_postgres.py
     with dg.DagsterInstance.get() as instance:
         assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
 
