@@ -25,7 +25,7 @@ up to date since stays fresh. With no such commit the data version is Dagster's 
 which is what a source never reported has: what was materialized before the first report stays
 fresh.
 
-The ``store_log_observer`` sensor looks every 30 s, without a run, and skips at once while the
+The ``store_log_sensor`` looks every 30 s, without a run, and skips at once while the
 log's Delta version is its cursor's and no pending run has ended. It reports the first time and
 whenever the data version moves, that is after each external or unaccounted commit, as a runless
 materialization of ``store_log`` (``SensorResult(asset_events=[AssetMaterialization])``).
@@ -204,20 +204,19 @@ store_log = dg.AssetSpec(
         columns=[dg.TableColumn(f.name, str(f.type)) for f in LOG_SCHEMA])},
     description="The store's log, one row per commit: what the graph and the serving snapshot are computed from. "
     "Its data version moves with each commit Dagster did not make (the command line's, a library call's) and "
-    "with each Dagster commit no serving snapshot reflects once its run ended; the store_log_observer sensor "
+    "with each Dagster commit no serving snapshot reflects once its run ended; the store_log_sensor "
     f"looks every {OBSERVE_SECONDS} s and reports it when it moves.",
 )
 
 
 @dg.sensor(
-    name="store_log_observer",
     minimum_interval_seconds=OBSERVE_SECONDS,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description=f"Observes the store log every {OBSERVE_SECONDS} s without a run: a commit made outside Dagster "
     "(the command line), or one no serving snapshot reflects, makes the graph and the snapshot stale, and "
     "automation brings them up to date. Skips while the log's version is its cursor's.",
 )
-def store_log_observer(context: dg.SensorEvaluationContext, store: StoreResource) -> dg.SensorResult:
+def store_log_sensor(context: dg.SensorEvaluationContext, store: StoreResource) -> dg.SensorResult:
     lightfoot = store.open()
     cursor = json.loads(context.cursor) if context.cursor else {}
     version = lightfoot.log_version()  # read first: a commit after it is seen by the next tick
