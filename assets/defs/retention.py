@@ -293,8 +293,14 @@ def retention_schedule(
 def outside_deletions_sensor(context: dg.SensorEvaluationContext, store: StoreResource) -> dg.SensorResult:
     """Deletions committed outside a Dagster run (``lightfoot delete``, ``lightfoot sync``): each
     becomes a tombstone within the batches that held the documents, as a deletion run's does, and
-    a batch left with no live document is removed. The cursor is the last store commit looked at;
-    a deletion made by a Dagster run was recorded by that run's step."""
+    a batch left with no live document is removed. A deletion made by a Dagster run was recorded
+    by that run's step.
+
+    The cursor is the last store commit looked at, and only spares reading older ones again: what
+    is recorded is read from the instance. Without a cursor (a new or renamed sensor, a reset one)
+    every deletion of the store's batch log is looked at, and a batch whose latest tombstone
+    observation already counts its deleted documents is left as it is, so no deletion is recorded
+    twice. The landed copies older than a deletion go in either case."""
     lightfoot = store.open()
     seq = lightfoot.manifest().seq
     since = int(context.cursor) if (context.cursor or "").isdigit() else 0
@@ -307,11 +313,11 @@ def outside_deletions_sensor(context: dg.SensorEvaluationContext, store: StoreRe
     deleted = sorted(set(outside.get_column("doc_id").to_list()))
     if deleted:
         _forget_stale_copies(lightfoot, outside)
-    events = deletion_events(lightfoot, context.instance, deleted, seq) if deleted else None
+    events = deletion_events(lightfoot, context.instance, deleted, seq, unrecorded_only=True) if deleted else None
     if events is None or not events.observations:
         return dg.SensorResult(skip_reason=dg.SkipReason(
-            f"store commits {since + 1}-{seq}: no deletion outside Dagster in a batch this instance holds"),
-            cursor=str(seq))
+            f"store commits {since + 1}-{seq}: no deletion outside Dagster left to record in a batch this instance "
+            "holds"), cursor=str(seq))
     context.log.info(f"{len(deleted)} documents deleted outside Dagster: {len(events.emptied)} batches tombstoned "
                      f"as a whole, {len(events.touched)} keep live documents")
     return dg.SensorResult(

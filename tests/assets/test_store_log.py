@@ -152,6 +152,26 @@ def test_a_command_line_write_makes_the_graph_and_snapshot_stale_until_automatio
     assert automation.tick() == []
 
 
+def test_the_sensor_without_a_cursor_goes_on_from_the_latest_report(observed, sample_documents, sample_records):
+    """A new or renamed sensor, or a reset cursor: the instance's latest report is where it goes on
+    from, so a look that moved nothing reports nothing and automation asks for no run."""
+    harness, automation = observed
+    harness.cursors["store_log_sensor"] = None
+    tick = harness.tick("store_log_sensor")
+    assert tick.asset_events == [] and "accounted for" in tick.skip_message
+    assert set(statuses(harness).values()) == {StaleStatus.FRESH}
+    assert automation.tick() == []
+
+    store = harness.store()
+    ingested = operations.ingest(store, sample_documents[4:6], ReplayExtractor(sample_records),
+                                 HashingEmbedder(dim=32))
+    harness.cursors["store_log_sensor"] = None
+    [report] = harness.tick("store_log_sensor").asset_events
+    metadata = {k: v.value for k, v in report.metadata.items()}
+    assert metadata["external_commits"] == 1 and metadata["version_commit"] == ingested.seq
+    assert set(statuses(harness).values()) == {StaleStatus.STALE}
+
+
 def test_dagster_commits_the_snapshot_reflects_leave_everything_fresh(observed, sample_documents, sample_records):
     harness, automation = observed
     store = harness.store()

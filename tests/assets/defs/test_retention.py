@@ -408,6 +408,36 @@ def test_a_deletion_on_the_command_line_is_recorded_in_its_batches(lightfoot, tw
     assert again.dynamic_partitions_requests == [] and not again.asset_events
 
 
+def test_the_outside_deletions_sensor_without_a_cursor_records_no_deletion_twice(lightfoot, twenty, sample_records):
+    """A new or renamed sensor, or a reset cursor, looks at the whole batch log again: the
+    instance's tombstone observations say which deletions are recorded, and only the others are."""
+    from lightfoot_pipeline.cli import main as command_line
+
+    docs = twenty[:3]
+    batch = ingest_batch(lightfoot, docs, sample_records)
+    assert command_line(["delete", docs[0].doc_id, "--store", lightfoot.store_uri]) == 0
+    assert {e.partition for e in lightfoot.tick("outside_deletions_sensor").asset_events} == {batch}
+
+    lightfoot.cursors["outside_deletions_sensor"] = None  # as the sensor starts under a new name
+    fresh = lightfoot.tick("outside_deletions_sensor")
+    assert not fresh.asset_events and not fresh.dynamic_partitions_requests, "nothing recorded twice"
+    assert "no deletion outside Dagster left to record" in fresh.skip_message
+    assert lightfoot.partitions() == [batch]
+
+    assert command_line(["delete", docs[1].doc_id, "--store", lightfoot.store_uri]) == 0
+    lightfoot.cursors["outside_deletions_sensor"] = None
+    tick = lightfoot.tick("outside_deletions_sensor")
+    assert {e.partition for e in tick.asset_events} == {batch}, "a deletion not yet recorded still is"
+    assert {e.metadata["documents_deleted"].value for e in tick.asset_events} == {2}
+    assert not lightfoot.tick("outside_deletions_sensor").asset_events
+
+    assert command_line(["delete", docs[2].doc_id, "--store", lightfoot.store_uri]) == 0
+    lightfoot.cursors["outside_deletions_sensor"] = None
+    emptied = lightfoot.tick("outside_deletions_sensor")
+    assert {e.metadata["status"].value for e in emptied.asset_events} == {"tombstoned"}
+    assert lightfoot.partitions() == [], "a batch left empty loses its partition"
+
+
 def test_a_document_landed_again_after_its_deletion_keeps_its_landed_copy(lightfoot, twenty, sample_records):
     from lightfoot_pipeline.cli import main as command_line
 
