@@ -10,7 +10,9 @@ from the command line's.
 A deletion is a tombstone within the batches that held the document: each such batch's
 per-batch assets get an observation that counts its deleted and live documents, and a batch
 whose documents are all deleted is tombstoned as a whole: its partition is removed at once, so
-nothing deleted shows as materialized (:func:`deletion_events`).
+nothing deleted shows as materialized (:func:`deletion_events`). The instance keeps those
+observations, so it also says which deletions a batch's tombstone counts already
+(:func:`recorded_deletions`).
 """
 
 from __future__ import annotations
@@ -86,9 +88,24 @@ class DeletionEvents:
     touched: list[str] = field(default_factory=list)  # batches that keep live documents
 
 
-def deletion_events(store: Store, instance: dg.DagsterInstance, deleted: Iterable[str], seq: int) -> DeletionEvents:
+def recorded_deletions(instance: dg.DagsterInstance, batch_id: str) -> int | None:
+    """How many deleted documents the latest tombstone observation of a batch counts (None before
+    its first), whoever recorded it: a deletion run's step, a sync's, or the outside deletions sensor."""
+    records = instance.fetch_observations(
+        dg.AssetRecordsFilter(asset_key=PER_BATCH_ASSETS[0], asset_partitions=[batch_id]), limit=1).records
+    observation = records[0].asset_observation if records else None
+    value = observation.metadata.get("documents_deleted") if observation is not None else None
+    return value.value if value is not None and isinstance(value.value, int) else None
+
+
+def deletion_events(store: Store, instance: dg.DagsterInstance, deleted: Iterable[str], seq: int, *,
+                    unrecorded_only: bool = False) -> DeletionEvents:
     """Observations of the per-batch assets of every batch that held one of the ``deleted``
-    documents (counts of its deleted and live documents), and the batches left empty."""
+    documents (counts of its deleted and live documents), and the batches left empty.
+
+    With ``unrecorded_only``, a batch that keeps live documents and whose latest tombstone
+    observation already counts as many deleted documents as it has now is left out: those
+    deletions are recorded. (A batch left empty is never left out: its partition must go.)"""
     holders = holding_batches(store, deleted)
     out = DeletionEvents()
     if not holders:
@@ -101,6 +118,8 @@ def deletion_events(store: Store, instance: dg.DagsterInstance, deleted: Iterabl
         held = set(log.filter((pl.col("batch") == batch_id) & (pl.col("action") != DELETED))
                    .get_column("doc_id").to_list())
         live = len(held & live_now)
+        if unrecorded_only and live and recorded_deletions(instance, batch_id) == len(held) - live:
+            continue
         gone = sum(1 for d, b in holders.items() if b == batch_id)
         (out.touched if live else out.emptied).append(batch_id)
         for key in PER_BATCH_ASSETS:

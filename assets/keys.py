@@ -30,9 +30,9 @@ GRAPH_GROUP = "graph"
 SERVING_GROUP = "serving"
 RETENTION_GROUP = "retention"
 
-INGESTION_JOB = "document_ingestion"
-DELETION_JOB = "document_deletion"
-SYNC_JOB = "source_sync_job"
+INGESTION_JOB = "ingestion_job"
+DELETION_JOB = "deletion_job"
+SYNC_JOB = "sync_job"
 
 PASSAGES_CHECK = dg.AssetCheckKey(EXTRACTIONS, "passages_accounted_for")
 REBUILD_CHECK = "matches_fresh_rebuild"

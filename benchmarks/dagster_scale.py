@@ -9,9 +9,9 @@ with its drop. For a drop of N synthetic documents (benchmarks/synthetic.py: ext
 replayed, the hashing embedder) on a store state, the store root is copied first, so that both
 paths start from the same state; then
 
-- the Dagster path, on the store: the drop is written to the inbox, the ``document_inbox``
+- the Dagster path, on the store: the drop is written to the inbox, the ``inbox_sensor``
   sensor is evaluated as the daemon does (``tick_s``: it lands the drop, adds its batch partition
-  and asks for one run), the requested run of ``document_ingestion`` executes in process with
+  and asks for one run), the requested run of ``ingestion_job`` executes in process with
   the daemon's tags (``dagster_s``: passages, extraction_cache, extractions, forms, the graph,
   the checks and the serving snapshot), and a second tick settles the drop (``settle_s``);
 - the command-line path, on the copy: ``lightfoot ingest --dataset DROP`` then ``lightfoot
@@ -67,8 +67,8 @@ import dagster as dg  # noqa: E402
 from synthetic import synthetic_documents_and_records, write_documents  # noqa: E402
 
 HASHING = "hashing:64"
-INGESTION_JOB = "document_ingestion"
-INBOX_SENSOR = "document_inbox"
+INGESTION_JOB = "ingestion_job"
+INBOX_SENSOR = "inbox_sensor"
 REBUILD_OFF = {"ops": {"matches_fresh_rebuild": {"config": {"enabled": False}}}}
 EVENT_LIMIT = 1_000_000
 

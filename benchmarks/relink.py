@@ -10,7 +10,7 @@ copies of that store:
    link stage (``link_added_names``, every live name added; ``keys_s`` of it computing the names'
    band keys, which the job's prepare step reuses from the store when the embedder and settings
    are unchanged) and the process's peak RSS;
-2. ``job``: the Dagster ``relink_graph`` job on the multiprocess executor with ``--processes``
+2. ``job``: the Dagster ``relink_job`` on the multiprocess executor with ``--processes``
    steps at once (a temporary instance): its wall time, each step's seconds, the span of its link
    stage (from the first ``link_pieces`` step's start to the last one's end), and the peak RSS of
    each step (each runs in its own process: prepare, the piece steps, the commit);
@@ -85,10 +85,10 @@ def one_process(store_uri: str, dim: int) -> dict:
 
 
 def job(store_uri: str, dim: int, processes: int) -> dict:
-    """The relink_graph job on the multiprocess executor; step seconds and piece steps' peak RSS."""
+    """The relink_job on the multiprocess executor; step seconds and piece steps' peak RSS."""
     import dagster as dg
 
-    target = dg.build_reconstructable_job("assets.defs.relink", "relink_job",
+    target = dg.build_reconstructable_job("assets.defs.relink", "relink_job_for",
                                           reconstructable_args=(store_uri, f"hashing:{dim}"))
     config = {"execution": {"config": {"max_concurrent": processes}}}
     with dg.instance_for_test() as instance:

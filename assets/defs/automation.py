@@ -13,8 +13,8 @@ import dagster as dg
 
 from assets.keys import GRAPH_GROUP, SERVING_GROUP
 
-lightfoot_automation = dg.AutomationConditionSensorDefinition(
-    "lightfoot_automation",
+automation_sensor = dg.AutomationConditionSensorDefinition(
+    "automation_sensor",
     target=dg.AssetSelection.groups(GRAPH_GROUP, SERVING_GROUP),
     default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=30,

@@ -153,7 +153,7 @@ class RebuildCheckConfig(dg.Config):
 
 # The jobs whose runs commit to the store in several steps, the graph step last.
 GRAPH_WRITING_JOBS = (INGESTION_JOB, DELETION_JOB, SYNC_JOB)
-GRAPH_STEP = "graph"  # the step of the graph multi-asset (assets/defs/graph.py)
+GRAPH_STEP = "reconcile_graph"  # the step of the graph multi-asset (assets/defs/graph.py)
 IN_PROGRESS = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 
 

@@ -270,7 +270,7 @@ def forms(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Materia
     description="Keeps the pools' limits in the instance's storage: lightfoot_store at one slot, "
     "lightfoot_extraction at LIGHTFOOT_EXTRACTION_SLOTS. Never asks for a run.",
 )
-def pool_limits(context: dg.SensorEvaluationContext) -> dg.SkipReason:
+def pool_limits_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     """Keeps the pools' limits in the instance's storage: ``lightfoot_store`` at one slot,
     ``lightfoot_extraction`` at LIGHTFOOT_EXTRACTION_SLOTS.
 

@@ -1,6 +1,7 @@
 """The graph: name vectors, name links, entities, synonym edges and facts, updated incrementally.
 
-One engine call (``reconcile_graph``) brings all five in line with the live forms and fact
+One engine call (``reconcile_graph`` of ``lightfoot_pipeline/index/reconcile.py``, whose name the
+multi-asset and its step take) brings all five in line with the live forms and fact
 assertions in one store commit, so they are one multi-asset: they are never materialized apart,
 and a reader never sees entities of one state beside facts of another. Only what the queued
 names and facts touch is recomputed — after a deletion, only the affected components — and a
@@ -38,7 +39,8 @@ from assets.provenance import (
 )
 from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.index.reconcile import GraphChange, reconcile_graph
+from lightfoot_pipeline.index import reconcile
+from lightfoot_pipeline.index.reconcile import GraphChange
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.progress import name_progress
 from lightfoot_pipeline.provenance.documents import table_differences
@@ -61,12 +63,12 @@ def _specs() -> list[dg.AssetSpec]:
     for (store_log.py) may change any of their tables, and staleness does not pass from one to the next."""
     return [
         dg.AssetSpec(
-            NAME_VECTORS, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=vector_cache_metadata("name"), deps=[FORMS, TOMBSTONES, STORE_LOG], group_name=GRAPH_GROUP, kinds={"lancedb"}, automation_condition=_EAGER,
+            NAME_VECTORS, code_version=code_version(__name__, "reconcile_graph"), owners=OWNERS, metadata=vector_cache_metadata("name"), deps=[FORMS, TOMBSTONES, STORE_LOG], group_name=GRAPH_GROUP, kinds={"lancedb"}, automation_condition=_EAGER,
             description="One embedding per live (name, type), cached per model and name: a name's vector never "
             "depends on which other names are indexed.",
         ),
         dg.AssetSpec(
-            NAME_LINKS, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=table_metadata(NAME_LINKS_TABLE), deps=[NAME_VECTORS, STORE_LOG], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
+            NAME_LINKS, code_version=code_version(__name__, "reconcile_graph"), owners=OWNERS, metadata=table_metadata(NAME_LINKS_TABLE), deps=[NAME_VECTORS, STORE_LOG], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
             description=f"Pairs of live names of one type that carry the same numbers and whose cosine similarity, "
             f"computed exactly in float64, is at or above the synonym threshold ({SYNONYM_THRESHOLD:.2f}). The pairs "
             f"compared are those that share a key in one of {LSH_BANDS} seeded random-hyperplane LSH bands "
@@ -74,18 +76,18 @@ def _specs() -> list[dg.AssetSpec]:
             "function of its two names alone.",
         ),
         dg.AssetSpec(
-            ENTITIES, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=table_metadata(ENTITIES_TABLE, ALIASES, MENTIONS), deps=[NAME_LINKS, STORE_LOG], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
+            ENTITIES, code_version=code_version(__name__, "reconcile_graph"), owners=OWNERS, metadata=table_metadata(ENTITIES_TABLE, ALIASES, MENTIONS), deps=[NAME_LINKS, STORE_LOG], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
             description=f"Connected components of names linked at the entity threshold ({ENTITY_THRESHOLD:.2f}), with their aliases "
             "and the passages that mention them.",
         ),
         dg.AssetSpec(
-            SYNONYM_EDGES, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=table_metadata(SYNONYM_EDGES_TABLE), deps=[ENTITIES, NAME_LINKS, STORE_LOG], group_name=GRAPH_GROUP, kinds={"deltalake"},
+            SYNONYM_EDGES, code_version=code_version(__name__, "reconcile_graph"), owners=OWNERS, metadata=table_metadata(SYNONYM_EDGES_TABLE), deps=[ENTITIES, NAME_LINKS, STORE_LOG], group_name=GRAPH_GROUP, kinds={"deltalake"},
             automation_condition=_EAGER,
             description=f"Same-type entity pairs with a member-name pair at cosine at or above {SYNONYM_THRESHOLD:.2f} "
             "(no top-k).",
         ),
         dg.AssetSpec(
-            FACTS, code_version=code_version(__name__, "graph"), owners=OWNERS, metadata=table_metadata(FACTS_TABLE, FACT_SOURCES_TABLE), deps=[FORMS, TOMBSTONES, STORE_LOG], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
+            FACTS, code_version=code_version(__name__, "reconcile_graph"), owners=OWNERS, metadata=table_metadata(FACTS_TABLE, FACT_SOURCES_TABLE), deps=[FORMS, TOMBSTONES, STORE_LOG], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
             description="(subject, predicate, object) facts that at least one live passage asserts, with the set "
             "of asserting passages.",
         ),
@@ -102,8 +104,8 @@ GRAPH_TABLES: dict[dg.AssetKey, list[TableSpec]] = {
 }
 
 
-@dg.multi_asset(specs=_specs(), can_subset=False, pool=STORE_POOL, name="graph")
-def graph(context: dg.AssetExecutionContext, store: StoreResource, embedder: EmbedderResource):
+@dg.multi_asset(specs=_specs(), can_subset=False, pool=STORE_POOL)
+def reconcile_graph(context: dg.AssetExecutionContext, store: StoreResource, embedder: EmbedderResource):
     """Bring the global tables in line with the live forms and fact assertions (one commit).
 
     Each materialization says how many documents the graph gained and lost and how many entities
@@ -163,7 +165,7 @@ def _reconcile(lightfoot, settings, model: Callable[[], Embedder], progress) -> 
             operations.check_config(tx, settings, loaded)
             return name_vector_cache(lightfoot, loaded, progress)
 
-        change = reconcile_graph(tx, settings, vectors)
+        change = reconcile.reconcile_graph(tx, settings, vectors)
         # What changed is read from the buckets the transaction changed, never from whole tables:
         # an entity's mentions and a fact's sources share its bucket, so those buckets hold all of them.
         touched = {name: tx.touched_rows(name) for name in WATCHED}

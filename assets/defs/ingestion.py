@@ -114,7 +114,7 @@ def _deleted(lightfoot, doc_ids: list[str]) -> set[str]:
     return set(frame.filter(pl.col("doc_id").is_in(doc_ids)).get_column("doc_id").to_list())
 
 
-document_ingestion = dg.define_asset_job(
+ingestion_job = dg.define_asset_job(
     INGESTION_JOB,
     selection=(
         dg.AssetSelection.groups(DOCUMENTS_GROUP, GRAPH_GROUP, SERVING_GROUP)
@@ -183,7 +183,7 @@ def drop_runs(instance: dg.DagsterInstance, receipts: Receipts, trigger: str) ->
     description="Lands the documents dropped in the inbox with a receipt, adds the drop's batch as a partition, and "
     "asks for an ingestion run until a run of each batch has succeeded.",
 )
-def document_inbox(
+def inbox_sensor(
     context: dg.SensorEvaluationContext, store: StoreResource, inbox: InboxResource
 ) -> dg.SensorResult:
     """Documents dropped in the inbox: landed with a receipt, their batch added as a partition,
@@ -231,7 +231,7 @@ def document_inbox(
     "gives every other landed document the store lacks a batch of its own; skipped while an ingestion run is queued "
     "or running.",
 )
-def hourly_ingestion(
+def ingestion_schedule(
     context: dg.ScheduleEvaluationContext, store: StoreResource, inbox: InboxResource
 ) -> list[dg.RunRequest] | dg.SkipReason:
     """Every hour: land what is in the inbox, ask for the runs its pending drops need (as the
@@ -261,7 +261,7 @@ def hourly_ingestion(
     wanted = sorted(set(landing.landed_ids()) - live - awaiting_deletion - pending)
     stamp = context.scheduled_execution_time.strftime("%Y%m%dT%H%M")
     if wanted:
-        receipts.record(Receipt.for_documents({"schedule": "hourly_ingestion", "at": stamp}, wanted,
+        receipts.record(Receipt.for_documents({"schedule": "ingestion_schedule", "at": stamp}, wanted,
                                               f"hourly schedule {stamp}"))
     drops = drop_runs(context.instance, receipts, "schedule")
     if not drops.requests:

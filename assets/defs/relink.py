@@ -1,6 +1,6 @@
 """The relink job: the whole graph derived again, its link stage spread over steps.
 
-``relink_graph`` does what ``lightfoot migrate`` does to a store of this layout — every graph table
+``relink_job`` does what ``lightfoot migrate`` does to a store of this layout — every graph table
 derived again from the live documents and extractions with the deployment's embedder and index
 settings, in one commit — with the links computed in pieces (``lightfoot_pipeline/relink.py``):
 an operator runs it after changing the link settings or the embedder, or to build the graph of a
@@ -39,7 +39,7 @@ from lightfoot_pipeline.settings import SettingsError, relink_executor
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 
-RELINK_JOB = "relink_graph"
+RELINK_JOB = "relink_job"
 OUTPUTS = "relink_outputs"  # the IO manager of the job's steps
 
 
@@ -156,7 +156,7 @@ def _executor() -> dg.ExecutorDefinition:
     description="Derive the whole graph again, its links computed in pieces, one step each (lightfoot migrate "
                 "--pieces in one process).",
 )
-def relink_graph():
+def relink_job():
     prepared = prepare_relink()
     found = plan_link_pieces(prepared).map(lambda pieces: link_pieces(prepared, pieces))
     commit_relink(prepared, found.collect())
@@ -165,12 +165,12 @@ def relink_graph():
 @dg.definitions
 def relink_definitions() -> dg.Definitions:
     """The job and the IO manager of its steps (a module with definitions gives the loader those alone)."""
-    return dg.Definitions(jobs=[relink_graph], resources={OUTPUTS: staged_outputs})
+    return dg.Definitions(jobs=[relink_job], resources={OUTPUTS: staged_outputs})
 
 
-def relink_job(store_uri: str, embedder: str | None = None) -> dg.JobDefinition:
+def relink_job_for(store_uri: str, embedder: str | None = None) -> dg.JobDefinition:
     """The relink job bound to one store and embedder, outside a code location: a target for
     ``dg.build_reconstructable_job`` (benchmarks, scripts, tests)."""
-    defs = dg.Definitions(jobs=[relink_graph], resources={
+    defs = dg.Definitions(jobs=[relink_job], resources={
         "store": StoreResource(uri=store_uri), "embedder": EmbedderResource(model=embedder), OUTPUTS: staged_outputs})
     return defs.resolve_job_def(RELINK_JOB)

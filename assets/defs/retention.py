@@ -118,7 +118,7 @@ def erasures(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Mate
     return dg.MaterializeResult(metadata=metadata)
 
 
-document_deletion = dg.define_asset_job(
+deletion_job = dg.define_asset_job(
     DELETION_JOB,
     selection=dg.AssetSelection.assets(TOMBSTONES, *GRAPH_ASSETS, SERVING_SNAPSHOT, ERASURES),
     partitions_def=DELETIONS,
@@ -143,7 +143,7 @@ def _deletion_runs_in_flight(instance: dg.DagsterInstance) -> list[str]:
     description="Records the erasure requests dropped in the erasure inbox and asks for deletion runs, one at a "
     "time, until a run that includes each request has succeeded.",
 )
-def erasure_inbox(
+def erasure_sensor(
     context: dg.SensorEvaluationContext, store: StoreResource, inbox: InboxResource
 ) -> dg.SensorResult:
     """Erasure requests dropped in the erasure inbox: each recorded with a receipt, and applied by
@@ -258,7 +258,7 @@ def retention_schedule(
     deleted and their history erased.
 
     The day's deletions get a receipt like an erasure request's, and the run carries its tag, so
-    that the ``erasure_inbox`` sensor asks again for a run that failed or never came to exist."""
+    that the ``erasure_sensor`` asks again for a run that failed or never came to exist."""
     if legacy_layout(context.instance):
         return dg.SkipReason(LEGACY_HINT)
     lightfoot = store.open()
@@ -290,11 +290,17 @@ def retention_schedule(
     description="Records the deletions that the command line (lightfoot delete, sync) made as tombstones within the "
     "batches that held the documents, and removes the batches left with none. Never asks for a run.",
 )
-def outside_deletions(context: dg.SensorEvaluationContext, store: StoreResource) -> dg.SensorResult:
+def outside_deletions_sensor(context: dg.SensorEvaluationContext, store: StoreResource) -> dg.SensorResult:
     """Deletions committed outside a Dagster run (``lightfoot delete``, ``lightfoot sync``): each
     becomes a tombstone within the batches that held the documents, as a deletion run's does, and
-    a batch left with no live document is removed. The cursor is the last store commit looked at;
-    a deletion made by a Dagster run was recorded by that run's step."""
+    a batch left with no live document is removed. A deletion made by a Dagster run was recorded
+    by that run's step.
+
+    The cursor is the last store commit looked at, and only spares reading older ones again: what
+    is recorded is read from the instance. Without a cursor (a new or renamed sensor, a reset one)
+    every deletion of the store's batch log is looked at, and a batch whose latest tombstone
+    observation already counts its deleted documents is left as it is, so no deletion is recorded
+    twice. The landed copies older than a deletion go in either case."""
     lightfoot = store.open()
     seq = lightfoot.manifest().seq
     since = int(context.cursor) if (context.cursor or "").isdigit() else 0
@@ -307,11 +313,11 @@ def outside_deletions(context: dg.SensorEvaluationContext, store: StoreResource)
     deleted = sorted(set(outside.get_column("doc_id").to_list()))
     if deleted:
         _forget_stale_copies(lightfoot, outside)
-    events = deletion_events(lightfoot, context.instance, deleted, seq) if deleted else None
+    events = deletion_events(lightfoot, context.instance, deleted, seq, unrecorded_only=True) if deleted else None
     if events is None or not events.observations:
         return dg.SensorResult(skip_reason=dg.SkipReason(
-            f"store commits {since + 1}-{seq}: no deletion outside Dagster in a batch this instance holds"),
-            cursor=str(seq))
+            f"store commits {since + 1}-{seq}: no deletion outside Dagster left to record in a batch this instance "
+            "holds"), cursor=str(seq))
     context.log.info(f"{len(deleted)} documents deleted outside Dagster: {len(events.emptied)} batches tombstoned "
                      f"as a whole, {len(events.touched)} keep live documents")
     return dg.SensorResult(

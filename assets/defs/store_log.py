@@ -25,10 +25,13 @@ up to date since stays fresh. With no such commit the data version is Dagster's 
 which is what a source never reported has: what was materialized before the first report stays
 fresh.
 
-The ``store_log_observer`` sensor looks every 30 s, without a run, and skips at once while the
-log's Delta version is its cursor's and no pending run has ended. It reports the first time and
-whenever the data version moves, that is after each external or unaccounted commit, as a runless
-materialization of ``store_log`` (``SensorResult(asset_events=[AssetMaterialization])``).
+The ``store_log_sensor`` looks every 30 s, without a run, and skips at once while the
+log's Delta version is its cursor's and no pending run has ended. It reports the first time (an
+instance with no report yet) and whenever the data version moves, that is after each external or
+unaccounted commit, as a runless materialization of ``store_log``
+(``SensorResult(asset_events=[AssetMaterialization])``). Without a cursor (a new or renamed
+sensor, a reset one) it goes on from the instance's latest report, so it reports nothing that did
+not move.
 Dagster's staleness reads an external asset's data version from its materializations (an
 observation counts only for an asset with an observation function, and the decorators that make
 one are beta in this Dagster), and its automation takes each new one for an update: a report that
@@ -105,12 +108,12 @@ class LogState:
         return asdict(self)
 
 
-def last_state(instance: dg.DagsterInstance) -> LogState:
-    """What the latest report of the store log recorded (nothing before the first)."""
+def last_state(instance: dg.DagsterInstance) -> LogState | None:
+    """What the latest report of the store log recorded (None before the first)."""
     event = instance.get_latest_materialization_event(STORE_LOG)
     report = event.asset_materialization if event is not None else None
     if report is None:
-        return LogState()
+        return None
     return LogState.of({key: value.value for key, value in report.metadata.items()})
 
 
@@ -204,20 +207,19 @@ store_log = dg.AssetSpec(
         columns=[dg.TableColumn(f.name, str(f.type)) for f in LOG_SCHEMA])},
     description="The store's log, one row per commit: what the graph and the serving snapshot are computed from. "
     "Its data version moves with each commit Dagster did not make (the command line's, a library call's) and "
-    "with each Dagster commit no serving snapshot reflects once its run ended; the store_log_observer sensor "
+    "with each Dagster commit no serving snapshot reflects once its run ended; the store_log_sensor "
     f"looks every {OBSERVE_SECONDS} s and reports it when it moves.",
 )
 
 
 @dg.sensor(
-    name="store_log_observer",
     minimum_interval_seconds=OBSERVE_SECONDS,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description=f"Observes the store log every {OBSERVE_SECONDS} s without a run: a commit made outside Dagster "
     "(the command line), or one no serving snapshot reflects, makes the graph and the snapshot stale, and "
     "automation brings them up to date. Skips while the log's version is its cursor's.",
 )
-def store_log_observer(context: dg.SensorEvaluationContext, store: StoreResource) -> dg.SensorResult:
+def store_log_sensor(context: dg.SensorEvaluationContext, store: StoreResource) -> dg.SensorResult:
     lightfoot = store.open()
     cursor = json.loads(context.cursor) if context.cursor else {}
     version = lightfoot.log_version()  # read first: a commit after it is seen by the next tick
@@ -226,9 +228,9 @@ def store_log_observer(context: dg.SensorEvaluationContext, store: StoreResource
         return dg.SensorResult(skip_reason=dg.SkipReason(f"no store commit since log version {version}"),
                                cursor=context.cursor)
     previous = LogState.of(cursor) if cursor else last_state(context.instance)
-    observation = observe_store_log(lightfoot, context.instance, previous)
+    observation = observe_store_log(lightfoot, context.instance, previous or LogState())
     next_cursor = json.dumps({"log_version": version, **observation.state.as_cursor()})
-    if cursor and observation.data_version == observation.previous_version:
+    if previous is not None and observation.data_version == observation.previous_version:
         return dg.SensorResult(skip_reason=dg.SkipReason(
             f"store commit {observation.state.store_commit}: every commit is accounted for"), cursor=next_cursor)
     return dg.SensorResult(asset_events=[observation.event()], cursor=next_cursor)

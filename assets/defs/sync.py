@@ -1,9 +1,9 @@
 """Sync: a folder or object-store prefix of document files, followed by a sensor, beside the inbox.
 
-The ``source_sync`` sensor lists the source (``LIGHTFOOT_SYNC_SOURCE``, or the inbox resource's
+The ``sync_sensor`` lists the source (``LIGHTFOOT_SYNC_SOURCE``, or the inbox resource's
 ``sync_source``) on every tick and compares it with what the store records of its files; when
 files were added, changed or removed, or passages of its files are stored without an extraction,
-it adds a batch and asks for one run of ``source_sync_job`` over it. Its ``source_files`` step
+it adds a batch and asks for one run of ``sync_job`` over it. Its ``source_files`` step
 mirrors the source into the store (lightfoot_pipeline/operations/sync.py: new and changed files
 stored with their passages, removed ones deleted, unreadable ones recorded with their reason); the
 batch's extraction and forms steps, the graph and the snapshot follow, as for a drop. The run key is a hash of the pending changes and the hour, so the
@@ -97,7 +97,7 @@ def source_files(context: dg.AssetExecutionContext, store: StoreResource, inbox:
     return dg.MaterializeResult(metadata=metadata)
 
 
-source_sync_job = dg.define_asset_job(
+sync_job = dg.define_asset_job(
     SYNC_JOB,
     selection=dg.AssetSelection.assets(SOURCE_FILES, ERASURES) | dg.AssetSelection.groups(
         DOCUMENTS_GROUP, GRAPH_GROUP, SERVING_GROUP),
@@ -110,11 +110,11 @@ source_sync_job = dg.define_asset_job(
 
 
 @dg.sensor(
-    job=source_sync_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
+    job=sync_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
     description="Follows the sync source (LIGHTFOOT_SYNC_SOURCE): one sync run, a batch of its own, for each new set "
     "of files added, changed or removed there.",
 )
-def source_sync(context: dg.SensorEvaluationContext, store: StoreResource, inbox: InboxResource) -> dg.SensorResult:
+def sync_sensor(context: dg.SensorEvaluationContext, store: StoreResource, inbox: InboxResource) -> dg.SensorResult:
     """Files added, changed or removed at the source: one sync run, a batch of its own, for each
     new set of changes (its key a digest of the changes and the hour)."""
     uri = inbox.sync_source_uri()

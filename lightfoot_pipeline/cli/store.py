@@ -237,7 +237,7 @@ def cmd_migrate(args) -> int:
 
         embedder = UnloadedEmbedder(config["embedder"], config["dim"])
     with writing_batch(batch):
-        if args.pieces:  # the links in pieces, as the relink_graph job computes them
+        if args.pieces:  # the links in pieces, as the relink_job computes them
             from lightfoot_pipeline.operations import relink
 
             change = relink.relink(store, embedder, IndexSettings(), n_buckets=args.buckets)
@@ -360,7 +360,7 @@ def add_store_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--embedder", default=None,
                    help="embedder for names without a cached vector (default: none, every name has one)")
     p.add_argument("--pieces", action="store_true",
-                   help="compute the links in pieces by type and band range, as the relink_graph job does "
+                   help="compute the links in pieces by type and band range, as the relink_job does "
                         "(a store of this layout; LIGHTFOOT_LINK_PIECE_SIZE names x bands a step)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_migrate)

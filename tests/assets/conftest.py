@@ -96,7 +96,7 @@ class Harness:
     def ingest_through_the_inbox(self, documents, records) -> None:
         """Drop documents in the inbox and run what the sensor asks for (each run must succeed)."""
         self.drop_documents(f"drop-{len(self.partitions())}", documents, records)
-        for request in self.tick("document_inbox").run_requests:
+        for request in self.tick("inbox_sensor").run_requests:
             assert self.run(request).success
 
     def tick(self, sensor_name: str):
@@ -136,7 +136,7 @@ class Harness:
         )
 
 
-    def launch(self, tick, sensor: str = "document_inbox", job_name: str | None = None) -> list:
+    def launch(self, tick, sensor: str = "inbox_sensor", job_name: str | None = None) -> list:
         """Start a tick's requested runs the way the daemon does: a run key this sensor has used
         before is dropped as a duplicate (None in the result); each other run executes with the
         daemon's tags."""

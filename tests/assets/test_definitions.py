@@ -48,9 +48,9 @@ def test_per_batch_assets_are_partitioned_by_batch_and_tombstones_by_deletion(de
     assert isinstance(tombstones, dg.DynamicPartitionsDefinition) and tombstones.name == "deletions"
     for name in GRAPH | {"serving_snapshot", "erasures"}:
         assert graph.get(dg.AssetKey(name)).partitions_def is None, name
-    for job in ("document_ingestion", "source_sync_job"):
+    for job in ("ingestion_job", "sync_job"):
         assert defs.resolve_job_def(job).partitions_def.name == "batches", job
-    assert defs.resolve_job_def("document_deletion").partitions_def.name == "deletions"
+    assert defs.resolve_job_def("deletion_job").partitions_def.name == "deletions"
 
 
 def test_lineage_runs_from_documents_through_the_graph_to_serving(defs):
@@ -87,32 +87,52 @@ def test_model_calls_run_in_their_own_pool_and_commits_in_the_store_pool(defs):
 
 
 def test_jobs_sensors_and_schedules(defs):
-    assert {j.name for j in defs.jobs} == {"document_ingestion", "document_deletion", "source_sync_job", "relink_graph"}
+    assert {j.name for j in defs.jobs} == {"ingestion_job", "deletion_job", "sync_job", "relink_job"}
     sensors = {s.name: s for s in defs.sensors}
-    assert set(sensors) == {"document_inbox", "erasure_inbox", "outside_deletions", "lightfoot_automation",
-                            "source_sync", "pool_limits", "store_log_observer"}
+    assert set(sensors) == {"inbox_sensor", "erasure_sensor", "outside_deletions_sensor", "automation_sensor",
+                            "sync_sensor", "pool_limits_sensor", "store_log_sensor"}
     assert all(s.default_status == dg.DefaultSensorStatus.RUNNING for s in sensors.values())
-    assert isinstance(sensors["lightfoot_automation"], dg.AutomationConditionSensorDefinition)
+    assert isinstance(sensors["automation_sensor"], dg.AutomationConditionSensorDefinition)
     schedules = {s.name: s for s in defs.schedules}
-    assert schedules["hourly_ingestion"].cron_schedule == "15 * * * *"
+    assert schedules["ingestion_schedule"].cron_schedule == "15 * * * *"
     assert schedules["retention_schedule"].cron_schedule == "0 3 * * *"
-    ingestion = defs.resolve_job_def("document_ingestion")
+    ingestion = defs.resolve_job_def("ingestion_job")
     selected = {k.to_user_string() for k in ingestion.asset_layer.selected_asset_keys}
     assert selected == PER_BATCH | GRAPH | {"serving_snapshot"}
     # every blocking check runs in each job that can change its answer
     assert {"matches_fresh_rebuild", "entities_no_dangling_references", "extractions_passages_accounted_for"} \
         <= set(ingestion.graph.node_dict)
-    deletion = defs.resolve_job_def("document_deletion")
+    deletion = defs.resolve_job_def("deletion_job")
     selected = {k.to_user_string() for k in deletion.asset_layer.selected_asset_keys}
     assert selected == GRAPH | {"tombstones", "erasures", "serving_snapshot"}
     # a deletion adds no passage, so it runs the graph's checks, not passages_accounted_for
     assert {"matches_fresh_rebuild", "entities_no_dangling_references"} <= set(deletion.graph.node_dict)
     assert "extractions_passages_accounted_for" not in set(deletion.graph.node_dict)
-    sync = defs.resolve_job_def("source_sync_job")
+    sync = defs.resolve_job_def("sync_job")
     selected = {k.to_user_string() for k in sync.asset_layer.selected_asset_keys}
     assert selected == {"source_files"} | PER_BATCH | GRAPH | {"serving_snapshot", "erasures"}  # sync_erase
     assert {"matches_fresh_rebuild", "entities_no_dangling_references", "extractions_passages_accounted_for"} \
         <= set(sync.graph.node_dict)
+
+
+def test_each_definition_says_what_it_is_and_its_module_binds_it_under_that_name(defs):
+    """Jobs end in _job, sensors in _sensor, schedules in _schedule, and the graph multi-asset's
+    step is named for its engine call: a name in the UI is the name of the code that defines it."""
+    import importlib
+    import pkgutil
+
+    import assets.defs
+
+    modules = [importlib.import_module(f"assets.defs.{m.name}") for m in pkgutil.iter_modules(assets.defs.__path__)]
+    bound = {name: value for module in modules for name, value in vars(module).items()}
+    kinds = {"_job": defs.jobs, "_sensor": defs.sensors, "_schedule": defs.schedules}
+    for suffix, definitions in kinds.items():
+        for definition in definitions:
+            assert definition.name.endswith(suffix), definition.name
+            assert getattr(bound.get(definition.name), "name", None) == definition.name, definition.name
+    graph = defs.resolve_asset_graph()
+    assert {graph.get(dg.AssetKey(n)).assets_def.node_def.name for n in GRAPH} == {"reconcile_graph"}
+    assert bound["reconcile_graph"].node_def.name == "reconcile_graph"
 
 
 def test_secrets_reach_the_extractor_only_as_environment_variables(monkeypatch):
@@ -204,7 +224,7 @@ def test_every_asset_has_owners_and_a_code_version_of_its_own(defs):
     versions = {key.to_user_string(): graph.get(key).code_version for key in keys}
     assert None not in versions.values()
     assert len({versions[n] for n in GRAPH}) == 1, "the graph's five assets are one computation"
-    by_function = {n: v for n, v in versions.items() if n not in GRAPH} | {"graph": versions["name_vectors"]}
+    by_function = {n: v for n, v in versions.items() if n not in GRAPH} | {"reconcile_graph": versions["name_vectors"]}
     assert len(set(by_function.values())) == len(by_function), by_function
 
 
@@ -281,7 +301,7 @@ def test_a_run_carries_its_model_calls_tokens_and_cost_as_tags(lightfoot, twenty
         sensors=lightfoot.defs.sensors, schedules=lightfoot.defs.schedules, resources=lightfoot.resources,
     )
     lightfoot.drop_documents("one", twenty[:1], {})
-    result = lightfoot.run(lightfoot.tick("document_inbox").run_requests[0])
+    result = lightfoot.run(lightfoot.tick("inbox_sensor").run_requests[0])
     assert result.success
     tags = lightfoot.instance.get_run_by_id(result.run_id).tags
     (step,) = [m.metadata for m in result.asset_materializations_for_node("extraction_cache")]  # one per batch
@@ -294,12 +314,12 @@ def test_a_run_carries_its_model_calls_tokens_and_cost_as_tags(lightfoot, twenty
     assert tags["lightfoot/cost_of_run"] == result.run_id
     # A re-execution inherits its parent's tags: it counts its own calls, not its parent's again.
     again = lightfoot.run(dg.RunRequest(tags={**tags, "dagster/parent_run_id": result.run_id}),
-                          job_name="document_ingestion")
+                          job_name="ingestion_job")
     assert again.success
     retagged = lightfoot.instance.get_run_by_id(again.run_id).tags
     assert (retagged["lightfoot/model_calls"], retagged["lightfoot/cost_of_run"]) == ("0", again.run_id)
 
-    vectors = next(m for m in result.asset_materializations_for_node("graph")
+    vectors = next(m for m in result.asset_materializations_for_node("reconcile_graph")
                    if m.asset_key == dg.AssetKey("name_vectors")).metadata
     uri = Path(vectors["dagster/uri"].value)
     assert uri.parent == Path(lightfoot.store_uri) / "vectors" and uri.name.startswith("name__hashing")

@@ -30,7 +30,7 @@ def test_twenty_arrive_three_are_erased_and_the_store_equals_a_fresh_build_of_se
     lightfoot.drop_documents("batch-1", twenty, sample_records)
 
     # The sensor lands the drop, adds its batch as one partition and asks for one run of it.
-    tick = lightfoot.tick("document_inbox")
+    tick = lightfoot.tick("inbox_sensor")
     assert len(tick.run_requests) == 1, "20 new documents are one run, not one per document"
     batch = tick.run_requests[0].partition_key
     assert lightfoot.partitions() == [batch] and batch.startswith("drop-")
@@ -50,9 +50,9 @@ def test_twenty_arrive_three_are_erased_and_the_store_equals_a_fresh_build_of_se
     # Three documents are erased through a request file.
     doomed = sorted([twenty[2].doc_id, twenty[9].doc_id, twenty[15].doc_id])
     lightfoot.drop_erasure_request("gdpr-17.json", doomed, reason="data subject request")
-    tick = lightfoot.tick("erasure_inbox")
+    tick = lightfoot.tick("erasure_sensor")
     assert len(tick.run_requests) == 1
-    deletion = lightfoot.run(tick.run_requests[0], "document_deletion")
+    deletion = lightfoot.run(tick.run_requests[0], "deletion_job")
     assert deletion.success
     checks = {(e.asset_key.to_user_string(), e.check_name): e.passed for e in deletion.get_asset_check_evaluations()}
     assert ("facts", "matches_fresh_rebuild") in checks and ("entities", "no_dangling_references") in checks

@@ -124,27 +124,27 @@ def test_ingestion_and_erasure_runs_on_a_postgres_instance(deployment, sample_do
         defs = load_defs()
 
         drop(root / "inbox" / "documents", "batch-1", twelve, sample_records)
-        ingest = tick(instance, defs, "document_inbox")
+        ingest = tick(instance, defs, "inbox_sensor")
         assert len(ingest.run_requests) == 1
         batch = ingest.run_requests[0].partition_key
         assert instance.get_dynamic_partitions("batches") == [batch], "one partition for the drop's batch"
 
-    execute(env, ingest.run_requests[0], "document_ingestion")
+    execute(env, ingest.run_requests[0], "ingestion_job")
 
     doomed = [twelve[3].doc_id, twelve[7].doc_id, memo.doc_id]
     erasure_inbox = root / "inbox" / "erasure"
     erasure_inbox.mkdir(parents=True)
     (erasure_inbox / "request-1.json").write_text(json.dumps({"doc_ids": doomed, "reason": "test"}))
     with dg.DagsterInstance.get() as instance:
-        erase = tick(instance, load_defs(), "erasure_inbox")
+        erase = tick(instance, load_defs(), "erasure_sensor")
         assert len(erase.run_requests) == 1
         assert instance.get_dynamic_partitions("deletions") == [erase.run_requests[0].partition_key]
-    execute(env, erase.run_requests[0], "document_deletion")
+    execute(env, erase.run_requests[0], "deletion_job")
 
     # A fresh connection reads back what the run processes wrote to PostgreSQL.
     with dg.DagsterInstance.get() as instance:
         runs = instance.get_run_records()
-        assert sorted(r.dagster_run.job_name for r in runs) == ["document_deletion", "document_ingestion"]
+        assert sorted(r.dagster_run.job_name for r in runs) == ["deletion_job", "ingestion_job"]
         assert {r.dagster_run.status for r in runs} == {dg.DagsterRunStatus.SUCCESS}
         assert instance.get_materialized_partitions(dg.AssetKey("forms")) == {batch}
         (made,) = instance.fetch_materializations(dg.AssetKey("forms"), limit=5).records

@@ -46,10 +46,10 @@ def test_an_instance_of_the_per_document_layout_is_refused_then_migrated(lightfo
     _legacy_instance(lightfoot, documents)
     assert _events_hold(lightfoot.instance, TITLE) == 6 * len(PER_BATCH_ASSETS)
 
-    for sensor in ("document_inbox", "erasure_inbox", "source_sync"):
+    for sensor in ("inbox_sensor", "erasure_sensor", "sync_sensor"):
         tick = lightfoot.tick(sensor)
         assert not tick.run_requests
-    assert lightfoot.tick("document_inbox").skip_message == LEGACY_HINT
+    assert lightfoot.tick("inbox_sensor").skip_message == LEGACY_HINT
 
     dry = migrate(lightfoot.instance, store, dry_run=True)
     assert dry["documents"] == 6 and lightfoot.partitions(LEGACY_DOCUMENTS)
@@ -67,7 +67,7 @@ def test_an_instance_of_the_per_document_layout_is_refused_then_migrated(lightfo
         assert latest.asset_materialization.metadata["documents"].value == 6
 
     # Migrated, the inbox is followed again; a second migration has nothing to do.
-    assert "nothing new" in lightfoot.tick("document_inbox").skip_message
+    assert "nothing new" in lightfoot.tick("inbox_sensor").skip_message
     assert migrate(lightfoot.instance, store)["migrated_batch"] is None
     monkeypatch.setenv("DAGSTER_HOME", str(lightfoot.root / "dagster_home"))  # the command's instance
     capsys.readouterr()
@@ -80,7 +80,7 @@ def test_the_migration_refuses_while_a_run_is_in_flight(lightfoot):
 
     lightfoot.instance.add_dynamic_partitions(LEGACY_DOCUMENTS, ["musique-0000"])
     assert runs_in_flight(lightfoot.instance) == []
-    job = lightfoot.defs.resolve_job_def("document_deletion")
+    job = lightfoot.defs.resolve_job_def("deletion_job")
     started = lightfoot.instance.create_run_for_job(job, status=dg.DagsterRunStatus.STARTED)
     assert runs_in_flight(lightfoot.instance) == [started.run_id]
     with pytest.raises(MigrationRefused, match=started.run_id):

@@ -71,7 +71,7 @@ def test_no_file_under_dagster_home_holds_erased_content(
     assert {memo.doc_id, note.doc_id} <= set(harness.stored_ids())
     (drop,) = harness.partitions()
 
-    # A folder synced through source_sync / source_files; the model (a loopback server) names the canary.
+    # A folder synced through sync_sensor / source_files; the model (a loopback server) names the canary.
     folder = harness.root / "shared"
     folder.mkdir()
     (folder / "handbook.md").write_bytes(document_files.markdown(
@@ -86,8 +86,8 @@ def test_no_file_under_dagster_home_holds_erased_content(
         sync_source=str(folder), sync_erase=True),
         extractor=ExtractorResource(mode="auto", base_url=chat_server.base_url, model="test-model",
                                     api_key="sk-test"))
-    (request,) = harness.tick("source_sync").run_requests
-    assert harness.run(request, "source_sync_job").success
+    (request,) = harness.tick("sync_sensor").run_requests
+    assert harness.run(request, "sync_job").success
     assert "shared:handbook.md" in harness.stored_ids()
     synced = request.partition_key
     assert sorted(harness.partitions()) == sorted([drop, synced])
@@ -96,13 +96,13 @@ def test_no_file_under_dagster_home_holds_erased_content(
 
     # Deleted on the command line, against the same store; the Dagster layer records it in its batch.
     assert lightfoot(["delete", note.doc_id, "--erase", "--store", harness.store_uri]) == 0
-    recorded = harness.tick("outside_deletions")
+    recorded = harness.tick("outside_deletions_sensor")
     assert {(e.partition, e.metadata["status"].value) for e in recorded.asset_events} == {(drop, "partly deleted")}
 
     # The synced file removed from its folder: the next sync deletes and erases its document.
     (folder / "handbook.md").unlink()
-    (request,) = harness.tick("source_sync").run_requests
-    assert harness.run(request, "source_sync_job").success
+    (request,) = harness.tick("sync_sensor").run_requests
+    assert harness.run(request, "sync_job").success
     assert "shared:handbook.md" not in harness.stored_ids()
     assert synced not in harness.partitions(), "the synced batch held only the handbook"
     erased = harness.store().read("tombstones").filter(pl.col("doc_id") == "shared:handbook.md")
@@ -110,12 +110,12 @@ def test_no_file_under_dagster_home_holds_erased_content(
 
     # Erased through the erasure inbox.
     harness.drop_erasure_request("request-1.json", [memo.doc_id], reason="data subject request")
-    (request,) = harness.tick("erasure_inbox").run_requests
-    deletion = harness.run(request, "document_deletion")
+    (request,) = harness.tick("erasure_sensor").run_requests
+    deletion = harness.run(request, "deletion_job")
     assert deletion.success
     assert all(e.passed for e in deletion.get_asset_check_evaluations())
-    harness.tick("erasure_inbox")
-    harness.tick("outside_deletions")
+    harness.tick("erasure_sensor")
+    harness.tick("outside_deletions_sensor")
     assert drop in harness.partitions(), "the drop's batch keeps its six other documents"
     assert not {memo.doc_id, note.doc_id, "shared:handbook.md"} & set(harness.stored_ids())
 

@@ -52,7 +52,7 @@ def test_two_batches_and_a_deletion_through_dagster(lightfoot, twenty, sample_re
         ("second", second, {d.doc_id: sample_records[d.doc_id] for d in second if d.doc_id not in asked}),
     ):
         lightfoot.drop_documents(name, batch, records)
-        (request,) = lightfoot.tick("document_inbox").run_requests
+        (request,) = lightfoot.tick("inbox_sensor").run_requests
         runs.append(_run(lightfoot, request, blocking))
     assert chat_server.count == len(asked)
 
@@ -92,9 +92,9 @@ def test_two_batches_and_a_deletion_through_dagster(lightfoot, twenty, sample_re
 
     deleted = [first[0].doc_id, second[-1].doc_id]
     lightfoot.drop_erasure_request("gone.json", deleted, erase=True, reason="asked by the author")
-    (request,) = lightfoot.tick("erasure_inbox").run_requests
+    (request,) = lightfoot.tick("erasure_sensor").run_requests
     graph_checks = {k for k in blocking if k.name != "passages_accounted_for"}  # a deletion adds no passage
-    deletion = _run(lightfoot, request, graph_checks, "document_deletion")
+    deletion = _run(lightfoot, request, graph_checks, "deletion_job")
     entities = next(e.event_specific_data.materialization.metadata for e in deletion.get_asset_materialization_events()
                     if e.event_specific_data.materialization.asset_key.to_user_string() == "entities")
     assert entities["documents_removed"].value == len(deleted)

@@ -102,7 +102,7 @@ def test_an_entitys_sources_and_runs_are_two_clicks_from_a_batch_materialization
 
             # The run's link leads to the run in the Dagster UI.
             run_page = _render(run_url, ARTIFACTS / "provenance-4-dagster-run.png", profile)
-            assert run.run_id[:8] in run_page and "document_ingestion" in run_page
+            assert run.run_id[:8] in run_page and "ingestion_job" in run_page
     finally:
         server.stop()
         service.close()

@@ -31,7 +31,7 @@ def test_auto_mode_replays_recordings_and_asks_the_model_for_the_rest(
     )
     recorded, asked = twenty[0], twenty[1]
     lightfoot.drop_documents("mixed", [recorded, asked], {recorded.doc_id: sample_records[recorded.doc_id]})
-    result = lightfoot.run(lightfoot.tick("document_inbox").run_requests[0])
+    result = lightfoot.run(lightfoot.tick("inbox_sensor").run_requests[0])
     assert result.success
     (request,) = chat_server.requests
     assert request.path == "/v1/chat/completions"

@@ -87,7 +87,7 @@ def observed_once(tmp_path_factory, make_harness, sample_documents, sample_recor
         with pytest.MonkeyPatch.context() as monkeypatch:
             harness = make_harness(root, monkeypatch, instance)
             harness.ingest_through_the_inbox(sample_documents[:4], sample_records)
-            tick = harness.tick("store_log_observer")
+            tick = harness.tick("store_log_sensor")
             assert [e.asset_key for e in tick.asset_events] == [STORE_LOG], "the first look is reported"
             cursors = dict(harness.cursors)
     finally:
@@ -128,7 +128,7 @@ def test_a_command_line_write_makes_the_graph_and_snapshot_stale_until_automatio
     assert snapshot_metadata(harness)["store_commit"] < ingested.seq
     assert set(statuses(harness).values()) == {StaleStatus.FRESH}, "not before the observation"
 
-    [report] = harness.tick("store_log_observer").asset_events
+    [report] = harness.tick("store_log_sensor").asset_events
     metadata = {k: v.value for k, v in report.metadata.items()}
     assert metadata["store_commit"] == metadata["external_commit"] == metadata["version_commit"] == ingested.seq
     assert metadata["external_commits"] == 1 and metadata["external_commits_not_listed"] == 0
@@ -147,9 +147,29 @@ def test_a_command_line_write_makes_the_graph_and_snapshot_stale_until_automatio
     newest = store_commits(store).get_column("seq").max()
     assert snapshot_metadata(harness)["store_commit"] == newest
     assert set(statuses(harness).values()) == {StaleStatus.FRESH}
-    assert harness.tick("store_log_observer").asset_events == [], "nothing new: the observation skips"
+    assert harness.tick("store_log_sensor").asset_events == [], "nothing new: the observation skips"
     assert set(statuses(harness).values()) == {StaleStatus.FRESH}
     assert automation.tick() == []
+
+
+def test_the_sensor_without_a_cursor_goes_on_from_the_latest_report(observed, sample_documents, sample_records):
+    """A new or renamed sensor, or a reset cursor: the instance's latest report is where it goes on
+    from, so a look that moved nothing reports nothing and automation asks for no run."""
+    harness, automation = observed
+    harness.cursors["store_log_sensor"] = None
+    tick = harness.tick("store_log_sensor")
+    assert tick.asset_events == [] and "accounted for" in tick.skip_message
+    assert set(statuses(harness).values()) == {StaleStatus.FRESH}
+    assert automation.tick() == []
+
+    store = harness.store()
+    ingested = operations.ingest(store, sample_documents[4:6], ReplayExtractor(sample_records),
+                                 HashingEmbedder(dim=32))
+    harness.cursors["store_log_sensor"] = None
+    [report] = harness.tick("store_log_sensor").asset_events
+    metadata = {k: v.value for k, v in report.metadata.items()}
+    assert metadata["external_commits"] == 1 and metadata["version_commit"] == ingested.seq
+    assert set(statuses(harness).values()) == {StaleStatus.STALE}
 
 
 def test_dagster_commits_the_snapshot_reflects_leave_everything_fresh(observed, sample_documents, sample_records):
@@ -160,13 +180,13 @@ def test_dagster_commits_the_snapshot_reflects_leave_everything_fresh(observed, 
     run = running(harness)
     with writing_batch(Batch("drop-test", run.run_id, DAGSTER)):
         operations.ingest(store, sample_documents[4:6], ReplayExtractor(sample_records), None, link=False)
-    tick = harness.tick("store_log_observer")
+    tick = harness.tick("store_log_sensor")
     assert tick.asset_events == [] and "accounted for" in tick.skip_message
     assert set(statuses(harness).values()) == {StaleStatus.FRESH}
-    assert harness.tick("store_log_observer").skip_message.startswith("no store commit since")
+    assert harness.tick("store_log_sensor").skip_message.startswith("no store commit since")
     assert automation.run([*GRAPH_ASSETS, SERVING_SNAPSHOT]) >= {k.to_user_string() for k in WATCHED}
     harness.instance.report_run_failed(run)
-    tick = harness.tick("store_log_observer")  # the run ended: its commit is judged now
+    tick = harness.tick("store_log_sensor")  # the run ended: its commit is judged now
     assert tick.asset_events == [], "the snapshot reflects it"
     assert snapshot_metadata(harness)["store_commit"] == store.manifest().seq
     assert set(statuses(harness).values()) == {StaleStatus.FRESH}
@@ -180,9 +200,9 @@ def test_a_dagster_commit_no_snapshot_reflects_makes_the_snapshot_stale_once_its
     deleted = harness.stored_ids()[0]
     with writing_batch(Batch("deletion-test", run.run_id, DAGSTER)):  # a run that stops before its export
         operations.delete(store, [deleted], reason="a test")
-    assert harness.tick("store_log_observer").asset_events == [], "not while its run is in progress"
+    assert harness.tick("store_log_sensor").asset_events == [], "not while its run is in progress"
     harness.instance.report_run_failed(run)
-    [report] = harness.tick("store_log_observer").asset_events
+    [report] = harness.tick("store_log_sensor").asset_events
     metadata = {k: v.value for k, v in report.metadata.items()}
     assert metadata["external_commits"] == 0 and metadata["version_commit"] == store.manifest().seq
     assert metadata["snapshot_commit"] < store.manifest().seq
@@ -191,7 +211,7 @@ def test_a_dagster_commit_no_snapshot_reflects_makes_the_snapshot_stale_once_its
     automation.run(automation.tick())
     assert snapshot_metadata(harness)["store_commit"] == store.manifest().seq
     assert set(statuses(harness).values()) == {StaleStatus.FRESH}
-    assert harness.tick("store_log_observer").asset_events == []
+    assert harness.tick("store_log_sensor").asset_events == []
     assert automation.tick() == []
 
     # A Dagster commit that changes nothing a snapshot is exported from (an erasure's mark on the
@@ -201,7 +221,7 @@ def test_a_dagster_commit_no_snapshot_reflects_makes_the_snapshot_stale_once_its
         operations.erase_history(store, [deleted])
     harness.instance.report_run_failed(run)
     assert snapshot_metadata(harness)["store_commit"] < store.manifest().seq
-    assert harness.tick("store_log_observer").asset_events == []
+    assert harness.tick("store_log_sensor").asset_events == []
     assert set(statuses(harness).values()) == {StaleStatus.FRESH}
     assert automation.tick() == []
 

@@ -50,7 +50,7 @@ def deletion_run(lightfoot, run_config: dict | None = None):
     nothing and runs the graph's checks."""
     key = f"erase-check-{len(lightfoot.partitions('deletions'))}"
     lightfoot.instance.add_dynamic_partitions("deletions", [key])
-    return lightfoot.run(dg.RunRequest(partition_key=key), "document_deletion", run_config=run_config)
+    return lightfoot.run(dg.RunRequest(partition_key=key), "deletion_job", run_config=run_config)
 
 
 def evaluations(result) -> dict[tuple[str, str], dg.AssetCheckEvaluation]:
@@ -149,13 +149,13 @@ def test_a_passage_with_no_extraction_is_not_accounted_for(ingested):
 
 def test_the_ingestion_job_compares_with_a_rebuild_up_to_its_limit(lightfoot, twenty, sample_records):
     lightfoot.drop_documents("small", twenty[:3], sample_records)
-    (request,) = lightfoot.tick("document_inbox").run_requests
+    (request,) = lightfoot.tick("inbox_sensor").run_requests
     result = lightfoot.run(request)
     assert result.success
     checks = evaluations(result)
     assert checks[("facts", "matches_fresh_rebuild")].passed, "3 documents are under the ingestion job's limit"
     lightfoot.drop_documents("more", twenty[3:5], sample_records)
-    (request,) = lightfoot.tick("document_inbox").run_requests
+    (request,) = lightfoot.tick("inbox_sensor").run_requests
     limited = {"ops": {"matches_fresh_rebuild": {"config": {"ingestion_limit": 4}}}}
     result = lightfoot.run(request, run_config=limited)
     assert result.success
@@ -181,7 +181,7 @@ def test_the_rebuild_comparison_waits_for_no_other_run_to_be_mid_way(ingested, t
     from lightfoot_pipeline.store.batches import DAGSTER, Batch, writing_batch
 
     instance = ingested.instance
-    other = dg.DagsterRun(job_name="document_ingestion", run_id="other-ingestion-run", status=dg.DagsterRunStatus.STARTED)
+    other = dg.DagsterRun(job_name="ingestion_job", run_id="other-ingestion-run", status=dg.DagsterRunStatus.STARTED)
     instance.add_run(other)
     assert runs_mid_way(instance, "this-run") == ["other-ingestion-run"]
     assert runs_mid_way(instance, "other-ingestion-run") == []

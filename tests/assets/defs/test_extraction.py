@@ -49,7 +49,7 @@ def test_extractions_reuse_a_crashed_runs_answers_and_count_retries_apart_from_c
 
     chat_server.queue(chat_server.Reply(status=500), answer)  # the next request gets a 500, and is sent again
     lightfoot.drop_documents("two", [cached, asked], {})
-    (request,) = lightfoot.tick("document_inbox").run_requests
+    (request,) = lightfoot.tick("inbox_sensor").run_requests
     result = lightfoot.run(request)
     assert result.success
     assert chat_server.count == 1 + 2  # the asked passage only: one call, retried once
@@ -76,7 +76,7 @@ def test_extractions_reuse_a_crashed_runs_answers_and_count_retries_apart_from_c
 # -- extraction in parallel runs --------------------------------------------------------------
 
 REPO = Path(__file__).resolve().parents[3]
-STORE_STEPS = ("passages", "extractions", "forms", "graph", "serving_snapshot")
+STORE_STEPS = ("passages", "extractions", "forms", "reconcile_graph", "serving_snapshot")
 
 
 def _openai(lightfoot, url: str) -> None:
@@ -134,7 +134,7 @@ def test_two_concurrent_batches_ask_each_passage_once_and_commit_one_at_a_time(
 ):
     lightfoot = lightfoot_pooled
     monkeypatch.setenv("LIGHTFOOT_EXTRACTION_SLOTS", "2")
-    said = lightfoot.tick("pool_limits").skip_message
+    said = lightfoot.tick("pool_limits_sensor").skip_message
     assert "lightfoot_extraction set from 0 to 2" in said  # the model calls' pool gets its two slots
     assert "lightfoot_store set from 0 to 1" in said  # the store's pool its one, before any step claims it
     both_asking = threading.Event()
@@ -149,7 +149,7 @@ def test_two_concurrent_batches_ask_each_passage_once_and_commit_one_at_a_time(
     first, second = twenty[:6], twenty[3:9]  # three documents in both batches
     lightfoot.drop_documents("first", first, {})
     lightfoot.drop_documents("second", second, {})
-    requests = lightfoot.tick("document_inbox").run_requests  # one run per drop, each of its own batch
+    requests = lightfoot.tick("inbox_sensor").run_requests  # one run per drop, each of its own batch
     assert len(requests) == 2 and len({r.partition_key for r in requests}) == 2
     processes = [_launch(lightfoot, request, chat_server.base_url) for request in requests]
     runs = []
@@ -214,7 +214,7 @@ def test_a_failing_endpoint_fails_the_run_with_the_reason_and_the_next_attempt_l
 
     chat_server.script(flaky)
     lightfoot.drop_documents("four", documents, {})
-    (request,) = lightfoot.tick("document_inbox").run_requests
+    (request,) = lightfoot.tick("inbox_sensor").run_requests
     failed = lightfoot.run(request)
     assert not failed.success
     (failure,) = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
@@ -224,9 +224,9 @@ def test_a_failing_endpoint_fails_the_run_with_the_reason_and_the_next_attempt_l
     assert lightfoot.store().read("extractions").height == 0  # nothing committed from a failed extraction
 
     chat_server.script(lambda request: chat_server.Reply(content=json.dumps(ANSWER)))
-    lightfoot.tick("document_inbox")  # the receipt's failed run is seen ...
-    retry = lightfoot.tick("document_inbox")  # ... and asked again once its back-off allows
-    (again,) = retry.run_requests or lightfoot.tick("document_inbox").run_requests
+    lightfoot.tick("inbox_sensor")  # the receipt's failed run is seen ...
+    retry = lightfoot.tick("inbox_sensor")  # ... and asked again once its back-off allows
+    (again,) = retry.run_requests or lightfoot.tick("inbox_sensor").run_requests
     assert lightfoot.run(again).success
     assert chat_server.count == 4 + 2, "the retry asks only the two passages that got no answer"
     extractions = lightfoot.store().read("extractions")

@@ -37,10 +37,10 @@ def materializations(result) -> dict[str, list[dg.AssetMaterialization]]:
 def test_the_inbox_sensor_lands_a_drop_and_asks_for_one_run(lightfoot, twenty, sample_records):
     docs = twenty[:5]
     lightfoot.drop_documents("five", docs, sample_records)
-    tick = lightfoot.tick("document_inbox")
+    tick = lightfoot.tick("inbox_sensor")
     ids = [d.doc_id for d in docs]
     (request,) = tick.run_requests
-    assert request.job_name == "document_ingestion"
+    assert request.job_name == "ingestion_job"
     (receipt,) = Receipts(lightfoot.store()).pending("documents")
     batch = f"drop-{receipt.receipt_id}"
     assert request.partition_key == batch, "one run of the drop's batch"
@@ -62,7 +62,7 @@ def test_the_inbox_sensor_lands_a_drop_and_asks_for_one_run(lightfoot, twenty, s
         assert m.metadata["documents"].value == len(ids)
     assert by_asset["passages"][0].metadata["documents_added"].value == len(ids)
 
-    again = lightfoot.tick("document_inbox")
+    again = lightfoot.tick("inbox_sensor")
     assert again.run_requests == []
     assert again.skip_message == f"nothing new in {lightfoot.document_inbox}; 1 drops ingested"
     assert Receipts(lightfoot.store()).receipt("documents", receipt.receipt_id).is_done
@@ -70,7 +70,7 @@ def test_the_inbox_sensor_lands_a_drop_and_asks_for_one_run(lightfoot, twenty, s
     read = lightfoot.instance.get_dynamic_partitions
     lightfoot.instance.get_dynamic_partitions = lambda name: listed.append(name) or read(name)
     try:
-        assert lightfoot.tick("document_inbox").skip_message == f"nothing new in {lightfoot.document_inbox}"
+        assert lightfoot.tick("inbox_sensor").skip_message == f"nothing new in {lightfoot.document_inbox}"
     finally:
         del lightfoot.instance.get_dynamic_partitions
     assert listed == [], "a tick with nothing to ask for lists no partition (100k of them take a second)"
@@ -81,12 +81,12 @@ def test_a_drop_of_new_and_changed_documents_is_one_run_of_its_own_batch(lightfo
     # allowed: partition ranges are gone, a drop is one batch whatever its documents.)
     first = twenty[:5]
     lightfoot.drop_documents("first", first, sample_records)
-    assert lightfoot.run(lightfoot.tick("document_inbox").run_requests[0]).success
+    assert lightfoot.run(lightfoot.tick("inbox_sensor").run_requests[0]).success
     (first_batch,) = lightfoot.partitions()
 
     changed = dataclasses.replace(twenty[1], text=twenty[1].text + " It was renamed in 2001.")
     lightfoot.drop_documents("second", [changed, twenty[5], twenty[6]], sample_records)
-    tick = lightfoot.tick("document_inbox")
+    tick = lightfoot.tick("inbox_sensor")
     (request,) = tick.run_requests
     assert request.partition_key != first_batch
     assert lightfoot.partitions() == [first_batch, request.partition_key]
@@ -112,7 +112,7 @@ def test_an_unreadable_drop_is_rejected_with_its_reason(lightfoot):
     inbox.mkdir(parents=True)
     (inbox / "broken.jsonl").write_text('{"doc_id": "a", "text": "fine"}\n{"doc_id": "b"\n')
     (inbox / "dots.jsonl").write_text(json.dumps({"doc_id": "a...b", "text": "x"}) + "\n")
-    tick = lightfoot.tick("document_inbox")
+    tick = lightfoot.tick("inbox_sensor")
     assert tick.run_requests == [] and "rejected" in tick.skip_message
     assert lightfoot.partitions() == []
     reasons = {p.name: p.read_text() for p in (inbox / "rejected").glob("*.reason.txt")}
@@ -124,10 +124,10 @@ def test_an_unreadable_drop_is_rejected_with_its_reason(lightfoot):
 
 def per_batch_and_graph(lightfoot):
     from assets.defs.extraction import extraction_cache, extractions, forms
-    from assets.defs.graph import graph
+    from assets.defs.graph import reconcile_graph
     from assets.defs.ingestion import passages
 
-    return [passages, extraction_cache, extractions, forms, graph]
+    return [passages, extraction_cache, extractions, forms, reconcile_graph]
 
 
 def test_materializing_one_partition_reports_rows_versions_fingerprint_and_cost(lightfoot, twenty, sample_records):
@@ -207,7 +207,7 @@ def test_a_batch_whose_receipt_is_not_held_fails_saying_so(lightfoot):
 def test_a_passage_with_no_recording_fails_with_its_reason_and_is_still_accounted_for(lightfoot, twenty, sample_records):
     records = {twenty[0].doc_id: sample_records[twenty[0].doc_id]}  # the second document comes without one
     lightfoot.drop_documents("partial", twenty[:2], records)
-    result = lightfoot.run(lightfoot.tick("document_inbox").run_requests[0])
+    result = lightfoot.run(lightfoot.tick("inbox_sensor").run_requests[0])
     assert result.success
     (check,) = [c for c in result.get_asset_check_evaluations() if c.check_name == "passages_accounted_for"]
     assert check.passed
@@ -224,30 +224,30 @@ def test_the_hourly_schedule_ingests_landed_documents_the_store_lacks(lightfoot_
     Landing(lightfoot.store()).put_documents(
         [LandedDocument(d, sample_records[d.doc_id], utc_now(), "test") for d in docs]
     )
-    (request,) = lightfoot.schedule_tick("hourly_ingestion", dt.datetime(2026, 6, 15, 10, 15, tzinfo=dt.UTC))
+    (request,) = lightfoot.schedule_tick("ingestion_schedule", dt.datetime(2026, 6, 15, 10, 15, tzinfo=dt.UTC))
     (receipt,) = Receipts(lightfoot.store()).pending("documents")  # the pick-up gets a receipt and a batch
     assert receipt.doc_ids == tuple(sorted(d.doc_id for d in docs)) and receipt.origin == "hourly schedule 20260615T1015"
     assert request.partition_key == f"drop-{receipt.receipt_id}" and RANGE_START not in request.tags
     assert request.run_key == f"inbox-{receipt.receipt_id}-0" and request.tags["lightfoot/trigger"] == "schedule"
     assert lightfoot.partitions() == [request.partition_key]
-    assert lightfoot.run(request, "document_ingestion").success
+    assert lightfoot.run(request, "ingestion_job").success
     assert lightfoot.stored_ids() == sorted(d.doc_id for d in docs)
-    assert lightfoot.schedule_tick("hourly_ingestion", dt.datetime(2026, 6, 15, 11, 15, tzinfo=dt.UTC)) == []
+    assert lightfoot.schedule_tick("ingestion_schedule", dt.datetime(2026, 6, 15, 11, 15, tzinfo=dt.UTC)) == []
 
 
 def test_a_reset_cursor_loses_no_drop(lightfoot, twenty, sample_records):
     lightfoot.drop_documents("first", twenty[:2], sample_records)
-    assert all(r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
-    lightfoot.cursors["document_inbox"] = json.dumps({"batch": 0, "kept": {}})  # "Edit cursor", or one from before
+    assert all(r.success for r in lightfoot.launch(lightfoot.tick("inbox_sensor")))
+    lightfoot.cursors["inbox_sensor"] = json.dumps({"batch": 0, "kept": {}})  # "Edit cursor", or one from before
     lightfoot.drop_documents("second", twenty[2:4], sample_records)
-    assert all(r is not None and r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
-    lightfoot.cursors["document_inbox"] = None
+    assert all(r is not None and r.success for r in lightfoot.launch(lightfoot.tick("inbox_sensor")))
+    lightfoot.cursors["inbox_sensor"] = None
     lightfoot.drop_documents("third", twenty[4:5], sample_records)
-    lightfoot.tick("document_inbox")  # its run never comes to exist
-    lightfoot.cursors["document_inbox"] = None
-    assert all(r is not None and r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
+    lightfoot.tick("inbox_sensor")  # its run never comes to exist
+    lightfoot.cursors["inbox_sensor"] = None
+    assert all(r is not None and r.success for r in lightfoot.launch(lightfoot.tick("inbox_sensor")))
     assert lightfoot.stored_ids() == sorted(d.doc_id for d in twenty[:5])
-    assert lightfoot.tick("document_inbox").run_requests == []
+    assert lightfoot.tick("inbox_sensor").run_requests == []
     assert Receipts(lightfoot.store()).pending("documents") == []
 
 
@@ -256,7 +256,7 @@ def test_a_failed_ingestion_run_is_asked_again_until_one_succeeds(lightfoot, twe
 
     docs = twenty[:3]
     lightfoot.drop_documents("drop", docs, sample_records)
-    first = lightfoot.tick("document_inbox")
+    first = lightfoot.tick("inbox_sensor")
     (batch,) = lightfoot.partitions()
 
     def store_unavailable(*args, **kwargs):
@@ -267,7 +267,7 @@ def test_a_failed_ingestion_run_is_asked_again_until_one_succeeds(lightfoot, twe
         (failed,) = lightfoot.launch(first)
     assert not failed.success and lightfoot.stored_ids() == []
 
-    retry = lightfoot.tick("document_inbox")
+    retry = lightfoot.tick("inbox_sensor")
     (request,) = retry.run_requests
     (receipt,) = Receipts(lightfoot.store()).pending("documents")
     assert request.run_key == f"inbox-{receipt.receipt_id}-1" and request.tags["lightfoot/attempt"] == "1"
@@ -275,22 +275,22 @@ def test_a_failed_ingestion_run_is_asked_again_until_one_succeeds(lightfoot, twe
     assert lightfoot.partitions() == [batch], "the retry is a run of the same batch"
     assert all(r.success for r in lightfoot.launch(retry))
     assert lightfoot.stored_ids() == sorted(d.doc_id for d in docs)
-    assert lightfoot.tick("document_inbox").run_requests == []
+    assert lightfoot.tick("inbox_sensor").run_requests == []
 
 
 def test_a_wiped_instance_gets_the_partitions_and_runs_of_pending_drops_back(lightfoot, twenty, sample_records, tmp_path):
     lightfoot.drop_documents("done", twenty[:2], sample_records)
-    assert all(r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
-    lightfoot.tick("document_inbox")
+    assert all(r.success for r in lightfoot.launch(lightfoot.tick("inbox_sensor")))
+    lightfoot.tick("inbox_sensor")
     lightfoot.drop_documents("pending", twenty[2:4], sample_records)
-    lightfoot.tick("document_inbox")
+    lightfoot.tick("inbox_sensor")
     (pending,) = Receipts(lightfoot.store()).pending("documents")
 
     wiped = tmp_path / "wiped_dagster_home"  # on disk: a sensor resolves its runs' partition through the ref
     wiped.mkdir()
     old, lightfoot.instance = lightfoot.instance, dg.DagsterInstance.from_config(str(wiped))
     try:
-        tick = lightfoot.tick("document_inbox")
+        tick = lightfoot.tick("inbox_sensor")
         (request,) = tick.run_requests
         assert request.partition_key == f"drop-{pending.receipt_id}"
         assert pending.doc_ids == tuple(sorted([twenty[2].doc_id, twenty[3].doc_id]))
@@ -308,14 +308,14 @@ def test_a_drop_landed_before_is_not_landed_again(lightfoot, twenty, sample_reco
     path = lightfoot.drop_documents("drop", twenty[:2], sample_records)
     with monkeypatch.context() as patch:
         patch.setattr(Inbox, "remove", lambda self, item: (_ for _ in ()).throw(PermissionError("read-only inbox")))
-        assert all(r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
-        lightfoot.cursors["document_inbox"] = None
-        again = lightfoot.tick("document_inbox")
+        assert all(r.success for r in lightfoot.launch(lightfoot.tick("inbox_sensor")))
+        lightfoot.cursors["inbox_sensor"] = None
+        again = lightfoot.tick("inbox_sensor")
     assert again.run_requests == [] and path.exists()
     assert "1 drops ingested" in again.skip_message
-    lightfoot.tick("document_inbox")
+    lightfoot.tick("inbox_sensor")
     assert not path.exists()
-    assert len(lightfoot.instance.get_run_records(dg.RunsFilter(job_name="document_ingestion"))) == 1
+    assert len(lightfoot.instance.get_run_records(dg.RunsFilter(job_name="ingestion_job"))) == 1
 
 
 def test_the_same_file_dropped_again_with_new_content_is_a_new_drop(lightfoot, twenty, sample_records):
@@ -323,11 +323,11 @@ def test_the_same_file_dropped_again_with_new_content_is_a_new_drop(lightfoot, t
     path = lightfoot.document_inbox / "news.jsonl"
     original = twenty[0]
     path.write_text(json.dumps({"doc_id": original.doc_id, "title": original.title, "text": original.text}) + "\n")
-    assert all(r.success for r in lightfoot.launch(lightfoot.tick("document_inbox")))
-    lightfoot.tick("document_inbox")
+    assert all(r.success for r in lightfoot.launch(lightfoot.tick("inbox_sensor")))
+    lightfoot.tick("inbox_sensor")
     path.write_text(json.dumps({"doc_id": original.doc_id, "title": original.title,
                                 "text": original.text + " It was renamed in 2001."}) + "\n")
-    (request,) = lightfoot.tick("document_inbox").run_requests
+    (request,) = lightfoot.tick("inbox_sensor").run_requests
     assert request.tags["lightfoot/attempt"] == "0"
     assert lightfoot.run(request).success
     text = lightfoot.store().read("passages").filter(pl.col("doc_id") == original.doc_id).get_column("text").to_list()
@@ -339,17 +339,17 @@ def test_the_hourly_schedule_asks_for_the_runs_of_pending_drops(lightfoot_on_dis
     docs = twenty[:2]
     lightfoot.drop_documents("drop", docs, sample_records)
     at = lambda hour: lightfoot.schedule_tick(  # noqa: E731
-        "hourly_ingestion", dt.datetime(2026, 6, 15, hour, 15, tzinfo=dt.UTC))
+        "ingestion_schedule", dt.datetime(2026, 6, 15, hour, 15, tzinfo=dt.UTC))
     (request,) = at(10)
     (receipt,) = Receipts(lightfoot.store()).pending("documents")
     assert request.tags["lightfoot/inbox-drop"] == receipt.receipt_id
     assert request.tags["lightfoot/trigger"] == "schedule"
     assert request.partition_key == f"drop-{receipt.receipt_id}"
     assert lightfoot.partitions() == [request.partition_key]
-    assert lightfoot.run(request, "document_ingestion").success
+    assert lightfoot.run(request, "ingestion_job").success
     assert at(11) == []
     assert Receipts(lightfoot.store()).receipt("documents", receipt.receipt_id).is_done
-    assert lightfoot.tick("document_inbox").run_requests == []
+    assert lightfoot.tick("inbox_sensor").run_requests == []
 
 
 def test_a_drop_of_many_documents_writes_as_many_materializations_as_a_drop_of_one(lightfoot, twenty, sample_records):
@@ -357,7 +357,7 @@ def test_a_drop_of_many_documents_writes_as_many_materializations_as_a_drop_of_o
 
     def materialization_events(name: str, documents) -> dict[str, int]:
         lightfoot.drop_documents(name, documents, sample_records)
-        (request,) = lightfoot.tick("document_inbox").run_requests
+        (request,) = lightfoot.tick("inbox_sensor").run_requests
         result = lightfoot.run(request)
         assert result.success
         records = lightfoot.instance.get_records_for_run(

@@ -41,7 +41,7 @@ def _staged(store_uri: str) -> list[Path]:
 
 
 def _run(lightfoot):
-    return lightfoot.defs.resolve_job_def("relink_graph").execute_in_process(
+    return lightfoot.defs.resolve_job_def("relink_job").execute_in_process(
         instance=lightfoot.instance, raise_on_error=False)
 
 
@@ -111,7 +111,7 @@ def test_steps_run_in_processes_of_their_own(sample_store, tmp_path, monkeypatch
     built, expected = sample_store
     shutil.copytree(built, tmp_path / "store")
     monkeypatch.setenv("LIGHTFOOT_LINK_PIECE_SIZE", "4000000")  # the pieces in one step
-    job = dg.build_reconstructable_job("assets.defs.relink", "relink_job",
+    job = dg.build_reconstructable_job("assets.defs.relink", "relink_job_for",
                                        reconstructable_args=(str(tmp_path / "store"), HASHING))
     with dg.instance_for_test() as instance, dg.execute_job(job, instance=instance) as result:
         assert result.success
@@ -124,8 +124,8 @@ def test_steps_run_in_processes_of_their_own(sample_store, tmp_path, monkeypatch
 def test_the_commit_holds_the_store_pool_and_the_executor_follows_the_setting(monkeypatch):
     import assets.defs.relink as module
 
-    assert module.relink_graph.graph.node_dict["commit_relink"].definition.pool == "lightfoot_store"
-    assert module.relink_graph.executor_def is dg.multiprocess_executor
+    assert module.relink_job.graph.node_dict["commit_relink"].definition.pool == "lightfoot_store"
+    assert module.relink_job.executor_def is dg.multiprocess_executor
     k8s = pytest.importorskip("dagster_k8s")
     monkeypatch.setenv("LIGHTFOOT_RELINK_EXECUTOR", "k8s")
     assert module._executor() is k8s.k8s_job_executor

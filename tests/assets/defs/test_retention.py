@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.dagster]
 
 
 def erase(lightfoot, tick) -> None:
-    (result,) = lightfoot.launch(tick, "erasure_inbox", "document_deletion")
+    (result,) = lightfoot.launch(tick, "erasure_sensor", "deletion_job")
     assert result is not None and result.success
 
 
@@ -29,7 +29,7 @@ def test_the_erasure_sensor_records_requests_and_asks_for_one_deletion_run(light
     (lightfoot.erasure_inbox / "ids.txt").write_text(f"{ids[0]}\n{ids[1]}\n")
     lightfoot.drop_erasure_request("soft.json", [ids[2], "never-ingested"], erase=False, reason="duplicate")
     (lightfoot.erasure_inbox / "bad.json").write_text(json.dumps({"doc_ids": ids[3]}))
-    tick = lightfoot.tick("erasure_inbox")
+    tick = lightfoot.tick("erasure_sensor")
     (request,) = tick.run_requests
     receipts = {r.origin.rsplit("/", 1)[1]: r for r in Receipts(lightfoot.store()).pending("erasure")}
     assert sorted(receipts) == ["ids.txt", "soft.json"]
@@ -47,7 +47,7 @@ def test_the_erasure_sensor_records_requests_and_asks_for_one_deletion_run(light
     # One run applies both files' requests; the next tick settles both receipts and asks for nothing.
     erase(lightfoot, tick)
     assert lightfoot.stored_ids() == [ids[3]]
-    after = lightfoot.tick("erasure_inbox")
+    after = lightfoot.tick("erasure_sensor")
     assert after.run_requests == []
     assert after.skip_message == f"no new request file in {lightfoot.erasure_inbox}; 2 requests done"
     book = Receipts(lightfoot.store())
@@ -60,17 +60,17 @@ def test_a_reset_cursor_drops_no_request(lightfoot, twenty, sample_records):
     docs = twenty[:3]
     lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("first.json", [docs[0].doc_id])
-    erase(lightfoot, lightfoot.tick("erasure_inbox"))
-    lightfoot.cursors["erasure_inbox"] = None  # "Edit cursor" in the UI, or a cursor from before
+    erase(lightfoot, lightfoot.tick("erasure_sensor"))
+    lightfoot.cursors["erasure_sensor"] = None  # "Edit cursor" in the UI, or a cursor from before
     lightfoot.drop_erasure_request("second.json", [docs[1].doc_id])
-    erase(lightfoot, lightfoot.tick("erasure_inbox"))
+    erase(lightfoot, lightfoot.tick("erasure_sensor"))
     assert lightfoot.stored_ids() == [docs[2].doc_id]
-    lightfoot.cursors["erasure_inbox"] = json.dumps({"batch": 0, "kept": {}})
+    lightfoot.cursors["erasure_sensor"] = json.dumps({"batch": 0, "kept": {}})
     lightfoot.drop_erasure_request("third.json", [docs[2].doc_id])
-    erase(lightfoot, lightfoot.tick("erasure_inbox"))
+    erase(lightfoot, lightfoot.tick("erasure_sensor"))
     assert lightfoot.stored_ids() == []
     keys = {r.dagster_run.tags["dagster/run_key"] for r in lightfoot.instance.get_run_records(
-        dg.RunsFilter(job_name="document_deletion"))}
+        dg.RunsFilter(job_name="deletion_job"))}
     assert len(keys) == 3
 
 
@@ -78,10 +78,10 @@ def test_a_request_whose_run_was_dropped_is_asked_again(lightfoot, twenty, sampl
     docs = twenty[:2]
     lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("gdpr.json", [docs[0].doc_id], reason="data subject request")
-    dropped = lightfoot.tick("erasure_inbox")  # the daemon never makes this run
+    dropped = lightfoot.tick("erasure_sensor")  # the daemon never makes this run
     assert not lightfoot.erasure_inbox.joinpath("gdpr.json").exists()
 
-    again = lightfoot.tick("erasure_inbox")
+    again = lightfoot.tick("erasure_sensor")
     assert [r.run_key for r in again.run_requests] == [r.run_key for r in dropped.run_requests]
     erase(lightfoot, again)
     assert lightfoot.stored_ids() == [docs[1].doc_id]
@@ -89,8 +89,8 @@ def test_a_request_whose_run_was_dropped_is_asked_again(lightfoot, twenty, sampl
     assert erased.get_column("doc_id").to_list() == [docs[0].doc_id]
     assert erased.get_column("erased_at").null_count() == 0
     # The same key asked once more is dropped as a duplicate, and the receipt is settled by its run.
-    assert lightfoot.launch(again, "erasure_inbox", "document_deletion") == [None]
-    settled = lightfoot.tick("erasure_inbox")
+    assert lightfoot.launch(again, "erasure_sensor", "deletion_job") == [None]
+    settled = lightfoot.tick("erasure_sensor")
     assert settled.run_requests == [] and "1 requests done" in settled.skip_message
 
 
@@ -98,21 +98,21 @@ def test_a_wiped_instance_asks_again_for_what_is_pending_and_not_for_what_is_don
     docs = twenty[:3]
     lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("done.json", [docs[0].doc_id])
-    erase(lightfoot, lightfoot.tick("erasure_inbox"))
-    lightfoot.tick("erasure_inbox")
+    erase(lightfoot, lightfoot.tick("erasure_sensor"))
+    lightfoot.tick("erasure_sensor")
     lightfoot.drop_erasure_request("pending.json", [docs[1].doc_id])
-    asked = lightfoot.tick("erasure_inbox")
+    asked = lightfoot.tick("erasure_sensor")
 
     wiped = lightfoot.root / "wiped_home"  # a fresh instance on disk, as after wiping DAGSTER_HOME
     wiped.mkdir()
     old, lightfoot.instance = lightfoot.instance, dg.DagsterInstance.from_config(str(wiped))
     try:
         lightfoot.cursors.clear()
-        tick = lightfoot.tick("erasure_inbox")
+        tick = lightfoot.tick("erasure_sensor")
         assert [r.run_key for r in tick.run_requests] == [r.run_key for r in asked.run_requests]
         erase(lightfoot, tick)
         assert lightfoot.stored_ids() == [docs[2].doc_id]
-        assert lightfoot.tick("erasure_inbox").run_requests == []
+        assert lightfoot.tick("erasure_sensor").run_requests == []
     finally:
         lightfoot.instance.dispose()
         lightfoot.instance = old
@@ -126,25 +126,25 @@ def test_a_failed_run_leaves_the_request_pending_and_the_next_tick_retries_it(
     docs = twenty[:2]
     lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("gdpr.json", [docs[0].doc_id])
-    first = lightfoot.tick("erasure_inbox")
+    first = lightfoot.tick("erasure_sensor")
 
     def store_unavailable(*args, **kwargs):
         raise OSError("the store is unreachable")
 
     with monkeypatch.context() as patch:
         patch.setattr(retention, "tombstone_requests", store_unavailable)
-        (failed,) = lightfoot.launch(first, "erasure_inbox", "document_deletion")
+        (failed,) = lightfoot.launch(first, "erasure_sensor", "deletion_job")
     assert not failed.success
     assert lightfoot.stored_ids() == [d.doc_id for d in docs]
     (receipt,) = Receipts(lightfoot.store()).pending("erasure")
 
-    retry = lightfoot.tick("erasure_inbox")
+    retry = lightfoot.tick("erasure_sensor")
     (request,) = retry.run_requests
     assert request.run_key == f"erasure-{receipt.receipt_id}-1" != first.run_requests[0].run_key
     assert request.tags["lightfoot/attempt"] == "1"
     erase(lightfoot, retry)
     assert lightfoot.stored_ids() == [docs[1].doc_id]
-    assert lightfoot.tick("erasure_inbox").run_requests == []
+    assert lightfoot.tick("erasure_sensor").run_requests == []
     assert Receipts(lightfoot.store()).receipt("erasure", receipt.receipt_id).is_done
 
 
@@ -161,13 +161,13 @@ def test_a_request_whose_runs_keep_failing_waits_longer_before_each_attempt(
     def store_unavailable(*args, **kwargs):
         raise OSError("the store is unreachable")
 
-    tick = lightfoot.tick("erasure_inbox")
+    tick = lightfoot.tick("erasure_sensor")
     with monkeypatch.context() as patch:
         patch.setattr(retention, "tombstone_requests", store_unavailable)
         for _ in range(2):  # the first failure is retried at once, the second is not
-            (failed,) = lightfoot.launch(tick, "erasure_inbox", "document_deletion")
+            (failed,) = lightfoot.launch(tick, "erasure_sensor", "deletion_job")
             assert not failed.success
-            tick = lightfoot.tick("erasure_inbox")
+            tick = lightfoot.tick("erasure_sensor")
     assert tick.run_requests == []
     assert "1 requests whose runs failed repeatedly wait before their next attempt" in tick.skip_message
     (receipt,) = Receipts(lightfoot.store()).pending("erasure")
@@ -176,7 +176,7 @@ def test_a_request_whose_runs_keep_failing_waits_longer_before_each_attempt(
     assert not waited.backing_off(now=waited.retry_at + 1)
 
     monkeypatch.setattr(receipts.time, "time", lambda: waited.retry_at + 1)  # a minute later
-    retry = lightfoot.tick("erasure_inbox")
+    retry = lightfoot.tick("erasure_sensor")
     (request,) = retry.run_requests
     assert request.run_key == f"erasure-{receipt.receipt_id}-2"
     erase(lightfoot, retry)
@@ -194,24 +194,24 @@ def test_a_request_waits_while_its_run_is_running_and_is_asked_again_once_cancel
     docs = twenty[:2]
     lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("gdpr.json", [docs[0].doc_id])
-    (request,) = lightfoot.tick("erasure_inbox").run_requests
-    job = lightfoot.defs.resolve_job_def("document_deletion")
+    (request,) = lightfoot.tick("erasure_sensor").run_requests
+    job = lightfoot.defs.resolve_job_def("deletion_job")
     running = lightfoot.instance.create_run_for_job(job, status=dg.DagsterRunStatus.STARTED, tags=request.tags)
 
-    waiting = lightfoot.tick("erasure_inbox")
+    waiting = lightfoot.tick("erasure_sensor")
     assert waiting.run_requests == [] and "1 requests waiting for their runs" in waiting.skip_message
     lightfoot.drop_erasure_request("later.json", [docs[1].doc_id])
-    behind = lightfoot.tick("erasure_inbox")
+    behind = lightfoot.tick("erasure_sensor")
     assert behind.run_requests == [] and f"wait for deletion run {running.run_id}" in behind.skip_message
 
     lightfoot.instance.report_run_canceled(running)
-    retry = lightfoot.tick("erasure_inbox")
+    retry = lightfoot.tick("erasure_sensor")
     (again,) = retry.run_requests
     assert again.tags["lightfoot/attempt"] == "1" and again.tags["lightfoot/erasure-request"] == \
         request.tags["lightfoot/erasure-request"]
     erase(lightfoot, retry)
     assert lightfoot.stored_ids() == []
-    settled = lightfoot.tick("erasure_inbox")
+    settled = lightfoot.tick("erasure_sensor")
     assert settled.run_requests == [] and "2 requests done" in settled.skip_message
 
 
@@ -223,32 +223,32 @@ def test_a_request_file_taken_before_is_not_applied_again(lightfoot, twenty, sam
     path = lightfoot.drop_erasure_request("gdpr.json", [docs[0].doc_id])
     with monkeypatch.context() as patch:
         patch.setattr(Inbox, "remove", lambda self, item: (_ for _ in ()).throw(PermissionError("read-only inbox")))
-        erase(lightfoot, lightfoot.tick("erasure_inbox"))
+        erase(lightfoot, lightfoot.tick("erasure_sensor"))
         assert path.exists()
-        lightfoot.cursors["erasure_inbox"] = None
-        assert lightfoot.tick("erasure_inbox").run_requests == []
+        lightfoot.cursors["erasure_sensor"] = None
+        assert lightfoot.tick("erasure_sensor").run_requests == []
     # The document comes back; the old file, seen again, does not delete it a second time.
     lightfoot.ingest_through_the_inbox([docs[0]], sample_records)
-    tick = lightfoot.tick("erasure_inbox")
+    tick = lightfoot.tick("erasure_sensor")
     assert tick.run_requests == [] and not path.exists()
     assert lightfoot.stored_ids() == sorted(d.doc_id for d in docs)
-    assert len(lightfoot.instance.get_run_records(dg.RunsFilter(job_name="document_deletion"))) == 1
+    assert len(lightfoot.instance.get_run_records(dg.RunsFilter(job_name="deletion_job"))) == 1
 
 
 def test_two_requests_with_the_same_content_in_different_files_are_both_honoured(lightfoot, twenty, sample_records):
     docs = twenty[:2]
     lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("monday.json", [docs[0].doc_id], reason="gdpr")
-    erase(lightfoot, lightfoot.tick("erasure_inbox"))
+    erase(lightfoot, lightfoot.tick("erasure_sensor"))
     assert lightfoot.stored_ids() == [docs[1].doc_id]
 
     lightfoot.ingest_through_the_inbox([docs[0]], sample_records)  # it comes back, and is asked away again
     lightfoot.drop_erasure_request("tuesday.json", [docs[0].doc_id], reason="gdpr")
-    tick = lightfoot.tick("erasure_inbox")
+    tick = lightfoot.tick("erasure_sensor")
     assert len(tick.run_requests) == 1
     erase(lightfoot, tick)
     assert lightfoot.stored_ids() == [docs[1].doc_id]
-    runs = lightfoot.instance.get_run_records(dg.RunsFilter(job_name="document_deletion"))
+    runs = lightfoot.instance.get_run_records(dg.RunsFilter(job_name="deletion_job"))
     assert len({r.dagster_run.tags["lightfoot/erasure-request"] for r in runs}) == 2
 
 
@@ -273,9 +273,9 @@ def test_a_soft_deletion_tombstones_within_the_batch_and_keeps_history(lightfoot
     docs = twenty[:4]
     batch = ingest_batch(lightfoot, docs, sample_records)
     lightfoot.drop_erasure_request("soft.json", [docs[1].doc_id, "never-ingested"], erase=False, reason="duplicate")
-    (request,) = lightfoot.tick("erasure_inbox").run_requests
+    (request,) = lightfoot.tick("erasure_sensor").run_requests
     assert request.partition_key in lightfoot.partitions("deletions")
-    result = lightfoot.run(request, "document_deletion")
+    result = lightfoot.run(request, "deletion_job")
     assert result.success
     made = [e.event_specific_data.materialization for e in result.get_asset_materialization_events()]
     log = next(m for m in made if m.asset_key.to_user_string() == "tombstones")
@@ -309,8 +309,8 @@ def test_a_batch_whose_documents_are_all_erased_loses_its_partition_and_the_othe
     assert sorted(lightfoot.partitions()) == sorted([emptied, kept])
     doomed = [whole[0].doc_id, whole[1].doc_id, part[0].doc_id]
     lightfoot.drop_erasure_request("gdpr.json", doomed, reason="data subject request")
-    tick = lightfoot.tick("erasure_inbox")
-    (result,) = lightfoot.launch(tick, "erasure_inbox", "document_deletion")
+    tick = lightfoot.tick("erasure_sensor")
+    (result,) = lightfoot.launch(tick, "erasure_sensor", "deletion_job")
     assert result.success
     assert lightfoot.instance.get_dynamic_partitions("batches") == [kept]
     gone = observations(result, emptied)
@@ -329,21 +329,21 @@ def test_a_batch_whose_documents_are_all_erased_loses_its_partition_and_the_othe
         dg.AssetRecordsFilter(asset_key=dg.AssetKey("passages"), asset_partitions=[kept]), limit=5).records
     assert recorded and recorded[0].asset_observation.metadata["documents_deleted"].value == 1
     assert lightfoot.stored_ids() == sorted(d.doc_id for d in part[1:])
-    # A deletion a Dagster run made is not recorded a second time by the outside_deletions sensor.
-    assert lightfoot.tick("outside_deletions").asset_events in (None, [])
+    # A deletion a Dagster run made is not recorded a second time by the outside_deletions_sensor.
+    assert lightfoot.tick("outside_deletions_sensor").asset_events in (None, [])
 
 
 def test_a_redropped_request_already_honoured_is_settled_without_a_run(lightfoot, twenty, sample_records):
     docs = twenty[:2]
     lightfoot.ingest_through_the_inbox(docs, sample_records)
     lightfoot.drop_erasure_request("gdpr.json", [docs[0].doc_id], reason="data subject request")
-    erase(lightfoot, lightfoot.tick("erasure_inbox"))
-    assert lightfoot.tick("erasure_inbox").run_requests == []
+    erase(lightfoot, lightfoot.tick("erasure_sensor"))
+    assert lightfoot.tick("erasure_sensor").run_requests == []
     deletions = lightfoot.partitions("deletions")
     assert len(deletions) == 1
 
     lightfoot.drop_erasure_request("gdpr-again.json", [docs[0].doc_id], reason="data subject request")
-    tick = lightfoot.tick("erasure_inbox")
+    tick = lightfoot.tick("erasure_sensor")
     assert tick.run_requests == []
     assert "took 1 request files" in tick.skip_message and "1 requests done" in tick.skip_message
     book = Receipts(lightfoot.store())
@@ -351,7 +351,7 @@ def test_a_redropped_request_already_honoured_is_settled_without_a_run(lightfoot
     done = [json.loads(p.read_text()) for p in sorted(Path(book.root, "erasure", "done").glob("*.json"))]
     (again,) = [r for r in done if r["origin"].endswith("gdpr-again.json")]
     assert again["outcome"].startswith("already honoured"), again["outcome"]
-    assert len(lightfoot.instance.get_run_records(dg.RunsFilter(job_name="document_deletion"))) == 1
+    assert len(lightfoot.instance.get_run_records(dg.RunsFilter(job_name="deletion_job"))) == 1
     assert lightfoot.partitions("deletions") == deletions, "no partition for a request that needs no run"
     assert Landing(lightfoot.store()).deletion_requests() == []
     assert lightfoot.stored_ids() == [docs[1].doc_id]
@@ -365,7 +365,7 @@ def test_a_deletion_run_succeeds_although_another_batch_has_passages_without_ext
     done, unfinished = twenty[:3], twenty[3:5]
     ingest_batch(lightfoot, done, sample_records)
     lightfoot.drop_documents("unfinished", unfinished, sample_records)
-    (request,) = lightfoot.tick("document_inbox").run_requests
+    (request,) = lightfoot.tick("inbox_sensor").run_requests
     # Only the batch's passages step runs: its passages are stored, and nothing extracts them.
     assert dg.materialize([passages], instance=lightfoot.instance, resources=lightfoot.resources,
                           partition_key=request.partition_key).success
@@ -375,8 +375,8 @@ def test_a_deletion_run_succeeds_although_another_batch_has_passages_without_ext
     assert not waiting & set(store.read("extractions").get_column("doc_id").to_list())
 
     lightfoot.drop_erasure_request("gdpr.json", [done[0].doc_id])
-    tick = lightfoot.tick("erasure_inbox")
-    (result,) = lightfoot.launch(tick, "erasure_inbox", "document_deletion")
+    tick = lightfoot.tick("erasure_sensor")
+    (result,) = lightfoot.launch(tick, "erasure_sensor", "deletion_job")
     assert result.success
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     assert "passages_accounted_for" not in checks, "another batch's unfinished extraction is that batch's failure"
@@ -395,7 +395,7 @@ def test_a_deletion_on_the_command_line_is_recorded_in_its_batches(lightfoot, tw
     assert command_line(["delete", *gone, "--store", lightfoot.store_uri]) == 0
     assert set(gone) <= set(Landing(store).landed_ids())  # a soft delete leaves the landed copy
 
-    tick = lightfoot.tick("outside_deletions")
+    tick = lightfoot.tick("outside_deletions_sensor")
     assert lightfoot.partitions() == [partly]
     assert not set(gone) & set(Landing(store).landed_ids()), "the stale landed copies go with the deletion"
     assert first[1].doc_id in Landing(store).landed_ids()
@@ -404,8 +404,38 @@ def test_a_deletion_on_the_command_line_is_recorded_in_its_batches(lightfoot, tw
     assert {m["status"].value for (_, b), m in events.items() if b == partly} == {"partly deleted"}
     assert {m["status"].value for (_, b), m in events.items() if b == emptied} == {"tombstoned"}
     assert {m["documents_deleted"].value for m in events.values()} == {1}
-    again = lightfoot.tick("outside_deletions")
+    again = lightfoot.tick("outside_deletions_sensor")
     assert again.dynamic_partitions_requests == [] and not again.asset_events
+
+
+def test_the_outside_deletions_sensor_without_a_cursor_records_no_deletion_twice(lightfoot, twenty, sample_records):
+    """A new or renamed sensor, or a reset cursor, looks at the whole batch log again: the
+    instance's tombstone observations say which deletions are recorded, and only the others are."""
+    from lightfoot_pipeline.cli import main as command_line
+
+    docs = twenty[:3]
+    batch = ingest_batch(lightfoot, docs, sample_records)
+    assert command_line(["delete", docs[0].doc_id, "--store", lightfoot.store_uri]) == 0
+    assert {e.partition for e in lightfoot.tick("outside_deletions_sensor").asset_events} == {batch}
+
+    lightfoot.cursors["outside_deletions_sensor"] = None  # as the sensor starts under a new name
+    fresh = lightfoot.tick("outside_deletions_sensor")
+    assert not fresh.asset_events and not fresh.dynamic_partitions_requests, "nothing recorded twice"
+    assert "no deletion outside Dagster left to record" in fresh.skip_message
+    assert lightfoot.partitions() == [batch]
+
+    assert command_line(["delete", docs[1].doc_id, "--store", lightfoot.store_uri]) == 0
+    lightfoot.cursors["outside_deletions_sensor"] = None
+    tick = lightfoot.tick("outside_deletions_sensor")
+    assert {e.partition for e in tick.asset_events} == {batch}, "a deletion not yet recorded still is"
+    assert {e.metadata["documents_deleted"].value for e in tick.asset_events} == {2}
+    assert not lightfoot.tick("outside_deletions_sensor").asset_events
+
+    assert command_line(["delete", docs[2].doc_id, "--store", lightfoot.store_uri]) == 0
+    lightfoot.cursors["outside_deletions_sensor"] = None
+    emptied = lightfoot.tick("outside_deletions_sensor")
+    assert {e.metadata["status"].value for e in emptied.asset_events} == {"tombstoned"}
+    assert lightfoot.partitions() == [], "a batch left empty loses its partition"
 
 
 def test_a_document_landed_again_after_its_deletion_keeps_its_landed_copy(lightfoot, twenty, sample_records):
@@ -416,7 +446,7 @@ def test_a_document_landed_again_after_its_deletion_keeps_its_landed_copy(lightf
     store = lightfoot.store()
     assert command_line(["delete", docs[0].doc_id, "--store", lightfoot.store_uri]) == 0
     Landing(store).put_documents([LandedDocument(docs[0], sample_records[docs[0].doc_id], utc_now(), "again")])
-    tick = lightfoot.tick("outside_deletions")
+    tick = lightfoot.tick("outside_deletions_sensor")
     assert {e.partition for e in tick.asset_events} == {batch}
     assert lightfoot.partitions() == [batch]
     assert docs[0].doc_id in Landing(store).landed_ids(), "a copy landed after the deletion waits to be ingested"
@@ -451,7 +481,7 @@ def test_the_retention_schedule_erases_documents_past_their_date(lightfoot_on_di
     assert "retention_until expired on 2026-03-01" in pending[expired.doc_id].reason
     assert "policy rule" in pending[twenty[1].doc_id].reason
 
-    assert lightfoot.run(request, "document_deletion").success
+    assert lightfoot.run(request, "deletion_job").success
     assert lightfoot.store().read("documents").get_column("doc_id").to_list() == [lasting.doc_id]
     erased = lightfoot.store().read("tombstones")
     assert erased.get_column("erased_at").null_count() == 0 and erased.height == 2
@@ -472,15 +502,15 @@ def test_a_failed_retention_run_is_asked_again_by_the_erasure_sensor(
 
     with monkeypatch.context() as patch:
         patch.setattr(retention, "erase_history", lambda *args: (_ for _ in ()).throw(OSError("storage is down")))
-        assert not lightfoot.run(request, "document_deletion").success
+        assert not lightfoot.run(request, "deletion_job").success
     assert lightfoot.stored_ids() == [twenty[1].doc_id]  # deleted, but its history is not erased
 
-    tick = lightfoot.tick("erasure_inbox")
+    tick = lightfoot.tick("erasure_sensor")
     (retry,) = tick.run_requests
     assert retry.run_key == f"erasure-{receipt.receipt_id}-1"
     erase(lightfoot, tick)
     assert lightfoot.store().read("tombstones").get_column("erased_at").null_count() == 0
-    assert lightfoot.tick("erasure_inbox").run_requests == []
+    assert lightfoot.tick("erasure_sensor").run_requests == []
     assert Receipts(lightfoot.store()).receipt("erasure", receipt.receipt_id).is_done
 
 

@@ -1,4 +1,4 @@
-"""The source_sync sensor and the source_files asset: a folder of files followed by Dagster."""
+"""The sync_sensor and the source_files asset: a folder of files followed by Dagster."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def test_the_sensor_asks_for_a_sync_when_the_folder_changes_and_the_asset_report
     chat_server.queue(chat_server.Reply(content=json.dumps(
         {"entities": [{"name": "Oslo", "type": "location", "description": ""}], "facts": []})))
     folder = lightfoot.root / "shared-drive"
-    assert lightfoot.tick("source_sync").skip_message.startswith("no source to follow")
+    assert lightfoot.tick("sync_sensor").skip_message.startswith("no source to follow")
 
     folder.mkdir()
     (folder / "guide.md").write_bytes(document_files.markdown("Guide", [("Start", ["Open the lid in Oslo."])]))
@@ -31,12 +31,12 @@ def test_the_sensor_asks_for_a_sync_when_the_folder_changes_and_the_asset_report
         assets=lightfoot.defs.assets, asset_checks=lightfoot.defs.asset_checks, jobs=lightfoot.defs.jobs,
         sensors=lightfoot.defs.sensors, schedules=lightfoot.defs.schedules, resources=lightfoot.resources,
     )
-    tick = lightfoot.tick("source_sync")
+    tick = lightfoot.tick("sync_sensor")
     assert len(tick.run_requests) == 1 and tick.run_requests[0].run_key.startswith("sync-")
-    assert lightfoot.tick("source_sync").run_requests[0].run_key == tick.run_requests[0].run_key
+    assert lightfoot.tick("sync_sensor").run_requests[0].run_key == tick.run_requests[0].run_key
     batch = tick.run_requests[0].partition_key
     assert batch.startswith("sync-") and batch in lightfoot.partitions()
-    result = lightfoot.run(tick.run_requests[0], job_name="source_sync_job")
+    result = lightfoot.run(tick.run_requests[0], job_name="sync_job")
     assert result.success
     made = {m.asset_key.to_user_string(): m for m in
             (e.event_specific_data.materialization for e in result.get_asset_materialization_events())}
@@ -52,15 +52,15 @@ def test_the_sensor_asks_for_a_sync_when_the_folder_changes_and_the_asset_report
     assert reason.startswith("truncated or corrupt Word document")
     assert files["failure_kinds"].value == {reason_kind(reason): 1}, "kinds of failure, never the reason's text"
     assert lightfoot.stored_ids() == ["shared-drive:guide.md"]
-    assert "is in sync: 2 files" in lightfoot.tick("source_sync").skip_message
+    assert "is in sync: 2 files" in lightfoot.tick("sync_sensor").skip_message
 
     (folder / "guide.md").unlink()
-    tick = lightfoot.tick("source_sync")
-    removal = lightfoot.run(tick.run_requests[0], job_name="source_sync_job")
+    tick = lightfoot.tick("sync_sensor")
+    removal = lightfoot.run(tick.run_requests[0], job_name="sync_job")
     assert removal.success
     assert lightfoot.stored_ids() == []
     # The first batch's only document is deleted: the batch is tombstoned and its partition goes.
     observed = [e.event_specific_data.asset_observation for e in removal.get_asset_observation_events()]
     assert {o.metadata["status"].value for o in observed if o.partition == batch} == {"tombstoned"}
     assert batch not in lightfoot.partitions()
-    assert "is in sync: 1 files" in lightfoot.tick("source_sync").skip_message
+    assert "is in sync: 1 files" in lightfoot.tick("sync_sensor").skip_message
