@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import time
 import urllib.request
 
 import pytest
 
-from tests.assets.webserver import REPO, free_port
+from tests.assets.webserver import REPO, free_port, stop_process_group
 
 pytestmark = [pytest.mark.dagster, pytest.mark.slow]
 
@@ -41,12 +40,7 @@ def test_dg_dev_starts_without_a_warning_on_this_checkout(tmp_path):
                 assert time.monotonic() < deadline, log_path.read_text()[-3000:]
                 time.sleep(2)
         finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
+            stop_process_group(server, timeout_s=60)
     said = re.sub(r"\x1b\[[0-9;]*m", "", log_path.read_text())
     assert not [line for line in said.splitlines() if " - WARNING - " in line], said[-3000:]
     assert (home / "dagster.yaml").read_text() == (REPO / "dagster.yaml").read_text()

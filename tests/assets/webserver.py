@@ -57,9 +57,15 @@ def dagster_webserver(home: Path, port: int, store: str, log_path: Path, deadlin
                 time.sleep(1)
             yield base
         finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
+            stop_process_group(server, timeout_s=30)
+
+
+def stop_process_group(server: subprocess.Popen, timeout_s: float) -> None:
+    """Stop a server started in a session of its own, and everything it started: SIGTERM, then
+    SIGKILL once ``timeout_s`` has passed."""
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
