@@ -33,6 +33,7 @@ SERVE_ANSWERS_ENV = "LIGHTFOOT_SERVE_ANSWERS"
 SERVE_BUDGET_ENV = "LIGHTFOOT_SERVE_ANSWER_BUDGET_USD"
 PAGE_URL_ENV = "LIGHTFOOT_PAGE_URL"
 DAGSTER_URL_ENV = "LIGHTFOOT_DAGSTER_URL"
+DEFAULT_READERS_ENV = "LIGHTFOOT_DEFAULT_READERS"
 # The deep query mode (retrieval/deep): DeepSettings field, variable, type of its value.
 DEEP_VARIABLES: dict[str, tuple[str, type]] = {
     "max_steps": ("LIGHTFOOT_DEEP_MAX_STEPS", int),
@@ -65,7 +66,7 @@ OBJECT_STORE_VARIABLES = (
 MODEL_HUB_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 VARIABLES: tuple[str, ...] = (
-    STORE_ENV, EMBEDDER_ENV, RERANKER_ENV, EXTRACTOR_ENV, EXTRACTION_SLOTS_ENV, DOCUMENT_INBOX_ENV, ERASURE_INBOX_ENV,
+    STORE_ENV, EMBEDDER_ENV, RERANKER_ENV, EXTRACTOR_ENV, DEFAULT_READERS_ENV, EXTRACTION_SLOTS_ENV, DOCUMENT_INBOX_ENV, ERASURE_INBOX_ENV,
     RETENTION_POLICY_ENV, SYNC_SOURCE_ENV, LINK_PIECE_SIZE_ENV, RELINK_EXECUTOR_ENV,
     *(name for names, _ in LLM_VARIABLES.values() for name in names),
     SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, SERVE_ANSWERS_ENV, SERVE_BUDGET_ENV, PAGE_URL_ENV, DAGSTER_URL_ENV,
@@ -199,6 +200,16 @@ def llm_environment(environ: Mapping[str, str] | None = None) -> dict[str, objec
                     values[field_name] = text if kind is str else _number(name, text, kind)
                 break
     return values
+
+
+def default_readers(environ: Mapping[str, str] | None = None) -> str:
+    """Who may read a document that names no readers: ``$LIGHTFOOT_DEFAULT_READERS``, ``public``
+    (everyone, the default) or ``nobody`` (only principals of the operator group ``*``)."""
+    value = (_read(DEFAULT_READERS_ENV, environ) or "public").casefold()
+    if value not in ("public", "nobody"):
+        raise SettingsError(f"{DEFAULT_READERS_ENV}={value!r}: expected public or nobody",
+                            hint=f"set {DEFAULT_READERS_ENV} to public or nobody, or unset it (public)")
+    return value
 
 
 def serve_tokens(environ: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:

@@ -20,18 +20,24 @@ import scipy.sparse as sp
 
 from lightfoot_pipeline.index.facts import fact_text
 from lightfoot_pipeline.ingest.passages import location_label
+from lightfoot_pipeline.ingest.readers import PUBLIC, readers_of_text
 from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.snapshot.adjacency import build_adjacency
 from lightfoot_pipeline.snapshot.fact_index import INDEX_MIN_ROWS, assign, n_lists, sample_rows, train_centroids
-from lightfoot_pipeline.snapshot.format import FactIndex, Snapshot, SnapshotError, passage_text
+from lightfoot_pipeline.snapshot.format import Access, FactIndex, Snapshot, SnapshotError, passage_text
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
     ALIASES,
+    DOCUMENT_READERS,
+    DOCUMENTS,
     ENTITIES,
     FACT_SOURCES,
     FACTS,
+    FORMS,
     MENTIONS,
+    NAME_LINKS,
     PASSAGE_SOURCES,
     PASSAGES,
     SYNONYM_EDGES,
@@ -60,6 +66,7 @@ class Content:
     edge_counts: dict
     fact_index: FactIndex | None = None
     embedded: int = 0  # texts embedded for this snapshot (no vector cached or in the previous one)
+    access: Access | None = None  # what reader views are derived from; None when every document is public
 
 
 def with_locations(passages: pl.DataFrame, sources: pl.DataFrame) -> pl.DataFrame:
@@ -71,41 +78,72 @@ def with_locations(passages: pl.DataFrame, sources: pl.DataFrame) -> pl.DataFram
     return located.drop("page", "section", "located").with_columns(pl.Series("location", labels, dtype=pl.String))
 
 
-def collect(store: Store, manifest: Manifest, embedder: Embedder, previous: Snapshot | None = None,
-            progress: ExportProgress | None = None, index_min_rows: int = INDEX_MIN_ROWS) -> Content:
-    """Node tables, edges and vectors of the store's committed state.
+@dataclass
+class GraphTables:
+    """The index tables a snapshot's graph is assembled from: the store's, or a reader view's
+    (permissions/views.py), which derives them from the documents a principal may read."""
 
-    Vectors of passages and facts that ``previous`` (a snapshot of the same embedder) holds are
-    taken from it; the others come from the vector caches, embedded only when no cache holds them.
-    A fact table of ``index_min_rows`` or more is ordered by inverted-file group (fact_index.py).
-    """
-    step = _stepper(progress)
-    step("reading the store", 0, 1)
-    entities = store.read(ENTITIES.name, manifest, columns=["entity_id", "type", "display_name"]).sort("entity_id")
-    entities = entities.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64))
-    n_entities = entities.height
+    entities: pl.DataFrame  # entity_id, type, display_name
+    passages: pl.DataFrame  # chunk_id, doc_id, title, text, location
+    mentions: pl.DataFrame  # entity_id, chunk_id
+    aliases: pl.DataFrame  # name, type, entity_id
+    facts: pl.DataFrame  # fact_id, subject, subject_type, predicate, object, object_type, n_sources
+    evidence: pl.DataFrame  # fact_id, chunk_id, doc_id, evidence
+    synonyms: pl.DataFrame  # entity_a, entity_b, similarity
+
+
+@dataclass
+class Graph:
+    """A snapshot's node tables and adjacency, before vectors."""
+
+    entities: pl.DataFrame
+    passages: pl.DataFrame
+    facts: pl.DataFrame
+    evidence: pl.DataFrame
+    adjacency: sp.csr_matrix
+    edge_counts: dict
+
+
+def read_graph_tables(store: Store, manifest: Manifest) -> GraphTables:
+    """The store's committed index tables, as a snapshot assembles them."""
     passages = store.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id", "title", "text"])
     sources = store.read(PASSAGE_SOURCES.name, manifest, columns=["chunk_id", "page", "section"])
-    passages = with_locations(passages, sources).sort("chunk_id")
+    return GraphTables(
+        entities=store.read(ENTITIES.name, manifest, columns=["entity_id", "type", "display_name"]),
+        passages=with_locations(passages, sources),
+        mentions=store.read(MENTIONS.name, manifest, columns=["entity_id", "chunk_id"]),
+        aliases=store.read(ALIASES.name, manifest, columns=["name", "type", "entity_id"]),
+        facts=store.read(FACTS.name, manifest, columns=["fact_id", "subject", "subject_type", "predicate", "object",
+                                                        "object_type", "n_sources"]),
+        evidence=store.read(FACT_SOURCES.name, manifest, columns=["fact_id", "chunk_id", "doc_id", "evidence"]),
+        synonyms=store.read(SYNONYM_EDGES.name, manifest, columns=["entity_a", "entity_b", "similarity"]),
+    )
+
+
+def assemble_graph(tables: GraphTables) -> Graph:
+    """Node tables (entities by id, then passages by chunk id) and the adjacency over them: a
+    function of the tables' rows alone, whatever their order."""
+    entities = tables.entities.select("entity_id", "type", "display_name").sort("entity_id")
+    entities = entities.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64))
+    n_entities = entities.height
+    passages = tables.passages.select("chunk_id", "doc_id", "title", "text", "location").sort("chunk_id")
     passages = passages.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64) + n_entities)
     entity_index = entities.select("entity_id", pl.col("node").alias("entity_node"))
     passage_index = passages.select("chunk_id", (pl.col("node") - n_entities).alias("passage_row"))
 
-    mentions = store.read(MENTIONS.name, manifest, columns=["entity_id", "chunk_id"])
-    mention_pairs = mentions.join(entity_index, on="entity_id", how="left").join(passage_index, on="chunk_id", how="left")
+    mention_pairs = (tables.mentions.select("entity_id", "chunk_id")
+                     .join(entity_index, on="entity_id", how="left").join(passage_index, on="chunk_id", how="left"))
     if mention_pairs.filter(pl.col("entity_node").is_null() | pl.col("passage_row").is_null()).height:
         raise SnapshotError("mentions name entities or passages that the store does not hold; run the graph stage")
     per_entity = mention_pairs.group_by("entity_id").agg(pl.col("chunk_id").n_unique().alias("n_passages"))
     entities = entities.join(per_entity, on="entity_id", how="left").with_columns(
         pl.col("n_passages").fill_null(0).cast(pl.Int64)).sort("node")
 
-    aliases = store.read(ALIASES.name, manifest, columns=["name", "type", "entity_id"])
-    facts = store.read(FACTS.name, manifest, columns=["fact_id", "subject", "subject_type", "predicate", "object",
-                                                      "object_type", "n_sources"]).sort("fact_id")
-    ends = aliases.join(entity_index, on="entity_id", how="left").select("name", "type", "entity_node")
+    ends = tables.aliases.join(entity_index, on="entity_id", how="left").select("name", "type", "entity_node")
     facts = (
-        facts.join(ends.rename({"name": "subject", "type": "subject_type", "entity_node": "subject_entity"}),
-                   on=["subject", "subject_type"], how="left")
+        tables.facts.select("fact_id", "subject", "subject_type", "predicate", "object", "object_type", "n_sources")
+        .join(ends.rename({"name": "subject", "type": "subject_type", "entity_node": "subject_entity"}),
+              on=["subject", "subject_type"], how="left")
         .join(ends.rename({"name": "object", "type": "object_type", "entity_node": "object_entity"}),
               on=["object", "object_type"], how="left")
         .sort("fact_id")
@@ -113,9 +151,7 @@ def collect(store: Store, manifest: Manifest, embedder: Embedder, previous: Snap
     if facts.filter(pl.col("subject_entity").is_null() | pl.col("object_entity").is_null()).height:
         raise SnapshotError("facts name subjects or objects that no alias holds; run the graph stage")
     facts = facts.select("fact_id", "subject", "predicate", "object", "subject_entity", "object_entity", "n_sources")
-
-    evidence = store.read(FACT_SOURCES.name, manifest, columns=["fact_id", "chunk_id", "doc_id", "evidence"])
-    evidence = evidence.sort(["fact_id", "chunk_id"])
+    evidence = tables.evidence.select("fact_id", "chunk_id", "doc_id", "evidence").sort(["fact_id", "chunk_id"])
 
     # Entity–entity edges: one per unordered pair, weighted by how many facts link the pair.
     linked = facts.filter(pl.col("subject_entity") != pl.col("object_entity")).select(
@@ -125,12 +161,14 @@ def collect(store: Store, manifest: Manifest, embedder: Embedder, previous: Snap
     )
     fact_edges = linked.group_by("a", "b").agg(pl.col("fact_id").n_unique().alias("w")).sort("a", "b")
     synonyms = (
-        store.read(SYNONYM_EDGES.name, manifest, columns=["entity_a", "entity_b", "similarity"])
+        tables.synonyms.select("entity_a", "entity_b", "similarity")
         .join(entity_index.rename({"entity_id": "entity_a", "entity_node": "a"}), on="entity_a", how="left")
         .join(entity_index.rename({"entity_id": "entity_b", "entity_node": "b"}), on="entity_b", how="left")
+        .sort("a", "b")
     )
     if synonyms.filter(pl.col("a").is_null() | pl.col("b").is_null()).height:
         raise SnapshotError("synonym edges name entities that the store does not hold; run the graph stage")
+    mention_pairs = mention_pairs.sort("entity_node", "passage_row")
     adjacency = build_adjacency(
         n_entities,
         passages.height,
@@ -140,8 +178,32 @@ def collect(store: Store, manifest: Manifest, embedder: Embedder, previous: Snap
         (synonyms.get_column("a").to_numpy(), synonyms.get_column("b").to_numpy(),
          synonyms.get_column("similarity").to_numpy()),
     )
+    return Graph(
+        entities=entities.select("node", "entity_id", "type", "display_name", "n_passages"),
+        passages=passages.select("node", "chunk_id", "doc_id", "title", "text", "location"),
+        facts=facts, evidence=evidence, adjacency=adjacency,
+        edge_counts={"mention": mention_pairs.height, "fact": fact_edges.height, "synonym": synonyms.height},
+    )
 
+
+def collect(store: Store, manifest: Manifest, embedder: Embedder, previous: Snapshot | None = None,
+            progress: ExportProgress | None = None, index_min_rows: int = INDEX_MIN_ROWS) -> Content:
+    """Node tables, edges and vectors of the store's committed state.
+
+    Vectors of passages and facts that ``previous`` (a snapshot of the same embedder) holds are
+    taken from it; the others come from the vector caches, embedded only when no cache holds them.
+    A fact table of ``index_min_rows`` or more is ordered by inverted-file group (fact_index.py).
+    When some live document is not public, the snapshot also holds what reader views are derived
+    from (:func:`read_access`).
+    """
+    step = _stepper(progress)
+    step("reading the store", 0, 1)
+    graph = assemble_graph(read_graph_tables(store, manifest))
+    access = read_access(store, manifest)
+    if access is not None:
+        access.settings["index_min_rows"] = int(index_min_rows)  # a view builds its fact index as this export did
     step("reading the store", 1, 1)
+    passages, facts = graph.passages, graph.facts
     reuse = previous if previous is not None and previous.info.models.get("embedder") == embedder.model_id else None
     counter = [0]
     passage_vectors = _vectors(
@@ -160,16 +222,45 @@ def collect(store: Store, manifest: Manifest, embedder: Embedder, previous: Snap
         facts = facts[order]
         fact_vectors = fact_vectors[order]
     return Content(
-        entities=entities.select("node", "entity_id", "type", "display_name", "n_passages"),
-        passages=passages.select("node", "chunk_id", "doc_id", "title", "text", "location"),
+        entities=graph.entities,
+        passages=passages,
         facts=facts,
-        evidence=evidence,
-        adjacency=adjacency,
+        evidence=graph.evidence,
+        adjacency=graph.adjacency,
         passage_vectors=passage_vectors,
         fact_vectors=fact_vectors,
-        edge_counts={"mention": mention_pairs.height, "fact": fact_edges.height, "synonym": synonyms.height},
+        edge_counts=graph.edge_counts,
         fact_index=fact_index,
         embedded=counter[0],
+        access=access,
+    )
+
+
+def read_access(store: Store, manifest: Manifest) -> Access | None:
+    """What reader views are derived from, when some live document is not public: each document's
+    readers, the live forms, fact assertions and name links, and the settings that turn them into
+    entities and synonym edges. None when every document is public (every view is the whole)."""
+    documents = store.read(DOCUMENTS.name, manifest, columns=["doc_id"])
+    readers = store.read(DOCUMENT_READERS.name, manifest, columns=["doc_id", "readers"])
+    readers = documents.join(readers, on="doc_id", how="left").with_columns(
+        pl.col("readers").fill_null(PUBLIC)).sort("doc_id")
+    public = readers.get_column("readers").map_elements(lambda text: PUBLIC in readers_of_text(text),
+                                                        return_dtype=pl.Boolean)
+    if public.all():
+        return None
+    shape = manifest.config.get("settings") or {}
+    defaults = IndexSettings()
+    settings = {
+        "entity_threshold": float(shape.get("entity_threshold", defaults.entity_threshold)),
+        "synonym_threshold": float(shape.get("synonym_threshold", defaults.synonym_threshold)),
+        "numbers_must_agree": bool(shape.get("numbers_must_agree", defaults.numbers_must_agree)),
+    }
+    return Access(
+        readers=readers,
+        forms=store.read(FORMS.name, manifest, columns=FORMS.columns).sort("chunk_id", "name", "type"),
+        fact_sources=store.read(FACT_SOURCES.name, manifest, columns=FACT_SOURCES.columns).sort("fact_id", "chunk_id"),
+        name_links=store.read(NAME_LINKS.name, manifest, columns=NAME_LINKS.columns).sort("type", "name_a", "name_b"),
+        settings=settings,
     )
 
 

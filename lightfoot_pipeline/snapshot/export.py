@@ -26,6 +26,7 @@ from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.snapshot.collect import ExportProgress, collect
 from lightfoot_pipeline.snapshot.fact_index import INDEX_MIN_ROWS
 from lightfoot_pipeline.snapshot.format import (
+    ACCESS_FILE,
     FACT_INDEX_FILE,
     FORMAT_VERSION,
     MANIFEST_FILE,
@@ -145,6 +146,7 @@ def export_snapshot(store: Store, embedder: Embedder, *, keep: int = DEFAULT_KEE
             "edges": {k: int(v) for k, v in content.edge_counts.items()},
             "fact_index_groups": 0 if content.fact_index is None else len(content.fact_index.offsets) - 1,
             "embedded": content.embedded,
+            "reader_sets": 1 if content.access is None else content.access.readers.get_column("readers").n_unique(),
         }
         info = SnapshotInfo(
             snapshot_id=snapshot_id, uri=location.uri(snapshot_id), fingerprint=digest, store_seq=manifest.seq,
@@ -163,6 +165,10 @@ def export_snapshot(store: Store, embedder: Embedder, *, keep: int = DEFAULT_KEE
         ]
         if content.fact_index is not None:
             files.append((FACT_INDEX_FILE, content.fact_index.to_bytes))
+        if content.access is not None:
+            access = content.access
+            files.extend((f"{name}.parquet", lambda frame=frame: _parquet(frame)) for name, frame in access.frames().items())
+            files.append((ACCESS_FILE, lambda: json.dumps(access.settings, sort_keys=True).encode()))
         for done, (name, data) in enumerate(files):
             if progress is not None:
                 progress("writing the snapshot", done, len(files))

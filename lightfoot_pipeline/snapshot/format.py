@@ -16,6 +16,15 @@ object store) holding
                           group) and its training sample's digest (fact_index.py)
     manifest.json         store fingerprint and commit, models, creation time, counts
 
+and, only when some live document is not public, what reader views are derived from
+(permissions/views.py)::
+
+    readers.parquet       doc_id, readers: who may read each document (ingest/readers.py)
+    forms.parquet         the store's forms: chunk_id, doc_id, name, type, surface
+    fact_sources.parquet  the store's fact assertions, with their subjects, objects and evidence
+    name_links.parquet    the store's name links: type, name_a, name_b, similarity
+    access.json           the thresholds and the number rule that make entities and synonym edges
+
 **Vectors are memory-mapped.** On a local disk the two ``.npy`` files are mapped read-only, not
 read: query processes on one node share their pages through the page cache, and a process's
 memory holds only the pages its queries touch. Format 1 snapshots (float32 vectors, no index) are
@@ -56,6 +65,8 @@ SNAPSHOTS_DIR = "snapshots"
 POINTER = "latest"
 MANIFEST_FILE = "manifest.json"
 FACT_INDEX_FILE = "fact_index.npz"
+ACCESS_FILE = "access.json"
+ACCESS_TABLES = ("readers", "forms", "fact_sources", "name_links")
 FORMAT_VERSION = 2
 READABLE_FORMATS = (1, 2)
 MISSING = object()  # what SnapshotDirectory.read_json returns for a file that is not there
@@ -228,6 +239,23 @@ class FactIndex:
                        sample_digest=str(stored["sample_digest"]))
 
 
+@dataclass(frozen=True)
+class Access:
+    """What a snapshot keeps to derive reader views: who may read each document, the store's live
+    forms, fact assertions and name links, and the settings that make entities and synonym edges
+    of them (``entity_threshold``, ``synonym_threshold``, ``numbers_must_agree``)."""
+
+    readers: pl.DataFrame  # doc_id, readers (ingest/readers.py: readers_text)
+    forms: pl.DataFrame  # the forms table's columns
+    fact_sources: pl.DataFrame  # the fact_sources table's columns
+    name_links: pl.DataFrame  # type, name_a, name_b, similarity
+    settings: dict
+
+    def frames(self) -> dict[str, pl.DataFrame]:
+        return {"readers": self.readers, "forms": self.forms, "fact_sources": self.fact_sources,
+                "name_links": self.name_links}
+
+
 @dataclass(eq=False)  # one snapshot is one object: identity, so the walk operators can be kept per snapshot
 class Snapshot:
     """A snapshot in memory, ready to query."""
@@ -241,6 +269,7 @@ class Snapshot:
     passage_vectors: np.ndarray  # (#passages, dim) float16, usually memory-mapped
     fact_vectors: np.ndarray  # (#facts, dim) float16, usually memory-mapped
     fact_index: FactIndex | None = None
+    access: Access | None = None  # None: every document is public, and every reader's view is the whole
 
     def __post_init__(self) -> None:
         n_entities, n_passages = self.entities.height, self.passages.height
@@ -328,6 +357,15 @@ def _read_vectors(location: SnapshotDirectory, path: str) -> np.ndarray:
     return vectors if vectors.dtype == np.float16 else vectors.astype(np.float16)  # format 1: float32
 
 
+def _read_access(location: SnapshotDirectory, folder) -> Access | None:
+    """The snapshot's access tables, or None when it has none (every document public)."""
+    if not location.exists(folder(ACCESS_FILE)):
+        return None
+    settings = json.loads(location.read_bytes(folder(ACCESS_FILE)))
+    frames = {name: _read_parquet(location, folder(f"{name}.parquet")) for name in ACCESS_TABLES}
+    return Access(settings=settings, **frames)
+
+
 def load_snapshot(store: Store, snapshot_id: str | None = None) -> Snapshot:
     """Load a snapshot (the published one by default) into memory."""
     location = SnapshotDirectory(store)
@@ -352,6 +390,7 @@ def load_snapshot(store: Store, snapshot_id: str | None = None) -> Snapshot:
             fact_vectors=_read_vectors(location, folder("fact_vectors.npy")),
             fact_index=(FactIndex.from_bytes(location.read_bytes(folder(FACT_INDEX_FILE)))
                         if location.exists(folder(FACT_INDEX_FILE)) else None),
+            access=_read_access(location, folder),
         )
     except FileNotFoundError as err:
         raise SnapshotError(f"snapshot {snapshot_id} is missing a file (removed while loading?): {err}") from err

@@ -92,6 +92,13 @@ DOCUMENTS = TableSpec(
     key=("doc_id",), bucket_by="doc_id", per_document=True,
     description="Live documents with their retention metadata.",
 )
+DOCUMENT_READERS = TableSpec(
+    "document_readers",
+    _schema(("doc_id", S), ("readers", S)),
+    key=("doc_id",), bucket_by="doc_id", per_document=True,
+    description="Who may read each live document: its reader groups, sorted and comma-joined ('' for nobody; "
+                "ingest/readers.py).",
+)
 PASSAGES = TableSpec(
     "passages",
     _schema(("chunk_id", S), ("doc_id", S), ("ordinal", I), ("title", S), ("text", S), ("text_hash", S)),
@@ -199,7 +206,7 @@ GRAPH_QUEUE = TableSpec(
 )
 
 INDEX_TABLES: tuple[TableSpec, ...] = (
-    DOCUMENTS, PASSAGES, PASSAGE_SOURCES, EXTRACTIONS, FORMS, FACT_SOURCES,
+    DOCUMENTS, DOCUMENT_READERS, PASSAGES, PASSAGE_SOURCES, EXTRACTIONS, FORMS, FACT_SOURCES,
     NAME_LINKS, ALIASES, ENTITIES, MENTIONS, SYNONYM_EDGES, FACTS,
 )
 PER_DOCUMENT_TABLES: tuple[TableSpec, ...] = tuple(t for t in INDEX_TABLES if t.per_document)

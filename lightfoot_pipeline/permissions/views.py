@@ -1,0 +1,211 @@
+"""A reader's view: the index of the documents a principal may read, derived from one snapshot.
+
+For a principal P whose readable documents are D_P, the view is what a store built from D_P alone
+would serve, exactly: every index record is a function of the live forms, fact assertions and
+their passages (DESIGN.md), so the view takes the snapshot's access tables (snapshot/format.py:
+Access), keeps the rows of D_P's passages, and derives from them what the graph stage would:
+
+- names and their provenance (``name_statistics``), and the stored name links between two of
+  them: a link is a function of its two names, so the links among D_P's names are those a store
+  of D_P computes;
+- entities as the connected components of those links at the entity threshold: an entity joined
+  only through a name of an unreadable document splits, and its id, canonical and display names
+  follow its members as in a store of D_P;
+- mentions, per-entity passage counts (the seed weights), synonym edges at the synonym threshold
+  with the number rule, facts from D_P's assertions only (a fact whose every source is unreadable
+  is absent, and ``n_sources`` counts readable ones);
+- the graph, by the same assembly as an export (snapshot/collect.py), and the passage and fact
+  vectors of the snapshot's rows (a vector is a function of its text), with the fact index built
+  as an export of D_P would build it.
+
+Nothing of the view depends on history or on which principal asked first; :class:`ViewCache`
+keeps the views of the most recently used reader sets per snapshot. A snapshot without access
+tables holds public documents only, and every principal's view of it is the snapshot itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from lightfoot_pipeline.index.components import components, entity_rows, mention_rows
+from lightfoot_pipeline.index.facts import fact_rows
+from lightfoot_pipeline.index.reconcile import name_statistics
+from lightfoot_pipeline.index.synonyms import synonym_edges
+from lightfoot_pipeline.ingest.readers import readers_of_text
+from lightfoot_pipeline.permissions.principals import Principal
+from lightfoot_pipeline.snapshot.collect import GraphTables, assemble_graph, build_fact_index
+from lightfoot_pipeline.snapshot.fact_index import INDEX_MIN_ROWS
+from lightfoot_pipeline.snapshot.format import Snapshot, SnapshotInfo
+from lightfoot_pipeline.store.tables import ALIASES, ENTITIES, FACTS
+
+VIEWS_KEPT = 16  # reader sets whose views a cache holds per snapshot
+
+
+@dataclass(eq=False)
+class ReaderView:
+    """The index as one reader set sees it.
+
+    ``documents`` is None when the reader reads every document of the snapshot: the view is then
+    the snapshot itself and ``tables`` is None (provenance reads the store). Otherwise ``tables``
+    holds the view's index tables by store table name (forms, fact_sources, name_links, aliases,
+    entities, mentions, synonym_edges, facts), as a store of those documents would hold them.
+    """
+
+    key: str
+    snapshot: Snapshot
+    documents: frozenset[str] | None = None
+    tables: dict[str, pl.DataFrame] | None = None
+    build_s: float = 0.0
+    counts: dict = field(default_factory=dict)
+
+    @property
+    def whole(self) -> bool:
+        return self.documents is None
+
+    def may_read(self, doc_id: str) -> bool:
+        return self.documents is None or doc_id in self.documents
+
+
+def readable_documents(snapshot: Snapshot, principal: Principal) -> frozenset[str] | None:
+    """The documents of the snapshot that ``principal`` reads; None when that is all of them."""
+    access = snapshot.access
+    if access is None or principal.is_operator:
+        return None
+    doc_ids = access.readers.get_column("doc_id").to_list()
+    readable = [doc for doc, text in zip(doc_ids, access.readers.get_column("readers").to_list(), strict=True)
+                if principal.may_read(readers_of_text(text))]
+    if len(readable) == len(doc_ids):
+        return None
+    return frozenset(readable)
+
+
+def view_key(documents: frozenset[str] | None) -> str:
+    """A view's name in caches and logs: a digest of its document set (``all`` for every document)."""
+    if documents is None:
+        return "all"
+    return "v-" + hashlib.sha256("\n".join(sorted(documents)).encode()).hexdigest()[:16]
+
+
+def derive_tables(snapshot: Snapshot, documents: frozenset[str]) -> dict[str, pl.DataFrame]:
+    """The index tables of a store of ``documents`` (see the module docstring)."""
+    access = snapshot.access
+    assert access is not None, "a view of part of a snapshot needs its access tables"
+    settings = access.settings
+    wanted = pl.Series("doc_id", sorted(documents), dtype=pl.String).implode()
+    forms = access.forms.filter(pl.col("doc_id").is_in(wanted))
+    names = name_statistics(forms)
+    keys = names.select("type", "name")
+    links = (access.name_links
+             .join(keys.rename({"name": "name_a"}), on=["type", "name_a"], how="semi")
+             .join(keys.rename({"name": "name_b"}), on=["type", "name_b"], how="semi"))
+    labels = components(names.select("name", "type"), links, float(settings["entity_threshold"]))
+    aliases = names.join(labels, on=["name", "type"]).select(ALIASES.columns)
+    entities = entity_rows(aliases, forms).select(ENTITIES.columns)
+    mentions = mention_rows(aliases, forms)
+    edges = synonym_edges(links, aliases, float(settings["synonym_threshold"]), bool(settings["numbers_must_agree"]))
+    fact_sources = access.fact_sources.filter(pl.col("doc_id").is_in(wanted))
+    facts = fact_rows(fact_sources).select(FACTS.columns)
+    return {"forms": forms, "fact_sources": fact_sources, "name_links": links, "aliases": aliases,
+            "entities": entities, "mentions": mentions, "synonym_edges": edges, "facts": facts}
+
+
+def _rows_of(keys: pl.DataFrame, held: pl.DataFrame, on: list[str]) -> np.ndarray:
+    """(len(keys),) row of each key's row in ``held`` (every key is there)."""
+    matched = (keys.select(on).with_row_index("new")
+               .join(held.select(on).with_row_index("old"), on=on, how="left", nulls_equal=True).sort("new"))
+    rows = matched.get_column("old")
+    assert rows.null_count() == 0, "a view's rows are rows of its snapshot"
+    return rows.to_numpy().astype(np.int64)
+
+
+def view_snapshot(snapshot: Snapshot, documents: frozenset[str], tables: dict[str, pl.DataFrame]) -> Snapshot:
+    """The snapshot a store of ``documents`` would export: its graph assembled from ``tables``, its
+    vectors the snapshot's rows of the same passages and facts."""
+    wanted = pl.Series("doc_id", sorted(documents), dtype=pl.String).implode()
+    passages = snapshot.passages.filter(pl.col("doc_id").is_in(wanted)).drop("node")
+    facts = tables["facts"]
+    graph = assemble_graph(GraphTables(
+        entities=tables["entities"], passages=passages, mentions=tables["mentions"], aliases=tables["aliases"],
+        facts=facts, evidence=tables["fact_sources"], synonyms=tables["synonym_edges"],
+    ))
+    passage_vectors = np.asarray(snapshot.passage_vectors)[_rows_of(graph.passages, snapshot.passages, ["chunk_id"])]
+    fact_vectors = np.asarray(snapshot.fact_vectors)[_rows_of(graph.facts, snapshot.facts, ["fact_id"])]
+    view_facts, fact_index = graph.facts, None
+    access = snapshot.access
+    min_rows = int(access.settings.get("index_min_rows", INDEX_MIN_ROWS)) if access is not None else INDEX_MIN_ROWS
+    if view_facts.height >= min_rows:
+        fact_index, order = build_fact_index(view_facts.get_column("fact_id").to_numpy(), fact_vectors, None,
+                                             lambda done, total: None)
+        view_facts, fact_vectors = view_facts[order], fact_vectors[order]
+    counts = {
+        "entities": graph.entities.height, "passages": graph.passages.height,
+        "documents": graph.passages.get_column("doc_id").n_unique(), "facts": view_facts.height,
+        "fact_evidence": graph.evidence.height, "nodes": int(graph.adjacency.shape[0]),
+        "stored_entries": int(graph.adjacency.nnz), "edges": graph.edge_counts,
+    }
+    info = SnapshotInfo(snapshot_id=snapshot.info.snapshot_id, uri=snapshot.info.uri,
+                        fingerprint=snapshot.info.fingerprint, store_seq=snapshot.info.store_seq,
+                        created_at=snapshot.info.created_at, counts=counts, models=snapshot.info.models)
+    return Snapshot(info=info, entities=graph.entities, passages=graph.passages, facts=view_facts,
+                    evidence=graph.evidence, adjacency=graph.adjacency, passage_vectors=passage_vectors,
+                    fact_vectors=fact_vectors, fact_index=fact_index, access=None)
+
+
+def reader_view(snapshot: Snapshot, principal: Principal) -> ReaderView:
+    """``principal``'s view of ``snapshot`` (built now; :class:`ViewCache` keeps them)."""
+    started = time.perf_counter()
+    documents = readable_documents(snapshot, principal)
+    if documents is None:
+        return ReaderView(view_key(None), snapshot, counts=dict(snapshot.info.counts))
+    tables = derive_tables(snapshot, documents)
+    view = view_snapshot(snapshot, documents, tables)
+    return ReaderView(view_key(documents), view, documents, tables, round(time.perf_counter() - started, 4),
+                      dict(view.info.counts))
+
+
+class ViewCache:
+    """The views of one snapshot, by reader set: built once each, the least recently used dropped
+    beyond ``size``. Two principals who read the same documents share a view. Thread-safe: a view
+    asked for by two threads at once is built once."""
+
+    def __init__(self, snapshot: Snapshot, size: int = VIEWS_KEPT) -> None:
+        self.snapshot = snapshot
+        self.size = size
+        self._views: OrderedDict[str, ReaderView] = OrderedDict()
+        self._lock = threading.Lock()
+        self._building: dict[str, threading.Lock] = {}
+
+    def view(self, principal: Principal) -> ReaderView:
+        documents = readable_documents(self.snapshot, principal)
+        key = view_key(documents)
+        if documents is None:
+            return ReaderView(key, self.snapshot, counts=dict(self.snapshot.info.counts))
+        with self._lock:
+            held = self._views.get(key)
+            if held is not None:
+                self._views.move_to_end(key)
+                return held
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            with self._lock:
+                held = self._views.get(key)
+            if held is None:
+                held = reader_view(self.snapshot, principal)
+                with self._lock:
+                    self._views[key] = held
+                    while len(self._views) > self.size:
+                        self._views.popitem(last=False)
+            with self._lock:
+                self._building.pop(key, None)
+            return held
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            return list(self._views)
