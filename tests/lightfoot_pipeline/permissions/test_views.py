@@ -1,0 +1,91 @@
+"""A principal's view equals the snapshot of a store built from its readable documents alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lightfoot_pipeline import operations
+from lightfoot_pipeline.ingest.dataset import load_questions
+from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL
+from lightfoot_pipeline.permissions.views import ViewCache, readable_documents, reader_view
+from lightfoot_pipeline.retrieval.explain import explain_query
+from lightfoot_pipeline.retrieval.retrieve import Retriever
+from lightfoot_pipeline.snapshot.export import export_snapshot
+from lightfoot_pipeline.snapshot.format import load_snapshot
+from lightfoot_pipeline.store.store import Store
+from tests.lightfoot_pipeline.permissions.conftest import PRINCIPALS
+
+
+@pytest.fixture(scope="module")
+def served(restricted_sample, hashing_embedder):
+    root, readers = restricted_sample
+    store = Store(str(root))
+    export_snapshot(store, hashing_embedder)
+    return load_snapshot(store), readers
+
+
+@pytest.fixture(scope="module")
+def questions(sample_dir):
+    return [q.question for q in load_questions(sample_dir / "questions-dev.jsonl")]
+
+
+def _reference(tmp_path_factory, documents, records, embedder, readable):
+    root = tmp_path_factory.mktemp("readable-only") / "store"
+    store = Store(str(root))
+    operations.ingest(store, [d for d in documents if d.doc_id in readable], ReplayExtractor(records), embedder)
+    export_snapshot(store, embedder)
+    return load_snapshot(store)
+
+
+def _ranking(retriever: Retriever, question: str) -> dict:
+    result = retriever.retrieve(question, top_k=10)
+    explained = explain_query(retriever, question, top_k=10)
+    for key in ("snapshot_id", "pagerank", "reranker"):
+        explained.pop(key)
+    return {
+        "passages": [(h.chunk_id, h.pagerank_score, h.dense_score) for h in result.passages],
+        "facts": [(f.fact_id, f.similarity, tuple(e["chunk_id"] for e in f.evidence)) for f in result.seed_facts],
+        "explained": explained,
+    }
+
+
+def test_a_snapshot_of_only_public_documents_keeps_no_access_tables(sample_store_built, hashing_embedder, tmp_path):
+    import shutil
+
+    shutil.copytree(sample_store_built, tmp_path / "store")
+    store = Store(str(tmp_path / "store"))
+    export_snapshot(store, hashing_embedder)
+    snapshot = load_snapshot(store)
+    assert snapshot.access is None
+    assert readable_documents(snapshot, PRINCIPALS[0]) is None
+    assert reader_view(snapshot, PRINCIPALS[0]).snapshot is snapshot
+
+
+def test_the_operator_reads_the_whole_snapshot(served):
+    snapshot, _ = served
+    assert snapshot.access is not None
+    assert reader_view(snapshot, OPERATOR_PRINCIPAL).snapshot is snapshot
+
+
+@pytest.mark.parametrize("principal", PRINCIPALS, ids=[p.name for p in PRINCIPALS])
+def test_each_view_equals_a_store_of_its_readable_documents(principal, served, questions, tmp_path_factory,
+                                                            sample_documents, sample_records, hashing_embedder):
+    snapshot, readers = served
+    readable = {d for d, groups in readers.items() if principal.may_read(groups)}
+    assert 0 < len(readable) < len(readers)
+    view = ViewCache(snapshot).view(principal)
+    assert view.documents == readable
+    reference = _reference(tmp_path_factory, sample_documents, sample_records, hashing_embedder, readable)
+    mine, theirs = view.snapshot, reference
+    assert mine.entities.equals(theirs.entities)
+    assert mine.passages.equals(theirs.passages)
+    assert mine.facts.equals(theirs.facts)
+    assert mine.evidence.equals(theirs.evidence)
+    assert (mine.adjacency != theirs.adjacency).nnz == 0
+    assert np.array_equal(np.asarray(mine.passage_vectors), np.asarray(theirs.passage_vectors))
+    assert np.array_equal(np.asarray(mine.fact_vectors), np.asarray(theirs.fact_vectors))
+    ours, fresh = Retriever(mine, hashing_embedder), Retriever(theirs, hashing_embedder)
+    for question in questions:
+        assert _ranking(ours, question) == _ranking(fresh, question), question
