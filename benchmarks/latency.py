@@ -18,6 +18,15 @@
   document is deleted from the store and ``reexport_after_delete_s`` times the next snapshot
   export (each run deletes another document of the kept store). Building the store takes long
   (keep it with ``--work``).
+- **views** (permission-exact retrieval): the MuSiQue-scale synthetic store (``--views-passages``)
+  with every document public, then with readers from a seeded rule over four reader sets (public;
+  staff; legal; staff and legal). Reported: the export time and the snapshot's size on disk for 1
+  reader set and for 4; each principal's view build time (its first query); p50 of the operator's
+  retrieval on the whole snapshot beside p50 of the four principals' retrievals on their views,
+  query by query in the same loop (``p50_ratio`` is views over whole, target at most 1.2); and the
+  revocation latency: from the commit that takes a staff document away from staff, through the
+  snapshot export and the service's load of it and the view's build, to the first staff query that
+  no longer ranks the document (the service's watch interval, 2 s, comes on top).
 - **recall_parity**: on the sample's 50 dev questions with MiniLM, recall@2/5/10 of the exact walk
   with exact seeding beside the local walk, indexed seeding (a fact index built in memory: the
   sample is below the size that gets one on export) and both, with each one's mean top-10 overlap
@@ -58,6 +67,8 @@ from lightfoot_pipeline.evaluation.parity import local_settings, retrieval_parit
 from lightfoot_pipeline.ingest.dataset import bundled_sample_dir, load_questions
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.embedder import HashingEmbedder, SentenceTransformerEmbedder
+from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL, Principal
+from lightfoot_pipeline.permissions.views import ViewCache
 from lightfoot_pipeline.retrieval.retrieve import Retriever, one_thread_per_query
 from lightfoot_pipeline.snapshot.collect import with_fact_index
 from lightfoot_pipeline.snapshot.export import export_snapshot
@@ -216,6 +227,110 @@ def large_scale(store: Store, passages: int, n_queries: int, seed: int = 0) -> d
     return figures
 
 
+VIEW_PRINCIPALS = (Principal("public-reader", ()), Principal("staff-member", ("staff",)),
+                   Principal("counsel", ("legal",)), Principal("partner", ("legal", "staff")))
+READER_SETS = (("public",), ("staff",), ("legal",), ("legal", "staff"))
+
+
+def snapshot_bytes(store: Store, snapshot_id: str) -> int:
+    folder = Path(store.uri) / "snapshots" / snapshot_id
+    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+
+
+def timed_export(store: Store, embedder) -> tuple[object, float]:
+    started = time.perf_counter()
+    info = export_snapshot(store, embedder)
+    return info, time.perf_counter() - started
+
+
+def views(store: Store, passages: int, n_queries: int, seed: int = 0) -> dict:
+    """The views section (see the module docstring)."""
+    records = synthetic_store(store, passages, seed)
+    embedder = HashingEmbedder(dim=384)
+    doc_ids = sorted(live_doc_ids(store))
+    operations.set_readers(store, {d: ("public",) for d in doc_ids}, reason="benchmark: every document public")
+    whole_info, whole_export_s = timed_export(store, embedder)
+    rng = random.Random(seed)
+    readers = {d: rng.choice(READER_SETS) for d in doc_ids}
+    operations.set_readers(store, readers, reason="benchmark: four reader sets")
+    info, export_s = timed_export(store, embedder)
+    snapshot = load_snapshot(store, info.snapshot_id)
+    cache = ViewCache(snapshot)
+    build = {}
+    for principal in VIEW_PRINCIPALS:
+        started = time.perf_counter()
+        view = cache.view(principal)
+        build[principal.name] = {"build_s": round(time.perf_counter() - started, 3),
+                                 "documents": len(view.documents or doc_ids), "passages": view.snapshot.passages.height}
+    one_thread_per_query()
+    whole = Retriever(snapshot, embedder)
+    whole.warm_up()
+    retrievers = {}
+    for principal in VIEW_PRINCIPALS:
+        retrievers[principal.name] = Retriever(cache.view(principal).snapshot, embedder)
+        retrievers[principal.name].warm_up()
+    questions = synthetic_questions(records, 200, seed)
+    plain, viewed = [], []
+    load_before = os.getloadavg()[0]
+    for i in range(n_queries):
+        question = questions[i % len(questions)]
+        started = time.perf_counter()
+        whole.retrieve(question, rerank=False)
+        plain.append((time.perf_counter() - started) * 1000.0)
+        principal = VIEW_PRINCIPALS[i % len(VIEW_PRINCIPALS)]
+        started = time.perf_counter()
+        view = cache.view(principal)  # what a request pays: the principal's view, found by its reader set
+        retrievers[principal.name].retrieve(question, rerank=False)
+        assert view.snapshot is retrievers[principal.name].snapshot
+        viewed.append((time.perf_counter() - started) * 1000.0)
+    figures = {
+        "passages": passages, "documents": len(doc_ids), "n_queries": n_queries,
+        "export_s": {"1_reader_set": round(whole_export_s, 2), "4_reader_sets": round(export_s, 2),
+                     "ratio": round(export_s / whole_export_s, 2)},
+        "snapshot_mb": {"1_reader_set": round(snapshot_bytes(store, whole_info.snapshot_id) / 2**20, 1),
+                        "4_reader_sets": round(snapshot_bytes(store, info.snapshot_id) / 2**20, 1)},
+        "reader_sets": info.counts.get("reader_sets"),
+        "view_build": build,
+        "p50_ms": {"whole": round(float(np.percentile(plain, 50)), 2), "views": round(float(np.percentile(viewed, 50)), 2)},
+        "p95_ms": {"whole": round(float(np.percentile(plain, 95)), 2), "views": round(float(np.percentile(viewed, 95)), 2)},
+        "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }
+    figures["snapshot_mb"]["ratio"] = round(figures["snapshot_mb"]["4_reader_sets"] / figures["snapshot_mb"]["1_reader_set"], 2)
+    figures["p50_ratio"] = round(figures["p50_ms"]["views"] / figures["p50_ms"]["whole"], 2)
+    figures["revocation"] = revocation(store, embedder, readers, questions)
+    return figures
+
+
+def revocation(store: Store, embedder, readers: dict[str, tuple[str, ...]], questions: list[str]) -> dict:
+    """Seconds from taking a document away from staff to a staff query that no longer ranks it."""
+    staff = VIEW_PRINCIPALS[1]
+    served = Retriever(ViewCache(load_snapshot(store)).view(staff).snapshot, embedder)
+    target, question = None, None
+    for candidate in questions:  # a question whose top passage staff may read only through "staff"
+        top = served.retrieve(candidate, top_k=1, rerank=False).passages
+        if top and readers.get(top[0].doc_id) == ("staff",):
+            target, question = top[0].doc_id, candidate
+            break
+    if target is None:
+        return {"skipped": "no question ranks a staff-only document first"}
+    clock = time.perf_counter()
+    operations.set_readers(store, {target: ("legal",)}, reason="benchmark: revoke staff")
+    committed = time.perf_counter()
+    info = export_snapshot(store, embedder)
+    exported = time.perf_counter()
+    snapshot = load_snapshot(store, info.snapshot_id)
+    loaded = time.perf_counter()
+    view = ViewCache(snapshot).view(staff)
+    retriever = Retriever(view.snapshot, embedder)
+    ranked = retriever.retrieve(question, rerank=False).passages
+    answered = time.perf_counter()
+    assert all(hit.doc_id != target for hit in ranked), "the revoked document is still served to staff"
+    assert ViewCache(snapshot).view(OPERATOR_PRINCIPAL).documents is None
+    return {"total_s": round(answered - clock, 2), "commit_s": round(committed - clock, 3),
+            "export_s": round(exported - committed, 2), "load_s": round(loaded - exported, 3),
+            "view_and_query_s": round(answered - loaded, 3), "watch_interval_s": 2.0}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queries", type=int, default=200, help="timed queries per scale (default 200)")
@@ -226,6 +341,9 @@ def main() -> int:
     parser.add_argument("--skip-musique", action="store_true")
     parser.add_argument("--skip-scale", action="store_true", help="leave out the --passages scale")
     parser.add_argument("--skip-parity", action="store_true", help="leave out the recall parity on the sample")
+    parser.add_argument("--skip-views", action="store_true", help="leave out the permission views")
+    parser.add_argument("--views-passages", type=int, default=MUSIQUE_PASSAGES,
+                        help=f"passages of the views' synthetic store (default {MUSIQUE_PASSAGES:,})")
     parser.add_argument("--passages", type=int, default=100_000, help="passages of the large scale (default 100,000)")
     parser.add_argument("--child-replica", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -246,6 +364,10 @@ def main() -> int:
         if not args.skip_musique:
             print(f"MuSiQue scale (synthetic, {MUSIQUE_PASSAGES:,} passages, hashing embedder)", file=sys.stderr)
             result["musique_scale"] = musique_scale(Store(str(work / "musique")), args.queries)
+        if not args.skip_views:
+            print(f"permission views (synthetic, {args.views_passages:,} passages, hashing embedder)", file=sys.stderr)
+            result["views"] = views(Store(str(work / f"views-{args.views_passages}")), args.views_passages,
+                                    args.queries)
         if not args.skip_scale:
             print(f"large scale (synthetic, {args.passages:,} passages, hashing embedder)", file=sys.stderr)
             key = "scale_100k" if args.passages == 100_000 else f"scale_{args.passages // 1000}k"
@@ -259,6 +381,11 @@ def main() -> int:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
     for name, figures in result.items():
+        if name == "views":
+            print(f"views          p50 {figures['p50_ms']['views']:7.2f} ms beside {figures['p50_ms']['whole']:.2f} ms "
+                  f"whole ({figures['p50_ratio']}x); export {figures['export_s']}; size MB {figures['snapshot_mb']}; "
+                  f"revocation {figures['revocation']}; load {figures['load_average_1m']}")
+            continue
         if name == "recall_parity":
             print(f"recall parity  {json.dumps({k: v for k, v in figures.items() if k != 'questions'})}")
             continue
