@@ -232,6 +232,14 @@ VIEW_PRINCIPALS = (Principal("public-reader", ()), Principal("staff-member", ("s
 READER_SETS = (("public",), ("staff",), ("legal",), ("legal", "staff"))
 
 
+def resident_mb() -> float:
+    """This process's resident memory now, in MB (Linux's VmRSS)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
 def snapshot_bytes(store: Store, snapshot_id: str) -> int:
     folder = Path(store.uri) / "snapshots" / snapshot_id
     return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
@@ -258,10 +266,12 @@ def views(store: Store, passages: int, n_queries: int, seed: int = 0) -> dict:
     cache = ViewCache(snapshot)
     build = {}
     for principal in VIEW_PRINCIPALS:
+        before = resident_mb()
         started = time.perf_counter()
         view = cache.view(principal)
         build[principal.name] = {"build_s": round(time.perf_counter() - started, 3),
-                                 "documents": len(view.documents or doc_ids), "passages": view.snapshot.passages.height}
+                                 "documents": len(view.documents or doc_ids), "passages": view.snapshot.passages.height,
+                                 "facts": view.snapshot.facts.height, "resident_mb_added": round(resident_mb() - before, 1)}
     one_thread_per_query()
     whole = Retriever(snapshot, embedder)
     whole.warm_up()
