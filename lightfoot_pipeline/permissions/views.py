@@ -16,7 +16,13 @@ Access), keeps the rows of D_P's passages, and derives from them what the graph 
   is absent, and ``n_sources`` counts readable ones);
 - the graph, by the same assembly as an export (snapshot/collect.py), and the passage and fact
   vectors of the snapshot's rows (a vector is a function of its text), with the fact index built
-  as an export of D_P would build it.
+  as an export of D_P would build it;
+- its own id and fingerprint (:func:`view_fingerprint`): the export's time, and a digest of the
+  view's content, never the snapshot's.
+
+A view holds its own copy of its vectors (the readable rows of the snapshot's memory-mapped
+files), so that every product runs over exactly the rows a store of D_P would hold: each reader
+set in use costs memory in proportion to the documents it reads.
 
 Nothing of the view depends on history or on which principal asked first; :class:`ViewCache`
 keeps the views of the most recently used reader sets per snapshot. A snapshot without access
@@ -150,12 +156,25 @@ def view_snapshot(snapshot: Snapshot, documents: frozenset[str], tables: dict[st
         "fact_evidence": graph.evidence.height, "nodes": int(graph.adjacency.shape[0]),
         "stored_entries": int(graph.adjacency.nnz), "edges": graph.edge_counts,
     }
-    info = SnapshotInfo(snapshot_id=snapshot.info.snapshot_id, uri=snapshot.info.uri,
-                        fingerprint=snapshot.info.fingerprint, store_seq=snapshot.info.store_seq,
-                        created_at=snapshot.info.created_at, counts=counts, models=snapshot.info.models)
+    digest = view_fingerprint(graph.passages, graph.entities, view_facts, graph.evidence)
+    exported = snapshot.info.snapshot_id.split("-", 1)[0]
+    info = SnapshotInfo(snapshot_id=f"{exported}-{digest[:12]}", uri=snapshot.info.uri, fingerprint=digest,
+                        store_seq=snapshot.info.store_seq, created_at=snapshot.info.created_at, counts=counts,
+                        models=snapshot.info.models)
     return Snapshot(info=info, entities=graph.entities, passages=graph.passages, facts=view_facts,
                     evidence=graph.evidence, adjacency=graph.adjacency, passage_vectors=passage_vectors,
                     fact_vectors=fact_vectors, fact_index=fact_index, access=None)
+
+
+def view_fingerprint(*frames: pl.DataFrame) -> str:
+    """A digest of a view's content alone. A view's id and fingerprint are its own, not the
+    snapshot's: the snapshot's digest is a function of every document, those the reader may not
+    read among them, and would let a reader confirm a guess of their content."""
+    digest = hashlib.sha256()
+    for frame in frames:
+        digest.update(np.sort(frame.hash_rows(seed=27).to_numpy()).tobytes())
+        digest.update(str(frame.height).encode())
+    return digest.hexdigest()
 
 
 def reader_view(snapshot: Snapshot, principal: Principal) -> ReaderView:
