@@ -240,14 +240,12 @@ def read_access(store: Store, manifest: Manifest) -> Access | None:
     """What reader views are derived from, when some live document is not public: each document's
     readers, the live forms, fact assertions and name links, and the settings that turn them into
     entities and synonym edges. None when every document is public (every view is the whole)."""
-    documents = store.read(DOCUMENTS.name, manifest, columns=["doc_id"])
     readers = store.read(DOCUMENT_READERS.name, manifest, columns=["doc_id", "readers"])
+    if all(PUBLIC in readers_of_text(text) for text in readers.get_column("readers").unique().to_list()):
+        return None  # a document without a row is public too: nothing else to read
+    documents = store.read(DOCUMENTS.name, manifest, columns=["doc_id"])
     readers = documents.join(readers, on="doc_id", how="left").with_columns(
         pl.col("readers").fill_null(PUBLIC)).sort("doc_id")
-    public = readers.get_column("readers").map_elements(lambda text: PUBLIC in readers_of_text(text),
-                                                        return_dtype=pl.Boolean)
-    if public.all():
-        return None
     shape = manifest.config.get("settings") or {}
     defaults = IndexSettings()
     settings = {
