@@ -29,6 +29,7 @@ from assets.partitions import BATCHES, PARTITION_TAG
 from lightfoot_pipeline.store.batches import (
     DAGSTER,
     DELETED,
+    READERS,
     Batch,
     batch_log,
     documents_of_batch,
@@ -73,6 +74,7 @@ def batch_counts(store: Store, batch_id: str, manifest=None) -> dict[str, int]:
         "added": int(by_action.get("added", 0)),
         "replaced": int(by_action.get("replaced", 0)),
         "unchanged": int(by_action.get("unchanged", 0)),
+        "readers_changed": int(by_action.get(READERS, 0)),
         "deleted_by_batch": int(by_action.get(DELETED, 0)),
         "live": len(live),
         "deleted_since": len(held) - len(live),

@@ -14,7 +14,8 @@ catch it by (``ValueError``, ``RuntimeError``, ``OSError``):
   (the store's URI cannot be read: a file, an unknown scheme, an unreachable object store) and
   StoreLayoutError (a store laid out by an earlier version: ``lightfoot migrate``);
 - ``ingest``: DatasetError, PolicyError (a retention policy file), FileReadError (a synced file
-  that cannot be read: its reason is recorded, the rest of the batch goes on);
+  that cannot be read: its reason is recorded, the rest of the batch goes on), ReadersError (a
+  document's readers that are not group names, or a change of readers of documents not live);
 - ``index``: EmbedderRequired, RelinkError (a spread link computation that cannot go on);
 - ``pipeline``: IndexConfigError (a store built with another embedder or other settings);
 - ``explain``: ExplainError (a document or entity the store does not know);

@@ -17,6 +17,7 @@ from lightfoot_pipeline.cli.demo import add_demo_command
 from lightfoot_pipeline.cli.evaluation import add_audit_command, add_eval_commands
 from lightfoot_pipeline.cli.explain import add_explain_commands
 from lightfoot_pipeline.cli.query import add_query_commands
+from lightfoot_pipeline.cli.readers import add_readers_command
 from lightfoot_pipeline.cli.store import add_store_commands
 from lightfoot_pipeline.cli.sync import add_sync_command
 from lightfoot_pipeline.errors import LightfootError
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_store_commands(sub, common)  # ingest, delete, vacuum, migrate, status, cost
     add_audit_command(sub, common)  # audit-deletion
     add_sync_command(sub, common)
+    add_readers_command(sub, common)
     add_query_commands(sub, common)  # snapshot, query, serve, serve-token
     add_eval_commands(sub, common)  # eval, eval-deletion, report, compare
     add_explain_commands(sub, common)  # explain doc, entity, fact, batch, query

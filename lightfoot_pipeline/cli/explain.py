@@ -62,6 +62,7 @@ def cmd_explain_doc(args) -> int:
         _print_batches(e.batches)
         return 0
     print(f"{e.doc_id}: {e.document.get('title')!r}, {len(e.passages)} passages (store commit {e.store_seq})")
+    print(f"readers: {', '.join(e.document['readers']) or 'nobody (the operator alone)'}")
     print(f"batches ({len(e.batches)}):")
     _print_batches(e.batches)
     for p in e.passages:

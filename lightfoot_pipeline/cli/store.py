@@ -129,6 +129,8 @@ def cmd_ingest(args) -> int:
         if report.replaced:
             print(f"  replaced (a new version of a stored document): {_listed(report.replaced_doc_ids)}; "
                   "their earlier text leaves the store's history at the next `lightfoot vacuum` or erase")
+        if report.readers_changed:
+            print(f"  readers changed (nothing else): {_listed(report.readers_changed_doc_ids)}")
         cached = f" ({report.from_cache} from the extraction cache)" if report.from_cache else ""
         print(f"  extracted {report.extracted}, already extracted {report.already_extracted}{cached}, "
               f"failed {report.failed}")

@@ -76,6 +76,8 @@ def print_report(report, store_uri: str) -> None:
           f"{report.already_extracted} ({report.from_cache} from the extraction cache), failed "
           f"{report.extraction_failed}")
     print(f"  model calls {report.model_calls} (retries {report.retries}), cost ${report.cost_usd:.4f}")
+    if report.readers_changed:
+        print(f"  readers changed (nothing else): {_listed(report.readers_changed)}")
     for failure in report.failed[:20]:
         print(f"  failed {failure['doc_id']}: {failure['reason']}")
     if len(report.failed) > 20:

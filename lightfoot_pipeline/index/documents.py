@@ -10,7 +10,7 @@ function on the same input stages the same rows, so nothing is written: the stag
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -26,10 +26,12 @@ from lightfoot_pipeline.ingest.extraction.outcome import (
     record_to_json,
 )
 from lightfoot_pipeline.ingest.passages import Passage, split_passages, text_hash
+from lightfoot_pipeline.ingest.readers import default_groups, readers_text
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.store.batches import ADDED, DELETED, REPLACED, UNCHANGED, log_documents
+from lightfoot_pipeline.store.batches import ADDED, DELETED, READERS, REPLACED, UNCHANGED, log_documents
 from lightfoot_pipeline.store.tables import (
     DOCUMENT_KEYS,
+    DOCUMENT_READERS,
     DOCUMENTS,
     EXTRACTIONS,
     FACT_SOURCES,
@@ -115,32 +117,49 @@ def document_passages(documents: Sequence[Document], settings: IndexSettings) ->
 
 @dataclass
 class DocumentChanges:
-    """What staging a set of documents does to the documents table, by doc_id."""
+    """What staging a set of documents does to the documents table, by doc_id, and the readers
+    each document gets (``readers``: doc_id → readers text, ingest/readers.py)."""
 
     new: list[str] = field(default_factory=list)
     replaced: list[str] = field(default_factory=list)  # stored before with other text or metadata
+    readers_changed: list[str] = field(default_factory=list)  # stored as given but for its readers
     unchanged: list[str] = field(default_factory=list)
+    readers: dict[str, str] = field(default_factory=dict)
 
 
-def document_changes(tx: Transaction, documents: Sequence[Document]) -> DocumentChanges:
-    """Which documents are new, which replace a stored document of the same id, which are the same."""
+def document_changes(tx: Transaction, documents: Sequence[Document],
+                     environ: Mapping[str, str] | None = None) -> DocumentChanges:
+    """Which documents are new, which replace a stored document of the same id, which differ from
+    the stored one only in their readers, which are the same.
+
+    A document's readers are those it names; one that names none keeps the readers stored for it,
+    and a new one (or one stored before readers were kept) gets the default (``environ``'s
+    ``$LIGHTFOOT_DEFAULT_READERS``), so that an input silent about readers never widens them."""
+    ids = [d.doc_id for d in documents]
     stored = {
         row["doc_id"]: row
-        for row in tx.rows(DOCUMENTS.name, "doc_id", [d.doc_id for d in documents])
+        for row in tx.rows(DOCUMENTS.name, "doc_id", ids)
         .select("doc_id", "title", "source", "content_hash", "retention_until")
         .iter_rows(named=True)
     }
+    stored_readers = dict(tx.rows(DOCUMENT_READERS.name, "doc_id", ids).select("doc_id", "readers").iter_rows())
+    default = readers_text(default_groups(environ))
     changes = DocumentChanges()
     for d in documents:
         row = stored.get(d.doc_id)
+        before = stored_readers.get(d.doc_id) if row is not None else None
+        readers = readers_text(d.readers) if d.readers is not None else before if before is not None else default
+        changes.readers[d.doc_id] = readers
         if row is None:
             changes.new.append(d.doc_id)
-        elif (row["title"], row["source"], row["content_hash"], row["retention_until"]) == (
+        elif (row["title"], row["source"], row["content_hash"], row["retention_until"]) != (
             d.title, d.source, _content_hash(d), d.retention_until
         ):
-            changes.unchanged.append(d.doc_id)
-        else:
             changes.replaced.append(d.doc_id)
+        elif readers != before:
+            changes.readers_changed.append(d.doc_id)
+        else:
+            changes.unchanged.append(d.doc_id)
     return changes
 
 
@@ -149,7 +168,12 @@ def _content_hash(document: Document) -> str:
 
 
 def upsert_documents(tx: Transaction, documents: Sequence[Document], settings: IndexSettings) -> list[Passage]:
-    """Stage documents and their passages; drop derived rows of passages that no longer exist."""
+    """Stage documents, their readers and their passages; drop derived rows of passages that no
+    longer exist. What changed (:func:`document_changes`) is logged in the current batch.
+
+    A document whose text and metadata are as stored but whose readers differ (``readers_changed``)
+    gets its readers row rewritten and nothing else: its passages stage as they are, so no
+    extraction, form or graph-queue row of it changes."""
     passages = document_passages(documents, settings)
     by_doc: dict[str, int] = {}
     for p in passages:
@@ -189,8 +213,12 @@ def upsert_documents(tx: Transaction, documents: Sequence[Document], settings: I
     )
     doc_ids = [d.doc_id for d in documents]
     changes = document_changes(tx, documents)
-    log_documents(tx, {ADDED: changes.new, REPLACED: changes.replaced, UNCHANGED: changes.unchanged})
+    reader_rows = pl.DataFrame({"doc_id": list(changes.readers), "readers": list(changes.readers.values())},
+                               schema={"doc_id": pl.String, "readers": pl.String})
+    log_documents(tx, {ADDED: changes.new, REPLACED: changes.replaced, READERS: changes.readers_changed,
+                       UNCHANGED: changes.unchanged})
     _replace_rows(tx, DOCUMENTS, doc_ids, doc_rows)
+    _replace_rows(tx, DOCUMENT_READERS, doc_ids, reader_rows)
     _replace_rows(tx, PASSAGES, doc_ids, passage_rows)
     _replace_rows(tx, PASSAGE_SOURCES, doc_ids, source_rows)
     live_chunks = passage_rows.get_column("chunk_id").to_list()

@@ -3,15 +3,17 @@
 A dataset directory holds
 
 - ``corpus.jsonl``: one document per line, ``{doc_id, title, text}`` and optionally
-  ``retention_until`` (an ISO 8601 date, see :func:`lightfoot_pipeline.ingest.retention.parse_retention_date`)
-  and ``source``;
+  ``retention_until`` (an ISO 8601 date, see :func:`lightfoot_pipeline.ingest.retention.parse_retention_date`),
+  ``source`` and ``readers`` (the groups that may read it: a list of group names or one
+  comma-separated string, see :mod:`lightfoot_pipeline.ingest.readers`; ``[]`` is nobody);
 - ``extractions.jsonl`` (optional): recorded extraction output per document,
   ``{doc_id, model?, chunk_ordinal?, entities: [{name, type, description}], facts: [[s, p, o, evidence?]]}``;
 - ``questions*.jsonl`` (optional): ``{qid, question, answer, answer_aliases, gold_doc_ids}``.
 
 Files are UTF-8, one JSON value per line. A line that cannot be read (bytes that are not UTF-8,
 invalid JSON, JSON nested deeper than MAX_JSON_DEPTH, a value that is not an object, a field of
-the wrong type, a doc id against the rule of :mod:`lightfoot_pipeline.ingest.doc_ids`) is refused with
+the wrong type, a doc id against the rule of :mod:`lightfoot_pipeline.ingest.doc_ids`, readers that are
+not group names) is refused with
 the file, line and reason before anything is written. The content of an extraction record
 (its entities and facts) is checked later, leniently, by :mod:`lightfoot_pipeline.ingest.records`.
 """
@@ -29,6 +31,7 @@ from pathlib import Path
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.ingest.chunking import Chunk
 from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
+from lightfoot_pipeline.ingest.readers import ReadersError, parse_groups
 from lightfoot_pipeline.ingest.retention import parse_retention_date
 
 CORPUS_FILE = "corpus.jsonl"
@@ -51,6 +54,9 @@ class Document:
     text: str
     retention_until: dt.date | None = None
     source: str = ""
+    # The groups that may read it, sorted (ingest/readers.py; () is nobody). None: the input named
+    # none, and ingesting it resolves them (a new document gets the default, a stored one keeps its own).
+    readers: tuple[str, ...] | None = None
     # A file's passages as chunking.py cut them (with their locations); empty for a corpus line,
     # whose text is split by passages.py.
     chunks: tuple[Chunk, ...] = ()
@@ -163,7 +169,15 @@ def parse_document(row: object, where: str = "document") -> Document:
     source = row.get("source") or ""
     if not isinstance(source, str):
         raise DatasetError(f"{where}: document {doc_id!r} has a source that is not a string ({_json_type(source)})")
-    return Document(doc_id=doc_id, title=title.strip(), text=text, retention_until=retention_date, source=source)
+    readers = row.get("readers")
+    groups = None
+    if readers is not None:
+        try:
+            groups = parse_groups(readers, f"{where}: document {doc_id!r} has readers")
+        except ReadersError as err:
+            raise DatasetError(str(err)) from err
+    return Document(doc_id=doc_id, title=title.strip(), text=text, retention_until=retention_date, source=source,
+                    readers=groups)
 
 
 def _json_type(value: object) -> str:

@@ -2,7 +2,7 @@
 
 A **document inbox** takes
 
-- ``NAME.jsonl``: one document per line, ``{doc_id, title, text, retention_until?, source?}``,
+- ``NAME.jsonl``: one document per line, ``{doc_id, title, text, retention_until?, source?, readers?}``,
   optionally with the recorded extraction of the document under ``extraction``
   (``{entities, facts}``, as in a dataset's extractions.jsonl);
 - ``NAME.json``: one such document, or a list of them;

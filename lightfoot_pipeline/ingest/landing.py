@@ -59,6 +59,7 @@ class LandedDocument:
                 "text": doc.text,
                 "retention_until": doc.retention_until.isoformat() if doc.retention_until else None,
                 "source": doc.source,
+                "readers": list(doc.readers) if doc.readers is not None else None,
             },
             "extraction": self.extraction,
             "landed_at": (self.landed_at or utc_now()).isoformat(),

@@ -14,13 +14,25 @@ source, or one that leads nowhere, is listed as a failed file with its reason an
 Object stores have no links and are listed by pyarrow.
 
 A file ``NAME.lightfoot.json`` beside ``NAME`` is its sidecar, not a document:
-``{"title": "…", "retention_until": "2027-06-30"}``, both optional (the date as in a corpus).
+``{"title": "…", "retention_until": "2027-06-30", "readers": ["legal"]}``, each optional (the date
+and the readers as in a corpus: a list of group names or one comma-separated string).
+
+A file ``lightfoot.json`` at the source's root holds the source's settings, and is not a document
+either: ``{"readers": {"legal/": ["legal"], "": ["public"]}}`` gives the readers of the files whose
+path within the source starts with each prefix (a plain string prefix: ``"legal"`` also covers
+``legalese.txt``), the longest matching prefix winning. A file's sidecar naming readers overrides
+it; a file that neither names gets the default (``$LIGHTFOOT_DEFAULT_READERS``). The settings file
+is bounded (:data:`MAX_SETTINGS_BYTES`, :data:`MAX_READER_PREFIXES`) and checked whole: one that
+cannot be used (not JSON, another key, a group that is not a group name, a link out of the source)
+makes every file of the source fail with that reason, so no file is indexed with readers it was
+not meant to have.
 
 What the store knows of each file is in the ``source_files`` table (an operational table, not
 part of the fingerprint): its source, size, modification time and content hash, its sidecar's
-hash, the chunking it was cut with, and whether it was indexed or failed and why. Size and
-modification time unchanged means the file is unchanged without reading it; otherwise its
-content hash decides.
+hash (folded with what the settings file says of the file, when it says anything: see
+:func:`sidecar_hash`), the chunking it was cut with, and whether it was indexed or failed and why.
+Size, modification time and sidecar hash unchanged means the file is unchanged without reading
+it; otherwise its content hash decides, and a change of its readers alone is picked up as one.
 
 Reading is bounded: a file over ``max_file_bytes`` is refused unread, and so is a text, Markdown
 or HTML file larger than its passages could be (:func:`text_bytes_limit`, from the listing's
@@ -45,16 +57,21 @@ import polars as pl
 import pyarrow.fs as pafs
 
 from lightfoot_pipeline.ingest.chunking import chunk_blocks, document_text
-from lightfoot_pipeline.ingest.dataset import Document
+from lightfoot_pipeline.ingest.dataset import DatasetError, Document, parse_json_value
 from lightfoot_pipeline.ingest.doc_ids import doc_id_problem, file_doc_id
 from lightfoot_pipeline.ingest.files import FileReadError, read_file
 from lightfoot_pipeline.ingest.files.blocks import ReadLimits
 from lightfoot_pipeline.ingest.files.detect import sniff
+from lightfoot_pipeline.ingest.readers import ReadersError, default_groups, parse_groups, readers_text
 from lightfoot_pipeline.ingest.retention import parse_retention_date
 from lightfoot_pipeline.settings import ChunkSettings
 from lightfoot_pipeline.store.tables import SOURCE_FILES
 
 SIDECAR_SUFFIX = ".lightfoot.json"
+SETTINGS_FILE = "lightfoot.json"  # at the source's root: its settings, not a document
+MAX_SETTINGS_BYTES = 64 * 1024
+MAX_READER_PREFIXES = 256
+MAX_PREFIX_CHARS = 1024
 _NOT_READY_SUFFIXES = (".tmp", ".part")
 INDEXED, FAILED = "indexed", "failed"
 READ_SECONDS = 120.0  # the most one file may take to read, parse and cut into passages
@@ -75,7 +92,35 @@ class SourceFile:
     mtime_ns: int
     sidecar: str | None = None  # the sidecar's path, when there is one
     relative: str = ""  # the path within the source, as listed
-    problem: str | None = None  # why it is not read at all (a link out of the source)
+    problem: str | None = None  # why it is not read at all (a link out of the source, unusable settings)
+    readers: tuple[str, ...] | None = None  # the readers the source's settings file gives it (None: none)
+    # What the settings file says of it, as its sidecar hash counts it (sidecar_hash): None for
+    # nothing, ``readers:GROUPS`` or ``refused:DIGEST`` (a settings file that cannot be used).
+    source_defaults: str | None = None
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    """What a source's settings file (``lightfoot.json``) says: reader groups by path prefix, the
+    longest prefix first, or the reason it cannot be used."""
+
+    readers: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    problem: str | None = None
+    digest: str = ""  # of its bytes (or of why it could not be read): what a refusal is known by
+
+    def readers_of(self, relative: str) -> tuple[str, ...] | None:
+        """The groups of the longest prefix of ``relative`` that the settings name, else None."""
+        for prefix, groups in self.readers:
+            if relative.startswith(prefix):
+                return groups
+        return None
+
+    def defaults_of(self, relative: str) -> str | None:
+        """What the settings say of the file at ``relative``, as its listing records it."""
+        if self.problem is not None:
+            return f"refused:{self.digest}"
+        groups = self.readers_of(relative)
+        return None if groups is None else f"readers:{readers_text(groups)}"
 
 
 @dataclass(frozen=True)
@@ -110,15 +155,65 @@ def list_source(fs: pafs.FileSystem, root: str, name: str) -> list[SourceFile]:
     its sidecar if any."""
     entries = _walk_local(root) if isinstance(fs, pafs.LocalFileSystem) else _list_objects(fs, root)
     files = {e.relative: e for e in entries if not _skipped(e.relative)}
+    settings = read_source_settings(fs, files.get(SETTINGS_FILE))
     listed = []
     for relative, entry in files.items():
-        if relative.endswith(SIDECAR_SUFFIX) and relative.removesuffix(SIDECAR_SUFFIX) in files:
+        if relative == SETTINGS_FILE or (relative.endswith(SIDECAR_SUFFIX)
+                                         and relative.removesuffix(SIDECAR_SUFFIX) in files):
             continue
         sidecar = files.get(relative + SIDECAR_SUFFIX)
+        refused = f"the source's {SETTINGS_FILE} cannot be used: {settings.problem}" if settings.problem else None
         listed.append(SourceFile(file_doc_id(name, relative), entry.path, entry.size, entry.mtime_ns,
                                  sidecar.path if sidecar is not None and sidecar.problem is None else None,
-                                 relative, entry.problem))
+                                 relative, entry.problem or refused, settings.readers_of(relative),
+                                 settings.defaults_of(relative)))
     return sorted(listed, key=lambda f: f.doc_id)
+
+
+def read_source_settings(fs: pafs.FileSystem, entry: _Entry | None) -> SourceSettings:
+    """The source's settings file as listed (None: it has none), read and checked whole; one that
+    cannot be used gives its reason, never an exception."""
+    if entry is None:
+        return SourceSettings()
+    if entry.problem:
+        return _refused(entry.problem)
+    try:
+        with open_source_file(fs, entry.path) as stream:
+            data = stream.read(MAX_SETTINGS_BYTES + 1)
+    except OSError as err:
+        return _refused(f"cannot be read: {err.strerror or err}")
+    digest = hashlib.sha256(data).hexdigest()
+    if len(data) > MAX_SETTINGS_BYTES:
+        return SourceSettings(problem=f"over the limit of {MAX_SETTINGS_BYTES:,} bytes", digest=digest)
+    try:
+        readers = _settings_readers(data)
+    except (DatasetError, ReadersError) as err:
+        return SourceSettings(problem=str(err).removeprefix(f"{SETTINGS_FILE}: "), digest=digest)
+    return SourceSettings(readers=readers, digest=digest)
+
+
+def _refused(problem: str) -> SourceSettings:
+    return SourceSettings(problem=problem, digest=hashlib.sha256(problem.encode()).hexdigest())
+
+
+def _settings_readers(data: bytes) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The (prefix, groups) pairs of a settings file, longest prefix first; DatasetError or
+    ReadersError say what is wrong with it."""
+    value = parse_json_value(data, SETTINGS_FILE)
+    if not isinstance(value, dict) or set(value) - {"readers"}:
+        raise DatasetError(f"{SETTINGS_FILE}: must be an object with only readers")
+    by_prefix = value.get("readers", {})
+    if not isinstance(by_prefix, dict):
+        raise DatasetError(f"{SETTINGS_FILE}: readers must be an object of path prefixes and their groups")
+    if len(by_prefix) > MAX_READER_PREFIXES:
+        raise DatasetError(f"{SETTINGS_FILE}: {len(by_prefix):,} reader prefixes; at most {MAX_READER_PREFIXES}")
+    readers = []
+    for prefix, groups in by_prefix.items():
+        if prefix.startswith("/") or len(prefix) > MAX_PREFIX_CHARS:
+            raise DatasetError(f"{SETTINGS_FILE}: a reader prefix is a path within the source (no leading /, "
+                               f"at most {MAX_PREFIX_CHARS} characters), not {prefix[:80]!r}")
+        readers.append((prefix, parse_groups(groups, f"{SETTINGS_FILE}: readers of {prefix!r}")))
+    return tuple(sorted(readers, key=lambda pair: (-len(pair[0]), pair[0])))
 
 
 def _skipped(relative: str) -> bool:
@@ -200,12 +295,20 @@ def open_source_file(fs: pafs.FileSystem, listed: SourceFile | str) -> BinaryIO:
 
 
 def sidecar_hash(fs: pafs.FileSystem, listed: SourceFile) -> tuple[str | None, bytes | None]:
-    """The sidecar's hash and bytes (None, None without one)."""
-    if listed.sidecar is None:
-        return None, None
-    with open_source_file(fs, listed.sidecar) as stream:
-        data = stream.read()
-    return hashlib.sha256(data).hexdigest(), data
+    """What ``source_files`` records as the file's sidecar hash, and the sidecar's bytes.
+
+    The hash is the sidecar's, folded with what the source's settings file says of the file when
+    it says anything (``source_defaults``), so that a change of either reads the file again; a
+    file that neither concerns has None, None (and a store synced before settings files keeps its
+    records)."""
+    digest, data = None, None
+    if listed.sidecar is not None:
+        with open_source_file(fs, listed.sidecar) as stream:
+            data = stream.read()
+        digest = hashlib.sha256(data).hexdigest()
+    if listed.source_defaults is not None:
+        digest = hashlib.sha256(f"{digest or ''}\x00{listed.source_defaults}".encode()).hexdigest()
+    return digest, data
 
 
 def text_bytes_limit(chunking: ChunkSettings, html: bool = False) -> int:
@@ -253,7 +356,7 @@ def read_source_file(
         return FileOutcome({**record, "reason": f"cannot be read: {err.strerror or err}"})
     record["sha256"] = hashlib.sha256(data).hexdigest()
     try:
-        title, retention = _sidecar_fields(sidecar[1])
+        title, retention, readers = _sidecar_fields(sidecar[1])
         parsed = read_file(data, listed.relative or listed.doc_id, limits)
         chunks = chunk_blocks(listed.doc_id, parsed.blocks, chunking, limit=chunking.max_passages)
         limits.check_time()
@@ -266,6 +369,10 @@ def read_source_file(
     document = Document(
         doc_id=listed.doc_id, title=title or parsed.title or path.rsplit("/", 1)[-1],
         text=document_text(parsed.blocks), retention_until=retention, source=f"{source}/{path}",
+        # Named by its sidecar, else by the settings file, else the default: a synced document's
+        # readers are a function of the source as it is, whatever they were before.
+        readers=readers if readers is not None else listed.readers if listed.readers is not None
+        else default_groups(),
         chunks=tuple(chunks),
     )
     return FileOutcome({**record, "status": INDEXED, "n_passages": len(chunks)}, document)
@@ -282,15 +389,17 @@ def _check_text_size(head: bytes, listed: SourceFile, chunking: ChunkSettings) -
                             f"{chunking.tokens} tokens can hold (the limit is {limit:,} bytes), so it is not read")
 
 
-def _sidecar_fields(data: bytes | None) -> tuple[str | None, dt.date | None]:
+def _sidecar_fields(data: bytes | None) -> tuple[str | None, dt.date | None, tuple[str, ...] | None]:
+    """A sidecar's title, retention date and readers (each None when it names none)."""
     if data is None:
-        return None, None
+        return None, None, None
     try:
         value = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise FileReadError(f"its sidecar ({SIDECAR_SUFFIX}) is not JSON: {err}") from None
-    if not isinstance(value, dict) or set(value) - {"title", "retention_until"}:
-        raise FileReadError(f"its sidecar ({SIDECAR_SUFFIX}) must be an object with only title and retention_until")
+    if not isinstance(value, dict) or set(value) - {"title", "retention_until", "readers"}:
+        raise FileReadError(f"its sidecar ({SIDECAR_SUFFIX}) must be an object with only title, retention_until "
+                            "and readers")
     title = value.get("title")
     if title is not None and not isinstance(title, str):
         raise FileReadError(f"its sidecar's title must be a string, got {title!r}")
@@ -299,7 +408,11 @@ def _sidecar_fields(data: bytes | None) -> tuple[str | None, dt.date | None]:
         date = parse_retention_date(retention) if retention is not None else None
     except ValueError as err:
         raise FileReadError(f"its sidecar's retention_until: {err}") from None
-    return title, date
+    try:
+        readers = parse_groups(value["readers"], "its sidecar's readers") if value.get("readers") is not None else None
+    except ReadersError as err:
+        raise FileReadError(str(err)) from None
+    return title, date, readers
 
 
 def records_frame(records: list[dict]) -> pl.DataFrame:

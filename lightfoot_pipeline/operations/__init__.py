@@ -1,7 +1,8 @@
 """The engine's operations on a store: each moves it from one consistent state to the next.
 
-``ingest`` (ingestion.py) and ``delete`` (deletion.py), one commit each; ``rebuild`` and
-``migrate`` (migration.py: the index derived again with no model call); ``erase_history`` and
+``ingest`` (ingestion.py), ``delete`` (deletion.py) and ``set_readers`` (readers.py: who may read
+documents), one commit each; ``rebuild`` and ``migrate`` (migration.py: the index derived again
+with no model call); ``erase_history`` and
 ``vacuum`` (erase.py: deleted text gone from history, caches and snapshots); the ``sync`` module (a
 folder of files mirrored into the store) and the ``relink`` module (the graph derived again with
 its links computed in pieces); the index's configuration (config.py). The command line, the Dagster assets, the benchmarks and
@@ -14,10 +15,11 @@ from lightfoot_pipeline.operations.deletion import DeleteReport, delete
 from lightfoot_pipeline.operations.erase import EraseReport, erase_history, vacuum
 from lightfoot_pipeline.operations.ingestion import IngestReport, ingest
 from lightfoot_pipeline.operations.migration import migrate, rebuild
+from lightfoot_pipeline.operations.readers import ReadersReport, set_readers
 from lightfoot_pipeline.operations.sync import SyncReport
 
 __all__ = [
-    "DeleteReport", "EraseReport", "IndexConfigError", "IngestReport", "SyncReport",
+    "DeleteReport", "EraseReport", "IndexConfigError", "IngestReport", "ReadersReport", "SyncReport",
     "check_config", "delete", "erase_history", "index_config", "ingest", "migrate", "rebuild", "relink",
-    "sync", "vacuum",
+    "set_readers", "sync", "vacuum",
 ]

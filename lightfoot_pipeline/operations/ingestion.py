@@ -42,11 +42,14 @@ class IngestReport:
     paid for by an earlier run, ``from_cache`` of them) or ``failed``. ``model_calls`` counts the
     answers asked for and ``retries`` the requests sent again for them, which are not calls."""
 
-    documents: int = 0  # given: ingested (new) + replaced + unchanged
+    documents: int = 0  # given: ingested (new) + replaced + readers_changed + unchanged
     ingested: int = 0  # new doc ids
     replaced: int = 0  # doc ids the store held with other text or metadata: the new version replaces it
+    # doc ids the store held as given but for their readers: only their readers row is rewritten
+    readers_changed: int = 0
     unchanged: int = 0  # the store held them as given
     replaced_doc_ids: list[str] = field(default_factory=list)
+    readers_changed_doc_ids: list[str] = field(default_factory=list)
     passages: int = 0
     extracted: int = 0
     already_extracted: int = 0
@@ -102,6 +105,11 @@ def ingest(
     and deletions of a sync). ``embed_progress``: hears how embedding the new names proceeds.
     ``link=False``: commit the documents, extractions and forms but leave the graph to the graph
     stage (the queue keeps what it must recompute); no embedder is needed then (``None``).
+
+    A document stored as given but for its readers is a change of metadata: its readers row is
+    rewritten, and its passages, all extracted already, ask no model and change nothing in the
+    graph (``readers_changed``). A document that names no readers keeps its stored ones; a new
+    one gets the default (:func:`~lightfoot_pipeline.index.documents.document_changes`).
     """
     if link and embedder is None:
         raise SettingsError("ingest: linking the graph needs an embedder (or link=False, to leave it to the graph stage)")
@@ -150,12 +158,14 @@ def ingest(
                                            timings=report.stage_seconds)
             clock.lap("graph")
         manifest = tx.commit(operation, {"documents": len(documents), "replaced": len(changes.replaced),
+                                         "readers_changed": len(changes.readers_changed),
                                          "model_calls": report.model_calls, "retries": report.retries,
                                          "extracted": report.extracted, "from_cache": report.from_cache,
                                          "failed": report.failed})
         clock.lap("commit")
     report.ingested, report.replaced, report.unchanged = len(changes.new), len(changes.replaced), len(changes.unchanged)
-    report.replaced_doc_ids = changes.replaced
+    report.readers_changed = len(changes.readers_changed)
+    report.replaced_doc_ids, report.readers_changed_doc_ids = changes.replaced, changes.readers_changed
     report.seq = manifest.seq
     report.seconds = time.perf_counter() - started
     return report

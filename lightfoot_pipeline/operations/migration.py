@@ -7,6 +7,8 @@ count to this version's.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from lightfoot_pipeline.index.documents import derive_forms
 from lightfoot_pipeline.index.reconcile import GraphChange, Linker, reconcile_graph
 from lightfoot_pipeline.models.embedder import Embedder
@@ -17,6 +19,7 @@ from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
     BATCH_DOCUMENTS,
+    DOCUMENT_READERS,
     DOCUMENTS,
     EXTRACTIONS,
     PASSAGE_SOURCES,
@@ -28,40 +31,60 @@ from lightfoot_pipeline.store.tables import (
 )
 from lightfoot_pipeline.store.vectors import name_vector_cache
 
+# What a rebuild copies of its source: the live documents, who may read them, their passages and
+# their extractions. The rest is derived again from these.
+COPIED_BY_REBUILD = (DOCUMENTS, DOCUMENT_READERS, PASSAGES, PASSAGE_SOURCES, EXTRACTIONS)
+
 
 def rebuild(source: Store, target: Store, embedder: Embedder, settings: IndexSettings | None = None,
-            manifest: Manifest | None = None) -> GraphChange:
-    """A fresh index in ``target`` from the live documents, passages and extractions of ``source``
-    (as of ``manifest``, else its latest commit).
+            manifest: Manifest | None = None, *, doc_ids: Iterable[str] | None = None) -> GraphChange:
+    """A fresh index in ``target`` from the live documents, readers, passages and extractions of
+    ``source`` (as of ``manifest``, else its latest commit).
 
     No model call: the stored extractions are reused. Everything else is derived again from them,
-    so the result is what a fresh build of the surviving documents gives.
+    so the result is what a fresh build of the surviving documents gives. ``doc_ids``: only these
+    live documents (their rows as the source holds them, read from their buckets alone), the fresh
+    index of that subset that a reader's view is audited against; an id that is not a live
+    document of the source is refused (IndexConfigError), so a subset is never smaller than asked.
     """
     settings = settings or IndexSettings()
     manifest = manifest or source.manifest()
+    wanted = sorted(set(doc_ids)) if doc_ids is not None else None
+    if wanted is not None:
+        live = set(source.rows(DOCUMENTS.name, "doc_id", wanted, manifest).get_column("doc_id").to_list())
+        missing = [d for d in wanted if d not in live]
+        if missing:
+            shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+            raise IndexConfigError(f"rebuild: {len(missing)} of the documents asked for are not live in "
+                                   f"{source.uri} at commit {manifest.seq}: {shown}",
+                                   hint="name live documents only (`lightfoot explain doc ID` says what became of one)")
     with target.transaction() as tx:
         if tx.manifest.seq:
             raise IndexConfigError(f"rebuild needs an empty target store; {target.uri} has commits")
         check_config(tx, settings, embedder)
-        for spec in (DOCUMENTS, PASSAGES, PASSAGE_SOURCES, EXTRACTIONS):
-            rows = source.read(spec.name, manifest)
+        for spec in COPIED_BY_REBUILD:
+            rows = (source.read(spec.name, manifest) if wanted is None
+                    else source.rows(spec.name, "doc_id", wanted, manifest))
             tx.put(spec.name, with_buckets(rows, spec, target.n_buckets).cast(tx.table(spec.name).schema))
         derive_forms(tx, tx.table(DOCUMENTS.name).get_column("doc_id").to_list())
         change = reconcile_graph(tx, settings, name_vector_cache(target, embedder))
-        tx.commit("rebuild", {"source": source.uri, "source_seq": manifest.seq})
+        details: dict[str, object] = {"source": source.uri, "source_seq": manifest.seq}
+        if wanted is not None:
+            details["documents"] = len(wanted)
+        tx.commit("rebuild", details)
     return change
 
 
-# What a migration keeps of a store: its documents and their extractions, the deletion log, and
-# which batches added, replaced, kept or deleted each document.
-KEPT_BY_MIGRATION = (DOCUMENTS, PASSAGES, EXTRACTIONS, TOMBSTONES, BATCH_DOCUMENTS)
+# What a migration keeps of a store: its documents, who may read them and their extractions, the
+# deletion log, and which batches added, replaced, kept or deleted each document.
+KEPT_BY_MIGRATION = (DOCUMENTS, DOCUMENT_READERS, PASSAGES, EXTRACTIONS, TOMBSTONES, BATCH_DOCUMENTS)
 
 
 def migrate(store: Store, embedder: Embedder, settings: IndexSettings | None = None,
             n_buckets: int | None = None, linker: Linker | None = None) -> GraphChange:
     """Bring a store to this version's layout and index, in place and in one commit; no model call.
 
-    The documents, passages, extractions, deletion log and batch log are kept, re-bucketed (into
+    The documents, readers, passages, extractions, deletion log and batch log are kept, re-bucketed (into
     ``n_buckets``, else the store's own count); everything else is derived again from them with
     ``settings``, as :func:`rebuild` does, so the store then equals a fresh build of its live
     documents. Name vectors come from the store's cache, and the embedder computes only the ones

@@ -8,8 +8,10 @@ does). A file that cannot be read (encrypted or corrupt, binary, empty, too larg
 passages) is recorded as failed with its reason and affects nothing else; if it was indexed
 before, its old version is deleted, since the source no longer holds a readable one.
 
-Size and modification time decide which files to read, their content hash whether they
-changed (see :mod:`lightfoot_pipeline.ingest.sources`). Files are read and ingested in batches,
+Size, modification time and sidecar decide which files to read, their content hash whether they
+changed (see :mod:`lightfoot_pipeline.ingest.sources`). A file whose readers alone changed (its
+sidecar's, or its prefix's in the source's ``lightfoot.json``) gets them with no model call and
+nothing else rewritten (``readers_changed``). Files are read and ingested in batches,
 one commit each, so a sync that stops midway keeps every finished batch and the next sync goes
 on from there. After any sequence of syncs, the store equals a fresh sync of the source as it is.
 
@@ -47,6 +49,7 @@ from lightfoot_pipeline.ingest.extraction.answers import ClaimingExtractor
 from lightfoot_pipeline.ingest.extraction.openai_extractor import OpenAIExtractor
 from lightfoot_pipeline.ingest.extraction.outcome import OK, Extractor, ProgressCallback
 from lightfoot_pipeline.ingest.landing import LANDING_DIR
+from lightfoot_pipeline.ingest.readers import default_groups
 from lightfoot_pipeline.ingest.sources import (
     FAILED,
     INDEXED,
@@ -77,7 +80,9 @@ class SyncReport:
     """What a sync did. Every listed file is ``new``, ``changed``, ``unchanged`` (a file whose
     content is the same after a touch is unchanged) or ``excluded`` (its document was deleted, and
     it stays out until readmitted); ``failed`` lists every file of the source that is not indexed
-    now, with its reason, ``read_failed`` those of them read in this sync. ``asked_again``: the
+    now, with its reason, ``read_failed`` those of them read in this sync. ``readers_changed``: the
+    changed files whose documents changed only in their readers (a sidecar's or the source's
+    ``lightfoot.json``), of which only the readers were rewritten. ``asked_again``: the
     unchanged files read again for their passages without an extraction; ``unextracted``: the
     passages of the source's documents still without one after this sync (the next asks again)."""
 
@@ -85,6 +90,7 @@ class SyncReport:
     files: int = 0
     new: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
+    readers_changed: list[str] = field(default_factory=list)
     unchanged: int = 0
     removed: list[str] = field(default_factory=list)
     failed: list[dict] = field(default_factory=list)
@@ -197,6 +203,7 @@ def sync(
     chunking = chunking or ChunkSettings()
     if not isinstance(batch_files, int) or batch_files < 1:
         raise SettingsError(f"sync: files per commit must be a whole number from 1, got {batch_files!r}")
+    default_groups()  # $LIGHTFOOT_DEFAULT_READERS, for files that name no readers: checked before any is read
     started = time.perf_counter()
     look = look_at_source(store, source, chunking, name=name)
     readmitted = readmissions(look, readmit)
@@ -266,6 +273,7 @@ def sync(
         ingested = operations.ingest(store, documents, extractor, embedder, settings, progress=progress,
                                    operation="sync", stage=stage, embed_progress=embed_progress, link=link)
         report.commits.append(ingested.seq)
+        report.readers_changed.extend(ingested.readers_changed_doc_ids)
         report.passages += ingested.passages
         report.extracted += ingested.extracted
         report.already_extracted += ingested.already_extracted
@@ -320,7 +328,8 @@ class SourceLook:
 
 def look_at_source(store: Store, source: str, chunking: ChunkSettings | None = None, *,
                    name: str | None = None) -> SourceLook:
-    """List ``source`` and compare it with the store's records; reads no file but sidecars.
+    """List ``source`` and compare it with the store's records; reads no file but sidecars and the
+    source's settings file (``lightfoot.json``).
 
     Refused: an empty source, one that is not there, one that holds the store or lies inside it,
     and a name that another source recorded in the store already has."""

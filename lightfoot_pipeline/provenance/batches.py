@@ -9,8 +9,8 @@ erased still lists their ids (status ``erased``), with no title and no text.
 A document of a batch stands, now, in one of these states:
 
 - ``live``: its current text is the one this batch added or replaced;
-- ``unchanged``: this batch found it as stored and kept it; its text is still the one it saw
-  (``status_batch``: the batch that produced that text, when one did);
+- ``unchanged``: this batch found it as stored and kept it (or changed only its readers); its text
+  is still the one it saw (``status_batch``: the batch that produced that text, when one did);
 - ``replaced``: a later batch (``status_batch``) stored another text of it;
 - ``deleted``: it is not in the store; ``status_batch`` deleted it (None: deleted outside a batch);
 - ``erased``: deleted, and its history erased;
@@ -43,6 +43,7 @@ from lightfoot_pipeline.store.batches import (
     DAGSTER,
     DELETED,
     PRODUCED,
+    READERS,
     UNCHANGED,
     batch_log,
     batches_of_documents,
@@ -170,7 +171,7 @@ def _status(batch_id: str, row: dict, later: list[dict], live: bool, erased: boo
         return READDED, produced[-1]["batch"] if produced else None
     if produced:
         return REPLACED, produced[-1]["batch"]
-    if row["action"] == UNCHANGED:
+    if row["action"] in (UNCHANGED, READERS):
         before = [r for r in later if r["seq"] < row["seq"] and r["action"] in PRODUCED]
         return UNCHANGED, before[-1]["batch"] if before else None
     return LIVE, None

@@ -1,8 +1,8 @@
 """What one document contributed to the index, and what its deletion would remove.
 
-:func:`explain_document` reads the committed store: the document's passages and their extraction
-status, the names it gave and the entities they belong to, and the facts it asserted with their
-evidence. It reads only the buckets that hold them (the document's buckets, and the buckets of its
+:func:`explain_document` reads the committed store: who may read the document, its passages and
+their extraction status, the names it gave and the entities they belong to, and the facts it
+asserted with their evidence. It reads only the buckets that hold them (the document's buckets, and the buckets of its
 names and facts, which ``document_keys`` lists), so its cost is that of the document, not of the
 store. It names the batches and runs that added, replaced, kept or deleted the document
 (provenance/batches.py). Its deletion preview runs the two stages ``pipeline.delete`` runs —
@@ -21,6 +21,7 @@ import polars as pl
 from lightfoot_pipeline.index.documents import tombstone_documents
 from lightfoot_pipeline.index.reconcile import EmbedderRequired, GraphChange, reconcile_graph
 from lightfoot_pipeline.ingest.passages import location_label
+from lightfoot_pipeline.ingest.readers import readers_of_text
 from lightfoot_pipeline.provenance.batches import document_batches
 from lightfoot_pipeline.provenance.errors import ExplainError
 from lightfoot_pipeline.settings import IndexSettings
@@ -29,6 +30,7 @@ from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
     ALIASES,
     DOCUMENT_KEYS,
+    DOCUMENT_READERS,
     DOCUMENTS,
     ENTITIES,
     EXTRACTIONS,
@@ -78,7 +80,8 @@ class DocumentExplanation:
     doc_id: str
     status: str  # "live" or "deleted"
     store_seq: int
-    document: dict = field(default_factory=dict)  # title, source, n_passages, retention_until
+    # title, source, n_passages, retention_until, readers (the groups that may read it; ingest/readers.py)
+    document: dict = field(default_factory=dict)
     deletion: dict | None = None  # the deletion log's latest row, for a deleted document
     passages: list[dict] = field(default_factory=list)  # with their extraction's status and counts
     names: list[dict] = field(default_factory=list)  # {name, type, surface, entity_id, display_name, passages}
@@ -113,8 +116,10 @@ def explain_document(store: Store, doc_id: str, settings: IndexSettings | None =
         return DocumentExplanation(doc_id, "deleted", manifest.seq, deletion={
             k: latest[k] for k in ("requested_at", "reason", "erase", "erased_at")},
             batches=document_batches(store, [doc_id], manifest).get(doc_id, []))
+    readers = store.rows(DOCUMENT_READERS.name, "doc_id", [doc_id], manifest).get_column("readers").to_list()
     explanation = DocumentExplanation(doc_id, "live", manifest.seq, document={
-        k: v for k, v in documents.row(0, named=True).items() if k in DOCUMENTS.columns and k != "content_hash"},
+        **{k: v for k, v in documents.row(0, named=True).items() if k in DOCUMENTS.columns and k != "content_hash"},
+        "readers": list(readers_of_text(readers[0] if readers else None))},
         batches=document_batches(store, [doc_id], manifest).get(doc_id, []))
     passages = store.rows(PASSAGES.name, "doc_id", [doc_id], manifest).select(
         "chunk_id", "doc_id", "ordinal", "title", "text")

@@ -1,4 +1,5 @@
-"""Ingestion batches: which batch, run and store commit added, replaced, kept or deleted each document.
+"""Ingestion batches: which batch, run and store commit added, replaced, kept, gave other readers to
+or deleted each document.
 
 A batch is one unit of ingestion or deletion work: an inbox drop, a sync run, a dataset ingest, a
 deletion or retention run. It has an opaque id that says what kind of work it is and nothing of
@@ -28,7 +29,8 @@ import polars as pl
 from lightfoot_pipeline.store.tables import BATCH_DOCUMENTS, with_buckets
 
 ADDED, REPLACED, UNCHANGED, DELETED = "added", "replaced", "unchanged", "deleted"
-ACTIONS = (ADDED, REPLACED, UNCHANGED, DELETED)
+READERS = "readers"  # only the document's readers changed: its text, passages and extractions are as they were
+ACTIONS = (ADDED, REPLACED, UNCHANGED, READERS, DELETED)
 PRODUCED = (ADDED, REPLACED)  # the actions that put a document's current text in the store
 DAGSTER, CLI = "dagster", "cli"
 # A batch id: lower-case words, digits and dashes, at most 64 characters (a Dagster partition key).
@@ -97,7 +99,8 @@ def note_commit(seq: int) -> None:
 
 def log_documents(tx, actions: dict[str, Iterable[str]]) -> None:
     """Stage, for the current batch, one row per document and action (``added``, ``replaced``,
-    ``unchanged``, ``deleted``) in the commit the transaction makes next. Outside a batch, nothing."""
+    ``unchanged``, ``readers``, ``deleted``) in the commit the transaction makes next. Outside a batch,
+    nothing."""
     batch = _current.get()
     if batch is None:
         return

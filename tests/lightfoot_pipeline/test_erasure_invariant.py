@@ -53,7 +53,9 @@ def make_corpus(raw: list[dict]) -> tuple[list[Document], dict[str, dict]]:
         doc_id = f"doc-{i:02d}"
         names = [n for n, _ in doc["entities"]] + [x for s, _, o in doc["facts"] for x in (s, o)]
         text = f"Passage {i} mentions " + "; ".join(names) + "."
-        documents.append(Document(doc_id, f"Title {i}", text))
+        # Some documents name their readers (a row like any other, removed with its document).
+        readers = ("legal",) if i % 3 == 1 else ("hr", "legal") if i % 3 == 2 else None
+        documents.append(Document(doc_id, f"Title {i}", text, readers=readers))
         records[doc_id] = {
             "doc_id": doc_id,
             "entities": [{"name": n, "type": t, "description": None} for n, t in doc["entities"]],

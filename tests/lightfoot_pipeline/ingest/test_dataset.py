@@ -137,3 +137,26 @@ def test_the_command_line_reports_an_unreadable_corpus_without_a_traceback(tmp_p
     assert done.stderr.strip() == (f"error: {tmp_path / 'bad' / 'corpus.jsonl'}:2: not valid UTF-8 (byte 0xc3 at byte 26); "
                                    f"{DatasetError.hint}")
     assert not (tmp_path / "s").exists()
+
+
+def test_a_corpus_line_names_its_readers_as_a_list_or_a_comma_separated_string(tmp_path):
+    lines = [{"doc_id": "a", "text": "x", "readers": ["Legal", "hr", "legal"]},
+             {"doc_id": "b", "text": "x", "readers": "public, staff"},
+             {"doc_id": "c", "text": "x", "readers": []},
+             {"doc_id": "d", "text": "x"}]
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert [d.readers for d in load_corpus(tmp_path)] == [("hr", "legal"), ("public", "staff"), (), None]
+
+
+@pytest.mark.parametrize("readers, message", [
+    (["Legal Team"], r"'Legal Team' is not a group name"),
+    ([3], "a reader group must be a string"),
+    ({"legal": True}, "readers must be a list of group names"),
+    (["*"], r"'\*' is not a group name"),
+])
+def test_readers_that_are_not_group_names_are_refused_with_file_and_line(tmp_path, readers, message):
+    (tmp_path / "corpus.jsonl").write_text(json.dumps({"doc_id": "ok", "text": "fine"}) + "\n"
+                                           + json.dumps({"doc_id": "a", "text": "x", "readers": readers}) + "\n")
+    with pytest.raises(DatasetError, match=message) as err:
+        load_corpus(tmp_path)
+    assert "corpus.jsonl:2: document 'a' has readers" in str(err.value)

@@ -53,6 +53,17 @@ def test_document_files_and_dataset_folders(inbox, tmp_path):
     assert all(d.origin.endswith(name) for name, docs in by_name.items() for d in docs)
 
 
+def test_a_drop_carries_the_readers_its_lines_name(inbox, tmp_path):
+    root = tmp_path / "in"
+    (root / "one.jsonl").write_text(json.dumps({"doc_id": "d1", "text": "Oslo.", "readers": "legal,hr"}) + "\n"
+                                    + json.dumps({"doc_id": "d2", "text": "Bergen."}) + "\n")
+    (root / "bad.jsonl").write_text(json.dumps({"doc_id": "d3", "text": "Three.", "readers": ["No Way"]}) + "\n")
+    items = {i.name: i for i in inbox.items()}
+    assert [d.document.readers for d in inbox.read_documents(items["one.jsonl"])] == [("hr", "legal"), None]
+    with pytest.raises(DatasetError, match=r"bad.jsonl:1: document 'd3' has readers: 'No Way' is not a group name"):
+        inbox.read_documents(items["bad.jsonl"])
+
+
 @pytest.mark.parametrize(
     "name, content, message",
     [

@@ -26,6 +26,15 @@ def test_documents_round_trip_with_their_extraction(store):
     assert landing.landed_ids() == ["a", "b/with slash"]
 
 
+def test_a_landed_document_keeps_its_readers_or_that_it_named_none(store):
+    landing = Landing(store)
+    named = LandedDocument(Document("a", "Title", "Text.", readers=("hr", "legal")), None, utc_now(), "test")
+    nobody = LandedDocument(Document("b", "Title", "Text.", readers=()), None, utc_now(), "test")
+    landing.put_documents([named, nobody, landed("c")])
+    found = landing.documents(["a", "b", "c"])
+    assert [found[d].document.readers for d in "abc"] == [("hr", "legal"), (), None]
+
+
 def test_awkward_ids_stay_inside_the_landing_folder(store):
     landing = Landing(store)
     long_id = "x" * 400
