@@ -131,8 +131,7 @@ def cmd_eval(args) -> int:
     metrics = [f"recall@{k}" for k in plan.ks]
     snap = outcome.config["snapshots"]["eval"]
     print(f"{outcome.config['n_questions']} questions, snapshot {snap['snapshot_id']}, embedder "
-          f"{outcome.config['embedder']}")
-    print(f"read as {principal_line(outcome.config['principal'])}")
+          f"{outcome.config['embedder']}, read as {principal_line(outcome.config['principal'])}")
     print_recall_table(outcome.results, metrics)
     if status.state != "available":
         print(f"  ({LIGHTFOOT_RERANK} not run: cross-encoder {status.state}: {status.reason})")

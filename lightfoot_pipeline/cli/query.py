@@ -165,7 +165,7 @@ def query_deep(args, store) -> int:
     if service.answerer is None:
         raise SettingsError(f"query --mode deep: {service.answer_status}",
                             hint="set OPENAI_BASE_URL to an OpenAI-compatible endpoint (the README's settings table)")
-    principal = read_as(service, args.as_groups)
+    principal = read_as(service, getattr(args, "as_groups", None))  # explain query --mode deep has no --as
     result = service.deep(args.question, rerank=not args.no_rerank, settings=settings)
     result["principal"] = principal
     if args.json:
