@@ -4,12 +4,16 @@ serving snapshot from being exported.
 - every passage of a batch's documents is accounted for: extracted, or failed with its reason;
 - no reference dangles: nothing points at a deleted document, passage, name or entity;
 - the store equals a fresh rebuild of its live documents (after every ingestion and deletion;
-  configurable, since it costs a rebuild).
+  configurable, since it costs a rebuild);
+- after each serving export, a sample of principals' views of the snapshot retrieve what a fresh
+  store of each one's readable documents does (the permission audit on a few questions; it costs a
+  build of each principal's documents, and passes at once when every document is public).
 
 Each runs in every job that can change its answer: the ingestion and sync jobs run all of them,
 the deletion job those of the graph (a deletion removes passages with their extractions, so it
 cannot leave one unaccounted for, and another batch's unfinished extraction is no failure of a
-deletion run). Every message names documents, never passages.
+deletion run). Every message names documents, never passages. The permission check's metadata
+holds counts, group names, equality and digests only, never a question or a passage.
 """
 
 
@@ -34,14 +38,25 @@ from assets.keys import (
     NAME_LINKS,
     NAME_VECTORS,
     REBUILD_CHECK,
+    SERVING_SNAPSHOT,
     SYNC_JOB,
     SYNONYM_EDGES,
 )
 from assets.partitions import PARTITION_TAG
 from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline import operations
+from lightfoot_pipeline.evaluation.permission_audit import (
+    audit_permissions,
+    passage_questions,
+    principals_from_readers,
+    snapshot_readers,
+    store_reference,
+)
 from lightfoot_pipeline.index.references import dangling_references
 from lightfoot_pipeline.ingest.extraction.outcome import FAILED, OK, reason_kind
+from lightfoot_pipeline.models.llm import LLMClient
+from lightfoot_pipeline.permissions.principals import read_groups_file
+from lightfoot_pipeline.snapshot.format import load_snapshot
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import EXTRACTIONS as EXTRACTIONS_TABLE
@@ -268,3 +283,84 @@ def matches_fresh_rebuild(
             description=None if not wrong else f"differs from a fresh rebuild in {', '.join(wrong)}",
             metadata={**common, "rows": dg.MetadataValue.json({t: mine.tables[t].rows for t in tables if t in mine.tables})},
         )
+
+
+class PermissionAuditConfig(dg.Config):
+    enabled: bool = Field(default=True, description="Audit the views (off: the check warns that it did not).")
+    groups_file: str | None = Field(
+        default=None, description='A groups file (one {"principal": NAME, "groups": [...]} a line, as for '
+        "lightfoot audit-permissions) whose first principals are audited; none: principals derived from the "
+        "reader groups present (public only, then each group alone, those that read the most documents first).",
+    )
+    principals: int = Field(default=3, ge=1, le=16, description="Principals audited at most (each costs a build).")
+    questions: int = Field(default=5, ge=1, le=100, description="Questions compared per principal, drawn from the "
+                           "snapshot's passages with a fixed seed.")
+    document_limit: int | None = Field(
+        default=INGESTION_REBUILD_LIMIT, description="Audit only while the snapshot holds at most this many "
+        "documents (larger: the check warns that it did not, and says why); none: always audit.",
+    )
+
+
+@dg.asset_check(asset=SERVING_SNAPSHOT, blocking=True)
+def views_match_fresh_stores(
+    context: dg.AssetCheckExecutionContext, config: PermissionAuditConfig, store: StoreResource,
+    embedder: EmbedderResource,
+) -> dg.AssetCheckResult:
+    """Each sampled principal's view of the published snapshot retrieves exactly what a fresh store
+    of its readable documents alone does: top-10 passages, scores, seed facts and explanations on a
+    few questions (evaluation/permission_audit.py; the fresh stores are rebuilt from the store's own
+    extractions, no model call). The snapshot is already published when this runs: a failure fails
+    the run and says which principals' views differ."""
+    lightfoot = store.open()
+    snapshot = load_snapshot(lightfoot)
+    manifest = lightfoot.manifest()
+    readers = snapshot_readers(snapshot)
+    common = {"snapshot_id": dg.MetadataValue.text(snapshot.snapshot_id),
+              "documents": dg.MetadataValue.int(len(readers)),
+              "reader_sets": dg.MetadataValue.int(len(set(readers.values())))}
+    if snapshot.access is None:
+        return dg.AssetCheckResult(
+            passed=True, description="every document of the snapshot is public: each principal's view is the "
+            "whole snapshot", metadata={**common, "principals": dg.MetadataValue.int(0)})
+    skipped = ("the permission audit is disabled in this run's config" if not config.enabled
+               else f"the snapshot holds {len(readers):,} documents, more than the limit of {config.document_limit:,} "
+               "(document_limit)" if config.document_limit is not None and len(readers) > config.document_limit
+               else "the store has changed since the published snapshot was exported: the next export's check "
+               "audits it" if manifest.seq != snapshot.info.store_seq
+               and fingerprint(lightfoot, manifest).digest != snapshot.info.fingerprint else None)
+    if skipped:
+        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,
+                                   description=f"not audited: {skipped}", metadata=common)
+    named = read_groups_file(Path(config.groups_file)) if config.groups_file else None
+    principals = (named or principals_from_readers(readers, config.principals))[:config.principals]
+    questions = passage_questions(snapshot, config.questions)
+    model = embedder.get()
+    scratch = Path(tempfile.mkdtemp(prefix="lightfoot-permission-check-"))
+    started, calls = time.perf_counter(), LLMClient.calls_started()
+    try:
+        audits = audit_permissions(snapshot, principals, questions, model,
+                                   store_reference(lightfoot, model, store.settings(), manifest), scratch,
+                                   echo=context.log.info)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    unequal = [a for a in audits if not a.equal]
+    return dg.AssetCheckResult(
+        passed=not unequal,
+        description=None if not unequal else "views differ from a fresh store of their readable documents: "
+        + ", ".join(f"{a.principal.name} ({a.differing_questions} of {a.questions} questions"
+                    + ("; other documents" if not a.documents_equal else "") + ")" for a in unequal),
+        metadata={
+            **common,
+            "principals": dg.MetadataValue.int(len(audits)),
+            "principals_from": dg.MetadataValue.text("groups file" if named else "reader groups"),
+            "questions": dg.MetadataValue.int(len(questions)),
+            "equal": dg.MetadataValue.int(len(audits) - len(unequal)),
+            "views": dg.MetadataValue.json([
+                {"principal": a.principal.name, "groups": list(a.principal.groups), "documents": a.documents,
+                 "equal": a.equal, "documents_equal": a.documents_equal,
+                 "differing_questions": a.differing_questions, "parts": a.parts, "digest": a.digest}
+                for a in audits]),
+            "audit_seconds": dg.MetadataValue.float(round(time.perf_counter() - started, 3)),
+            "model_calls": dg.MetadataValue.int(LLMClient.calls_started() - calls),
+        },
+    )

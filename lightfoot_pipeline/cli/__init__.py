@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_demo_command(sub, common)
     add_store_commands(sub, common)  # ingest, delete, vacuum, migrate, status, cost
-    add_audit_command(sub, common)  # audit-deletion
+    add_audit_command(sub, common)  # audit-deletion, audit-permissions
     add_sync_command(sub, common)
     add_readers_command(sub, common)
     add_query_commands(sub, common)  # snapshot, query, serve, serve-token

@@ -1,12 +1,14 @@
 """The evaluation commands of the ``lightfoot`` command line: eval, the deletion audit, reports.
 
-- ``lightfoot eval --out OUT.json | --run-dir DIR [--answer [--answer-budget USD] [--dry-run]]``:
-  every mode side by side on one snapshot, written as one JSON document and/or kept in DIR
-  (evaluate.py, runs.py);
+- ``lightfoot eval --out OUT.json | --run-dir DIR [--answer [--answer-budget USD] [--dry-run]] [--as GROUPS]``:
+  every mode side by side on one snapshot (on the view of a principal of GROUPS with ``--as``),
+  written as one JSON document and/or kept in DIR (evaluate.py, runs.py);
 - ``lightfoot eval-deletion --run-dir DIR [--fraction 0.1 --seed 0]``: the deletion audit with
   retrieval before and after (deletion_eval.py);
 - ``lightfoot audit-deletion --out OUT.json [--fraction 0.1 --seed 0]``: the deletion audit of the
   index alone, its fingerprint against a fresh build of the survivors;
+- ``lightfoot audit-permissions --groups FILE [--out OUT.json]``: each principal's view against a
+  fresh build of its readable documents, question by question (permission_audit.py);
 - ``lightfoot report RUN_DIR``: RUN_DIR/report.md with tables and plots (report.py);
 - ``lightfoot compare RUN_A RUN_B``: paired bootstrap intervals between two runs.
 
@@ -20,6 +22,7 @@ import json
 import sys
 from pathlib import Path
 
+from lightfoot_pipeline.cli.query import add_as_option, principal_line
 from lightfoot_pipeline.evaluation.modes import HGMEM, K_VALUES, LIGHTFOOT_RERANK, MODE_NAMES
 from lightfoot_pipeline.ingest.dataset import DatasetError, bundled_sample_dir, default_questions_file
 from lightfoot_pipeline.settings import SettingsError
@@ -86,6 +89,7 @@ def cmd_eval(args) -> int:
     from lightfoot_pipeline.evaluation.report import significance_rows
     from lightfoot_pipeline.evaluation.runs import load_run
     from lightfoot_pipeline.models.embedder import load_embedder
+    from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL, principal_of
     from lightfoot_pipeline.progress import Progress
     from lightfoot_pipeline.retrieval.rerank import load_reranker
     from lightfoot_pipeline.retrieval.retrieve import one_thread_per_query
@@ -97,6 +101,7 @@ def cmd_eval(args) -> int:
         raise SettingsError("eval: no destination for the run", hint="give --out OUT.json and/or --run-dir DIR")
     dataset = Path(args.dataset)
     questions_file = _questions_file(dataset, args.questions)
+    principal = OPERATOR_PRINCIPAL if args.as_groups is None else principal_of(args.as_groups)
     store = Store(args.store)
     embedder = load_embedder(args.embedder) if args.embedder or not store.exists() else resolve_embedder(store)
     reranker, status = load_reranker(args.reranker)
@@ -118,7 +123,7 @@ def cmd_eval(args) -> int:
         outcome = run_evaluation(
             store, dataset, questions_file, embedder, plan, answers=answers,
             run_dir=Path(args.run_dir) if args.run_dir else None, overwrite=args.overwrite,
-            echo=lambda line: print(line, file=sys.stderr), progress_factory=Progress,
+            echo=lambda line: print(line, file=sys.stderr), progress_factory=Progress, principal=principal,
         )
     if outcome.dry_run:
         print("dry run: no model was called and nothing was written")
@@ -126,7 +131,7 @@ def cmd_eval(args) -> int:
     metrics = [f"recall@{k}" for k in plan.ks]
     snap = outcome.config["snapshots"]["eval"]
     print(f"{outcome.config['n_questions']} questions, snapshot {snap['snapshot_id']}, embedder "
-          f"{outcome.config['embedder']}")
+          f"{outcome.config['embedder']}, read as {principal_line(outcome.config['principal'])}")
     print_recall_table(outcome.results, metrics)
     if status.state != "available":
         print(f"  ({LIGHTFOOT_RERANK} not run: cross-encoder {status.state}: {status.reason})")
@@ -170,6 +175,50 @@ def cmd_audit_deletion(args) -> int:
     if args.store:  # a scratch store's batch is gone with it
         print_batch(batch)
     return 0 if result["fingerprint_equal"] else 1
+
+
+def cmd_audit_permissions(args) -> int:
+    """``lightfoot audit-permissions``: exit code 0 only if every principal's view is equal."""
+    from lightfoot_pipeline.cli.store import command_batch, print_batch
+    from lightfoot_pipeline.evaluation.permission_audit import audit_dataset
+    from lightfoot_pipeline.models.embedder import DEFAULT_EMBEDDER, load_embedder
+    from lightfoot_pipeline.store.batches import writing_batch
+    from lightfoot_pipeline.store.store import Store
+
+    dataset = Path(args.dataset)
+    questions_file = _questions_file(dataset, args.questions)
+    store = Store(args.store) if args.store else _scratch_store("permission-audit")
+    batch = command_batch("audit-permissions")
+    with writing_batch(batch):
+        result = audit_dataset(dataset, Path(args.groups), store, load_embedder(args.embedder or DEFAULT_EMBEDDER),
+                               questions_file, max_questions=args.max_questions,
+                               work_dir=Path(args.work_dir) if args.work_dir else None,
+                               echo=lambda line: print(line, file=sys.stderr))
+    for p in result["principals"]:
+        print(f"  {p['principal']:<24} groups {','.join(p['groups']) or '-':<20} {p['documents']:>6} documents  "
+              f"{p['questions']} questions  equal={str(p['equal']).lower()}"
+              + (f" ({p['differing_questions']} questions differ)" if p["differing_questions"] else ""))
+    print(f"{len(result['principals'])} principals of {result['documents']} documents, {result['model_calls']} "
+          f"model calls; equal={str(result['equal']).lower()}")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
+        print(f"wrote {args.out}")
+    if args.store:  # a scratch store's batch is gone with it
+        print_batch(batch)
+    return 0 if result["equal"] else 1
+
+
+def _max_questions(text: str) -> int:
+    from lightfoot_pipeline.evaluation.permission_audit import MAX_AUDIT_QUESTIONS
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a question count is a whole number, got {text!r}") from None
+    if not 1 <= value <= MAX_AUDIT_QUESTIONS:
+        raise argparse.ArgumentTypeError(f"the audit compares 1 to {MAX_AUDIT_QUESTIONS} questions, got {value}")
+    return value
 
 
 def _scratch_store(label: str):
@@ -273,6 +322,7 @@ def add_eval_commands(sub, common: argparse.ArgumentParser) -> None:
                    help=f"keep the text of each {HGMEM} step (subqueries, memory) in --run-dir/deep.json; "
                         "erasing a document does not reach these traces")
     p.add_argument("--overwrite", action="store_true", help="replace a run already in --run-dir")
+    add_as_option(p)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("eval-deletion", parents=[common],
@@ -305,7 +355,7 @@ def add_eval_commands(sub, common: argparse.ArgumentParser) -> None:
 
 
 def add_audit_command(sub, common: argparse.ArgumentParser) -> None:
-    """The audit-deletion subcommand."""
+    """The audit-deletion and audit-permissions subcommands."""
     p = sub.add_parser("audit-deletion", parents=[common],
                        help="delete a seeded fraction and compare with a fresh build of the survivors")
     p.add_argument("--dataset", default=str(bundled_sample_dir()))
@@ -314,3 +364,19 @@ def add_audit_command(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--embedder", default=None)
     p.set_defaults(func=cmd_audit_deletion)
+
+    p = sub.add_parser("audit-permissions", parents=[common],
+                       help="each principal's view against a fresh build of its readable documents: rankings, "
+                            "scores, seed facts and explanations equal")
+    p.add_argument("--dataset", default=str(bundled_sample_dir()),
+                   help="dataset with recorded extractions whose corpus.jsonl gives documents' readers")
+    p.add_argument("--groups", required=True,
+                   help='groups file: one {"principal": NAME, "groups": [...]} a line (at most 16 principals)')
+    p.add_argument("--questions", default=None, help="questions file (default: the dataset's questions*.jsonl)")
+    p.add_argument("--max-questions", type=_max_questions, default=50,
+                   help="compare the file's first N questions (default 50, at most 500)")
+    p.add_argument("--out", default=None, help="write the report here as JSON")
+    p.add_argument("--embedder", default=None, help="embedding model name or path, or hashing[:DIM] (default MiniLM)")
+    p.add_argument("--work-dir", default=None,
+                   help="keep each principal's fresh store here (default: a temporary directory, removed)")
+    p.set_defaults(func=cmd_audit_permissions)

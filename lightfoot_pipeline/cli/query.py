@@ -1,5 +1,8 @@
 """The query-time commands of the ``lightfoot`` command line: snapshot, query, serve.
 
+``query --as GROUP[,GROUP]`` (and ``eval --as``) read as a principal of those groups: its view
+of the snapshot (permissions/views.py) is what they retrieve and answer from.
+
 Like cli/__init__.py, this module parses arguments and prints results; the work is in snapshot/,
 retrieval/retrieve.py, retrieval/answer.py and service/queries.py.
 """
@@ -25,6 +28,34 @@ PREVIEW_CHARS = 160
 ALLOW_UNPRICED_HELP = ("answer with a model that has no known price (default: $LIGHTFOOT_LLM_ALLOW_UNPRICED, "
                        "else refused): its calls count as $0, so no budget holds them; pricing it with "
                        "LIGHTFOOT_LLM_PRICE_IN/_OUT keeps the budget")
+
+
+def principal_line(principal: dict) -> str:
+    """Whom a command read as: ``NAME (groups G, H; N documents)``."""
+    groups = ", ".join(principal["groups"]) or "none: public documents only"
+    return f"{principal['principal']} (groups {groups}; {principal['documents']} documents)"
+
+
+def add_as_option(p: argparse.ArgumentParser) -> None:
+    """--as GROUP[,GROUP]: read as a principal of these groups (its view of the snapshot)."""
+    p.add_argument("--as", dest="as_groups", metavar="GROUP[,GROUP]", default=None,
+                   help="read as a principal of these groups: only the documents they may read (and public ones) "
+                        "exist for the command, as in an index of those alone; '' for the public documents only, "
+                        "* for all (default: the operator, all documents)")
+
+
+def read_as(service, as_groups: str | None) -> dict:
+    """Serve the view of the principal of ``as_groups`` (the operator's, the whole snapshot, when
+    None): retrieval, answers and the deep loop then read only the documents it may read, as in an
+    index of those alone (permissions/views.py). Returns whom the service answers as."""
+    from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL, principal_of
+    from lightfoot_pipeline.permissions.views import reader_view
+
+    principal = OPERATOR_PRINCIPAL if as_groups is None else principal_of(as_groups)
+    view = reader_view(service.snapshot, principal)
+    if view.snapshot is not service.snapshot:
+        service.use(view.snapshot)
+    return {**principal.as_dict(), "documents": view.snapshot.passages.get_column("doc_id").n_unique()}
 
 
 def _store(args):
@@ -92,14 +123,17 @@ def cmd_query(args) -> int:
         from lightfoot_pipeline.retrieval.answer import answer_settings
 
         answer_settings(allow_unpriced=args.allow_unpriced).require_price("query: answers")
+    principal = read_as(service, args.as_groups)
     result = service.query(args.question, top_k=args.top_k, answer=not args.no_answer, rerank=not args.no_rerank)
     result["snapshot"]["stale"] = snapshot_is_stale(store, service)
+    result["principal"] = principal
     if args.json:
         _print_json(result)
         return 0
     snap = result["snapshot"]
     print(f"snapshot {snap['snapshot_id']} (store commit {snap['store_seq']})"
           + ("; the store has newer commits: run `lightfoot snapshot` to serve them" if snap["stale"] else ""))
+    print(f"answered as {principal_line(principal)}")
     reranker = result["reranker"]
     if reranker["state"] == "available":
         print(f"order: {result['order']} (cross-encoder {reranker['model']}, RRF k=60)")
@@ -131,13 +165,16 @@ def query_deep(args, store) -> int:
     if service.answerer is None:
         raise SettingsError(f"query --mode deep: {service.answer_status}",
                             hint="set OPENAI_BASE_URL to an OpenAI-compatible endpoint (the README's settings table)")
+    principal = read_as(service, getattr(args, "as_groups", None))  # explain query --mode deep has no --as
     result = service.deep(args.question, rerank=not args.no_rerank, settings=settings)
+    result["principal"] = principal
     if args.json:
         _print_json(result)
         return 0
     snap, deep = result["snapshot"], result.get("deep")
     print(f"snapshot {snap['snapshot_id']} (store commit {snap['store_seq']}); mode deep, at most "
           f"{settings.max_steps} steps, ${settings.question_budget_usd:g} a question")
+    print(f"answered as {principal_line(principal)}")
     if deep is None or result["answer"] is None:
         print(f"answer: none ({result['answer_status']})")
     else:
@@ -283,6 +320,7 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--embedder", default=None, help=embedder_help)
     p.add_argument("--reranker", default=None, help=reranker_help)
     p.add_argument("--allow-unpriced", action="store_true", help=ALLOW_UNPRICED_HELP)
+    add_as_option(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_query)
 

@@ -4,7 +4,9 @@
 
 1. build the dataset into the store from its recorded extractions, unless the store holds it
    (:func:`ensure_dataset_indexed`);
-2. export (or reuse) the serving snapshot and load it;
+2. export (or reuse) the serving snapshot and load it, and take the principal's view of it
+   (permissions/views.py; the operator, who reads everything, by default): every mode, every answer
+   and the deep loop read that view only;
 3. run every question through every mode (harness.py): Lightfoot and the baselines;
 4. optionally answer through the model: the cost is estimated first (``dry_run`` stops there),
    then the calls run under the budget cap, and each is charged to the store's cost ledger; the
@@ -55,6 +57,8 @@ from lightfoot_pipeline.ingest.dataset import (
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.ingest.passages import text_hash
 from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL, Principal
+from lightfoot_pipeline.permissions.views import reader_view
 from lightfoot_pipeline.retrieval.answer import MAX_TOKENS, AnswerBudget, Answerer, answer_charge
 from lightfoot_pipeline.retrieval.deep import DeepQuery, DeepSettings
 from lightfoot_pipeline.retrieval.deep import charges as deep_charges
@@ -132,7 +136,8 @@ class PhaseResult:
     info: SnapshotInfo
     results: list[QuestionResult]
     seconds: float
-    live_doc_ids: frozenset[str] = frozenset()  # the documents the snapshot holds
+    live_doc_ids: frozenset[str] = frozenset()  # the documents the snapshot (the principal's view of it) holds
+    principal: dict = field(default_factory=dict)  # whom it read as, and how many documents that reads
 
 
 @dataclass
@@ -176,21 +181,22 @@ def ensure_dataset_indexed(store: Store, dataset_dir: Path, embedder: Embedder,
 
 def evaluate_store(store: Store, embedder: Embedder, questions, plan: EvalPlan, *,
                    progress: Callable[[], Callable[[int, int], None] | None] | None = None,
-                   ) -> tuple[PhaseResult, Snapshot]:
-    """Snapshot the store's committed state and run every mode of the plan on it.
+                   principal: Principal = OPERATOR_PRINCIPAL) -> tuple[PhaseResult, Snapshot]:
+    """Snapshot the store's committed state and run every mode of the plan on ``principal``'s view
+    of it (the operator's: the whole snapshot); the view is returned beside the phase.
 
     ``progress`` makes the per-question progress callback once the snapshot is loaded (so that
     its rate counts questions only).
     """
     started = time.perf_counter()
     info = export_snapshot(store, embedder)
-    snapshot = load_snapshot(store, info.snapshot_id)
+    snapshot = reader_view(load_snapshot(store, info.snapshot_id), principal).snapshot
     results = run_questions(snapshot, embedder, questions, plan.modes, reranker=plan.reranker,
                             reranker_status=plan.reranker_status, ks=plan.ks,
                             progress=progress() if progress else None)
     live = frozenset(snapshot.passages.get_column("doc_id").to_list())
     return PhaseResult(info=info, results=results, seconds=round(time.perf_counter() - started, 3),
-                       live_doc_ids=live), snapshot
+                       live_doc_ids=live, principal={**principal.as_dict(), "documents": len(live)}), snapshot
 
 
 def snapshot_record(info: SnapshotInfo) -> dict:
@@ -210,8 +216,10 @@ def run_evaluation(
     overwrite: bool = False,
     echo: Echo = print,
     progress_factory: ProgressFactory = lambda label: None,
+    principal: Principal = OPERATOR_PRINCIPAL,
 ) -> EvaluationOutcome:
-    """Every question of the file through every mode of the plan (default: the standard modes)."""
+    """Every question of the file through every mode of the plan (default: the standard modes), on
+    ``principal``'s view of the snapshot (default: the operator's, everything)."""
     plan = plan or plan_evaluation()
     deep_modes = [m.name for m in plan.modes if m.deep]
     if deep_modes and (answers is None or (answers.modes and not set(deep_modes) <= set(answers.modes))):
@@ -222,7 +230,8 @@ def run_evaluation(
     if build["built"]:
         echo(f"built {build['documents']} documents into {store.uri} in {build['seconds']}s "
              f"with {build['model_calls']} model calls")
-    phase, snapshot = evaluate_store(store, embedder, questions, plan, progress=lambda: progress_factory("questions"))
+    phase, snapshot = evaluate_store(store, embedder, questions, plan, progress=lambda: progress_factory("questions"),
+                                     principal=principal)
     results = phase.results
     scored = len({r.qid for r in results})
     config = {
@@ -233,6 +242,7 @@ def run_evaluation(
         "questions_without_gold": len(questions) - scored,
         "store": store.uri,
         "embedder": embedder.model_id,
+        "principal": phase.principal,
         **plan.record(snapshot),
         "snapshots": {EVAL: snapshot_record(phase.info)},
         "index_cost": index_cost(store, build),
@@ -323,8 +333,9 @@ def eval_json(outcome: EvaluationOutcome) -> dict:
     ``modes`` holds each mode's mean recall@k. Each entry of ``per_question`` names the question,
     its gold documents and those of them the snapshot lacks (``gold_missing``), and for every mode
     its recall@k, its ranked passages (``{"chunk_id", "doc_id"}``, best first) and, when the run
-    answered, the answer. ``run`` names the snapshot, embedder, reranker, dataset and build, and the
-    ``lightfoot`` mode's retrieval time (``retrieval_ms``: p50, p95).
+    answered, the answer. ``run`` names the snapshot, the principal it read as (``principal``,
+    ``groups``, ``documents``: how many the view holds), embedder, reranker, dataset and build, and
+    the ``lightfoot`` mode's retrieval time (``retrieval_ms``: p50, p95).
     """
     per_question: dict[str, dict] = {}
     for r in outcome.results:
@@ -344,6 +355,7 @@ def eval_json(outcome: EvaluationOutcome) -> dict:
         "per_question": list(per_question.values()),
         "run": {
             "snapshot_id": snap["snapshot_id"], "store_seq": snap["store_seq"], "fingerprint": snap["fingerprint"],
+            "principal": config["principal"],
             "embedder": config["embedder"], "reranker": config["reranker"], "dataset": config["dataset"],
             "questions": config["questions"], "questions_without_gold": config["questions_without_gold"],
             "build": outcome.build, "run_dir": str(outcome.run_dir) if outcome.run_dir else None,

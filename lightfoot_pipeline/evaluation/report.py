@@ -192,6 +192,12 @@ def index_cost_per_passage(run: Run, mode: str) -> float:
     return cost.get("extraction_calls", 0) / passages
 
 
+def _principal_line(principal: dict) -> str:
+    """Whom a run read as: the principal, its groups and the documents its view holds."""
+    groups = ", ".join(f"`{g}`" for g in principal.get("groups") or []) or "no group"
+    return f"{principal.get('principal')} ({groups}; {principal.get('documents')} documents)"
+
+
 def write_report(run_dir: Path | str) -> Path:
     """Write ``report.md`` and its PNG plots into the run directory; returns the report's path."""
     run = load_run(run_dir)
@@ -212,6 +218,7 @@ def write_report(run_dir: Path | str) -> Path:
         ["reranker", _reranker_line(config.get("reranker") or {})],
         ["snapshot", f"`{snapshot.get('snapshot_id')}` (store commit {snapshot.get('store_seq')})"],
         ["store fingerprint", f"`{snapshot.get('fingerprint')}`"],
+        *([["read as", _principal_line(config["principal"])]] if config.get("principal") else []),
         ["created", config.get("created_at")],
         ["software", ", ".join(f"{k} {v}" for k, v in (config.get("software") or {}).items())],
     ])

@@ -43,7 +43,8 @@ def test_two_batches_and_a_deletion_through_dagster(lightfoot, twenty, sample_re
         sensors=lightfoot.defs.sensors, schedules=lightfoot.defs.schedules, resources=lightfoot.resources,
     )
     blocking = _blocking_checks(lightfoot.defs)
-    assert {k.name for k in blocking} == {"passages_accounted_for", "no_dangling_references", "matches_fresh_rebuild"}
+    assert {k.name for k in blocking} == {"passages_accounted_for", "no_dangling_references", "matches_fresh_rebuild",
+                                          "views_match_fresh_stores"}
     first, second = twenty[:6], twenty[6:12]
     asked = {d.doc_id for d in second[::2]}  # half the second batch has no recording: the model is asked
     runs = []

@@ -73,8 +73,10 @@ def test_a_sound_store_passes_every_check(ingested):
     assert result.success
     checks = evaluations(result)
     # The graph's checks: a deletion removes passages with their extractions, so the deletion job
-    # leaves the passages check to the jobs that extract.
-    assert len(checks) == 6 and all(c.passed for c in checks.values())
+    # leaves the passages check to the jobs that extract; the serving snapshot's permission check
+    # passes at once, every document being public.
+    assert len(checks) == 7 and all(c.passed for c in checks.values())
+    assert checks[("serving_snapshot", "views_match_fresh_stores")].metadata["principals"].value == 0
     assert ("extractions", "passages_accounted_for") not in checks
     rebuild = checks[("facts", "matches_fresh_rebuild")].metadata
     assert rebuild["store_fingerprint"].value == rebuild["rebuild_fingerprint"].value
@@ -219,3 +221,51 @@ def test_the_rebuild_comparison_waits_for_no_other_run_to_be_mid_way(ingested, t
     assert not checks[("facts", "matches_fresh_rebuild")].passed
     accounted = passages_accounted_for(dg.build_asset_check_context(), store=ingested.resources["store"])
     assert not accounted.passed and passages[-1].doc_id in accounted.description
+
+
+def _restrict(harness) -> dict[str, tuple[str, ...]]:
+    """Readers for the ingested documents: public, staff, legal and nobody's in turn."""
+    from tests.lightfoot_pipeline.permissions.conftest import write_readers
+
+    store = harness.store()
+    doc_ids = sorted(store.read("documents", columns=["doc_id"]).get_column("doc_id").to_list())
+    cycle = [("public",), ("staff",), ("legal",), ()]
+    readers = {doc: cycle[i % len(cycle)] for i, doc in enumerate(doc_ids)}
+    write_readers(store, readers)
+    return readers
+
+
+def test_each_sampled_view_after_the_export_matches_a_fresh_store_of_its_documents(ingested):
+    readers = _restrict(ingested)
+    result = deletion_run(ingested)
+    assert "serving_snapshot" in materialized(result)
+    check = evaluations(result)[("serving_snapshot", "views_match_fresh_stores")]
+    assert check.passed, check.description
+    meta = check.metadata
+    assert meta["principals"].value == 3 and meta["equal"].value == 3 and meta["questions"].value == 5
+    assert meta["principals_from"].value == "reader groups" and meta["model_calls"].value == 0
+    views = meta["views"].value
+    # no group first, then each group alone, the one that reads more documents first (six: two staff, one legal)
+    assert [v["principal"] for v in views] == ["public", "staff", "legal"]
+    assert [v["documents"] for v in views] == [
+        sum(1 for g in readers.values() if "public" in g or name in g) for name in ("public", "staff", "legal")]
+    assert all(set(v) == {"principal", "groups", "documents", "equal", "documents_equal", "differing_questions",
+                          "parts", "digest"} for v in views), "counts, ids and digests only"
+
+
+def test_a_view_that_leaks_a_document_fails_the_permission_check(ingested, monkeypatch, tmp_path):
+    from lightfoot_pipeline.evaluation import permission_audit
+    from lightfoot_pipeline.permissions import views
+    from lightfoot_pipeline.permissions.principals import Principal
+
+    _restrict(ingested)
+    groups = tmp_path / "groups.jsonl"
+    groups.write_text('{"principal": "clerk", "groups": ["staff"]}\n')
+    leaky = lambda snapshot, principal: views.reader_view(snapshot, Principal(principal.name, (*principal.groups, "legal")))  # noqa: E731
+    monkeypatch.setattr(permission_audit, "reader_view", leaky)
+    config = {"ops": {"serving_snapshot_views_match_fresh_stores": {"config": {"groups_file": str(groups)}}}}
+    result = deletion_run(ingested, config)
+    check = evaluations(result)[("serving_snapshot", "views_match_fresh_stores")]
+    assert not check.passed and "clerk" in check.description
+    (view,) = check.metadata["views"].value
+    assert view["principal"] == "clerk" and not view["equal"] and not view["documents_equal"]

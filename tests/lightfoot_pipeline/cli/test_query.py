@@ -193,3 +193,56 @@ def test_eval_on_the_bundled_sample_reaches_the_papers_recall(tmp_path, sample_d
     assert dense["recall@5"] == pytest.approx(0.62, abs=0.03) and dense["recall@10"] == pytest.approx(0.69, abs=0.03)
     assert lightfoot["recall@5"] > dense["recall@5"] and lightfoot["recall@10"] > dense["recall@10"]
     assert report["run"]["build"]["model_calls"] == 0
+
+
+# Readers of the query corpus for the --as tests: the Zephyr's maker and founder are legal's only.
+LEGAL_ONLY = ("q-orbital", "q-kalden")
+
+
+@pytest.fixture
+def restricted(built):
+    from lightfoot_pipeline.store.store import Store
+    from tests.lightfoot_pipeline.permissions.conftest import write_readers
+
+    write_readers(Store(built), {**dict.fromkeys(LEGAL_ONLY, ("legal",)), "q-riga": ()})
+    return built
+
+
+def test_query_as_a_principal_reads_its_view_and_says_whom_it_answered_as(restricted, capsys, no_endpoint):
+    question = ["query", QUESTION, "--store", restricted, "--no-answer", "--top-k", "10"]
+    assert main([*question, "--json"]) == 0
+    everything = json.loads(capsys.readouterr().out)
+    assert everything["principal"] == {"principal": "operator", "groups": ["*"], "documents": 12}
+    assert set(LEGAL_ONLY) <= {p["doc_id"] for p in everything["passages"]}
+
+    assert main([*question, "--json", "--as", "staff"]) == 0
+    staff = json.loads(capsys.readouterr().out)
+    assert staff["principal"] == {"principal": "staff", "groups": ["staff"], "documents": 9}
+    assert not {p["doc_id"] for p in staff["passages"]} & {*LEGAL_ONLY, "q-riga"}
+    assert not {e["doc_id"] for f in staff["seed_facts"] for e in f["evidence"]} & {*LEGAL_ONLY, "q-riga"}
+    assert staff["snapshot"]["snapshot_id"] == everything["snapshot"]["snapshot_id"]
+
+    assert main([*question, "--as", "legal,staff"]) == 0
+    text = capsys.readouterr().out
+    assert "answered as legal,staff (groups legal, staff; 11 documents)" in text
+    assert main([*question, "--as", ""]) == 0
+    assert "answered as public (groups none: public documents only; 9 documents)" in capsys.readouterr().out
+    assert main([*question, "--as", "Not A Group"]) == 2
+    assert "is not a group name" in capsys.readouterr().err
+
+
+def test_eval_as_a_principal_runs_every_mode_on_its_view_and_records_it(restricted, tmp_path, capsys, no_endpoint):
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--dataset", str(DATA), "--questions", str(DATA / "questions.jsonl"), "--out", str(out),
+                 "--store", restricted, "--reranker", "none", "--as", "staff"]) == 0
+    assert "read as staff (groups staff; 9 documents)" in capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert result["run"]["principal"] == {"principal": "staff", "groups": ["staff"], "documents": 9}
+    for entry in result["per_question"]:
+        assert entry["gold_missing"] == sorted(set(entry["gold_doc_ids"]) & {*LEGAL_ONLY, "q-riga"})
+        for mode in entry["modes"].values():
+            assert mode["ranked"] and not {r["doc_id"] for r in mode["ranked"]} & {*LEGAL_ONLY, "q-riga"}
+    assert main(["eval", "--dataset", str(DATA), "--questions", str(DATA / "questions.jsonl"), "--out", str(out),
+                 "--store", restricted, "--reranker", "none"]) == 0
+    capsys.readouterr()
+    assert json.loads(out.read_text())["run"]["principal"]["principal"] == "operator"

@@ -155,3 +155,25 @@ def test_the_service_answers_deep_queries(built, chat_server):
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+
+def test_query_deep_as_a_principal_runs_the_loop_on_its_view(built, capsys, chat_server, monkeypatch):
+    """Nothing of a document the principal cannot read reaches a prompt of the deep loop."""
+    from tests.lightfoot_pipeline.permissions.conftest import write_readers
+
+    write_readers(Store(built), dict.fromkeys(("q-orbital", "q-kalden"), ("legal",)))
+    hidden = ("Orbital Corp was founded by Mira Kalden", "studied physics")
+    monkeypatch.setenv("OPENAI_BASE_URL", chat_server.base_url)
+    scripted(chat_server)
+    assert main(["query", QUESTION, "--store", built, "--mode", "deep", "--json", "--as", "staff"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["principal"] == {"principal": "staff", "groups": ["staff"], "documents": 10}
+    prompts = [m["content"] for r in chat_server.requests for m in r.messages]
+    assert prompts and not [p for p in prompts if any(text in p for text in hidden)]
+    chat_server.requests.clear()
+    scripted(chat_server)
+    assert main(["query", QUESTION, "--store", built, "--mode", "deep", "--json"]) == 0
+    capsys.readouterr()
+    prompts = [m["content"] for r in chat_server.requests for m in r.messages]
+    assert any(hidden[0] in p for p in prompts), "the operator reads them"
