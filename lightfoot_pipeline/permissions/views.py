@@ -84,12 +84,12 @@ def readable_documents(snapshot: Snapshot, principal: Principal) -> frozenset[st
     access = snapshot.access
     if access is None or principal.is_operator:
         return None
-    doc_ids = access.readers.get_column("doc_id").to_list()
-    readable = [doc for doc, text in zip(doc_ids, access.readers.get_column("readers").to_list(), strict=True)
-                if principal.may_read(readers_of_text(text))]
-    if len(readable) == len(doc_ids):
+    texts = access.readers.get_column("readers")
+    allowed = [text for text in texts.unique().to_list() if principal.may_read(readers_of_text(text))]
+    readable = access.readers.filter(texts.is_in(pl.Series(allowed, dtype=pl.String).implode()))
+    if readable.height == access.readers.height:
         return None
-    return frozenset(readable)
+    return frozenset(readable.get_column("doc_id").to_list())
 
 
 def view_key(documents: frozenset[str] | None) -> str:
@@ -200,10 +200,14 @@ class ViewCache:
         self._views: OrderedDict[str, ReaderView] = OrderedDict()
         self._lock = threading.Lock()
         self._building: dict[str, threading.Lock] = {}
+        self._by_groups: dict[tuple[str, ...], tuple[str, frozenset[str] | None]] = {}
 
     def view(self, principal: Principal) -> ReaderView:
-        documents = readable_documents(self.snapshot, principal)
-        key = view_key(documents)
+        known = self._by_groups.get(principal.groups)
+        if known is None:  # which documents a set of groups reads, worked out once per snapshot
+            documents = readable_documents(self.snapshot, principal)
+            known = self._by_groups[principal.groups] = (view_key(documents), documents)
+        key, documents = known
         if documents is None:
             return ReaderView(key, self.snapshot, counts=dict(self.snapshot.info.counts))
         with self._lock:
