@@ -34,8 +34,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import polars as pl
-
 from lightfoot_pipeline import operations
 from lightfoot_pipeline.evaluation.harness import HarnessError
 from lightfoot_pipeline.ingest.dataset import (
@@ -47,10 +45,9 @@ from lightfoot_pipeline.ingest.dataset import (
     load_corpus,
     load_questions,
     load_recorded_extractions,
-    parse_json_lines,
 )
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
-from lightfoot_pipeline.ingest.readers import PUBLIC, default_groups, parse_groups, readers_of_text, readers_text
+from lightfoot_pipeline.ingest.readers import PUBLIC, default_groups, readers_of_text
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.models.llm import LLMClient
 from lightfoot_pipeline.permissions.principals import Principal, read_groups_file
@@ -62,14 +59,6 @@ from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.snapshot.format import Snapshot, load_snapshot
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.tables import (
-    DOCUMENT_READERS,
-    DOCUMENTS,
-    EXTRACTIONS,
-    PASSAGE_SOURCES,
-    PASSAGES,
-    with_buckets,
-)
 
 TOP_K = 10  # passages compared per question
 MAX_AUDIT_PRINCIPALS = 16  # each costs a fresh build of its documents
@@ -218,28 +207,13 @@ def dataset_reference(documents: Sequence[Document], records: dict[str, dict], e
 
 def store_reference(source: Store, embedder: Embedder, settings: IndexSettings | None = None,
                     manifest: Manifest | None = None) -> ReferenceBuilder:
-    """A fresh index of some of a store's live documents from the extractions it keeps: a store of
-    their documents, passages, passage sources and extractions alone, from which
-    ``operations.rebuild`` derives everything else, as it does for a whole store."""
+    """A fresh index of some of a store's live documents from the extractions it keeps:
+    ``operations.rebuild`` of those documents alone, which derives everything else again."""
     settings = settings or IndexSettings()
 
     def build(readable: frozenset[str], target: Store) -> None:
-        at = manifest or source.manifest()
-        part = Store(str(Path(tempfile.mkdtemp(prefix="lightfoot-audit-part-")) / "store"), n_buckets=source.n_buckets)
-        try:
-            wanted = pl.Series("doc_id", sorted(readable), dtype=pl.String).implode()
-            with part.transaction() as tx:
-                operations.check_config(tx, settings, embedder)
-                for spec in (DOCUMENTS, PASSAGES, PASSAGE_SOURCES, EXTRACTIONS):
-                    rows = source.read(spec.name, at).filter(pl.col("doc_id").is_in(wanted))
-                    tx.put(spec.name, with_buckets(rows, spec, part.n_buckets).cast(tx.table(spec.name).schema))
-                tx.commit("audit-part", {"source": source.uri, "source_seq": at.seq, "documents": len(readable)})
-            seed_vector_cache(source, target)
-            operations.rebuild(part, target, embedder, settings)
-        finally:
-            root = part.local_root()
-            if root is not None:
-                shutil.rmtree(root.parent, ignore_errors=True)
+        seed_vector_cache(source, target)
+        operations.rebuild(source, target, embedder, settings, manifest, doc_ids=sorted(readable))
 
     return build
 
@@ -322,35 +296,13 @@ def audit_permissions(snapshot: Snapshot, principals: Sequence[Principal], quest
 # -- a dataset's audit (lightfoot audit-permissions) ------------------------------------------------
 
 
-def dataset_readers(dataset_dir: Path) -> dict[str, tuple[str, ...]] | None:
-    """Each document's readers as the dataset's corpus.jsonl gives them in its ``readers`` field (a
-    list of group names, or one comma-separated string; a document without one gets the default
-    readers, ingest/readers.py), or None when no document of the corpus names readers."""
-    path = Path(dataset_dir) / CORPUS_FILE
-    readers: dict[str, tuple[str, ...]] = {}
-    named = False
-    with path.open("rb") as handle:
-        for number, row in parse_json_lines(handle, str(path)):
-            if not isinstance(row, dict):
-                continue  # load_corpus has refused it already
-            if "readers" in row:
-                named = True
-                readers[str(row.get("doc_id"))] = parse_groups(row["readers"], f"{path}:{number}")
-            else:
-                readers[str(row.get("doc_id"))] = default_groups()
-    return readers if named else None
-
-
-def commit_readers(store: Store, readers: dict[str, tuple[str, ...]]) -> None:
-    """The documents' readers into the store's document_readers table, in one commit."""
-    ids = sorted(readers)
-    frame = pl.DataFrame({"doc_id": ids, "readers": [readers_text(readers[d]) for d in ids]},
-                         schema={"doc_id": pl.String, "readers": pl.String})
-    with store.transaction() as tx:
-        tx.rows(DOCUMENT_READERS.name, "doc_id", ids)
-        tx.update(DOCUMENT_READERS.name, remove=pl.col("doc_id").is_in(ids),
-                  add=with_buckets(frame, DOCUMENT_READERS, tx.n_buckets))
-        tx.commit("readers", {"documents": len(ids)})
+def dataset_readers(documents: Sequence[Document]) -> dict[str, tuple[str, ...]] | None:
+    """Each document's readers as its corpus line gives them (``Document.readers``; one that names
+    none gets the default readers, ingest/readers.py), or None when no document names readers."""
+    if all(d.readers is None for d in documents):
+        return None
+    default = default_groups()
+    return {d.doc_id: d.readers if d.readers is not None else default for d in documents}
 
 
 def audit_dataset(dataset_dir: Path, groups_file: Path, store: Store, embedder: Embedder, questions_file: Path,
@@ -366,7 +318,7 @@ def audit_dataset(dataset_dir: Path, groups_file: Path, store: Store, embedder: 
     if not has_recorded_extractions(dataset_dir):
         raise DatasetError(f"{dataset_dir} has no extractions.jsonl: the audit builds its stores with no model call")
     documents = load_corpus(dataset_dir)
-    readers = dataset_readers(dataset_dir)
+    readers = dataset_readers(documents)
     if readers is None:
         raise DatasetError(f"{dataset_dir / CORPUS_FILE} names no document's readers (no line has a readers field): "
                            "every document is public and every principal's view is the whole index, so there is "
@@ -377,8 +329,7 @@ def audit_dataset(dataset_dir: Path, groups_file: Path, store: Store, embedder: 
     records = load_recorded_extractions(dataset_dir)
     calls_before = LLMClient.calls_started()
     started = time.perf_counter()
-    operations.ingest(store, documents, ReplayExtractor(records), embedder)
-    commit_readers(store, readers)
+    operations.ingest(store, documents, ReplayExtractor(records), embedder)  # with each document's readers
     info = export_snapshot(store, embedder)
     snapshot = load_snapshot(store, info.snapshot_id)
     build_seconds = round(time.perf_counter() - started, 3)

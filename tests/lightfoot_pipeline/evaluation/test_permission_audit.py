@@ -17,15 +17,13 @@ from lightfoot_pipeline.evaluation.deletion_trial import write_subset
 from lightfoot_pipeline.evaluation.permission_audit import (
     MAX_AUDIT_PRINCIPALS,
     audit_permissions,
-    commit_readers,
     dataset_readers,
     passage_questions,
     principals_from_readers,
     snapshot_readers,
     store_reference,
 )
-from lightfoot_pipeline.ingest.dataset import CORPUS_FILE
-from lightfoot_pipeline.ingest.readers import ReadersError
+from lightfoot_pipeline.ingest.dataset import CORPUS_FILE, DatasetError, load_corpus
 from lightfoot_pipeline.permissions import views
 from lightfoot_pipeline.permissions.principals import Principal
 from lightfoot_pipeline.snapshot.export import export_snapshot
@@ -125,7 +123,6 @@ def test_views_of_a_store_match_fresh_rebuilds_from_its_own_extractions(small_re
     dataset, readers, _ = small_restricted
     store = Store(str(tmp_path / "store"))
     operations.ingest(store, load_corpus(dataset), ReplayExtractor(sample_records), hashing_embedder)
-    commit_readers(store, readers)
     export_snapshot(store, hashing_embedder)
     snapshot = load_snapshot(store)
     assert snapshot_readers(snapshot) == readers
@@ -145,7 +142,7 @@ def test_a_dataset_without_readers_has_nothing_to_audit(tmp_path, sample_dir, ca
     dataset = tmp_path / "plain"
     rows = (sample_dir / CORPUS_FILE).read_text().splitlines()[:20]
     write_subset(sample_dir, {json.loads(r)["doc_id"] for r in rows}, dataset)
-    assert dataset_readers(dataset) is None
+    assert dataset_readers(load_corpus(dataset)) is None
     code = main(["audit-permissions", "--dataset", str(dataset), "--groups", str(groups_file(tmp_path / "g.jsonl")),
                  "--questions", str(sample_dir / "questions-dev.jsonl"), "--embedder", "hashing"])
     assert code == 2
@@ -171,8 +168,9 @@ def test_dataset_readers_take_a_list_or_a_string_and_default_the_rest(tmp_path, 
     (tmp_path / CORPUS_FILE).write_text(
         '{"doc_id": "a", "text": "x", "readers": ["Staff", "legal"]}\n{"doc_id": "b", "text": "y", "readers": "hr"}\n'
         '{"doc_id": "c", "text": "z"}\n{"doc_id": "d", "text": "w", "readers": []}\n')
-    assert dataset_readers(tmp_path) == {"a": ("legal", "staff"), "b": ("hr",), "c": ("public",), "d": ()}
+    assert dataset_readers(load_corpus(tmp_path)) == {"a": ("legal", "staff"), "b": ("hr",), "c": ("public",),
+                                                      "d": ()}
     (tmp_path / CORPUS_FILE).write_text('{"doc_id": "a", "text": "x", "readers": ["no spaces allowed"]}\n')
-    with pytest.raises(ReadersError, match=r"corpus\.jsonl:1"):
-        dataset_readers(tmp_path)
+    with pytest.raises(DatasetError, match=r"corpus\.jsonl:1"):
+        load_corpus(tmp_path)
 
