@@ -1,4 +1,11 @@
-"""``lightfoot explain doc | entity | fact | batch | query``: provenance on the command line, as text or JSON."""
+"""``lightfoot explain doc | entity | fact | batch | query``: provenance on the command line, as text or JSON.
+
+``--as GROUPS`` (doc, entity, fact, query) answers as a principal of those reader groups: from the
+store of the documents it may read (permissions/provenance.py; a document, entity or fact it may
+not read is answered as one the store never held), and for a query from its view of the snapshot.
+Deletion dry runs and batches tell of the whole store, so they are the operator's: with ``--as``
+of other groups, ``explain doc`` shows no dry run.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +28,22 @@ def _existing_store(args):
         raise StoreError(f"no store at {store.uri}",
                          hint="name the store with --store (or LIGHTFOOT_STORE), or build one with `lightfoot ingest`")
     return store
+
+
+def _principal(args):
+    """The principal of ``--as`` (None: the operator, who reads every document)."""
+    from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL, principal_of
+
+    return OPERATOR_PRINCIPAL if args.as_groups is None else principal_of(args.as_groups, where="--as")
+
+
+def _source(args, principal):
+    """What provenance reads for ``principal`` at the store's latest commit, and that commit."""
+    from lightfoot_pipeline.permissions.provenance import provenance_store
+
+    store = _existing_store(args)
+    manifest = store.manifest()
+    return provenance_store(store, principal, manifest), manifest
 
 
 def _short(text: str | None, width: int = 90) -> str:
@@ -49,7 +72,10 @@ def _print_sources(sources: list[dict], indent: str = "  ") -> None:
 def cmd_explain_doc(args) -> int:
     from lightfoot_pipeline.provenance.documents import explain_document
 
-    explanation = explain_document(_existing_store(args), args.doc_id, preview=not args.no_preview)
+    principal = _principal(args)
+    source, manifest = _source(args, principal)
+    explanation = explain_document(source, args.doc_id, preview=not args.no_preview and principal.is_operator,
+                                   manifest=manifest)
     if args.json:
         _print_json(explanation.as_dict())
         return 0
@@ -77,6 +103,8 @@ def cmd_explain_doc(args) -> int:
     for f in e.facts:
         print(f"  ({f['subject']}; {f['predicate']}; {f['object']}) asserted by {f['n_sources']} passages"
               + (f"\n      evidence: \"{_short(f['evidence'])}\"" if f["evidence"] else ""))
+    if not args.no_preview and not principal.is_operator:
+        print("deleting it: a dry run tells of the whole store, so it is the operator's (no --as)")
     if e.preview is not None:
         c = e.preview.counts()
         print("deleting it would remove (dry run, nothing written):")
@@ -97,7 +125,7 @@ def cmd_explain_doc(args) -> int:
 def cmd_explain_entity(args) -> int:
     from lightfoot_pipeline.provenance.entities import explain_entity
 
-    found = explain_entity(_existing_store(args), args.name)
+    found = explain_entity(_source(args, _principal(args))[0], args.name)
     if args.json:
         _print_json([e.as_dict() for e in found])
         return 0
@@ -124,7 +152,8 @@ def cmd_explain_entity(args) -> int:
 def cmd_explain_fact(args) -> int:
     from lightfoot_pipeline.provenance.entities import explain_fact
 
-    f = explain_fact(_existing_store(args), args.fact_id)
+    source, manifest = _source(args, _principal(args))
+    f = explain_fact(source, args.fact_id, manifest)
     if args.json:
         _print_json(f.as_dict())
         return 0
@@ -180,6 +209,10 @@ def cmd_explain_query(args) -> int:
     if args.mode == "deep":  # the steps of a deep answer: subqueries, what each retrieved, memory operations
         from lightfoot_pipeline.cli.query import query_deep
 
+        if args.as_groups is not None:
+            raise SettingsError("explain query: --as is not an option of the deep mode here",
+                                hint="`lightfoot query --mode deep` answers as a principal")
+
         args.trace = True
         return query_deep(args, _existing_store(args))
     if args.max_steps is not None or args.question_budget is not None:
@@ -188,7 +221,7 @@ def cmd_explain_query(args) -> int:
     service = open_service(_existing_store(args), embedder_spec=args.embedder, reranker_spec=args.reranker,
                            answers=False, answers_off_reason="explain does not answer")
     try:
-        result = explain_query(service.current().retriever, args.question, top_k=args.top_k,
+        result = explain_query(service.current(_principal(args)).retriever, args.question, top_k=args.top_k,
                                rerank=not args.no_rerank)
     finally:
         service.close()
@@ -214,6 +247,10 @@ def cmd_explain_query(args) -> int:
     return 0
 
 
+AS_HELP = ("answer as a principal of these reader groups (comma-separated; * for every document; empty: public "
+           "documents only); default: the operator, every document")
+
+
 def add_explain_commands(sub, common) -> None:
     p = sub.add_parser("explain", help="provenance: what a document contributed, an entity's or a fact's "
                                        "sources, what a batch did, why a passage ranked")
@@ -222,17 +259,20 @@ def add_explain_commands(sub, common) -> None:
                                                        "what deleting it would remove (a dry run)")
     d.add_argument("doc_id", metavar="DOC_ID")
     d.add_argument("--no-preview", action="store_true", help="skip the deletion dry run")
+    d.add_argument("--as", dest="as_groups", default=None, metavar="GROUPS", help=AS_HELP)
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=cmd_explain_doc)
     e = kinds.add_parser("entity", parents=[common], help="an entity's aliases, their passages and documents, "
                                                           "synonym edges and facts")
     e.add_argument("name", metavar="NAME", help="a name as written in a passage, or an entity id")
     e.add_argument("--facts", type=int, default=20, help="facts to print (default 20; --json has up to 200)")
+    e.add_argument("--as", dest="as_groups", default=None, metavar="GROUPS", help=AS_HELP)
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_explain_entity)
     f = kinds.add_parser("fact", parents=[common], help="a fact's asserting passages and its source documents "
                                                         "with the batches that produced them")
     f.add_argument("fact_id", metavar="FACT_ID", help="a fact id (explain entity --json lists them)")
+    f.add_argument("--as", dest="as_groups", default=None, metavar="GROUPS", help=AS_HELP)
     f.add_argument("--json", action="store_true")
     f.set_defaults(func=cmd_explain_fact)
     b = kinds.add_parser("batch", parents=[common], help="what an ingestion batch did to each document and where "
@@ -252,5 +292,6 @@ def add_explain_commands(sub, common) -> None:
                         "(model calls: needs an endpoint)")
     q.add_argument("--max-steps", type=int, default=None, help="deep mode: retrieval steps at most")
     q.add_argument("--question-budget", type=float, default=None, help="deep mode: most one question spends, USD")
+    q.add_argument("--as", dest="as_groups", default=None, metavar="GROUPS", help=AS_HELP + " (not with --mode deep)")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=cmd_explain_query)

@@ -213,6 +213,7 @@ def cmd_serve(args) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tokens = Tokens.from_env(tokens_file=args.tokens_file)
     check_exposure(args.host, tokens, args.insecure_no_auth)
+    local_principal = _serve_principal(args, tokens)
     answers = args.answers or serve_answers()
     budget = _serve_budget(args)
     try:  # the service's own checks of the options, refused before anything loads
@@ -242,7 +243,8 @@ def cmd_serve(args) -> int:
         limits = dataclasses.replace(limits, answer_workers=settings.concurrency)
     try:
         server = QueryServer(service, args.host, args.port, tokens=tokens, limits=limits,
-                             allowed_hosts=args.allowed_host, insecure_no_auth=args.insecure_no_auth)
+                             allowed_hosts=args.allowed_host, insecure_no_auth=args.insecure_no_auth,
+                             local_principal=local_principal)
     except OSError as err:
         service.close()
         raise LightfootError(f"serve: cannot listen on {args.host}:{args.port}: {err}",
@@ -252,10 +254,14 @@ def cmd_serve(args) -> int:
     print(f"serving snapshot {status['snapshot_id']} of {store.uri} on {server.url} "
           f"(POST /query, GET /status, GET /snapshot, GET /health); new snapshots are picked up every {args.poll:g}s")
     if tokens.configured:
-        auth = "bearer token required (GET /health is open)"
+        auth = "bearer token required (GET /health is open); each token reads as its principal's groups"
     else:
         auth = ("OFF: anyone who reaches the port can query" if args.insecure_no_auth else
                 "OFF: only requests to a loopback name from this service's own page or a non-browser client")
+        readable = ("every document (operator)" if local_principal.is_operator else
+                    f"groups {', '.join(local_principal.groups)} and public documents" if local_principal.groups
+                    else "public documents only (--as GROUPS for more)")
+        auth += f"; every request reads as {readable}"
     print(f"  authentication: {auth}")
     if service.answerer is not None:
         settings = service.answerer.client.settings
@@ -277,16 +283,31 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def _serve_principal(args, tokens):
+    """Whom a service without tokens answers as: ``--as GROUPS`` (default: public documents only)."""
+    from lightfoot_pipeline.permissions.principals import principal_of
+    from lightfoot_pipeline.service.auth import PUBLIC_PRINCIPAL
+
+    if args.as_groups is None:
+        return PUBLIC_PRINCIPAL
+    if tokens.configured:
+        raise SettingsError("serve: --as is whom a service without tokens answers as; a token's groups are in "
+                            "its tokens-file line", hint="drop --as, or give each token its groups "
+                            "(`lightfoot serve-token --principal NAME --groups G`)")
+    return principal_of(args.as_groups, where="--as")
+
+
 def cmd_serve_token(args) -> int:
-    from lightfoot_pipeline.service.auth import TOKENS_FILE_ENV, hash_token, new_token
+    from lightfoot_pipeline.service.auth import TOKENS_FILE_ENV, new_token, token_line
 
     if args.hash:
-        print(hash_token(sys.stdin.readline()))
+        print(token_line(sys.stdin.readline(), args.principal, args.groups))
         return 0
     token = new_token()
+    line = token_line(token, args.principal, args.groups)
     print(token)
     print(f"# give the token (above) to the client; add this line to the file named by {TOKENS_FILE_ENV}:\n"
-          f"{hash_token(token)}", file=sys.stderr)
+          f"{line}", file=sys.stderr)
     return 0
 
 
@@ -369,6 +390,9 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--access-log-max-bytes", type=int, default=10 * 1024 * 1024,
                    help="size at which the access log is rotated (default 10485760)")
     p.add_argument("--access-log-backups", type=int, default=5, help="rotated access logs kept (default 5)")
+    p.add_argument("--as", dest="as_groups", default=None, metavar="GROUPS",
+                   help="without tokens: answer every request as these reader groups (comma-separated; * for "
+                        "every document); default: public documents only. A token's groups are in its line")
     p.add_argument("--embedder", default=None, help=embedder_help)
     p.add_argument("--reranker", default=None, help=reranker_help)
     p.set_defaults(func=cmd_serve)
@@ -376,4 +400,10 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("serve-token", help="a new token for `lightfoot serve`, or the digest of one (--hash)")
     p.add_argument("--hash", action="store_true",
                    help="print the SHA-256 line of the token read from stdin (for the tokens file)")
+    p.add_argument("--principal", default=None, metavar="NAME",
+                   help="the token's principal, named in logs and on the page (default: none, named by its "
+                        "token id)")
+    p.add_argument("--groups", default=None, metavar="G[,G]",
+                   help="the reader groups the token reads as (* for every document); default: public "
+                        "documents only. Needs --principal")
     p.set_defaults(func=cmd_serve_token)

@@ -48,7 +48,7 @@ from lightfoot_pipeline.ingest.readers import readers_of_text
 from lightfoot_pipeline.permissions.principals import Principal
 from lightfoot_pipeline.snapshot.collect import GraphTables, assemble_graph, build_fact_index
 from lightfoot_pipeline.snapshot.fact_index import INDEX_MIN_ROWS
-from lightfoot_pipeline.snapshot.format import Snapshot, SnapshotInfo
+from lightfoot_pipeline.snapshot.format import Access, Snapshot, SnapshotInfo
 from lightfoot_pipeline.store.tables import ALIASES, ENTITIES, FACTS
 
 VIEWS_KEPT = 16  # reader sets whose views a cache holds per snapshot
@@ -81,7 +81,12 @@ class ReaderView:
 
 def readable_documents(snapshot: Snapshot, principal: Principal) -> frozenset[str] | None:
     """The documents of the snapshot that ``principal`` reads; None when that is all of them."""
-    access = snapshot.access
+    return readable_in(snapshot.access, principal)
+
+
+def readable_in(access: Access | None, principal: Principal) -> frozenset[str] | None:
+    """The documents of these access tables (a snapshot's, or a store's at one commit:
+    snapshot/collect.py read_access) that ``principal`` reads; None when that is all of them."""
     if access is None or principal.is_operator:
         return None
     texts = access.readers.get_column("readers")
@@ -101,8 +106,13 @@ def view_key(documents: frozenset[str] | None) -> str:
 
 def derive_tables(snapshot: Snapshot, documents: frozenset[str]) -> dict[str, pl.DataFrame]:
     """The index tables of a store of ``documents`` (see the module docstring)."""
-    access = snapshot.access
-    assert access is not None, "a view of part of a snapshot needs its access tables"
+    assert snapshot.access is not None, "a view of part of a snapshot needs its access tables"
+    return tables_of(snapshot.access, documents)
+
+
+def tables_of(access: Access, documents: frozenset[str]) -> dict[str, pl.DataFrame]:
+    """The index tables of a store of ``documents``, derived from access tables (a snapshot's, or
+    a store's at one commit, which is how provenance answers a view: permissions/provenance.py)."""
     settings = access.settings
     wanted = pl.Series("doc_id", sorted(documents), dtype=pl.String).implode()
     forms = access.forms.filter(pl.col("doc_id").is_in(wanted))

@@ -4,15 +4,20 @@ Endpoints (JSON in and out)::
 
     POST /query     {"question": "...", "top_k": 10, "answer": true, "rerank": true, "mode": "lightfoot"}
                     ("mode": "deep": a multi-step answer from a working memory, retrieval/deep)
-    GET  /status    the served snapshot, reloads, the reranker, the answer budget (authenticated)
-    GET  /snapshot  the served snapshot's manifest and the published one's id (authenticated)
+    GET  /status    whom it answers as, the served snapshot and the counts of that principal's
+                    view, reloads, the reranker, the answer budget (authenticated)
+    GET  /snapshot  the manifest of the principal's view of the served snapshot and the published
+                    one's id (authenticated)
     GET  /health    {"status": "ok" | "no_snapshot"}: liveness, open to all, nothing more
     GET  /          the web page (also at /batch/ID), and POST /explain/query, GET /explain/entity,
                     /explain/fact, /explain/doc, /explain/batch (page.py)
 
 Every endpoint but ``/health`` and the page and its static files needs ``Authorization: Bearer
 <token>`` when the service has tokens (auth.py); a missing or wrong token gets 401 with
-``WWW-Authenticate``. GET endpoints answer HEAD too, and query strings are ignored but by the
+``WWW-Authenticate``. The token names the principal the request is answered as; a service
+without tokens answers every request as ``local_principal`` (``lightfoot serve --as``; by default
+the public documents only). Every endpoint answers from that principal's view (queries.py), and
+every response and prompt holds nothing of a document it may not read. GET endpoints answer HEAD too, and query strings are ignored but by the
 ``/explain`` routes. Every request first passes the gate (gate.py): its
 ``Host``, its framing, its content type and its client's rate, and every response carries the
 security headers and an access-log line.
@@ -63,9 +68,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from lightfoot_pipeline.errors import LightfootError
+from lightfoot_pipeline.permissions.principals import Principal
 from lightfoot_pipeline.retrieval.deep import DeepQueryError
 from lightfoot_pipeline.retrieval.retrieve import RetrievalError
-from lightfoot_pipeline.service.auth import Tokens
+from lightfoot_pipeline.service.auth import PRINCIPAL_SCOPE_KEY, PUBLIC_PRINCIPAL, Tokens, request_principal
 from lightfoot_pipeline.service.gate import TOKEN_SCOPE_KEY, Gate, HostPolicy, RateLimiter, TokenRate
 from lightfoot_pipeline.service.page import BATCH_PAGE_PREFIX, STATIC_PREFIX, page_routes
 from lightfoot_pipeline.service.queries import (
@@ -301,24 +307,32 @@ class WorkPool:
 
 
 class TokenAuth:
-    """ASGI middleware: every request but those to OPEN_PATHS must carry an accepted bearer token."""
+    """ASGI middleware: every request but those to OPEN_PATHS must carry an accepted bearer token,
+    and is answered as the principal it names; without tokens, every request is answered as
+    ``local_principal``."""
 
-    def __init__(self, app, tokens: Tokens | None) -> None:
+    def __init__(self, app, tokens: Tokens | None, local_principal: Principal = PUBLIC_PRINCIPAL) -> None:
         self.app = app
         self.tokens = tokens if tokens is not None and tokens.configured else None
+        self.local_principal = local_principal
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http" or self.tokens is None or scope["path"] in OPEN_PATHS \
-                or scope["path"].startswith(OPEN_PREFIXES):
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or scope["path"].startswith(OPEN_PREFIXES):
+            await self.app(scope, receive, send)  # the page and its files: no data, no principal
+            return
+        if self.tokens is None:
+            scope[PRINCIPAL_SCOPE_KEY] = self.local_principal
             await self.app(scope, receive, send)
             return
         header = next((value for name, value in scope["headers"] if name == b"authorization"), None)
-        verdict = self.tokens.identify_header(header.decode("utf-8", "surrogateescape") if header else None)
-        if verdict:
-            scope[TOKEN_SCOPE_KEY] = verdict  # for the token's rate and the access log
+        presented, identity = self.tokens.authenticate_header(
+            header.decode("utf-8", "surrogateescape") if header else None)
+        if identity is not None:
+            scope[TOKEN_SCOPE_KEY] = identity.token_id  # for the token's rate and the access log
+            scope[PRINCIPAL_SCOPE_KEY] = identity.principal
             await self.app(scope, receive, send)
             return
-        if verdict is None:
+        if not presented:
             challenge, message = f'Bearer realm="{REALM}"', "a bearer token is required: Authorization: Bearer <token>"
         else:
             challenge, message = f'Bearer realm="{REALM}", error="invalid_token"', "the token is not valid"
@@ -328,29 +342,34 @@ class TokenAuth:
 
 
 def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLimits | None = None, *,
-             hosts: HostPolicy | None = None, insecure_no_auth: bool = False) -> Starlette:
+             hosts: HostPolicy | None = None, insecure_no_auth: bool = False,
+             local_principal: Principal = PUBLIC_PRINCIPAL) -> Starlette:
     """The ASGI application over a service. ``hosts``: the Host names it answers to (by default
     the loopback names). Without a token, unless ``insecure_no_auth``, it answers only requests
-    to a loopback name from no other site (gate.py)."""
+    to a loopback name from no other site (gate.py), as ``local_principal``. The views of the
+    tokens' principals (or of ``local_principal``) are built now and with every new snapshot."""
     limits = limits or HttpLimits()
+    authenticated = tokens is not None and tokens.configured
+    service.expect(tokens.principals if authenticated else lambda: [local_principal])
     retrieval = WorkPool("retrieval", limits.workers, limits.queue, limits.worker_nice)
     answers = WorkPool("answer", limits.answer_workers, limits.answer_queue, limits.worker_nice)
     previews = WorkPool("deletion preview", 1, limits.queue, DRY_RUN_NICE)
     local_only = not (tokens is not None and tokens.configured) and not insecure_no_auth
 
-    def retrieve_and_encode(arguments: dict) -> tuple[bytes | None, dict, object]:
-        payload, pending = service.retrieve(**arguments)
+    def retrieve_and_encode(arguments: dict, principal: Principal) -> tuple[bytes | None, dict, object]:
+        payload, pending = service.retrieve(**arguments, principal=principal)
         return (encode(payload) if pending is None else None), payload, pending
 
     def answer_and_encode(payload: dict, pending) -> bytes:
         service.answer(payload, pending)
         return encode(redact_answers(payload))
 
-    def deep_and_encode(arguments: dict) -> bytes:
-        return encode(redact_answers(service.deep(arguments["question"], rerank=arguments["rerank"])))
+    def deep_and_encode(arguments: dict, principal: Principal) -> bytes:
+        return encode(redact_answers(service.deep(arguments["question"], rerank=arguments["rerank"],
+                                                  principal=principal)))
 
-    def snapshot_info() -> dict:
-        info = service.snapshot_info()
+    def snapshot_info(principal: Principal) -> dict:
+        info = service.snapshot_info(principal)
         if isinstance(info.get("serving"), dict):
             info["serving"].pop("uri", None)  # a path on the server
         if info.get("published_error"):
@@ -389,10 +408,11 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
     async def query(request: Request) -> Response:
         try:
             arguments = await read_arguments(request)
+            principal = request_principal(request.scope)
             if arguments.pop("mode", "lightfoot") == "deep":  # model calls between retrievals: the answer pool
-                encoded = await answers.run(deep_and_encode, arguments)
+                encoded = await answers.run(deep_and_encode, arguments, principal)
             else:
-                encoded, payload, pending = await retrieval.run(retrieve_and_encode, arguments)
+                encoded, payload, pending = await retrieval.run(retrieve_and_encode, arguments, principal)
                 if encoded is None:
                     encoded = await answers.run(answer_and_encode, payload, pending)
         except HttpError as err:
@@ -415,12 +435,15 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
         return json_response(200 if payload["status"] == "ok" else 503, payload)
 
     async def status(request: Request) -> Response:
-        payload = service.status()
+        try:  # a principal's first request may build its view: in a worker, not the event loop
+            payload = await retrieval.run(service.status, request_principal(request.scope))
+        except HttpError as err:
+            return json_response(err.status, {"error": str(err)}, err.headers)
         return json_response(200 if payload["status"] == "ok" else 503, payload)
 
     async def snapshot(request: Request) -> Response:
         try:
-            return json_response(200, await retrieval.run(snapshot_info))  # reads the store
+            return json_response(200, await retrieval.run(snapshot_info, request_principal(request.scope)))
         except HttpError as err:
             return json_response(err.status, {"error": str(err)}, err.headers)
 
@@ -441,7 +464,7 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
         middleware=[
             Middleware(Gate, hosts=hosts or HostPolicy(), client_rate=RateLimiter(limits.client_rate, limits.client_burst),
                        local_only=local_only),
-            Middleware(TokenAuth, tokens=tokens),
+            Middleware(TokenAuth, tokens=tokens, local_principal=local_principal),
             Middleware(TokenRate, limiter=RateLimiter(limits.token_rate, limits.token_burst)),
         ],
         exception_handlers={HTTPException: http_error},

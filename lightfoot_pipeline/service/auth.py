@@ -1,20 +1,26 @@
-"""Who may query the service: bearer tokens, kept and compared as SHA-256 digests.
+"""Who may query the service, and as whom: bearer tokens, kept and compared as SHA-256 digests,
+each naming a principal and its reader groups (permissions/principals.py).
 
 Tokens come from two places, either or both:
 
-- ``LIGHTFOOT_SERVE_TOKEN``: one token, in the environment (a deployment's secret);
+- ``LIGHTFOOT_SERVE_TOKEN``: one token, in the environment (a deployment's secret), reading as
+  the groups of ``LIGHTFOOT_SERVE_TOKEN_GROUPS`` (comma-separated; unset: public documents only);
 - ``LIGHTFOOT_SERVE_TOKENS_FILE`` (or ``--tokens-file``): a file of SHA-256 hex digests of
-  tokens, one a line (``#`` starts a comment), so that the file holds no token itself.
-  ``lightfoot serve-token`` makes a new token and its line, or ``--hash`` hashes one from stdin.
-  The file is read again when it changes (checked at most every two seconds), so a token is
-  added or revoked without a restart. The file fails closed: once it is missing, unreadable, or
-  holds a line that is not a digest, every token it gave is revoked at once (the log says why),
-  until it reads again.
+  tokens, one a line (``#`` starts a comment), so that the file holds no token itself. A line is
+  ``DIGEST``, ``DIGEST PRINCIPAL`` or ``DIGEST PRINCIPAL GROUP[,GROUP]``: a bare digest (the
+  format before principals) is a token of no group, named in logs by its token id; a token of no
+  group reads the public documents only, and the group ``*`` is the operator's (every document).
+  ``lightfoot serve-token [--principal NAME --groups G,H]`` makes a new token and its line, or
+  ``--hash`` hashes one from stdin. The file is read again when it changes (checked at most every
+  two seconds), so a token is added, revoked or given other groups without a restart. The file
+  fails closed: once it is missing, unreadable, or holds a line that cannot be used (not a digest,
+  a principal name or group that is not one, a digest twice), every token it gave is revoked at
+  once (the log says why), until it reads again.
 
 A request presents ``Authorization: Bearer <token>``. The presented token is hashed and compared
 with every known digest by :func:`hmac.compare_digest`, so the time taken says nothing about how
-close a guess was. A token is known in logs by :func:`token_id`, a prefix of its digest, never by
-the token.
+close a guess was, nor which principal it names. A token is known in logs by :func:`token_id`, a
+prefix of its digest, and by its principal's name, never by the token or its groups.
 
 A service with no token answers everyone, which :func:`check_exposure` allows only on a loopback
 address unless the operator says otherwise (``--insecure-no-auth``). Even on loopback a page in
@@ -30,21 +36,52 @@ import hashlib
 import hmac
 import ipaddress
 import logging
+import re
 import secrets
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from lightfoot_pipeline.errors import LightfootError
-from lightfoot_pipeline.settings import SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, serve_tokens
+from lightfoot_pipeline.ingest.readers import ReadersError
+from lightfoot_pipeline.permissions.principals import MAX_PRINCIPAL_CHARS, Principal, principal_of
+from lightfoot_pipeline.settings import (
+    SERVE_TOKEN_ENV,
+    SERVE_TOKEN_GROUPS_ENV,
+    SERVE_TOKENS_FILE_ENV,
+    serve_token_groups,
+    serve_tokens,
+)
 
 log = logging.getLogger(__name__)
 
-TOKEN_ENV, TOKENS_FILE_ENV = SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV
+TOKEN_ENV, TOKENS_FILE_ENV, TOKEN_GROUPS_ENV = SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, SERVE_TOKEN_GROUPS_ENV
 MIN_TOKEN_CHARS = 16
 RECHECK_S = 2.0  # how often the tokens file's modification time is looked at
+ENV_PRINCIPAL = "env-token"  # the name of LIGHTFOOT_SERVE_TOKEN's principal
+PRINCIPAL_NAME = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._@:-]{{0,{MAX_PRINCIPAL_CHARS - 1}}}$")
 _HEX = frozenset("0123456789abcdef")
+
+
+PRINCIPAL_SCOPE_KEY = "lightfoot.principal"  # the request's Principal, set by the token check (app.py)
+PUBLIC_PRINCIPAL = Principal("public", ())
+
+
+def request_principal(scope) -> Principal:
+    """Whom a request is answered as: the principal its token check found (a request that reached
+    an endpoint without one reads the public documents only: this fails closed)."""
+    principal = scope.get(PRINCIPAL_SCOPE_KEY)
+    return principal if isinstance(principal, Principal) else PUBLIC_PRINCIPAL
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who presented an accepted token: its :func:`token_id` and the principal it names."""
+
+    token_id: str
+    principal: Principal
 
 
 class AuthConfigError(LightfootError, ValueError):
@@ -70,36 +107,81 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def read_tokens_file(path: Path) -> list[bytes]:
-    """The digests in a tokens file; AuthConfigError names the first line that is not one."""
+def token_principal(digest: bytes, name: str | None, groups: str | None, where: str) -> Principal:
+    """The principal a token names: ``name`` (a bare digest's: its token id) reading as ``groups``
+    (comma-separated; None or empty: the public documents only). AuthConfigError says what is wrong."""
+    if name is not None and not PRINCIPAL_NAME.match(name):
+        raise AuthConfigError(f"{where}: {name[:MAX_PRINCIPAL_CHARS]!r} is not a principal name (letters, digits "
+                              f"and . _ @ : -, starting with a letter or digit, up to {MAX_PRINCIPAL_CHARS} "
+                              "characters)")
+    try:
+        return principal_of(groups or None, name or token_id(digest), where)
+    except ReadersError as err:
+        raise AuthConfigError(str(err)) from None
+
+
+def token_line(token: str, principal: str | None = None, groups: str | None = None) -> str:
+    """The tokens file's line for ``token``: its digest, then the principal and its groups if given."""
+    digest = hash_token(token)
+    if groups and not principal:
+        raise AuthConfigError("a token's groups need its principal's name (--principal NAME)")
+    named = token_principal(bytes.fromhex(digest), principal, groups, "serve-token")
+    if not principal:
+        return digest
+    return " ".join([digest, named.name, *([",".join(named.groups)] if named.groups else [])])
+
+
+def read_tokens_file(path: Path) -> list[tuple[bytes, Principal]]:
+    """The digests in a tokens file with the principal each names; AuthConfigError names the
+    first line that cannot be used."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise AuthConfigError(f"cannot read the tokens file {path}: {err}") from None
-    digests = []
+    entries: list[tuple[bytes, Principal]] = []
+    seen: set[bytes] = set()
     for number, line in enumerate(text.splitlines(), start=1):
-        entry = line.split("#", 1)[0].strip().lower()
-        if not entry:
+        fields = line.split("#", 1)[0].split()
+        if not fields:
             continue
+        where, entry = f"{path}, line {number}", fields[0].lower()
         if len(entry) != 64 or not set(entry) <= _HEX:
-            raise AuthConfigError(f"{path}, line {number}: expected a SHA-256 digest (64 hex digits), "
-                                  "as `lightfoot serve-token` prints; never the token itself")
-        digests.append(bytes.fromhex(entry))
-    return digests
+            raise AuthConfigError(f"{where}: expected a SHA-256 digest (64 hex digits), as `lightfoot serve-token` "
+                                  "prints; never the token itself")
+        if len(fields) > 3:
+            raise AuthConfigError(f"{where}: expected DIGEST [PRINCIPAL [GROUP[,GROUP]]], got {len(fields)} fields")
+        digest = bytes.fromhex(entry)
+        if digest in seen:
+            raise AuthConfigError(f"{where}: the digest {token_id(digest)} is on an earlier line too")
+        seen.add(digest)
+        name, groups = [*fields[1:], None, None][:2]
+        entries.append((digest, token_principal(digest, name, groups, where)))
+    return entries
+
+
+def describe(entries: list[tuple[bytes, Principal]], shown: int = 20) -> str:
+    """The tokens of a file for the log: each token id with its principal's name, never its groups."""
+    listed = ", ".join(f"{token_id(digest)} {principal.name}" for digest, principal in entries[:shown])
+    return (listed or "none") + (f" and {len(entries) - shown} more" if len(entries) > shown else "")
 
 
 class Tokens:
-    """The tokens the service accepts: one from the environment and those of a tokens file."""
+    """The tokens the service accepts, each with its principal: one from the environment (reading
+    as ``groups``) and those of a tokens file."""
 
-    def __init__(self, token: str | None = None, tokens_file: str | Path | None = None) -> None:
-        self._fixed: list[bytes] = []
+    def __init__(self, token: str | None = None, tokens_file: str | Path | None = None,
+                 groups: str | None = None) -> None:
+        self._fixed: list[tuple[bytes, Principal]] = []
         if token is not None and token.strip():
             try:
-                self._fixed.append(bytes.fromhex(hash_token(token)))
+                digest = bytes.fromhex(hash_token(token))
             except AuthConfigError as err:
                 raise AuthConfigError(f"{TOKEN_ENV}: {err}") from None
+            self._fixed.append((digest, token_principal(digest, ENV_PRINCIPAL, groups, TOKEN_GROUPS_ENV)))
+        elif groups:
+            raise AuthConfigError(f"{TOKEN_GROUPS_ENV} is set but {TOKEN_ENV} is not: the groups name no token")
         self.tokens_file = Path(tokens_file) if tokens_file else None
-        self._from_file: list[bytes] = []
+        self._from_file: list[tuple[bytes, Principal]] = []
         self._file_state: tuple[int, int] | None = None
         self._checked_at = 0.0
         self._lock = threading.Lock()
@@ -112,9 +194,10 @@ class Tokens:
 
     @classmethod
     def from_env(cls, environ: dict | None = None, tokens_file: str | Path | None = None) -> Tokens:
-        """``LIGHTFOOT_SERVE_TOKEN`` and the tokens file named (else ``LIGHTFOOT_SERVE_TOKENS_FILE``)."""
+        """``LIGHTFOOT_SERVE_TOKEN`` with the groups of ``LIGHTFOOT_SERVE_TOKEN_GROUPS``, and the
+        tokens file named (else ``LIGHTFOOT_SERVE_TOKENS_FILE``)."""
         token, named_file = serve_tokens(environ)
-        return cls(token, tokens_file or named_file)
+        return cls(token, tokens_file or named_file, serve_token_groups(environ))
 
     @property
     def configured(self) -> bool:
@@ -127,29 +210,48 @@ class Tokens:
 
     def identify(self, token: str) -> str | None:
         """The :func:`token_id` of ``token`` if it is accepted, else None (constant time in the token)."""
+        identity = self.authenticate(token)
+        return identity.token_id if identity else None
+
+    def authenticate(self, token: str) -> Identity | None:
+        """Who ``token`` is if it is accepted, else None. Every digest is compared, whichever
+        matches, so the time taken depends on neither the token nor the principal it names."""
         self._maybe_reload()
         digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
         with self._lock:
             known = self._fixed + self._from_file
-        accepted = False
-        for candidate in known:  # every digest is compared, whichever matches
-            accepted |= hmac.compare_digest(candidate, digest)
-        return token_id(digest) if accepted else None
+        found: Principal | None = None
+        for candidate, principal in known:
+            matches = hmac.compare_digest(candidate, digest)
+            found = principal if matches else found
+        return Identity(token_id(digest), found) if found is not None else None
 
     def check_header(self, value: str | None) -> bool | None:
         """An ``Authorization`` header's verdict: None when it is missing or not a bearer token."""
-        verdict = self.identify_header(value)
-        return verdict if verdict is None else bool(verdict)
+        presented, identity = self.authenticate_header(value)
+        return None if not presented else identity is not None
 
     def identify_header(self, value: str | None) -> str | None:
         """An ``Authorization`` header's token id: None when it is missing or not a bearer token,
         ``""`` when the token is not accepted."""
+        presented, identity = self.authenticate_header(value)
+        return None if not presented else identity.token_id if identity else ""
+
+    def authenticate_header(self, value: str | None) -> tuple[bool, Identity | None]:
+        """Whether an ``Authorization`` header presents a bearer token, and who it is (None: not accepted)."""
         if not value:
-            return None
+            return False, None
         scheme, _, token = value.strip().partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            return None
-        return self.identify(token.strip()) or ""
+            return False, None
+        return True, self.authenticate(token.strip())
+
+    def principals(self) -> list[Principal]:
+        """The principals of the accepted tokens, by name (the views worth building ahead)."""
+        self._maybe_reload()
+        with self._lock:
+            known = self._fixed + self._from_file
+        return sorted({principal for _, principal in known}, key=lambda p: (p.name, p.groups))
 
     def _stat(self) -> tuple[int, int] | None:
         try:
@@ -166,15 +268,15 @@ class Tokens:
         if state == self._file_state:
             return
         try:
-            digests = read_tokens_file(self.tokens_file)
+            entries = read_tokens_file(self.tokens_file)
         except AuthConfigError as err:  # fail closed: a file that cannot be read revokes what it gave
             with self._lock:
                 revoked, self._from_file, self._file_state = len(self._from_file), [], state
             log.error("revoked all %d tokens of the tokens file until it reads again: %s", revoked, err)
             return
         with self._lock:
-            self._from_file, self._file_state = digests, state
-        log.info("read %d token digests from %s", len(digests), self.tokens_file)
+            self._from_file, self._file_state = entries, state
+        log.info("read %d token digests from %s: %s", len(entries), self.tokens_file, describe(entries))
 
 
 def is_loopback(host: str) -> bool:

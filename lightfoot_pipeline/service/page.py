@@ -22,8 +22,18 @@ the same bounded pool of retrieval threads, under the same body and request limi
 entities and facts name the batches and runs behind them; the page links each batch to its view
 and, with ``LIGHTFOOT_DAGSTER_URL`` set, each Dagster run to its page there.
 
+Every route answers as the request's principal (auth.py): ``/explain/query`` from its view of the
+served snapshot, and the entity, fact and document routes from the store of the documents it may
+read at the store's latest commit (permissions/provenance.py), so that an entity, a fact or a
+document it may not read gets exactly the answer of one the store never held. A batch's view and
+a deletion's dry run answer the operator only (a principal of the group ``*``): neither can be
+told as a store of some documents alone would tell it (a batch's commits and a deletion's effect
+on the graph are the whole store's), so every other principal gets one refusal (403) whatever
+the batch or document, which says nothing of the data.
+
 What the provenance routes read is the store's committed state, so their answers are kept per
-commit (:class:`PerCommit`): asked again at the same commit, a document or an entity costs a
+commit and per view (:class:`PerCommit`, keyed by what the principal reads, so that one
+principal's answer is never another's): asked again at the same commit, a document or an entity costs a
 manifest read. A document's explanation reads only the buckets of the document, its names and its
 facts: about a query's work. Its deletion preview (a deletion's graph stage, run in a transaction
 never committed: several times a query's work) is a route of its own, which the page asks for
@@ -42,11 +52,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from lightfoot_pipeline.permissions.principals import Principal
+from lightfoot_pipeline.permissions.provenance import source_key
 from lightfoot_pipeline.provenance import ExplainError
 from lightfoot_pipeline.provenance.batches import explain_batch
 from lightfoot_pipeline.provenance.documents import explain_document, preview_deletion
 from lightfoot_pipeline.provenance.entities import explain_entity, explain_fact
 from lightfoot_pipeline.retrieval.explain import explain_query
+from lightfoot_pipeline.service.auth import request_principal
 from lightfoot_pipeline.store.batches import BATCH_ID
 from lightfoot_pipeline.store.tables import DOCUMENTS
 
@@ -60,10 +73,12 @@ PAGE_FILES = {
 }
 MAX_PARAMETER_CHARS = 512  # a doc id or an entity name
 PER_COMMIT_ENTRIES = 256  # provenance answers kept, the least recently asked dropped first
+OPERATOR_ONLY = ("batch views and deletion previews answer the operator only (a token of the group *): they "
+                 "tell of the whole store")
 
 
 class PerCommit:
-    """Answers kept by (store commit, question), at most ``size``; a new commit makes every kept
+    """Answers kept by (store commit, view, question), at most ``size``; a new commit makes every kept
     answer of older ones unreachable, and they leave as new ones come in."""
 
     def __init__(self, size: int = PER_COMMIT_ENTRIES) -> None:
@@ -129,54 +144,67 @@ def page_routes(service, run: Callable[..., Awaitable], guard, json_response, ht
         except ExplainError as err:
             return json_response(404, {"error": err.line()})
 
-    def per_commit(kind: str, question: str, compute: Callable) -> Callable[[], dict]:
+    def per_commit(kind: str, question: str, principal: Principal, compute: Callable) -> Callable[[], dict]:
+        """The work of a provenance answer: ``compute(source, manifest)`` on what ``principal``
+        reads at the latest commit, kept under the commit, that source's name and the question."""
         def work() -> dict:
             manifest = service.store.manifest()
-            return answers.get((kind, manifest.seq, question), lambda: compute(manifest))
+            source = service.provenance_source(principal, manifest)
+            return answers.get((kind, manifest.seq, source_key(source), question),
+                               lambda: compute(source, manifest))
         return work
+
+    def operator_only(request: Request) -> Principal:
+        principal = request_principal(request.scope)
+        if not principal.is_operator:
+            raise http_error(403, OPERATOR_ONLY)
+        return principal
 
     async def query(request: Request) -> Response:
         question, top_k, rerank = await parse_body(request)
+        principal = request_principal(request.scope)
 
         def work() -> dict:
-            serving = service.current()
-            result = explain_query(serving.retriever, question, top_k=top_k, rerank=rerank)
-            result["snapshot"] = {"snapshot_id": serving.snapshot.snapshot_id,
-                                  "created_at": serving.snapshot.info.created_at, "loaded_at": serving.loaded_at}
+            served = service.current(principal)
+            result = explain_query(served.retriever, question, top_k=top_k, rerank=rerank)
+            result["snapshot"] = {"snapshot_id": served.snapshot.snapshot_id, "view": served.view.key,
+                                  "created_at": served.snapshot.info.created_at, "loaded_at": served.loaded_at}
             return result
 
         return await answer(work)
 
     async def entity(request: Request) -> Response:
         name = parameter(request, "name")
-        return await answer(per_commit("entity", name, lambda manifest: {
-            "entities": [e.as_dict() for e in explain_entity(service.store, name)]}))
+        return await answer(per_commit("entity", name, request_principal(request.scope), lambda source, manifest: {
+            "entities": [e.as_dict() for e in explain_entity(source, name)]}))
 
     async def fact(request: Request) -> Response:
         fact_id = parameter(request, "fact_id")
-        return await answer(per_commit("fact", fact_id, lambda manifest: explain_fact(
-            service.store, fact_id, manifest).as_dict()))
+        return await answer(per_commit("fact", fact_id, request_principal(request.scope), lambda source, manifest:
+                                       explain_fact(source, fact_id, manifest).as_dict()))
 
     async def batch(request: Request) -> Response:
+        principal = operator_only(request)
         batch_id = parameter(request, "batch_id")
-        return await answer(per_commit("batch", batch_id, lambda manifest: explain_batch(
-            service.store, batch_id, manifest).as_dict()))
+        return await answer(per_commit("batch", batch_id, principal, lambda source, manifest: explain_batch(
+            source, batch_id, manifest).as_dict()))
 
     async def document(request: Request) -> Response:
         doc_id = parameter(request, "doc_id")
-        return await answer(per_commit("doc", doc_id, lambda manifest: explain_document(
-            service.store, doc_id, preview=False, manifest=manifest).as_dict()))
+        return await answer(per_commit("doc", doc_id, request_principal(request.scope), lambda source, manifest:
+                                       explain_document(source, doc_id, preview=False, manifest=manifest).as_dict()))
 
     async def deletion_preview(request: Request) -> Response:
+        principal = operator_only(request)
         doc_id = parameter(request, "doc_id")
 
-        def work(manifest) -> dict:
+        def work(source, manifest) -> dict:
             if not service.store.rows(DOCUMENTS.name, "doc_id", [doc_id], manifest).height:
                 raise ExplainError(f"no live document {doc_id!r} to preview the deletion of")
             return {"doc_id": doc_id, "deletion_preview": preview_deletion(service.store, [doc_id],
                                                                            manifest=manifest).as_dict()}
 
-        return await answer(per_commit("preview", doc_id, work), run_preview)
+        return await answer(per_commit("preview", doc_id, principal, work), run_preview)
 
     return [
         Route("/", index, methods=["GET"]),

@@ -18,6 +18,18 @@ passages and the answer says why it is missing. A model without a known price gi
 unless the operator allowed it (``--allow-unpriced``); ``status`` shows the price state
 (``priced``, ``unpriced-allowed`` or ``refused``) beside the spend.
 
+Every request runs as a principal (permissions/principals.py) on that principal's view of the
+snapshot (permissions/views.py): the index of the documents it may read, exactly as a store of
+those documents would serve it. Each loaded snapshot keeps its views (a ViewCache, by reader set)
+and a retriever per view, built once; retrieval, the answer prompt, the deep mode's memory,
+evidence and prompts, ``status`` and ``snapshot_info`` all come from the view, so that nothing of
+a document the principal may not read reaches a response or a prompt. A partial view shows no
+fingerprint (the store's depends on documents it cannot read); it names its view by
+``view``, a digest of its documents' ids. The views of the principals the service expects
+(:meth:`QueryService.expect`, the tokens file's) are built when a snapshot loads, before it
+serves. The library's default principal is the operator (every document), for callers in the
+operator's own process; the HTTP side (app.py) always passes the request's.
+
 The HTTP side is app.py (the Starlette application) under uvicorn (server.py), and its
 authentication auth.py.
 Every query result names the snapshot that served it and gives a latency breakdown in ms.
@@ -29,11 +41,16 @@ import datetime as dt
 import logging
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.models.embedder import Embedder, load_embedder
 from lightfoot_pipeline.models.llm import ALLOW_UNPRICED_HINT, REFUSED
+from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL, Principal
+from lightfoot_pipeline.permissions.provenance import ProvenanceStores, ViewStore
+from lightfoot_pipeline.permissions.views import VIEWS_KEPT, ReaderView, ViewCache
 from lightfoot_pipeline.retrieval.answer import (
     Answer,
     AnswerBudget,
@@ -61,6 +78,7 @@ from lightfoot_pipeline.snapshot.format import (
     load_snapshot,
 )
 from lightfoot_pipeline.store import ledger
+from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -79,10 +97,64 @@ class NoSnapshotLoaded(LightfootError, RuntimeError):
 
 
 @dataclass(frozen=True)
-class _Serving:
-    snapshot: Snapshot
+class Served:
+    """What one request runs on: a principal's view of the loaded snapshot, the view's retriever,
+    and when the snapshot was loaded."""
+
+    view: ReaderView
     retriever: Retriever
     loaded_at: str
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self.view.snapshot
+
+    def describe(self) -> dict:
+        """The snapshot as a response names it: a partial view without the store's fingerprint."""
+        info = self.snapshot.info
+        return {"snapshot_id": info.snapshot_id, "store_seq": info.store_seq,
+                "fingerprint": info.fingerprint if self.view.whole else None, "view": self.view.key,
+                "loaded_at": self.loaded_at}
+
+
+class _Serving:
+    """One loaded snapshot: its retriever, its views by reader set and a retriever for each view
+    (the least recently used dropped beyond VIEWS_KEPT)."""
+
+    def __init__(self, snapshot: Snapshot, retriever: Retriever, loaded_at: str,
+                 make_retriever: Callable[[Snapshot], Retriever]) -> None:
+        self.snapshot = snapshot
+        self.retriever = retriever
+        self.loaded_at = loaded_at
+        self.views = ViewCache(snapshot)
+        self._make_retriever = make_retriever
+        self._retrievers: OrderedDict[str, tuple[ReaderView, Retriever]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._building = threading.Lock()  # one view's retriever built at a time
+
+    def served(self, principal: Principal) -> Served:
+        view = self.views.view(principal)
+        if view.whole:
+            return Served(view, self.retriever, self.loaded_at)
+        held = self._held(view)
+        if held is None:
+            with self._building:
+                held = self._held(view)
+                if held is None:
+                    held = self._make_retriever(view.snapshot)
+                    with self._lock:
+                        self._retrievers[view.key] = (view, held)
+                        while len(self._retrievers) > VIEWS_KEPT:
+                            self._retrievers.popitem(last=False)
+        return Served(view, held, self.loaded_at)
+
+    def _held(self, view: ReaderView) -> Retriever | None:
+        with self._lock:
+            held = self._retrievers.get(view.key)
+            if held is None or held[0] is not view:  # a view built again after the cache let it go
+                return None
+            self._retrievers.move_to_end(view.key)
+            return held[1]
 
 
 @dataclass
@@ -123,6 +195,8 @@ class QueryService:
         self.ledger_run_id = ledger.new_run_id(ledger_prefix)
         self.ledger_errors = 0
         self._serving: _Serving | None = None
+        self._expected: Callable[[], Iterable[Principal]] = tuple
+        self.provenance = ProvenanceStores(store)
         self._reload_lock = threading.Lock()  # one load at a time; queries never take it
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -136,19 +210,54 @@ class QueryService:
         serving = self._serving
         return serving.snapshot if serving else None
 
-    def current(self) -> _Serving:
-        """The snapshot being served, its retriever and when it was loaded (one reference: a query
-        that takes it runs on one snapshot)."""
+    def current(self, principal: Principal = OPERATOR_PRINCIPAL) -> Served:
+        """``principal``'s view of the snapshot being served, its retriever and when the snapshot
+        was loaded (one reference: a query that takes it runs on one snapshot)."""
         serving = self._serving
         if serving is None:
             raise NoSnapshotLoaded("no snapshot is loaded yet: export one with `lightfoot snapshot`")
-        return serving
+        return serving.served(principal)
 
-    def use(self, snapshot: Snapshot) -> None:
-        """Serve this snapshot from now on (queries already running finish on the old one)."""
+    def provenance_source(self, principal: Principal, manifest: Manifest) -> Store | ViewStore:
+        """What ``principal``'s provenance reads at ``manifest`` (permissions/provenance.py): the
+        store for the operator, else the store of the documents it reads then."""
+        serving = self._serving
+        view = serving.served(principal).view if serving is not None and not principal.is_operator else None
+        return self.provenance.get(principal, manifest, view)
+
+    def expect(self, principals: Callable[[], Iterable[Principal]]) -> None:
+        """The principals whose views each snapshot builds as it loads (the tokens file's), and
+        their views of the snapshot being served, built now."""
+        self._expected = principals
+        serving = self._serving
+        if serving is not None:
+            self._warm(serving)
+
+    def _make_retriever(self, snapshot: Snapshot) -> Retriever:
         retriever = Retriever(snapshot, self.embedder, self.reranker, self.reranker_status, self.settings)
         retriever.warm_up()  # the first query should not pay for lazy set-up
-        self._serving = _Serving(snapshot, retriever, dt.datetime.now(dt.UTC).isoformat())
+        return retriever
+
+    def _warm(self, serving: _Serving) -> None:
+        """Build the views (and their retrievers) of the expected principals, at most VIEWS_KEPT
+        reader sets: the cache would drop the first of any more."""
+        groups: dict[tuple[str, ...], Principal] = {}
+        for principal in self._expected():
+            groups.setdefault(principal.groups, principal)
+        started = time.perf_counter()
+        for principal in list(groups.values())[:VIEWS_KEPT]:
+            serving.served(principal)
+        if groups:
+            log.info("built the views of %d reader sets of snapshot %s in %.2fs", len(serving.views.keys()),
+                     serving.snapshot.snapshot_id, time.perf_counter() - started)
+
+    def use(self, snapshot: Snapshot) -> None:
+        """Serve this snapshot from now on (queries already running finish on the old one); the
+        expected principals' views are built first."""
+        serving = _Serving(snapshot, self._make_retriever(snapshot), dt.datetime.now(dt.UTC).isoformat(),
+                           self._make_retriever)
+        self._warm(serving)
+        self._serving = serving
         self.reloads += 1
 
     def refresh(self) -> bool:
@@ -189,22 +298,22 @@ class QueryService:
 
     # -- queries ---------------------------------------------------------------------------------
 
-    def query(self, question: str, *, top_k: int = DEFAULT_TOP_K, answer: bool = True, rerank: bool = True) -> dict:
+    def query(self, question: str, *, top_k: int = DEFAULT_TOP_K, answer: bool = True, rerank: bool = True,
+              principal: Principal = OPERATOR_PRINCIPAL) -> dict:
         """Retrieval and, when asked and available, the answer: :meth:`retrieve` then :meth:`answer`."""
-        payload, pending = self.retrieve(question, top_k=top_k, answer=answer, rerank=rerank)
+        payload, pending = self.retrieve(question, top_k=top_k, answer=answer, rerank=rerank, principal=principal)
         if pending is not None:
             self.answer(payload, pending)
         return payload
 
     def retrieve(self, question: str, *, top_k: int = DEFAULT_TOP_K, answer: bool = True,
-                 rerank: bool = True) -> tuple[dict, PendingAnswer | None]:
-        """The query's result without its answer, and what :meth:`answer` needs (None: no answer
-        will be made, and the result says why)."""
+                 rerank: bool = True, principal: Principal = OPERATOR_PRINCIPAL) -> tuple[dict, PendingAnswer | None]:
+        """The query's result on ``principal``'s view without its answer, and what :meth:`answer`
+        needs (None: no answer will be made, and the result says why). The answer's facts and
+        passages are the view's, so its prompt holds nothing else."""
         started = time.perf_counter()
-        serving = self._serving  # one snapshot for the whole query
-        if serving is None:
-            raise NoSnapshotLoaded("no snapshot is loaded yet: export one with `lightfoot snapshot`")
-        retriever = serving.retriever
+        served = self.current(principal)  # one snapshot, one view, for the whole query
+        retriever = served.retriever
         if not 1 <= top_k <= retriever.settings.candidates:
             raise RetrievalError(f"top_k must be from 1 to {retriever.settings.candidates}, got {top_k}")
         vector = retriever.question_vector(question)
@@ -214,8 +323,7 @@ class QueryService:
         latency["retrieval"] = _ms_since(started)
         payload: dict = {
             "question": question,
-            "snapshot": {"snapshot_id": serving.snapshot.snapshot_id, "store_seq": serving.snapshot.info.store_seq,
-                         "fingerprint": serving.snapshot.info.fingerprint, "loaded_at": serving.loaded_at},
+            "snapshot": served.describe(),
             "order": retrieval.order,
             "reranker": retrieval.reranker.as_dict(),
             "pagerank": retrieval.pagerank,
@@ -261,24 +369,21 @@ class QueryService:
         payload["latency_ms"]["answer"] = _ms_since(clock)
         payload["latency_ms"]["total"] = _ms_since(pending.started)
 
-    def deep(self, question: str, *, rerank: bool = True, settings: DeepSettings | None = None) -> dict:
-        """The deep mode (retrieval/deep): a multi-step answer from a working memory, its points with
-        their passages and facts, and its steps; every call within the service's budget and in the
-        cost ledger. Raises DeepQueryError when the model endpoint cannot serve."""
+    def deep(self, question: str, *, rerank: bool = True, settings: DeepSettings | None = None,
+             principal: Principal = OPERATOR_PRINCIPAL) -> dict:
+        """The deep mode (retrieval/deep) on ``principal``'s view: a multi-step answer from a working
+        memory, its points with their passages and facts, and its steps; every call within the
+        service's budget and in the cost ledger. The memory, the evidence and every prompt come from
+        the view's retriever alone. Raises DeepQueryError when the model endpoint cannot serve."""
         started = time.perf_counter()
-        serving = self._serving
-        if serving is None:
-            raise NoSnapshotLoaded("no snapshot is loaded yet: export one with `lightfoot snapshot`")
-        snapshot = serving.snapshot
-        payload: dict = {"question": question, "mode": "deep", "answer": None,
-                         "snapshot": {"snapshot_id": snapshot.snapshot_id, "store_seq": snapshot.info.store_seq,
-                                      "fingerprint": snapshot.info.fingerprint, "loaded_at": serving.loaded_at}}
+        served = self.current(principal)
+        payload: dict = {"question": question, "mode": "deep", "answer": None, "snapshot": served.describe()}
         if self.answerer is None:
             payload["answer_status"] = self.answer_status
         elif self.budget.spent():
             payload["answer_status"] = self._budget_spent()
         else:
-            engine = DeepQuery(serving.retriever, self.answerer.client, settings or DeepSettings.from_env(),
+            engine = DeepQuery(served.retriever, self.answerer.client, settings or DeepSettings.from_env(),
                                self.budget, rerank=rerank)
             try:
                 result = engine.run(question)
@@ -318,19 +423,23 @@ class QueryService:
         """Liveness for anyone: whether a snapshot is being served, and nothing else."""
         return {"status": "ok" if self._serving else "no_snapshot"}
 
-    def status(self) -> dict:
-        """The served snapshot, reloads, the reranker, the answer model's price state and the budget's
-        spend (never the model endpoint)."""
-        serving = self._serving
+    def status(self, principal: Principal = OPERATOR_PRINCIPAL) -> dict:
+        """Whom the service answers as (``principal``: its name and groups), the served snapshot
+        and the counts of that principal's view of it, reloads, the reranker, the answer model's
+        price state and the budget's spend (never the model endpoint)."""
+        served = self.current(principal) if self._serving is not None else None
         answers = {"state": self._answers_state(), "price": self.price, **self.budget.as_dict(),
                    "ledger_run_id": self.ledger_run_id, "ledger_errors": self.ledger_errors}
         return {
-            "status": "ok" if serving else "no_snapshot",
-            "snapshot_id": serving.snapshot.snapshot_id if serving else None,
-            "loaded_at": serving.loaded_at if serving else None,
+            "status": "ok" if served else "no_snapshot",
+            "principal": principal.as_dict(),
+            "snapshot_id": served.snapshot.snapshot_id if served else None,
+            "view": served.view.key if served else None,
+            "counts": dict(served.snapshot.info.counts) if served else None,
+            "loaded_at": served.loaded_at if served else None,
             "reloads": self.reloads,
             "last_reload_error": self.last_reload_error,
-            "reranker": (serving.retriever.reranker_status.as_dict() if serving else None),
+            "reranker": (served.retriever.reranker_status.as_dict() if served else None),
             "answers": answers,
         }
 
@@ -339,17 +448,24 @@ class QueryService:
             return "refused" if self.price and self.price["state"] == REFUSED else "off"
         return "budget spent" if self.budget.exhausted else "on"
 
-    def snapshot_info(self) -> dict:
-        serving = self._serving
+    def snapshot_info(self, principal: Principal = OPERATOR_PRINCIPAL) -> dict:
+        """The manifest of ``principal``'s view of the served snapshot (its counts; a partial view
+        without the store's fingerprint) and the published snapshot's id."""
+        served = self.current(principal) if self._serving is not None else None
         try:
             published = latest_snapshot(self.store)
         except SnapshotError as err:
             published, error = None, str(err)
         else:
             error = None
+        info = None
+        if served is not None:
+            info = {**served.snapshot.info.as_dict(), "view": served.view.key}
+            if not served.view.whole:
+                info["fingerprint"] = None
         return {
-            "serving": serving.snapshot.info.as_dict() if serving else None,
-            "loaded_at": serving.loaded_at if serving else None,
+            "serving": info,
+            "loaded_at": served.loaded_at if served else None,
             "published_id": published.snapshot_id if published else None,
             "published_error": error,
         }

@@ -44,8 +44,9 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from lightfoot_pipeline.permissions.principals import Principal
 from lightfoot_pipeline.service.app import HttpLimits, make_app
-from lightfoot_pipeline.service.auth import Tokens
+from lightfoot_pipeline.service.auth import PUBLIC_PRINCIPAL, Tokens
 from lightfoot_pipeline.service.gate import NO_STORE, SECURITY_HEADERS, HostPolicy
 from lightfoot_pipeline.service.queries import QueryService
 
@@ -317,16 +318,18 @@ class QueryServer:
 
     def __init__(self, service: QueryService, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *,
                  tokens: Tokens | None = None, limits: HttpLimits | None = None,
-                 allowed_hosts: tuple[str, ...] | list[str] = (), insecure_no_auth: bool = False) -> None:
+                 allowed_hosts: tuple[str, ...] | list[str] = (), insecure_no_auth: bool = False,
+                 local_principal: Principal = PUBLIC_PRINCIPAL) -> None:
         """``allowed_hosts``: Host names the service answers to beside the loopback names and
-        ``host`` (gate.py); ``insecure_no_auth``: without a token, answer any Host and Origin."""
+        ``host`` (gate.py); ``insecure_no_auth``: without a token, answer any Host and Origin;
+        ``local_principal``: whom a service without tokens answers as (``lightfoot serve --as``)."""
         self.service = service
         self.limits = limits or HttpLimits()
         self.connections = ConnectionCount(self.limits.max_connections_per_client, self.limits.max_connections)
         self.socket = bind(host, port)
         self.socket.listen(self.limits.backlog)  # connections wait in the backlog until uvicorn starts
         app = make_app(service, tokens, self.limits, hosts=HostPolicy(host, allowed_hosts),
-                       insecure_no_auth=insecure_no_auth)
+                       insecure_no_auth=insecure_no_auth, local_principal=local_principal)
         config = uvicorn.Config(
             app,
             http=bounded_protocol(self.limits.header_timeout_s, self.connections),

@@ -34,6 +34,7 @@ from lightfoot_pipeline.settings.environment import (
     SERVE_ANSWERS_ENV,
     SERVE_BUDGET_ENV,
     SERVE_TOKEN_ENV,
+    SERVE_TOKEN_GROUPS_ENV,
     SERVE_TOKENS_FILE_ENV,
     STORE_ENV,
     SYNC_SOURCE_ENV,
@@ -58,6 +59,7 @@ from lightfoot_pipeline.settings.environment import (
     retention_policy_path,
     serve_answer_budget_usd,
     serve_answers,
+    serve_token_groups,
     serve_tokens,
     sync_source_uri,
 )
@@ -113,6 +115,7 @@ __all__ = [
     "SERVE_BUDGET_ENV",
     "SERVE_TOKENS_FILE_ENV",
     "SERVE_TOKEN_ENV",
+    "SERVE_TOKEN_GROUPS_ENV",
     "STORE_ENV",
     "SYNC_SOURCE_ENV",
     "SYNONYM_THRESHOLD",
@@ -141,6 +144,7 @@ __all__ = [
     "retention_policy_path",
     "serve_answer_budget_usd",
     "serve_answers",
+    "serve_token_groups",
     "serve_tokens",
     "sync_source_uri",
 ]

@@ -29,6 +29,7 @@ LINK_PIECE_SIZE_ENV = "LIGHTFOOT_LINK_PIECE_SIZE"
 RELINK_EXECUTOR_ENV = "LIGHTFOOT_RELINK_EXECUTOR"
 SERVE_TOKEN_ENV = "LIGHTFOOT_SERVE_TOKEN"
 SERVE_TOKENS_FILE_ENV = "LIGHTFOOT_SERVE_TOKENS_FILE"
+SERVE_TOKEN_GROUPS_ENV = "LIGHTFOOT_SERVE_TOKEN_GROUPS"  # the reader groups of LIGHTFOOT_SERVE_TOKEN
 SERVE_ANSWERS_ENV = "LIGHTFOOT_SERVE_ANSWERS"
 SERVE_BUDGET_ENV = "LIGHTFOOT_SERVE_ANSWER_BUDGET_USD"
 PAGE_URL_ENV = "LIGHTFOOT_PAGE_URL"
@@ -69,7 +70,7 @@ VARIABLES: tuple[str, ...] = (
     STORE_ENV, EMBEDDER_ENV, RERANKER_ENV, EXTRACTOR_ENV, DEFAULT_READERS_ENV, EXTRACTION_SLOTS_ENV, DOCUMENT_INBOX_ENV, ERASURE_INBOX_ENV,
     RETENTION_POLICY_ENV, SYNC_SOURCE_ENV, LINK_PIECE_SIZE_ENV, RELINK_EXECUTOR_ENV,
     *(name for names, _ in LLM_VARIABLES.values() for name in names),
-    SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, SERVE_ANSWERS_ENV, SERVE_BUDGET_ENV, PAGE_URL_ENV, DAGSTER_URL_ENV,
+    SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, SERVE_TOKEN_GROUPS_ENV, SERVE_ANSWERS_ENV, SERVE_BUDGET_ENV, PAGE_URL_ENV, DAGSTER_URL_ENV,
     *(name for name, _ in DEEP_VARIABLES.values()),
     *OBJECT_STORE_VARIABLES, *MODEL_HUB_VARIABLES,
 )
@@ -216,6 +217,12 @@ def serve_tokens(environ: Mapping[str, str] | None = None) -> tuple[str | None, 
     """The query service's token (``$LIGHTFOOT_SERVE_TOKEN``) and tokens file
     (``$LIGHTFOOT_SERVE_TOKENS_FILE``), each None when unset."""
     return _read(SERVE_TOKEN_ENV, environ), _read(SERVE_TOKENS_FILE_ENV, environ)
+
+
+def serve_token_groups(environ: Mapping[str, str] | None = None) -> str | None:
+    """The reader groups of the query service's token (``$LIGHTFOOT_SERVE_TOKEN_GROUPS``: comma-
+    separated group names, ``*`` for every document), None when unset: the public documents only."""
+    return _read(SERVE_TOKEN_GROUPS_ENV, environ)
 
 
 def serve_answers() -> bool:

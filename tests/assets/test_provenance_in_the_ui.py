@@ -18,6 +18,7 @@ import dagster as dg
 import pytest
 
 from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL
 from lightfoot_pipeline.provenance import explain_entity
 from lightfoot_pipeline.service.app import HttpLimits
 from lightfoot_pipeline.service.queries import QueryService
@@ -61,7 +62,8 @@ def test_an_entitys_sources_and_runs_are_two_clicks_from_a_batch_materialization
     store = harness.store()
     service = QueryService(store, HashingEmbedder(dim=32))
     assert service.refresh(), "the ingestion run exports a snapshot"
-    server = QueryServer(service, "127.0.0.1", page_port, tokens=None, limits=HttpLimits()).start()
+    server = QueryServer(service, "127.0.0.1", page_port, tokens=None, limits=HttpLimits(),
+                         local_principal=OPERATOR_PRINCIPAL).start()  # batch views are the operator's
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     profile = tmp_path / "profile"
     try:

@@ -6,6 +6,7 @@
 
 const TOKEN_KEY = "lightfoot-token";
 const $ = (id) => document.getElementById(id);
+let operator = false;  // whether the service answers this tab as the operator (GET /status)
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -52,7 +53,17 @@ async function showSnapshot() {
     ? `snapshot ${serving.snapshot_id} · store commit ${serving.store_seq} · ${age(serving.created_at)}`
     : "no snapshot loaded";
   const status = await api("GET", "/status");
+  showPrincipal(status.principal);
   return status.answers && status.answers.state === "on";
+}
+
+// Whom the service answers as: every answer is that principal's view of the index.
+function showPrincipal(principal) {
+  operator = Boolean(principal && principal.groups.includes("*"));
+  const groups = !principal ? "" : operator ? "every document (operator)"
+    : principal.groups.length ? `groups ${principal.groups.join(", ")} and public documents` : "public documents only";
+  $("principal").textContent = principal ? `answering as ${principal.principal}: ${groups}` : "";
+  $("principal").setAttribute("data-principal", principal ? principal.principal : "");
 }
 
 function factLine(f) {
@@ -242,6 +253,11 @@ function previewLine(c) {
 }
 
 async function showPreview(docId) {
+  if (!operator) {  // the service refuses every other principal's dry runs (page.py)
+    const preview = $("deletion-preview");
+    if (preview) preview.textContent = "deletion dry runs are the operator's";
+    return;
+  }
   const p = await api("GET", "/explain/doc/preview?doc_id=" + encodeURIComponent(docId));
   const preview = $("deletion-preview");
   if (!preview || preview.getAttribute("data-doc") !== docId) return;  // another panel was opened meanwhile

@@ -21,6 +21,7 @@ from lightfoot_pipeline import operations
 from lightfoot_pipeline.ingest.dataset import Document, load_corpus, load_recorded_extractions
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL
 from lightfoot_pipeline.service.app import HttpLimits
 from lightfoot_pipeline.service.auth import Tokens
 from lightfoot_pipeline.service.queries import QueryService
@@ -76,7 +77,8 @@ def serve(built):
     def start(tokens: Tokens | None) -> str:
         service = QueryService(store, embedder)
         assert service.refresh()
-        server = QueryServer(service, "127.0.0.1", 0, tokens=tokens, limits=HttpLimits()).start()
+        server = QueryServer(service, "127.0.0.1", 0, tokens=tokens, limits=HttpLimits(),
+                             local_principal=OPERATOR_PRINCIPAL).start()  # batch views are the operator's
         started.append((server, service))
         return server.url
 
@@ -96,7 +98,7 @@ def fetch(url: str, token: str | None = None) -> tuple[int, bytes, dict]:
 
 
 def test_the_batch_view_is_the_page_and_its_data_needs_the_token(serve):
-    base = serve(Tokens(TOKEN))
+    base = serve(Tokens(TOKEN, groups="*"))
     status, page, headers = fetch(f"{base}/batch/{DROP}")
     assert status == 200 and headers["content-type"].startswith("text/html")
     assert page == fetch(base + "/")[1], "the page itself, which holds no data"
@@ -126,7 +128,7 @@ def test_the_batch_view_is_the_page_and_its_data_needs_the_token(serve):
 
 
 def test_documents_entities_and_facts_name_their_batches(serve):
-    base = serve(Tokens(TOKEN))
+    base = serve(Tokens(TOKEN, groups="*"))
     status, raw, _ = fetch(f"{base}/explain/doc?doc_id=q-zephyr", TOKEN)
     assert [(b["batch"], b["action"]) for b in json.loads(raw)["batches"]] == [(DROP, "added"), (REVISE, "replaced")]
     status, raw, _ = fetch(f"{base}/explain/doc?doc_id=q-canary", TOKEN)
@@ -144,11 +146,11 @@ def test_documents_entities_and_facts_name_their_batches(serve):
 
 
 def test_run_ids_link_to_dagster_only_with_its_url(serve, monkeypatch):
-    base = serve(Tokens(TOKEN))
+    base = serve(Tokens(TOKEN, groups="*"))
     batch = json.loads(fetch(f"{base}/explain/batch?batch_id={REVISE}", TOKEN)[1])
     assert [c["run_url"] for c in batch["commits"]] == [None]
     monkeypatch.setenv("LIGHTFOOT_DAGSTER_URL", "https://dagster.example")
-    base = serve(Tokens(TOKEN))  # a new service: nothing kept from the other
+    base = serve(Tokens(TOKEN, groups="*"))  # a new service: nothing kept from the other
     batch = json.loads(fetch(f"{base}/explain/batch?batch_id={DROP}", TOKEN)[1])
     assert [c["run_url"] for c in batch["commits"]] == [f"https://dagster.example/runs/{DROP_RUN}"]
     rows = json.loads(fetch(f"{base}/explain/doc?doc_id=q-zephyr", TOKEN)[1])["batches"]

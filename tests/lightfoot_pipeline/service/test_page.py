@@ -19,6 +19,7 @@ from lightfoot_pipeline import operations
 from lightfoot_pipeline.ingest.dataset import load_corpus, load_recorded_extractions
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL
 from lightfoot_pipeline.service.app import HttpLimits
 from lightfoot_pipeline.service.auth import Tokens
 from lightfoot_pipeline.service.queries import QueryService
@@ -43,7 +44,8 @@ def serve(store):
     def start(tokens: Tokens | None) -> str:
         service = QueryService(store, embedder)
         assert service.refresh()
-        server = QueryServer(service, "127.0.0.1", 0, tokens=tokens, limits=HttpLimits()).start()
+        server = QueryServer(service, "127.0.0.1", 0, tokens=tokens, limits=HttpLimits(),
+                             local_principal=OPERATOR_PRINCIPAL).start()  # previews are the operator's
         started.append((server, service))
         return server.url
 
@@ -67,7 +69,7 @@ def fetch(url: str, body: dict | None = None, token: str | None = None) -> tuple
 
 
 def test_the_page_is_open_and_its_data_needs_the_token(serve):
-    base = serve(Tokens(TOKEN))
+    base = serve(Tokens(TOKEN, groups="*"))
     status, page, headers = fetch(base + "/")
     assert status == 200 and headers["content-type"].startswith("text/html") and b"/static/app.js" in page
     assert b"http://" not in page and b"https://" not in page, "no file comes from elsewhere"
