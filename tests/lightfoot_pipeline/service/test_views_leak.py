@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import urllib.error
 import urllib.parse
@@ -40,6 +39,7 @@ from lightfoot_pipeline.service.server import QueryServer
 from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.store.batches import DAGSTER, Batch, writing_batch
 from lightfoot_pipeline.store.store import Store
+from tests.assets.webserver import chromium
 from tests.lightfoot_pipeline.permissions.conftest import write_readers
 
 pytestmark = [pytest.mark.slow]
@@ -216,14 +216,7 @@ def test_one_principals_answers_are_never_served_to_another(served):
             assert status == 200 and (mentions(text) > 0) == sees, token
 
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        if shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-@pytest.mark.skipif(_chromium() is None, reason="no Chromium here (scripts/setup.sh installs it)")
+@pytest.mark.skipif(chromium() is None, reason="no Chromium here (scripts/setup.sh installs it)")
 @pytest.mark.parametrize("groups, sees", [((), False), (("legal",), True)], ids=["public-only", "legal"])
 def test_the_page_in_headless_chromium_shows_only_the_view(built, tmp_path, groups, sees):
     """The page of a service without tokens on loopback, answering as ``--as`` says: a question,
@@ -236,7 +229,7 @@ def test_the_page_in_headless_chromium_shows_only_the_view(built, tmp_path, grou
     try:
         url = f"{server.url}/#" + urllib.parse.urlencode({"q": QUESTION, "entity": "Orbital Corp"},
                                                        quote_via=urllib.parse.quote)
-        command = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        command = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                    f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,1000",
                    "--virtual-time-budget=15000", "--dump-dom", url]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
