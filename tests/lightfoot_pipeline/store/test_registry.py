@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 EXPECTED = {
     # index tables
-    "documents", "passages", "passage_sources", "extractions", "forms", "fact_sources", "name_links",
+    "documents", "document_readers", "passages", "passage_sources", "extractions", "forms", "fact_sources", "name_links",
     "aliases", "entities", "mentions", "synonym_edges", "facts",
     # operational tables
     "name_links_reverse", "name_sketches", "document_keys", "tombstones", "graph_queue",
