@@ -190,6 +190,9 @@ class Tokens:
             self._file_state = self._stat()
             if not self._from_file:
                 log.warning("the tokens file %s holds no digest yet: only other tokens are accepted", self.tokens_file)
+            else:
+                log.info("read %d token digests from %s: %s", len(self._from_file), self.tokens_file,
+                         describe(self._from_file))
         self._checked_at = time.monotonic()
 
     @classmethod
