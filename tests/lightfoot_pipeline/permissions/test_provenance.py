@@ -19,7 +19,7 @@ from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.snapshot.format import load_snapshot
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, FACTS
-from tests.lightfoot_pipeline.permissions.conftest import PRINCIPALS
+from tests.lightfoot_pipeline.permissions.conftest import PRINCIPALS, write_readers
 
 PRINCIPAL = PRINCIPALS[1]  # staff-member: the public documents and staff's
 SAMPLED = 40
@@ -35,6 +35,7 @@ def stores(restricted_sample, tmp_path_factory, sample_documents, sample_records
     reference = Store(str(tmp_path_factory.mktemp("provenance-reference") / "store"))
     operations.ingest(reference, [d for d in sample_documents if d.doc_id in readable],
                       ReplayExtractor(sample_records), hashing_embedder)
+    write_readers(reference, {d: readers[d] for d in readable})  # a document's record names its readers
     view = provenance_store(store, PRINCIPAL, store.manifest())
     assert isinstance(view, ViewStore) and view.documents == readable
     return store, view, reference, readers
