@@ -20,12 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from lightfoot_pipeline.cli.query import add_as_option, principal_line
 from lightfoot_pipeline.evaluation.modes import HGMEM, K_VALUES, LIGHTFOOT_RERANK, MODE_NAMES
 from lightfoot_pipeline.ingest.dataset import DatasetError, bundled_sample_dir, default_questions_file
-from lightfoot_pipeline.settings import SettingsError
+from lightfoot_pipeline.settings import IndexSettings, SettingsError
 
 RERANKER_HELP = ("cross-encoder name or path (default: $LIGHTFOOT_RERANKER, else BAAI/bge-reranker-base); "
                  "none turns reranking off")
@@ -73,6 +74,30 @@ def print_recall_table(results, metrics: list[str]) -> None:
 def print_significance(rows: list[list[str]]) -> None:
     for comparison, metric, difference, interval, significant in rows:
         print(f"  {comparison:<30} {metric:<10} {difference:>7} {interval:<18} significant: {significant}")
+
+
+def index_settings_of(args) -> IndexSettings:
+    """The index settings ``--numbers-rule`` and ``--links`` name (the rules that change which
+    names link, and so the entities, synonym edges and graph; the rest stay the defaults)."""
+    settings = IndexSettings(numbers_must_agree=args.numbers_rule == "on")
+    return replace(settings, lsh_bands=0) if args.links == "exhaustive" else settings
+
+
+def describe_settings(settings: dict | None) -> str:
+    """A run's index settings in the words of its options (``numbers rule on, links banded``)."""
+    if not settings:
+        return "index settings unrecorded"
+    numbers = "on" if settings.get("numbers_must_agree", True) else "off"
+    links = "exhaustive" if not settings.get("lsh_bands") else "banded"
+    return f"numbers rule {numbers}, links {links}"
+
+
+def add_index_options(p: argparse.ArgumentParser) -> None:
+    """--numbers-rule and --links: the index rules a run builds its store with."""
+    p.add_argument("--numbers-rule", choices=("on", "off"), default="on",
+                   help="two names link only when they carry the same numbers (default on)")
+    p.add_argument("--links", choices=("banded", "exhaustive"), default="banded",
+                   help="compare the name pairs that share an LSH band (default) or every pair")
 
 
 def _plan(args, reranker, status):
@@ -124,6 +149,7 @@ def cmd_eval(args) -> int:
             store, dataset, questions_file, embedder, plan, answers=answers,
             run_dir=Path(args.run_dir) if args.run_dir else None, overwrite=args.overwrite,
             echo=lambda line: print(line, file=sys.stderr), progress_factory=Progress, principal=principal,
+            settings=index_settings_of(args),
         )
     if outcome.dry_run:
         print("dry run: no model was called and nothing was written")
@@ -131,7 +157,8 @@ def cmd_eval(args) -> int:
     metrics = [f"recall@{k}" for k in plan.ks]
     snap = outcome.config["snapshots"]["eval"]
     print(f"{outcome.config['n_questions']} questions, snapshot {snap['snapshot_id']}, embedder "
-          f"{outcome.config['embedder']}, read as {principal_line(outcome.config['principal'])}")
+          f"{outcome.config['embedder']}, read as {principal_line(outcome.config['principal'])}, "
+          f"{describe_settings(outcome.config['index_settings'])}")
     print_recall_table(outcome.results, metrics)
     if status.state != "available":
         print(f"  ({LIGHTFOOT_RERANK} not run: cross-encoder {status.state}: {status.reason})")
@@ -281,6 +308,11 @@ def cmd_compare(args) -> int:
     if not modes:
         raise RunError(f"the runs share no mode ({a.modes} vs {b.modes})", hint="name them with --modes")
     print(f"{a.path} − {b.path} (paired bootstrap 95% intervals over the same questions)")
+    settings_a, settings_b = (run.config.get("index_settings") for run in (a, b))
+    print(f"  A: {describe_settings(settings_a)}; B: {describe_settings(settings_b)}")
+    if settings_a and settings_b and settings_a != settings_b:
+        differing = sorted(k for k in {*settings_a, *settings_b} if settings_a.get(k) != settings_b.get(k))
+        print(f"  the runs' indexes differ in {', '.join(differing)}")
     for mode in modes:
         for metric in metrics:
             r = compare_runs(a, b, mode, metric, phase_a=args.phase_a, phase_b=args.phase_b)
@@ -310,6 +342,7 @@ def add_eval_commands(sub, common: argparse.ArgumentParser) -> None:
                    "the snapshot's or the index's; the packaged MiniLM for a new store)")
     p.add_argument("--reranker", default=None, help=RERANKER_HELP)
     _add_plan_options(p)
+    add_index_options(p)
     p.add_argument("--answer", action="store_true", help="answer every question through the model endpoint")
     p.add_argument("--answer-budget", type=float, default=1.0, help="stop answering at this many USD (default 1.0)")
     p.add_argument("--no-budget", action="store_true", help="answer with no budget cap")

@@ -57,6 +57,7 @@ from lightfoot_pipeline.ingest.dataset import (
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.ingest.passages import text_hash
 from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.operations.config import IndexConfigError
 from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL, Principal
 from lightfoot_pipeline.permissions.views import reader_view
 from lightfoot_pipeline.retrieval.answer import MAX_TOKENS, AnswerBudget, Answerer, answer_charge
@@ -64,6 +65,7 @@ from lightfoot_pipeline.retrieval.deep import DeepQuery, DeepSettings
 from lightfoot_pipeline.retrieval.deep import charges as deep_charges
 from lightfoot_pipeline.retrieval.rerank import Reranker, RerankerStatus
 from lightfoot_pipeline.retrieval.retrieve import RetrievalSettings, Retriever
+from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.snapshot.format import Snapshot, SnapshotInfo, load_snapshot
 from lightfoot_pipeline.store import ledger
@@ -153,16 +155,25 @@ class EvaluationOutcome:
 
 
 def ensure_dataset_indexed(store: Store, dataset_dir: Path, embedder: Embedder,
-                           progress: Callable[[int, int], None] | None = None) -> dict:
+                           progress: Callable[[int, int], None] | None = None,
+                           settings: IndexSettings | None = None) -> dict:
     """Build the dataset's documents into the store unless it holds them already, with no model call.
 
     A document counts as held when the store has it with the same title and text. Missing or
     changed ones are ingested with the dataset's recorded extractions (extractions.jsonl); a
-    dataset without them is refused, since building it would take model calls.
+    dataset without them is refused, since building it would take model calls. A store built
+    with other index settings than ``settings`` (default: the defaults) is refused, even when it
+    holds every document: a run answers for the settings it names.
     """
+    settings = settings or IndexSettings()
     documents = load_corpus(dataset_dir)
     held: dict[str, str] = {}
     if store.exists():
+        built_with = store.manifest().config.get("settings")
+        if built_with is not None and built_with != settings.shape_of_index():
+            raise IndexConfigError(
+                f"{store.uri} was built with index settings {built_with}, not {settings.shape_of_index()}",
+                hint="evaluate those settings in a store of their own (another --store)")
         rows = store.read(DOCUMENTS.name, columns=["doc_id", "content_hash"])
         held = dict(zip(rows.get_column("doc_id").to_list(), rows.get_column("content_hash").to_list(), strict=True))
     missing = [d for d in documents if held.get(d.doc_id) != text_hash(f"{d.title}\x00{d.text}")]
@@ -174,7 +185,7 @@ def ensure_dataset_indexed(store: Store, dataset_dir: Path, embedder: Embedder,
             "evaluation builds with no model call, so ingest the dataset first (`lightfoot ingest`)")
     started = time.perf_counter()
     report = operations.ingest(store, missing, ReplayExtractor(load_recorded_extractions(dataset_dir)), embedder,
-                             progress=progress)
+                               settings, progress=progress)
     return {"built": True, "documents": len(missing), "failed": report.failed, "model_calls": report.model_calls,
             "seconds": round(time.perf_counter() - started, 2)}
 
@@ -217,16 +228,19 @@ def run_evaluation(
     echo: Echo = print,
     progress_factory: ProgressFactory = lambda label: None,
     principal: Principal = OPERATOR_PRINCIPAL,
+    settings: IndexSettings | None = None,
 ) -> EvaluationOutcome:
     """Every question of the file through every mode of the plan (default: the standard modes), on
-    ``principal``'s view of the snapshot (default: the operator's, everything)."""
+    ``principal``'s view of the snapshot (default: the operator's, everything), over a store built
+    with the index settings ``settings`` (default: the defaults)."""
     plan = plan or plan_evaluation()
     deep_modes = [m.name for m in plan.modes if m.deep]
     if deep_modes and (answers is None or (answers.modes and not set(deep_modes) <= set(answers.modes))):
         raise HarnessError(f"mode {', '.join(deep_modes)} calls the model at every step: run it with --answer "
                            "(or --dry-run to price it), and with it among the --answer-modes")
     questions = load_questions(questions_file)
-    build = ensure_dataset_indexed(store, dataset_dir, embedder, progress=progress_factory("building the store"))
+    build = ensure_dataset_indexed(store, dataset_dir, embedder, progress=progress_factory("building the store"),
+                                   settings=settings)
     if build["built"]:
         echo(f"built {build['documents']} documents into {store.uri} in {build['seconds']}s "
              f"with {build['model_calls']} model calls")
@@ -242,6 +256,7 @@ def run_evaluation(
         "questions_without_gold": len(questions) - scored,
         "store": store.uri,
         "embedder": embedder.model_id,
+        "index_settings": store.manifest().config.get("settings"),
         "principal": phase.principal,
         **plan.record(snapshot),
         "snapshots": {EVAL: snapshot_record(phase.info)},

@@ -8,7 +8,8 @@
   answer and its aliases) gets the best score over them.
 - **Paired bootstrap**: two systems scored on the same questions; resample the questions with
   replacement and take the percentiles of the mean difference. The difference is significant at
-  95% when the interval excludes zero.
+  95% when the interval excludes zero. One system's mean gets its interval the same way
+  (:func:`bootstrap_interval`).
 """
 
 from __future__ import annotations
@@ -179,3 +180,17 @@ def paired_bootstrap(
         n=n, mean_a=float(a.mean()), mean_b=float(b.mean()), difference=float(diff.mean()),
         low=float(low), high=float(high), confidence=confidence, resamples=resamples, seed=seed,
     )
+
+
+def bootstrap_interval(
+    values: Sequence[float] | np.ndarray,
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = CONFIDENCE,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``mean(values)`` over questions resampled with replacement:
+    the paired bootstrap of ``values`` against a system that scores zero everywhere."""
+    zeros = np.zeros(np.asarray(values).size)
+    result = paired_bootstrap(values, zeros, resamples=resamples, confidence=confidence, seed=seed)
+    return result.low, result.high
