@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import shutil
 import subprocess
 import urllib.error
 import urllib.request
@@ -29,6 +28,7 @@ from lightfoot_pipeline.service.server import QueryServer
 from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.store.batches import CLI, DAGSTER, Batch, writing_batch
 from lightfoot_pipeline.store.store import Store
+from tests.assets.webserver import chromium
 
 DATA = Path(__file__).parents[1] / "data" / "query-corpus"
 TOKEN = "batch-page-token-" + "b" * 24
@@ -157,19 +157,14 @@ def test_run_ids_link_to_dagster_only_with_its_url(serve, monkeypatch):
     assert [r["run_url"] for r in rows] == [f"https://dagster.example/runs/{DROP_RUN}", None], "a CLI run has none"
 
 
-def _chromium() -> str | None:
-    return next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-                 if shutil.which(n)), None)
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(_chromium() is None, reason="no Chromium here (scripts/setup.sh installs it)")
+@pytest.mark.skipif(chromium() is None, reason="no Chromium here (scripts/setup.sh installs it)")
 def test_the_batch_view_in_headless_chromium(serve, tmp_path, monkeypatch):
     monkeypatch.setenv("LIGHTFOOT_DAGSTER_URL", "https://dagster.example")
     base = serve(None)  # on loopback without tokens: the page needs no token typed in
 
     def dom(url: str) -> str:
-        command = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        command = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                    f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,1000",
                    "--virtual-time-budget=15000", "--dump-dom", url]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)

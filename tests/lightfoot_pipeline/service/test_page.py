@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import urllib.error
 import urllib.parse
@@ -25,6 +24,7 @@ from lightfoot_pipeline.service.auth import Tokens
 from lightfoot_pipeline.service.queries import QueryService
 from lightfoot_pipeline.service.server import QueryServer
 from lightfoot_pipeline.snapshot.export import export_snapshot
+from tests.assets.webserver import chromium
 
 pytestmark = [pytest.mark.slow]
 
@@ -103,20 +103,13 @@ def test_the_page_is_open_and_its_data_needs_the_token(serve):
     assert fetch(base + "/explain/query", {"question": QUESTION, "top_k": 99}, TOKEN)[0] == 400
 
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        if shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-@pytest.mark.skipif(_chromium() is None, reason="no Chromium here (scripts/setup.sh installs it)")
+@pytest.mark.skipif(chromium() is None, reason="no Chromium here (scripts/setup.sh installs it)")
 def test_the_page_in_headless_chromium(serve, tmp_path):
     base = serve(None)  # on loopback without tokens: the page needs no token to be typed in
     url = f"{base}/#" + urllib.parse.urlencode({"q": QUESTION, "entity": "Orbital Corp"}, quote_via=urllib.parse.quote)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     screenshot = ARTIFACTS / "lightfoot-page.png"
-    command = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    command = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,1000",
                "--virtual-time-budget=15000", f"--screenshot={screenshot}", "--dump-dom", url]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
