@@ -9,8 +9,9 @@ graph the walk runs on):
   instead of every pair of a type (``exhaustive``).
 
 :func:`run_ablation` builds the dataset's store once per setting (:data:`SETTINGS`, from the
-recorded extractions, with no model call), runs every question set through the chosen modes on
-each, and reports recall@k per setting with a bootstrap interval of its mean and a paired
+recorded extractions, with no model call; each text is embedded once, for the first setting, and
+its vector reused by the others: :class:`ReusedVectors`), runs every question set through the
+chosen modes on each, and reports recall@k per setting with a bootstrap interval of its mean and a paired
 bootstrap interval of its difference from the reference setting (the defaults), on each question
 set and on all of them pooled. ``benchmarks/quality.py`` prints and keeps it.
 """
@@ -35,6 +36,7 @@ from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.snapshot.format import load_snapshot
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, ENTITIES, FACTS, NAME_LINKS, SYNONYM_EDGES
+from lightfoot_pipeline.store.vectors import VectorCache
 
 DEFAULT = "default"
 POOLED = "pooled"
@@ -77,6 +79,47 @@ class Cell:
                 "mean": self.mean, "low": self.low, "high": self.high, "difference": self.difference,
                 "difference_low": self.difference_low, "difference_high": self.difference_high,
                 "significant": self.significant}
+
+
+VECTOR_KINDS = ("passage", "name", "fact")  # the vector caches a store keeps (store/vectors.py)
+
+
+class ReusedVectors:
+    """The embedder of the settings after the first: a text's vector comes from the vector caches
+    of a store already built with the same model when it is there, and is embedded otherwise.
+
+    The link rules change which names link, never a vector, so every setting's store gets the
+    vectors a build of its own would embed, and each text is embedded once in the whole ablation.
+    """
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.caches: list[VectorCache] = []
+        self.embedded = 0  # texts the inner embedder was given
+
+    def add_store(self, store: Store) -> None:
+        self.caches.extend(VectorCache.for_model(store, kind, self.model_id, self.dim) for kind in VECTOR_KINDS)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        todo = list(range(len(texts)))
+        for cache in self.caches:
+            if not todo:
+                break
+            found = cache.stored_vectors([texts[i] for i in todo])
+            for i, vector in zip(todo, found, strict=True):
+                if vector is not None:
+                    out[i] = vector
+            todo = [i for i, vector in zip(todo, found, strict=True) if vector is None]
+        if todo:
+            out[todo] = self.inner.embed([texts[i] for i in todo])
+            self.embedded += len(todo)
+        return out
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.inner.embed_query(text)
 
 
 def index_counts(store: Store) -> dict[str, int]:
@@ -149,18 +192,20 @@ def run_ablation(
     reference = next(iter(settings))
     described: dict[str, dict] = {}
     results: dict[str, dict[str, list[QuestionResult]]] = {}
+    reused = ReusedVectors(embedder)
     for name, chosen in settings.items():
-        started = time.perf_counter()
-        store = build_setting(work_dir, name, chosen, dataset_dir, embedder)
+        started, embedded = time.perf_counter(), reused.embedded
+        store = build_setting(work_dir, name, chosen, dataset_dir, reused)
+        info = export_snapshot(store, reused)
         built = time.perf_counter() - started
-        info = export_snapshot(store, embedder)
+        reused.add_store(store)
         snapshot = load_snapshot(store, info.snapshot_id)
         started = time.perf_counter()
         results[name] = {set_name: run_questions(snapshot, embedder, questions, plan.modes, ks=plan.ks)
                          for set_name, questions in question_sets.items()}
         described[name] = {"index_settings": chosen.shape_of_index(), "counts": index_counts(store),
-                           "build_seconds": round(built, 2), "eval_seconds": round(time.perf_counter() - started, 2),
-                           "snapshot_id": info.snapshot_id}
+                           "build_seconds": round(built, 2), "texts_embedded": reused.embedded - embedded,
+                           "eval_seconds": round(time.perf_counter() - started, 2), "snapshot_id": info.snapshot_id}
         echo(f"{name}: {described[name]['counts']} (built in {described[name]['build_seconds']} s)")
     names = list(question_sets) + ([POOLED] if len(question_sets) > 1 else [])
     sets: dict[str, list[dict]] = {}

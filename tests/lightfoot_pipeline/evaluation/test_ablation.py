@@ -24,6 +24,7 @@ from lightfoot_pipeline.evaluation.runs import load_run
 from lightfoot_pipeline.ingest.dataset import load_questions
 from lightfoot_pipeline.operations.config import IndexConfigError
 from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -50,6 +51,17 @@ def test_each_setting_is_built_once_with_its_own_rules(report):
     # The numbers rule only ever removes links: without it, at least as many, and on this slice more.
     assert counts["numbers-off"]["name_links"] > counts[DEFAULT]["name_links"]
     assert counts["numbers-off"]["aliases"] == counts[DEFAULT]["aliases"]
+
+
+@pytest.mark.slow  # three stores of 160 documents, and one more
+def test_later_settings_embed_nothing_and_equal_a_build_of_their_own(report, small_dataset, hashing_embedder,
+                                                                     tmp_path):
+    found, work = report
+    embedded = {name: d["texts_embedded"] for name, d in found["settings"].items()}
+    assert embedded[DEFAULT] > 0 and embedded["numbers-off"] == embedded["exhaustive"] == 0
+    own = Store(str(tmp_path / "store"))
+    ensure_dataset_indexed(own, small_dataset, hashing_embedder, settings=SETTINGS["numbers-off"])
+    assert fingerprint(own) == fingerprint(Store(str(work / "numbers-off" / "store")))
 
 
 @pytest.mark.slow  # three stores of 160 documents
