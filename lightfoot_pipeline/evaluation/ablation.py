@@ -27,7 +27,12 @@ import numpy as np
 
 from lightfoot_pipeline.evaluation.evaluate import ensure_dataset_indexed, plan_evaluation
 from lightfoot_pipeline.evaluation.harness import QuestionResult, run_questions
-from lightfoot_pipeline.evaluation.metrics import BOOTSTRAP_RESAMPLES, bootstrap_interval, paired_bootstrap
+from lightfoot_pipeline.evaluation.metrics import (
+    BOOTSTRAP_RESAMPLES,
+    PairedBootstrap,
+    bootstrap_interval,
+    paired_bootstrap,
+)
 from lightfoot_pipeline.evaluation.modes import DENSE, K_VALUES, LIGHTFOOT
 from lightfoot_pipeline.ingest.dataset import Question
 from lightfoot_pipeline.models.embedder import Embedder
@@ -63,22 +68,22 @@ class Cell:
     mean: float
     low: float
     high: float
-    # The paired difference from the reference setting (None for the reference itself).
-    difference: float | None = None
-    difference_low: float | None = None
-    difference_high: float | None = None
+    versus: PairedBootstrap | None = None  # the paired difference from the reference (None for the reference)
+
+    @property
+    def difference(self) -> float | None:
+        return None if self.versus is None else self.versus.difference
 
     @property
     def significant(self) -> bool | None:
-        if self.difference_low is None or self.difference_high is None:
-            return None
-        return self.difference_low > 0.0 or self.difference_high < 0.0
+        return None if self.versus is None else self.versus.significant
 
     def as_dict(self) -> dict:
+        versus = self.versus
         return {"setting": self.setting, "mode": self.mode, "metric": self.metric, "n": self.n,
                 "mean": self.mean, "low": self.low, "high": self.high, "difference": self.difference,
-                "difference_low": self.difference_low, "difference_high": self.difference_high,
-                "significant": self.significant}
+                "difference_low": None if versus is None else versus.low,
+                "difference_high": None if versus is None else versus.high, "significant": self.significant}
 
 
 VECTOR_KINDS = ("passage", "name", "fact")  # the vector caches a store keeps (store/vectors.py)
@@ -153,12 +158,8 @@ def compare_settings(per_setting: Mapping[str, Mapping[str, float]], *, mode: st
     for setting, scores in per_setting.items():
         values = np.array([scores[q] for q in order])
         low, high = bootstrap_interval(values, resamples=resamples)
-        cell = Cell(setting, mode, metric, len(order), float(values.mean()), low, high)
-        if setting != reference:
-            diff = paired_bootstrap(values, base, resamples=resamples)
-            cell = Cell(setting, mode, metric, len(order), cell.mean, low, high,
-                        diff.difference, diff.low, diff.high)
-        cells.append(cell)
+        versus = None if setting == reference else paired_bootstrap(values, base, resamples=resamples)
+        cells.append(Cell(setting, mode, metric, len(order), float(values.mean()), low, high, versus))
     return cells
 
 

@@ -98,7 +98,8 @@ def test_differences_are_paired_over_the_same_questions():
     cells = {c.setting: c for c in compare_settings(per_setting, mode="lightfoot", metric="recall@5", resamples=200)}
     expected = paired_bootstrap([1.0, 1.0, 0.5], [1.0, 0.0, 0.5], resamples=200)
     assert cells["other"].difference == pytest.approx(1 / 3)
-    assert (cells["other"].difference_low, cells["other"].difference_high) == (expected.low, expected.high)
+    assert (cells["other"].versus.low, cells["other"].versus.high) == (expected.low, expected.high)
+    assert cells["other"].as_dict()["difference_low"] == expected.low
     assert cells[DEFAULT].difference is None and cells[DEFAULT].significant is None
     with pytest.raises(ValueError, match="other questions"):
         compare_settings({DEFAULT: {"a": 1.0}, "other": {"b": 1.0}}, mode="lightfoot", metric="recall@5")
