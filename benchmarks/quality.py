@@ -29,7 +29,6 @@ from lightfoot_pipeline.evaluation.metrics import BOOTSTRAP_RESAMPLES
 from lightfoot_pipeline.evaluation.modes import DENSE, LIGHTFOOT
 from lightfoot_pipeline.ingest.dataset import bundled_sample_dir, load_questions
 from lightfoot_pipeline.models.embedder import DEFAULT_EMBEDDER, load_embedder
-from lightfoot_pipeline.retrieval.retrieve import one_thread_per_query
 
 
 def question_sets(dataset: Path, named: list[str]) -> dict[str, Path]:
@@ -69,7 +68,6 @@ def main() -> int:
     files = question_sets(dataset, args.questions)
     sets = {name: load_questions(path) for name, path in files.items()}
     embedder = load_embedder(args.embedder)
-    one_thread_per_query()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lightfoot-quality-") as scratch:
         work = Path(args.work_dir) if args.work_dir else Path(scratch)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import hypothesis
 import pytest
+import torch  # noqa: F401  (loaded once, first: see _process_settings)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -46,6 +48,73 @@ def pytest_collection_modifyitems(config, items):
         for fixture, marker in FIXTURE_MARKERS.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
+
+
+# -- what a test may not leave behind -----------------------------------------------------------
+
+
+_PYTEST_OWN_VARIABLES = {"PYTEST_CURRENT_TEST"}  # pytest sets it at each phase of every test
+# Set once by a library as it is first loaded (torch's compiler and OpenMP set-up when transformers'
+# models first load, an allocator setting when polars first loads): counted when a test changes or
+# removes them, not when a first load sets them.
+_SET_ON_FIRST_LOAD = {"KMP_INIT_AT_FORK", "TORCHINDUCTOR_CACHE_DIR", "_RJEM_MALLOC_CONF"}
+
+
+def _process_settings() -> dict:
+    """The process-wide settings a test could change and forget: the environment, the thread pools
+    of BLAS and OpenMP (threadpoolctl), and torch's intra-op threads. torch is loaded before the
+    first test (below), so that a test which first loads it cannot hide a change of its threads."""
+    from threadpoolctl import threadpool_info
+
+    settings = {
+        "environment": {k: v for k, v in os.environ.items() if k not in _PYTEST_OWN_VARIABLES},
+        "thread pools": sorted((p["user_api"], p["filepath"], p["num_threads"]) for p in threadpool_info()),
+    }
+    settings["torch threads"] = sys.modules["torch"].get_num_threads()
+    return settings
+
+
+def _differences(before: dict, after: dict) -> list[str]:
+    said = []
+    env_before, env_after = before["environment"], after["environment"]
+    for name in sorted(set(env_before) | set(env_after)):
+        if name in _SET_ON_FIRST_LOAD and name not in env_before:
+            continue
+        if env_before.get(name) != env_after.get(name):
+            said.append(f"environment variable {name}: {env_before.get(name)!r} -> {env_after.get(name)!r}")
+    pools_before = {(api, path): n for api, path, n in before["thread pools"]}
+    for api, path, n in after["thread pools"]:
+        if (api, path) in pools_before and pools_before[(api, path)] != n:
+            said.append(f"{api} threads of {os.path.basename(path)}: {pools_before[(api, path)]} -> {n}")
+    if before["torch threads"] != after["torch threads"]:
+        said.append(f"torch threads: {before['torch threads']} -> {after['torch threads']}")
+    return said
+
+
+def _restore(before: dict) -> None:
+    from threadpoolctl import threadpool_limits
+
+    for name in set(os.environ) - set(before["environment"]) - _PYTEST_OWN_VARIABLES:
+        del os.environ[name]
+    os.environ.update(before["environment"])
+    for api, _path, n in before["thread pools"]:
+        threadpool_limits(limits=n, user_api=api)
+    sys.modules["torch"].set_num_threads(before["torch threads"])
+
+
+@pytest.fixture(autouse=True)
+def leaves_process_settings_as_found():
+    """Fails a test that leaves the environment, BLAS/OpenMP threads or torch's threads changed
+    (set them with ``monkeypatch``, or in a context that restores them), and restores them, so that
+    the tests after it run as they would alone. Set up before any other fixture of the test, it is
+    torn down after them: what ``monkeypatch`` undoes is not counted."""
+    before = _process_settings()
+    yield
+    after = _process_settings()
+    changed = _differences(before, after)
+    if changed:
+        _restore(before)
+        pytest.fail("the test left process settings changed: " + "; ".join(changed), pytrace=False)
 
 
 @pytest.fixture

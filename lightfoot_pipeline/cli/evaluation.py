@@ -117,7 +117,6 @@ def cmd_eval(args) -> int:
     from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL, principal_of
     from lightfoot_pipeline.progress import Progress
     from lightfoot_pipeline.retrieval.rerank import load_reranker
-    from lightfoot_pipeline.retrieval.retrieve import one_thread_per_query
     from lightfoot_pipeline.service.queries import resolve_embedder
     from lightfoot_pipeline.store.batches import writing_batch
     from lightfoot_pipeline.store.store import Store
@@ -142,7 +141,6 @@ def cmd_eval(args) -> int:
                                 dry_run=args.dry_run,
                                 modes=_names(args.answer_modes) if args.answer_modes else None,
                                 traces=args.traces)
-    one_thread_per_query()  # retrieval timed as the query service runs it
     batch = command_batch("eval")  # it ingests what the store lacks of the dataset, and snapshots it
     with writing_batch(batch):
         outcome = run_evaluation(

@@ -117,15 +117,16 @@ def cmd_query(args) -> int:
     if args.trace or args.max_steps is not None or args.question_budget is not None:
         raise SettingsError("query: --trace, --max-steps and --question-budget are options of the deep mode",
                             hint="add --mode deep")
-    service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker,
-                           answers=not args.no_answer, allow_unpriced=args.allow_unpriced)
-    if service.price is not None and service.price["state"] == "refused":  # before any paid call
-        from lightfoot_pipeline.retrieval.answer import answer_settings
+    with open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker,
+                      answers=not args.no_answer, allow_unpriced=args.allow_unpriced) as service:
+        if service.price is not None and service.price["state"] == "refused":  # before any paid call
+            from lightfoot_pipeline.retrieval.answer import answer_settings
 
-        answer_settings(allow_unpriced=args.allow_unpriced).require_price("query: answers")
-    principal = read_as(service, args.as_groups)
-    result = service.query(args.question, top_k=args.top_k, answer=not args.no_answer, rerank=not args.no_rerank)
-    result["snapshot"]["stale"] = snapshot_is_stale(store, service)
+            answer_settings(allow_unpriced=args.allow_unpriced).require_price("query: answers")
+        principal = read_as(service, args.as_groups)
+        result = service.query(args.question, top_k=args.top_k, answer=not args.no_answer,
+                               rerank=not args.no_rerank)
+        result["snapshot"]["stale"] = snapshot_is_stale(store, service)
     result["principal"] = principal
     if args.json:
         _print_json(result)
@@ -160,13 +161,13 @@ def query_deep(args, store) -> int:
     from lightfoot_pipeline.service.queries import open_service
 
     settings = DeepSettings.from_env(max_steps=args.max_steps, question_budget_usd=args.question_budget)
-    service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker, answers=True,
-                           allow_unpriced=getattr(args, "allow_unpriced", False))
-    if service.answerer is None:
-        raise SettingsError(f"query --mode deep: {service.answer_status}",
-                            hint="set OPENAI_BASE_URL to an OpenAI-compatible endpoint (the README's settings table)")
-    principal = read_as(service, getattr(args, "as_groups", None))  # explain query --mode deep has no --as
-    result = service.deep(args.question, rerank=not args.no_rerank, settings=settings)
+    with open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker, answers=True,
+                      allow_unpriced=getattr(args, "allow_unpriced", False)) as service:
+        if service.answerer is None:
+            raise SettingsError(f"query --mode deep: {service.answer_status}",
+                                hint="set OPENAI_BASE_URL to an OpenAI-compatible endpoint (the README's settings table)")
+        principal = read_as(service, getattr(args, "as_groups", None))  # explain query --mode deep has no --as
+        result = service.deep(args.question, rerank=not args.no_rerank, settings=settings)
     result["principal"] = principal
     if args.json:
         _print_json(result)

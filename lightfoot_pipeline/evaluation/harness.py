@@ -35,7 +35,7 @@ from lightfoot_pipeline.retrieval.answer import (
     render_prompt,
 )
 from lightfoot_pipeline.retrieval.rerank import Reranker, RerankerStatus
-from lightfoot_pipeline.retrieval.retrieve import FactHit, PassageHit, Retriever, top_indices
+from lightfoot_pipeline.retrieval.retrieve import FactHit, PassageHit, Retriever, query_thread_limits, top_indices
 from lightfoot_pipeline.snapshot.format import Snapshot
 
 DEPTH = 30  # ranked passages kept per (mode, question)
@@ -136,7 +136,28 @@ def run_questions(
     ks: Sequence[int] = K_VALUES,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[QuestionResult]:
-    """Retrieval of every mode for every question that names gold documents; recall@k (metrics.py)."""
+    """Retrieval of every mode for every question that names gold documents; recall@k (metrics.py).
+
+    The questions run as the query service runs them, with BLAS and torch on one thread each
+    (``query_thread_limits``), so their latencies compare with the service's; the settings are
+    restored when the loop ends.
+    """
+    with query_thread_limits():
+        return _run_questions(snapshot, embedder, questions, modes, reranker=reranker,
+                              reranker_status=reranker_status, ks=ks, progress=progress)
+
+
+def _run_questions(
+    snapshot: Snapshot,
+    embedder: Embedder,
+    questions: Sequence[Question],
+    modes: Sequence[Mode],
+    *,
+    reranker: Reranker | None,
+    reranker_status: RerankerStatus | None,
+    ks: Sequence[int],
+    progress: Callable[[int, int], None] | None,
+) -> list[QuestionResult]:
     ks = sorted(set(int(k) for k in ks))
     if not ks or ks[0] < 1:
         raise HarnessError(f"k values must be positive, got {ks}")

@@ -25,7 +25,9 @@ every row).
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -149,21 +151,33 @@ def top_indices(scores: np.ndarray, k: int) -> np.ndarray:
     return part[order][:k]
 
 
-def one_thread_per_query() -> None:
-    """Keep BLAS and torch on one thread each (process-wide; call it in serving processes); the
-    large products are split over two threads by the project itself (rowsplit.py).
+@contextlib.contextmanager
+def query_thread_limits() -> Iterator[None]:
+    """Keep BLAS and torch on one thread each while the block runs, and restore what they had
+    after it; the large products are split over two threads by the project itself (rowsplit.py).
 
     A query is small: one short text through the embedder, two matrix-vector products, a sparse
     walk. The BLAS library's idle worker threads spin while they wait for work, taking the core
     from the sparse walk: measured on the 2-core machine under load, one thread each for BLAS and
     torch halved the p50 latency at MuSiQue scale (75 -> 39 ms) and more than halved it on the
     sample (62 -> 25 ms).
+
+    Both settings are the process's (not the thread's), so the query service holds this for as long
+    as it is open (``QueryService.close`` leaves it) and the evaluation loop for its questions;
+    nothing else in the process should embed a corpus meanwhile. Blocks may nest; each restores
+    what it found.
     """
     import torch  # seeding's float16 products run in torch (seeding.py)
     from threadpoolctl import threadpool_limits
 
-    threadpool_limits(limits=1, user_api="blas")
+    torch_threads = torch.get_num_threads()
+    blas = threadpool_limits(limits=1, user_api="blas")
     torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(torch_threads)
+        blas.restore_original_limits()
 
 
 def embed_question(embedder: Embedder, question: str) -> np.ndarray:

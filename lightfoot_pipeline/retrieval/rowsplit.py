@@ -4,7 +4,7 @@ A query's products are memory-bound: the fact vectors alone are 135 MB at MuSiQu
 PageRank step streams the whole sparse graph. One core cannot draw the memory bandwidth that two
 can, so each product is cut into row blocks of about equal work and the blocks run on the calling
 thread and a small shared pool (NumPy's BLAS and SciPy's sparse kernels release the GIL). The BLAS
-library itself stays on one thread (see ``retrieve.one_thread_per_query``): its own idle workers
+library itself stays on one thread (see ``retrieve.query_thread_limits``): its own idle workers
 spin between calls and would take the core from the next product.
 
 Every row is computed by the same kernel whatever the split, and the split depends only on the

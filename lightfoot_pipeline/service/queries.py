@@ -37,6 +37,7 @@ Every query result names the snapshot that served it and gives a latency breakdo
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import threading
@@ -67,7 +68,7 @@ from lightfoot_pipeline.retrieval.retrieve import (
     RetrievalError,
     RetrievalSettings,
     Retriever,
-    one_thread_per_query,
+    query_thread_limits,
 )
 from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.snapshot.format import (
@@ -202,6 +203,7 @@ class QueryService:
         self._watcher: threading.Thread | None = None
         self.last_reload_error: str | None = None
         self.reloads = 0
+        self._holding = contextlib.ExitStack()  # what the service holds until close (query_thread_limits)
 
     # -- snapshots -------------------------------------------------------------------------------
 
@@ -291,10 +293,22 @@ class QueryService:
         self._watcher.start()
 
     def close(self) -> None:
+        """Stop watching for snapshots and give back what the service held (its thread limits)."""
         self._stop.set()
         if self._watcher is not None:
             self._watcher.join(timeout=10)
             self._watcher = None
+        self._holding.close()
+
+    def hold(self, context: contextlib.AbstractContextManager) -> None:
+        """Enter ``context`` now and leave it at :meth:`close`."""
+        self._holding.enter_context(context)
+
+    def __enter__(self) -> QueryService:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -496,7 +510,8 @@ def open_service(store: Store, *, embedder_spec: str | None = None, reranker_spe
     ``answer_budget_usd`` caps what the service's answer calls spend (None: no cap); each call is
     in the cost ledger under a run named from ``ledger_prefix``, which is created here when the
     service answers. ``allow_unpriced`` answers with a model that has no known price (its calls
-    count as $0, so no budget holds them).
+    count as $0, so no budget holds them). The service keeps BLAS and torch on one thread each
+    until it is closed (``query_thread_limits``): close it, or use it as a context manager.
     """
     if not store.exists():
         raise SnapshotError(f"no index at {store.uri}: run `lightfoot ingest` first")
@@ -518,10 +533,11 @@ def open_service(store: Store, *, embedder_spec: str | None = None, reranker_spe
     if answerer is not None:
         ledger.ensure(store)  # before the first answers race to write to it
     store.keep_buckets(PROVENANCE_BUCKET_BYTES)  # explain routes read small pieces of the same versions
-    one_thread_per_query()
     service = QueryService(store, embedder, reranker, status, answerer, answer_status,
                            budget=AnswerBudget(answer_budget_usd), ledger_prefix=ledger_prefix, price=price)
+    service.hold(query_thread_limits())  # one thread each for BLAS and torch until the service closes
     if not service.refresh():
+        service.close()
         raise SnapshotError(service.last_reload_error or f"no snapshot to serve under {store.uri}")
     return service
 
