@@ -253,6 +253,16 @@ def bounded_protocol(header_timeout_s: float, connections: ConnectionCount) -> t
             elif (self.cycle is None or self.cycle.response_complete) and self._header_timer is None:
                 self._arm_header_timer()  # the first bytes of a next request on a kept-alive connection
 
+        def send_400_response(self, msg: str) -> None:
+            """h11's own refusal of a request it cannot parse (no ``Host``, headers too large, a
+            malformed line), with the security headers that uvicorn's own version leaves out."""
+            headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close"),
+                       *SECURITY_HEADERS, NO_STORE]
+            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+                          h11.Data(data=msg.encode("ascii")), h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+            self.transport.close()
+
         def eof_received(self) -> bool | None:
             if self._refused:
                 self.transport.close()
@@ -338,6 +348,8 @@ class QueryServer:
             log_config=None,
             access_log=False,
             server_header=False,
+            # on every response the server sends, its own errors and Starlette's 500 among them (gate.py)
+            headers=[(name.decode("ascii"), value.decode("ascii")) for name, value in SECURITY_HEADERS],
             proxy_headers=False,
             limit_concurrency=None,  # bounded per client and in all by ConnectionCount
             timeout_keep_alive=self.limits.keep_alive_s,
