@@ -207,7 +207,7 @@ def cmd_serve(args) -> int:
     from lightfoot_pipeline.retrieval.answer import AnswerBudget
     from lightfoot_pipeline.service.auth import Tokens, check_exposure
     from lightfoot_pipeline.service.gate import access_logger
-    from lightfoot_pipeline.service.queries import open_service
+    from lightfoot_pipeline.service.queries import DEFAULT_PRINCIPAL_BUDGET_USD, open_service
     from lightfoot_pipeline.service.server import HttpLimits, QueryServer
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -216,12 +216,15 @@ def cmd_serve(args) -> int:
     local_principal = _serve_principal(args, tokens)
     answers = args.answers or serve_answers()
     budget = _serve_budget(args)
+    principal_budget = (DEFAULT_PRINCIPAL_BUDGET_USD if args.principal_budget_usd is None
+                        else args.principal_budget_usd)
     try:  # the service's own checks of the options, refused before anything loads
         if not 0 <= args.port <= 65535:
             raise ValueError(f"--port must be from 0 to 65535, got {args.port}")
         if not args.poll > 0:
             raise ValueError(f"--poll must be positive, got {args.poll:g}")
         AnswerBudget(budget)
+        AnswerBudget(principal_budget)
         limits = HttpLimits(max_body_bytes=args.max_body_bytes, queue=args.queue,
                             max_connections=args.max_connections, header_timeout_s=args.header_timeout,
                             body_timeout_s=args.body_timeout, keep_alive_s=args.keep_alive,
@@ -236,6 +239,7 @@ def cmd_serve(args) -> int:
     store = _store(args)
     service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker, answers=answers,
                            answer_budget_usd=budget, ledger_prefix="serve", allow_unpriced=args.allow_unpriced,
+                           principal_budget_usd=principal_budget,
                            answers_off_reason=f"answers are off on this service (start it with --answers "
                                               f"or {SERVE_ANSWERS_ENV}=1)")
     if service.answerer is not None:
@@ -269,7 +273,7 @@ def cmd_serve(args) -> int:
         priced = (f"${price_in:g}/${price_out:g} per million tokens ({source})" if source != "unpriced"
                   else "NO PRICE KNOWN, allowed by --allow-unpriced: every call counts as $0 and no budget holds it")
         answers_line = (f"on: {settings.model} at {settings.endpoint()}, {priced}; budget ${budget:g} for this "
-                        f"process; every call in the cost ledger as run {service.ledger_run_id}")
+                        f"process, ${principal_budget:g} for each principal; every call in the cost ledger as run {service.ledger_run_id}")
     else:
         answers_line = service.answer_status
     print(f"  reranker: {status['reranker']['state']}; answers: {answers_line}", flush=True)
@@ -361,7 +365,10 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--answers", action="store_true",
                    help=f"answer with the language model (default: ${SERVE_ANSWERS_ENV}, else retrieval only)")
     p.add_argument("--answer-budget-usd", type=float, default=None,
-                   help=f"most this process spends on answers (default: ${SERVE_BUDGET_ENV}, else 1.00)")
+                   help=f"most this process spends on answers in all (default: ${SERVE_BUDGET_ENV}, else 1.00)")
+    p.add_argument("--principal-budget-usd", type=float, default=None,
+                   help="most each principal (by name) spends on answers, within the process's budget "
+                        "(default 0.25)")
     p.add_argument("--allow-unpriced", action="store_true", help=ALLOW_UNPRICED_HELP)
     p.add_argument("--max-body-bytes", type=int, default=64 * 1024, help="largest request body (default 65536)")
     p.add_argument("--workers", type=int, default=None, help="retrieval threads (default: one per CPU)")
