@@ -208,8 +208,9 @@ def cmd_serve(args) -> int:
     from lightfoot_pipeline.service.auth import Tokens, check_exposure
     from lightfoot_pipeline.service.gate import access_logger
     from lightfoot_pipeline.service.queries import DEFAULT_PRINCIPAL_BUDGET_USD, open_service
-    from lightfoot_pipeline.service.server import HttpLimits, QueryServer
+    from lightfoot_pipeline.service.server import HttpLimits, QueryServer, raise_descriptor_limit
 
+    raise_descriptor_limit()  # before anything opens a file: sockets beyond the usual 1,024
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tokens = Tokens.from_env(tokens_file=args.tokens_file)
     check_exposure(args.host, tokens, args.insecure_no_auth)
@@ -267,6 +268,9 @@ def cmd_serve(args) -> int:
                     else "public documents only (--as GROUPS for more)")
         auth += f"; every request reads as {readable}"
     print(f"  authentication: {auth}")
+    descriptors, bounds = server.connections.descriptors, server.connections
+    print(f"  descriptors: limit {descriptors.limit}, {descriptors.reserve} kept for requests; connections at most "
+          f"{bounds.opened.total} open ({bounds.opened.per_client} an address) and {bounds.held.total} refused held")
     if service.answerer is not None:
         settings = service.answerer.client.settings
         price_in, price_out, source = settings.prices()
