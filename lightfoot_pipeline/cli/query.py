@@ -210,7 +210,6 @@ def cmd_serve(args) -> int:
     from lightfoot_pipeline.service.queries import DEFAULT_PRINCIPAL_BUDGET_USD, open_service
     from lightfoot_pipeline.service.server import HttpLimits, QueryServer, raise_descriptor_limit
 
-    raise_descriptor_limit()  # before anything opens a file: sockets beyond the usual 1,024
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tokens = Tokens.from_env(tokens_file=args.tokens_file)
     check_exposure(args.host, tokens, args.insecure_no_auth)
@@ -238,6 +237,7 @@ def cmd_serve(args) -> int:
     except (ValueError, OSError) as err:  # OSError: an access log that cannot be opened
         raise SettingsError(f"serve: {err}", hint="see `lightfoot serve --help`") from None
     store = _store(args)
+    raise_descriptor_limit()  # the options hold: sockets beyond the usual 1,024 (server.py Descriptors)
     service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker, answers=answers,
                            answer_budget_usd=budget, ledger_prefix="serve", allow_unpriced=args.allow_unpriced,
                            principal_budget_usd=principal_budget,

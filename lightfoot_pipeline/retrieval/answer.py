@@ -292,7 +292,9 @@ class SharedBudget:
 
     @property
     def limit_usd(self) -> float | None:
-        return self.own.limit_usd
+        """The cap that holds this spender: its own or the shared one, the lower (None: neither caps)."""
+        caps = [cap for cap in (self.own.limit_usd, self.shared.limit_usd) if cap is not None]
+        return min(caps) if caps else None
 
     @property
     def spent_usd(self) -> float:

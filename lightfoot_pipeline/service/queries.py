@@ -497,9 +497,8 @@ class QueryService:
         price state and the budget's spend (never the model endpoint)."""
         served = self.current(principal) if self._serving is not None else None
         budget = self.budget_of(principal)
-        caps = [cap for cap in (budget.own.limit_usd, budget.shared.limit_usd) if cap is not None]
         answers = {"state": self._answers_state(budget), "price": self.price, **budget.as_dict(),
-                   "budget_usd": min(caps) if caps else None,  # what holds this principal: its cap or the service's
+                   "budget_usd": budget.limit_usd,  # what holds this principal: its cap or the service's
                    "own_budget_usd": budget.own.limit_usd, "ledger_run_id": self.ledger_run_id}
         if principal.is_operator:  # the totals, and each principal's spend
             with self._budgets_lock:

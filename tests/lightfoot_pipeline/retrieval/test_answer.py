@@ -221,6 +221,7 @@ def test_a_spenders_budget_within_a_shared_one_counts_its_own_calls():
     assert (alice.as_dict()["calls"], alice.as_dict()["tokens_in"], bob.as_dict()["calls"]) == (2, 200, 2)
     assert shared.as_dict()["calls"] == 4 and shared.as_dict()["spent_usd"] == pytest.approx(0.75)
     carol = SharedBudget(AnswerBudget(None), shared)
+    assert (alice.limit_usd, carol.limit_usd) == (0.5, 1.0)  # the cap that holds each
     assert not carol.reserve(0.3)  # the shared 1.0 cannot hold it: 0.75 spent
     assert carol.shared_spent and carol.spent() and carol.as_dict()["refused"] == 2
     assert carol.own.held_usd == 0.0 and carol.as_dict()["calls"] == 0  # its hold was let go

@@ -280,6 +280,7 @@ def test_host_policy_names():
     (["--client-burst", "0.5"], "burst >= 1"),
     (["--max-connections-per-client", "0"], "max_connections_per_client must be at least 1"),
     (["--access-log-backups", "-1"], "backups >= 0"),
+    (["--principal-budget-usd", "-1"], "non-negative number of USD"),
 ])
 def test_bad_serve_options_are_one_line_errors(tmp_path, capsys, options, message):
     from lightfoot_pipeline.cli import main
