@@ -60,6 +60,7 @@ from lightfoot_pipeline.provenance.documents import explain_document, preview_de
 from lightfoot_pipeline.provenance.entities import explain_entity, explain_fact
 from lightfoot_pipeline.retrieval.explain import explain_query
 from lightfoot_pipeline.service.auth import request_principal
+from lightfoot_pipeline.service.queries import shown_reranker
 from lightfoot_pipeline.store.batches import BATCH_ID
 from lightfoot_pipeline.store.tables import DOCUMENTS
 
@@ -167,6 +168,8 @@ def page_routes(service, run: Callable[..., Awaitable], guard, json_response, ht
         def work() -> dict:
             served = service.current(principal)
             result = explain_query(served.retriever, question, top_k=top_k, rerank=rerank)
+            if not principal.is_operator:
+                result["reranker"] = shown_reranker(result["reranker"])  # no path on the server
             result["snapshot"] = {"snapshot_id": served.snapshot_id, "view": served.view_key,
                                   "created_at": served.snapshot.info.created_at, "loaded_at": served.loaded_at}
             return result
