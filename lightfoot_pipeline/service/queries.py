@@ -23,9 +23,13 @@ snapshot (permissions/views.py): the index of the documents it may read, exactly
 those documents would serve it. Each loaded snapshot keeps its views (a ViewCache, by reader set)
 and a retriever per view, built once; retrieval, the answer prompt, the deep mode's memory,
 evidence and prompts, ``status`` and ``snapshot_info`` all come from the view, so that nothing of
-a document the principal may not read reaches a response or a prompt. A partial view shows no
-fingerprint (the store's depends on documents it cannot read); it names its view by
-``view``, a digest of its documents' ids. The views of the principals the service expects
+a document the principal may not read reaches a response or a prompt. Nor does anything of the
+operator's: a principal other than the operator is shown its view's names (``view``, a digest
+of its documents' ids; an id and fingerprint that digest its tables), never the store's
+fingerprint, commit or export counts, and so whether or not it reads every document
+(:meth:`Served.describe`); a failed reload and the reranker without their details; and its own
+answer calls, tokens and spend, each principal within a budget of its own inside the process's
+(:meth:`QueryService.budget_of`). The operator sees the store's names and every total. The views of the principals the service expects
 (:meth:`QueryService.expect`, the tokens file's) are built when a snapshot loads, before it
 serves. The library's default principal is the operator (every document), for callers in the
 operator's own process; the HTTP side (app.py) always passes the request's.
