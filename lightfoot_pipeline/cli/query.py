@@ -237,7 +237,6 @@ def cmd_serve(args) -> int:
     except (ValueError, OSError) as err:  # OSError: an access log that cannot be opened
         raise SettingsError(f"serve: {err}", hint="see `lightfoot serve --help`") from None
     store = _store(args)
-    raise_descriptor_limit()  # the options hold: sockets beyond the usual 1,024 (server.py Descriptors)
     service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker, answers=answers,
                            answer_budget_usd=budget, ledger_prefix="serve", allow_unpriced=args.allow_unpriced,
                            principal_budget_usd=principal_budget,
@@ -246,6 +245,7 @@ def cmd_serve(args) -> int:
     if service.answerer is not None:
         settings = service.answerer.client.settings
         limits = dataclasses.replace(limits, answer_workers=settings.concurrency)
+    raise_descriptor_limit()  # the service is ready to serve: sockets beyond the usual 1,024 (server.py)
     try:
         server = QueryServer(service, args.host, args.port, tokens=tokens, limits=limits,
                              allowed_hosts=args.allowed_host, insecure_no_auth=args.insecure_no_auth,
