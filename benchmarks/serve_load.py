@@ -36,6 +36,14 @@ measured; each client on an address of its own in 127.0.0.0/8):
   alone, a new document each time, whose p50 beside the lone query's is what an explanation
   costs (target: within 3x).
 
+With ``--descriptors`` it measures what a flood of idle sockets takes from others through the
+server's file descriptors (``descriptor_flood``): the server starts with a limit of
+``--fd-limit`` open files (1,024: soft and hard, so that it cannot raise it), ``--flood`` idle
+sockets are opened from 127.0.0.2 and held, and ``--fd-queries`` authenticated queries, each on
+a connection of its own, are sent from 127.0.0.1 alone and then beside the flood, with
+``/health`` asked after each. It reports the failures (target: 0) and both p50s and their ratio
+(target: within 3x).
+
 It checks that every authenticated query got 200, every unauthenticated one 401, every big body
 413 (or a closed connection) without the server reading it, ``/health`` answered within 50 ms
 (p99 and the slowest probe), and the server's RSS after the load (and at its peak) within 200 MB
@@ -345,13 +353,20 @@ def prepare_store(store_uri: str, embedder_spec: str) -> None:
     export_snapshot(store, embedder)
 
 
-def start_server(store_uri: str, token: str, args, extra: list[str] = ()) -> tuple[subprocess.Popen, int]:
+def start_server(store_uri: str, token: str, args, extra: list[str] = (),
+                 fd_limit: int | None = None) -> tuple[subprocess.Popen, int]:
+    """``lightfoot serve`` in a process of its own; ``fd_limit``: its soft and hard limit on open files."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "LIGHTFOOT_LLM_BASE_URL", "LIGHTFOOT_LLM_API_KEY",
                         "LIGHTFOOT_SERVE_TOKENS_FILE", "LIGHTFOOT_SERVE_ANSWERS")}
     env.update(LIGHTFOOT_SERVE_TOKEN=token, LIGHTFOOT_RERANKER="none", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     command = [sys.executable, "-m", "lightfoot_pipeline.cli", "serve", "--store", store_uri, "--host", HOST,
                "--port", "0", "--workers", str(args.workers), "--poll", "30", *extra]
+    if fd_limit:  # set in the child before the service runs (no preexec_fn: this process may hold threads)
+        command[1:3] = ["-c", "import resource, runpy, sys; n = int(sys.argv.pop(1)); "
+                              "resource.setrlimit(resource.RLIMIT_NOFILE, (n, n)); "
+                              "runpy.run_module('lightfoot_pipeline.cli', run_name='__main__', alter_sys=True)",
+                        str(fd_limit)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = process.stdout.readline()
     if not line.startswith("serving snapshot"):
@@ -538,6 +553,127 @@ def explain_cost_phase(port: int, token: str, doc_ids: list[str], seconds: float
             "explain_p50_ms": percentile(latencies, 50), "explain_p95_ms": percentile(latencies, 95)}
 
 
+# -- descriptors: idle sockets from one address, beside authenticated queries from another ------------
+
+FLOOD_SCRIPT = """
+import resource, socket, sys
+port, count, source = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, count + 256)), hard))
+held, failed = [], 0
+for _ in range(count):
+    sock = socket.socket()
+    try:
+        sock.bind((source, 0))
+        sock.connect(("127.0.0.1", port))
+        held.append(sock)
+    except OSError:
+        sock.close()
+        failed += 1
+print(len(held), failed, flush=True)
+sys.stdin.read()  # idle until told to stop
+"""
+
+
+def fresh_request(port: int, data: bytes, source: str = HOST, timeout: float = 30.0) -> tuple[int | None, float, str]:
+    """One request on a connection of its own from ``source``: (status or None, ms, error)."""
+    started = time.perf_counter()
+    try:
+        with socket.create_connection((HOST, port), timeout=timeout, source_address=(source, 0)) as sock:
+            sock.sendall(data)
+            received = b""
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                received += chunk
+                head, _, body = received.partition(b"\r\n\r\n")
+                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), None)
+                if length is not None and len(body) >= length:
+                    break
+        status = int(received.split(b" ", 2)[1]) if received.startswith(b"HTTP/1.1 ") else None
+        return status, (time.perf_counter() - started) * 1000.0, "" if status else f"no response: {received[:80]!r}"
+    except OSError as err:
+        return None, (time.perf_counter() - started) * 1000.0, f"{type(err).__name__}: {err}"
+
+
+def query_round(port: int, token: str, questions: list[str], n: int) -> dict:
+    """``n`` authenticated retrieval queries from 127.0.0.1, each on a fresh connection, and
+    ``/health`` after each: statuses, failures and the query p50."""
+    latencies, statuses, failures, health = [], {}, [], {}
+    for i in range(n):
+        body = json.dumps({"question": questions[i % len(questions)], "answer": False}).encode()
+        status, ms, error = fresh_request(port, request_bytes("POST", "/query", body, token))
+        statuses[str(status)] = statuses.get(str(status), 0) + 1
+        if status == 200:
+            latencies.append(ms)
+        else:
+            failures.append(error or f"status {status}")
+        probe = fresh_request(port, request_bytes("GET", "/health"))[0]
+        health[str(probe)] = health.get(str(probe), 0) + 1
+    return {"queries": n, "statuses": statuses, "failures": len(failures), "failure_examples": failures[:3],
+            "health_statuses": health, "query_p50_ms": percentile(latencies, 50),
+            "query_p95_ms": percentile(latencies, 95)}
+
+
+def descriptor_flood(store_uri: str, questions: list[str], *, flood: int = 1000, fd_limit: int = 1024,
+                     queries: int = 40, workers: int = 2, timeout: float = 300.0) -> dict:
+    """The server under a limit of ``fd_limit`` open files; ``queries`` authenticated queries from
+    127.0.0.1 alone, then beside ``flood`` idle sockets from 127.0.0.2 (held open, never reopened)."""
+    token = secrets.token_urlsafe(32)
+    process, port = start_server(store_uri, token, argparse.Namespace(workers=workers),
+                                 extra=["--client-rate", "0", "--token-rate", "0"], fd_limit=fd_limit)
+    watchdog = threading.Timer(timeout, process.kill)
+    watchdog.start()
+    flooder = None
+    try:
+        query_round(port, token, questions, 5)  # warm-up
+        alone = query_round(port, token, questions, queries)
+        flooder = subprocess.Popen([sys.executable, "-c", FLOOD_SCRIPT, str(port), str(flood), "127.0.0.2"],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        opened, connect_failures = (int(x) for x in flooder.stdout.readline().split())
+        time.sleep(0.5)  # the server has accepted what it will
+        server_fds = len(os.listdir(f"/proc/{process.pid}/fd"))
+        beside = query_round(port, token, questions, queries)
+        server_fds_after = len(os.listdir(f"/proc/{process.pid}/fd"))
+    finally:
+        watchdog.cancel()
+        if flooder is not None:
+            flooder.stdin.close()
+            flooder.wait(timeout=30)
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    ratio = round(beside["query_p50_ms"] / alone["query_p50_ms"], 2) if alone["query_p50_ms"] and \
+        beside["query_p50_ms"] else None
+    return {"fd_limit": fd_limit, "flood_sockets": flood, "flood_opened": opened,
+            "flood_connect_failures": connect_failures, "server_fds_with_flood": server_fds,
+            "server_fds_after_queries": server_fds_after, "alone": alone, "beside_flood": beside,
+            "query_p50_ratio": ratio, "load_average_1m": round(os.getloadavg()[0], 2)}
+
+
+def descriptors(args, store_uri: str, questions: list[str]) -> int:
+    figures = descriptor_flood(store_uri, questions, flood=args.flood, fd_limit=args.fd_limit,
+                               queries=args.fd_queries, workers=args.workers, timeout=args.timeout)
+    alone, beside = figures["alone"], figures["beside_flood"]
+    checks = {
+        "0 authenticated failures beside the flood": alone["failures"] == beside["failures"] == 0,
+        "/health answered 200 throughout": set(alone["health_statuses"]) == set(beside["health_statuses"]) == {"200"},
+        "authenticated p50 beside the flood within 3x": (figures["query_p50_ratio"] or 99) <= 3.0,
+    }
+    figures.update(checks=checks, embedder=args.embedder, cpus=os.cpu_count(), server_workers=args.workers)
+    print(f"under a limit of {figures['fd_limit']} open files: {figures['flood_opened']} idle sockets from "
+          f"127.0.0.2 ({figures['flood_connect_failures']} failed to connect; the server held "
+          f"{figures['server_fds_with_flood']} descriptors with them)")
+    print(f"  {alone['queries']} queries alone: p50 {alone['query_p50_ms']} ms, {alone['failures']} failed; "
+          f"beside the flood: p50 {beside['query_p50_ms']} ms, {beside['failures']} failed "
+          f"({beside['failure_examples']}); ratio {figures['query_p50_ratio']}x")
+    return report_checks(args, figures, checks)
+
+
 def report_checks(args, figures: dict, checks: dict[str, bool]) -> int:
     """Print each check, write the figures to ``--json`` if asked, and the exit code: 0 if all held."""
     for name, ok in checks.items():
@@ -637,6 +773,10 @@ def main() -> int:
                         help="measure what a connection flood and explain clients take from other clients instead")
     parser.add_argument("--flood", type=int, default=1000, help="--isolation: the flood's sockets")
     parser.add_argument("--phase-s", type=float, default=12.0, help="--isolation: seconds a phase")
+    parser.add_argument("--descriptors", action="store_true",
+                        help="measure what idle sockets under a low open-file limit take from other clients instead")
+    parser.add_argument("--fd-limit", type=int, default=1024, help="--descriptors: the server's open-file limit")
+    parser.add_argument("--fd-queries", type=int, default=40, help="--descriptors: queries alone and beside")
     args = parser.parse_args()
     if min(args.requests, args.clients) < 1 or min(args.stalled, args.bodies, args.body_mb) < 0:
         parser.error("--requests and --clients must be positive, the others not negative")
@@ -652,6 +792,8 @@ def main() -> int:
     questions = [q.question for q in load_questions(bundled_sample_dir() / "questions-dev.jsonl")]
     if args.isolation:
         return isolation(args, store_uri, questions)
+    if args.descriptors:
+        return descriptors(args, store_uri, questions)
     alone = None if args.skip_alone else retrieval_alone(store_uri, questions, args.workers)
     token = secrets.token_urlsafe(32)
     process, port = start_server(store_uri, token, args)

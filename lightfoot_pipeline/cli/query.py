@@ -208,8 +208,8 @@ def cmd_serve(args) -> int:
     from lightfoot_pipeline.retrieval.answer import AnswerBudget
     from lightfoot_pipeline.service.auth import Tokens, check_exposure
     from lightfoot_pipeline.service.gate import access_logger
-    from lightfoot_pipeline.service.queries import open_service
-    from lightfoot_pipeline.service.server import HttpLimits, QueryServer
+    from lightfoot_pipeline.service.queries import DEFAULT_PRINCIPAL_BUDGET_USD, open_service
+    from lightfoot_pipeline.service.server import HttpLimits, QueryServer, raise_descriptor_limit
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tokens = Tokens.from_env(tokens_file=args.tokens_file)
@@ -217,12 +217,15 @@ def cmd_serve(args) -> int:
     local_principal = _serve_principal(args, tokens)
     answers = args.answers or serve_answers()
     budget = _serve_budget(args)
+    principal_budget = (DEFAULT_PRINCIPAL_BUDGET_USD if args.principal_budget_usd is None
+                        else args.principal_budget_usd)
     try:  # the service's own checks of the options, refused before anything loads
         if not 0 <= args.port <= 65535:
             raise ValueError(f"--port must be from 0 to 65535, got {args.port}")
         if not args.poll > 0:
             raise ValueError(f"--poll must be positive, got {args.poll:g}")
         AnswerBudget(budget)
+        AnswerBudget(principal_budget)
         limits = HttpLimits(max_body_bytes=args.max_body_bytes, queue=args.queue,
                             max_connections=args.max_connections, header_timeout_s=args.header_timeout,
                             body_timeout_s=args.body_timeout, keep_alive_s=args.keep_alive,
@@ -237,11 +240,13 @@ def cmd_serve(args) -> int:
     store = _store(args)
     service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker, answers=answers,
                            answer_budget_usd=budget, ledger_prefix="serve", allow_unpriced=args.allow_unpriced,
+                           principal_budget_usd=principal_budget,
                            answers_off_reason=f"answers are off on this service (start it with --answers "
                                               f"or {SERVE_ANSWERS_ENV}=1)")
     if service.answerer is not None:
         settings = service.answerer.client.settings
         limits = dataclasses.replace(limits, answer_workers=settings.concurrency)
+    raise_descriptor_limit()  # the service is ready to serve: sockets beyond the usual 1,024 (server.py)
     try:
         server = QueryServer(service, args.host, args.port, tokens=tokens, limits=limits,
                              allowed_hosts=args.allowed_host, insecure_no_auth=args.insecure_no_auth,
@@ -264,13 +269,16 @@ def cmd_serve(args) -> int:
                     else "public documents only (--as GROUPS for more)")
         auth += f"; every request reads as {readable}"
     print(f"  authentication: {auth}")
+    descriptors, bounds = server.connections.descriptors, server.connections
+    print(f"  descriptors: limit {descriptors.limit}, {descriptors.reserve} kept for requests; connections at most "
+          f"{bounds.opened.total} open ({bounds.opened.per_client} an address) and {bounds.held.total} refused held")
     if service.answerer is not None:
         settings = service.answerer.client.settings
         price_in, price_out, source = settings.prices()
         priced = (f"${price_in:g}/${price_out:g} per million tokens ({source})" if source != "unpriced"
                   else "NO PRICE KNOWN, allowed by --allow-unpriced: every call counts as $0 and no budget holds it")
         answers_line = (f"on: {settings.model} at {settings.endpoint()}, {priced}; budget ${budget:g} for this "
-                        f"process; every call in the cost ledger as run {service.ledger_run_id}")
+                        f"process, ${principal_budget:g} for each principal; every call in the cost ledger as run {service.ledger_run_id}")
     else:
         answers_line = service.answer_status
     print(f"  reranker: {status['reranker']['state']}; answers: {answers_line}", flush=True)
@@ -362,7 +370,10 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--answers", action="store_true",
                    help=f"answer with the language model (default: ${SERVE_ANSWERS_ENV}, else retrieval only)")
     p.add_argument("--answer-budget-usd", type=float, default=None,
-                   help=f"most this process spends on answers (default: ${SERVE_BUDGET_ENV}, else 1.00)")
+                   help=f"most this process spends on answers in all (default: ${SERVE_BUDGET_ENV}, else 1.00)")
+    p.add_argument("--principal-budget-usd", type=float, default=None,
+                   help="most each principal (by name) spends on answers, within the process's budget "
+                        "(default 0.25)")
     p.add_argument("--allow-unpriced", action="store_true", help=ALLOW_UNPRICED_HELP)
     p.add_argument("--max-body-bytes", type=int, default=64 * 1024, help="largest request body (default 65536)")
     p.add_argument("--workers", type=int, default=None, help="retrieval threads (default: one per CPU)")

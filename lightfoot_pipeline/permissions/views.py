@@ -52,6 +52,8 @@ from lightfoot_pipeline.snapshot.format import Access, Snapshot, SnapshotInfo
 from lightfoot_pipeline.store.tables import ALIASES, ENTITIES, FACTS
 
 VIEWS_KEPT = 16  # reader sets whose views a cache holds per snapshot
+# The counts a view has (view_snapshot): a snapshot's manifest has these and the export's own.
+VIEW_COUNTS = ("entities", "passages", "documents", "facts", "fact_evidence", "nodes", "stored_entries", "edges")
 
 
 @dataclass(eq=False)
@@ -185,6 +187,17 @@ def view_fingerprint(*frames: pl.DataFrame) -> str:
         digest.update(np.sort(frame.hash_rows(seed=27).to_numpy()).tobytes())
         digest.update(str(frame.height).encode())
     return digest.hexdigest()
+
+
+def whole_view_names(snapshot: Snapshot) -> tuple[str, str, str]:
+    """(key, id, fingerprint) of ``snapshot`` named as a view is: what a principal other than the
+    operator is shown when it reads every document, so that whether a store holds documents it
+    cannot read shows in nothing it is told. A view of the same documents in a store that also
+    holds others is named the same (its tables equal these: tests/lightfoot_pipeline/permissions)."""
+    documents = frozenset(snapshot.passages.get_column("doc_id").unique().to_list())
+    digest = view_fingerprint(snapshot.passages, snapshot.entities, snapshot.facts, snapshot.evidence)
+    exported = snapshot.info.snapshot_id.split("-", 1)[0]
+    return view_key(documents), f"{exported}-{digest[:12]}", digest
 
 
 def reader_view(snapshot: Snapshot, principal: Principal) -> ReaderView:

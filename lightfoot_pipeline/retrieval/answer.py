@@ -230,6 +230,18 @@ class AnswerBudget:
             self._in_flight += 1
             return True
 
+    def release(self, worst_case_usd: float) -> None:
+        """Let go of a hold whose call will not be made (another budget refused it): no call is counted."""
+        with self._lock:
+            self.held_usd = max(0.0, self.held_usd - worst_case_usd)
+            self._in_flight = max(0, self._in_flight - 1)
+            self._lock.notify_all()
+
+    def count_refused(self) -> None:
+        """Count a call that another budget refused."""
+        with self._lock:
+            self.refused += 1
+
     def spent(self) -> bool:
         """Whether the budget refuses every call now; asking counts as a refused call when it does."""
         with self._lock:
@@ -263,6 +275,67 @@ class AnswerBudget:
                     "held_usd": round(self.held_usd, 8), "calls": self.calls, "refused": self.refused,
                     "overbilled": self.overbilled, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
                     "exhausted": self.exhausted}
+
+
+class SharedBudget:
+    """One spender's budget within a budget shared by all (a service's principals within its
+    process's), with :class:`AnswerBudget`'s interface: a call is held against its own budget,
+    then against the shared one, and made only when both hold it; each counts what it is billed.
+
+    The spender's counters are its own calls alone. The shared budget counts every spender's,
+    and once it is spent every spender's calls are refused (``shared_spent`` says so).
+    """
+
+    def __init__(self, own: AnswerBudget, shared: AnswerBudget) -> None:
+        self.own = own
+        self.shared = shared
+
+    @property
+    def limit_usd(self) -> float | None:
+        """The cap that holds this spender: its own or the shared one, the lower (None: neither caps)."""
+        caps = [cap for cap in (self.own.limit_usd, self.shared.limit_usd) if cap is not None]
+        return min(caps) if caps else None
+
+    @property
+    def spent_usd(self) -> float:
+        return self.own.spent_usd
+
+    @property
+    def exhausted(self) -> bool:
+        return self.own.exhausted or self.shared.exhausted
+
+    @property
+    def shared_spent(self) -> bool:
+        """Whether the shared budget, not this spender's own, is what refuses calls now."""
+        return self.shared.exhausted and not self.own.exhausted
+
+    def reserve(self, worst_case_usd: float) -> bool:
+        if not self.own.reserve(worst_case_usd):
+            return False
+        if not self.shared.reserve(worst_case_usd):
+            self.own.release(worst_case_usd)
+            self.own.count_refused()
+            return False
+        return True
+
+    def release(self, worst_case_usd: float) -> None:
+        self.own.release(worst_case_usd)
+        self.shared.release(worst_case_usd)
+
+    def spent(self) -> bool:
+        if self.own.spent():
+            return True
+        if self.shared.spent():
+            self.own.count_refused()  # refused by the shared cap: a refusal of this spender's too
+            return True
+        return False
+
+    def settle(self, worst_case_usd: float, cost_usd: float, tokens_in: int = 0, tokens_out: int = 0) -> None:
+        self.own.settle(worst_case_usd, cost_usd, tokens_in, tokens_out)
+        self.shared.settle(worst_case_usd, cost_usd, tokens_in, tokens_out)
+
+    def as_dict(self) -> dict:
+        return self.own.as_dict()
 
 
 def answer_settings(environ: dict | None = None, *, allow_unpriced: bool = False):

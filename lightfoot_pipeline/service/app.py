@@ -5,9 +5,10 @@ Endpoints (JSON in and out)::
     POST /query     {"question": "...", "top_k": 10, "answer": true, "rerank": true, "mode": "lightfoot"}
                     ("mode": "deep": a multi-step answer from a working memory, retrieval/deep)
     GET  /status    whom it answers as, the served snapshot and the counts of that principal's
-                    view, reloads, the reranker, the answer budget (authenticated)
-    GET  /snapshot  the manifest of the principal's view of the served snapshot and the published
-                    one's id (authenticated)
+                    view, reloads, the reranker, its own answer spend and budget (the operator's:
+                    every principal's and the totals) (authenticated)
+    GET  /snapshot  the manifest of the principal's view of the served snapshot and whether the
+                    published one is the one served (the operator: its id) (authenticated)
     GET  /health    {"status": "ok" | "no_snapshot"}: liveness, open to all, nothing more
     GET  /          the web page (also at /batch/ID), and POST /explain/query, GET /explain/entity,
                     /explain/fact, /explain/doc, /explain/batch (page.py)

@@ -11,8 +11,8 @@ Tokens come from two places, either or both:
   format before principals) is a token of no group, named in logs by its token id; a token of no
   group reads the public documents only, and the group ``*`` is the operator's (every document).
   ``lightfoot serve-token [--principal NAME --groups G,H]`` makes a new token and its line, or
-  ``--hash`` hashes one from stdin. The file is read again when it changes (checked at most every
-  two seconds), so a token is added, revoked or given other groups without a restart. The file
+  ``--hash`` hashes one from stdin. The file is read again when its content changes (its SHA-256
+  compared at most every two seconds, whatever its size and modification time), so a token is added, revoked or given other groups without a restart. The file
   fails closed: once it is missing, unreadable, or holds a line that cannot be used (not a digest,
   a principal name or group that is not one, a digest twice), every token it gave is revoked at
   once (the log says why), until it reads again.
@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 
 TOKEN_ENV, TOKENS_FILE_ENV, TOKEN_GROUPS_ENV = SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, SERVE_TOKEN_GROUPS_ENV
 MIN_TOKEN_CHARS = 16
-RECHECK_S = 2.0  # how often the tokens file's modification time is looked at
+RECHECK_S = 2.0  # how often the tokens file is read again and its digest compared
 ENV_PRINCIPAL = "env-token"  # the name of LIGHTFOOT_SERVE_TOKEN's principal
 PRINCIPAL_NAME = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._@:-]{{0,{MAX_PRINCIPAL_CHARS - 1}}}$")
 _HEX = frozenset("0123456789abcdef")
@@ -134,9 +134,22 @@ def token_line(token: str, principal: str | None = None, groups: str | None = No
 def read_tokens_file(path: Path) -> list[tuple[bytes, Principal]]:
     """The digests in a tokens file with the principal each names; AuthConfigError names the
     first line that cannot be used."""
+    return parse_tokens_file(tokens_file_content(path), path)
+
+
+def tokens_file_content(path: Path) -> bytes:
+    """The bytes of a tokens file; AuthConfigError when it cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
+        return path.read_bytes()
+    except OSError as err:
+        raise AuthConfigError(f"cannot read the tokens file {path}: {err}") from None
+
+
+def parse_tokens_file(content: bytes, path: Path) -> list[tuple[bytes, Principal]]:
+    """The digests and principals of a tokens file's ``content`` (as :func:`read_tokens_file`)."""
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError as err:
         raise AuthConfigError(f"cannot read the tokens file {path}: {err}") from None
     entries: list[tuple[bytes, Principal]] = []
     seen: set[bytes] = set()
@@ -182,12 +195,13 @@ class Tokens:
             raise AuthConfigError(f"{TOKEN_GROUPS_ENV} is set but {TOKEN_ENV} is not: the groups name no token")
         self.tokens_file = Path(tokens_file) if tokens_file else None
         self._from_file: list[tuple[bytes, Principal]] = []
-        self._file_state: tuple[int, int] | None = None
+        self._file_state: bytes | None = None  # the SHA-256 of the content last read
         self._checked_at = 0.0
         self._lock = threading.Lock()
         if self.tokens_file is not None:
-            self._from_file = read_tokens_file(self.tokens_file)
-            self._file_state = self._stat()
+            content = tokens_file_content(self.tokens_file)
+            self._from_file = parse_tokens_file(content, self.tokens_file)
+            self._file_state = hashlib.sha256(content).digest()
             if not self._from_file:
                 log.warning("the tokens file %s holds no digest yet: only other tokens are accepted", self.tokens_file)
             else:
@@ -256,26 +270,24 @@ class Tokens:
             known = self._fixed + self._from_file
         return sorted({principal for _, principal in known}, key=lambda p: (p.name, p.groups))
 
-    def _stat(self) -> tuple[int, int] | None:
-        try:
-            stat = self.tokens_file.stat()
-        except OSError:
-            return None
-        return stat.st_mtime_ns, stat.st_size
-
     def _maybe_reload(self) -> None:
+        """Read the tokens file again when its content changed (compared by digest: an edit that
+        keeps its size and modification time counts), at most every RECHECK_S."""
         if self.tokens_file is None or time.monotonic() - self._checked_at < RECHECK_S:
             return
         self._checked_at = time.monotonic()
-        state = self._stat()
-        if state == self._file_state:
-            return
+        state: bytes | None = None  # an unreadable file's
         try:
-            entries = read_tokens_file(self.tokens_file)
+            content = tokens_file_content(self.tokens_file)
+            state = hashlib.sha256(content).digest()
+            if state == self._file_state:
+                return
+            entries = parse_tokens_file(content, self.tokens_file)
         except AuthConfigError as err:  # fail closed: a file that cannot be read revokes what it gave
             with self._lock:
-                revoked, self._from_file, self._file_state = len(self._from_file), [], state
-            log.error("revoked all %d tokens of the tokens file until it reads again: %s", revoked, err)
+                revoked, self._from_file, previous, self._file_state = len(self._from_file), [], self._file_state, state
+            if state != previous:  # said once, not at every check
+                log.error("revoked all %d tokens of the tokens file until it reads again: %s", revoked, err)
             return
         with self._lock:
             self._from_file, self._file_state = entries, state

@@ -17,8 +17,10 @@ check). In order, it refuses:
 - a client address past its request rate (429 with ``Retry-After``, :class:`RateLimiter`).
 
 :class:`TokenRate` (inside the token check) limits each token's rate the same way. Every
-response gets the security headers of :data:`SECURITY_HEADERS` (``Cache-Control: no-store``
-unless the endpoint set its own), and every request an access-log line
+response gets ``Cache-Control: no-store`` unless the endpoint set its own; the security headers of
+:data:`SECURITY_HEADERS` are put on every response by the server (server.py: uvicorn's
+``headers``, so that uvicorn's and Starlette's own errors carry them too, and h11's 400 and the
+server's connection refusals by hand), and every request gets an access-log line
 (:func:`access_logger`): time, client address, token id (never the token), method, path without
 its query string, status and milliseconds; never a question.
 
@@ -159,9 +161,7 @@ class Gate:
             if message["type"] == "http.response.start":
                 status_seen[0] = message["status"]
                 headers = list(message.get("headers", []))
-                names = {name.lower() for name, _ in headers}
-                headers += [h for h in SECURITY_HEADERS if h[0] not in names]
-                if b"cache-control" not in names:
+                if b"cache-control" not in {name.lower() for name, _ in headers}:
                     headers.append(NO_STORE)
                 message = {**message, "headers": headers}
             await send(message)

@@ -60,6 +60,7 @@ from lightfoot_pipeline.provenance.documents import explain_document, preview_de
 from lightfoot_pipeline.provenance.entities import explain_entity, explain_fact
 from lightfoot_pipeline.retrieval.explain import explain_query
 from lightfoot_pipeline.service.auth import request_principal
+from lightfoot_pipeline.service.queries import shown_reranker
 from lightfoot_pipeline.store.batches import BATCH_ID
 from lightfoot_pipeline.store.tables import DOCUMENTS
 
@@ -130,7 +131,7 @@ def page_routes(service, run: Callable[..., Awaitable], guard, json_response, ht
         if name not in PAGE_FILES or name == "index.html":
             return json_response(404, {"error": f"no such file {STATIC_PREFIX}{name}"})
         return Response(cache[name], media_type=PAGE_FILES[name],
-                        headers={"cache-control": "max-age=300", "x-content-type-options": "nosniff"})
+                        headers={"cache-control": "max-age=300"})  # the server adds the security headers
 
     def parameter(request: Request, name: str) -> str:
         value = request.query_params.get(name, "")
@@ -141,8 +142,8 @@ def page_routes(service, run: Callable[..., Awaitable], guard, json_response, ht
     async def answer(work: Callable[[], dict], pool: Callable[..., Awaitable] = run) -> Response:
         try:
             return json_response(200, await pool(work))
-        except ExplainError as err:
-            return json_response(404, {"error": err.line()})
+        except ExplainError as err:  # its line may name the store: the client is told "the index"
+            return json_response(404, {"error": err.line().replace(str(service.store.uri), "the index")})
 
     def per_commit(kind: str, question: str, principal: Principal, compute: Callable) -> Callable[[], dict]:
         """The work of a provenance answer: ``compute(source, manifest)`` on what ``principal``
@@ -167,7 +168,9 @@ def page_routes(service, run: Callable[..., Awaitable], guard, json_response, ht
         def work() -> dict:
             served = service.current(principal)
             result = explain_query(served.retriever, question, top_k=top_k, rerank=rerank)
-            result["snapshot"] = {"snapshot_id": served.snapshot.snapshot_id, "view": served.view.key,
+            if not principal.is_operator:
+                result["reranker"] = shown_reranker(result["reranker"])  # no path on the server
+            result["snapshot"] = {"snapshot_id": served.snapshot_id, "view": served.view_key,
                                   "created_at": served.snapshot.info.created_at, "loaded_at": served.loaded_at}
             return result
 

@@ -23,9 +23,13 @@ snapshot (permissions/views.py): the index of the documents it may read, exactly
 those documents would serve it. Each loaded snapshot keeps its views (a ViewCache, by reader set)
 and a retriever per view, built once; retrieval, the answer prompt, the deep mode's memory,
 evidence and prompts, ``status`` and ``snapshot_info`` all come from the view, so that nothing of
-a document the principal may not read reaches a response or a prompt. A partial view shows no
-fingerprint (the store's depends on documents it cannot read); it names its view by
-``view``, a digest of its documents' ids. The views of the principals the service expects
+a document the principal may not read reaches a response or a prompt. Nor does anything of the
+operator's: a principal other than the operator is shown its view's names (``view``, a digest
+of its documents' ids; an id and fingerprint that digest its tables), never the store's
+fingerprint, commit or export counts, and so whether or not it reads every document
+(:meth:`Served.describe`); a failed reload and the reranker without their details; and its own
+answer calls, tokens and spend, each principal within a budget of its own inside the process's
+(:meth:`QueryService.budget_of`). The operator sees the store's names and every total. The views of the principals the service expects
 (:meth:`QueryService.expect`, the tokens file's) are built when a snapshot loads, before it
 serves. The library's default principal is the operator (every document), for callers in the
 operator's own process; the HTTP side (app.py) always passes the request's.
@@ -45,17 +49,19 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.models.embedder import Embedder, load_embedder
 from lightfoot_pipeline.models.llm import ALLOW_UNPRICED_HINT, REFUSED
 from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL, Principal
 from lightfoot_pipeline.permissions.provenance import ProvenanceStores, ViewStore
-from lightfoot_pipeline.permissions.views import VIEWS_KEPT, ReaderView, ViewCache
+from lightfoot_pipeline.permissions.views import VIEW_COUNTS, VIEWS_KEPT, ReaderView, ViewCache, whole_view_names
 from lightfoot_pipeline.retrieval.answer import (
     Answer,
     AnswerBudget,
     Answerer,
+    SharedBudget,
     answer_charge,
     answer_settings,
     build_answerer,
@@ -88,6 +94,7 @@ DEFAULT_TOP_K = 10
 MAX_TOP_K = 30  # the passages PageRank keeps (RetrievalSettings.candidates)
 MAX_QUESTION_CHARS = 4000
 DEFAULT_ANSWER_BUDGET_USD = 1.0
+DEFAULT_PRINCIPAL_BUDGET_USD = 0.25  # `lightfoot serve`'s cap of each principal, within the process's
 # Store buckets the service keeps in memory for its provenance routes (explain doc and entity read
 # a few buckets of each table; the same buckets serve the next documents at the same commit).
 PROVENANCE_BUCKET_BYTES = 256 * 1024 * 1024
@@ -100,22 +107,52 @@ class NoSnapshotLoaded(LightfootError, RuntimeError):
 @dataclass(frozen=True)
 class Served:
     """What one request runs on: a principal's view of the loaded snapshot, the view's retriever,
-    and when the snapshot was loaded."""
+    when the snapshot was loaded, and the names the principal is shown for it (``names``: view key,
+    id, fingerprint)."""
 
     view: ReaderView
     retriever: Retriever
     loaded_at: str
+    names: tuple[str, str, str | None] = ("all", "", None)
+    operator: bool = True
 
     @property
     def snapshot(self) -> Snapshot:
         return self.view.snapshot
 
+    @property
+    def view_key(self) -> str:
+        return self.names[0]
+
+    @property
+    def snapshot_id(self) -> str:
+        return self.names[1]
+
     def describe(self) -> dict:
-        """The snapshot as a response names it: a partial view without the store's fingerprint."""
+        """The snapshot as a response names it. The operator sees the store's own id, fingerprint
+        and commit; any other principal its view's id and fingerprint (a digest of what it reads)
+        and no commit, whether or not it reads every document (the store's commits count those
+        of documents it cannot read)."""
         info = self.snapshot.info
-        return {"snapshot_id": info.snapshot_id, "store_seq": info.store_seq,
-                "fingerprint": info.fingerprint if self.view.whole else None, "view": self.view.key,
-                "loaded_at": self.loaded_at}
+        key, snapshot_id, fingerprint = self.names
+        return {"snapshot_id": snapshot_id, "store_seq": info.store_seq if self.operator else None,
+                "fingerprint": fingerprint, "view": key, "loaded_at": self.loaded_at}
+
+    @property
+    def counts(self) -> dict:
+        """The view's counts: for a principal other than the operator, those a view has (views.py
+        VIEW_COUNTS, in order), never the export's own (what it embedded, how many reader sets)."""
+        counts = dict(self.snapshot.info.counts)
+        if self.operator:
+            return counts
+        return {name: dict(sorted(counts[name].items())) if isinstance(counts[name], dict) else counts[name]
+                for name in sorted(VIEW_COUNTS) if name in counts}
+
+    def manifest(self) -> dict:
+        """The manifest of the view as :meth:`describe` names it, with its counts and models (no path)."""
+        info = self.snapshot.info.as_dict()
+        info.pop("uri", None)  # a path on the server
+        return {**info, **{k: v for k, v in self.describe().items() if k != "loaded_at"}, "counts": self.counts}
 
 
 class _Serving:
@@ -132,11 +169,24 @@ class _Serving:
         self._retrievers: OrderedDict[str, tuple[ReaderView, Retriever]] = OrderedDict()
         self._lock = threading.Lock()
         self._building = threading.Lock()  # one view's retriever built at a time
+        self._whole_names: tuple[str, str, str] | None = None
+
+    def names(self, view: ReaderView, principal: Principal) -> tuple[str, str, str | None]:
+        """What ``principal`` is shown of ``view``: the snapshot's own names for the operator,
+        else the view's (views.py whole_view_names when it reads every document)."""
+        if principal.is_operator:
+            return view.key, self.snapshot.snapshot_id, self.snapshot.info.fingerprint
+        if not view.whole:
+            return view.key, view.snapshot.snapshot_id, view.snapshot.info.fingerprint
+        if self._whole_names is None:  # a digest of the snapshot's tables, once
+            self._whole_names = whole_view_names(self.snapshot)
+        return self._whole_names
 
     def served(self, principal: Principal) -> Served:
         view = self.views.view(principal)
+        names, operator = self.names(view, principal), principal.is_operator
         if view.whole:
-            return Served(view, self.retriever, self.loaded_at)
+            return Served(view, self.retriever, self.loaded_at, names, operator)
         held = self._held(view)
         if held is None:
             with self._building:
@@ -147,7 +197,7 @@ class _Serving:
                         self._retrievers[view.key] = (view, held)
                         while len(self._retrievers) > VIEWS_KEPT:
                             self._retrievers.popitem(last=False)
-        return Served(view, held, self.loaded_at)
+        return Served(view, held, self.loaded_at, names, operator)
 
     def _held(self, view: ReaderView) -> Retriever | None:
         with self._lock:
@@ -166,6 +216,7 @@ class PendingAnswer:
     facts: list[FactHit]
     passages: list[PassageHit]
     started: float  # perf_counter at the start of the query
+    principal: Principal = OPERATOR_PRINCIPAL  # whose budget the call is held against
 
 
 class QueryService:
@@ -173,16 +224,20 @@ class QueryService:
 
     ``answer_status`` says why there are no answers when ``answerer`` is None, and ``price`` is
     the answer model's price status then (``LLMSettings.price_status``; with an answerer, its
-    own). ``budget`` caps what answers spend (None: no cap, for one-off queries);
-    ``charge_ledger`` writes every answer call to the store's cost ledger, under one run whose id
-    starts with ``ledger_prefix``.
+    own). ``budget`` caps what answers spend in all (None: no cap, for one-off queries), and
+    ``principal_budget_usd`` what each principal's spend (by name; None: no cap of its own):
+    every answer call is held against its principal's budget and the service's
+    (:meth:`budget_of`). A principal's ``status`` shows its own calls, tokens and spend only; the
+    operator's shows the totals and every principal's too. ``charge_ledger`` writes every answer
+    call to the store's cost ledger, under one run whose id starts with ``ledger_prefix``.
     """
 
     def __init__(self, store: Store, embedder: Embedder, reranker: Reranker | None = None,
                  reranker_status: RerankerStatus | None = None, answerer: Answerer | None = None,
                  answer_status: str = "", settings: RetrievalSettings | None = None,
                  budget: AnswerBudget | None = None, charge_ledger: bool = True,
-                 ledger_prefix: str = "query", price: dict | None = None) -> None:
+                 ledger_prefix: str = "query", price: dict | None = None,
+                 principal_budget_usd: float | None = None) -> None:
         self.store = store
         self.embedder = embedder
         self.reranker = reranker
@@ -191,7 +246,11 @@ class QueryService:
         self.answer_status = "available" if answerer else (answer_status or "no answer model configured")
         self.price = answerer.client.settings.price_status() if answerer else price
         self.settings = settings or RetrievalSettings()
-        self.budget = budget or AnswerBudget(None)
+        self.budget = budget or AnswerBudget(None)  # the service's, shared by its principals
+        AnswerBudget(principal_budget_usd)  # refuses a cap it cannot keep
+        self.principal_budget_usd = principal_budget_usd
+        self._budgets: dict[str, AnswerBudget] = {}  # by principal name
+        self._budgets_lock = threading.Lock()
         self.charge_ledger = charge_ledger
         self.ledger_run_id = ledger.new_run_id(ledger_prefix)
         self.ledger_errors = 0
@@ -206,6 +265,14 @@ class QueryService:
         self._holding = contextlib.ExitStack()  # what the service holds until close (query_thread_limits)
 
     # -- snapshots -------------------------------------------------------------------------------
+
+    def budget_of(self, principal: Principal) -> SharedBudget:
+        """``principal``'s answer budget (its own, by name, within the service's)."""
+        with self._budgets_lock:
+            own = self._budgets.get(principal.name)
+            if own is None:
+                own = self._budgets[principal.name] = AnswerBudget(self.principal_budget_usd)
+        return SharedBudget(own, self.budget)
 
     @property
     def snapshot(self) -> Snapshot | None:
@@ -339,7 +406,8 @@ class QueryService:
             "question": question,
             "snapshot": served.describe(),
             "order": retrieval.order,
-            "reranker": retrieval.reranker.as_dict(),
+            "reranker": retrieval.reranker.as_dict() if principal.is_operator else shown_reranker(
+                retrieval.reranker.as_dict()),
             "pagerank": retrieval.pagerank,
             "seed_facts": [_fact(f) for f in retrieval.seed_facts],
             "passages": [_passage(p) for p in retrieval.passages[:top_k]],
@@ -351,11 +419,11 @@ class QueryService:
             payload["answer_status"] = "not requested"
         elif self.answerer is None:
             payload["answer_status"] = self.answer_status
-        elif self.budget.spent():
-            payload["answer_status"] = self._budget_spent()
+        elif (budget := self.budget_of(principal)).spent():
+            payload["answer_status"] = self._budget_spent(budget)
         else:
             facts = retriever.similar_facts(vector, self.answerer.n_facts)
-            pending = PendingAnswer(question, facts, retrieval.passages, started)
+            pending = PendingAnswer(question, facts, retrieval.passages, started, principal)
         latency["total"] = _ms_since(started)
         return payload, pending
 
@@ -365,17 +433,18 @@ class QueryService:
         clock = time.perf_counter()
         messages = answerer.messages(pending.question, pending.facts, pending.passages)
         hold = answerer.worst_case_usd(messages)
-        if not self.budget.reserve(hold):
-            payload["answer_status"] = self._budget_spent()
+        budget = self.budget_of(pending.principal)
+        if not budget.reserve(hold):
+            payload["answer_status"] = self._budget_spent(budget)
             return
         result: Answer | None = None
         try:
             result = answerer.ask(messages)
         finally:
             if result is None:
-                self.budget.settle(hold, 0.0)
+                budget.settle(hold, 0.0)
             else:
-                self.budget.settle(hold, result.cost_usd, result.tokens_in, result.tokens_out)
+                budget.settle(hold, result.cost_usd, result.tokens_in, result.tokens_out)
         self._charge(result)
         payload["answer"] = result.as_dict()
         payload["answer_status"] = "failed" if result.error else "answered"
@@ -392,13 +461,14 @@ class QueryService:
         started = time.perf_counter()
         served = self.current(principal)
         payload: dict = {"question": question, "mode": "deep", "answer": None, "snapshot": served.describe()}
+        budget = self.budget_of(principal)
         if self.answerer is None:
             payload["answer_status"] = self.answer_status
-        elif self.budget.spent():
-            payload["answer_status"] = self._budget_spent()
+        elif budget.spent():
+            payload["answer_status"] = self._budget_spent(budget)
         else:
             engine = DeepQuery(served.retriever, self.answerer.client, settings or DeepSettings.from_env(),
-                               self.budget, rerank=rerank)
+                               budget, rerank=rerank)
             try:
                 result = engine.run(question)
             except DeepQueryError as err:
@@ -412,8 +482,10 @@ class QueryService:
         payload["latency_ms"] = {"total": _ms_since(started)}
         return payload
 
-    def _budget_spent(self) -> str:
-        return (f"the answer budget of ${self.budget.limit_usd:g} for this service process is spent; "
+    def _budget_spent(self, budget: SharedBudget) -> str:
+        if budget.shared_spent:
+            return "the answer budget of this service process is spent; retrieval only (a restart starts a new budget)"
+        return (f"your answer budget of ${budget.limit_usd:g} for this service process is spent; "
                 "retrieval only (a restart starts a new budget)")
 
     def _charge(self, result: Answer) -> None:
@@ -442,47 +514,72 @@ class QueryService:
         and the counts of that principal's view of it, reloads, the reranker, the answer model's
         price state and the budget's spend (never the model endpoint)."""
         served = self.current(principal) if self._serving is not None else None
-        answers = {"state": self._answers_state(), "price": self.price, **self.budget.as_dict(),
-                   "ledger_run_id": self.ledger_run_id, "ledger_errors": self.ledger_errors}
+        budget = self.budget_of(principal)
+        answers = {"state": self._answers_state(budget), "price": self.price, **budget.as_dict(),
+                   "budget_usd": budget.limit_usd,  # what holds this principal: its cap or the service's
+                   "own_budget_usd": budget.own.limit_usd, "ledger_run_id": self.ledger_run_id}
+        if principal.is_operator:  # the totals, and each principal's spend
+            with self._budgets_lock:
+                principals = {name: own.as_dict() for name, own in sorted(self._budgets.items())}
+            answers.update(ledger_errors=self.ledger_errors, total=self.budget.as_dict(), principals=principals)
+        reload_error = self.last_reload_error
+        if reload_error is not None and not principal.is_operator:  # it may name files and the store's ids
+            reload_error = "the newest snapshot could not be loaded; the service stays on the one it has"
+        reranker = served.retriever.reranker_status.as_dict() if served else None
+        if reranker is not None and not principal.is_operator:
+            reranker = shown_reranker(reranker)
         return {
             "status": "ok" if served else "no_snapshot",
             "principal": principal.as_dict(),
-            "snapshot_id": served.snapshot.snapshot_id if served else None,
-            "view": served.view.key if served else None,
-            "counts": dict(served.snapshot.info.counts) if served else None,
+            "snapshot_id": served.snapshot_id if served else None,
+            "view": served.view_key if served else None,
+            "counts": served.counts if served else None,
             "loaded_at": served.loaded_at if served else None,
             "reloads": self.reloads,
-            "last_reload_error": self.last_reload_error,
-            "reranker": (served.retriever.reranker_status.as_dict() if served else None),
+            "last_reload_error": reload_error,
+            "reranker": reranker,
             "answers": answers,
         }
 
-    def _answers_state(self) -> str:
+    def _answers_state(self, budget: SharedBudget) -> str:
         if self.answerer is None:
             return "refused" if self.price and self.price["state"] == REFUSED else "off"
-        return "budget spent" if self.budget.exhausted else "on"
+        return "budget spent" if budget.exhausted else "on"
 
     def snapshot_info(self, principal: Principal = OPERATOR_PRINCIPAL) -> dict:
-        """The manifest of ``principal``'s view of the served snapshot (its counts; a partial view
-        without the store's fingerprint) and the published snapshot's id."""
-        served = self.current(principal) if self._serving is not None else None
+        """The manifest of ``principal``'s view of the served snapshot (its counts, named as
+        :meth:`Served.describe` names it) and whether the published snapshot is the one served
+        (the operator: the published snapshot's id)."""
+        serving = self._serving
+        served = serving.served(principal) if serving is not None else None
         try:
             published = latest_snapshot(self.store)
         except SnapshotError as err:
             published, error = None, str(err)
         else:
             error = None
-        info = None
-        if served is not None:
-            info = {**served.snapshot.info.as_dict(), "view": served.view.key}
-            if not served.view.whole:
-                info["fingerprint"] = None
+        info = served.manifest() if served is not None else None
+        published_id = published.snapshot_id if published else None
+        current = serving is not None and published is not None and published.snapshot_id == serving.snapshot.snapshot_id
+        if not principal.is_operator and published_id is not None:
+            # the published snapshot's id carries the store's fingerprint: a principal is told only
+            # whether it is the one it is served (then by its view's id)
+            published_id = served.snapshot_id if current and served is not None else None
         return {
             "serving": info,
             "loaded_at": served.loaded_at if served else None,
-            "published_id": published.snapshot_id if published else None,
+            "published_id": published_id,
+            "serving_published": current,
             "published_error": error,
         }
+
+
+def shown_reranker(status: dict) -> dict:
+    """The reranker's status as a principal other than the operator sees it: its state, and its
+    model unless that is a path on the server; never the reason, which may name files."""
+    model = status.get("model")
+    return {"state": status.get("state"), "model": None if model is None or Path(model).is_absolute() else model,
+            "reason": ""}
 
 
 def resolve_embedder(store: Store, spec: str | None = None) -> Embedder:
@@ -504,10 +601,11 @@ def resolve_embedder(store: Store, spec: str | None = None) -> Embedder:
 def open_service(store: Store, *, embedder_spec: str | None = None, reranker_spec: str | None = None,
                  answers: bool = True, answer_budget_usd: float | None = None,
                  answers_off_reason: str = "answers were turned off", ledger_prefix: str = "query",
-                 allow_unpriced: bool = False) -> QueryService:
+                 allow_unpriced: bool = False, principal_budget_usd: float | None = None) -> QueryService:
     """A service on the store's published snapshot (exporting one first if there is none).
 
-    ``answer_budget_usd`` caps what the service's answer calls spend (None: no cap); each call is
+    ``answer_budget_usd`` caps what the service's answer calls spend (None: no cap), and
+    ``principal_budget_usd`` what each principal's do within it (None: no cap of its own); each call is
     in the cost ledger under a run named from ``ledger_prefix``, which is created here when the
     service answers. ``allow_unpriced`` answers with a model that has no known price (its calls
     count as $0, so no budget holds them). The service keeps BLAS and torch on one thread each
@@ -534,7 +632,8 @@ def open_service(store: Store, *, embedder_spec: str | None = None, reranker_spe
         ledger.ensure(store)  # before the first answers race to write to it
     store.keep_buckets(PROVENANCE_BUCKET_BYTES)  # explain routes read small pieces of the same versions
     service = QueryService(store, embedder, reranker, status, answerer, answer_status,
-                           budget=AnswerBudget(answer_budget_usd), ledger_prefix=ledger_prefix, price=price)
+                           budget=AnswerBudget(answer_budget_usd), ledger_prefix=ledger_prefix, price=price,
+                           principal_budget_usd=principal_budget_usd)
     service.hold(query_thread_limits())  # one thread each for BLAS and torch until the service closes
     if not service.refresh():
         service.close()

@@ -23,22 +23,34 @@ the endpoints, the token check and the bounds on bodies and work are the applica
   no one else's. A refused connection that sends a request gets its refusal as soon as the
   request's first bytes arrive; one that sends nothing is held, idle, for the header timeout
   before it gets it (at most ``HELD_PER_CLIENT`` of one address, ``HELD_TOTAL`` in all; past
-  those it is answered at once). A flood that reopens each socket as it closes thus opens a few
-  connections a second, not thousands, and its accepts do not crowd the event loop. (uvicorn's own bound, ``limit_concurrency``, counts every client together and
+  those it is answered and closed at once). A flood that reopens each socket as it closes thus
+  opens a few connections a second, not thousands, and its accepts do not crowd the event loop.
+- **Descriptors**: every socket is a file descriptor, and the process's limit (often 1,024) is
+  the first thing a flood of idle connections exhausts: past it, ``accept`` fails for everyone and
+  the snapshot watcher cannot open a file. ``lightfoot serve`` raises the soft limit to the hard
+  one at start (:func:`raise_descriptor_limit`), and the bounds are cut to what the limit allows
+  (:class:`Descriptors`): an eighth of it (at least ``MIN_RESERVE``) is kept for the work of
+  requests, open connections take at most ``OPEN_SHARE`` of the rest and refused connections
+  awaiting their refusal the others (a quarter of those from one address); a refused connection
+  past that is answered and closed at once, so the sockets the process holds never pass its
+  share of the limit, whoever opens them. (uvicorn's own bound, ``limit_concurrency``, counts every client together and
   answers in plain text; it is not used.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
+import os
 import socket
 import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import h11
 import uvicorn
@@ -63,9 +75,66 @@ LINGER_BYTES = 16 * 1024 * 1024
 SWITCH_INTERVAL_S = 0.001
 # How long a refused connection is kept half-closed, so that the client reads its refusal.
 REFUSED_LINGER_S = 1.0
-# Idle refused connections held before their refusal, per client address and in all (file descriptors).
+# Idle refused connections held before their refusal, per client address and in all (file descriptors),
+# at most: fewer where the descriptor limit is lower (Descriptors).
 HELD_PER_CLIENT = 2048
 HELD_TOTAL = 8192
+# Descriptors kept from sockets for the work of requests (the snapshot watcher, the store's files, the
+# ledger, the tokens file): an eighth of the limit, at least this many.
+MIN_RESERVE = 64
+RESERVE_SHARE = 8
+OPEN_SHARE = 0.75  # of the descriptors for sockets, those that open connections may take; refused ones the rest
+
+
+def raise_descriptor_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit (Linux and macOS); the soft
+    limit now. A server's sockets are files: at the usual soft limit of 1,024, a flood of idle
+    connections exhausts it long before the memory or the CPU."""
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        return 0
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with contextlib.suppress(ValueError, OSError):  # macOS caps it below the hard limit (OPEN_MAX)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+@dataclass(frozen=True)
+class Descriptors:
+    """How the process's open-file limit is shared: ``reserve`` descriptors kept for the work of
+    requests, the rest (less those already open) for sockets: open connections at most
+    ``OPEN_SHARE`` of them, refused connections awaiting their refusal the others."""
+
+    limit: int
+    in_use: int
+    reserve: int
+
+    @classmethod
+    def now(cls) -> Descriptors:
+        """The limit and the descriptors open now (Linux's /proc; elsewhere, a reserve covers them)."""
+        try:
+            import resource
+            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        except ImportError:
+            limit = -1
+        if limit < 0:  # unlimited, or unknown
+            limit = 1 << 20
+        try:
+            in_use = len(os.listdir("/proc/self/fd"))
+        except OSError:
+            in_use = 0
+        return cls(limit, in_use, max(MIN_RESERVE, limit // RESERVE_SHARE))
+
+    @property
+    def sockets(self) -> int:
+        return max(2, self.limit - self.in_use - self.reserve)
+
+    def as_dict(self) -> dict:
+        return {"limit": self.limit, "in_use_at_start": self.in_use, "reserve": self.reserve,
+                "sockets": self.sockets}
 
 
 def refusal_bytes(status: int, reason: str, message: str) -> bytes:
@@ -108,12 +177,18 @@ class Slots:
 
 
 class ConnectionCount:
-    """Open connections by client address, and in all, and the refused ones held idle before their
-    refusal; used from the event loop only."""
+    """Open connections by client address, and in all, and the refused ones held (idle before their
+    refusal, then while it is read); used from the event loop only. Together they never pass the
+    descriptors for sockets (:class:`Descriptors`): a refused connection past the held bound is
+    answered and closed at once."""
 
-    def __init__(self, per_client: int, total: int) -> None:
-        self.opened = Slots(per_client, total)
-        self.held = Slots(HELD_PER_CLIENT, HELD_TOTAL)  # refused connections held idle
+    def __init__(self, per_client: int, total: int, descriptors: Descriptors | None = None) -> None:
+        self.descriptors = descriptors or Descriptors.now()
+        sockets = self.descriptors.sockets
+        opened = max(1, min(total, int(sockets * OPEN_SHARE)))
+        held = max(0, min(HELD_TOTAL, sockets - opened))
+        self.opened = Slots(per_client, opened)
+        self.held = Slots(min(HELD_PER_CLIENT, max(1, held // 4)), held)  # refused connections held
         self.refused = 0
 
     @property
@@ -202,14 +277,15 @@ def bounded_protocol(header_timeout_s: float, connections: ConnectionCount) -> t
             self._peer = str(peer[0]) if isinstance(peer, tuple) and peer else "-"
             refusal = connections.admit(self._peer)
             self._refused = refusal is not None
-            if refusal is not None:  # never handed to uvicorn: held idle, or answered now
+            if refusal is not None:  # never handed to uvicorn: held idle, or answered and closed now
                 self.transport = transport
                 self._refusal, self._held = refusal, connections.hold(self._peer)
                 self._close_timer: asyncio.TimerHandle | None = None
                 if self._held:
                     self._close_timer = self.loop.call_later(header_timeout_s, self._refuse)
-                else:
-                    self._refuse()
+                else:  # past the held bound: its descriptor is not kept a moment longer
+                    transport.write(refusal)
+                    transport.close()
                 return
             lingering = LingeringTransport(transport, self.loop, lambda: self.conn.their_state is h11.SEND_BODY)
             super().connection_made(lingering)
@@ -218,10 +294,8 @@ def bounded_protocol(header_timeout_s: float, connections: ConnectionCount) -> t
             self._arm_header_timer()
 
         def _refuse(self) -> None:
-            """Answer a refused connection, half-close it, and close it after REFUSED_LINGER_S."""
-            if self._held:
-                self._held = False
-                connections.unhold(self._peer)
+            """Answer a held refused connection, half-close it, and close it after REFUSED_LINGER_S
+            (it stays held, and counted, until it is closed)."""
             if self._close_timer is not None:
                 self._close_timer.cancel()
             if self.transport.is_closing():
@@ -236,7 +310,7 @@ def bounded_protocol(header_timeout_s: float, connections: ConnectionCount) -> t
 
         def data_received(self, data: bytes) -> None:
             if self._refused:  # its request is dropped unread; the refusal goes out if it has not yet
-                if self._refusal:
+                if self._refusal and self._held:
                     self._refuse()
                 return
             if self.transport.lingering:
@@ -252,6 +326,16 @@ def bounded_protocol(header_timeout_s: float, connections: ConnectionCount) -> t
                 self._cancel_header_timer()
             elif (self.cycle is None or self.cycle.response_complete) and self._header_timer is None:
                 self._arm_header_timer()  # the first bytes of a next request on a kept-alive connection
+
+        def send_400_response(self, msg: str) -> None:
+            """h11's own refusal of a request it cannot parse (no ``Host``, headers too large, a
+            malformed line), with the security headers that uvicorn's own version leaves out."""
+            headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close"),
+                       *SECURITY_HEADERS, NO_STORE]
+            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+                          h11.Data(data=msg.encode("ascii")), h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+            self.transport.close()
 
         def eof_received(self) -> bool | None:
             if self._refused:
@@ -338,6 +422,8 @@ class QueryServer:
             log_config=None,
             access_log=False,
             server_header=False,
+            # on every response the server sends, its own errors and Starlette's 500 among them (gate.py)
+            headers=[(name.decode("ascii"), value.decode("ascii")) for name, value in SECURITY_HEADERS],
             proxy_headers=False,
             limit_concurrency=None,  # bounded per client and in all by ConnectionCount
             timeout_keep_alive=self.limits.keep_alive_s,

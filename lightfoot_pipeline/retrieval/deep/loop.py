@@ -36,7 +36,7 @@ import numpy as np
 
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.models.llm import LLMClient, LLMError
-from lightfoot_pipeline.retrieval.answer import Answer, AnswerBudget, answer_charge
+from lightfoot_pipeline.retrieval.answer import Answer, AnswerBudget, SharedBudget, answer_charge
 from lightfoot_pipeline.retrieval.deep.evidence import Evidence, SnapshotIndex, StepEvidence, explore, investigate
 from lightfoot_pipeline.retrieval.deep.memory import Memory, Operation
 from lightfoot_pipeline.retrieval.deep.parse import (
@@ -214,7 +214,7 @@ class DeepQuery:
     """Runs deep questions on one snapshot. ``budget`` is the run's (shared by threads; None: no cap)."""
 
     def __init__(self, retriever: Retriever, client: LLMClient, settings: DeepSettings | None = None,
-                 budget: AnswerBudget | None = None, rerank: bool = True) -> None:
+                 budget: AnswerBudget | SharedBudget | None = None, rerank: bool = True) -> None:
         client.settings.require_price("deep-mode calls")
         self.retriever = retriever
         self.client = client

@@ -50,7 +50,8 @@ async function showSnapshot() {
   const info = await api("GET", "/snapshot");
   const serving = info.serving;
   $("snapshot").textContent = serving
-    ? `snapshot ${serving.snapshot_id} · store commit ${serving.store_seq} · ${age(serving.created_at)}`
+    ? `snapshot ${serving.snapshot_id}${serving.store_seq == null ? "" : ` · store commit ${serving.store_seq}`}`
+      + ` · ${age(serving.created_at)}`
     : "no snapshot loaded";
   const status = await api("GET", "/status");
   showPrincipal(status.principal);

@@ -19,6 +19,7 @@ from lightfoot_pipeline.retrieval.answer import (
     ANSWER_SCHEMA,
     AnswerBudget,
     Answerer,
+    SharedBudget,
     build_answerer,
     parse_answer,
     render_prompt,
@@ -204,6 +205,26 @@ def test_answer_budget_reserves_the_worst_case():
     for bad in (-1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="non-negative"):
             AnswerBudget(bad)
+
+
+def test_a_spenders_budget_within_a_shared_one_counts_its_own_calls():
+    """A principal's budget within the service's: a call is made when both hold it; each spender's
+    counters are its own; its own cap refuses it alone; the shared cap, once spent, refuses all."""
+    shared = AnswerBudget(1.0)
+    alice, bob = SharedBudget(AnswerBudget(0.5), shared), SharedBudget(AnswerBudget(0.5), shared)
+    for budget, cost in ((alice, 0.3), (alice, 0.15), (bob, 0.2)):
+        assert budget.reserve(0.05)
+        budget.settle(0.05, cost, tokens_in=100)
+    assert not alice.reserve(0.1) and alice.exhausted and not alice.shared_spent  # 0.45 + 0.1 > 0.5
+    assert bob.reserve(0.1)  # alice's cap is hers alone
+    bob.settle(0.1, 0.1)
+    assert (alice.as_dict()["calls"], alice.as_dict()["tokens_in"], bob.as_dict()["calls"]) == (2, 200, 2)
+    assert shared.as_dict()["calls"] == 4 and shared.as_dict()["spent_usd"] == pytest.approx(0.75)
+    carol = SharedBudget(AnswerBudget(None), shared)
+    assert (alice.limit_usd, carol.limit_usd) == (0.5, 1.0)  # the cap that holds each
+    assert not carol.reserve(0.3)  # the shared 1.0 cannot hold it: 0.75 spent
+    assert carol.shared_spent and carol.spent() and carol.as_dict()["refused"] == 2
+    assert carol.own.held_usd == 0.0 and carol.as_dict()["calls"] == 0  # its hold was let go
 
 
 def test_a_capped_budget_makes_one_call_at_a_time_until_one_is_billed_within_its_hold():

@@ -280,6 +280,7 @@ def test_host_policy_names():
     (["--client-burst", "0.5"], "burst >= 1"),
     (["--max-connections-per-client", "0"], "max_connections_per_client must be at least 1"),
     (["--access-log-backups", "-1"], "backups >= 0"),
+    (["--principal-budget-usd", "-1"], "non-negative number of USD"),
 ])
 def test_bad_serve_options_are_one_line_errors(tmp_path, capsys, options, message):
     from lightfoot_pipeline.cli import main
@@ -288,3 +289,14 @@ def test_bad_serve_options_are_one_line_errors(tmp_path, capsys, options, messag
                  *options]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: serve: ") and message in err and "\n" not in err and "Traceback" not in err
+
+
+def test_the_servers_own_errors_carry_the_security_headers(served):
+    """A request without ``Host`` gets h11's 400, a request line that is not one too: each with the
+    security headers, as every response the application sends."""
+    for request_bytes in (b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n", b"NOT A REQUEST LINE\r\n\r\n"):
+        reply = raw_exchange(served.address, request_bytes)
+        head = reply.split(b"\r\n\r\n", 1)[0].decode().lower()
+        assert status_of(reply) == 400, reply[:200]
+        for name, value in [*gate.SECURITY_HEADERS, gate.NO_STORE]:
+            assert f"{name.decode()}: {value.decode().lower()}" in head, (name, head)

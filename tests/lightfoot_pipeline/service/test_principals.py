@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import re
 import time
 
@@ -101,3 +102,17 @@ def test_serve_as_is_for_a_service_without_tokens(tmp_path, monkeypatch, capsys)
     monkeypatch.setenv("LIGHTFOOT_SERVE_TOKEN", ALICE)
     assert main(["serve", "--store", str(tmp_path / "store"), "--as", "staff"]) == 2
     assert "--as is whom a service without tokens answers as" in capsys.readouterr().err
+
+
+def test_an_edit_that_keeps_the_size_and_modification_time_is_read(tmp_path, monkeypatch):
+    """The tokens file is compared by its content's digest, not by its size and modification time."""
+    monkeypatch.setattr(auth, "RECHECK_S", 0.0)
+    path = tmp_path / "tokens"
+    path.write_text(token_line(ALICE, "alice", "staff") + "\n")
+    before = path.stat()
+    tokens = Tokens(tokens_file=path)
+    assert tokens.authenticate(ALICE).principal.groups == ("staff",)
+    path.write_text(token_line(ALICE, "alice", "legal") + "\n")  # as long as the line it replaces
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert tokens.authenticate(ALICE).principal.groups == ("legal",)

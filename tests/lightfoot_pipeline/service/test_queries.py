@@ -18,7 +18,7 @@ from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
 from lightfoot_pipeline.retrieval.answer import MAX_TOKENS, AnswerBudget, Answerer
-from lightfoot_pipeline.service.queries import QueryService, open_service
+from lightfoot_pipeline.service.queries import QueryService, open_service, shown_reranker
 from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.store import journals, ledger
 from lightfoot_pipeline.store.log import StoreError
@@ -165,3 +165,10 @@ def test_an_unpriced_model_is_refused_unless_priced_or_allowed(indexed, chat_ser
     assert answers["price"]["state"] == "priced" and answers["spent_usd"] == pytest.approx((900 + 14) / 1e6)
     assert chat_server.count == 2
     priced.close()
+
+
+def test_a_principal_sees_the_rerankers_state_never_a_path_on_the_server():
+    local = {"state": "unavailable", "model": "/srv/models/reranker", "reason": "cannot load /srv/models/reranker"}
+    assert shown_reranker(local) == {"state": "unavailable", "model": None, "reason": ""}
+    hub = {"state": "available", "model": "BAAI/bge-reranker-base", "reason": ""}
+    assert shown_reranker(hub) == hub

@@ -37,6 +37,7 @@ from lightfoot_pipeline.service.auth import Tokens, token_line
 from lightfoot_pipeline.service.queries import QueryService
 from lightfoot_pipeline.service.server import QueryServer
 from lightfoot_pipeline.snapshot.export import export_snapshot
+from lightfoot_pipeline.snapshot.format import latest_snapshot
 from lightfoot_pipeline.store.batches import DAGSTER, Batch, writing_batch
 from lightfoot_pipeline.store.store import Store
 from tests.assets.webserver import chromium
@@ -152,7 +153,7 @@ def same_but_for(one: tuple[int, str], other: tuple[int, str], asked: tuple[str,
     return plain(one, asked[0]) == plain(other, asked[1])
 
 
-def test_nothing_of_an_unreadable_document_leaks_and_its_reader_sees_it(served, chat_server):
+def test_nothing_of_an_unreadable_document_leaks_and_its_reader_sees_it(built, served, chat_server):
     base = served
     status, entity = call(base, "/explain/entity?name=" + urllib.parse.quote(SECRET_RECORD["entities"][0]["name"]),
                           COUNSEL_TOKEN)
@@ -175,12 +176,13 @@ def test_nothing_of_an_unreadable_document_leaks_and_its_reader_sees_it(served, 
     assert len(json.loads(got["prompts"][1])) >= 3, "the answer and the deep mode asked the model"
     query = json.loads(got["query"][1])
     assert query["answer_status"] == "answered" and len(query["passages"]) == 12
-    assert query["snapshot"]["fingerprint"] is None and query["snapshot"]["view"].startswith("v-")
+    store_fingerprint = latest_snapshot(built[0]).fingerprint
+    assert query["snapshot"]["fingerprint"] != store_fingerprint and query["snapshot"]["view"].startswith("v-")
     status_body = json.loads(got["status"][1])
     assert status_body["principal"] == {"principal": "outsider", "groups": []}
     assert status_body["counts"]["documents"] == 12 and status_body["counts"]["passages"] == 12
     assert json.loads(got["snapshot"][1])["serving"]["counts"]["documents"] == 12
-    assert json.loads(got["snapshot"][1])["serving"]["fingerprint"] is None
+    assert json.loads(got["snapshot"][1])["serving"]["fingerprint"] == query["snapshot"]["fingerprint"]  # the view's
 
     # What names the canary itself is answered as what names nothing, but for the name.
     secret_name, secret_fact = SECRET_RECORD["entities"][0]["name"], fact_id
