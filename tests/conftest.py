@@ -39,7 +39,8 @@ hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")
 
 # A test that uses one of these fixtures carries the marker, whatever its module says: the fast
 # tier (./scripts/test.sh --fast) deselects it. pyproject.toml lists the markers.
-FIXTURE_MARKERS = {"s3_endpoint": "s3", "postgres": "postgres"}
+FIXTURE_MARKERS = {"s3_endpoint": "s3", "postgres": "postgres", "minilm": "minilm", "minilm_sample_store": "minilm",
+                   "minilm_vectors": "minilm"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
@@ -171,6 +172,35 @@ def minilm():
     from lightfoot_pipeline.models.embedder import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder()
+
+
+@pytest.fixture(scope="session")
+def minilm_sample_store(tmp_path_factory, sample_dir, minilm):
+    """The directory of a store of the whole bundled sample built with the packaged MiniLM (recorded
+    extractions, default settings), with its snapshot exported, built once per session: the one
+    MiniLM build of the suite. Tests read it or copy it (``shutil.copytree``); none may write to it."""
+    from lightfoot_pipeline.evaluation.evaluate import ensure_dataset_indexed
+    from lightfoot_pipeline.snapshot.export import export_snapshot
+    from lightfoot_pipeline.store.store import Store
+
+    root = tmp_path_factory.mktemp("minilm-sample") / "store"
+    store = Store(str(root))
+    ensure_dataset_indexed(store, sample_dir, minilm)
+    export_snapshot(store, minilm)
+    return root
+
+
+@pytest.fixture(scope="session")
+def minilm_vectors(minilm_sample_store, minilm):
+    """MiniLM with the vectors of ``minilm_sample_store``: a text the session's build embedded comes
+    from its vector caches (the same vector MiniLM gives it, whatever the batch), any other is
+    embedded. Builds of the sample's documents with it index for real and embed nothing twice."""
+    from lightfoot_pipeline.evaluation.ablation import ReusedVectors
+    from lightfoot_pipeline.store.store import Store
+
+    reused = ReusedVectors(minilm)
+    reused.add_store(Store(str(minilm_sample_store)))
+    return reused
 
 
 # -- a chat-completions endpoint ----------------------------------------------------------------

@@ -146,16 +146,3 @@ def test_demo_with_the_hashing_embedder(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "identical: yes" in result.stdout and "0 model calls" in result.stdout
     assert "== 5. serve" in result.stdout and "no model call" in result.stdout.split("== 5. serve")[1]
-
-
-@pytest.mark.slow
-@pytest.mark.minilm
-def test_audit_deletion_on_the_whole_sample_with_minilm(tmp_path, sample_dir):
-    """The issue's acceptance run: whole bundled sample, 10%, seed 0, packaged MiniLM."""
-    out = tmp_path / "audit.json"
-    result = run_cli("audit-deletion", "--dataset", str(sample_dir), "--fraction", "0.1", "--seed", "0",
-                     "--out", str(out))
-    assert result.returncode == 0, result.stderr[-3000:]
-    audit = json.loads(out.read_text())
-    assert audit["fingerprint_equal"] is True and audit["model_calls"] == 0
-    assert audit["deleted_docs"] == 189 and audit["surviving_docs"] == 1701

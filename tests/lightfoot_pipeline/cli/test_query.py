@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import urllib.error
@@ -178,16 +179,18 @@ def test_serve_token_makes_a_token_and_hashes_one(capsys, monkeypatch, tmp_path)
 
 @pytest.mark.slow
 @pytest.mark.minilm
-def test_eval_on_the_bundled_sample_reaches_the_papers_recall(tmp_path, sample_dir, no_endpoint):
-    """The issue's acceptance run: dev questions, recorded extractions, packaged MiniLM."""
+def test_eval_on_the_bundled_sample_reaches_the_papers_recall(tmp_path, sample_dir, minilm_sample_store, capsys,
+                                                              no_endpoint):
+    """The issue's acceptance run: dev questions, recorded extractions, packaged MiniLM, on the
+    session's MiniLM store of the sample (``eval`` finds every document held and builds nothing)."""
+    store = tmp_path / "s"
+    shutil.copytree(minilm_sample_store, store)
     out = tmp_path / "eval.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "lightfoot_pipeline.cli", "eval", "--dataset", str(sample_dir),
-         "--questions", str(sample_dir / "questions-dev.jsonl"), "--out", str(out), "--store", str(tmp_path / "s")],
-        capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert main(["eval", "--dataset", str(sample_dir), "--questions", str(sample_dir / "questions-dev.jsonl"),
+                 "--out", str(out), "--store", str(store)]) == 0
+    capsys.readouterr()
     report = json.loads(out.read_text())
-    assert report["n_questions"] == 50
+    assert report["n_questions"] == 50 and report["run"]["embedder"].endswith("all-MiniLM-L6-v2")
     lightfoot, dense = report["modes"]["lightfoot"], report["modes"]["dense"]
     assert lightfoot["recall@5"] >= 0.74 and lightfoot["recall@10"] >= 0.79
     assert dense["recall@5"] == pytest.approx(0.62, abs=0.03) and dense["recall@10"] == pytest.approx(0.69, abs=0.03)

@@ -127,12 +127,17 @@ def test_eval_deletion_and_its_report(small_dataset, tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.minilm
-def test_the_bundled_sample_deletion_audit_with_minilm(sample_dir, tmp_path, capsys):
+def test_the_bundled_sample_deletion_audit_with_minilm(sample_dir, tmp_path, capsys, minilm_vectors, monkeypatch):
     """The whole sample with the packaged MiniLM: every mode before and after deleting 10%, and the report.
 
     The phase before the deletion is a full evaluation of the sample (the same store `lightfoot eval`
-    builds), so this one run checks the baselines' figures too.
+    builds), so this one run checks the baselines' figures too. Its builds (the whole sample, then
+    the survivors afresh) index for real; their vectors come from the session's MiniLM build of the
+    sample (``minilm_vectors``), so no text is embedded twice in the suite.
     """
+    from lightfoot_pipeline.models import embedder as embedders
+
+    monkeypatch.setattr(embedders, "load_embedder", lambda spec: minilm_vectors)
     audit_dir = tmp_path / "audit"
     assert main(["eval-deletion", "--dataset", str(sample_dir), "--run-dir", str(audit_dir),
                  "--reranker", "none", "--fraction", "0.1", "--seed", "0"]) == 0

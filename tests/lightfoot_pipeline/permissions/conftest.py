@@ -52,3 +52,29 @@ def restricted_sample(tmp_path_factory, sample_store_built, sample_documents):
     readers = seeded_readers([d.doc_id for d in sample_documents])
     write_readers(Store(str(root)), readers)
     return root, readers
+
+
+@pytest.fixture(scope="session")
+def readable_store(tmp_path_factory, restricted_sample, sample_documents, sample_records, hashing_embedder):
+    """``readable_store(principal) -> Store``: a store of only the documents of the restricted sample
+    that ``principal`` may read (each with its readers, as a document's record names them), its
+    snapshot exported; built once per principal in a session. Tests read it, never write to it."""
+    from lightfoot_pipeline import operations
+    from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+    from lightfoot_pipeline.snapshot.export import export_snapshot
+
+    _, readers = restricted_sample
+    built: dict[str, Store] = {}
+
+    def build(principal: Principal) -> Store:
+        if principal.name not in built:
+            readable = {d for d, groups in readers.items() if principal.may_read(groups)}
+            store = Store(str(tmp_path_factory.mktemp(f"readable-by-{principal.name}") / "store"))
+            operations.ingest(store, [d for d in sample_documents if d.doc_id in readable],
+                              ReplayExtractor(sample_records), hashing_embedder)
+            write_readers(store, {d: readers[d] for d in readable})
+            export_snapshot(store, hashing_embedder)
+            built[principal.name] = store
+        return built[principal.name]
+
+    return build

@@ -10,7 +10,6 @@ import polars as pl
 import pytest
 
 from lightfoot_pipeline import operations
-from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL
 from lightfoot_pipeline.permissions.provenance import ProvenanceStores, ViewStore, provenance_store
 from lightfoot_pipeline.permissions.views import ViewCache
@@ -19,23 +18,20 @@ from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.snapshot.format import load_snapshot
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, FACTS
-from tests.lightfoot_pipeline.permissions.conftest import PRINCIPALS, write_readers
+from tests.lightfoot_pipeline.permissions.conftest import PRINCIPALS
 
 PRINCIPAL = PRINCIPALS[1]  # staff-member: the public documents and staff's
 SAMPLED = 40
 
 
 @pytest.fixture(scope="module")
-def stores(restricted_sample, tmp_path_factory, sample_documents, sample_records, hashing_embedder):
+def stores(restricted_sample, readable_store):
     """The restricted sample's store, the principal's ViewStore of it, and a store of its
     readable documents alone."""
     root, readers = restricted_sample
     store = Store(str(root))
     readable = {d for d, groups in readers.items() if PRINCIPAL.may_read(groups)}
-    reference = Store(str(tmp_path_factory.mktemp("provenance-reference") / "store"))
-    operations.ingest(reference, [d for d in sample_documents if d.doc_id in readable],
-                      ReplayExtractor(sample_records), hashing_embedder)
-    write_readers(reference, {d: readers[d] for d in readable})  # a document's record names its readers
+    reference = readable_store(PRINCIPAL)
     view = provenance_store(store, PRINCIPAL, store.manifest())
     assert isinstance(view, ViewStore) and view.documents == readable
     return store, view, reference, readers

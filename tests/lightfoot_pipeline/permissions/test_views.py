@@ -6,9 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from lightfoot_pipeline import operations
 from lightfoot_pipeline.ingest.dataset import load_questions
-from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL
 from lightfoot_pipeline.permissions.views import ViewCache, readable_documents, reader_view
 from lightfoot_pipeline.retrieval.explain import explain_query
@@ -30,14 +28,6 @@ def served(restricted_sample, hashing_embedder):
 @pytest.fixture(scope="module")
 def questions(sample_dir):
     return [q.question for q in load_questions(sample_dir / "questions-dev.jsonl")]
-
-
-def _reference(tmp_path_factory, documents, records, embedder, readable):
-    root = tmp_path_factory.mktemp("readable-only") / "store"
-    store = Store(str(root))
-    operations.ingest(store, [d for d in documents if d.doc_id in readable], ReplayExtractor(records), embedder)
-    export_snapshot(store, embedder)
-    return load_snapshot(store)
 
 
 def _ranking(retriever: Retriever, question: str) -> dict:
@@ -72,14 +62,14 @@ def test_the_operator_reads_the_whole_snapshot(served):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("principal", PRINCIPALS, ids=[p.name for p in PRINCIPALS])
-def test_each_view_equals_a_store_of_its_readable_documents(principal, served, questions, tmp_path_factory,
-                                                            sample_documents, sample_records, hashing_embedder):
+def test_each_view_equals_a_store_of_its_readable_documents(principal, served, questions, readable_store,
+                                                            hashing_embedder):
     snapshot, readers, store = served
     readable = {d for d, groups in readers.items() if principal.may_read(groups)}
     assert 0 < len(readable) < len(readers)
     view = ViewCache(snapshot).view(principal)
     assert view.documents == readable
-    reference = _reference(tmp_path_factory, sample_documents, sample_records, hashing_embedder, readable)
+    reference = load_snapshot(readable_store(principal))
     mine, theirs = view.snapshot, reference
     assert mine.entities.equals(theirs.entities)
     assert mine.passages.equals(theirs.passages)

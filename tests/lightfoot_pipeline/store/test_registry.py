@@ -1,9 +1,10 @@
 """The store's tables are one fixed set, declared in store/tables.py: what vacuum, recovery and
 migration go through does not depend on which modules a process happened to import.
 
-Each interpreter below is fresh: it imports one module first (a package of the engine, or the
-Dagster definitions), reads ``all_specs()``, then imports every other module of that package in
-turn and reads it again after each.
+One fresh interpreter reads ``all_specs()`` after importing ``store.tables`` alone, then imports
+every module of the engine and of the Dagster layer in turn, each package led by the package
+itself and the Dagster layer by its definitions, and reads it again after each: a table that
+some module declared on import would show up as a difference at that module.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import json
 import pkgutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -50,35 +50,28 @@ def modules_of(package) -> list[str]:
     return [name for name in found if not name.endswith(".__main__")]
 
 
-def groups() -> list[list[str]]:
-    """One list of modules per fresh interpreter: each top-level package of the engine, led by
-    the package itself (``lightfoot_pipeline.cli`` among them), and the Dagster layer, led by
-    ``assets.definitions``."""
+def import_order() -> list[str]:
+    """``store.tables`` first, then each top-level package of the engine led by the package itself
+    (``lightfoot_pipeline.cli`` among them), then the Dagster layer led by ``assets.definitions``."""
     engine = modules_of(lightfoot_pipeline)
     out: dict[str, list[str]] = {}
     for name in engine:
         top = ".".join(name.split(".")[:2])
         out.setdefault(top, [top]).extend([name] if name != top else [])
     dagster = ["assets.definitions", *(m for m in modules_of(assets) if m != "assets.definitions")]
-    return [*out.values(), dagster]
+    return ["lightfoot_pipeline.store.tables", *(m for batch in out.values() for m in batch), *dagster]
 
 
-def names_after_imports(modules: list[str]) -> dict[str, list[str]]:
-    result = subprocess.run([sys.executable, "-c", SCRIPT, *modules], cwd=ROOT, capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0, f"importing {modules[0]} and its package failed:\n{result.stderr[-4000:]}"
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-@pytest.mark.slow  # fifteen fresh interpreters, each importing a package of modules
+@pytest.mark.slow  # one fresh interpreter importing every module, the Dagster definitions among them
 def test_every_table_is_declared_whatever_was_imported():
-    batches = groups()
-    leaders = {batch[0] for batch in batches}
+    order = import_order()
     assert {"lightfoot_pipeline.cli", "lightfoot_pipeline.store", "lightfoot_pipeline.ingest",
-            "assets.definitions"} <= leaders
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        seen = {module: names for found in pool.map(names_after_imports, batches) for module, names in found.items()}
-    assert set(seen) >= {m for batch in batches for m in batch}
+            "assets.definitions"} <= set(order)
+    result = subprocess.run([sys.executable, "-c", SCRIPT, *order], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, f"importing the modules failed:\n{result.stderr[-4000:]}"
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(seen) == set(order)
     differing = {module: sorted(set(names) ^ EXPECTED) for module, names in seen.items() if set(names) != EXPECTED}
     assert not differing, f"all_specs() differs from the declared tables after importing: {differing}"
     assert all(len(names) == len(EXPECTED) for names in seen.values())
