@@ -6,7 +6,10 @@ that only moved, to another page or place, is answered by the extraction cache),
 with no model call (with ``erase``, their text is erased from history as ``delete --erase``
 does). A file that cannot be read (encrypted or corrupt, binary, empty, too large, too many
 passages) is recorded as failed with its reason and affects nothing else; if it was indexed
-before, its old version is deleted, since the source no longer holds a readable one.
+before, its old version is deleted, since the source no longer holds a readable one. A file whose
+readers cannot be known (its sidecar or the source's ``lightfoot.json`` cannot be used) fails too,
+but its stored document, if any, stays as it was, readers and all, until the sidecar or settings
+file is fixed: readers fail closed, never wider than a valid input gave.
 
 Size, modification time and sidecar decide which files to read, their content hash whether they
 changed (see :mod:`lightfoot_pipeline.ingest.sources`). A file whose readers alone changed (its
@@ -55,6 +58,7 @@ from lightfoot_pipeline.ingest.sources import (
     INDEXED,
     SOURCE_FILES,
     FileOutcome,
+    Sidecar,
     SourceFile,
     list_source,
     open_source_file,
@@ -261,7 +265,10 @@ def sync(
                 indexed.add(f.doc_id)
             if f.doc_id not in again:  # those are counted as unchanged
                 (report.new if known is None else report.changed).append(f.doc_id)
-        unreadable = [o.record["doc_id"] for o in outcomes if o is not None and o.failed and o.record["doc_id"] in live]
+        # A file that failed for its readers (a sidecar or settings file that cannot be used) keeps
+        # its stored document as it was: deleting it would act on readers nobody can know.
+        unreadable = [o.record["doc_id"] for o in outcomes
+                      if o is not None and o.failed and not o.keeps_stored and o.record["doc_id"] in live]
         failed_live.extend(unreadable)
         rows = [o.record if o is not None else _touched(records[f.doc_id], f) for (f, _), o in zip(batch, outcomes, strict=True)]
 
@@ -305,7 +312,7 @@ class SourceLook:
     fs: pafs.FileSystem
     files: list[SourceFile]
     records: dict[str, dict]  # source_files rows of this source, by doc id
-    to_read: list[tuple[SourceFile, tuple[str | None, bytes | None]]]  # with each one's sidecar
+    to_read: list[tuple[SourceFile, Sidecar]]  # with each one's sidecar
     unchanged: list[str]
     gone: list[str]
     # Of ``gone``, the ids of files still listed under another id: recorded before doc ids carried

@@ -9,10 +9,16 @@ import json
 import polars as pl
 import pytest
 
+from lightfoot_pipeline.ingest import sources
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
-from lightfoot_pipeline.ingest.sources import MAX_SETTINGS_BYTES, SOURCE_FILES
+from lightfoot_pipeline.ingest.sources import MAX_SETTINGS_BYTES, MAX_SIDECAR_BYTES, SIDECAR_SUFFIX, SOURCE_FILES
 from lightfoot_pipeline.operations.sync import sync
+from lightfoot_pipeline.permissions.principals import Principal
+from lightfoot_pipeline.permissions.views import reader_view
+from lightfoot_pipeline.retrieval.retrieve import Retriever
 from lightfoot_pipeline.settings import ChunkSettings
+from lightfoot_pipeline.snapshot.export import export_snapshot
+from lightfoot_pipeline.snapshot.format import load_snapshot
 from lightfoot_pipeline.store.tables import DOCUMENT_READERS, DOCUMENTS
 
 CHUNKING = ChunkSettings(tokens=60, overlap=12)
@@ -23,9 +29,9 @@ FILES = {"readme.txt": "Harbor", "legal/contract.txt": "Quarry", "legal/public/n
 class CountingExtractor(ReplayExtractor):
     """Replays one recorded extraction per file and counts the passages it is asked for."""
 
-    def __init__(self) -> None:
+    def __init__(self, files: dict[str, str] = FILES) -> None:
         super().__init__({f"src:{path}": {"entities": [{"name": word, "type": "place", "description": None}],
-                                          "facts": []} for path, word in FILES.items()})
+                                          "facts": []} for path, word in files.items()})
         self.asked = 0
 
     def extract(self, passages, progress=None):
@@ -42,8 +48,8 @@ def source(tmp_path):
     return folder
 
 
-def run(store, folder, embedder):
-    extractor = CountingExtractor()
+def run(store, folder, embedder, files=FILES):
+    extractor = CountingExtractor(files)
     report = sync(store, str(folder), extractor, embedder, chunking=CHUNKING)
     return report, extractor.asked
 
@@ -105,18 +111,19 @@ def test_a_settings_file_that_cannot_be_used_fails_every_file_with_its_reason(st
     assert set(records.get_column("status")) == {"failed"}
 
 
-def test_a_broken_settings_file_takes_its_files_out_until_it_is_fixed(store, source, hashing_embedder):
+def test_a_broken_settings_file_fails_its_files_and_keeps_their_stored_documents(store, source, hashing_embedder):
     settings_file(source, {"readers": {"legal/": ["legal"]}})
     run(store, source, hashing_embedder)
+    before = readers(store)
     (source / "lightfoot.json").write_text('{"readers": {"legal/": ["legal"]')  # cut short
     report, _ = run(store, source, hashing_embedder)
-    assert len(report.failed) == 4 and store.read(DOCUMENTS.name).height == 0, "never indexed public instead"
+    assert len(report.failed) == 4 and readers(store) == before, "kept as they were, never indexed public instead"
     again, asked = run(store, source, hashing_embedder)
     assert asked == 0 and len(again.failed) == 4 and again.commits == [], "the same broken file: nothing to do"
-    settings_file(source, {"readers": {"legal/": ["legal"]}})
-    fixed, _ = run(store, source, hashing_embedder)
-    assert not fixed.failed and store.read(DOCUMENTS.name).height == 4
-    assert readers(store)["src:legal/contract.txt"] == "legal"
+    settings_file(source, {"readers": {"legal/": ["legal", "hr"]}})
+    fixed, asked = run(store, source, hashing_embedder)
+    assert not fixed.failed and asked == 0 and store.read(DOCUMENTS.name).height == 4
+    assert readers(store)["src:legal/contract.txt"] == "hr,legal"
 
 
 def test_a_sidecar_with_readers_that_are_not_group_names_fails_its_file_alone(store, source, hashing_embedder):
@@ -126,3 +133,121 @@ def test_a_sidecar_with_readers_that_are_not_group_names_fails_its_file_alone(st
     assert "its sidecar's readers" in report.failed[0]["reason"]
     assert store.read(DOCUMENTS.name).filter(pl.col("doc_id") == "src:readme.txt").height == 0
     assert store.read(DOCUMENTS.name).height == 3
+
+
+# -- readers fail closed: a sidecar that cannot be used whole ------------------------------------
+
+HOSTILE = {"memo.txt": "Quarry", "readme.txt": "Harbor", "notes.txt": "Lantern", "new.txt": "Orchard"}
+
+
+def hostile_source(folder):
+    """memo.txt (its sidecar names legal), readme.txt (public) and notes.txt (its sidecar names hr)."""
+    folder.mkdir()
+    for path in ("memo.txt", "readme.txt", "notes.txt"):
+        (folder / path).write_text(f"{HOSTILE[path]} is a place named in this short file about {HOSTILE[path]}.")
+    (folder / "memo.txt.lightfoot.json").write_text(json.dumps({"readers": ["legal"]}))
+    (folder / "notes.txt.lightfoot.json").write_text(json.dumps({"readers": ["hr"]}))
+    return folder
+
+
+def _link(target):
+    def make(sidecar, tmp_path, monkeypatch):
+        sidecar.symlink_to(target(tmp_path))
+    return make
+
+
+def _unreadable(sidecar, tmp_path, monkeypatch):
+    sidecar.write_text(json.dumps({"readers": ["legal"]}))
+    opened = sources.open_source_file
+
+    def refuse(fs, listed):  # a file mode alone would not stop a test run as root
+        if isinstance(listed, str) and listed == str(sidecar):
+            raise PermissionError(13, "Permission denied")
+        return opened(fs, listed)
+    monkeypatch.setattr(sources, "open_source_file", refuse)
+
+
+def _written(content):
+    def make(sidecar, tmp_path, monkeypatch):
+        sidecar.write_text(content)
+    return make
+
+
+# Each breaks the sidecar at the path given; the outside file names a valid, wider set of readers.
+BROKEN_SIDECARS = {
+    "link out": (_link(lambda tmp: tmp / "outside" / "side_legal.json"), "a symbolic link out of the source"),
+    "link in": (_link(lambda tmp: tmp / "src" / "notes.txt.lightfoot.json"), "a symbolic link, not a file of its own"),
+    "dangling": (_link(lambda tmp: tmp / "nowhere.json"), "a symbolic link to nothing"),
+    "unreadable": (_unreadable, "cannot be read: Permission denied"),
+    "oversized": (_written(json.dumps({"readers": ["public"], "title": "x" * MAX_SIDECAR_BYTES})),
+                  f"over the limit of {MAX_SIDECAR_BYTES:,} bytes"),
+    "invalid": (_written('{"readers": ["public"'), "is not JSON"),
+    "wrong shape": (_written(json.dumps(["public"])), "must be an object with only title, retention_until"),
+    "reader of the wrong shape": (_written(json.dumps({"readers": {"public": True}})),
+                                  "readers must be a list of group names"),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN_SIDECARS))
+def test_a_sidecar_that_cannot_be_used_fails_its_file_and_keeps_its_stored_document(
+        case, store, tmp_path, hashing_embedder, monkeypatch):
+    """The file fails with the reason; its stored document keeps the readers it had (never the
+    default's public); a new file with such a sidecar is not indexed; once the sidecar is fixed,
+    the next sync gives the readers it names with no model call for the text already extracted."""
+    folder = hostile_source(tmp_path / "src")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "side_legal.json").write_text(json.dumps({"readers": ["public"]}))
+    first, asked = run(store, folder, hashing_embedder, HOSTILE)
+    assert not first.failed and asked == 3 and readers(store)["src:memo.txt"] == "legal"
+
+    break_sidecar, reason = BROKEN_SIDECARS[case]
+    (folder / "new.txt").write_text("Orchard is a place named in this short file about Orchard.")
+    for name in ("memo.txt", "new.txt"):
+        sidecar = folder / f"{name}{SIDECAR_SUFFIX}"
+        sidecar.unlink(missing_ok=True)
+        break_sidecar(sidecar, tmp_path, monkeypatch)
+    broken, asked = run(store, folder, hashing_embedder, HOSTILE)
+    reasons = {f["doc_id"]: f["reason"] for f in broken.failed}
+    assert set(reasons) == {"src:memo.txt", "src:new.txt"} and asked == 0, broken.failed
+    assert all(reason in r and "sidecar" in r for r in reasons.values()), reasons
+    assert readers(store) == {"src:memo.txt": "legal", "src:readme.txt": "public", "src:notes.txt": "hr"}
+    records = dict(store.read(SOURCE_FILES.name).select("doc_id", "reason").iter_rows())
+    assert records["src:memo.txt"] == reasons["src:memo.txt"], "the reason is recorded in the store"
+    again, asked = run(store, folder, hashing_embedder, HOSTILE)
+    assert asked == 0 and again.commits == [] and len(again.failed) == 2, "the same broken sidecar: nothing to do"
+
+    monkeypatch.undo()
+    for name in ("memo.txt", "new.txt"):
+        sidecar = folder / f"{name}{SIDECAR_SUFFIX}"
+        sidecar.unlink()
+        sidecar.write_text(json.dumps({"readers": ["legal", "hr"]}))
+    fixed, asked = run(store, folder, hashing_embedder, HOSTILE)
+    assert not fixed.failed and asked == 1, "only the new file's text reaches the model"
+    assert fixed.readers_changed == ["src:memo.txt"]
+    assert readers(store)["src:memo.txt"] == readers(store)["src:new.txt"] == "hr,legal"
+
+
+def test_a_sidecar_linked_out_of_the_source_serves_its_text_to_no_one_outside_its_readers(
+        store, tmp_path, hashing_embedder):
+    """The issue's case: a restricted memo whose sidecar is replaced by a link out of the source is
+    not answered to a principal of no group, and stays readable to its group."""
+    folder = hostile_source(tmp_path / "src")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "side_legal.json").write_text(json.dumps({"readers": ["public"]}))
+    run(store, folder, hashing_embedder, HOSTILE)
+    (folder / "memo.txt.lightfoot.json").unlink()
+    (folder / "memo.txt.lightfoot.json").symlink_to(tmp_path / "outside" / "side_legal.json")
+    report, _ = run(store, folder, hashing_embedder, HOSTILE)
+    assert [f["doc_id"] for f in report.failed] == ["src:memo.txt"]
+    export_snapshot(store, hashing_embedder)
+    snapshot = load_snapshot(store)
+
+    def served_to(principal):
+        view = reader_view(snapshot, principal).snapshot
+        hits = Retriever(view, hashing_embedder).retrieve("Quarry is a place", top_k=5).passages
+        return [h.doc_id for h in hits], set(view.passages.get_column("doc_id"))
+
+    ranked, held = served_to(Principal("anyone", ()))
+    assert ranked and "src:memo.txt" not in ranked and "src:memo.txt" not in held
+    ranked, _ = served_to(Principal("counsel", ("legal",)))
+    assert ranked[0] == "src:memo.txt"
