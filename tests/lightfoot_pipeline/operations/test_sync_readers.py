@@ -9,11 +9,12 @@ import json
 import polars as pl
 import pytest
 
+from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.ingest import sources
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.ingest.sources import MAX_SETTINGS_BYTES, MAX_SIDECAR_BYTES, SIDECAR_SUFFIX, SOURCE_FILES
 from lightfoot_pipeline.operations.sync import sync
-from lightfoot_pipeline.permissions.principals import Principal
+from lightfoot_pipeline.permissions.principals import Principal, principal_of
 from lightfoot_pipeline.permissions.views import reader_view
 from lightfoot_pipeline.retrieval.retrieve import Retriever
 from lightfoot_pipeline.settings import ChunkSettings
@@ -185,6 +186,10 @@ BROKEN_SIDECARS = {
     "wrong shape": (_written(json.dumps(["public"])), "must be an object with only title, retention_until"),
     "reader of the wrong shape": (_written(json.dumps({"readers": {"public": True}})),
                                   "readers must be a list of group names"),
+    # The reserved words: the operator's group is no document's reader, and nobody says no reader.
+    "operator as a reader": (_written(json.dumps({"readers": ["*"]})), "'*' is a reserved word"),
+    "nobody beside public": (_written(json.dumps({"readers": ["nobody", "public"]})),
+                             "'nobody' means no reader and cannot be named beside 'public'"),
 }
 
 
@@ -251,3 +256,21 @@ def test_a_sidecar_linked_out_of_the_source_serves_its_text_to_no_one_outside_it
     assert ranked and "src:memo.txt" not in ranked and "src:memo.txt" not in held
     ranked, _ = served_to(Principal("counsel", ("legal",)))
     assert ranked[0] == "src:memo.txt"
+
+
+def test_nobody_in_a_sidecar_or_the_settings_file_is_no_reader_not_a_group(store, source, hashing_embedder):
+    settings_file(source, {"readers": {"": ["nobody"]}})
+    (source / "readme.txt.lightfoot.json").write_text(json.dumps({"readers": "Nobody"}))
+    report, _ = run(store, source, hashing_embedder)
+    assert not report.failed and set(readers(store).values()) == {""}, "the empty set: the operator alone"
+    with pytest.raises(LightfootError, match="'nobody' is a reserved word"):
+        principal_of("nobody")
+
+
+def test_a_settings_file_that_links_into_the_source_fails_every_file(store, source, hashing_embedder):
+    (source / "legal" / "settings.json").write_text(json.dumps({"readers": {"": ["public"]}}))
+    (source / "lightfoot.json").symlink_to(source / "legal" / "settings.json")
+    report, asked = run(store, source, hashing_embedder)
+    assert asked == 0 and {f["reason"] for f in report.failed} == {
+        "the source's lightfoot.json cannot be used: a symbolic link, not a file of its own"}
+    assert len(report.failed) == 5 and store.read(DOCUMENTS.name).height == 0
