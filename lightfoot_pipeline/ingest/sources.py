@@ -68,7 +68,7 @@ from lightfoot_pipeline.ingest.doc_ids import doc_id_problem, file_doc_id
 from lightfoot_pipeline.ingest.files import FileReadError, read_file
 from lightfoot_pipeline.ingest.files.blocks import ReadLimits
 from lightfoot_pipeline.ingest.files.detect import sniff
-from lightfoot_pipeline.ingest.readers import ReadersError, default_groups, parse_groups, readers_text
+from lightfoot_pipeline.ingest.readers import NOBODY, PUBLIC, ReadersError, default_groups, parse_groups, readers_text
 from lightfoot_pipeline.ingest.retention import parse_retention_date
 from lightfoot_pipeline.settings import ChunkSettings
 from lightfoot_pipeline.store.tables import SOURCE_FILES
@@ -102,7 +102,8 @@ class SourceFile:
     problem: str | None = None  # why it is not read at all (a link out of the source, or to nothing)
     readers: tuple[str, ...] | None = None  # the readers the source's settings file gives it (None: none)
     # What the settings file says of it, as its sidecar hash counts it (sidecar_hash): None for
-    # nothing, ``readers:GROUPS`` or ``refused:DIGEST`` (a settings file that cannot be used).
+    # nothing, ``readers:GROUPS`` or ``refused:DIGEST`` (a settings file that cannot be used), or
+    # ``default:nobody`` when it says nothing and the default readers are nobody.
     source_defaults: str | None = None
     # Why its readers cannot be known from the listing: the settings file or its sidecar cannot be
     # used (the full reason). Its file fails, and a document stored for it is kept as it is.
@@ -181,6 +182,10 @@ def list_source(fs: pafs.FileSystem, root: str, name: str) -> list[SourceFile]:
     files = {e.relative: e for e in entries if not _skipped(e.relative)}
     settings = read_source_settings(fs, files.get(SETTINGS_FILE))
     refused = f"the source's {SETTINGS_FILE} cannot be used: {settings.problem}" if settings.problem else None
+    # A default of nobody is part of what the listing records of a file the settings say nothing
+    # of, so that a change of the default reaches the files that take it (public, the default's
+    # default, is left out: a store synced before keeps its records).
+    default = None if default_groups() == (PUBLIC,) else f"default:{NOBODY}"
     listed = []
     for relative, entry in files.items():
         if entry.repeat or relative == SETTINGS_FILE or (relative.endswith(SIDECAR_SUFFIX)
@@ -191,7 +196,7 @@ def list_source(fs: pafs.FileSystem, root: str, name: str) -> list[SourceFile]:
         listed.append(SourceFile(
             file_doc_id(name, relative), entry.path, entry.size, entry.mtime_ns,
             sidecar.path if sidecar is not None and unusable is None else None, relative, entry.problem,
-            settings.readers_of(relative), settings.defaults_of(relative),
+            settings.readers_of(relative), settings.defaults_of(relative) or default,
             refused or (_sidecar_refused(unusable) if unusable else None)))
     return sorted(listed, key=lambda f: f.doc_id)
 

@@ -5,9 +5,13 @@ a settings file that cannot be used fails every file with its reason, never inde
 from __future__ import annotations
 
 import json
+import pathlib
+import tempfile
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.ingest import sources
@@ -20,6 +24,7 @@ from lightfoot_pipeline.retrieval.retrieve import Retriever
 from lightfoot_pipeline.settings import ChunkSettings
 from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.snapshot.format import load_snapshot
+from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENT_READERS, DOCUMENTS
 
 CHUNKING = ChunkSettings(tokens=60, overlap=12)
@@ -274,3 +279,108 @@ def test_a_settings_file_that_links_into_the_source_fails_every_file(store, sour
     assert asked == 0 and {f["reason"] for f in report.failed} == {
         "the source's lightfoot.json cannot be used: a symbolic link, not a file of its own"}
     assert len(report.failed) == 5 and store.read(DOCUMENTS.name).height == 0
+
+
+# -- the property: readers are never wider than the valid inputs give ----------------------------
+
+PROPERTY_FILES = ("a.txt", "b/c.txt")
+# A sidecar's content and the readers it gives (None: it names none), or a hostile one (HOSTILE_*).
+VALID_SIDECARS = [
+    ({"title": "T"}, None), ({"readers": ["legal"]}, "legal"), ({"readers": "HR, legal"}, "hr,legal"),
+    ({"readers": ["nobody"]}, ""), ({"readers": []}, ""), ({"readers": ["public"]}, "public"),
+]
+HOSTILE_SIDECARS = ["not json", "operator", "nobody and a group", "list", "link out", "link in", "dangling"]
+SETTINGS = [  # a settings file's readers by prefix; a string is a hostile one
+    {"": ["hr"]}, {"a": ["legal"], "": ["public"]}, {"b/": ["nobody"]}, {"": "legal,hr", "b/c": "public"},
+    "not json", "link out", "nobody and a group",
+]
+STATE = st.fixed_dictionaries({
+    "default": st.sampled_from(["public", "nobody"]),
+    "settings": st.none() | st.sampled_from(SETTINGS),
+    "sidecars": st.tuples(*[st.none() | st.sampled_from(range(len(VALID_SIDECARS))) | st.sampled_from(HOSTILE_SIDECARS)
+                            for _ in PROPERTY_FILES]),
+})
+
+
+def _put(path, value, root):
+    """Write ``value`` (JSON, or a hostile kind's stand-in) at ``path``, replacing what is there."""
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    outside = root / "outside.json"
+    if value == "not json":
+        path.write_text('{"readers": ["public"')
+    elif value == "operator":
+        path.write_text(json.dumps({"readers": ["*"]}))
+    elif value == "nobody and a group":
+        path.write_text(json.dumps({"readers": ["nobody", "legal"]} if path.name != "lightfoot.json"
+                                   else {"readers": {"": ["nobody", "legal"]}}))
+    elif value == "list":
+        path.write_text(json.dumps(["public"]))
+    elif value == "link out":
+        path.symlink_to(outside)
+    elif value == "link in":
+        path.symlink_to(root / "src" / ".shared" / "side.json")
+    elif value == "dangling":
+        path.symlink_to(root / "gone.json")
+    else:
+        path.write_text(json.dumps(value))
+
+
+def _expected(state, before: dict[str, str]) -> dict[str, str]:
+    """What the readers must be after a sync of ``state``: a file whose settings or sidecar cannot
+    be used keeps what it had (or stays out); the others get exactly what the valid inputs say."""
+    settings = state["settings"]
+    expected = {}
+    for path, sidecar in zip(PROPERTY_FILES, state["sidecars"], strict=True):
+        doc_id = f"src:{path}"
+        if isinstance(settings, str) or isinstance(sidecar, str):
+            if doc_id in before:
+                expected[doc_id] = before[doc_id]
+            continue
+        named = VALID_SIDECARS[sidecar][1] if sidecar is not None else None
+        if named is None and settings is not None:
+            prefixes = [p for p in settings if path.startswith(p)]
+            if prefixes:
+                groups = settings[max(prefixes, key=len)]
+                groups = groups.split(",") if isinstance(groups, str) else groups
+                named = ",".join(sorted(g for g in groups if g != "nobody"))
+        expected[doc_id] = named if named is not None else ("public" if state["default"] == "public" else "")
+    return expected
+
+
+@settings(deadline=None)
+@given(states=st.lists(STATE, min_size=2, max_size=2))
+def test_no_synced_document_has_readers_wider_than_its_valid_inputs_give(states):
+    """Random sources, sidecars and settings files, synced twice into one store: every document's
+    readers are exactly what its valid sidecar, else settings prefix, else the default give, or,
+    when an input cannot be used, what it had before (never the default's or a link's instead)."""
+    with tempfile.TemporaryDirectory() as scratch, pytest.MonkeyPatch.context() as patch:
+        root = pathlib.Path(scratch)
+        folder = root / "src"
+        (folder / "b").mkdir(parents=True)
+        (folder / ".shared").mkdir()
+        (folder / ".shared" / "side.json").write_text(json.dumps({"readers": ["public"]}))
+        (root / "outside.json").write_text(json.dumps({"readers": ["public"]}))
+        for path in PROPERTY_FILES:
+            (folder / path).write_text(f"Harbor is a place named in the file {path}.")
+        store = Store(str(root / "store"))
+        before: dict[str, str] = {}
+        for state in states:
+            patch.setenv("LIGHTFOOT_DEFAULT_READERS", state["default"])
+            settings = state["settings"]
+            if settings is None:
+                (folder / "lightfoot.json").unlink(missing_ok=True)
+            else:
+                _put(folder / "lightfoot.json", {"readers": settings} if isinstance(settings, dict) else settings,
+                     root)
+            for path, sidecar in zip(PROPERTY_FILES, state["sidecars"], strict=True):
+                at = folder / f"{path}{SIDECAR_SUFFIX}"
+                if sidecar is None:
+                    at.unlink(missing_ok=True)
+                else:
+                    _put(at, VALID_SIDECARS[sidecar][0] if isinstance(sidecar, int) else sidecar, root)
+            extractor = ReplayExtractor({f"src:{path}": {"entities": [], "facts": []} for path in PROPERTY_FILES})
+            sync(store, str(folder), extractor, None, chunking=CHUNKING, link=False)
+            expected = _expected(state, before)
+            assert readers(store) == expected, state
+            before = expected
