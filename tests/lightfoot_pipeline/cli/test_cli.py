@@ -159,3 +159,22 @@ def test_audit_deletion_on_the_whole_sample_with_minilm(tmp_path, sample_dir):
     audit = json.loads(out.read_text())
     assert audit["fingerprint_equal"] is True and audit["model_calls"] == 0
     assert audit["deleted_docs"] == 189 and audit["surviving_docs"] == 1701
+
+
+def test_status_lists_the_passages_stored_without_extraction(tmp_path, capsys, hashing_embedder):
+    from lightfoot_pipeline import operations
+    from lightfoot_pipeline.ingest.dataset import Document
+    from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+    from lightfoot_pipeline.store.store import Store
+
+    store = str(tmp_path / "store")
+    documents = [Document("answered", "A", "Harbor stands by the sea."), Document("unanswered", "U", "Quarry is old.")]
+    records = {"answered": {"entities": [{"name": "Harbor", "type": "place", "description": None}], "facts": []}}
+    operations.ingest(Store(store), documents, ReplayExtractor(records), hashing_embedder)  # none for 'unanswered'
+    assert main(["status", "--store", store, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["unextracted_passages"] == 1
+    assert status["unextracted_documents"] == [{"doc_id": "unanswered", "passages": 1}]
+    assert main(["status", "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert "1 passages of 1 documents are stored without extraction" in out and "unanswered: 1 passages" in out
