@@ -54,9 +54,11 @@ def source(tmp_path):
     return folder
 
 
-def run(store, folder, embedder, files=FILES):
+def run(store, folder, embedder, files=FILES, link=True):
+    """A sync with an extractor that counts the passages it is asked for; ``link=False`` leaves
+    the graph to the graph stage (readers are the per-document stage's), which is quicker."""
     extractor = CountingExtractor(files)
-    report = sync(store, str(folder), extractor, embedder, chunking=CHUNKING)
+    report = sync(store, str(folder), extractor, embedder if link else None, chunking=CHUNKING, link=link)
     return report, extractor.asked
 
 
@@ -207,7 +209,7 @@ def test_a_sidecar_that_cannot_be_used_fails_its_file_and_keeps_its_stored_docum
     folder = hostile_source(tmp_path / "src")
     (tmp_path / "outside").mkdir()
     (tmp_path / "outside" / "side_legal.json").write_text(json.dumps({"readers": ["public"]}))
-    first, asked = run(store, folder, hashing_embedder, HOSTILE)
+    first, asked = run(store, folder, hashing_embedder, HOSTILE, link=False)
     assert not first.failed and asked == 3 and readers(store)["src:memo.txt"] == "legal"
 
     break_sidecar, reason = BROKEN_SIDECARS[case]
@@ -216,14 +218,14 @@ def test_a_sidecar_that_cannot_be_used_fails_its_file_and_keeps_its_stored_docum
         sidecar = folder / f"{name}{SIDECAR_SUFFIX}"
         sidecar.unlink(missing_ok=True)
         break_sidecar(sidecar, tmp_path, monkeypatch)
-    broken, asked = run(store, folder, hashing_embedder, HOSTILE)
+    broken, asked = run(store, folder, hashing_embedder, HOSTILE, link=False)
     reasons = {f["doc_id"]: f["reason"] for f in broken.failed}
     assert set(reasons) == {"src:memo.txt", "src:new.txt"} and asked == 0, broken.failed
     assert all(reason in r and "sidecar" in r for r in reasons.values()), reasons
     assert readers(store) == {"src:memo.txt": "legal", "src:readme.txt": "public", "src:notes.txt": "hr"}
     records = dict(store.read(SOURCE_FILES.name).select("doc_id", "reason").iter_rows())
     assert records["src:memo.txt"] == reasons["src:memo.txt"], "the reason is recorded in the store"
-    again, asked = run(store, folder, hashing_embedder, HOSTILE)
+    again, asked = run(store, folder, hashing_embedder, HOSTILE, link=False)
     assert asked == 0 and again.commits == [] and len(again.failed) == 2, "the same broken sidecar: nothing to do"
 
     monkeypatch.undo()
@@ -231,7 +233,7 @@ def test_a_sidecar_that_cannot_be_used_fails_its_file_and_keeps_its_stored_docum
         sidecar = folder / f"{name}{SIDECAR_SUFFIX}"
         sidecar.unlink()
         sidecar.write_text(json.dumps({"readers": ["legal", "hr"]}))
-    fixed, asked = run(store, folder, hashing_embedder, HOSTILE)
+    fixed, asked = run(store, folder, hashing_embedder, HOSTILE, link=False)
     assert not fixed.failed and asked == 1, "only the new file's text reaches the model"
     assert fixed.readers_changed == ["src:memo.txt"]
     assert readers(store)["src:memo.txt"] == readers(store)["src:new.txt"] == "hr,legal"
