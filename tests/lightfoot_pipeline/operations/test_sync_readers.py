@@ -386,3 +386,20 @@ def test_no_synced_document_has_readers_wider_than_its_valid_inputs_give(states)
             expected = _expected(state, before)
             assert readers(store) == expected, state
             before = expected
+
+
+def test_a_sidecar_swapped_for_a_link_after_the_listing_is_not_followed(tmp_path):
+    """The sidecar is opened without following a link: one swapped in between the listing and the
+    read fails its file (no exception, no readers from the link's target)."""
+    import pyarrow.fs as pafs
+
+    folder = hostile_source(tmp_path / "src")
+    (tmp_path / "outside.json").write_text(json.dumps({"readers": ["public"]}))
+    listed = {f.relative: f for f in sources.list_source(pafs.LocalFileSystem(), str(folder), "src")}
+    (folder / "memo.txt.lightfoot.json").unlink()
+    (folder / "memo.txt.lightfoot.json").symlink_to(tmp_path / "outside.json")
+    sidecar = sources.sidecar_hash(pafs.LocalFileSystem(), listed["memo.txt"])
+    assert sidecar.data is None
+    assert sidecar.problem.startswith("its sidecar (.lightfoot.json) cannot be used: cannot be read")
+    outcome = sources.read_source_file(pafs.LocalFileSystem(), str(folder), listed["memo.txt"], CHUNKING, sidecar)
+    assert outcome.failed and outcome.keeps_stored and outcome.document is None
