@@ -86,7 +86,9 @@ class SyncReport:
     it stays out until readmitted); ``failed`` lists every file of the source that is not indexed
     now, with its reason, ``read_failed`` those of them read in this sync. ``readers_changed``: the
     changed files whose documents changed only in their readers (a sidecar's or the source's
-    ``lightfoot.json``), of which only the readers were rewritten. ``asked_again``: the
+    ``lightfoot.json``), of which only the readers were rewritten. ``kept``: the failed files whose
+    readers cannot be known (a sidecar or settings file that cannot be used) and whose stored
+    documents stay live as they were, readers and all, until it is fixed. ``asked_again``: the
     unchanged files read again for their passages without an extraction; ``unextracted``: the
     passages of the source's documents still without one after this sync (the next asks again)."""
 
@@ -98,6 +100,7 @@ class SyncReport:
     unchanged: int = 0
     removed: list[str] = field(default_factory=list)
     failed: list[dict] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
     excluded: list[dict] = field(default_factory=list)
     readmitted: list[str] = field(default_factory=list)
     asked_again: list[str] = field(default_factory=list)
@@ -292,6 +295,7 @@ def sync(
         report.tokens_out += ingested.tokens_out
         report.cost_usd += ingested.cost_usd
     report.failed.sort(key=lambda f: f["doc_id"])
+    report.kept = sorted(live_doc_ids(store, among=[f["doc_id"] for f in report.failed])) if report.failed else []
     report.unextracted = sum(unextracted_passages(store, indexed).values())
     erased = failed_live if erase else []
     if link and (erased or pending_erasures(store)):  # and the erasures asked for earlier and not finished

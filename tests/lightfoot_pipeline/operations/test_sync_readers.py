@@ -126,6 +126,7 @@ def test_a_broken_settings_file_fails_its_files_and_keeps_their_stored_documents
     (source / "lightfoot.json").write_text('{"readers": {"legal/": ["legal"]')  # cut short
     report, _ = run(store, source, hashing_embedder)
     assert len(report.failed) == 4 and readers(store) == before, "kept as they were, never indexed public instead"
+    assert report.kept == sorted(before)
     again, asked = run(store, source, hashing_embedder)
     assert asked == 0 and len(again.failed) == 4 and again.commits == [], "the same broken file: nothing to do"
     settings_file(source, {"readers": {"legal/": ["legal", "hr"]}})
@@ -221,6 +222,7 @@ def test_a_sidecar_that_cannot_be_used_fails_its_file_and_keeps_its_stored_docum
     broken, asked = run(store, folder, hashing_embedder, HOSTILE, link=False)
     reasons = {f["doc_id"]: f["reason"] for f in broken.failed}
     assert set(reasons) == {"src:memo.txt", "src:new.txt"} and asked == 0, broken.failed
+    assert broken.kept == ["src:memo.txt"], "the stored memo stays, as it was; the new file is not indexed"
     assert all(reason in r and "sidecar" in r for r in reasons.values()), reasons
     assert readers(store) == {"src:memo.txt": "legal", "src:readme.txt": "public", "src:notes.txt": "hr"}
     records = dict(store.read(SOURCE_FILES.name).select("doc_id", "reason").iter_rows())
