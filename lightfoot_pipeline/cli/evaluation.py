@@ -7,8 +7,9 @@
   retrieval before and after (deletion_eval.py);
 - ``lightfoot audit-deletion --out OUT.json [--fraction 0.1 --seed 0]``: the deletion audit of the
   index alone, its fingerprint against a fresh build of the survivors;
-- ``lightfoot audit-permissions --groups FILE [--out OUT.json]``: each principal's view against a
-  fresh build of its readable documents, question by question (permission_audit.py);
+- ``lightfoot audit-permissions --groups FILE [--store STORE] [--out OUT.json]``: each principal's view
+  against a fresh build of its readable documents, question by question, of a dataset built with
+  its readers or of an existing store as its readers are now (permission_audit.py);
 - ``lightfoot report RUN_DIR``: RUN_DIR/report.md with tables and plots (report.py);
 - ``lightfoot compare RUN_A RUN_B``: paired bootstrap intervals between two runs.
 
@@ -205,20 +206,27 @@ def cmd_audit_deletion(args) -> int:
 def cmd_audit_permissions(args) -> int:
     """``lightfoot audit-permissions``: exit code 0 only if every principal's view is equal."""
     from lightfoot_pipeline.cli.store import command_batch, print_batch
-    from lightfoot_pipeline.evaluation.permission_audit import audit_dataset
+    from lightfoot_pipeline.evaluation.permission_audit import audit_dataset, audit_store
     from lightfoot_pipeline.models.embedder import DEFAULT_EMBEDDER, load_embedder
+    from lightfoot_pipeline.service.queries import resolve_embedder
     from lightfoot_pipeline.store.batches import writing_batch
     from lightfoot_pipeline.store.store import Store
 
-    dataset = Path(args.dataset)
-    questions_file = _questions_file(dataset, args.questions)
     store = Store(args.store) if args.store else _scratch_store("permission-audit")
+    work_dir = Path(args.work_dir) if args.work_dir else None
+    echo = lambda line: print(line, file=sys.stderr)  # noqa: E731
     batch = command_batch("audit-permissions")
     with writing_batch(batch):
-        result = audit_dataset(dataset, Path(args.groups), store, load_embedder(args.embedder or DEFAULT_EMBEDDER),
-                               questions_file, max_questions=args.max_questions,
-                               work_dir=Path(args.work_dir) if args.work_dir else None,
-                               echo=lambda line: print(line, file=sys.stderr))
+        if args.store and store.exists():  # an existing store, as its readers are now
+            result = audit_store(store, Path(args.groups), resolve_embedder(store, args.embedder),
+                                 Path(args.questions) if args.questions else None,
+                                 max_questions=args.max_questions, work_dir=work_dir, echo=echo)
+        else:
+            dataset = Path(args.dataset)
+            result = audit_dataset(dataset, Path(args.groups), store,
+                                   load_embedder(args.embedder or DEFAULT_EMBEDDER),
+                                   _questions_file(dataset, args.questions), max_questions=args.max_questions,
+                                   work_dir=work_dir, echo=echo)
     for p in result["principals"]:
         print(f"  {p['principal']:<24} groups {','.join(p['groups']) or '-':<20} {p['documents']:>6} documents  "
               f"{p['questions']} questions  equal={str(p['equal']).lower()}"
@@ -403,7 +411,8 @@ def add_audit_command(sub, common: argparse.ArgumentParser) -> None:
                    help="dataset with recorded extractions whose corpus.jsonl gives documents' readers")
     p.add_argument("--groups", required=True,
                    help='groups file: one {"principal": NAME, "groups": [...]} a line (at most 16 principals)')
-    p.add_argument("--questions", default=None, help="questions file (default: the dataset's questions*.jsonl)")
+    p.add_argument("--questions", default=None, help="questions file (default: the dataset's questions*.jsonl; "
+                   "with --store of an existing store, questions drawn from its passages)")
     p.add_argument("--max-questions", type=_max_questions, default=50,
                    help="compare the file's first N questions (default 50, at most 500)")
     p.add_argument("--out", default=None, help="write the report here as JSON")

@@ -262,6 +262,8 @@ def cmd_status(args) -> int:
 
     from lightfoot_pipeline.index.documents import EXCLUDED
     from lightfoot_pipeline.operations.erase import pending_erasures
+    from lightfoot_pipeline.operations.sync import unextracted_passages
+    from lightfoot_pipeline.store.documents import live_doc_ids
     from lightfoot_pipeline.store.fingerprint import fingerprint
     from lightfoot_pipeline.store.tables import SOURCE_FILES
 
@@ -273,6 +275,7 @@ def cmd_status(args) -> int:
         raise StoreError(f"no store at {store.uri}",
                          hint="name the store with --store (or LIGHTFOOT_STORE), or build one with `lightfoot ingest`")
     fp = fingerprint(store, manifest)
+    unextracted = unextracted_passages(store, live_doc_ids(store, manifest))
     payload = {
         "store": store.uri,
         "commit": manifest.seq,
@@ -286,6 +289,10 @@ def cmd_status(args) -> int:
         "pending_erasures": pending_erasures(store),
         "excluded_files": store.read(SOURCE_FILES.name, manifest, columns=["doc_id", "source", "status", "reason"])
         .filter(pl.col("status") == EXCLUDED).select("doc_id", "source", "reason").sort("doc_id").to_dicts(),
+        # Passages stored without an extraction (the endpoint failed or its answer was unusable),
+        # by document: the next sync of their source, or ingest of their documents, asks again.
+        "unextracted_passages": sum(unextracted.values()),
+        "unextracted_documents": [{"doc_id": d, "passages": unextracted[d]} for d in sorted(unextracted)],
     }
     if args.json:
         _print_json(payload)
@@ -299,6 +306,11 @@ def cmd_status(args) -> int:
                   f"{_listed(payload['pending_erasures'])}")
         for f in payload["excluded_files"][:20]:
             print(f"  excluded from {f['source']}: {f['doc_id']} ({f['reason']}; `lightfoot sync --readmit` brings it back)")
+        if unextracted:
+            print(f"  {payload['unextracted_passages']:,} passages of {len(unextracted):,} documents are stored without "
+                  "extraction: the next sync of their source (or ingest of their documents) asks for them")
+            for d in payload["unextracted_documents"][:20]:
+                print(f"    {d['doc_id']}: {d['passages']:,} passages")
     return 0
 
 

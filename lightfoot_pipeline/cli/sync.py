@@ -82,6 +82,9 @@ def print_report(report, store_uri: str) -> None:
         print(f"  failed {failure['doc_id']}: {failure['reason']}")
     if len(report.failed) > 20:
         print(f"  … and {len(report.failed) - 20} more failed files (--json lists them all)")
+    if report.kept:
+        print(f"  kept as they were (their readers cannot be known until the sidecar or settings file is fixed): "
+              f"{_listed(report.kept)}")
     if report.unextracted:
         print(f"  {report.unextracted} passages are stored without extraction: the next sync asks for them")
     if report.asked_again:

@@ -16,7 +16,8 @@ it on one snapshot, for a few principals and questions:
    id. Everything is compared exactly, floats by equality: the view is equal only if every one is.
 
 A difference names the question, the parts that differ and the chunk ids of both rankings, never
-a passage's text. ``lightfoot audit-permissions`` runs the audit on a dataset (:func:`audit_dataset`);
+a passage's text. ``lightfoot audit-permissions`` runs the audit on a dataset (:func:`audit_dataset`)
+or on an existing store, as its readers are now (:func:`audit_store`);
 the Dagster check after each serving export runs it on a sample of the published snapshot
 (assets/defs/checks.py), with principals from :func:`principals_from_readers` and questions
 from :func:`passage_questions` unless it is given them.
@@ -357,5 +358,61 @@ def audit_dataset(dataset_dir: Path, groups_file: Path, store: Store, embedder: 
         "equal": all(a.equal for a in audits),
         "model_calls": LLMClient.calls_started() - calls_before,
         "build_seconds": build_seconds,
+        "work_dir": str(scratch) if keep else None,
+    }
+
+
+# -- an existing store's audit (lightfoot audit-permissions --store) ------------------------------------
+
+
+def audit_store(store: Store, groups_file: Path, embedder: Embedder, questions_file: Path | None = None, *,
+                max_questions: int = 50, work_dir: Path | None = None, echo: Echo = lambda line: None) -> dict:
+    """``lightfoot audit-permissions --store``: the views of an existing store, with the readers it
+    holds now (after ``lightfoot readers``, a sync or an ingest), against fresh builds of each
+    principal's readable documents from the extractions the store keeps (:func:`store_reference`,
+    no model call). The store's committed state is exported first, as ``lightfoot snapshot`` does
+    (the published snapshot is kept when it holds that state already). The questions are the
+    first ``max_questions`` of ``questions_file``, else as many drawn from the snapshot's passages
+    (:func:`passage_questions`)."""
+    principals = read_groups_file(Path(groups_file))
+    if not store.exists():
+        raise HarnessError(f"no store at {store.uri} to audit",
+                           hint="name an existing store, or give --dataset without --store to build one")
+    manifest = store.manifest()
+    started = time.perf_counter()
+    info = export_snapshot(store, embedder)
+    if info.store_seq != manifest.seq:
+        raise HarnessError(f"{store.uri} changed while its snapshot was exported (commit {manifest.seq}, then "
+                           f"{info.store_seq})", hint="run the audit again once the store is quiet")
+    snapshot = load_snapshot(store, info.snapshot_id)
+    questions = (load_questions(questions_file)[:max_questions] if questions_file is not None
+                 else passage_questions(snapshot, max_questions))
+    check_bounds(principals, questions)
+    readers = snapshot_readers(snapshot)
+    echo(f"exported {len(readers)} documents ({len(set(readers.values()))} reader sets) of commit {manifest.seq} "
+         f"in {round(time.perf_counter() - started, 3)}s")
+    calls_before = LLMClient.calls_started()
+    keep = work_dir is not None
+    scratch = Path(work_dir) if keep else Path(tempfile.mkdtemp(prefix="lightfoot-permission-audit-"))
+    try:
+        audits = audit_permissions(snapshot, principals, questions, embedder,
+                                   store_reference(store, embedder, manifest=manifest),
+                                   scratch, keep_stores=keep, echo=echo)
+    finally:
+        if not keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return {
+        "store": store.uri,
+        "commit": manifest.seq,
+        "groups_file": str(groups_file),
+        "questions_file": str(questions_file) if questions_file is not None else None,
+        "snapshot_id": info.snapshot_id,
+        "embedder": embedder.model_id,
+        "documents": len(readers),
+        "reader_sets": len(set(readers.values())),
+        "top_k": TOP_K,
+        "principals": [a.as_dict() for a in audits],
+        "equal": all(a.equal for a in audits),
+        "model_calls": LLMClient.calls_started() - calls_before,
         "work_dir": str(scratch) if keep else None,
     }

@@ -15,7 +15,12 @@ Object stores have no links and are listed by pyarrow.
 
 A file ``NAME.lightfoot.json`` beside ``NAME`` is its sidecar, not a document:
 ``{"title": "…", "retention_until": "2027-06-30", "readers": ["legal"]}``, each optional (the date
-and the readers as in a corpus: a list of group names or one comma-separated string).
+and the readers as in a corpus: a list of group names or one comma-separated string). Readers fail
+closed: a sidecar that cannot be used whole (a symbolic link, in the source or out of it, or to
+nothing; unreadable; over :data:`MAX_SIDECAR_BYTES`; not JSON; another shape; a name that is not a
+group name) fails its file with the reason, and never lets the file take the settings' or the
+default readers instead. Such a failure leaves a document stored for the file before as it is,
+readers and all (:attr:`FileOutcome.keeps_stored`): it is the readers that are unknown, not the text.
 
 A file ``lightfoot.json`` at the source's root holds the source's settings, and is not a document
 either: ``{"readers": {"legal/": ["legal"], "": ["public"]}}`` gives the readers of the files whose
@@ -23,9 +28,10 @@ path within the source starts with each prefix (a plain string prefix: ``"legal"
 ``legalese.txt``), the longest matching prefix winning. A file's sidecar naming readers overrides
 it; a file that neither names gets the default (``$LIGHTFOOT_DEFAULT_READERS``). The settings file
 is bounded (:data:`MAX_SETTINGS_BYTES`, :data:`MAX_READER_PREFIXES`) and checked whole: one that
-cannot be used (not JSON, another key, a group that is not a group name, a link out of the source)
-makes every file of the source fail with that reason, so no file is indexed with readers it was
-not meant to have.
+cannot be used (not JSON, another key, a group that is not a group name, a symbolic link in or out
+of the source or to nothing, unreadable) makes every file of the source fail with that reason, so
+no file is indexed with readers it was not meant to have, and their stored documents stay as they
+are.
 
 What the store knows of each file is in the ``source_files`` table (an operational table, not
 part of the fingerprint): its source, size, modification time and content hash, its sidecar's
@@ -51,7 +57,7 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 import polars as pl
 import pyarrow.fs as pafs
@@ -62,7 +68,7 @@ from lightfoot_pipeline.ingest.doc_ids import doc_id_problem, file_doc_id
 from lightfoot_pipeline.ingest.files import FileReadError, read_file
 from lightfoot_pipeline.ingest.files.blocks import ReadLimits
 from lightfoot_pipeline.ingest.files.detect import sniff
-from lightfoot_pipeline.ingest.readers import ReadersError, default_groups, parse_groups, readers_text
+from lightfoot_pipeline.ingest.readers import NOBODY, PUBLIC, ReadersError, default_groups, parse_groups, readers_text
 from lightfoot_pipeline.ingest.retention import parse_retention_date
 from lightfoot_pipeline.settings import ChunkSettings
 from lightfoot_pipeline.store.tables import SOURCE_FILES
@@ -70,6 +76,7 @@ from lightfoot_pipeline.store.tables import SOURCE_FILES
 SIDECAR_SUFFIX = ".lightfoot.json"
 SETTINGS_FILE = "lightfoot.json"  # at the source's root: its settings, not a document
 MAX_SETTINGS_BYTES = 64 * 1024
+MAX_SIDECAR_BYTES = 64 * 1024  # a title, a date and at most 64 group names fit many times over
 MAX_READER_PREFIXES = 256
 MAX_PREFIX_CHARS = 1024
 _NOT_READY_SUFFIXES = (".tmp", ".part")
@@ -92,11 +99,24 @@ class SourceFile:
     mtime_ns: int
     sidecar: str | None = None  # the sidecar's path, when there is one
     relative: str = ""  # the path within the source, as listed
-    problem: str | None = None  # why it is not read at all (a link out of the source, unusable settings)
+    problem: str | None = None  # why it is not read at all (a link out of the source, or to nothing)
     readers: tuple[str, ...] | None = None  # the readers the source's settings file gives it (None: none)
     # What the settings file says of it, as its sidecar hash counts it (sidecar_hash): None for
-    # nothing, ``readers:GROUPS`` or ``refused:DIGEST`` (a settings file that cannot be used).
+    # nothing, ``readers:GROUPS`` or ``refused:DIGEST`` (a settings file that cannot be used), or
+    # ``default:nobody`` when it says nothing and the default readers are nobody.
     source_defaults: str | None = None
+    # Why its readers cannot be known from the listing: the settings file or its sidecar cannot be
+    # used (the full reason). Its file fails, and a document stored for it is kept as it is.
+    readers_problem: str | None = None
+
+
+class Sidecar(NamedTuple):
+    """A listed file's sidecar as read for its listing: what ``source_files`` records as its
+    sidecar hash (:func:`sidecar_hash`), the sidecar's bytes, and why it cannot be used, if so."""
+
+    digest: str | None = None
+    data: bytes | None = None
+    problem: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +149,9 @@ class FileOutcome:
 
     record: dict  # a source_files row
     document: Document | None = None
+    # A failure of its readers (a sidecar or the settings file cannot be used), not of its text: a
+    # document stored for the file before keeps its text and its readers, and is not deleted.
+    keeps_stored: bool = False
 
     @property
     def failed(self) -> bool:
@@ -142,6 +165,8 @@ class _Entry:
     size: int
     mtime_ns: int
     problem: str | None = None
+    link: bool = False  # reached through a symbolic link
+    repeat: bool = False  # a link to a file listed already: not a document of its own
 
 
 def shown_path(relative: str) -> str:
@@ -156,18 +181,39 @@ def list_source(fs: pafs.FileSystem, root: str, name: str) -> list[SourceFile]:
     entries = _walk_local(root) if isinstance(fs, pafs.LocalFileSystem) else _list_objects(fs, root)
     files = {e.relative: e for e in entries if not _skipped(e.relative)}
     settings = read_source_settings(fs, files.get(SETTINGS_FILE))
+    refused = f"the source's {SETTINGS_FILE} cannot be used: {settings.problem}" if settings.problem else None
+    # A default of nobody is part of what the listing records of a file the settings say nothing
+    # of, so that a change of the default reaches the files that take it (public, the default's
+    # default, is left out: a store synced before keeps its records).
+    default = None if default_groups() == (PUBLIC,) else f"default:{NOBODY}"
     listed = []
     for relative, entry in files.items():
-        if relative == SETTINGS_FILE or (relative.endswith(SIDECAR_SUFFIX)
-                                         and relative.removesuffix(SIDECAR_SUFFIX) in files):
+        if entry.repeat or relative == SETTINGS_FILE or (relative.endswith(SIDECAR_SUFFIX)
+                                                         and relative.removesuffix(SIDECAR_SUFFIX) in files):
             continue
         sidecar = files.get(relative + SIDECAR_SUFFIX)
-        refused = f"the source's {SETTINGS_FILE} cannot be used: {settings.problem}" if settings.problem else None
-        listed.append(SourceFile(file_doc_id(name, relative), entry.path, entry.size, entry.mtime_ns,
-                                 sidecar.path if sidecar is not None and sidecar.problem is None else None,
-                                 relative, entry.problem or refused, settings.readers_of(relative),
-                                 settings.defaults_of(relative)))
+        unusable = _link_problem(sidecar)
+        listed.append(SourceFile(
+            file_doc_id(name, relative), entry.path, entry.size, entry.mtime_ns,
+            sidecar.path if sidecar is not None and unusable is None else None, relative, entry.problem,
+            settings.readers_of(relative), settings.defaults_of(relative) or default,
+            refused or (_sidecar_refused(unusable) if unusable else None)))
     return sorted(listed, key=lambda f: f.doc_id)
+
+
+def _link_problem(entry: _Entry | None) -> str | None:
+    """Why a listed sidecar or settings file cannot be used as listed: a symbolic link, whether to
+    nothing, out of the source or into it (a file that says who may read others is a file of its
+    own, never one a link puts in its place)."""
+    if entry is None:
+        return None
+    if entry.problem:
+        return entry.problem
+    return "a symbolic link, not a file of its own" if entry.link else None
+
+
+def _sidecar_refused(problem: str) -> str:
+    return f"its sidecar ({SIDECAR_SUFFIX}) cannot be used: {problem}"
 
 
 def read_source_settings(fs: pafs.FileSystem, entry: _Entry | None) -> SourceSettings:
@@ -175,8 +221,8 @@ def read_source_settings(fs: pafs.FileSystem, entry: _Entry | None) -> SourceSet
     cannot be used gives its reason, never an exception."""
     if entry is None:
         return SourceSettings()
-    if entry.problem:
-        return _refused(entry.problem)
+    if problem := _link_problem(entry):
+        return _refused(problem)
     try:
         with open_source_file(fs, entry.path) as stream:
             data = stream.read(MAX_SETTINGS_BYTES + 1)
@@ -272,16 +318,18 @@ def _walk_local(root: str) -> list[_Entry]:
         try:
             held = os.stat(target)
         except OSError:
-            found.append(_Entry(relative, path, 0, 0, "a symbolic link to nothing (its target is gone)"))
+            found.append(_Entry(relative, path, 0, 0, "a symbolic link to nothing (its target is gone)", link=True))
             continue
         if target != real_root and not target.startswith(inside):
-            found.append(_Entry(relative, path, 0, 0, "a symbolic link out of the source, not followed"))
+            found.append(_Entry(relative, path, 0, 0, "a symbolic link out of the source, not followed", link=True))
             continue
         if stat.S_ISDIR(held.st_mode):
             walk(target, relative + "/")
-        elif stat.S_ISREG(held.st_mode) and target not in reached:
+        elif stat.S_ISREG(held.st_mode):
+            # A second link to a file is listed too (no document of its own), so that a sidecar
+            # or settings file that is such a link is seen, and refused, rather than missed.
+            found.append(_Entry(relative, target, held.st_size, held.st_mtime_ns, link=True, repeat=target in reached))
             reached.add(target)
-            found.append(_Entry(relative, target, held.st_size, held.st_mtime_ns))
     return found
 
 
@@ -294,21 +342,34 @@ def open_source_file(fs: pafs.FileSystem, listed: SourceFile | str) -> BinaryIO:
     return io.BufferedReader(fs.open_input_stream(path))
 
 
-def sidecar_hash(fs: pafs.FileSystem, listed: SourceFile) -> tuple[str | None, bytes | None]:
-    """What ``source_files`` records as the file's sidecar hash, and the sidecar's bytes.
+def sidecar_hash(fs: pafs.FileSystem, listed: SourceFile) -> Sidecar:
+    """The file's sidecar, read (at most :data:`MAX_SIDECAR_BYTES`), with what ``source_files``
+    records as its sidecar hash, or why it cannot be used (never an exception).
 
-    The hash is the sidecar's, folded with what the source's settings file says of the file when
-    it says anything (``source_defaults``), so that a change of either reads the file again; a
-    file that neither concerns has None, None (and a store synced before settings files keeps its
-    records)."""
-    digest, data = None, None
+    The hash is the sidecar's (or that of why it cannot be used), folded with what the source's
+    settings file says of the file when it says anything (``source_defaults``), so that a change
+    of either reads the file again; a file that neither concerns has None (and a store synced
+    before settings files keeps its records)."""
+    digest, data, problem = None, None, None
     if listed.sidecar is not None:
-        with open_source_file(fs, listed.sidecar) as stream:
-            data = stream.read()
+        try:
+            with open_source_file(fs, listed.sidecar) as stream:
+                data = stream.read(MAX_SIDECAR_BYTES + 1)
+        except OSError as err:
+            problem = f"cannot be read: {err.strerror or err}"
+        else:
+            if len(data) > MAX_SIDECAR_BYTES:
+                problem = f"over the limit of {MAX_SIDECAR_BYTES:,} bytes"
+        if problem:
+            data, problem = None, _sidecar_refused(problem)
+    refused = problem or listed.readers_problem
+    if refused:
+        digest = hashlib.sha256(f"refused:{refused}".encode()).hexdigest()
+    elif data is not None:
         digest = hashlib.sha256(data).hexdigest()
     if listed.source_defaults is not None:
         digest = hashlib.sha256(f"{digest or ''}\x00{listed.source_defaults}".encode()).hexdigest()
-    return digest, data
+    return Sidecar(digest, data, problem)
 
 
 def text_bytes_limit(chunking: ChunkSettings, html: bool = False) -> int:
@@ -326,17 +387,29 @@ def read_limits(chunking: ChunkSettings, seconds: float = READ_SECONDS) -> ReadL
 
 def read_source_file(
     fs: pafs.FileSystem, source: str, listed: SourceFile, chunking: ChunkSettings,
-    sidecar: tuple[str | None, bytes | None], data: bytes | None = None, *, seconds: float = READ_SECONDS,
+    sidecar: Sidecar | tuple[str | None, bytes | None], data: bytes | None = None, *, seconds: float = READ_SECONDS,
 ) -> FileOutcome:
-    """Read, parse and chunk one file into a document, or record why it cannot be indexed."""
+    """Read, parse and chunk one file into a document, or record why it cannot be indexed.
+
+    ``sidecar`` is :func:`sidecar_hash`'s answer for the file. Its readers come first: when the
+    sidecar or the settings file cannot be used, the file is not read (a failure that keeps a
+    stored document, :attr:`FileOutcome.keeps_stored`)."""
+    sidecar = Sidecar(*sidecar)
     record = {"doc_id": listed.doc_id, "source": source, "size": listed.size, "mtime_ns": listed.mtime_ns,
-              "sha256": None, "sidecar_sha256": sidecar[0], "chunking": chunking.label(), "media_type": None,
+              "sha256": None, "sidecar_sha256": sidecar.digest, "chunking": chunking.label(), "media_type": None,
               "status": FAILED, "reason": None, "n_passages": 0}
     problem = doc_id_problem(listed.doc_id)
     if problem:
         return FileOutcome({**record, "reason": f"its path cannot be a doc id: {problem}"})
     if listed.problem:
         return FileOutcome({**record, "reason": listed.problem})
+    readers_problem = listed.readers_problem or sidecar.problem
+    try:
+        title, retention, readers = (None, None, None) if readers_problem else _sidecar_fields(sidecar.data)
+    except FileReadError as err:
+        readers_problem = str(err)
+    if readers_problem:
+        return FileOutcome({**record, "reason": readers_problem}, keeps_stored=True)
     if listed.size > chunking.max_file_bytes:
         return FileOutcome({**record, "reason": f"{listed.size:,} bytes, over the limit of "
                                                 f"{chunking.max_file_bytes:,} per file"})
@@ -356,7 +429,6 @@ def read_source_file(
         return FileOutcome({**record, "reason": f"cannot be read: {err.strerror or err}"})
     record["sha256"] = hashlib.sha256(data).hexdigest()
     try:
-        title, retention, readers = _sidecar_fields(sidecar[1])
         parsed = read_file(data, listed.relative or listed.doc_id, limits)
         chunks = chunk_blocks(listed.doc_id, parsed.blocks, chunking, limit=chunking.max_passages)
         limits.check_time()

@@ -25,6 +25,7 @@ from lightfoot_pipeline.store.tables import (
     PASSAGE_SOURCES,
     PASSAGES,
     RETIRED_TABLES,
+    SOURCE_FILES,
     TOMBSTONES,
     all_specs,
     with_buckets,
@@ -75,16 +76,20 @@ def rebuild(source: Store, target: Store, embedder: Embedder, settings: IndexSet
     return change
 
 
-# What a migration keeps of a store: its documents, who may read them and their extractions, the
-# deletion log, and which batches added, replaced, kept or deleted each document.
-KEPT_BY_MIGRATION = (DOCUMENTS, DOCUMENT_READERS, PASSAGES, EXTRACTIONS, TOMBSTONES, BATCH_DOCUMENTS)
+# What a migration keeps of a store: its documents, who may read them, their passages (with where
+# each stands in its file) and their extractions, the deletion log, which batches added, replaced,
+# kept or deleted each document, and what syncs recorded of their sources' files (so that a file
+# whose document was deleted stays excluded, and unchanged files are not read again).
+KEPT_BY_MIGRATION = (DOCUMENTS, DOCUMENT_READERS, PASSAGES, PASSAGE_SOURCES, EXTRACTIONS, TOMBSTONES,
+                     BATCH_DOCUMENTS, SOURCE_FILES)
 
 
 def migrate(store: Store, embedder: Embedder, settings: IndexSettings | None = None,
             n_buckets: int | None = None, linker: Linker | None = None) -> GraphChange:
     """Bring a store to this version's layout and index, in place and in one commit; no model call.
 
-    The documents, readers, passages, extractions, deletion log and batch log are kept, re-bucketed (into
+    The documents, readers, passages and their places in their files, extractions, deletion log,
+    batch log and synced files' records (exclusions included) are kept, re-bucketed (into
     ``n_buckets``, else the store's own count); everything else is derived again from them with
     ``settings``, as :func:`rebuild` does, so the store then equals a fresh build of its live
     documents. Name vectors come from the store's cache, and the embedder computes only the ones

@@ -6,7 +6,10 @@ that only moved, to another page or place, is answered by the extraction cache),
 with no model call (with ``erase``, their text is erased from history as ``delete --erase``
 does). A file that cannot be read (encrypted or corrupt, binary, empty, too large, too many
 passages) is recorded as failed with its reason and affects nothing else; if it was indexed
-before, its old version is deleted, since the source no longer holds a readable one.
+before, its old version is deleted, since the source no longer holds a readable one. A file whose
+readers cannot be known (its sidecar or the source's ``lightfoot.json`` cannot be used) fails too,
+but its stored document, if any, stays as it was, readers and all, until the sidecar or settings
+file is fixed: readers fail closed, never wider than a valid input gave.
 
 Size, modification time and sidecar decide which files to read, their content hash whether they
 changed (see :mod:`lightfoot_pipeline.ingest.sources`). A file whose readers alone changed (its
@@ -55,6 +58,7 @@ from lightfoot_pipeline.ingest.sources import (
     INDEXED,
     SOURCE_FILES,
     FileOutcome,
+    Sidecar,
     SourceFile,
     list_source,
     open_source_file,
@@ -82,7 +86,9 @@ class SyncReport:
     it stays out until readmitted); ``failed`` lists every file of the source that is not indexed
     now, with its reason, ``read_failed`` those of them read in this sync. ``readers_changed``: the
     changed files whose documents changed only in their readers (a sidecar's or the source's
-    ``lightfoot.json``), of which only the readers were rewritten. ``asked_again``: the
+    ``lightfoot.json``), of which only the readers were rewritten. ``kept``: the failed files whose
+    readers cannot be known (a sidecar or settings file that cannot be used) and whose stored
+    documents stay live as they were, readers and all, until it is fixed. ``asked_again``: the
     unchanged files read again for their passages without an extraction; ``unextracted``: the
     passages of the source's documents still without one after this sync (the next asks again)."""
 
@@ -94,6 +100,7 @@ class SyncReport:
     unchanged: int = 0
     removed: list[str] = field(default_factory=list)
     failed: list[dict] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
     excluded: list[dict] = field(default_factory=list)
     readmitted: list[str] = field(default_factory=list)
     asked_again: list[str] = field(default_factory=list)
@@ -261,7 +268,10 @@ def sync(
                 indexed.add(f.doc_id)
             if f.doc_id not in again:  # those are counted as unchanged
                 (report.new if known is None else report.changed).append(f.doc_id)
-        unreadable = [o.record["doc_id"] for o in outcomes if o is not None and o.failed and o.record["doc_id"] in live]
+        # A file that failed for its readers (a sidecar or settings file that cannot be used) keeps
+        # its stored document as it was: deleting it would act on readers nobody can know.
+        unreadable = [o.record["doc_id"] for o in outcomes
+                      if o is not None and o.failed and not o.keeps_stored and o.record["doc_id"] in live]
         failed_live.extend(unreadable)
         rows = [o.record if o is not None else _touched(records[f.doc_id], f) for (f, _), o in zip(batch, outcomes, strict=True)]
 
@@ -285,6 +295,7 @@ def sync(
         report.tokens_out += ingested.tokens_out
         report.cost_usd += ingested.cost_usd
     report.failed.sort(key=lambda f: f["doc_id"])
+    report.kept = sorted(live_doc_ids(store, among=[f["doc_id"] for f in report.failed])) if report.failed else []
     report.unextracted = sum(unextracted_passages(store, indexed).values())
     erased = failed_live if erase else []
     if link and (erased or pending_erasures(store)):  # and the erasures asked for earlier and not finished
@@ -305,7 +316,7 @@ class SourceLook:
     fs: pafs.FileSystem
     files: list[SourceFile]
     records: dict[str, dict]  # source_files rows of this source, by doc id
-    to_read: list[tuple[SourceFile, tuple[str | None, bytes | None]]]  # with each one's sidecar
+    to_read: list[tuple[SourceFile, Sidecar]]  # with each one's sidecar
     unchanged: list[str]
     gone: list[str]
     # Of ``gone``, the ids of files still listed under another id: recorded before doc ids carried

@@ -5,7 +5,9 @@ one of the principal's groups. The group ``*`` is the operator's: it reads every
 that name nobody among them. A principal without groups reads the public documents only.
 
 ``--as GROUP[,GROUP]`` on the command line and a token's groups in the service's tokens file name
-groups with the same rule as documents do (:func:`principal_of`); a groups file for
+groups with the same rule as documents do (:func:`principal_of`), but for the reserved words: a
+principal may be of ``*`` and never of ``public`` or ``nobody`` (refused, so that a tokens file line
+naming either fails closed); a groups file for
 ``lightfoot audit-permissions`` holds one principal a line (:func:`read_groups_file`).
 """
 
@@ -16,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lightfoot_pipeline.ingest.readers import OPERATOR, PUBLIC, ReadersError, parse_groups
+from lightfoot_pipeline.ingest.readers import OPERATOR, PUBLIC, ReadersError, principal_groups
 
 MAX_PRINCIPALS = 1000  # lines of a groups file
 MAX_PRINCIPAL_CHARS = 128
@@ -54,11 +56,8 @@ def principal_of(groups: str | Iterable[str] | None, name: str | None = None, wh
     if groups is None:
         return Principal(name or "public", ())
     items = [g.strip() for g in groups.split(",")] if isinstance(groups, str) else [str(g).strip() for g in groups]
-    items = [g for g in items if g]
-    operator = OPERATOR in items
-    named = parse_groups([g for g in items if g != OPERATOR], where)
-    chosen = (*named, OPERATOR) if operator else named
-    return Principal(name or (",".join(chosen) if chosen else "public"), tuple(sorted(chosen)))
+    chosen = principal_groups([g for g in items if g], where)
+    return Principal(name or (",".join(chosen) if chosen else "public"), chosen)
 
 
 def read_groups_file(path: Path) -> list[Principal]:

@@ -146,3 +146,22 @@ def test_demo_with_the_hashing_embedder(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "identical: yes" in result.stdout and "0 model calls" in result.stdout
     assert "== 5. serve" in result.stdout and "no model call" in result.stdout.split("== 5. serve")[1]
+
+
+def test_status_lists_the_passages_stored_without_extraction(tmp_path, capsys, hashing_embedder):
+    from lightfoot_pipeline import operations
+    from lightfoot_pipeline.ingest.dataset import Document
+    from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+    from lightfoot_pipeline.store.store import Store
+
+    store = str(tmp_path / "store")
+    documents = [Document("answered", "A", "Harbor stands by the sea."), Document("unanswered", "U", "Quarry is old.")]
+    records = {"answered": {"entities": [{"name": "Harbor", "type": "place", "description": None}], "facts": []}}
+    operations.ingest(Store(store), documents, ReplayExtractor(records), hashing_embedder)  # none for 'unanswered'
+    assert main(["status", "--store", store, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["unextracted_passages"] == 1
+    assert status["unextracted_documents"] == [{"doc_id": "unanswered", "passages": 1}]
+    assert main(["status", "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert "1 passages of 1 documents are stored without extraction" in out and "unanswered: 1 passages" in out

@@ -174,3 +174,36 @@ def test_dataset_readers_take_a_list_or_a_string_and_default_the_rest(tmp_path, 
     with pytest.raises(DatasetError, match=r"corpus\.jsonl:1"):
         load_corpus(tmp_path)
 
+
+
+def test_audit_permissions_checks_an_existing_store_as_its_readers_are_now(tmp_path, capsys, monkeypatch,
+                                                                           hashing_embedder):
+    """``--store`` of an existing store: after ``lightfoot readers`` changed it, each principal's
+    view of its current state is compared with a fresh build of its readable documents (no model
+    call); a view that leaks is still found."""
+    from lightfoot_pipeline import operations
+    from lightfoot_pipeline.ingest.dataset import Document
+    from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+
+    names = ["Harbor Bridge", "Quarry Lane", "Orchard Hill", "Lantern Square"]
+    documents, records = [], {}
+    for i, (a, b) in enumerate(zip(names, names[1:] + names[:1], strict=True)):
+        documents.append(Document(f"doc-{i}", f"T{i}", f"{a} stands beside {b} in passage {i}.",
+                                  readers=("staff",) if i % 2 else ("public",)))
+        records[f"doc-{i}"] = {"entities": [{"name": a, "type": "place", "description": None},
+                                            {"name": b, "type": "place", "description": None}],
+                               "facts": [[a, "stands beside", b]]}
+    store = str(tmp_path / "store")
+    operations.ingest(Store(store), documents, ReplayExtractor(records), hashing_embedder)
+    assert main(["readers", "doc-0", "--store", store, "--groups", "legal"]) == 0
+    groups = groups_file(tmp_path / "groups.jsonl", [Principal("anyone", ()), Principal("counsel", ("legal",))])
+    out = tmp_path / "audit.json"
+    capsys.readouterr()
+    args = ["audit-permissions", "--store", store, "--groups", str(groups), "--max-questions", "3", "--out", str(out)]
+    assert main(args) == 0, capsys.readouterr()
+    audit = json.loads(out.read_text())
+    assert audit["equal"] is True and audit["model_calls"] == 0 and audit["documents"] == 4
+    assert [(p["principal"], p["documents"]) for p in audit["principals"]] == [("anyone", 1), ("counsel", 2)], \
+        "doc-0 is legal's now: the audit reads the store's readers as they are"
+    monkeypatch.setattr(permission_audit, "reader_view", _leaking_documents)
+    assert main(args) == 1 and json.loads(out.read_text())["equal"] is False

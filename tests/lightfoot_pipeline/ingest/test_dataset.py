@@ -143,16 +143,18 @@ def test_a_corpus_line_names_its_readers_as_a_list_or_a_comma_separated_string(t
     lines = [{"doc_id": "a", "text": "x", "readers": ["Legal", "hr", "legal"]},
              {"doc_id": "b", "text": "x", "readers": "public, staff"},
              {"doc_id": "c", "text": "x", "readers": []},
-             {"doc_id": "d", "text": "x"}]
+             {"doc_id": "d", "text": "x"},
+             {"doc_id": "e", "text": "x", "readers": ["Nobody"]}]
     (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    assert [d.readers for d in load_corpus(tmp_path)] == [("hr", "legal"), ("public", "staff"), (), None]
+    assert [d.readers for d in load_corpus(tmp_path)] == [("hr", "legal"), ("public", "staff"), (), None, ()]
 
 
 @pytest.mark.parametrize("readers, message", [
     (["Legal Team"], r"'Legal Team' is not a group name"),
     ([3], "a reader group must be a string"),
     ({"legal": True}, "readers must be a list of group names"),
-    (["*"], r"'\*' is not a group name"),
+    (["*"], r"'\*' is a reserved word \(the operator, who reads every document\), not a group name"),
+    (["nobody", "legal"], r"'nobody' means no reader and cannot be named beside 'legal'"),
 ])
 def test_readers_that_are_not_group_names_are_refused_with_file_and_line(tmp_path, readers, message):
     (tmp_path / "corpus.jsonl").write_text(json.dumps({"doc_id": "ok", "text": "fine"}) + "\n"

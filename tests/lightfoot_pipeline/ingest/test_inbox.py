@@ -250,3 +250,14 @@ def test_erasure_requests_are_recorded_then_given_their_receipt_and_bad_files_se
     assert list(intake.rejected) == ["bad.json"] and "doc_id must be a non-empty string" in intake.rejected["bad.json"]
     assert sorted(p.name for p in root.iterdir()) == ["rejected"]
     assert take_requests(inbox, landing, LOG) == Intake()
+
+
+def test_a_drop_whose_readers_use_a_reserved_word_wrongly_is_rejected_whole(inbox, tmp_path, store):
+    root = tmp_path / "in"
+    (root / "mixed.jsonl").write_text(json.dumps({"doc_id": "d1", "text": "d1 is in Oslo.", "readers": ["legal"]})
+                                      + "\n" + json.dumps({"doc_id": "d2", "text": "d2 is in Oslo.",
+                                                           "readers": ["*"]}) + "\n")
+    intake = take_documents(inbox, Landing(store), LOG)
+    assert intake.receipts == [] and list(intake.rejected) == ["mixed.jsonl"]
+    assert "'*' is a reserved word" in intake.rejected["mixed.jsonl"]
+    assert Landing(store).landed_ids() == [], "nothing of the drop is landed"

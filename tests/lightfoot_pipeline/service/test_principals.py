@@ -47,6 +47,8 @@ def test_a_tokens_file_names_principals_and_a_bare_digest_reads_public_documents
     (f"{digest(ALICE)} -alice", "is not a principal name"),
     (f"{digest(ALICE)} alice staff extra", "expected DIGEST [PRINCIPAL [GROUP[,GROUP]]]"),
     (f"{digest(ALICE)} alice\n{digest(ALICE)} again", "on an earlier line too"),
+    (f"{digest(ALICE)} alice nobody", "'nobody' is a reserved word"),
+    (f"{digest(ALICE)} alice staff,Public", "'public' is a reserved word"),
 ])
 def test_a_line_that_cannot_be_used_is_refused_with_its_reason(tmp_path, line, why):
     path = tmp_path / "tokens"

@@ -71,3 +71,39 @@ def test_type_comes_from_content_not_the_suffix(document_files):
 def test_bad_files_are_refused_with_their_reason(document_files, make, name, reason):
     with pytest.raises(FileReadError, match=reason):
         read_file(make(document_files), name)
+
+
+def test_html_nested_past_the_depth_bound_is_refused_as_it_parses():
+    """400,000 nested <div>s (4.4 MB) are refused at the 201st, not after a parse of minutes."""
+    import time
+
+    from lightfoot_pipeline.ingest.files.blocks import ReadLimits
+    from lightfoot_pipeline.ingest.files.web import MAX_DEPTH
+
+    n = 400_000
+    data = b"<html><body>" + b"<div>" * n + b"deep text" + b"</div>" * n + b"</body></html>"
+    started = time.monotonic()
+    with pytest.raises(FileReadError, match=f"nest more than {MAX_DEPTH} deep"):
+        read_file(data, "deep.html", ReadLimits(seconds=120))
+    assert time.monotonic() - started < 10
+    shallow = b"<html><body>" + b"<div>" * (MAX_DEPTH - 5) + b"deep text" + b"</div>" * (MAX_DEPTH - 5) + b"</body></html>"
+    assert read_file(shallow, "shallow.html").blocks[0].text == "deep text"
+
+
+def test_html_checks_the_deadline_while_it_parses():
+    from lightfoot_pipeline.ingest.files.blocks import ReadLimits
+    from lightfoot_pipeline.ingest.files.web import TIME_CHECK_ELEMENTS
+
+    class Counted(ReadLimits):
+        looks = 0
+
+        def check_time(self) -> None:
+            self.looks += 1
+            super().check_time()
+
+    page = b"<html><body>" + b"<div>word</div>\n" * 20_000 + b"</body></html>"
+    counted = Counted()
+    read_file(page, "long.html", counted)
+    assert counted.looks >= 20_000 // TIME_CHECK_ELEMENTS, "looked at while the parse goes, not once after it"
+    with pytest.raises(FileReadError, match="still being read after 0 seconds"):
+        read_file(page, "long.html", ReadLimits(seconds=0.0))
