@@ -128,8 +128,9 @@ def test_serve_answers_over_http_with_a_token_and_no_answers_unless_enabled(buil
     try:
         line = process.stdout.readline()
         assert line.startswith("serving snapshot"), line + process.stderr.read()
-        assert "bearer token required" in process.stdout.readline()
-        assert "answers are off on this service" in process.stdout.readline()
+        said = "".join(process.stdout.readline() for _ in range(3))  # authentication, descriptors, answers
+        assert "bearer token required" in said and "answers are off on this service" in said
+        assert "descriptors: limit " in said
         base = line.split(" on ")[1].split()[0]
         with urllib.request.urlopen(base + "/health", timeout=30) as response:
             assert json.loads(response.read()) == {"status": "ok"}
