@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# Set up (if needed), check the architecture, and run the tests. The linter (ruff), the import
-# contracts (import-linter: layers, no cycles, an engine free of Dagster) and the type checker (mypy
-# over the engine's lower layers; all three configured in pyproject.toml) run first, and any failing
-# fails the run. pytest's exit code 5 (no tests collected) counts as a failure here: a suite that
-# runs nothing has not passed.
+# Set up (if needed), check the architecture, and run the tests. The linter (ruff) and the import
+# contracts (import-linter: layers, no cycles, an engine free of Dagster, a Dagster layer that opens no
+# store transaction) run first; the type checker (mypy over the engine's lower layers, its cache kept
+# in .mypy_cache between runs) runs beside pytest. All three are configured in pyproject.toml, and any
+# failing fails the run. pytest's exit code 5 (no tests collected) counts as a failure here: a suite
+# that runs nothing has not passed.
 #
-#   ./scripts/test.sh            the whole suite (what CI runs, via .ci/run), the 25 slowest listed
+#   ./scripts/test.sh            the whole suite (what CI runs, via .ci/run)
 #   ./scripts/test.sh --fast     the fast tier: no test marked slow, minilm, dagster, postgres or s3,
 #                                few Hypothesis examples, and setup only where .venv is missing
 #
-# Further arguments go to pytest. HYPOTHESIS_PROFILE (tests/conftest.py) chooses how many examples
-# the property tests draw: "ci" for the whole suite, "fast" for the fast tier, unless it is set.
+# Both list their 25 slowest tests and end with the run's wall time. Further arguments go to pytest.
+# HYPOTHESIS_PROFILE (tests/conftest.py) chooses how many examples the property tests draw: "ci" for
+# the whole suite, "fast" for the fast tier, unless it is set. LIGHTFOOT_TEST_WORKERS sets how many
+# pytest-xdist workers run the tests (default: TEST_WORKERS below; 0 runs them in this process).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+started=$(date +%s)
 FAST_TIER="not slow and not minilm and not dagster and not postgres and not s3"
+TEST_WORKERS=2
 fast=0
 if [ "${1:-}" = "--fast" ]; then
   fast=1
@@ -25,21 +30,42 @@ if [ "$fast" -eq 0 ] || [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/ruff check . || { echo "ruff found problems: failing" >&2; exit 1; }
 .venv/bin/lint-imports || { echo "an import contract is broken: failing" >&2; exit 1; }
-.venv/bin/mypy || { echo "the type checker found problems: failing" >&2; exit 1; }
+# mypy runs beside the tests (its output comes after theirs); its result counts like theirs.
+mypy_log=$(mktemp)
+.venv/bin/mypy > "$mypy_log" 2>&1 &
+mypy_pid=$!
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+workers="${LIGHTFOOT_TEST_WORKERS:-$TEST_WORKERS}"
+parallel=()
+if [ "$workers" -gt 0 ]; then
+  # Tests marked with one xdist_group share a worker, so a session fixture they use is built once.
+  parallel=(-n "$workers" --dist loadgroup)
+fi
 if [ "$fast" -eq 1 ]; then
   # The tier is only as good as its markers: a marker pytest does not know must fail, not select nothing.
   grep -Eq '^addopts = .*--strict-markers' pyproject.toml \
     || { echo "pyproject.toml's pytest addopts lack --strict-markers: failing" >&2; exit 1; }
   export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-fast}"
-  .venv/bin/python -m pytest -q -m "$FAST_TIER" "$@"
+  .venv/bin/python -m pytest -q --durations=25 "${parallel[@]}" -m "$FAST_TIER" "$@"
 else
   export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
-  .venv/bin/python -m pytest -q --durations=25 "$@"
+  .venv/bin/python -m pytest -q --durations=25 "${parallel[@]}" "$@"
 fi
 status=$?
 if [ "$status" -eq 5 ]; then
   echo "pytest collected no tests: failing" >&2
-  exit 1
+  status=1
 fi
+wait "$mypy_pid"
+mypy_status=$?
+cat "$mypy_log"
+rm -f "$mypy_log"
+if [ "$mypy_status" -ne 0 ]; then
+  echo "the type checker found problems: failing" >&2
+  [ "$status" -eq 0 ] && status=1
+fi
+elapsed=$(( $(date +%s) - started ))
+tier=$([ "$fast" -eq 1 ] && echo "the fast tier" || echo "the whole suite")
+printf '%s took %dm%02ds of wall time (setup, checks and tests; %s xdist workers)\n' \
+  "$tier" $((elapsed / 60)) $((elapsed % 60)) "$workers"
 exit "$status"

@@ -43,12 +43,22 @@ FIXTURE_MARKERS = {"s3_endpoint": "s3", "postgres": "postgres", "minilm": "minil
                    "minilm_vectors": "minilm"}
 
 
+# Tests that use one of these session fixtures run on one xdist worker (scripts/test.sh runs pytest with
+# --dist loadgroup), so the fixture is built once in the run rather than once per worker.
+XDIST_GROUPS = {"minilm_sample_store": "minilm-sample", "minilm_vectors": "minilm-sample"}
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        fixtures = getattr(item, "fixturenames", ())
         for fixture, marker in FIXTURE_MARKERS.items():
-            if fixture in getattr(item, "fixturenames", ()):
+            if fixture in fixtures:
                 item.add_marker(marker)
+        for fixture, group in XDIST_GROUPS.items():
+            if fixture in fixtures:
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
 
 
 # -- what a test may not leave behind -----------------------------------------------------------

@@ -29,5 +29,8 @@ def test_the_fast_tier_deselects_every_tier_marker_and_the_full_run_deselects_no
     (expression,) = re.findall(r'^FAST_TIER="([^"]+)"$', script, re.M)
     assert set(re.findall(r"not (\w+)", expression)) == TIER_MARKERS
     assert expression == " and ".join(f"not {m}" for m in re.findall(r"not (\w+)", expression))
-    full_run = script.split("else\n", 1)[1].split("fi\n", 1)[0]
-    assert "--durations=25" in full_run and not re.search(r"pytest .*-m ", full_run)
+    fast_run, full_run = script.split('if [ "$fast" -eq 1 ]; then\n  # The tier', 1)[1].split("else\n", 1)
+    full_run = full_run.split("fi\n", 1)[0]
+    assert '-m "$FAST_TIER"' in fast_run and not re.search(r"pytest .*-m ", full_run)
+    assert "--durations=25" in fast_run and "--durations=25" in full_run
+    assert "took %dm%02ds of wall time" in script

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -43,8 +44,11 @@ doc_strategy = st.fixed_dictionaries({
 })
 corpus_strategy = st.lists(doc_strategy, min_size=2, max_size=9)
 
-# The number of examples is the Hypothesis profile's (tests/conftest.py: 20 in CI, a few in the fast tier).
-SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+# Each example builds two or three Delta stores (about a second each on two idle cores), so these tests
+# draw fewer examples than the profile's (tests/conftest.py): 8 in the whole suite, 1 in the fast tier.
+STORE_EXAMPLES = 1 if os.environ.get("HYPOTHESIS_PROFILE") in ("fast", "dev") else 8
+SETTINGS = settings(max_examples=STORE_EXAMPLES, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
 def make_corpus(raw: list[dict]) -> tuple[list[Document], dict[str, dict]]:
