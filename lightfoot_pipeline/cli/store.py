@@ -195,6 +195,11 @@ def cmd_delete(args) -> int:
     g = report.graph
     print(f"  names removed {g.names_removed}, changed {g.names_changed}; entities recomputed "
           f"{g.entities_recomputed}; entities {g.entities_before} -> {g.entities_after}")
+    if report.deleted:
+        from lightfoot_pipeline.settings.environment import DEFAULT_POLL_S
+
+        print(f"  served: a running service stops serving it at its next poll of the store log (every "
+              f"{DEFAULT_POLL_S:g} s by default, `lightfoot serve --poll`) to every principal, with no export")
     if report.erase:
         _print_erase(report.erase)
     print_batch(batch)
