@@ -226,7 +226,10 @@ def view_snapshot(snapshot: Snapshot, documents: frozenset[str], tables: dict[st
     access = snapshot.access
     min_rows = int(access.settings.get("index_min_rows", INDEX_MIN_ROWS)) if access is not None else INDEX_MIN_ROWS
     if view_facts.height >= min_rows:
-        fact_index, order = build_fact_index(view_facts.get_column("fact_id").to_numpy(), fact_vectors, None,
+        # The snapshot's centroids when the view's training sample is the snapshot's (a view of
+        # most documents, as after a deletion): the same sample gives the same centroids, and a
+        # fact's group is a function of its vector and them (snapshot/collect.py build_fact_index).
+        fact_index, order = build_fact_index(view_facts.get_column("fact_id").to_numpy(), fact_vectors, snapshot,
                                              lambda done, total: None)
         view_facts, fact_vectors = view_facts[order], fact_vectors[order]
     counts = {

@@ -41,6 +41,8 @@ def test_readers_sets_groups_and_prints_each_change(built, capsys):
     assert main(["readers", "doc-0", "--public", "--store", built.uri]) == 0
     out = capsys.readouterr().out
     assert "wider readers reach a running service with the next export" in out and "stops serving" not in out
+    assert main(["status", "--store", built.uri]) == 0  # no snapshot was exported
+    assert "no snapshot published (`lightfoot snapshot` exports one)" in capsys.readouterr().out
     assert explain_document(Store(built.uri), "doc-0", preview=False).document["readers"] == ["public"]
     assert main(["explain", "doc", "doc-2", "--no-preview", "--store", built.uri]) == 0
     assert "readers: nobody (the operator alone)" in capsys.readouterr().out

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import time
 import urllib.parse
+from types import SimpleNamespace
 
 import numpy as np
 import polars as pl
@@ -33,6 +34,7 @@ from lightfoot_pipeline.service.app import HttpLimits
 from lightfoot_pipeline.service.auth import Tokens, token_line
 from lightfoot_pipeline.service.queries import QueryService
 from lightfoot_pipeline.service.server import QueryServer
+from lightfoot_pipeline.snapshot.collect import build_fact_index
 from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.snapshot.format import Snapshot, latest_snapshot, load_snapshot
 from lightfoot_pipeline.store.store import Store
@@ -71,6 +73,23 @@ def test_a_narrowing_takes_what_either_readers_refuse_and_leaves_widenings_to_th
     assert narrowing.lost_by(Principal("p", ("legal", "hr"))) == {"a", "f"}  # c: legal then, hr now: both let it
     assert narrowing_of(snapshot, snapshot, 10).same_as(None)
     assert not Narrowing(3) and Narrowing(3).same_as(Narrowing(4))
+
+
+def test_a_view_of_most_facts_reuses_the_snapshots_centroids_exactly():
+    """A view keeps the snapshot's fact-index centroids when its training sample is the snapshot's
+    (views.py view_snapshot): the index then equals one trained afresh on the view's facts."""
+    rng = np.random.default_rng(27)
+    ids = np.array([f"fact-{i:05d}" for i in rng.permutation(3000)])
+    vectors = rng.standard_normal((3000, 16)).astype(np.float16)
+    index, order = build_fact_index(ids, vectors, None, lambda done, total: None)
+    snapshot = SimpleNamespace(fact_index=index, facts=pl.DataFrame({"fact_id": ids[order]}))
+    kept = np.flatnonzero(ids != max(ids))  # the largest id is outside the sample
+    reused, reused_order = build_fact_index(ids[kept], vectors[kept], snapshot, lambda done, total: None)
+    fresh, fresh_order = build_fact_index(ids[kept], vectors[kept], None, lambda done, total: None)
+    assert reused.centroids is index.centroids  # reused, not trained
+    np.testing.assert_array_equal(reused.centroids, fresh.centroids)
+    np.testing.assert_array_equal(reused.offsets, fresh.offsets)
+    np.testing.assert_array_equal(reused_order, fresh_order)
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +200,9 @@ def test_readers_nobody_reaches_every_door_within_seconds(running, fresh, chat_s
     assert operator["now"] == {"store_seq": store.manifest().seq, "deleted": 0, "readers_narrowed": 1}
     assert "narrowed" not in json.loads(call(base, "/status", COUNSEL_TOKEN)[1])
     assert latest_snapshot(store).snapshot_id == exported, "no export was needed"
+    assert main(["status", "--store", store.uri]) == 0
+    assert "1 behind: a running service serves the deletions and narrowed readers among them already" in \
+        capsys.readouterr().out
     # Given back the readers the snapshot has, nothing is narrowed: counsel is served it again.
     operations.set_readers(store, {SECRET.doc_id: "legal"})
     time.sleep(4 * POLL_S)
