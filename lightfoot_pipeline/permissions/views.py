@@ -94,6 +94,11 @@ class Narrowing:
     def as_dict(self) -> dict:
         return {"store_seq": self.seq, "deleted": len(self.deleted), "readers_narrowed": len(self.readers)}
 
+    def changed_since(self, other: Narrowing | None) -> frozenset[str]:
+        """The documents this narrowing treats otherwise than ``other`` (None: the snapshot as exported)."""
+        deleted, readers = (other.deleted, frozenset(other.readers)) if other else (frozenset(), frozenset())
+        return self.deleted ^ deleted | {doc_id for doc_id, _ in frozenset(self.readers) ^ readers}
+
 
 def narrows(before: tuple[str, ...], after: tuple[str, ...]) -> bool:
     """Whether some principal reads a document of readers ``before`` and not one of ``after``."""
@@ -289,8 +294,10 @@ class ViewCache:
     asked for by two threads at once is built once.
 
     Under a ``narrowing`` each principal's view is of the documents it still reads; ``inherit``, a
-    cache of the same snapshot, lends the views it holds: a view is a function of its document
-    set, so a principal that lost nothing keeps its view as it was, without a build."""
+    cache of the same snapshot under an earlier narrowing, lends the views it holds of none of the
+    documents the two narrowings treat otherwise: a view is a function of its document set, so a
+    principal that lost nothing keeps its view as it was, without a build, and a view that may be
+    no one's now is not kept."""
 
     def __init__(self, snapshot: Snapshot, size: int = VIEWS_KEPT, narrowing: Narrowing | None = None,
                  inherit: ViewCache | None = None) -> None:
@@ -299,7 +306,10 @@ class ViewCache:
         self.narrowing = narrowing
         self._views: OrderedDict[str, ReaderView] = OrderedDict()
         if inherit is not None and inherit.snapshot is snapshot:
-            self._views.update(inherit.held())
+            changed = narrowing.changed_since(inherit.narrowing) if narrowing else (
+                inherit.narrowing.changed_since(None) if inherit.narrowing else frozenset())
+            self._views.update((key, view) for key, view in inherit.held()
+                               if view.documents is not None and view.documents.isdisjoint(changed))
         self._lock = threading.Lock()
         self._building: dict[str, threading.Lock] = {}
         self._by_groups: dict[tuple[str, ...], tuple[str, frozenset[str] | None]] = {}

@@ -204,8 +204,9 @@ class _Serving:
         inherit = inherit if inherit is not None and inherit.snapshot is snapshot else None
         self.views = ViewCache(snapshot, narrowing=self.narrowing, inherit=inherit.views if inherit else None)
         self._make_retriever = make_retriever
+        kept = set(self.views.keys())
         self._retrievers: OrderedDict[str, tuple[ReaderView, Retriever]] = OrderedDict(
-            inherit.retrievers() if inherit else ())
+            (key, held) for key, held in (inherit.retrievers() if inherit else ()) if key in kept)
         self._lock = threading.Lock()
         self._building = threading.Lock()  # one view's retriever built at a time
         self._whole_names: tuple[str, str, str] | None = None

@@ -72,6 +72,8 @@ def test_a_narrowing_takes_what_either_readers_refuse_and_leaves_widenings_to_th
     assert narrowing.lost_by(Principal("p", ())) == {"a", "c", "f"}
     assert narrowing.lost_by(Principal("p", ("legal", "hr"))) == {"a", "f"}  # c: legal then, hr now: both let it
     assert narrowing_of(snapshot, snapshot, 10).same_as(None)
+    assert narrowing.changed_since(None) == {"a", "c", "f"}
+    assert narrowing.changed_since(Narrowing(8, frozenset({"f"}), (("a", "staff"), ("c", "legal")))) == {"c"}
     assert not Narrowing(3) and Narrowing(3).same_as(Narrowing(4))
 
 
@@ -184,6 +186,7 @@ def test_readers_nobody_reaches_every_door_within_seconds(running, fresh, chat_s
     fact_id = _canary_fact(base)
     exported = latest_snapshot(store).snapshot_id
     assert mentions(call(base, "/query", COUNSEL_TOKEN, {"question": QUESTION, "top_k": 13})[1]) > 0
+    outsider = service.current(Principal("outsider", ())).view
 
     assert main(["readers", SECRET.doc_id, "--nobody", "--store", store.uri]) == 0
     committed = time.perf_counter()
@@ -193,6 +196,7 @@ def test_readers_nobody_reaches_every_door_within_seconds(running, fresh, chat_s
 
     _no_door_serves_it(base, COUNSEL_TOKEN, fact_id, chat_server)
     _equal(service.current(COUNSEL).snapshot, fresh)
+    assert service.current(Principal("outsider", ())).view is outsider  # it lost nothing: kept, not rebuilt
     # nobody is the operator alone: the operator still reads it, from the snapshot as exported
     assert mentions(call(base, "/query", OPERATOR_TOKEN, {"question": QUESTION, "top_k": 13, "answer": False})[1]) > 0
     assert service.current(OPERATOR_PRINCIPAL).snapshot is service.snapshot
