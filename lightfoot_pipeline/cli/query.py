@@ -23,6 +23,7 @@ from lightfoot_pipeline.settings import (
     serve_answer_budget_usd,
     serve_answers,
 )
+from lightfoot_pipeline.settings.environment import DEFAULT_POLL_S
 
 PREVIEW_CHARS = 160
 ALLOW_UNPRICED_HELP = ("answer with a model that has no known price (default: $LIGHTFOOT_LLM_ALLOW_UNPRICED, "
@@ -359,7 +360,8 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; beyond loopback a token is required)")
     p.add_argument("--port", type=int, default=8410)
-    p.add_argument("--poll", type=float, default=2.0, help="seconds between checks for a new snapshot")
+    p.add_argument("--poll", type=float, default=DEFAULT_POLL_S,
+                   help="seconds between checks for a new snapshot and for narrowing store commits")
     p.add_argument("--tokens-file", default=None,
                    help="file of SHA-256 token digests, one a line (default: $LIGHTFOOT_SERVE_TOKENS_FILE); "
                         "a single token comes from $LIGHTFOOT_SERVE_TOKEN")

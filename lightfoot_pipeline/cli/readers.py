@@ -17,6 +17,8 @@ from lightfoot_pipeline.ingest.readers import PUBLIC
 def cmd_readers(args) -> int:
     from lightfoot_pipeline import operations
     from lightfoot_pipeline.cli.store import batch_report, command_batch, print_batch
+    from lightfoot_pipeline.permissions.views import narrows
+    from lightfoot_pipeline.settings.environment import DEFAULT_POLL_S
     from lightfoot_pipeline.store.batches import writing_batch
     from lightfoot_pipeline.store.store import Store, StoreError
 
@@ -40,6 +42,14 @@ def cmd_readers(args) -> int:
         print(f"  {doc_id}: {_shown(change['before'])} -> {_shown(change['after'])}")
     for doc_id, readers in report.unchanged.items():
         print(f"  {doc_id}: {_shown(readers)} already")
+    narrowed = [d for d, change in report.changed.items() if narrows(tuple(change["before"]), tuple(change["after"]))]
+    if narrowed:
+        print(f"  served: a running service stops serving it at its next poll of the store log (every "
+              f"{DEFAULT_POLL_S:g} s by default, `lightfoot serve --poll`) to whom the new readers leave out "
+              f"({len(narrowed)} documents), with no export")
+    if len(narrowed) < len(report.changed):
+        print("  served: wider readers reach a running service with the next export (`lightfoot snapshot`, "
+              "or Dagster's once its store-log sensor sees the commit)")
     print_batch(batch)
     return 0
 

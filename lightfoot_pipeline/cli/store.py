@@ -195,6 +195,11 @@ def cmd_delete(args) -> int:
     g = report.graph
     print(f"  names removed {g.names_removed}, changed {g.names_changed}; entities recomputed "
           f"{g.entities_recomputed}; entities {g.entities_before} -> {g.entities_after}")
+    if report.deleted:
+        from lightfoot_pipeline.settings.environment import DEFAULT_POLL_S
+
+        print(f"  served: a running service stops serving it at its next poll of the store log (every "
+              f"{DEFAULT_POLL_S:g} s by default, `lightfoot serve --poll`) to every principal, with no export")
     if report.erase:
         _print_erase(report.erase)
     print_batch(batch)
@@ -293,6 +298,7 @@ def cmd_status(args) -> int:
         # by document: the next sync of their source, or ingest of their documents, asks again.
         "unextracted_passages": sum(unextracted.values()),
         "unextracted_documents": [{"doc_id": d, "passages": unextracted[d]} for d in sorted(unextracted)],
+        "snapshot": _published(store, manifest),
     }
     if args.json:
         _print_json(payload)
@@ -311,7 +317,37 @@ def cmd_status(args) -> int:
                   "extraction: the next sync of their source (or ingest of their documents) asks for them")
             for d in payload["unextracted_documents"][:20]:
                 print(f"    {d['doc_id']}: {d['passages']:,} passages")
+        _print_published(payload["snapshot"])
     return 0
+
+
+def _published(store, manifest) -> dict:
+    """The published snapshot's id and commit, and how many commits the store is ahead of it."""
+    from lightfoot_pipeline.snapshot.format import SnapshotError, latest_snapshot
+
+    try:
+        published = latest_snapshot(store)
+    except SnapshotError as err:
+        return {"snapshot_id": None, "store_seq": None, "commits_behind": None, "error": str(err)}
+    if published is None:
+        return {"snapshot_id": None, "store_seq": None, "commits_behind": None, "error": None}
+    return {"snapshot_id": published.snapshot_id, "store_seq": published.store_seq,
+            "commits_behind": manifest.seq - published.store_seq, "error": None}
+
+
+def _print_published(snapshot: dict) -> None:
+    from lightfoot_pipeline.settings.environment import DEFAULT_POLL_S
+
+    if snapshot["snapshot_id"] is None:
+        print(f"  no snapshot published{': ' + snapshot['error'] if snapshot['error'] else ''} "
+              "(`lightfoot snapshot` exports one)")
+    elif snapshot["commits_behind"]:
+        print(f"  snapshot {snapshot['snapshot_id']} is of commit {snapshot['store_seq']}, "
+              f"{snapshot['commits_behind']} behind: a running service serves the deletions and narrowed readers "
+              f"among them already (its poll of the store log, every {DEFAULT_POLL_S:g} s by default); wider readers "
+              "and new documents wait for the next export (`lightfoot snapshot`, or Dagster's)")
+    else:
+        print(f"  snapshot {snapshot['snapshot_id']} is of the latest commit")
 
 
 def cmd_cost(args) -> int:

@@ -26,7 +26,19 @@ set in use costs memory in proportion to the documents it reads.
 
 Nothing of the view depends on history or on which principal asked first; :class:`ViewCache`
 keeps the views of the most recently used reader sets per snapshot. A snapshot without access
-tables holds public documents only, and every principal's view of it is the snapshot itself.
+tables (an export of an earlier version) holds public documents only, and every principal's view
+of it is the snapshot itself.
+
+**Narrowing before the next export.** A commit after the snapshot's may delete some of its
+documents or narrow their readers. :func:`narrowing_of` compares the snapshot's readers with the
+store's current ones (snapshot/collect.py ``live_readers``) and gives a :class:`Narrowing`: the
+documents deleted since, which nobody reads (the operator neither), and those whose readers
+narrowed, which a principal reads when both the snapshot's readers and the current ones let it.
+A widening is not a narrowing: it waits for the next export. Under a narrowing every principal's
+view, the operator's among them, is derived as above from the documents it still reads, so it is
+exactly the index of those documents, from the snapshot's access tables (for a snapshot exported
+without them, every document public, those the store holds for its documents: snapshot/collect.py
+``access_since``).
 """
 
 from __future__ import annotations
@@ -44,7 +56,7 @@ from lightfoot_pipeline.index.components import components, entity_rows, mention
 from lightfoot_pipeline.index.facts import fact_rows
 from lightfoot_pipeline.index.reconcile import name_statistics
 from lightfoot_pipeline.index.synonyms import synonym_edges
-from lightfoot_pipeline.ingest.readers import readers_of_text
+from lightfoot_pipeline.ingest.readers import PUBLIC, readers_of_text
 from lightfoot_pipeline.permissions.principals import Principal
 from lightfoot_pipeline.snapshot.collect import GraphTables, assemble_graph, build_fact_index
 from lightfoot_pipeline.snapshot.fact_index import INDEX_MIN_ROWS
@@ -54,6 +66,58 @@ from lightfoot_pipeline.store.tables import ALIASES, ENTITIES, FACTS
 VIEWS_KEPT = 16  # reader sets whose views a cache holds per snapshot
 # The counts a view has (view_snapshot): a snapshot's manifest has these and the export's own.
 VIEW_COUNTS = ("entities", "passages", "documents", "facts", "fact_evidence", "nodes", "stored_entries", "edges")
+
+
+@dataclass(frozen=True)
+class Narrowing:
+    """What the store's commit ``seq`` takes from a snapshot's readers (see the module docstring):
+    ``deleted``, the snapshot's documents no longer live; ``readers``, (doc_id, current readers
+    text) of those whose current readers are narrower than the snapshot's, by doc id."""
+
+    seq: int
+    deleted: frozenset[str] = frozenset()
+    readers: tuple[tuple[str, str], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.deleted or self.readers)
+
+    def same_as(self, other: Narrowing | None) -> bool:
+        """Whether ``other`` takes the same documents from the same principals (whatever its commit)."""
+        if other is None:
+            return not self
+        return self.deleted == other.deleted and self.readers == other.readers
+
+    def lost_by(self, principal: Principal) -> frozenset[str]:
+        """The snapshot's documents ``principal`` no longer reads."""
+        return self.deleted | {doc_id for doc_id, text in self.readers if not principal.may_read(readers_of_text(text))}
+
+    def as_dict(self) -> dict:
+        return {"store_seq": self.seq, "deleted": len(self.deleted), "readers_narrowed": len(self.readers)}
+
+    def changed_since(self, other: Narrowing | None) -> frozenset[str]:
+        """The documents this narrowing treats otherwise than ``other`` (None: the snapshot as exported)."""
+        deleted, readers = (other.deleted, frozenset(other.readers)) if other else (frozenset(), frozenset())
+        return self.deleted ^ deleted | {doc_id for doc_id, _ in frozenset(self.readers) ^ readers}
+
+
+def narrows(before: tuple[str, ...], after: tuple[str, ...]) -> bool:
+    """Whether some principal reads a document of readers ``before`` and not one of ``after``."""
+    if PUBLIC in after:
+        return False
+    return PUBLIC in before or not set(before) <= set(after)
+
+
+def narrowing_of(readers: pl.DataFrame, current: pl.DataFrame, seq: int) -> Narrowing:
+    """What the store's readers at commit ``seq`` (``current``: doc_id, readers of every live
+    document, snapshot/collect.py live_readers) take from a snapshot's (``readers``: doc_id,
+    readers of each of its documents, its access tables' or every one public)."""
+    joined = readers.select("doc_id", "readers").join(
+        current.select("doc_id", pl.col("readers").alias("now")), on="doc_id", how="left")
+    deleted = frozenset(joined.filter(pl.col("now").is_null()).get_column("doc_id").to_list())
+    changed = joined.filter(pl.col("now").is_not_null() & (pl.col("now") != pl.col("readers"))).sort("doc_id")
+    narrowed = tuple((doc_id, now) for doc_id, before, now in changed.select("doc_id", "readers", "now").iter_rows()
+                     if narrows(readers_of_text(before), readers_of_text(now)))
+    return Narrowing(seq, deleted, narrowed)
 
 
 @dataclass(eq=False)
@@ -81,9 +145,17 @@ class ReaderView:
         return self.documents is None or doc_id in self.documents
 
 
-def readable_documents(snapshot: Snapshot, principal: Principal) -> frozenset[str] | None:
-    """The documents of the snapshot that ``principal`` reads; None when that is all of them."""
-    return readable_in(snapshot.access, principal)
+def readable_documents(snapshot: Snapshot, principal: Principal,
+                       narrowing: Narrowing | None = None) -> frozenset[str] | None:
+    """The documents of the snapshot that ``principal`` reads (under ``narrowing``, those it still
+    reads); None when that is all of them."""
+    documents = readable_in(snapshot.access, principal)
+    if not narrowing:
+        return documents
+    assert snapshot.access is not None, "a narrowing is of a snapshot's access tables"
+    held = documents if documents is not None else frozenset(snapshot.access.readers.get_column("doc_id").to_list())
+    lost = narrowing.lost_by(principal)
+    return documents if held.isdisjoint(lost) else held - lost
 
 
 def readable_in(access: Access | None, principal: Principal) -> frozenset[str] | None:
@@ -159,7 +231,10 @@ def view_snapshot(snapshot: Snapshot, documents: frozenset[str], tables: dict[st
     access = snapshot.access
     min_rows = int(access.settings.get("index_min_rows", INDEX_MIN_ROWS)) if access is not None else INDEX_MIN_ROWS
     if view_facts.height >= min_rows:
-        fact_index, order = build_fact_index(view_facts.get_column("fact_id").to_numpy(), fact_vectors, None,
+        # The snapshot's centroids when the view's training sample is the snapshot's (a view of
+        # most documents, as after a deletion): the same sample gives the same centroids, and a
+        # fact's group is a function of its vector and them (snapshot/collect.py build_fact_index).
+        fact_index, order = build_fact_index(view_facts.get_column("fact_id").to_numpy(), fact_vectors, snapshot,
                                              lambda done, total: None)
         view_facts, fact_vectors = view_facts[order], fact_vectors[order]
     counts = {
@@ -200,10 +275,11 @@ def whole_view_names(snapshot: Snapshot) -> tuple[str, str, str]:
     return view_key(documents), f"{exported}-{digest[:12]}", digest
 
 
-def reader_view(snapshot: Snapshot, principal: Principal) -> ReaderView:
-    """``principal``'s view of ``snapshot`` (built now; :class:`ViewCache` keeps them)."""
+def reader_view(snapshot: Snapshot, principal: Principal, narrowing: Narrowing | None = None) -> ReaderView:
+    """``principal``'s view of ``snapshot`` (under ``narrowing``: of the documents it still reads;
+    built now; :class:`ViewCache` keeps them)."""
     started = time.perf_counter()
-    documents = readable_documents(snapshot, principal)
+    documents = readable_documents(snapshot, principal, narrowing)
     if documents is None:
         return ReaderView(view_key(None), snapshot, counts=dict(snapshot.info.counts))
     tables = derive_tables(snapshot, documents)
@@ -215,12 +291,25 @@ def reader_view(snapshot: Snapshot, principal: Principal) -> ReaderView:
 class ViewCache:
     """The views of one snapshot, by reader set: built once each, the least recently used dropped
     beyond ``size``. Two principals who read the same documents share a view. Thread-safe: a view
-    asked for by two threads at once is built once."""
+    asked for by two threads at once is built once.
 
-    def __init__(self, snapshot: Snapshot, size: int = VIEWS_KEPT) -> None:
+    Under a ``narrowing`` each principal's view is of the documents it still reads; ``inherit``, a
+    cache of the same snapshot under an earlier narrowing, lends the views it holds of none of the
+    documents the two narrowings treat otherwise: a view is a function of its document set, so a
+    principal that lost nothing keeps its view as it was, without a build, and a view that may be
+    no one's now is not kept."""
+
+    def __init__(self, snapshot: Snapshot, size: int = VIEWS_KEPT, narrowing: Narrowing | None = None,
+                 inherit: ViewCache | None = None) -> None:
         self.snapshot = snapshot
         self.size = size
+        self.narrowing = narrowing
         self._views: OrderedDict[str, ReaderView] = OrderedDict()
+        if inherit is not None and inherit.snapshot is snapshot:
+            changed = narrowing.changed_since(inherit.narrowing) if narrowing else (
+                inherit.narrowing.changed_since(None) if inherit.narrowing else frozenset())
+            self._views.update((key, view) for key, view in inherit.held()
+                               if view.documents is not None and view.documents.isdisjoint(changed))
         self._lock = threading.Lock()
         self._building: dict[str, threading.Lock] = {}
         self._by_groups: dict[tuple[str, ...], tuple[str, frozenset[str] | None]] = {}
@@ -228,7 +317,7 @@ class ViewCache:
     def view(self, principal: Principal) -> ReaderView:
         known = self._by_groups.get(principal.groups)
         if known is None:  # which documents a set of groups reads, worked out once per snapshot
-            documents = readable_documents(self.snapshot, principal)
+            documents = readable_documents(self.snapshot, principal, self.narrowing)
             known = self._by_groups[principal.groups] = (view_key(documents), documents)
         key, documents = known
         if documents is None:
@@ -243,7 +332,7 @@ class ViewCache:
             with self._lock:
                 held = self._views.get(key)
             if held is None:
-                held = reader_view(self.snapshot, principal)
+                held = reader_view(self.snapshot, principal, self.narrowing)
                 with self._lock:
                     self._views[key] = held
                     while len(self._views) > self.size:
@@ -255,3 +344,8 @@ class ViewCache:
     def keys(self) -> list[str]:
         with self._lock:
             return list(self._views)
+
+    def held(self) -> list[tuple[str, ReaderView]]:
+        """The views held now, least recently used first."""
+        with self._lock:
+            return list(self._views.items())

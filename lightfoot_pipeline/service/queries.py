@@ -34,6 +34,19 @@ answer calls, tokens and spend, each principal within a budget of its own inside
 serves. The library's default principal is the operator (every document), for callers in the
 operator's own process; the HTTP side (app.py) always passes the request's.
 
+**Narrowing is immediate.** The watcher also follows the store log: when a commit after the
+served snapshot's deletes one of its documents or narrows its readers (``lightfoot delete``,
+``lightfoot readers``, an erasure, a sync, Dagster's runs: whoever commits), it reads the store's
+current readers and live documents (two small columns), and serves from then on the snapshot
+narrowed by them (permissions/views.py ``Narrowing``): every principal's view, the operator's
+among them, is the index of the documents it still reads, derived from the snapshot's access
+tables, so that every route (queries, answers, the deep mode, ``explain``, ``status``,
+``snapshot``) answers as a store of those documents would. Views of principals that lost nothing
+are kept as they were. A widening waits for the next export. A snapshot being loaded is narrowed
+the same way before it serves, so loading an export older than a narrowing commit never serves
+what the commit took away. A principal other than the operator is not told that a narrowing
+happened, only what its own view holds.
+
 The HTTP side is app.py (the Starlette application) under uvicorn (server.py), and its
 authentication auth.py.
 Every query result names the snapshot that served it and gives a latency breakdown in ms.
@@ -42,6 +55,7 @@ Every query result names the snapshot that served it and gives a latency breakdo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import threading
@@ -51,12 +65,23 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import polars as pl
+
 from lightfoot_pipeline.errors import LightfootError
+from lightfoot_pipeline.ingest.readers import PUBLIC
 from lightfoot_pipeline.models.embedder import Embedder, load_embedder
 from lightfoot_pipeline.models.llm import ALLOW_UNPRICED_HINT, REFUSED
 from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL, Principal
 from lightfoot_pipeline.permissions.provenance import ProvenanceStores, ViewStore
-from lightfoot_pipeline.permissions.views import VIEW_COUNTS, VIEWS_KEPT, ReaderView, ViewCache, whole_view_names
+from lightfoot_pipeline.permissions.views import (
+    VIEW_COUNTS,
+    VIEWS_KEPT,
+    Narrowing,
+    ReaderView,
+    ViewCache,
+    narrowing_of,
+    whole_view_names,
+)
 from lightfoot_pipeline.retrieval.answer import (
     Answer,
     AnswerBudget,
@@ -76,6 +101,8 @@ from lightfoot_pipeline.retrieval.retrieve import (
     Retriever,
     query_thread_limits,
 )
+from lightfoot_pipeline.settings.environment import DEFAULT_POLL_S
+from lightfoot_pipeline.snapshot.collect import access_since, live_readers
 from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.snapshot.format import (
     Snapshot,
@@ -115,6 +142,7 @@ class Served:
     loaded_at: str
     names: tuple[str, str, str | None] = ("all", "", None)
     operator: bool = True
+    narrowing: Narrowing | None = None  # the store commit's narrowing it honours (None: the snapshot as exported)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -135,8 +163,11 @@ class Served:
         of documents it cannot read)."""
         info = self.snapshot.info
         key, snapshot_id, fingerprint = self.names
-        return {"snapshot_id": snapshot_id, "store_seq": info.store_seq if self.operator else None,
-                "fingerprint": fingerprint, "view": key, "loaded_at": self.loaded_at}
+        described = {"snapshot_id": snapshot_id, "store_seq": info.store_seq if self.operator else None,
+                     "fingerprint": fingerprint, "view": key, "loaded_at": self.loaded_at}
+        if self.operator:  # what the store's later commits took from the snapshot (its commits are the operator's)
+            described["narrowed"] = self.narrowing.as_dict() if self.narrowing else None
+        return described
 
     @property
     def counts(self) -> dict:
@@ -156,25 +187,42 @@ class Served:
 
 
 class _Serving:
-    """One loaded snapshot: its retriever, its views by reader set and a retriever for each view
-    (the least recently used dropped beyond VIEWS_KEPT)."""
+    """One loaded snapshot, as narrowed by the store's later commits (``narrowing``; None: as
+    exported): its retriever, its views by reader set and a retriever for each view (the least
+    recently used dropped beyond VIEWS_KEPT). ``inherit``, the serving of the same snapshot it
+    replaces, lends its views and their retrievers; ``log_version`` is the store log's version
+    it was narrowed at."""
 
     def __init__(self, snapshot: Snapshot, retriever: Retriever, loaded_at: str,
-                 make_retriever: Callable[[Snapshot], Retriever]) -> None:
+                 make_retriever: Callable[[Snapshot], Retriever], narrowing: Narrowing | None = None,
+                 inherit: _Serving | None = None, log_version: int | None = None) -> None:
         self.snapshot = snapshot
         self.retriever = retriever
         self.loaded_at = loaded_at
-        self.views = ViewCache(snapshot)
+        self.narrowing = narrowing if narrowing else None
+        self.log_version = log_version
+        inherit = inherit if inherit is not None and inherit.snapshot is snapshot else None
+        self.views = ViewCache(snapshot, narrowing=self.narrowing, inherit=inherit.views if inherit else None)
         self._make_retriever = make_retriever
-        self._retrievers: OrderedDict[str, tuple[ReaderView, Retriever]] = OrderedDict()
+        kept = set(self.views.keys())
+        self._retrievers: OrderedDict[str, tuple[ReaderView, Retriever]] = OrderedDict(
+            (key, held) for key, held in (inherit.retrievers() if inherit else ()) if key in kept)
         self._lock = threading.Lock()
         self._building = threading.Lock()  # one view's retriever built at a time
         self._whole_names: tuple[str, str, str] | None = None
 
+    def retrievers(self) -> list[tuple[str, tuple[ReaderView, Retriever]]]:
+        """The views' retrievers held now, least recently used first."""
+        with self._lock:
+            return list(self._retrievers.items())
+
     def names(self, view: ReaderView, principal: Principal) -> tuple[str, str, str | None]:
-        """What ``principal`` is shown of ``view``: the snapshot's own names for the operator,
-        else the view's (views.py whole_view_names when it reads every document)."""
+        """What ``principal`` is shown of ``view``: the snapshot's own names for the operator
+        (its view's when a narrowing took documents from it), else the view's (views.py
+        whole_view_names when it reads every document)."""
         if principal.is_operator:
+            if not view.whole:
+                return view.key, view.snapshot.snapshot_id, view.snapshot.info.fingerprint
             return view.key, self.snapshot.snapshot_id, self.snapshot.info.fingerprint
         if not view.whole:
             return view.key, view.snapshot.snapshot_id, view.snapshot.info.fingerprint
@@ -186,7 +234,7 @@ class _Serving:
         view = self.views.view(principal)
         names, operator = self.names(view, principal), principal.is_operator
         if view.whole:
-            return Served(view, self.retriever, self.loaded_at, names, operator)
+            return Served(view, self.retriever, self.loaded_at, names, operator, self.narrowing)
         held = self._held(view)
         if held is None:
             with self._building:
@@ -197,7 +245,7 @@ class _Serving:
                         self._retrievers[view.key] = (view, held)
                         while len(self._retrievers) > VIEWS_KEPT:
                             self._retrievers.popitem(last=False)
-        return Served(view, held, self.loaded_at, names, operator)
+        return Served(view, held, self.loaded_at, names, operator, self.narrowing)
 
     def _held(self, view: ReaderView) -> Retriever | None:
         with self._lock:
@@ -262,6 +310,8 @@ class QueryService:
         self._watcher: threading.Thread | None = None
         self.last_reload_error: str | None = None
         self.reloads = 0
+        self.narrowings = 0  # servings narrowed by a store commit (the operator's status shows it)
+        self.last_narrowing_error: str | None = None
         self._holding = contextlib.ExitStack()  # what the service holds until close (query_thread_limits)
 
     # -- snapshots -------------------------------------------------------------------------------
@@ -321,13 +371,67 @@ class QueryService:
                      serving.snapshot.snapshot_id, time.perf_counter() - started)
 
     def use(self, snapshot: Snapshot) -> None:
-        """Serve this snapshot from now on (queries already running finish on the old one); the
-        expected principals' views are built first."""
+        """Serve this snapshot from now on (queries already running finish on the old one), narrowed
+        by the store's commits since its export; the expected principals' views are built first."""
+        log_version = self.store.log_version()
+        snapshot, narrowing = self._narrowing(snapshot, None)
         serving = _Serving(snapshot, self._make_retriever(snapshot), dt.datetime.now(dt.UTC).isoformat(),
-                           self._make_retriever)
+                           self._make_retriever, narrowing, log_version=log_version)
         self._warm(serving)
         self._serving = serving
         self.reloads += 1
+
+    def _narrowing(self, snapshot: Snapshot, held: Narrowing | None) -> tuple[Snapshot, Narrowing | None]:
+        """What the store's newest commit takes from ``snapshot``'s readers (permissions/views.py
+        narrowing_of; ``held`` when the commit is not after the snapshot's or takes nothing new),
+        and the snapshot to derive views from: ``snapshot``, or, when it was exported without access
+        tables (every document public) and something narrowed, the same with the access tables the
+        store holds for its documents (snapshot/collect.py access_since: read once per snapshot), the
+        documents deleted or replaced since withdrawn."""
+        manifest = self.store.manifest()
+        if manifest.seq <= snapshot.info.store_seq:
+            return snapshot, None
+        current = live_readers(self.store, manifest)
+        readers = snapshot.access.readers if snapshot.access is not None else pl.DataFrame(
+            {"doc_id": snapshot.passages.get_column("doc_id").unique().sort()}).with_columns(
+            pl.lit(PUBLIC).alias("readers"))
+        narrowing = narrowing_of(readers, current, manifest.seq)
+        if narrowing and snapshot.access is None:
+            access, withdrawn = access_since(self.store, manifest, snapshot.passages)
+            snapshot = dataclasses.replace(snapshot, access=access)
+            narrowing = dataclasses.replace(narrowing, deleted=narrowing.deleted | withdrawn)
+        return snapshot, (held if narrowing.same_as(held) else narrowing)
+
+    def narrow(self) -> bool:
+        """Serve the snapshot narrowed by the store's newest commit when that takes documents from
+        some principal that the serving does not (a deletion, narrowed readers): every view that
+        lost a document is derived again, the others are kept. True if the serving changed. The
+        store log's version is read first, so a poll without a new commit reads nothing else."""
+        with self._reload_lock:
+            serving = self._serving
+            if serving is None:
+                return False
+            try:
+                log_version = self.store.log_version()
+                if log_version == serving.log_version:
+                    return False
+                snapshot, narrowing = self._narrowing(serving.snapshot, serving.narrowing)
+                if narrowing is serving.narrowing or (not narrowing and serving.narrowing is None):
+                    serving.log_version = log_version
+                    return False
+                narrowed = _Serving(snapshot, serving.retriever, serving.loaded_at, self._make_retriever,
+                                    narrowing, inherit=serving, log_version=log_version)
+            except (OSError, LightfootError) as err:  # the store out of reach: try again at the next poll
+                self.last_narrowing_error = f"{type(err).__name__}: {err}"
+                log.warning("could not read the store log of %s: %s", self.store.uri, err)
+                return False
+            self._serving = narrowed
+            self.narrowings += 1
+            self.last_narrowing_error = None
+        log.info("serving snapshot %s narrowed by store commit %s (%s)", narrowed.snapshot.snapshot_id,
+                 narrowing.seq if narrowing else None, narrowing.as_dict() if narrowing else "nothing withdrawn")
+        self._warm(narrowed)
+        return True
 
     def refresh(self) -> bool:
         """Load the published snapshot if it is not the one being served; True if it switched."""
@@ -339,7 +443,7 @@ class QueryService:
                     return False
                 snapshot = load_snapshot(self.store, published.snapshot_id)
                 self.use(snapshot)
-            except (SnapshotError, RetrievalError, OSError) as err:
+            except (LightfootError, OSError) as err:  # SnapshotError, RetrievalError, the store's
                 self.last_reload_error = f"{type(err).__name__}: {err}"
                 log.warning("staying on snapshot %s: %s", self._serving and self._serving.snapshot.snapshot_id, err)
                 return False
@@ -347,14 +451,20 @@ class QueryService:
             log.info("now serving snapshot %s", published.snapshot_id)
             return True
 
-    def watch(self, interval_s: float = 2.0) -> None:
-        """Poll for new snapshots in a background thread until :meth:`close`."""
+    def watch(self, interval_s: float = DEFAULT_POLL_S) -> None:
+        """Poll for new snapshots and for narrowing store commits (:meth:`narrow`) in a background
+        thread until :meth:`close`."""
         if self._watcher is not None:
             return
 
         def loop() -> None:
             while not self._stop.wait(interval_s):
-                self.refresh()
+                for step in (self.refresh, self.narrow):
+                    try:
+                        step()
+                    except Exception:  # a bug must not stop the watcher: narrowing is what revokes
+                        log.exception("the snapshot watcher's %s failed; it tries again at the next poll",
+                                      step.__name__)
 
         self._watcher = threading.Thread(target=loop, name="snapshot-watcher", daemon=True)
         self._watcher.start()
@@ -518,10 +628,14 @@ class QueryService:
         answers = {"state": self._answers_state(budget), "price": self.price, **budget.as_dict(),
                    "budget_usd": budget.limit_usd,  # what holds this principal: its cap or the service's
                    "own_budget_usd": budget.own.limit_usd, "ledger_run_id": self.ledger_run_id}
+        narrowed = None
         if principal.is_operator:  # the totals, and each principal's spend
             with self._budgets_lock:
                 principals = {name: own.as_dict() for name, own in sorted(self._budgets.items())}
             answers.update(ledger_errors=self.ledger_errors, total=self.budget.as_dict(), principals=principals)
+            narrowing = served.narrowing if served else None
+            narrowed = {"now": narrowing.as_dict() if narrowing else None, "narrowings": self.narrowings,
+                        "last_error": self.last_narrowing_error}
         reload_error = self.last_reload_error
         if reload_error is not None and not principal.is_operator:  # it may name files and the store's ids
             reload_error = "the newest snapshot could not be loaded; the service stays on the one it has"
@@ -539,6 +653,7 @@ class QueryService:
             "last_reload_error": reload_error,
             "reranker": reranker,
             "answers": answers,
+            **({"narrowed": narrowed} if principal.is_operator else {}),
         }
 
     def _answers_state(self, budget: SharedBudget) -> str:

@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 from lightfoot_pipeline.settings.errors import SettingsError
 
 DEFAULT_STORE = ".lightfoot/store"
+# `lightfoot serve --poll`: seconds between a service's reads of the snapshot pointer and the store log
+DEFAULT_POLL_S = 2.0
 
 STORE_ENV = "LIGHTFOOT_STORE"
 EMBEDDER_ENV = "LIGHTFOOT_EMBEDDER"

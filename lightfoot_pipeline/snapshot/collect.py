@@ -194,7 +194,7 @@ def collect(store: Store, manifest: Manifest, embedder: Embedder, previous: Snap
     taken from it; the others come from the vector caches, embedded only when no cache holds them.
     A fact table of ``index_min_rows`` or more is ordered by inverted-file group (fact_index.py).
     When some live document is not public, the snapshot also holds what reader views are derived
-    from (:func:`read_access`).
+    from (:func:`read_access`; without them, :func:`access_since` reads them when a service needs them).
     """
     step = _stepper(progress)
     step("reading the store", 0, 1)
@@ -236,16 +236,25 @@ def collect(store: Store, manifest: Manifest, embedder: Embedder, previous: Snap
     )
 
 
-def read_access(store: Store, manifest: Manifest) -> Access | None:
-    """What reader views are derived from, when some live document is not public: each document's
-    readers, the live forms, fact assertions and name links, and the settings that turn them into
-    entities and synonym edges. None when every document is public (every view is the whole)."""
+def live_readers(store: Store, manifest: Manifest) -> pl.DataFrame:
+    """doc_id, readers of every live document at ``manifest`` (``public`` for one without a readers
+    row), by doc id: two small columns, what a service reads to narrow its views (service/queries.py)."""
     readers = store.read(DOCUMENT_READERS.name, manifest, columns=["doc_id", "readers"])
-    if all(PUBLIC in readers_of_text(text) for text in readers.get_column("readers").unique().to_list()):
-        return None  # a document without a row is public too: nothing else to read
     documents = store.read(DOCUMENTS.name, manifest, columns=["doc_id"])
-    readers = documents.join(readers, on="doc_id", how="left").with_columns(
+    return documents.join(readers, on="doc_id", how="left").with_columns(
         pl.col("readers").fill_null(PUBLIC)).sort("doc_id")
+
+
+def read_access(store: Store, manifest: Manifest, *, always: bool = False) -> Access | None:
+    """What reader views are derived from: each document's readers, the live forms, fact assertions
+    and name links, and the settings that turn them into entities and synonym edges. None when
+    every document is public (every view is the whole), unless ``always`` (an export's: a later
+    narrowing commit derives views from them)."""
+    if not always:
+        stored = store.read(DOCUMENT_READERS.name, manifest, columns=["readers"])
+        if all(PUBLIC in readers_of_text(text) for text in stored.get_column("readers").unique().to_list()):
+            return None  # a document without a row is public too: nothing else to read
+    readers = live_readers(store, manifest)
     shape = manifest.config.get("settings") or {}
     defaults = IndexSettings()
     settings = {
@@ -260,6 +269,36 @@ def read_access(store: Store, manifest: Manifest) -> Access | None:
         name_links=store.read(NAME_LINKS.name, manifest, columns=NAME_LINKS.columns).sort("type", "name_a", "name_b"),
         settings=settings,
     )
+
+
+def access_since(store: Store, manifest: Manifest, passages: pl.DataFrame) -> tuple[Access, frozenset[str]]:
+    """The access tables of a snapshot exported without them (every document public; ``passages``:
+    its passages' chunk_id and doc_id), read from the store at a later commit ``manifest``, and the
+    snapshot's documents that they cannot stand for: those deleted or replaced since.
+
+    A document the store still holds with the snapshot's passages has the forms and fact
+    assertions it had then, and the name links among live names are a function of the two names,
+    so for the documents kept these are the tables the snapshot would have held. The readers are
+    the snapshot's: every document public."""
+    access = read_access(store, manifest, always=True)
+    assert access is not None
+    mine = passages.select("chunk_id", "doc_id")
+    stored = store.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id"])
+    counts = (mine.group_by("doc_id").len("held")
+              .join(stored.group_by("doc_id").len("now"), on="doc_id", how="left")
+              .join(mine.join(stored, on=["chunk_id", "doc_id"], how="semi").group_by("doc_id").len("kept"),
+                    on="doc_id", how="left"))
+    kept = counts.filter((pl.col("held") == pl.col("now")) & (pl.col("held") == pl.col("kept"))).get_column("doc_id")
+    documents = counts.get_column("doc_id").sort()
+    wanted = kept.implode()
+    return Access(
+        readers=pl.DataFrame({"doc_id": documents, "readers": [PUBLIC] * len(documents)},
+                             schema={"doc_id": pl.String, "readers": pl.String}),
+        forms=access.forms.filter(pl.col("doc_id").is_in(wanted)),
+        fact_sources=access.fact_sources.filter(pl.col("doc_id").is_in(wanted)),
+        name_links=access.name_links,
+        settings=access.settings,
+    ), frozenset(documents.to_list()) - frozenset(kept.to_list())
 
 
 def _vectors(store: Store, kind: str, embedder: Embedder, rows: pl.DataFrame, key: list[str],

@@ -29,6 +29,8 @@ def test_readers_sets_groups_and_prints_each_change(built, capsys):
     out = capsys.readouterr().out
     assert "readers of 2 documents changed, 0 unchanged" in out
     assert "doc-0: public -> hr, legal" in out and "batch cli-readers-" in out
+    assert "a running service stops serving it at its next poll of the store log" in out  # a narrowing
+    assert "wider readers" not in out
     assert main(["readers", "doc-0", "doc-2", "--nobody", "--store", built.uri, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["changed"] == {"doc-0": {"before": ["hr", "legal"], "after": []},
@@ -37,6 +39,10 @@ def test_readers_sets_groups_and_prints_each_change(built, capsys):
     assert main(["readers", "doc-2", "--nobody", "--store", built.uri]) == 0
     assert "doc-2: nobody (the operator alone) already" in capsys.readouterr().out
     assert main(["readers", "doc-0", "--public", "--store", built.uri]) == 0
+    out = capsys.readouterr().out
+    assert "wider readers reach a running service with the next export" in out and "stops serving" not in out
+    assert main(["status", "--store", built.uri]) == 0  # no snapshot was exported
+    assert "no snapshot published (`lightfoot snapshot` exports one)" in capsys.readouterr().out
     assert explain_document(Store(built.uri), "doc-0", preview=False).document["readers"] == ["public"]
     assert main(["explain", "doc", "doc-2", "--no-preview", "--store", built.uri]) == 0
     assert "readers: nobody (the operator alone)" in capsys.readouterr().out
