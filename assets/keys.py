@@ -25,7 +25,7 @@ TOMBSTONES = dg.AssetKey("tombstones")
 ERASURES = dg.AssetKey("erasures")
 
 SOURCES_GROUP = "sources"
-DOCUMENTS_GROUP = "documents"
+BATCH_GROUP = "batches"  # the per-batch assets (a partition per ingestion batch)
 GRAPH_GROUP = "graph"
 SERVING_GROUP = "serving"
 RETENTION_GROUP = "retention"

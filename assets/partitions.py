@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets.keys import DOCUMENTS_GROUP
+from assets.keys import BATCH_GROUP
 from assets.provenance import STORE_POOL
 from lightfoot_pipeline.ingest.receipts import ERASURE, INGESTION, Receipt
 from lightfoot_pipeline.store.batches import check_batch_id, new_batch_id
@@ -29,7 +29,7 @@ PARTITION_TAG = "dagster/partition"
 
 # What every per-batch asset is (``@dg.asset(**PER_BATCH, deps=…, kinds=…)``): one partition per
 # batch, in the documents group, writing through the store pool.
-PER_BATCH = {"partitions_def": BATCHES, "group_name": DOCUMENTS_GROUP, "pool": STORE_POOL}
+PER_BATCH = {"partitions_def": BATCHES, "group_name": BATCH_GROUP, "pool": STORE_POOL}
 
 DROP, SYNC = "drop", "sync"  # kinds of ingestion batch (the hourly pick-up of landed documents is a drop)
 ERASE, RETENTION = "erase", "retention"  # kinds of deletion run

@@ -9,20 +9,18 @@ extractions (replay) for the language model. Secrets reach a resource only throu
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import Field
 
-from lightfoot_pipeline.ingest.extraction.answers import CachedAnswers, ClaimingExtractor
+from lightfoot_pipeline.ingest.extraction.answers import CachedAnswers, RecordedOrModelExtractor
 from lightfoot_pipeline.ingest.extraction.claims import ExtractionClaims
-from lightfoot_pipeline.ingest.extraction.outcome import ExtractionOutcome, Extractor, ProgressCallback
-from lightfoot_pipeline.ingest.extraction.replay import ReplayExtractor
+from lightfoot_pipeline.ingest.extraction.outcome import Extractor
 from lightfoot_pipeline.ingest.inbox import Inbox
 from lightfoot_pipeline.ingest.landing import Landing
-from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.models.embedder import Embedder, load_embedder
 from lightfoot_pipeline.settings import (
     IndexSettings,
@@ -48,6 +46,10 @@ class StoreResource(dg.ConfigurableResource):
     n_buckets: int = Field(default=16, description="Hash buckets of every table (fixed when the store is created).")
     report_fingerprint: bool = Field(
         default=True, description="Compute the store fingerprint for every materialization's metadata."
+    )
+    compare_with_rebuild: bool = Field(
+        default=True, description="Run the blocking comparison with a fresh rebuild after each change (off: the "
+        "matches_fresh_rebuild check warns that it did not compare, as its run config's enabled=false does).",
     )
 
     def open(self) -> Store:
@@ -119,39 +121,6 @@ class ExtractorResource(dg.ConfigurableResource):
     def _check_mode(self) -> None:
         if self.mode not in {"auto", "replay", "openai"}:
             raise dg.Failure(f"extractor mode must be auto, replay or openai, not {self.mode!r}")
-
-
-class RecordedOrModelExtractor:
-    """Replays the recorded extraction of documents that have one; sends the other passages to a model."""
-
-    def __init__(self, recorded: dict[str, dict | list], model: Callable[[], Extractor] | None) -> None:
-        self.replay = ReplayExtractor(recorded, entity_types=None)
-        self.recorded = set(recorded)
-        self.model_factory = model
-        self.name = self.replay.name if model is None else f"{self.replay.name}+model"
-
-    def extract(self, passages: Sequence[Passage], progress: ProgressCallback | None = None) -> list[ExtractionOutcome]:
-        replayed = [p for p in passages if p.doc_id in self.recorded]
-        asked = [p for p in passages if p.doc_id not in self.recorded]
-        outcomes = {o.chunk_id: o for o in self.replay.extract(replayed)}
-        if asked:
-            outcomes.update({o.chunk_id: o for o in self._ask(asked, progress)})
-        return [outcomes[p.chunk_id] for p in passages]
-
-    def _ask(self, passages: Sequence[Passage], progress: ProgressCallback | None) -> list[ExtractionOutcome]:
-        if self.model_factory is None:
-            return [ExtractionOutcome.failed(p, "no recorded extraction for this passage, and the extractor "
-                                                "is in replay mode", extractor=self.replay.name) for p in passages]
-        try:
-            model = self.model_factory()
-        except Exception as err:  # a missing endpoint or bad settings fail the passages, with the reason
-            return [ExtractionOutcome.failed(p, f"no recorded extraction, and the language model is not usable: {err}",
-                                             extractor="openai") for p in passages]
-        from lightfoot_pipeline.ingest.extraction.openai_extractor import OpenAIExtractor
-
-        if isinstance(model, OpenAIExtractor):  # through the claims: a sync or ingest beside it asks each text once
-            model = ClaimingExtractor(model)
-        return model.extract(passages, progress)
 
 
 class InboxResource(dg.ConfigurableResource):

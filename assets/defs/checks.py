@@ -20,14 +20,11 @@ holds counts, group names, equality and digests only, never a question or a pass
 import shutil
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import dagster as dg
-import polars as pl
 from pydantic import Field
 
-from assets.batches import batch_doc_ids
 from assets.keys import (
     DELETION_JOB,
     ENTITIES,
@@ -44,7 +41,6 @@ from assets.keys import (
 )
 from assets.partitions import PARTITION_TAG
 from assets.resources import EmbedderResource, StoreResource
-from lightfoot_pipeline import operations
 from lightfoot_pipeline.evaluation.permission_audit import (
     audit_permissions,
     passage_questions,
@@ -52,71 +48,52 @@ from lightfoot_pipeline.evaluation.permission_audit import (
     snapshot_readers,
     store_reference,
 )
-from lightfoot_pipeline.index.references import dangling_references
-from lightfoot_pipeline.ingest.extraction.outcome import FAILED, OK, reason_kind
 from lightfoot_pipeline.models.llm import LLMClient
+from lightfoot_pipeline.operations.batches import batch_doc_ids
+from lightfoot_pipeline.operations.checks import (
+    account_for_passages,
+    compare_with_rebuild,
+    dangling_references,
+    live_documents,
+)
 from lightfoot_pipeline.permissions.principals import read_groups_file
 from lightfoot_pipeline.snapshot.format import load_snapshot
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.tables import EXTRACTIONS as EXTRACTIONS_TABLE
-from lightfoot_pipeline.store.tables import PASSAGES
 
 
 @dg.asset_check(asset=EXTRACTIONS, blocking=True)
 def passages_accounted_for(context: dg.AssetCheckExecutionContext, store: StoreResource) -> dg.AssetCheckResult:
     """Every live passage of the batch's documents (of every document, when run without a batch)
-    has one extraction: a record, or a failure that says why. Other batches' documents may be
-    between their passages and their extractions, since runs extract in parallel."""
+    has one extraction: a record, or a failure that says why (operations/checks.py:
+    ``account_for_passages``). Other batches' documents may be between their passages and their
+    extractions, since runs extract in parallel: those of runs mid-way are set aside."""
     lightfoot = store.open()
-    manifest = lightfoot.manifest()
     batch = _partition(context)
     if batch is not None:
-        ids = batch_doc_ids(lightfoot, batch, manifest)
-        passages = (lightfoot.rows(PASSAGES.name, "doc_id", ids, manifest) if ids else PASSAGES.empty()).select(
-            "chunk_id", "doc_id")
-        mid_way = passages.clear()
+        account = account_for_passages(lightfoot, batch_doc_ids(lightfoot, batch))
     else:
-        passages = lightfoot.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id"])  # every document, but those of runs mid-way: their own check accounts for them
         own = own_run_id(context)
         theirs = set() if own is None else documents_of(context.instance, lightfoot, runs_mid_way(context.instance, own))
-        mid_way = passages.filter(pl.col("doc_id").is_in(sorted(theirs)))
-        passages = passages.filter(~pl.col("doc_id").is_in(sorted(theirs)))
-    extractions = lightfoot.read(EXTRACTIONS_TABLE.name, manifest, columns=["chunk_id", "doc_id", "status", "reason"])
-    extractions = extractions.filter(pl.col("chunk_id").is_in(passages.get_column("chunk_id").implode()))
-    missing = passages.join(extractions, on="chunk_id", how="anti")
-    duplicated = extractions.group_by("chunk_id").len().filter(pl.col("len") > 1)
-    unknown_status = extractions.filter(~pl.col("status").is_in([OK, FAILED]))
-    failed = extractions.filter(pl.col("status") == FAILED)
-    unexplained = failed.filter(pl.col("reason").fill_null("").str.strip_chars() == "")
-    # Kinds of reason, not reasons: a reason may quote the passage (extraction/outcome.py, reason_kind).
-    kinds = Counter(reason_kind(r or "") for r in failed.get_column("reason").to_list())
-    reasons = sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
-    passed = missing.height == 0 and duplicated.height == 0 and unknown_status.height == 0 and unexplained.height == 0
-    doc_of = dict(passages.select("chunk_id", "doc_id").iter_rows())
-    problems = {
-        "without an extraction": _documents(missing.get_column("chunk_id"), doc_of),
-        "with a failure that gives no reason": _documents(unexplained.get_column("chunk_id"), doc_of),
-        "with several extractions": _documents(duplicated.get_column("chunk_id"), doc_of),
-        "with an unknown status": _documents(unknown_status.get_column("chunk_id"), doc_of),
-    }
+        account = account_for_passages(lightfoot, None, set_aside=theirs)
+    problems = account.problems
     return dg.AssetCheckResult(
-        passed=passed,
-        description=None if passed else "; ".join(
+        passed=account.passed,
+        description=None if account.passed else "; ".join(
             f"{len(docs)} documents have passages {what} ({', '.join(docs[:5])}{', …' if len(docs) > 5 else ''})"
             for what, docs in problems.items() if docs
         ),
         metadata={
             "batch": batch or "",
-            "passages": passages.height,
-            "extracted": extractions.filter(pl.col("status") == OK).height,
-            "failed": failed.height,
-            "missing": missing.height,
-            "mid_way_passages": mid_way.height,
+            "passages": account.passages,
+            "extracted": account.extracted,
+            "failed": account.failed,
+            "missing": account.missing,
+            "mid_way_passages": account.set_aside,
             "documents_missing_extractions": dg.MetadataValue.json(problems["without an extraction"][:20]),
-            "failed_without_reason": unexplained.height,
-            "failure_reasons": dg.MetadataValue.json(dict(reasons)),
-            "store_commit": manifest.seq,
+            "failed_without_reason": account.failed_without_reason,
+            "failure_reasons": dg.MetadataValue.json(account.failure_reasons),
+            "store_commit": account.store_commit,
         },
     )
 
@@ -128,11 +105,6 @@ def _partition(context: dg.AssetCheckExecutionContext) -> str | None:
     if run_id is None:
         return None
     return context.run.tags.get(PARTITION_TAG)
-
-
-def _documents(chunk_ids: pl.Series, doc_of: dict[str, str]) -> list[str]:
-    """The documents of these passages, sorted."""
-    return sorted({doc_of.get(c, c.rsplit("::", 1)[0]) for c in chunk_ids.to_list()})
 
 
 @dg.asset_check(asset=ENTITIES, blocking=True)
@@ -234,14 +206,17 @@ def matches_fresh_rebuild(
     """After deletions the store must equal a fresh index of the survivors: rebuild one in a scratch
     store from the live documents and their stored extractions, and compare fingerprints."""
     source = store.open()
+    enabled = config.enabled and store.compare_with_rebuild
     # A disabled comparison asks the instance nothing.
-    mid_way = runs_mid_way(context.instance, context.run.run_id) if config.enabled else []
-    manifest = source.manifest()
-    if config.enabled:  # and any that began since
+    mid_way = runs_mid_way(context.instance, context.run.run_id) if enabled else []
+    seq = source.manifest().seq
+    if enabled:  # and any that began since
         mid_way = sorted(set(mid_way) | set(runs_mid_way(context.instance, context.run.run_id)))
-    live = source.read("documents", manifest, columns=["doc_id"]).height
+    live = live_documents(source)
     limit = config.ingestion_limit if context.run.job_name == INGESTION_JOB else None
     skipped = ("the rebuild comparison is disabled in this run's config" if not config.enabled
+               else "the rebuild comparison is turned off in the store resource (compare_with_rebuild)"
+               if not enabled
                else f"the store holds {live:,} live documents, more than the ingestion job's limit of {limit:,} "
                "(ingestion_limit); the deletion job always compares" if limit is not None and live > limit
                else f"run{'s' if len(mid_way) > 1 else ''} {', '.join(mid_way)} {'are' if len(mid_way) > 1 else 'is'} "
@@ -252,36 +227,27 @@ def matches_fresh_rebuild(
             yield dg.AssetCheckResult(
                 asset_key=key, check_name=REBUILD_CHECK, passed=False, severity=dg.AssetCheckSeverity.WARN,
                 description=f"not compared: {skipped}",
-                metadata={"live_documents": dg.MetadataValue.int(live), "store_commit": dg.MetadataValue.int(manifest.seq)},
+                metadata={"live_documents": dg.MetadataValue.int(live), "store_commit": dg.MetadataValue.int(seq)},
             )
         return
-    scratch = Path(tempfile.mkdtemp(prefix="lightfoot-rebuild-check-"))
-    try:
-        target = Store(str(scratch / "store"), n_buckets=source.n_buckets)
-        root = source.local_root()
-        if config.reuse_vector_cache and root is not None and (root / "vectors").exists():
-            shutil.copytree(root / "vectors", scratch / "store" / "vectors")
-        started = time.perf_counter()
-        operations.rebuild(source, target, embedder.get(), store.settings(), manifest)
-        seconds = time.perf_counter() - started
-        mine, fresh = fingerprint(source, manifest), fingerprint(target)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    differing = mine.differences(fresh)
-    context.log.info(f"fresh rebuild in {seconds:.1f}s; fingerprints equal: {mine.digest == fresh.digest}")
+    found = compare_with_rebuild(source, embedder.get(), store.settings(),
+                                 reuse_vector_cache=config.reuse_vector_cache)
+    differing = found.differing
+    context.log.info(f"fresh rebuild in {found.seconds:.1f}s; fingerprints equal: "
+                     f"{found.store_fingerprint == found.rebuild_fingerprint}")
     common = {
-        "store_fingerprint": dg.MetadataValue.text(mine.digest),
-        "rebuild_fingerprint": dg.MetadataValue.text(fresh.digest),
-        "store_commit": dg.MetadataValue.int(manifest.seq),
+        "store_fingerprint": dg.MetadataValue.text(found.store_fingerprint),
+        "rebuild_fingerprint": dg.MetadataValue.text(found.rebuild_fingerprint),
+        "store_commit": dg.MetadataValue.int(found.store_commit),
         "differing_tables": dg.MetadataValue.json(differing),
-        "rebuild_seconds": dg.MetadataValue.float(round(seconds, 3)),
+        "rebuild_seconds": dg.MetadataValue.float(round(found.seconds, 3)),
     }
     for key, tables in REBUILD_TABLES.items():
         wrong = [t for t in tables if t in differing]
         yield dg.AssetCheckResult(
             asset_key=key, check_name=REBUILD_CHECK, passed=not wrong,
             description=None if not wrong else f"differs from a fresh rebuild in {', '.join(wrong)}",
-            metadata={**common, "rows": dg.MetadataValue.json({t: mine.tables[t].rows for t in tables if t in mine.tables})},
+            metadata={**common, "rows": dg.MetadataValue.json({t: found.rows[t] for t in tables if t in found.rows})},
         )
 
 

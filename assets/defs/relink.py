@@ -4,7 +4,7 @@
 derived again from the live documents and extractions with the deployment's embedder and index
 settings, in one commit — with the links computed in pieces (``lightfoot_pipeline/relink.py``):
 an operator runs it after changing the link settings or the embedder, or to build the graph of a
-large corpus whose documents were committed without it (the per-document assets alone). Its steps:
+large corpus whose documents were committed without it (the per-batch assets alone). Its steps:
 
 1. ``prepare_relink`` stages every live name's band keys (embedding names that have no vector);
 2. ``plan_link_pieces`` cuts the work into steps of at most LIGHTFOOT_LINK_PIECE_SIZE names x
@@ -31,9 +31,8 @@ import dagster as dg
 from assets.keys import GRAPH_ASSETS
 from assets.provenance import STORE_POOL
 from assets.resources import EmbedderResource, StoreResource
-from lightfoot_pipeline.index.link_pieces import LinkPiece, RelinkError
 from lightfoot_pipeline.operations import relink
-from lightfoot_pipeline.operations.relink import Prepared, StagingArea
+from lightfoot_pipeline.operations.relink import LinkPiece, Prepared, RelinkError, StagingArea
 from lightfoot_pipeline.progress import name_progress
 from lightfoot_pipeline.settings import SettingsError, relink_executor
 from lightfoot_pipeline.store.fingerprint import fingerprint

@@ -26,12 +26,12 @@ which is what a source never reported has: what was materialized before the firs
 fresh.
 
 The ``store_log_sensor`` looks every 30 s, without a run, and skips at once while the
-log's Delta version is its cursor's and no pending run has ended. It reports the first time (an
-instance with no report yet) and whenever the data version moves, that is after each external or
-unaccounted commit, as a runless materialization of ``store_log``
-(``SensorResult(asset_events=[AssetMaterialization])``). Without a cursor (a new or renamed
-sensor, a reset one) it goes on from the instance's latest report, so it reports nothing that did
-not move.
+log's Delta version is its cursor's and no pending run has ended. It reports whenever the data
+version moves, that is after each external or unaccounted commit, as a runless materialization of ``store_log``
+(``SensorResult(asset_events=[AssetMaterialization])``); never for a store only Dagster wrote,
+whose version stays the initial one (a first report would set automation off on a fresh instance).
+Without a cursor (a new or renamed sensor, a reset one) it goes on from the instance's latest
+report, so it reports nothing that did not move.
 Dagster's staleness reads an external asset's data version from its materializations (an
 observation counts only for an asset with an observation function, and the decorators that make
 one are beta in this Dagster), and its automation takes each new one for an update: a report that
@@ -57,32 +57,14 @@ import polars as pl
 
 from assets.keys import OWNERS, SERVING_SNAPSHOT, SOURCES_GROUP, STORE_LOG
 from assets.resources import StoreResource
+from lightfoot_pipeline.provenance.batches import COMMIT_SCHEMA, store_commits
 from lightfoot_pipeline.store.batches import DAGSTER
 from lightfoot_pipeline.store.log import LOG_SCHEMA
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.tables import all_specs
 
 OBSERVE_SECONDS = 30
 LISTED = 100  # external commits listed in one report; the rest are counted
 INITIAL = dg.DataVersion("INITIAL")  # the data version Dagster gives a source never observed
-COMMIT_SCHEMA = {"seq": pl.Int64, "operation": pl.String, "batch": pl.String, "run_id": pl.String,
-                 "by": pl.String, "committed_at": pl.Datetime("us", "UTC")}  # what a report lists of a commit
-
-
-def store_commits(store: Store) -> pl.DataFrame:
-    """Every commit of the store, oldest first: its seq and operation, the batch, run and runner
-    its log details name (``""`` where they name none), when, and whether it wrote a fingerprinted
-    table (``content``; a commit that does not say which tables it wrote counts as one that did).
-    Ids and times only."""
-    log = store.history()
-    details = [json.loads(d) if d else {} for d in log.get_column("details").to_list()]
-    named = {key: [str(d.get(key) or "") for d in details] for key in ("batch", "run_id", "by")}
-    fingerprinted = {spec.name for spec in all_specs() if spec.fingerprinted}
-    content = [not isinstance(d.get("buckets_written"), dict) or bool(fingerprinted & set(d["buckets_written"]))
-               for d in details]
-    return pl.DataFrame({"seq": log.get_column("seq"), "operation": log.get_column("operation"), **named,
-                         "committed_at": log.get_column("committed_at"), "content": content},
-                        schema={**COMMIT_SCHEMA, "content": pl.Boolean})
 
 
 @dataclass(frozen=True)
@@ -230,7 +212,9 @@ def store_log_sensor(context: dg.SensorEvaluationContext, store: StoreResource) 
     previous = LogState.of(cursor) if cursor else last_state(context.instance)
     observation = observe_store_log(lightfoot, context.instance, previous or LogState())
     next_cursor = json.dumps({"log_version": version, **observation.state.as_cursor()})
-    if previous is not None and observation.data_version == observation.previous_version:
+    # Before any report the version is Dagster's initial one: a first report that moved nothing
+    # would still count as an update, and automation would start a graph run on a fresh instance.
+    if observation.data_version == observation.previous_version:
         return dg.SensorResult(skip_reason=dg.SkipReason(
             f"store commit {observation.state.store_commit}: every commit is accounted for"), cursor=next_cursor)
     return dg.SensorResult(asset_events=[observation.event()], cursor=next_cursor)

@@ -30,6 +30,7 @@ removed. A crash between two steps leaves the drop in the inbox, and the next lo
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -283,6 +284,15 @@ _REQUEST_DROPS = _Drops(
 )
 
 
+_REJECTION_KINDS = {DatasetError: "not a readable dataset", UnicodeDecodeError: "not valid UTF-8",
+                    OSError: "could not be read"}
+
+
+def rejection_id(item: InboxItem) -> str:
+    """The digest a rejected drop is known by in logs: of its name, size and modification time."""
+    return hashlib.sha256(item.signature.encode("utf-8")).hexdigest()[:16]
+
+
 def take_documents(inbox: Inbox, landing: Landing, log: logging.Logger | logging.LoggerAdapter) -> Intake:
     """Land every ready drop of a document inbox — its documents, then a pending receipt — and
     remove it. A drop whose receipt already exists (one that could not be removed before) is not
@@ -307,10 +317,16 @@ def _take(inbox: Inbox, landing: Landing, log, drops: _Drops) -> Intake:
         except (DatasetError, UnicodeDecodeError, OSError) as err:
             reason = str(err)
             intake.rejected[item.name] = reason
+            # The log keeps what it is given (an orchestrator's, for good): the kind of reason and
+            # the drop's digest, never the reason, which quotes the drop's values (a date, an id, a
+            # group). The reason lies beside the drop in rejected/, under the same digest.
+            mark = rejection_id(item)
+            said = f"rejected {drops.noun} {mark} ({_REJECTION_KINDS.get(type(err), 'could not be read')})"
             try:
-                log.warning(f"rejected {item.name}: {reason} (moved to {inbox.reject(item, reason)})")
+                inbox.reject(item, f"{drops.noun} {mark}: {reason}")
+                log.warning(f"{said}; it and its reason are in the inbox's {REJECTED_DIR}/ folder")
             except OSError as move_error:
-                log.error(f"rejected {item.name}: {reason}; could not move it aside: {move_error}")
+                log.error(f"{said}; could not move it aside ({type(move_error).__name__})")
             continue
         receipt = drops.receipt(inbox, item, contents)
         known = receipts.receipt(drops.kind, receipt.receipt_id)

@@ -38,9 +38,20 @@ def ingested(ingested_once, make_harness, tmp_path, monkeypatch):
     shutil.copytree(template, root)
     instance = dg.DagsterInstance.from_config(str(root / "dagster_home"))
     try:
-        harness = make_harness(root, monkeypatch, instance)
+        harness = make_harness(root, monkeypatch, instance, rebuild_check=True)
         harness.cursors.update(cursors)
         yield harness
+    finally:
+        instance.dispose()
+
+
+@pytest.fixture
+def lightfoot(tmp_path, monkeypatch, make_harness):
+    """The harness with the comparison with a fresh rebuild turned on: these are its tests."""
+    (tmp_path / "dagster_home").mkdir()
+    instance = dg.DagsterInstance.from_config(str(tmp_path / "dagster_home"))
+    try:
+        yield make_harness(tmp_path, monkeypatch, instance, rebuild_check=True)
     finally:
         instance.dispose()
 
