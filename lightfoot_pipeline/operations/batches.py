@@ -125,11 +125,11 @@ def batch_doc_ids(store: Store, batch_id: str, manifest: Manifest | None = None)
 def batch_counts(store: Store, batch_id: str, manifest: Manifest | None = None) -> dict[str, int]:
     """A batch's documents by what it did to them (added, replaced, unchanged, readers changed,
     deleted by the batch itself). How many are live now is a deletion's to say (:func:`batch_deletions`)."""
-    latest = documents_of_batch(store, batch_id, manifest).sort("seq").unique("doc_id", keep="last")
+    rows = documents_of_batch(store, batch_id, manifest)
+    latest = rows.sort("seq").unique("doc_id", keep="last")
     by_action = dict(latest.group_by("action").len().iter_rows())
-    held = latest.filter(pl.col("action") != DELETED).height
     return {
-        "documents": held,
+        "documents": rows.filter(pl.col("action") != DELETED).get_column("doc_id").n_unique(),
         "added": int(by_action.get("added", 0)),
         "replaced": int(by_action.get("replaced", 0)),
         "unchanged": int(by_action.get("unchanged", 0)),

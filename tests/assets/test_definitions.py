@@ -12,8 +12,6 @@ import dagster as dg
 import pytest
 import yaml
 
-from assets.definitions import defs as load_defs
-
 REPO = Path(__file__).resolve().parents[2]
 PER_BATCH = {"passages", "extraction_cache", "extractions", "forms"}
 GRAPH = {"name_vectors", "name_links", "entities", "synonym_edges", "facts"}
@@ -138,11 +136,13 @@ def test_each_definition_says_what_it_is_and_its_module_binds_it_under_that_name
 
 
 def test_secrets_reach_the_extractor_only_as_environment_variables(monkeypatch):
+    from assets.defs.resources import resources  # the resources' definitions alone: the rest loads once a session
+
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
-    extractor = load_defs().resources["extractor"]
+    extractor = resources().resources["extractor"]
     assert isinstance(extractor.api_key, dg.EnvVar) and extractor.api_key.env_var_name == "OPENAI_API_KEY"
     monkeypatch.delenv("OPENAI_API_KEY")
-    assert load_defs().resources["extractor"].api_key is None
+    assert resources().resources["extractor"].api_key is None
 
 
 @pytest.mark.slow
@@ -329,7 +329,7 @@ def test_a_run_carries_its_model_calls_tokens_and_cost_as_tags(lightfoot, twenty
     assert vectors["dagster/table_name"].value == f"lightfoot.vectors.{uri.stem}"
 
 
-ASSETS_ROOT = Path(__file__).resolve().parents[2] / "assets"
+ASSETS_ROOT = REPO / "assets"
 
 
 def test_the_dagster_layer_calls_operations_and_opens_no_transaction():
