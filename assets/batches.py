@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from assets.keys import PER_BATCH_ASSETS
+from assets.keys import DELETION_TAG, PER_BATCH_ASSETS
 from assets.partitions import BATCHES, PARTITION_TAG
 from lightfoot_pipeline.operations.batches import batch_deletions
 from lightfoot_pipeline.store.batches import DAGSTER, Batch, writing_batch
@@ -34,8 +34,9 @@ TOMBSTONED = "tombstoned"
 
 
 def run_batch_id(run: dg.DagsterRun) -> str:
-    """The batch a run's commits belong to: its partition, or ``run-<run id>``."""
-    return run.tags.get(PARTITION_TAG) or f"run-{run.run_id}"
+    """The batch a run's commits belong to: its partition, the deletion a deletion run applies
+    (its tag), or ``run-<run id>``."""
+    return run.tags.get(PARTITION_TAG) or run.tags.get(DELETION_TAG) or f"run-{run.run_id}"
 
 
 @contextlib.contextmanager

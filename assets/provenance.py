@@ -18,8 +18,9 @@ the store holds the content, and ``lightfoot explain doc ID`` (or the service's 
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import dagster as dg
 
@@ -29,6 +30,31 @@ from lightfoot_pipeline.provenance.batches import batch_link
 from lightfoot_pipeline.store.vectors import VECTOR_CACHE_COLUMNS
 
 STORE_POOL = "lightfoot_store"  # one store writer at a time (the lock on object stores)
+
+
+def metadata_value(value: object) -> dg.MetadataValue:
+    """A value as the metadata value of its type: a bool, an int, a float, a string as text,
+    anything else (a dict, a list) as JSON."""
+    if isinstance(value, bool):
+        return dg.MetadataValue.bool(value)
+    if isinstance(value, int):
+        return dg.MetadataValue.int(value)
+    if isinstance(value, float):
+        return dg.MetadataValue.float(value)
+    if isinstance(value, str):
+        return dg.MetadataValue.text(value)
+    return dg.MetadataValue.json(value)
+
+
+def report_metadata(report: object, fields: Iterable[str] | None = None, *,
+                    names: Mapping[str, str] | None = None) -> dict[str, dg.MetadataValue]:
+    """An operation's report (a dataclass) as metadata: each of its ``fields`` (every field, when
+    None) under its own name, or the one ``names`` gives it, as a value of its type
+    (:func:`metadata_value`). A field that is None is left out."""
+    chosen = [f.name for f in dataclasses.fields(report)] if fields is None else list(fields)  # type: ignore[arg-type]
+    names = names or {}
+    return {names.get(name, name): metadata_value(value) for name in chosen
+            if (value := getattr(report, name)) is not None}
 
 
 def explain_hint(doc_id: str) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Collection
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import dagster as dg
@@ -19,14 +18,18 @@ from pydantic import Field
 from lightfoot_pipeline.ingest.extraction.answers import CachedAnswers, RecordedOrModelExtractor
 from lightfoot_pipeline.ingest.extraction.claims import ExtractionClaims
 from lightfoot_pipeline.ingest.extraction.outcome import Extractor
-from lightfoot_pipeline.ingest.inbox import Inbox
+from lightfoot_pipeline.ingest.inbox import (
+    DEFAULT_DOCUMENT_INBOX,
+    DEFAULT_ERASURE_INBOX,
+    Inbox,
+    document_inbox,
+    erasure_inbox,
+)
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.models.embedder import Embedder, load_embedder
 from lightfoot_pipeline.settings import (
     IndexSettings,
-    document_inbox_uri,
     embedder_spec,
-    erasure_inbox_uri,
     retention_policy_path,
     sync_source_uri,
 )
@@ -34,9 +37,6 @@ from lightfoot_pipeline.store.store import Store
 
 if TYPE_CHECKING:
     from lightfoot_pipeline.ingest.extraction.openai_extractor import OpenAIExtractor
-
-DEFAULT_DOCUMENT_INBOX = ".lightfoot/inbox/documents"
-DEFAULT_ERASURE_INBOX = ".lightfoot/inbox/erasure"
 
 
 class StoreResource(dg.ConfigurableResource):
@@ -148,20 +148,10 @@ class InboxResource(dg.ConfigurableResource):
         return self.sync_source or sync_source_uri()
 
     def document_inbox(self, store: Store) -> Inbox:
-        return self._inbox(self.documents or document_inbox_uri(), DEFAULT_DOCUMENT_INBOX, "documents", store)
+        return document_inbox(store, self.documents)
 
     def erasure_inbox(self, store: Store) -> Inbox:
-        return self._inbox(self.erasure_requests or erasure_inbox_uri(), DEFAULT_ERASURE_INBOX, "erasure",
-                           store)
+        return erasure_inbox(store, self.erasure_requests)
 
     def policy_path(self) -> str | None:
         return self.retention_policy or retention_policy_path()
-
-    @staticmethod
-    def _inbox(uri: str | None, local_default: str, remote_leaf: str, store: Store) -> Inbox:
-        if not uri:
-            uri = store.path("inbox", remote_leaf) if store.is_remote else local_default
-        if "://" not in uri:
-            uri = str(Path(uri).expanduser().resolve())
-        options = store.storage_options if uri.startswith(("s3://",)) else None
-        return Inbox(uri, options)

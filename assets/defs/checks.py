@@ -17,9 +17,6 @@ holds counts, group names, equality and digests only, never a question or a pass
 """
 
 
-import shutil
-import tempfile
-import time
 from pathlib import Path
 
 import dagster as dg
@@ -40,25 +37,17 @@ from assets.keys import (
     SYNONYM_EDGES,
 )
 from assets.partitions import PARTITION_TAG
+from assets.provenance import report_metadata
 from assets.resources import EmbedderResource, StoreResource
-from lightfoot_pipeline.evaluation.permission_audit import (
-    audit_permissions,
-    passage_questions,
-    principals_from_readers,
-    snapshot_readers,
-    store_reference,
-)
-from lightfoot_pipeline.models.llm import LLMClient
+from lightfoot_pipeline.evaluation.permission_audit import audit_published_snapshot
 from lightfoot_pipeline.operations.batches import batch_doc_ids
 from lightfoot_pipeline.operations.checks import (
     account_for_passages,
     compare_with_rebuild,
     dangling_references,
     live_documents,
+    rebuild_skip_reason,
 )
-from lightfoot_pipeline.permissions.principals import read_groups_file
-from lightfoot_pipeline.snapshot.format import load_snapshot
-from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 
 
@@ -76,24 +65,14 @@ def passages_accounted_for(context: dg.AssetCheckExecutionContext, store: StoreR
         own = own_run_id(context)
         theirs = set() if own is None else documents_of(context.instance, lightfoot, runs_mid_way(context.instance, own))
         account = account_for_passages(lightfoot, None, set_aside=theirs)
-    problems = account.problems
     return dg.AssetCheckResult(
-        passed=account.passed,
-        description=None if account.passed else "; ".join(
-            f"{len(docs)} documents have passages {what} ({', '.join(docs[:5])}{', …' if len(docs) > 5 else ''})"
-            for what, docs in problems.items() if docs
-        ),
+        passed=account.passed, description=account.describe(),
         metadata={
             "batch": batch or "",
-            "passages": account.passages,
-            "extracted": account.extracted,
-            "failed": account.failed,
-            "missing": account.missing,
-            "mid_way_passages": account.set_aside,
-            "documents_missing_extractions": dg.MetadataValue.json(problems["without an extraction"][:20]),
-            "failed_without_reason": account.failed_without_reason,
-            "failure_reasons": dg.MetadataValue.json(account.failure_reasons),
-            "store_commit": account.store_commit,
+            **report_metadata(account, ["passages", "extracted", "failed", "missing", "set_aside",
+                                        "failed_without_reason", "failure_reasons", "store_commit"],
+                              names={"set_aside": "mid_way_passages"}),
+            "documents_missing_extractions": dg.MetadataValue.json(account.problems["without an extraction"][:20]),
         },
     )
 
@@ -214,14 +193,8 @@ def matches_fresh_rebuild(
         mid_way = sorted(set(mid_way) | set(runs_mid_way(context.instance, context.run.run_id)))
     live = live_documents(source)
     limit = config.ingestion_limit if context.run.job_name == INGESTION_JOB else None
-    skipped = ("the rebuild comparison is disabled in this run's config" if not config.enabled
-               else "the rebuild comparison is turned off in the store resource (compare_with_rebuild)"
-               if not enabled
-               else f"the store holds {live:,} live documents, more than the ingestion job's limit of {limit:,} "
-               "(ingestion_limit); the deletion job always compares" if limit is not None and live > limit
-               else f"run{'s' if len(mid_way) > 1 else ''} {', '.join(mid_way)} {'are' if len(mid_way) > 1 else 'is'} "
-               "mid-way (documents or deletions committed, graph step not yet run): the store is compared by the "
-               "check of a run that finds none mid-way" if mid_way else None)
+    skipped = rebuild_skip_reason(configured=config.enabled, enabled=store.compare_with_rebuild, live=live,
+                                  limit=limit, mid_way=mid_way)
     if skipped:
         for key in GRAPH_ASSETS:
             yield dg.AssetCheckResult(
@@ -277,39 +250,19 @@ def views_match_fresh_stores(
     few questions (evaluation/permission_audit.py; the fresh stores are rebuilt from the store's own
     extractions, no model call). The snapshot is already published when this runs: a failure fails
     the run and says which principals' views differ."""
-    lightfoot = store.open()
-    snapshot = load_snapshot(lightfoot)
-    manifest = lightfoot.manifest()
-    readers = snapshot_readers(snapshot)
-    common = {"snapshot_id": dg.MetadataValue.text(snapshot.snapshot_id),
-              "documents": dg.MetadataValue.int(len(readers)),
-              "reader_sets": dg.MetadataValue.int(len(set(readers.values())))}
-    if snapshot.access is None:
+    found = audit_published_snapshot(
+        store.open(), embedder.get, store.settings(), enabled=config.enabled,
+        groups_file=Path(config.groups_file) if config.groups_file else None, principals=config.principals,
+        questions=config.questions, document_limit=config.document_limit, echo=context.log.info)
+    common = report_metadata(found, ["snapshot_id", "documents", "reader_sets"])
+    if found.public:
         return dg.AssetCheckResult(
             passed=True, description="every document of the snapshot is public: each principal's view is the "
             "whole snapshot", metadata={**common, "principals": dg.MetadataValue.int(0)})
-    skipped = ("the permission audit is disabled in this run's config" if not config.enabled
-               else f"the snapshot holds {len(readers):,} documents, more than the limit of {config.document_limit:,} "
-               "(document_limit)" if config.document_limit is not None and len(readers) > config.document_limit
-               else "the store has changed since the published snapshot was exported: the next export's check "
-               "audits it" if manifest.seq != snapshot.info.store_seq
-               and fingerprint(lightfoot, manifest).digest != snapshot.info.fingerprint else None)
-    if skipped:
+    if found.skipped:
         return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,
-                                   description=f"not audited: {skipped}", metadata=common)
-    named = read_groups_file(Path(config.groups_file)) if config.groups_file else None
-    principals = (named or principals_from_readers(readers, config.principals))[:config.principals]
-    questions = passage_questions(snapshot, config.questions)
-    model = embedder.get()
-    scratch = Path(tempfile.mkdtemp(prefix="lightfoot-permission-check-"))
-    started, calls = time.perf_counter(), LLMClient.calls_started()
-    try:
-        audits = audit_permissions(snapshot, principals, questions, model,
-                                   store_reference(lightfoot, model, store.settings(), manifest), scratch,
-                                   echo=context.log.info)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    unequal = [a for a in audits if not a.equal]
+                                   description=f"not audited: {found.skipped}", metadata=common)
+    unequal = found.unequal
     return dg.AssetCheckResult(
         passed=not unequal,
         description=None if not unequal else "views differ from a fresh store of their readable documents: "
@@ -317,16 +270,14 @@ def views_match_fresh_stores(
                     + ("; other documents" if not a.documents_equal else "") + ")" for a in unequal),
         metadata={
             **common,
-            "principals": dg.MetadataValue.int(len(audits)),
-            "principals_from": dg.MetadataValue.text("groups file" if named else "reader groups"),
-            "questions": dg.MetadataValue.int(len(questions)),
-            "equal": dg.MetadataValue.int(len(audits) - len(unequal)),
+            **report_metadata(found, ["principals_from", "questions", "model_calls"]),
+            "principals": dg.MetadataValue.int(len(found.audits)),
+            "equal": dg.MetadataValue.int(len(found.audits) - len(unequal)),
             "views": dg.MetadataValue.json([
                 {"principal": a.principal.name, "groups": list(a.principal.groups), "documents": a.documents,
                  "equal": a.equal, "documents_equal": a.documents_equal,
                  "differing_questions": a.differing_questions, "parts": a.parts, "digest": a.digest}
-                for a in audits]),
-            "audit_seconds": dg.MetadataValue.float(round(time.perf_counter() - started, 3)),
-            "model_calls": dg.MetadataValue.int(LLMClient.calls_started() - calls),
+                for a in found.audits]),
+            "audit_seconds": dg.MetadataValue.float(round(found.seconds, 3)),
         },
     )

@@ -17,14 +17,22 @@ from assets.batches import dagster_batch
 from assets.code_versions import code_version
 from assets.keys import EXTRACTION_CACHE, EXTRACTIONS, OWNERS, PASSAGES
 from assets.partitions import PER_BATCH
-from assets.provenance import EXTRACTION_POOL, STORE_POOL, add_run_cost, batch_metadata, store_metadata, table_metadata
+from assets.provenance import (
+    EXTRACTION_POOL,
+    STORE_POOL,
+    add_run_cost,
+    batch_metadata,
+    metadata_value,
+    report_metadata,
+    store_metadata,
+    table_metadata,
+)
 from assets.resources import ExtractorResource, StoreResource
-from lightfoot_pipeline.ingest.extraction.answers import AnswerReport, answer_passages
 from lightfoot_pipeline.ingest.extraction.claims import ExtractionClaims
 from lightfoot_pipeline.ingest.extraction.outcome import reason_kind
 from lightfoot_pipeline.operations.batches import (
     STAGE_TABLES,
-    batch_passages,
+    answer_batch_passages,
     derive_batch_forms,
     record_batch_extractions,
 )
@@ -52,42 +60,28 @@ def extraction_cache(
     """
     batch = context.partition_key
     lightfoot = store.open()
-    # Only the automatic mode asks by whether a document came with a recording.
-    todo = batch_passages(lightfoot, batch, with_recorded=extractor.mode == "auto")
-    asked = [p for p in todo.unextracted if extractor.asks_model(p.doc_id, todo.recorded)]
-    report, unusable = AnswerReport(), ""
-    if asked:
-        try:
-            model = extractor.model_extractor(lightfoot, store.settings(), context.run.run_id)
-        except Exception as err:  # the extractions step fails each passage with this reason
-            unusable = f"the language model is not usable: {err}"
-            context.log.warning(unusable)
-        else:
-            context.log.info(f"answering {len(asked)} passages with {model.name}")
-            claims = ExtractionClaims(lightfoot, context.run.run_id)
-            report = answer_passages(model, claims, asked, progress=_progress(context),
-                                     finished=functools.partial(_run_finished, context.instance))
-    calls = report.outcomes
+    found = answer_batch_passages(
+        lightfoot, batch, lambda: extractor.model_extractor(lightfoot, store.settings(), context.run.run_id),
+        extractor.asks_model, ExtractionClaims(lightfoot, context.run.run_id),
+        with_recorded=extractor.mode == "auto",  # only the automatic mode asks by whether a document came with a recording
+        finished=functools.partial(_run_finished, context.instance), progress=_progress(context),
+        echo=context.log.info)
+    report, cost = found.answers, found.cost()
     metadata: dict[str, dg.RawMetadataValue] = {
         **batch_metadata(batch),
-        "documents": dg.MetadataValue.int(len(todo.doc_ids)),
-        "documents_asked": dg.MetadataValue.int(len({o.doc_id for o in calls if o.model_calls})),
-        "dagster/row_count": dg.MetadataValue.int(len(todo.unextracted)),
-        "passages": dg.MetadataValue.int(len(todo.unextracted)),
-        "passage_texts": dg.MetadataValue.int(report.texts),
-        "already_cached": dg.MetadataValue.int(report.cached),
-        "asked": dg.MetadataValue.int(report.asked),
-        "answered_by_other_runs": dg.MetadataValue.int(report.answered_elsewhere),
+        **report_metadata(found, ["documents", "documents_asked", "passages", "unusable"],
+                          names={"unusable": "model_unusable"}),
+        "dagster/row_count": dg.MetadataValue.int(found.passages),
+        **report_metadata(report, ["texts", "cached", "asked", "answered_elsewhere"],
+                          names={"texts": "passage_texts", "cached": "already_cached",
+                                 "answered_elsewhere": "answered_by_other_runs"}),
         "failed": dg.MetadataValue.int(len(report.failed)),
-        **{name: dg.MetadataValue.int(sum(getattr(o, name) for o in calls)) for name in _COUNTED},
-        "cost_usd": dg.MetadataValue.float(round(float(sum(o.cost_usd for o in calls)), 9)),
+        **{name: metadata_value(value) for name, value in cost.items()},
     }
-    if unusable:
-        metadata["model_unusable"] = dg.MetadataValue.text(unusable)
     if report.failed:
         metadata["failures"] = _failure_table(report.failed)
-    add_run_cost(context, model_calls=sum(o.model_calls for o in calls), tokens_in=sum(o.tokens_in for o in calls),
-                 tokens_out=sum(o.tokens_out for o in calls), cost_usd=float(sum(o.cost_usd for o in calls)))
+    add_run_cost(context, model_calls=int(cost["model_calls"]), tokens_in=int(cost["tokens_in"]),
+                 tokens_out=int(cost["tokens_out"]), cost_usd=float(cost["cost_usd"]))
     if report.unanswered:  # the calls made are paid for and on the run's tags
         first = reason_kind(report.unanswered[0].reason)
         raise dg.Failure(
@@ -138,9 +132,6 @@ def extractions(
     if failures:
         metadata["failures"] = _failure_table(failures)
     return dg.MaterializeResult(metadata=metadata)
-
-
-_COUNTED = ("model_calls", "retries", "tokens_in", "tokens_out")
 
 
 def _run_finished(instance: dg.DagsterInstance, run_id: str) -> bool:

@@ -8,9 +8,6 @@ names and facts touch is recomputed — after a deletion, only the affected comp
 deletion needs no embedder (the model is loaded only when new names need vectors).
 """
 
-import hashlib
-import json
-
 import dagster as dg
 
 from assets.batches import dagster_batch
@@ -28,50 +25,56 @@ from assets.keys import (
     SYNONYM_EDGES,
     TOMBSTONES,
 )
-from assets.provenance import STORE_POOL, store_metadata, table_metadata, vector_cache_metadata
+from assets.provenance import STORE_POOL, report_metadata, store_metadata, table_metadata, vector_cache_metadata
 from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline.models.embedder import Embedder
-from lightfoot_pipeline.operations.graph import GRAPH_TABLES, GraphUpdate, update_graph
+from lightfoot_pipeline.operations.graph import GRAPH_TABLES, update_graph
 from lightfoot_pipeline.progress import name_progress
 from lightfoot_pipeline.settings import ENTITY_THRESHOLD, LSH_BANDS, LSH_ROWS, SYNONYM_THRESHOLD
 
 _EAGER = dg.AutomationCondition.eager()
+# What each graph asset reports of the graph change (index/reconcile.py: GraphChange).
+DETAILS: dict[dg.AssetKey, list[str]] = {
+    NAME_VECTORS: ["vectors_computed", "names_added", "names_removed"],
+    NAME_LINKS: ["links_added", "links_removed"],
+    ENTITIES: ["entities_recomputed", "names_repartitioned", "entities_before", "entities_after"],
+    SYNONYM_EDGES: ["synonym_edges_before", "synonym_edges_after"],
+    FACTS: ["facts_before", "facts_after"],
+}
+
+
+def _spec(key: dg.AssetKey, deps: list[dg.AssetKey], metadata: dict, description: str,
+          kinds: frozenset[str] = frozenset({"deltalake"})) -> dg.AssetSpec:
+    """One graph asset: computed by ``reconcile_graph`` (whose code version it shares), eager, and
+    dependent on the store log too: a commit Dagster does not account for (store_log.py) may change
+    any graph table, and staleness does not pass from one to the next."""
+    return dg.AssetSpec(key, code_version=code_version(__name__, "reconcile_graph"), owners=OWNERS,
+                        metadata=metadata, deps=[*deps, STORE_LOG], group_name=GRAPH_GROUP, kinds=set(kinds),
+                        automation_condition=_EAGER, description=description)
 
 
 def _specs() -> list[dg.AssetSpec]:
     """The five graph assets (built here, not at module level, where the loader would take them
-    for assets of their own). Each depends on the store log too: a commit Dagster does not account
-    for (store_log.py) may change any of their tables, and staleness does not pass from one to the next."""
+    for assets of their own)."""
     return [
-        dg.AssetSpec(
-            NAME_VECTORS, code_version=code_version(__name__, "reconcile_graph"), owners=OWNERS, metadata=vector_cache_metadata("name"), deps=[FORMS, TOMBSTONES, STORE_LOG], group_name=GRAPH_GROUP, kinds={"lancedb"}, automation_condition=_EAGER,
-            description="One embedding per live (name, type), cached per model and name: a name's vector never "
-            "depends on which other names are indexed.",
-        ),
-        dg.AssetSpec(
-            NAME_LINKS, code_version=code_version(__name__, "reconcile_graph"), owners=OWNERS, metadata=table_metadata(*GRAPH_TABLES["name_links"]), deps=[NAME_VECTORS, STORE_LOG], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
-            description=f"Pairs of live names of one type that carry the same numbers and whose cosine similarity, "
-            f"computed exactly in float64, is at or above the synonym threshold ({SYNONYM_THRESHOLD:.2f}). The pairs "
-            f"compared are those that share a key in one of {LSH_BANDS} seeded random-hyperplane LSH bands "
-            f"({LSH_ROWS} sign bits each) and whose sign sketches are close enough for the threshold: a link is a "
-            "function of its two names alone.",
-        ),
-        dg.AssetSpec(
-            ENTITIES, code_version=code_version(__name__, "reconcile_graph"), owners=OWNERS, metadata=table_metadata(*GRAPH_TABLES["entities"]), deps=[NAME_LINKS, STORE_LOG], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
-            description=f"Connected components of names linked at the entity threshold ({ENTITY_THRESHOLD:.2f}), with their aliases "
-            "and the passages that mention them.",
-        ),
-        dg.AssetSpec(
-            SYNONYM_EDGES, code_version=code_version(__name__, "reconcile_graph"), owners=OWNERS, metadata=table_metadata(*GRAPH_TABLES["synonym_edges"]), deps=[ENTITIES, NAME_LINKS, STORE_LOG], group_name=GRAPH_GROUP, kinds={"deltalake"},
-            automation_condition=_EAGER,
-            description=f"Same-type entity pairs with a member-name pair at cosine at or above {SYNONYM_THRESHOLD:.2f} "
-            "(no top-k).",
-        ),
-        dg.AssetSpec(
-            FACTS, code_version=code_version(__name__, "reconcile_graph"), owners=OWNERS, metadata=table_metadata(*GRAPH_TABLES["facts"]), deps=[FORMS, TOMBSTONES, STORE_LOG], group_name=GRAPH_GROUP, kinds={"deltalake"}, automation_condition=_EAGER,
-            description="(subject, predicate, object) facts that at least one live passage asserts, with the set "
-            "of asserting passages.",
-        ),
+        _spec(NAME_VECTORS, [FORMS, TOMBSTONES], vector_cache_metadata("name"), kinds=frozenset({"lancedb"}),
+              description="One embedding per live (name, type), cached per model and name: a name's vector never "
+              "depends on which other names are indexed."),
+        _spec(NAME_LINKS, [NAME_VECTORS], table_metadata(*GRAPH_TABLES["name_links"]),
+              description=f"Pairs of live names of one type that carry the same numbers and whose cosine "
+              f"similarity, computed exactly in float64, is at or above the synonym threshold "
+              f"({SYNONYM_THRESHOLD:.2f}). The pairs compared are those that share a key in one of {LSH_BANDS} "
+              f"seeded random-hyperplane LSH bands ({LSH_ROWS} sign bits each) and whose sign sketches are close "
+              "enough for the threshold: a link is a function of its two names alone."),
+        _spec(ENTITIES, [NAME_LINKS], table_metadata(*GRAPH_TABLES["entities"]),
+              description=f"Connected components of names linked at the entity threshold ({ENTITY_THRESHOLD:.2f}), "
+              "with their aliases and the passages that mention them."),
+        _spec(SYNONYM_EDGES, [ENTITIES, NAME_LINKS], table_metadata(*GRAPH_TABLES["synonym_edges"]),
+              description=f"Same-type entity pairs with a member-name pair at cosine at or above "
+              f"{SYNONYM_THRESHOLD:.2f} (no top-k)."),
+        _spec(FACTS, [FORMS, TOMBSTONES], table_metadata(*GRAPH_TABLES["facts"]),
+              description="(subject, predicate, object) facts that at least one live passage asserts, with the set "
+              "of asserting passages."),
     ]
 
 
@@ -102,7 +105,6 @@ def reconcile_graph(context: dg.AssetExecutionContext, store: StoreResource, emb
         f"{change.entities_recomputed} entities recomputed; documents +{update.documents_added} "
         f"-{update.documents_removed}; store commit {state.seq} (changed: {state.changed})"
     )
-    details = _details(update)
     for key in GRAPH_ASSETS:
         name = key.to_user_string()
         state = update.states[name]
@@ -120,21 +122,7 @@ def reconcile_graph(context: dg.AssetExecutionContext, store: StoreResource, emb
             if update.vector_uri:
                 metadata["dagster/uri"] = dg.MetadataValue.path(update.vector_uri)
                 metadata["dagster/table_name"] = f"lightfoot.vectors.{update.vector_table}"
-        metadata.update(details[key])
-        version = hashlib.sha256(json.dumps(state.versions, sort_keys=True).encode())
-        yield dg.MaterializeResult(asset_key=key, metadata=metadata, data_version=dg.DataVersion(version.hexdigest()[:16]))
-
-
-def _details(update: GraphUpdate) -> dict[dg.AssetKey, dict]:
-    md, change = dg.MetadataValue, update.change
-    return {
-        NAME_VECTORS: {"vectors_computed": md.int(change.vectors_computed), "names_added": md.int(change.names_added),
-                       "names_removed": md.int(change.names_removed), "embedder": md.text(update.embedder or "")},
-        NAME_LINKS: {"links_added": md.int(change.links_added), "links_removed": md.int(change.links_removed)},
-        ENTITIES: {"entities_recomputed": md.int(change.entities_recomputed),
-                   "names_repartitioned": md.int(change.names_repartitioned),
-                   "entities_before": md.int(change.entities_before), "entities_after": md.int(change.entities_after)},
-        SYNONYM_EDGES: {"synonym_edges_before": md.int(change.synonym_edges_before),
-                        "synonym_edges_after": md.int(change.synonym_edges_after)},
-        FACTS: {"facts_before": md.int(change.facts_before), "facts_after": md.int(change.facts_after)},
-    }
+        metadata.update(report_metadata(update.change, DETAILS[key]))
+        if key == NAME_VECTORS:
+            metadata["embedder"] = dg.MetadataValue.text(update.embedder or "")
+        yield dg.MaterializeResult(asset_key=key, metadata=metadata, data_version=dg.DataVersion(state.versions_digest()))

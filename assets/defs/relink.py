@@ -22,9 +22,7 @@ left as it was; running the job again starts afresh.
 """
 
 import re
-import resource
 import time
-from pathlib import Path
 
 import dagster as dg
 
@@ -33,7 +31,7 @@ from assets.provenance import STORE_POOL
 from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline.operations import relink
 from lightfoot_pipeline.operations.relink import LinkPiece, Prepared, RelinkError, StagingArea
-from lightfoot_pipeline.progress import name_progress
+from lightfoot_pipeline.progress import name_progress, peak_rss_mb
 from lightfoot_pipeline.settings import SettingsError, relink_executor
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
@@ -85,7 +83,7 @@ def prepare_relink(context: dg.OpExecutionContext, store: StoreResource, embedde
     context.log.info(f"prepared {sum(prepared.names.values()):,} names of {len(prepared.names)} types at store "
                      f"commit {prepared.seq}")
     context.add_output_metadata({"names": sum(prepared.names.values()), "store_commit": prepared.seq,
-                                 "peak_rss_mb": round(_peak_rss_mb(), 1)})
+                                 "peak_rss_mb": peak_rss_mb()})
     return prepared.as_dict()
 
 
@@ -105,7 +103,7 @@ def link_pieces(context: dg.OpExecutionContext, store: StoreResource, prepared: 
     context.log.info(f"{sum(found.values()):,} links from {len(found)} pieces")
     context.add_output_metadata({"links": sum(found.values()), "pieces": len(found),
                                  "cpu_s": round(time.process_time() - started, 3),
-                                 "peak_rss_mb": round(_peak_rss_mb(), 1)})
+                                 "peak_rss_mb": peak_rss_mb()})
     return found
 
 
@@ -120,22 +118,11 @@ def commit_relink(context: dg.OpExecutionContext, store: StoreResource, prepared
                 "links": dg.MetadataValue.int(change.links_added),
                 "link_pieces": dg.MetadataValue.int(sum(len(f) for f in found)),
                 "entities": dg.MetadataValue.int(change.entities_after),
-                "peak_rss_mb": dg.MetadataValue.float(round(_peak_rss_mb(), 1))}
+                "peak_rss_mb": dg.MetadataValue.float(peak_rss_mb())}
     if store.report_fingerprint:
         metadata["store_fingerprint"] = dg.MetadataValue.text(fingerprint(lightfoot, manifest).digest)
     for key in GRAPH_ASSETS:  # the graph's tables are new: what reads them is stale
         context.log_event(dg.AssetMaterialization(asset_key=key, metadata=metadata))
-
-
-def _peak_rss_mb() -> float:
-    """The peak resident memory of the process running the step (the step's own, unless run in process)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _executor() -> dg.ExecutorDefinition:

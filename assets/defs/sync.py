@@ -14,7 +14,6 @@ is in sync.
 
 import datetime as dt
 import hashlib
-from collections import Counter
 
 import dagster as dg
 
@@ -32,23 +31,17 @@ from assets.keys import (
     TRIGGER_TAG,
 )
 from assets.partitions import BATCHES, LEGACY_HINT, SYNC, legacy_layout
-from assets.provenance import STORE_POOL, add_run_cost, batch_metadata, store_metadata, table_metadata
+from assets.provenance import (
+    STORE_POOL,
+    add_run_cost,
+    batch_metadata,
+    metadata_value,
+    store_metadata,
+    table_metadata,
+)
 from assets.resources import InboxResource, StoreResource
-from lightfoot_pipeline.ingest.extraction.outcome import ProgressCallback, reason_kind
-from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.operations.batches import STAGE_TABLES, batch_counts, store_state
-from lightfoot_pipeline.operations.sync import look_at_source, sync, unextracted_files
-
-
-class LeftToExtractionSteps:
-    """The extractor a sync in Dagster is given: it extracts nothing, so the sync stores the files'
-    documents and passages and the batch's ``extraction_cache`` and ``extractions`` steps extract
-    them, as they do a drop's."""
-
-    name = "extraction steps"
-
-    def extract(self, passages: list[Passage], progress: ProgressCallback | None = None) -> list:
-        return []
+from lightfoot_pipeline.operations.sync import LeftToExtractionSteps, look_at_source, sync, unextracted_files
 
 
 @dg.asset(key=SOURCE_FILES, group_name=SOURCES_GROUP, pool=STORE_POOL, kinds={"deltalake", "python"},
@@ -76,22 +69,10 @@ def source_files(context: dg.AssetExecutionContext, store: StoreResource, inbox:
         apply_deletion_events(context, deletion_events(lightfoot, context.instance, report.removed, manifest.seq))
     state = store_state(lightfoot, manifest, [t.name for t in STAGE_TABLES["source_files"]],
                         changed=bool(report.commits), fingerprint=store.report_fingerprint)
-    failures = Counter(reason_kind(f["reason"]) for f in report.failed)
-    metadata = {**batch_metadata(batch, batch_counts(lightfoot, batch, manifest)), **store_metadata(state, lightfoot.uri)}
-    metadata.update({
-        "source": dg.MetadataValue.path(report.source),
-        "files": dg.MetadataValue.int(report.files),
-        "dagster/row_count": dg.MetadataValue.int(report.files),
-        "files_new": dg.MetadataValue.int(len(report.new)),
-        "files_changed": dg.MetadataValue.int(len(report.changed)),
-        "files_removed": dg.MetadataValue.int(len(report.removed)),
-        "files_unchanged": dg.MetadataValue.int(report.unchanged),
-        "files_failed": dg.MetadataValue.int(len(report.failed)),
-        "files_excluded": dg.MetadataValue.int(len(report.excluded)),
-        "failure_kinds": dg.MetadataValue.json(dict(sorted(failures.items()))),
-        "passages_read": dg.MetadataValue.int(report.passages),
-        "passages_to_extract": dg.MetadataValue.int(report.unextracted),
-    })
+    counts = report.file_counts()
+    metadata = {**batch_metadata(batch, batch_counts(lightfoot, batch, manifest)), **store_metadata(state, lightfoot.uri),
+                "source": dg.MetadataValue.path(report.source), "dagster/row_count": dg.MetadataValue.int(report.files),
+                **{name: metadata_value(value) for name, value in counts.items()}}
     return dg.MaterializeResult(metadata=metadata)
 
 

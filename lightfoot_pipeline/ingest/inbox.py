@@ -34,6 +34,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pyarrow.fs as pafs
 
@@ -50,10 +51,37 @@ from lightfoot_pipeline.ingest.dataset import (
 from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
 from lightfoot_pipeline.ingest.landing import DeletionRequest, LandedDocument, Landing, utc_now
 from lightfoot_pipeline.ingest.receipts import ERASURE, INGESTION, Receipt, Receipts
+from lightfoot_pipeline.settings import document_inbox_uri, erasure_inbox_uri
 from lightfoot_pipeline.store.filesystem import open_filesystem
+from lightfoot_pipeline.store.store import Store
 
 REJECTED_DIR = "rejected"
 _NOT_READY_SUFFIXES = (".tmp", ".part")
+
+
+DEFAULT_DOCUMENT_INBOX = ".lightfoot/inbox/documents"
+DEFAULT_ERASURE_INBOX = ".lightfoot/inbox/erasure"
+
+
+def document_inbox(store: Store, uri: str | None = None) -> Inbox:
+    """The document inbox: ``uri``, else $LIGHTFOOT_INBOX, else beside the store (:func:`inbox_for`)."""
+    return inbox_for(store, uri or document_inbox_uri(), DEFAULT_DOCUMENT_INBOX, "documents")
+
+
+def erasure_inbox(store: Store, uri: str | None = None) -> Inbox:
+    """The erasure-request inbox: ``uri``, else $LIGHTFOOT_ERASURE_INBOX, else beside the store."""
+    return inbox_for(store, uri or erasure_inbox_uri(), DEFAULT_ERASURE_INBOX, "erasure")
+
+
+def inbox_for(store: Store, uri: str | None, local_default: str, remote_leaf: str) -> Inbox:
+    """The inbox at ``uri``, or where a store's inbox goes by default: ``local_default`` (relative
+    to the working folder) for a local store, ``<store>/inbox/<remote_leaf>`` for a remote one. A
+    local path is made absolute; an s3:// one is read with the store's storage options."""
+    if not uri:
+        uri = store.path("inbox", remote_leaf) if store.is_remote else local_default
+    if "://" not in uri:
+        uri = str(Path(uri).expanduser().resolve())
+    return Inbox(uri, store.storage_options if uri.startswith("s3://") else None)
 
 
 @dataclass(frozen=True)

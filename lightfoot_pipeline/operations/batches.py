@@ -17,8 +17,9 @@ batch log (``batch_documents``), never kept elsewhere.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -26,9 +27,10 @@ import polars as pl
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.index.documents import derive_forms as derive_document_forms
 from lightfoot_pipeline.index.documents import document_changes, record_extractions, upsert_documents
+from lightfoot_pipeline.ingest.extraction.answers import AnswerReport, answer_passages
 from lightfoot_pipeline.ingest.extraction.cache import EXTRACTION_CACHE
-from lightfoot_pipeline.ingest.extraction.claims import EXTRACTION_CLAIMS
-from lightfoot_pipeline.ingest.extraction.outcome import OK, ExtractionOutcome, Extractor
+from lightfoot_pipeline.ingest.extraction.claims import EXTRACTION_CLAIMS, ExtractionClaims
+from lightfoot_pipeline.ingest.extraction.outcome import OK, ExtractionOutcome, Extractor, ProgressCallback
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.ingest.receipts import Receipt
@@ -91,6 +93,10 @@ class StoreState:
     rows: dict[str, int]
     uris: dict[str, str]
     fingerprint: str | None = None
+
+    def versions_digest(self) -> str:
+        """A digest of the tables' versions: equal while none of them changed (a data version)."""
+        return hashlib.sha256(json.dumps(self.versions, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def store_state(store: Store, manifest: Manifest, tables: Sequence[str], *, changed: bool,
@@ -273,6 +279,56 @@ def batch_passages(store: Store, batch_id: str, *, with_recorded: bool = True) -
                     for doc_id, landed in Landing(store).documents({p.doc_id for p in needed}).items()
                     if landed.extraction is not None}
     return BatchPassages(doc_ids, needed, recorded)
+
+
+@dataclass
+class BatchAnswers:
+    """What asking the model for a batch's passages did: how many documents and unextracted
+    passages the batch has, which documents were asked, where the answers came from
+    (``answers``), and why the model could not be used (``unusable``; None when it could)."""
+
+    documents: int = 0
+    passages: int = 0
+    answers: AnswerReport = field(default_factory=AnswerReport)
+    unusable: str | None = None
+
+    @property
+    def documents_asked(self) -> int:
+        return len({o.doc_id for o in self.answers.outcomes if o.model_calls})
+
+    def cost(self) -> dict[str, int | float]:
+        """The model calls, retries (requests sent again, not further calls), tokens and cost of the
+        batch's answers."""
+        calls = self.answers.outcomes
+        totals: dict[str, int | float] = {name: sum(getattr(o, name) for o in calls)
+                                          for name in ("model_calls", "retries", "tokens_in", "tokens_out")}
+        totals["cost_usd"] = round(float(sum(o.cost_usd for o in calls)), 9)
+        return totals
+
+
+def answer_batch_passages(store: Store, batch_id: str, model: Callable[[], Extractor],
+                          asks_model: Callable[[str, Collection[str]], bool], claims: ExtractionClaims, *,
+                          with_recorded: bool = True, finished: Callable[[str], bool] = lambda claimant: False,
+                          progress: ProgressCallback | None = None,
+                          echo: Callable[[str], None] = lambda line: None) -> BatchAnswers:
+    """Ask the model (``model()`` builds it) for every passage of a batch's documents that has no
+    extraction yet and that ``asks_model`` sends to it (not one left to a recorded extraction),
+    putting the answers in the extraction cache and committing nothing (ingest/extraction/answers.py:
+    ``answer_passages``, with ``claims`` so that a text another run is asking is waited for, not
+    asked twice). A model that cannot be built leaves every passage to fail with the reason."""
+    todo = batch_passages(store, batch_id, with_recorded=with_recorded)
+    asked = [p for p in todo.unextracted if asks_model(p.doc_id, todo.recorded)]
+    out = BatchAnswers(len(todo.doc_ids), len(todo.unextracted))
+    if asked:
+        try:
+            extractor = model()
+        except Exception as err:  # the extractions step fails each passage with this reason
+            out.unusable = f"the language model is not usable: {err}"
+            echo(out.unusable)
+            return out
+        echo(f"answering {len(asked)} passages with {extractor.name}")
+        out.answers = answer_passages(extractor, claims, asked, progress=progress, finished=finished)
+    return out
 
 
 @dataclass

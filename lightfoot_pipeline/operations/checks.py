@@ -27,7 +27,7 @@ from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENTS, EXTRACTIONS, PASSAGES
 
 __all__ = ["PassageAccount", "RebuildComparison", "account_for_passages", "compare_with_rebuild",
-           "dangling_references", "live_documents"]
+           "dangling_references", "live_documents", "rebuild_skip_reason"]
 
 
 @dataclass
@@ -48,6 +48,12 @@ class PassageAccount:
     @property
     def passed(self) -> bool:
         return not any(self.problems.values())
+
+    def describe(self, shown: int = 5) -> str | None:
+        """What is wrong, naming the first ``shown`` documents of each problem (None when nothing is)."""
+        return "; ".join(
+            f"{len(docs)} documents have passages {what} ({', '.join(docs[:shown])}{', …' if len(docs) > shown else ''})"
+            for what, docs in self.problems.items() if docs) or None
 
 
 def account_for_passages(store: Store, doc_ids: Iterable[str] | None = None,
@@ -96,6 +102,28 @@ def account_for_passages(store: Store, doc_ids: Iterable[str] | None = None,
 def live_documents(store: Store) -> int:
     """How many documents the store holds."""
     return store.read(DOCUMENTS.name, columns=["doc_id"]).height
+
+
+def rebuild_skip_reason(*, configured: bool, enabled: bool, live: int, limit: int | None,
+                        mid_way: list[str]) -> str | None:
+    """Why a change's comparison with a fresh rebuild does not run, or None when it does: turned
+    off for the run (``configured``) or for the store (``enabled``), more than ``limit`` live
+    documents (the ingestion job's limit; a deletion always compares), or other runs ``mid_way``
+    (documents or deletions committed, graph stage not yet run: the store then equals no rebuild
+    until their own check compares it)."""
+    if not configured:
+        return "the rebuild comparison is disabled in this run's config"
+    if not enabled:
+        return "the rebuild comparison is turned off in the store resource (compare_with_rebuild)"
+    if limit is not None and live > limit:
+        return (f"the store holds {live:,} live documents, more than the ingestion job's limit of {limit:,} "
+                "(ingestion_limit); the deletion job always compares")
+    if mid_way:
+        several = len(mid_way) > 1
+        return (f"run{'s' if several else ''} {', '.join(mid_way)} {'are' if several else 'is'} mid-way (documents "
+                "or deletions committed, graph step not yet run): the store is compared by the check of a run "
+                "that finds none mid-way")
+    return None
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import polars as pl
 
 from lightfoot_pipeline.index.documents import tombstone_documents
 from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing
+from lightfoot_pipeline.ingest.receipts import ERASURE, Receipt, ReceiptRuns, Receipts
 from lightfoot_pipeline.ingest.retention import DueDocument, RetentionPolicy, due_documents
 from lightfoot_pipeline.operations.batches import StoreState, commit_if_changed, store_state
 from lightfoot_pipeline.store.batches import DELETED, batch_log
@@ -142,6 +143,47 @@ def already_honoured(store: Store, doc_ids: Sequence[str], erase_ids: Sequence[s
         return False  # never stored here: the run says it was not found
     erased = set(log.filter(pl.col("erased_at").is_not_null()).get_column("doc_id").to_list())
     return set(erase_ids) <= erased
+
+
+@dataclass
+class ErasureTriage:
+    """The pending erasure requests sorted by what each needs: settled now, waiting for its run,
+    backing off after repeated failures, or needing a run (with its runs and its documents whose
+    deletion is outstanding, each with why)."""
+
+    settled: list[Receipt] = field(default_factory=list)
+    waiting: list[Receipt] = field(default_factory=list)
+    backing_off: list[Receipt] = field(default_factory=list)
+    needed: list[tuple[Receipt, ReceiptRuns, dict[str, str]]] = field(default_factory=list)
+
+
+def triage_erasure_requests(store: Store, runs_of: Callable[[Receipt], ReceiptRuns]) -> ErasureTriage:
+    """Settle each pending erasure request that needs nothing more, and sort the rest (``runs_of``:
+    what the orchestrator holds of a receipt's runs).
+
+    A request is done when its run succeeded (a successful deletion run has applied every request
+    landed before it started), or, with no run yet, when its documents were deleted before, and
+    erased where asked (a request dropped again); or when its documents are gone by another path
+    (a run asked for another request, the retention schedule, the command line). It waits while
+    its run is in flight or backing off; otherwise it needs a run."""
+    landing, receipts, out = Landing(store), Receipts(store), ErasureTriage()
+    for receipt in receipts.pending(ERASURE):
+        runs = runs_of(receipt)
+        erased = " and erased" if receipt.erase_ids else ""
+        if not runs.started and already_honoured(store, receipt.doc_ids, receipt.erase_ids):
+            landing.resolve_requests(receipt.doc_ids)  # nothing is left to do for them
+            out.settled.append(receipts.settle(receipt, f"already honoured: its documents were deleted{erased}"))
+        elif runs.succeeded:
+            out.settled.append(receipts.settle(receipt, f"run {runs.succeeded} succeeded"))
+        elif runs.in_flight:
+            out.waiting.append(receipt)
+        elif runs.backing_off():
+            out.backing_off.append(receipt)
+        elif not (outstanding := receipts.outstanding_deletions(receipt)):
+            out.settled.append(receipts.settle(receipt, f"its documents were already deleted{erased}"))
+        else:
+            out.needed.append((receipt, runs, outstanding))
+    return out
 
 
 def deletions_since(store: Store, seq: int) -> pl.DataFrame:

@@ -86,7 +86,7 @@ class Harness:
         return path
 
     def partitions(self, name: str = "batches") -> list[str]:
-        """The instance's batches (or, with ``name="deletions"``, its deletion runs)."""
+        """The instance's batches (the partitions of ``batches``)."""
         return self.instance.get_dynamic_partitions(name)
 
     def stored_ids(self) -> list[str]:

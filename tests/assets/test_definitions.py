@@ -36,21 +36,22 @@ def test_every_asset_is_a_described_noun_in_a_group_with_kinds(defs):
     assert specs["store_log"].group_name == "sources"
 
 
-def test_per_batch_assets_are_partitioned_by_batch_and_tombstones_by_deletion(defs):
+def test_per_batch_assets_are_partitioned_by_batch_and_nothing_else_is(defs):
     graph = defs.resolve_asset_graph()
     for name in PER_BATCH:
         node = graph.get(dg.AssetKey(name))
         assert isinstance(node.partitions_def, dg.DynamicPartitionsDefinition), name
         assert node.partitions_def.name == "batches", name
-    tombstones = graph.get(dg.AssetKey("tombstones")).partitions_def
-    assert isinstance(tombstones, dg.DynamicPartitionsDefinition) and tombstones.name == "deletions"
     # source_files is a sync run's, each naming its batch: partitioned by batch, it showed as
-    # missing on every drop's partition (issue 35).
-    for name in GRAPH | {"serving_snapshot", "erasures", "source_files"}:
+    # missing on every drop's partition (issue 35). tombstones is the deletion log, each
+    # materialization naming its deletion run: partitioned by deletion run, it showed "All" in
+    # every status column (the UI's count for a partition set with no partition yet).
+    for name in GRAPH | {"serving_snapshot", "erasures", "source_files", "tombstones"}:
         assert graph.get(dg.AssetKey(name)).partitions_def is None, name
     for job in ("ingestion_job", "sync_job"):
         assert defs.resolve_job_def(job).partitions_def.name == "batches", job
-    assert defs.resolve_job_def("deletion_job").partitions_def.name == "deletions"
+    assert defs.resolve_job_def("deletion_job").partitions_def is None
+    assert {p.name for p in graph.all_partitions_defs if hasattr(p, "name")} == {"batches"}
 
 
 def test_lineage_runs_from_documents_through_the_graph_to_serving(defs):

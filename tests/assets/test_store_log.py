@@ -16,11 +16,12 @@ import pytest
 from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus  # noqa: TID251
 from dagster._core.loader import LoadingContextForTest  # noqa: TID251
 
-from assets.defs.store_log import COMMIT_SCHEMA, INITIAL, LISTED, LogState, Observation, store_commits
+from assets.defs.store_log import INITIAL, LISTED, LogState, Observation
 from assets.keys import GRAPH_ASSETS, SERVING_SNAPSHOT, STORE_LOG
 from lightfoot_pipeline import operations
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.provenance.batches import COMMIT_SCHEMA, store_commits
 from lightfoot_pipeline.store.batches import DAGSTER, Batch, writing_batch
 
 pytestmark = [pytest.mark.dagster]

@@ -57,11 +57,9 @@ def lightfoot(tmp_path, monkeypatch, make_harness):
 
 
 def deletion_run(lightfoot, run_config: dict | None = None):
-    """A deletion run, a partition of deletions of its own, with no request pending: it applies
-    nothing and runs the graph's checks."""
-    key = f"erase-check-{len(lightfoot.partitions('deletions'))}"
-    lightfoot.instance.add_dynamic_partitions("deletions", [key])
-    return lightfoot.run(dg.RunRequest(partition_key=key), "deletion_job", run_config=run_config)
+    """A deletion run with no request pending: it applies nothing and runs the graph's checks."""
+    return lightfoot.run(dg.RunRequest(tags={"lightfoot/deletion": "erase-check"}), "deletion_job",
+                         run_config=run_config)
 
 
 def evaluations(result) -> dict[tuple[str, str], dg.AssetCheckEvaluation]:

@@ -115,3 +115,54 @@ def test_deletion_requests_tombstone_their_documents_and_count_them_in_their_bat
     assert already_honoured(store, [doomed], [doomed])
     assert compare_with_rebuild(store, HashingEmbedder(dim=32), IndexSettings()).differing == []
     assert store.read("documents").filter(pl.col("doc_id") == doomed).height == 0
+
+
+def test_answering_a_batch_asks_only_what_the_model_is_sent_and_says_why_a_model_is_unusable(
+        tmp_path, sample_documents, sample_records):
+    from lightfoot_pipeline.ingest.extraction.claims import ExtractionClaims
+    from lightfoot_pipeline.operations.batches import answer_batch_passages
+
+    store = Store(str(tmp_path / "answers"))
+    batch, receipt = land(store, sample_documents[:2], {})  # no recording: every passage is for the model
+    with writing_batch(Batch(batch, "run-1", DAGSTER)):
+        stored = store_batch_documents(store, batch, receipt, IndexSettings())
+    claims = ExtractionClaims(store, "run-1")
+
+    def broken():
+        raise RuntimeError("no endpoint")
+
+    lines: list[str] = []
+    unusable = answer_batch_passages(store, batch, broken, lambda doc_id, recorded: True, claims, echo=lines.append)
+    assert unusable.documents == 2 and unusable.passages == stored.passages > 0
+    assert unusable.unusable == lines[0] == "the language model is not usable: no endpoint"
+    assert unusable.answers.outcomes == [] and unusable.documents_asked == 0 and unusable.cost()["model_calls"] == 0
+    left = answer_batch_passages(store, batch, broken, lambda doc_id, recorded: False, claims)
+    assert left.unusable is None and left.answers.asked == 0, "passages left to replay are not asked"
+
+
+def test_erasure_requests_are_settled_waited_for_or_given_a_run_by_what_their_runs_say(
+        tmp_path, sample_documents, sample_records):
+    from lightfoot_pipeline.ingest.receipts import ReceiptRuns
+    from lightfoot_pipeline.operations.deletion_requests import triage_erasure_requests
+
+    store = Store(str(tmp_path / "triage"))
+    operations.ingest(store, sample_documents[:4], ReplayExtractor(sample_records), None, link=False)
+    receipts = []
+    for k in range(4):
+        doc_id = sample_documents[k].doc_id
+        request = DeletionRequest(doc_id, "a test", False, utc_now(), "test")
+        Landing(store).request_deletions([request])
+        receipt = Receipt.for_deletions({"test": k}, [request], f"request {k}")
+        Receipts(store).record(receipt)
+        receipts.append(receipt)
+    runs = {receipts[0].receipt_id: ReceiptRuns(succeeded="run-a", started=True),
+            receipts[1].receipt_id: ReceiptRuns(in_flight=["run-b"], started=True),
+            receipts[2].receipt_id: ReceiptRuns(failed=["run-c", "run-d"], attempt=2, retry_at=1e12, started=True)}
+    triage = triage_erasure_requests(store, lambda receipt: runs.get(receipt.receipt_id, ReceiptRuns()))
+    assert [r.receipt_id for r in triage.settled] == [receipts[0].receipt_id]
+    assert [r.receipt_id for r in triage.waiting] == [receipts[1].receipt_id]
+    assert [r.receipt_id for r in triage.backing_off] == [receipts[2].receipt_id]
+    ((needed, needed_runs, outstanding),) = triage.needed
+    assert needed.receipt_id == receipts[3].receipt_id and needed_runs == ReceiptRuns()
+    assert list(outstanding) == [sample_documents[3].doc_id]
+    assert {r.receipt_id for r in Receipts(store).pending("erasure")} == {r.receipt_id for r in receipts[1:]}
