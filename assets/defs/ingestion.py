@@ -23,8 +23,14 @@ from assets.resources import InboxResource, StoreResource
 from lightfoot_pipeline.ingest.inbox import take_documents
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.ingest.receipts import INGESTION, Receipt, Receipts
-from lightfoot_pipeline.operations.batches import STAGE_TABLES, BatchError, store_batch_documents
-from lightfoot_pipeline.store.documents import live_doc_ids
+from lightfoot_pipeline.operations.batches import (
+    STAGE_TABLES,
+    BatchError,
+    receipt_for_landed,
+    store_batch_documents,
+    triage_drops,
+)
+from lightfoot_pipeline.store.store import Store
 
 
 @dg.asset(**PER_BATCH, deps=[SOURCE_FILES], kinds={"deltalake", "python"}, owners=OWNERS,
@@ -97,28 +103,15 @@ class DropRuns:
     pending_ids: set[str] = field(default_factory=set)  # documents of drops still pending
 
 
-def drop_runs(instance: dg.DagsterInstance, receipts: Receipts, trigger: str) -> DropRuns:
-    """Settle each pending drop whose run succeeded, and ask for a run for each one whose run
-    failed, was canceled or never came to exist.
-
-    A drop is done when a run of its latest attempt has succeeded (the run stores, extracts and
-    links its documents and exports the snapshot), or when none of its documents has a landed copy
-    any more (all deleted since). A retry is a run of the same batch, re-adding its partition if
-    the instance lacks it.
+def drop_runs(instance: dg.DagsterInstance, store: Store, trigger: str) -> DropRuns:
+    """Settle each pending drop that needs nothing more (operations/batches.py: ``triage_drops``),
+    and ask for a run for each one whose run failed, was canceled or never came to exist. A retry
+    is a run of the same batch, re-adding its partition if the instance lacks it.
     """
     out = DropRuns()
-    for receipt in receipts.pending(INGESTION):
-        runs = receipt_runs(instance, receipt)
-        if runs.succeeded:
-            out.settled.append(receipts.settle(receipt, f"run {runs.succeeded} succeeded"))
-            continue
-        out.pending_ids.update(receipt.doc_ids)
-        if runs.in_flight or runs.backing_off():
-            out.waiting.append(receipt)
-            continue
-        if not receipts.landing.landed(receipt.doc_ids):
-            out.settled.append(receipts.settle(receipt, "none of its documents has a landed copy (deleted since)"))
-            continue
+    triage = triage_drops(store, lambda receipt: receipt_runs(instance, receipt))
+    out.settled, out.waiting, out.pending_ids = triage.settled, triage.waiting, triage.pending_ids
+    for receipt, runs in triage.needed:
         batch = receipt_batch(receipt)
         if not instance.has_dynamic_partition(BATCHES.name, batch) and batch not in out.new_partitions:
             out.new_partitions.append(batch)
@@ -158,7 +151,7 @@ def inbox_sensor(
     landing = Landing(lightfoot)
     box = inbox.document_inbox(lightfoot)
     intake = take_documents(box, landing, context.log)
-    runs = drop_runs(context.instance, Receipts(lightfoot), "inbox")
+    runs = drop_runs(context.instance, lightfoot, "inbox")
     news = [f"landed {len(intake.doc_ids)} documents from {len(intake.receipts)} drops"] if intake.receipts \
         else [f"nothing new in {box.uri}"]
     if intake.rejected:
@@ -207,18 +200,9 @@ def ingestion_schedule(
     if busy:
         return dg.SkipReason(f"an ingestion run ({busy[0].dagster_run.run_id}) is queued or running")
     lightfoot = store.open()
-    landing = Landing(lightfoot)
-    take_documents(inbox.document_inbox(lightfoot), landing, context.log)
-    receipts = Receipts(lightfoot)
-    pending = {d for r in receipts.pending(INGESTION) for d in r.doc_ids}
-    live = live_doc_ids(lightfoot)
-    awaiting_deletion = {r.doc_id for r in landing.deletion_requests()}
-    wanted = sorted(set(landing.landed_ids()) - live - awaiting_deletion - pending)
-    stamp = context.scheduled_execution_time.strftime("%Y%m%dT%H%M")
-    if wanted:
-        receipts.record(Receipt.for_documents({"schedule": "ingestion_schedule", "at": stamp}, wanted,
-                                              f"hourly schedule {stamp}"))
-    drops = drop_runs(context.instance, receipts, "schedule")
+    take_documents(inbox.document_inbox(lightfoot), Landing(lightfoot), context.log)
+    receipt_for_landed(lightfoot, context.scheduled_execution_time.strftime("%Y%m%dT%H%M"))
+    drops = drop_runs(context.instance, lightfoot, "schedule")
     if not drops.requests:
         return dg.SkipReason("every landed document is in the store or waits for its drop's run")
     if drops.new_partitions:

@@ -33,7 +33,7 @@ from lightfoot_pipeline.ingest.extraction.claims import EXTRACTION_CLAIMS, Extra
 from lightfoot_pipeline.ingest.extraction.outcome import OK, ExtractionOutcome, Extractor, ProgressCallback
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.ingest.passages import Passage
-from lightfoot_pipeline.ingest.receipts import Receipt
+from lightfoot_pipeline.ingest.receipts import INGESTION, Receipt, ReceiptRuns, Receipts
 from lightfoot_pipeline.ingest.sources import SOURCE_FILES
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.batches import (
@@ -251,6 +251,54 @@ def _deleted(store: Store, doc_ids: list[str]) -> set[str]:
 
 
 # -- extraction ------------------------------------------------------------------------------
+
+
+@dataclass
+class DropTriage:
+    """The pending drops sorted by what each needs: settled now, waiting for its run (in flight,
+    or backing off after repeated failures), or needing a run (with what its runs say); and the
+    documents of the drops still pending."""
+
+    settled: list[Receipt] = field(default_factory=list)
+    waiting: list[Receipt] = field(default_factory=list)
+    needed: list[tuple[Receipt, ReceiptRuns]] = field(default_factory=list)
+    pending_ids: set[str] = field(default_factory=set)
+
+
+def triage_drops(store: Store, runs_of: Callable[[Receipt], ReceiptRuns]) -> DropTriage:
+    """Settle each pending drop that needs nothing more, and sort the rest (``runs_of``: what the
+    orchestrator holds of a receipt's runs). A drop is done when a run of its latest attempt has
+    succeeded (the run stores, extracts and links its documents and exports the snapshot), or when
+    none of its documents has a landed copy any more (all deleted since)."""
+    receipts, out = Receipts(store), DropTriage()
+    for receipt in receipts.pending(INGESTION):
+        runs = runs_of(receipt)
+        if runs.succeeded:
+            out.settled.append(receipts.settle(receipt, f"run {runs.succeeded} succeeded"))
+            continue
+        out.pending_ids.update(receipt.doc_ids)
+        if runs.in_flight or runs.backing_off():
+            out.waiting.append(receipt)
+        elif not receipts.landing.landed(receipt.doc_ids):
+            out.settled.append(receipts.settle(receipt, "none of its documents has a landed copy (deleted since)"))
+        else:
+            out.needed.append((receipt, runs))
+    return out
+
+
+def receipt_for_landed(store: Store, stamp: str) -> Receipt | None:
+    """A receipt, recorded, for every landed document the store lacks that no pending drop holds
+    and no deletion request waits for (what the hourly pick-up ingests as a batch of its own);
+    None when there is none."""
+    landing, receipts = Landing(store), Receipts(store)
+    pending = {d for r in receipts.pending(INGESTION) for d in r.doc_ids}
+    awaiting_deletion = {r.doc_id for r in landing.deletion_requests()}
+    wanted = sorted(set(landing.landed_ids()) - live_doc_ids(store) - awaiting_deletion - pending)
+    if not wanted:
+        return None
+    receipt = Receipt.for_documents({"schedule": "ingestion_schedule", "at": stamp}, wanted, f"hourly schedule {stamp}")
+    receipts.record(receipt)
+    return receipt
 
 
 @dataclass(frozen=True)

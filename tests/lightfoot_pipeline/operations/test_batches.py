@@ -166,3 +166,28 @@ def test_erasure_requests_are_settled_waited_for_or_given_a_run_by_what_their_ru
     assert needed.receipt_id == receipts[3].receipt_id and needed_runs == ReceiptRuns()
     assert list(outstanding) == [sample_documents[3].doc_id]
     assert {r.receipt_id for r in Receipts(store).pending("erasure")} == {r.receipt_id for r in receipts[1:]}
+
+
+def test_drops_are_settled_waited_for_or_given_a_run_and_landed_strays_get_a_receipt(
+        tmp_path, sample_documents, sample_records):
+    from lightfoot_pipeline.ingest.receipts import ReceiptRuns
+    from lightfoot_pipeline.operations.batches import receipt_for_landed, triage_drops
+
+    store = Store(str(tmp_path / "drops"))
+    drops = [land(store, [d], sample_records, name=f"drop-{k}")[1] for k, d in enumerate(sample_documents[:4])]
+    Landing(store).forget([sample_documents[3].doc_id])  # deleted since it was dropped
+    runs = {drops[0].receipt_id: ReceiptRuns(succeeded="run-a", started=True),
+            drops[1].receipt_id: ReceiptRuns(in_flight=["run-b"], started=True)}
+    triage = triage_drops(store, lambda receipt: runs.get(receipt.receipt_id, ReceiptRuns()))
+    assert {r.receipt_id for r in triage.settled} == {drops[0].receipt_id, drops[3].receipt_id}
+    assert [r.receipt_id for r in triage.waiting] == [drops[1].receipt_id]
+    assert [(r.receipt_id, attempt.attempt) for r, attempt in triage.needed] == [(drops[2].receipt_id, 0)]
+    assert triage.pending_ids == {d.doc_id for d in sample_documents[1:4]}
+
+    # The settled drop's document was never stored (no run here stored it): landed, and no drop holds it now.
+    first = receipt_for_landed(store, "20260101T0000")
+    assert first is not None and list(first.doc_ids) == [sample_documents[0].doc_id]
+    Landing(store).put_documents([LandedDocument(sample_documents[5], None, utc_now(), "test")])
+    stray = receipt_for_landed(store, "20260101T0030")
+    assert stray is not None and list(stray.doc_ids) == [sample_documents[5].doc_id]
+    assert receipt_for_landed(store, "20260101T0100") is None, "now held by a pending drop"
