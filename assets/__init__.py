@@ -2,7 +2,8 @@
 
 ``definitions.py`` is the code location's one entry point; it loads every module of ``defs/``
 (one per domain: ingestion, extraction, graph, serving, retention, checks, resources). The modules
-beside it hold what those share: the resources, the ``documents`` partitions and the metadata
-every materialization reports. All the work is the engine's (``lightfoot_pipeline``); these
-modules only call it, and add partitions, checks, metadata and automation.
+beside it hold what those share: the resources, the ``batches`` partitions and the metadata
+every materialization reports. All the work is the engine's: each asset calls one operation of
+``lightfoot_pipeline/operations/`` (the one the command line runs) and adds partitions, checks,
+metadata and automation; no module here opens a store transaction or names a table.
 """

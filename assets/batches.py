@@ -1,5 +1,6 @@
-"""What the definitions know of batches: the batch a step writes in, a batch's documents and
-counts, its link, and what a deletion does to the batches that held the deleted documents.
+"""What the definitions know of batches: the batch a step writes in, and what a deletion does to
+the batch partitions that held the deleted documents (their counts are the engine's:
+lightfoot_pipeline/operations/batches.py).
 
 Every store commit a step makes is made inside :func:`dagster_batch`: the store log then records
 the batch (the run's partition, or ``run-<run id>`` for a run with none), the Dagster run id and
@@ -18,33 +19,24 @@ observations, so it also says which deletions a batch's tombstone counts already
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import dagster as dg
-import polars as pl
 
-from assets.keys import PER_BATCH_ASSETS
+from assets.keys import DELETION_TAG, PER_BATCH_ASSETS
 from assets.partitions import BATCHES, PARTITION_TAG
-from lightfoot_pipeline.store.batches import (
-    DAGSTER,
-    DELETED,
-    READERS,
-    Batch,
-    batch_log,
-    documents_of_batch,
-    holding_batches,
-    writing_batch,
-)
-from lightfoot_pipeline.store.documents import live_doc_ids
+from lightfoot_pipeline.operations.batches import batch_deletions
+from lightfoot_pipeline.store.batches import DAGSTER, Batch, writing_batch
 from lightfoot_pipeline.store.store import Store
 
 TOMBSTONED = "tombstoned"
 
 
 def run_batch_id(run: dg.DagsterRun) -> str:
-    """The batch a run's commits belong to: its partition, or ``run-<run id>``."""
-    return run.tags.get(PARTITION_TAG) or f"run-{run.run_id}"
+    """The batch a run's commits belong to: its partition, the deletion a deletion run applies
+    (its tag), or ``run-<run id>``."""
+    return run.tags.get(PARTITION_TAG) or run.tags.get(DELETION_TAG) or f"run-{run.run_id}"
 
 
 @contextlib.contextmanager
@@ -53,32 +45,6 @@ def dagster_batch(context: dg.AssetExecutionContext | dg.AssetCheckExecutionCont
     run = context.run
     with writing_batch(Batch(run_batch_id(run), run.run_id, DAGSTER)) as batch:
         yield batch
-
-
-def batch_doc_ids(store: Store, batch_id: str, manifest=None) -> list[str]:
-    """The live documents a batch added, replaced or kept, sorted."""
-    rows = documents_of_batch(store, batch_id, manifest).filter(pl.col("action") != DELETED)
-    ids = set(rows.get_column("doc_id").to_list())
-    return sorted(live_doc_ids(store, manifest, among=ids)) if ids else []
-
-
-def batch_counts(store: Store, batch_id: str, manifest=None) -> dict[str, int]:
-    """A batch's documents by what it did to them, and how many of them are live now."""
-    rows = documents_of_batch(store, batch_id, manifest)
-    latest = rows.sort("seq").unique("doc_id", keep="last")
-    by_action = dict(latest.group_by("action").len().iter_rows())
-    held = set(rows.filter(pl.col("action") != DELETED).get_column("doc_id").to_list())
-    live = live_doc_ids(store, manifest, among=held) if held else set()
-    return {
-        "documents": len(held),
-        "added": int(by_action.get("added", 0)),
-        "replaced": int(by_action.get("replaced", 0)),
-        "unchanged": int(by_action.get("unchanged", 0)),
-        "readers_changed": int(by_action.get(READERS, 0)),
-        "deleted_by_batch": int(by_action.get(DELETED, 0)),
-        "live": len(live),
-        "deleted_since": len(held) - len(live),
-    }
 
 
 @dataclass
@@ -100,40 +66,33 @@ def recorded_deletions(instance: dg.DagsterInstance, batch_id: str) -> int | Non
     return value.value if value is not None and isinstance(value.value, int) else None
 
 
-def deletion_events(store: Store, instance: dg.DagsterInstance, deleted: Iterable[str], seq: int, *,
+def deletion_events(store: Store, instance: dg.DagsterInstance, deleted: Sequence[str], seq: int, *,
                     unrecorded_only: bool = False) -> DeletionEvents:
     """Observations of the per-batch assets of every batch that held one of the ``deleted``
     documents (counts of its deleted and live documents), and the batches left empty.
 
-    With ``unrecorded_only``, a batch that keeps live documents and whose latest tombstone
-    observation already counts as many deleted documents as it has now is left out: those
-    deletions are recorded. (A batch left empty is never left out: its partition must go.)"""
-    holders = holding_batches(store, deleted)
+    The counts are the observation's own (``documents_live`` and ``documents_deleted`` appear in no
+    materialization), so a batch's panel shows one value of each. With ``unrecorded_only``, a
+    batch that keeps live documents and whose latest tombstone observation already counts as many
+    deleted documents as it has now is left out: those deletions are recorded. (A batch left empty
+    is never left out: its partition must go.)"""
     out = DeletionEvents()
-    if not holders:
-        return out
-    log = batch_log(store)
-    live_now = live_doc_ids(store)
-    for batch_id in sorted(set(holders.values())):
-        if not instance.has_dynamic_partition(BATCHES.name, batch_id):
+    for batch in batch_deletions(store, deleted):
+        if not instance.has_dynamic_partition(BATCHES.name, batch.batch_id):
             continue
-        held = set(log.filter((pl.col("batch") == batch_id) & (pl.col("action") != DELETED))
-                   .get_column("doc_id").to_list())
-        live = len(held & live_now)
-        if unrecorded_only and live and recorded_deletions(instance, batch_id) == len(held) - live:
+        if unrecorded_only and batch.live and recorded_deletions(instance, batch.batch_id) == batch.deleted:
             continue
-        gone = sum(1 for d, b in holders.items() if b == batch_id)
-        (out.touched if live else out.emptied).append(batch_id)
+        (out.touched if batch.live else out.emptied).append(batch.batch_id)
         for key in PER_BATCH_ASSETS:
             out.observations.append(dg.AssetObservation(
-                asset_key=key, partition=batch_id,
-                description="tombstone: every document of the batch is deleted" if not live
-                else f"tombstone: {gone} documents of the batch deleted",
-                metadata={"status": dg.MetadataValue.text(TOMBSTONED if not live else "partly deleted"),
-                          "documents_deleted": dg.MetadataValue.int(len(held) - live),
-                          "documents_deleted_now": dg.MetadataValue.int(gone),
-                          "documents_live": dg.MetadataValue.int(live),
-                          "store_commit": dg.MetadataValue.int(seq)},
+                asset_key=key, partition=batch.batch_id,
+                description="tombstone: every document of the batch is deleted" if not batch.live
+                else f"tombstone: {batch.deleted_now} documents of the batch deleted",
+                metadata={"status": dg.MetadataValue.text(TOMBSTONED if not batch.live else "partly deleted"),
+                          "documents_deleted": dg.MetadataValue.int(batch.deleted),
+                          "documents_deleted_now": dg.MetadataValue.int(batch.deleted_now),
+                          "documents_live": dg.MetadataValue.int(batch.live),
+                          "deletion_commit": dg.MetadataValue.int(seq)},
             ))
     return out
 

@@ -1,226 +1,23 @@
 """Each asset's code version: a digest of the source of the code that computes it.
 
-``code_version(__name__, "passages")`` in an asset's decorator is a SHA-256 over
-
-- the source of the function ``passages`` of that module (its decorator included, so its tables'
-  schemas count), and of every function, class and module-level assignment of the same module it
-  names, followed through the names those name in turn;
-- the whole source of every module of ``lightfoot_pipeline`` (the engine) and of ``assets`` that
-  those name, and of every such module that those import, anywhere in them (an import inside a
-  function included): the static import closure. A name imported from a package that re-exports
-  it (``from lightfoot_pipeline import operations``; ``operations.check_config``) is followed to
-  the module that defines it, so a package's re-exports do not pull in all of it;
-- the engine's version and the index's settings (``IndexSettings().shape_of_index()``), which
-  change what the tables hold without a change to a line of code.
-
-So the UI marks an asset's materializations stale when the code that computes it changes, and
-only that asset's: the ``documents`` assets keep their version when the graph's code changes.
-The five graph assets are one multi-asset (one function, one store commit) and share its version.
-
-Everything is read from the source files with ``ast``, in a fixed order, never from objects in
-memory: the same files give the same versions in every process. A module counts whole, so a
-change anywhere in a module an asset reaches changes the asset's version even if it calls
-another of its functions (comments and docstrings count too): it errs towards stale. Missed:
-code reached other than by an import statement (``importlib`` by a string, such as the lazy
-exports of ``lightfoot_pipeline/__init__.py``), third-party libraries (pinned in pyproject.toml)
-and data files, for which the engine's version stands.
+``code_version(__name__, "passages")`` in an asset's decorator is the digest of the function
+``passages`` of that module over the sources of ``lightfoot_pipeline`` (the engine) and
+``assets`` (lightfoot_pipeline/provenance/source_versions.py says what it covers), with the
+engine's version and the index's settings (``IndexSettings().shape_of_index()``), which change
+what the tables hold without a change to a line of code. So the UI marks an asset's
+materializations stale when the code that computes it changes, and only that asset's: the
+per-batch assets keep their version when the graph's code changes. The five graph assets are one
+multi-asset (one function, one store commit) and share its version.
 """
 
 from __future__ import annotations
 
-import ast
-import hashlib
-import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
 
-PACKAGES = ("lightfoot_pipeline", "assets")  # the code whose source counts
-DIGEST_CHARS = 16
+from lightfoot_pipeline.provenance.source_versions import SourceIndex
 
-
-@dataclass
-class _Module:
-    name: str
-    path: Path
-    is_package: bool
-    source: str
-    tree: ast.Module
-    top: dict[str, ast.stmt] = field(default_factory=dict)  # top-level definitions and assignments by name
-    imported: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # local name: (module, name or None)
-
-
-class SourceIndex:
-    """The source of the packages under ``roots`` (package name: the folder that holds it),
-    read once per module."""
-
-    def __init__(self, roots: Mapping[str, Path]) -> None:
-        self.roots = dict(roots)
-        self._modules: dict[str, _Module | None] = {}
-
-    def module(self, name: str) -> _Module | None:
-        """The module ``name`` when it is one of the roots' modules, else None."""
-        if name not in self._modules:
-            self._modules[name] = self._read(name)
-        return self._modules[name]
-
-    def _read(self, name: str) -> _Module | None:
-        parts = name.split(".")
-        root = self.roots.get(parts[0])
-        if root is None:
-            return None
-        base = root.joinpath(*parts)
-        for path, is_package in ((base / "__init__.py", True), (base.with_suffix(".py"), False)):
-            if path.is_file():
-                source = path.read_text(encoding="utf-8")
-                tree = ast.parse(source, filename=str(path))
-                module = _Module(name, path, is_package, source, tree)
-                for stmt in tree.body:
-                    for local in _bound_names(stmt):
-                        module.top.setdefault(local, stmt)
-                    for local, target in _imports(stmt, module):
-                        module.imported[local] = target
-                return module
-        return None
-
-    def defining_module(self, module: str, name: str, seen: frozenset[str] = frozenset()) -> str | None:
-        """The module that ``name`` of ``module`` comes from: a submodule of that name, the module
-        a re-export imports it from (followed), or ``module`` itself; None outside the roots."""
-        if self.module(f"{module}.{name}") is not None:
-            return f"{module}.{name}"
-        found = self.module(module)
-        if found is None or module in seen:
-            return None if found is None else module
-        target = found.imported.get(name)
-        if target is not None and name not in _defined_here(found):
-            source, original = target
-            if original is None:
-                return source if self.module(source) is not None else module
-            return self.defining_module(source, original, seen | {module}) or module
-        return module
-
-    def import_closure(self, modules: Iterable[str]) -> set[str]:
-        """The modules, and every root module that they import anywhere in them, transitively."""
-        out: set[str] = set()
-        todo = [m for m in modules if self.module(m) is not None]
-        while todo:
-            name = todo.pop()
-            if name in out:
-                continue
-            out.add(name)
-            module = self.module(name)
-            assert module is not None
-            for node in ast.walk(module.tree):
-                for _, (source, original) in _imports(node, module):
-                    target = source if original is None else self.defining_module(source, original)
-                    if target is not None and self.module(target) is not None and target not in out:
-                        todo.append(target)
-        return out
-
-    def function_sources(self, module_name: str, function: str) -> tuple[dict[str, str], set[str]]:
-        """The source of ``function`` of ``module_name`` and of the same module's definitions it
-        names (transitively), by ``module:name``; and the other root modules that they name."""
-        module = self.module(module_name)
-        if module is None or not isinstance(module.top.get(function), ast.FunctionDef | ast.AsyncFunctionDef
-                                                                        | ast.ClassDef):
-            raise LookupError(f"{module_name} has no function or class {function!r} at its top level")
-        sources: dict[str, str] = {}
-        reached: set[str] = set()
-        todo = [function]
-        while todo:
-            local = todo.pop()
-            stmt = module.top.get(local)
-            label = f"{module_name}:{local}"
-            if stmt is None or label in sources:
-                continue
-            sources[label] = ast.get_source_segment(module.source, stmt) or ast.dump(stmt)
-            nodes = list(ast.walk(stmt))
-            through: set[int] = set()  # names whose attribute was followed to the module defining it
-            for node in nodes:
-                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-                    package = self._module_named(module, node.value.id)
-                    if package is not None:
-                        reached.add(self.defining_module(package, node.attr) or package)
-                        through.add(id(node.value))
-            for node in nodes:
-                for _, (source, original) in _imports(node, module):  # imports inside the function
-                    target = source if original is None else self.defining_module(source, original)
-                    if target is not None:
-                        reached.add(target)
-                if not isinstance(node, ast.Name) or id(node) in through:
-                    continue
-                if node.id in module.imported and node.id not in _defined_here(module):
-                    source, original = module.imported[node.id]
-                    target = source if original is None else self.defining_module(source, original)
-                    if target is not None and self.module(target) is not None:
-                        reached.add(target)
-                elif node.id in module.top:
-                    todo.append(node.id)
-        reached.discard(module_name)
-        return sources, reached
-
-    def _module_named(self, module: _Module, local: str) -> str | None:
-        """The root module that the name ``local`` of ``module`` is bound to by an import, if any."""
-        target = module.imported.get(local)
-        if target is None or local in _defined_here(module):
-            return None
-        source, original = target
-        name = source if original is None else f"{source}.{original}"
-        return name if self.module(name) is not None else None
-
-    def digest(self, module_name: str, function: str, extra: object = None) -> str:
-        """The code version of ``function`` of ``module_name`` (see the module docstring)."""
-        sources, reached = self.function_sources(module_name, function)
-        closure = self.import_closure(reached) - {module_name}
-        h = hashlib.sha256()
-        for label in sorted(sources):
-            h.update(f"{label}\0{sources[label]}\0".encode())
-        for name in sorted(closure):
-            module = self.module(name)
-            assert module is not None
-            h.update(f"{name}\0{module.source}\0".encode())
-        h.update(json.dumps(extra, sort_keys=True, default=str).encode())
-        return h.hexdigest()[:DIGEST_CHARS]
-
-    def reached_modules(self, module_name: str, function: str) -> set[str]:
-        """The root modules whose whole source counts in the function's version."""
-        return self.import_closure(self.function_sources(module_name, function)[1]) - {module_name}
-
-
-def _bound_names(stmt: ast.stmt) -> list[str]:
-    if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-        return [stmt.name]
-    if isinstance(stmt, ast.Assign):
-        return [n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
-    if isinstance(stmt, ast.AnnAssign | ast.AugAssign) and isinstance(stmt.target, ast.Name):
-        return [stmt.target.id]
-    return []
-
-
-def _defined_here(module: _Module) -> set[str]:
-    return {name for name, stmt in module.top.items() if not isinstance(stmt, ast.Import | ast.ImportFrom)}
-
-
-def _imports(node: ast.AST, module: _Module) -> list[tuple[str, tuple[str, str | None]]]:
-    """(local name, (module, imported name or None for a module)) for an import statement."""
-    if isinstance(node, ast.Import):
-        out = []
-        for alias in node.names:
-            if alias.asname:
-                out.append((alias.asname, (alias.name, None)))
-            else:
-                out.append((alias.name.split(".")[0], (alias.name, None)))
-        return out
-    if isinstance(node, ast.ImportFrom):
-        base = node.module or ""
-        if node.level:
-            parts = module.name.split(".")
-            package = parts if module.is_package else parts[:-1]
-            package = package[: len(package) - (node.level - 1)]
-            base = ".".join([*package, *([node.module] if node.module else [])])
-        return [(alias.asname or alias.name, (base, alias.name)) for alias in node.names if alias.name != "*"]
-    return []
+__all__ = ["SourceIndex", "code_version"]
 
 
 @lru_cache(maxsize=1)

@@ -25,7 +25,7 @@ TOMBSTONES = dg.AssetKey("tombstones")
 ERASURES = dg.AssetKey("erasures")
 
 SOURCES_GROUP = "sources"
-DOCUMENTS_GROUP = "documents"
+BATCH_GROUP = "batches"  # the per-batch assets (a partition per ingestion batch)
 GRAPH_GROUP = "graph"
 SERVING_GROUP = "serving"
 RETENTION_GROUP = "retention"
@@ -38,6 +38,7 @@ PASSAGES_CHECK = dg.AssetCheckKey(EXTRACTIONS, "passages_accounted_for")
 REBUILD_CHECK = "matches_fresh_rebuild"
 
 TRIGGER_TAG = "lightfoot/trigger"
+DELETION_TAG = "lightfoot/deletion"  # a deletion run's key (erase-…, retention-…), its batch in the store log
 # What a run paid for model calls, on the run page: its steps' totals, summed (assets/provenance.py).
 MODEL_CALLS_TAG = "lightfoot/model_calls"
 TOKENS_IN_TAG = "lightfoot/tokens_in"

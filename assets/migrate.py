@@ -23,22 +23,19 @@ Until the migration has run, the sensors and schedules refuse to ask for runs an
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 
 import dagster as dg
 
-from assets.batches import batch_counts
 from assets.keys import DELETION_JOB, INGESTION_JOB, PER_BATCH_ASSETS, SYNC_JOB
 from assets.partitions import BATCHES, LEGACY_DOCUMENTS
 from assets.provenance import batch_metadata
 from assets.receipts import IN_FLIGHT
-from lightfoot_pipeline.store.batches import ADDED, DAGSTER, Batch, batch_log, log_documents, writing_batch
-from lightfoot_pipeline.store.documents import live_doc_ids
-from lightfoot_pipeline.store.ledger import new_run_id
+from lightfoot_pipeline.operations.batches import adopt_unbatched, batch_counts, unbatched
+from lightfoot_pipeline.store.batches import DAGSTER
 from lightfoot_pipeline.store.store import Store
 
-MIGRATED = "migrated"
+MIGRATED = "migrated"  # the kind of batch the live documents no batch holds are given
 
 
 class MigrationRefused(RuntimeError):
@@ -53,24 +50,6 @@ def runs_in_flight(instance: dg.DagsterInstance) -> list[str]:
     records = instance.get_run_records(dg.RunsFilter(job_name=None, statuses=IN_FLIGHT), limit=20)
     jobs = {INGESTION_JOB, DELETION_JOB, SYNC_JOB}
     return [r.dagster_run.run_id for r in records if r.dagster_run.job_name in jobs]
-
-
-def unbatched(store: Store) -> list[str]:
-    """The live documents no batch holds, sorted."""
-    return sorted(live_doc_ids(store) - set(batch_log(store).get_column("doc_id").to_list()))
-
-
-def adopt_unbatched(store: Store) -> tuple[str | None, int]:
-    """Log the live documents no batch holds under one migrated batch; returns it and their count."""
-    orphans = unbatched(store)
-    if not orphans:
-        return None, 0
-    digest = hashlib.sha256("\n".join(orphans).encode("utf-8")).hexdigest()[:32]
-    batch_id = f"{MIGRATED}-{digest}"
-    with writing_batch(Batch(batch_id, new_run_id("migrate"), DAGSTER)), store.transaction() as tx:
-        log_documents(tx, {ADDED: orphans})
-        tx.commit("migrate-batches", {"documents": len(orphans)})
-    return batch_id, len(orphans)
 
 
 def _remove_legacy_partitions(instance: dg.DagsterInstance, keys: list[str]) -> None:
@@ -95,7 +74,7 @@ def migrate(instance: dg.DagsterInstance, store: Store, dry_run: bool = False) -
         report["documents"] = len(unbatched(store))
         report["outcome"] = "dry run: nothing changed"
         return report
-    batch_id, adopted = adopt_unbatched(store)
+    batch_id, adopted = adopt_unbatched(store, MIGRATED, DAGSTER)
     instance.wipe_assets(list(PER_BATCH_ASSETS))
     _remove_legacy_partitions(instance, keys)
     if batch_id is not None:

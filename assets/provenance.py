@@ -18,21 +18,43 @@ the store holds the content, and ``lightfoot explain doc ID`` (or the service's 
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 
 import dagster as dg
 
 from assets.keys import COST_RUN_TAG, COST_USD_TAG, MODEL_CALLS_TAG, TOKENS_IN_TAG, TOKENS_OUT_TAG
+from lightfoot_pipeline.operations.batches import StoreState
 from lightfoot_pipeline.provenance.batches import batch_link
-from lightfoot_pipeline.store.fingerprint import fingerprint as store_fingerprint
-from lightfoot_pipeline.store.log import Manifest
-from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.tables import TableSpec, spec_for
-from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.vectors import VECTOR_CACHE_COLUMNS
 
 STORE_POOL = "lightfoot_store"  # one store writer at a time (the lock on object stores)
+
+
+def metadata_value(value: object) -> dg.MetadataValue:
+    """A value as the metadata value of its type: a bool, an int, a float, a string as text,
+    anything else (a dict, a list) as JSON."""
+    if isinstance(value, bool):
+        return dg.MetadataValue.bool(value)
+    if isinstance(value, int):
+        return dg.MetadataValue.int(value)
+    if isinstance(value, float):
+        return dg.MetadataValue.float(value)
+    if isinstance(value, str):
+        return dg.MetadataValue.text(value)
+    return dg.MetadataValue.json(value)
+
+
+def report_metadata(report: object, fields: Iterable[str] | None = None, *,
+                    names: Mapping[str, str] | None = None) -> dict[str, dg.MetadataValue]:
+    """An operation's report (a dataclass) as metadata: each of its ``fields`` (every field, when
+    None) under its own name, or the one ``names`` gives it, as a value of its type
+    (:func:`metadata_value`). A field that is None is left out."""
+    chosen = [f.name for f in dataclasses.fields(report)] if fields is None else list(fields)  # type: ignore[arg-type]
+    names = names or {}
+    return {names.get(name, name): metadata_value(value) for name in chosen
+            if (value := getattr(report, name)) is not None}
 
 
 def explain_hint(doc_id: str) -> str:
@@ -41,7 +63,7 @@ def explain_hint(doc_id: str) -> str:
     return f"lightfoot explain doc {shlex.quote(doc_id)}"
 
 
-def table_metadata(spec: TableSpec, *more: TableSpec) -> dict[str, dg.RawMetadataValue]:
+def table_metadata(spec, *more) -> dict[str, dg.RawMetadataValue]:
     """The definition metadata that declares an asset's store tables (Delta tables).
 
     Its own table, the first, under Dagster's table keys: ``dagster/table_name``
@@ -78,38 +100,28 @@ def vector_cache_metadata(kind: str) -> dict[str, dg.RawMetadataValue]:
     }
 
 
-def _schema(table: TableSpec) -> dg.TableSchema:
+def _schema(table) -> dg.TableSchema:
     return dg.TableSchema(columns=[dg.TableColumn(field.name, str(field.type)) for field in table.schema])
 
 
-def batch_metadata(batch_id: str, counts: Mapping[str, int]) -> dict[str, dg.RawMetadataValue]:
-    """A batch's counts (documents added, replaced, kept, deleted, live) and where to read it: the
-    project's page for the batch (``LIGHTFOOT_PAGE_URL``) and the command that shows it."""
-    metadata: dict[str, dg.RawMetadataValue] = {
-        "batch": dg.MetadataValue.text(batch_id),
-        **{f"documents_{name}" if name != "documents" else "documents": dg.MetadataValue.int(int(n))
-           for name, n in counts.items()},
-        "read_with": dg.MetadataValue.text(f"lightfoot explain batch {shlex.quote(batch_id)}"),
-    }
+def batch_metadata(batch_id: str, counts: Mapping[str, int] | None = None) -> dict[str, dg.RawMetadataValue]:
+    """Where to read a batch, first (the project's page for it, ``LIGHTFOOT_PAGE_URL``, and the
+    command that shows it), then its counts (documents added, replaced, kept, deleted by the batch)."""
+    metadata: dict[str, dg.RawMetadataValue] = {"batch": dg.MetadataValue.text(batch_id)}
     link = batch_link(batch_id)
     if link:
         metadata["batch_page"] = dg.MetadataValue.url(link)
+    # The page's batch view answers the operator only: say how to be one (service/page.py).
+    metadata["read_with"] = dg.MetadataValue.text(f"lightfoot explain batch {shlex.quote(batch_id)}; the page's batch "
+                                                  "view needs the operator: lightfoot serve --as '*' (loopback) or a "
+                                                  "token of the group *")
+    metadata.update({f"documents_{name}" if name != "documents" else "documents": dg.MetadataValue.int(int(n))
+                     for name, n in (counts or {}).items()})
     return metadata
 
 
 # Steps that ask the model and write only the extraction cache: LIGHTFOOT_EXTRACTION_SLOTS at once.
 EXTRACTION_POOL = "lightfoot_extraction"
-
-
-def commit_if_changed(tx: Transaction, operation: str, details: dict) -> tuple[Manifest, bool]:
-    """Commit when something is staged; otherwise leave the store as it is."""
-    if not tx.pending():
-        return tx.manifest, False
-    return tx.commit(operation, details), True
-
-
-def table_rows(store: Store, manifest: Manifest, tables: Sequence[str]) -> dict[str, int]:
-    return {name: store.read(name, manifest, columns=[spec_for(name).key[0]]).height for name in tables}
 
 
 def add_run_cost(context: dg.AssetExecutionContext, *, model_calls: int, tokens_in: int, tokens_out: int,
@@ -142,31 +154,22 @@ def add_run_cost(context: dg.AssetExecutionContext, *, model_calls: int, tokens_
     return tags
 
 
-def store_metadata(
-    store: Store,
-    manifest: Manifest,
-    tables: Sequence[str],
-    *,
-    fingerprint: bool,
-    changed: bool = True,
-    model_calls: int = 0,
-    cost_usd: float = 0.0,
-    rows: dict[str, int] | None = None,
-) -> dict[str, dg.RawMetadataValue]:
-    """Metadata for a materialization that left the store at ``manifest``."""
-    rows = rows if rows is not None else table_rows(store, manifest, tables)
+def store_metadata(state: StoreState, store_uri: str, *, model_calls: int = 0,
+                   cost_usd: float = 0.0) -> dict[str, dg.RawMetadataValue]:
+    """Metadata for a materialization whose step left the store in ``state``."""
     metadata: dict[str, dg.RawMetadataValue] = {
-        "rows": dg.MetadataValue.json(rows),
-        "table_versions": dg.MetadataValue.json({name: manifest.versions.get(name) for name in tables}),
-        "store_commit": dg.MetadataValue.int(manifest.seq),
-        "store_changed": dg.MetadataValue.bool(changed),
-        "store": dg.MetadataValue.path(store.uri),
+        "rows": dg.MetadataValue.json(state.rows),
+        "table_versions": dg.MetadataValue.json(state.versions),
+        "store_commit": dg.MetadataValue.int(state.seq),
+        "store_changed": dg.MetadataValue.bool(state.changed),
+        "store": dg.MetadataValue.path(store_uri),
         "model_calls": dg.MetadataValue.int(model_calls),
         "cost_usd": dg.MetadataValue.float(round(float(cost_usd), 9)),
     }
-    if tables:
-        metadata["dagster/uri"] = dg.MetadataValue.path(store.table_uri(tables[0]))
-        metadata["table_rows"] = metadata["dagster/row_count"] = dg.MetadataValue.int(rows[tables[0]])
-    if fingerprint and manifest.seq:
-        metadata["store_fingerprint"] = dg.MetadataValue.text(store_fingerprint(store, manifest).digest)
+    if state.tables:
+        own = state.tables[0]
+        metadata["dagster/uri"] = dg.MetadataValue.path(state.uris[own])
+        metadata["table_rows"] = metadata["dagster/row_count"] = dg.MetadataValue.int(state.rows[own])
+    if state.fingerprint:
+        metadata["store_fingerprint"] = dg.MetadataValue.text(state.fingerprint)
     return metadata

@@ -13,45 +13,22 @@ happened to the sensor's cursor or the daemon, and its state follows from those 
 Run keys come from the receipt id and the attempt, never from a counter, so no two receipts
 share one and a retry never reuses a key that Dagster would drop as a duplicate.
 
-A receipt whose runs keep failing backs off: the first failure is retried at the next tick, and
-each further one doubles the wait after the last failed run ended (one minute after the second,
-two after the third, …, at most an hour), so a request that cannot succeed (a broken store, a
-bad deployment) leaves a failed run an hour in the instance rather than one every tick.
+A receipt whose runs keep failing backs off (lightfoot_pipeline/ingest/receipts.py:
+``retry_delay_s``), each failed run left in the instance.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
-
 import dagster as dg
 
-from lightfoot_pipeline.ingest.receipts import ERASURE, INGESTION, Receipt
+from lightfoot_pipeline.ingest.receipts import ERASURE, INGESTION, Receipt, ReceiptRuns, retry_delay_s
 
 ATTEMPT_TAG = "lightfoot/attempt"
 RECEIPT_TAGS = {ERASURE: "lightfoot/erasure-request", INGESTION: "lightfoot/inbox-drop"}
-RETRY_BACKOFF_S = 60.0  # the wait after the second failure; doubled after each further one
-RETRY_BACKOFF_MAX_S = 3600.0
 IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
     dg.DagsterRunStatus.CANCELING,
 ]
-
-
-@dataclass(frozen=True)
-class ReceiptRuns:
-    """What the instance holds of the runs asked for one receipt."""
-
-    succeeded: str | None = None  # a successful run of the latest attempt
-    in_flight: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)  # failed or canceled, in any attempt
-    attempt: int = 0  # the attempt a request made now belongs to
-    retry_at: float | None = None  # after repeated failures: no retry before this time (epoch seconds)
-    started: bool = False  # whether any run was ever asked for it
-
-    def backing_off(self, now: float | None = None) -> bool:
-        """Whether a retry must wait (see the module docstring)."""
-        return self.retry_at is not None and (time.time() if now is None else now) < self.retry_at
 
 
 def receipt_tags(receipt: Receipt, attempt: int) -> dict[str, str]:
@@ -83,13 +60,6 @@ def receipt_runs(instance: dg.DagsterInstance, receipt: Receipt) -> ReceiptRuns:
     retry = success is None and any(r.is_failure_or_canceled for r in current)
     return ReceiptRuns(success.run_id if success else None, in_flight, failed, latest + 1 if retry else latest,
                        _retry_at(records) if retry else None, started=True)
-
-
-def retry_delay_s(failures: int) -> float:
-    """How long after the last failed run a receipt with this many failed attempts waits."""
-    if failures <= 1:
-        return 0.0
-    return min(RETRY_BACKOFF_S * 2 ** (failures - 2), RETRY_BACKOFF_MAX_S)
 
 
 def _retry_at(records: list) -> float | None:

@@ -9,26 +9,27 @@ extractions (replay) for the language model. Secrets reach a resource only throu
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection, Sequence
-from pathlib import Path
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import Field
 
-from lightfoot_pipeline.ingest.extraction.answers import CachedAnswers, ClaimingExtractor
+from lightfoot_pipeline.ingest.extraction.answers import CachedAnswers, RecordedOrModelExtractor
 from lightfoot_pipeline.ingest.extraction.claims import ExtractionClaims
-from lightfoot_pipeline.ingest.extraction.outcome import ExtractionOutcome, Extractor, ProgressCallback
-from lightfoot_pipeline.ingest.extraction.replay import ReplayExtractor
-from lightfoot_pipeline.ingest.inbox import Inbox
+from lightfoot_pipeline.ingest.extraction.outcome import Extractor
+from lightfoot_pipeline.ingest.inbox import (
+    DEFAULT_DOCUMENT_INBOX,
+    DEFAULT_ERASURE_INBOX,
+    Inbox,
+    document_inbox,
+    erasure_inbox,
+)
 from lightfoot_pipeline.ingest.landing import Landing
-from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.models.embedder import Embedder, load_embedder
 from lightfoot_pipeline.settings import (
     IndexSettings,
-    document_inbox_uri,
     embedder_spec,
-    erasure_inbox_uri,
     retention_policy_path,
     sync_source_uri,
 )
@@ -36,9 +37,6 @@ from lightfoot_pipeline.store.store import Store
 
 if TYPE_CHECKING:
     from lightfoot_pipeline.ingest.extraction.openai_extractor import OpenAIExtractor
-
-DEFAULT_DOCUMENT_INBOX = ".lightfoot/inbox/documents"
-DEFAULT_ERASURE_INBOX = ".lightfoot/inbox/erasure"
 
 
 class StoreResource(dg.ConfigurableResource):
@@ -48,6 +46,10 @@ class StoreResource(dg.ConfigurableResource):
     n_buckets: int = Field(default=16, description="Hash buckets of every table (fixed when the store is created).")
     report_fingerprint: bool = Field(
         default=True, description="Compute the store fingerprint for every materialization's metadata."
+    )
+    compare_with_rebuild: bool = Field(
+        default=True, description="Run the blocking comparison with a fresh rebuild after each change (off: the "
+        "matches_fresh_rebuild check warns that it did not compare, as its run config's enabled=false does).",
     )
 
     def open(self) -> Store:
@@ -121,39 +123,6 @@ class ExtractorResource(dg.ConfigurableResource):
             raise dg.Failure(f"extractor mode must be auto, replay or openai, not {self.mode!r}")
 
 
-class RecordedOrModelExtractor:
-    """Replays the recorded extraction of documents that have one; sends the other passages to a model."""
-
-    def __init__(self, recorded: dict[str, dict | list], model: Callable[[], Extractor] | None) -> None:
-        self.replay = ReplayExtractor(recorded, entity_types=None)
-        self.recorded = set(recorded)
-        self.model_factory = model
-        self.name = self.replay.name if model is None else f"{self.replay.name}+model"
-
-    def extract(self, passages: Sequence[Passage], progress: ProgressCallback | None = None) -> list[ExtractionOutcome]:
-        replayed = [p for p in passages if p.doc_id in self.recorded]
-        asked = [p for p in passages if p.doc_id not in self.recorded]
-        outcomes = {o.chunk_id: o for o in self.replay.extract(replayed)}
-        if asked:
-            outcomes.update({o.chunk_id: o for o in self._ask(asked, progress)})
-        return [outcomes[p.chunk_id] for p in passages]
-
-    def _ask(self, passages: Sequence[Passage], progress: ProgressCallback | None) -> list[ExtractionOutcome]:
-        if self.model_factory is None:
-            return [ExtractionOutcome.failed(p, "no recorded extraction for this passage, and the extractor "
-                                                "is in replay mode", extractor=self.replay.name) for p in passages]
-        try:
-            model = self.model_factory()
-        except Exception as err:  # a missing endpoint or bad settings fail the passages, with the reason
-            return [ExtractionOutcome.failed(p, f"no recorded extraction, and the language model is not usable: {err}",
-                                             extractor="openai") for p in passages]
-        from lightfoot_pipeline.ingest.extraction.openai_extractor import OpenAIExtractor
-
-        if isinstance(model, OpenAIExtractor):  # through the claims: a sync or ingest beside it asks each text once
-            model = ClaimingExtractor(model)
-        return model.extract(passages, progress)
-
-
 class InboxResource(dg.ConfigurableResource):
     """Where documents and erasure requests are dropped, the retention policy file, and the folder
     of document files the store follows (assets/defs/sync.py)."""
@@ -179,20 +148,10 @@ class InboxResource(dg.ConfigurableResource):
         return self.sync_source or sync_source_uri()
 
     def document_inbox(self, store: Store) -> Inbox:
-        return self._inbox(self.documents or document_inbox_uri(), DEFAULT_DOCUMENT_INBOX, "documents", store)
+        return document_inbox(store, self.documents)
 
     def erasure_inbox(self, store: Store) -> Inbox:
-        return self._inbox(self.erasure_requests or erasure_inbox_uri(), DEFAULT_ERASURE_INBOX, "erasure",
-                           store)
+        return erasure_inbox(store, self.erasure_requests)
 
     def policy_path(self) -> str | None:
         return self.retention_policy or retention_policy_path()
-
-    @staticmethod
-    def _inbox(uri: str | None, local_default: str, remote_leaf: str, store: Store) -> Inbox:
-        if not uri:
-            uri = store.path("inbox", remote_leaf) if store.is_remote else local_default
-        if "://" not in uri:
-            uri = str(Path(uri).expanduser().resolve())
-        options = store.storage_options if uri.startswith(("s3://",)) else None
-        return Inbox(uri, options)

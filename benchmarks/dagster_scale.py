@@ -415,7 +415,9 @@ def _row_line(row: dict) -> str:
 
 
 def _table(figures: dict) -> str:
-    lines = [f"instance {figures['instance']}, rebuild check {figures['rebuild_check']}, cli {figures['cli']}",
+    lines = [f"instance {figures['instance']}, rebuild check {figures['rebuild_check']}, cli {figures['cli']}; "
+             "compared: the Dagster run (documents to serving snapshot, with its checks) against the command "
+             "line's `lightfoot ingest` then `lightfoot snapshot`",
              f"{'documents':>10} {'events/run':>10} {'(no logs)':>9} {'dagster s':>10} {'cli s':>8} {'dagster/cli':>12}"
              f" {'tick s':>7} {'with ticks/cli':>15} {'cpu dagster/cli':>16}"]
     for r in figures["sizes"]:

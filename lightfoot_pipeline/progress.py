@@ -10,8 +10,10 @@ they are one live line on a terminal's stderr, or lines on a stderr sent to a fi
 
 from __future__ import annotations
 
+import resource
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from tqdm import tqdm
 
@@ -147,3 +149,15 @@ def name_progress(emit: Callable[[str], None] | None = None, *, stream=None,
     pass longer than that."""
     every = every_seconds if every_seconds is not None else LOG_EVERY if emit else 2.0
     return Progress("embedding names", emit, stream=stream, every_seconds=every, delay=every)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB, to 0.1: Linux's VmHWM where it gives one (a
+    forked process's figure does not carry its parent's over, unlike ru_maxrss), else ru_maxrss."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024.0, 1)
+    except OSError:
+        pass
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)

@@ -17,17 +17,11 @@ holds counts, group names, equality and digests only, never a question or a pass
 """
 
 
-import shutil
-import tempfile
-import time
-from collections import Counter
 from pathlib import Path
 
 import dagster as dg
-import polars as pl
 from pydantic import Field
 
-from assets.batches import batch_doc_ids
 from assets.keys import (
     DELETION_JOB,
     ENTITIES,
@@ -43,80 +37,42 @@ from assets.keys import (
     SYNONYM_EDGES,
 )
 from assets.partitions import PARTITION_TAG
+from assets.provenance import report_metadata
 from assets.resources import EmbedderResource, StoreResource
-from lightfoot_pipeline import operations
-from lightfoot_pipeline.evaluation.permission_audit import (
-    audit_permissions,
-    passage_questions,
-    principals_from_readers,
-    snapshot_readers,
-    store_reference,
+from lightfoot_pipeline.evaluation.permission_audit import audit_published_snapshot
+from lightfoot_pipeline.operations.batches import batch_doc_ids
+from lightfoot_pipeline.operations.checks import (
+    account_for_passages,
+    compare_with_rebuild,
+    dangling_references,
+    live_documents,
+    rebuild_skip_reason,
 )
-from lightfoot_pipeline.index.references import dangling_references
-from lightfoot_pipeline.ingest.extraction.outcome import FAILED, OK, reason_kind
-from lightfoot_pipeline.models.llm import LLMClient
-from lightfoot_pipeline.permissions.principals import read_groups_file
-from lightfoot_pipeline.snapshot.format import load_snapshot
-from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.tables import EXTRACTIONS as EXTRACTIONS_TABLE
-from lightfoot_pipeline.store.tables import PASSAGES
 
 
 @dg.asset_check(asset=EXTRACTIONS, blocking=True)
 def passages_accounted_for(context: dg.AssetCheckExecutionContext, store: StoreResource) -> dg.AssetCheckResult:
     """Every live passage of the batch's documents (of every document, when run without a batch)
-    has one extraction: a record, or a failure that says why. Other batches' documents may be
-    between their passages and their extractions, since runs extract in parallel."""
+    has one extraction: a record, or a failure that says why (operations/checks.py:
+    ``account_for_passages``). Other batches' documents may be between their passages and their
+    extractions, since runs extract in parallel: those of runs mid-way are set aside."""
     lightfoot = store.open()
-    manifest = lightfoot.manifest()
     batch = _partition(context)
     if batch is not None:
-        ids = batch_doc_ids(lightfoot, batch, manifest)
-        passages = (lightfoot.rows(PASSAGES.name, "doc_id", ids, manifest) if ids else PASSAGES.empty()).select(
-            "chunk_id", "doc_id")
-        mid_way = passages.clear()
+        account = account_for_passages(lightfoot, batch_doc_ids(lightfoot, batch))
     else:
-        passages = lightfoot.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id"])  # every document, but those of runs mid-way: their own check accounts for them
         own = own_run_id(context)
         theirs = set() if own is None else documents_of(context.instance, lightfoot, runs_mid_way(context.instance, own))
-        mid_way = passages.filter(pl.col("doc_id").is_in(sorted(theirs)))
-        passages = passages.filter(~pl.col("doc_id").is_in(sorted(theirs)))
-    extractions = lightfoot.read(EXTRACTIONS_TABLE.name, manifest, columns=["chunk_id", "doc_id", "status", "reason"])
-    extractions = extractions.filter(pl.col("chunk_id").is_in(passages.get_column("chunk_id").implode()))
-    missing = passages.join(extractions, on="chunk_id", how="anti")
-    duplicated = extractions.group_by("chunk_id").len().filter(pl.col("len") > 1)
-    unknown_status = extractions.filter(~pl.col("status").is_in([OK, FAILED]))
-    failed = extractions.filter(pl.col("status") == FAILED)
-    unexplained = failed.filter(pl.col("reason").fill_null("").str.strip_chars() == "")
-    # Kinds of reason, not reasons: a reason may quote the passage (extraction/outcome.py, reason_kind).
-    kinds = Counter(reason_kind(r or "") for r in failed.get_column("reason").to_list())
-    reasons = sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
-    passed = missing.height == 0 and duplicated.height == 0 and unknown_status.height == 0 and unexplained.height == 0
-    doc_of = dict(passages.select("chunk_id", "doc_id").iter_rows())
-    problems = {
-        "without an extraction": _documents(missing.get_column("chunk_id"), doc_of),
-        "with a failure that gives no reason": _documents(unexplained.get_column("chunk_id"), doc_of),
-        "with several extractions": _documents(duplicated.get_column("chunk_id"), doc_of),
-        "with an unknown status": _documents(unknown_status.get_column("chunk_id"), doc_of),
-    }
+        account = account_for_passages(lightfoot, None, set_aside=theirs)
     return dg.AssetCheckResult(
-        passed=passed,
-        description=None if passed else "; ".join(
-            f"{len(docs)} documents have passages {what} ({', '.join(docs[:5])}{', …' if len(docs) > 5 else ''})"
-            for what, docs in problems.items() if docs
-        ),
+        passed=account.passed, description=account.describe(),
         metadata={
             "batch": batch or "",
-            "passages": passages.height,
-            "extracted": extractions.filter(pl.col("status") == OK).height,
-            "failed": failed.height,
-            "missing": missing.height,
-            "mid_way_passages": mid_way.height,
-            "documents_missing_extractions": dg.MetadataValue.json(problems["without an extraction"][:20]),
-            "failed_without_reason": unexplained.height,
-            "failure_reasons": dg.MetadataValue.json(dict(reasons)),
-            "store_commit": manifest.seq,
+            **report_metadata(account, ["passages", "extracted", "failed", "missing", "set_aside",
+                                        "failed_without_reason", "failure_reasons", "store_commit"],
+                              names={"set_aside": "mid_way_passages"}),
+            "documents_missing_extractions": dg.MetadataValue.json(account.problems["without an extraction"][:20]),
         },
     )
 
@@ -128,11 +84,6 @@ def _partition(context: dg.AssetCheckExecutionContext) -> str | None:
     if run_id is None:
         return None
     return context.run.tags.get(PARTITION_TAG)
-
-
-def _documents(chunk_ids: pl.Series, doc_of: dict[str, str]) -> list[str]:
-    """The documents of these passages, sorted."""
-    return sorted({doc_of.get(c, c.rsplit("::", 1)[0]) for c in chunk_ids.to_list()})
 
 
 @dg.asset_check(asset=ENTITIES, blocking=True)
@@ -234,54 +185,42 @@ def matches_fresh_rebuild(
     """After deletions the store must equal a fresh index of the survivors: rebuild one in a scratch
     store from the live documents and their stored extractions, and compare fingerprints."""
     source = store.open()
+    enabled = config.enabled and store.compare_with_rebuild
     # A disabled comparison asks the instance nothing.
-    mid_way = runs_mid_way(context.instance, context.run.run_id) if config.enabled else []
-    manifest = source.manifest()
-    if config.enabled:  # and any that began since
+    mid_way = runs_mid_way(context.instance, context.run.run_id) if enabled else []
+    seq = source.manifest().seq
+    if enabled:  # and any that began since
         mid_way = sorted(set(mid_way) | set(runs_mid_way(context.instance, context.run.run_id)))
-    live = source.read("documents", manifest, columns=["doc_id"]).height
+    live = live_documents(source)
     limit = config.ingestion_limit if context.run.job_name == INGESTION_JOB else None
-    skipped = ("the rebuild comparison is disabled in this run's config" if not config.enabled
-               else f"the store holds {live:,} live documents, more than the ingestion job's limit of {limit:,} "
-               "(ingestion_limit); the deletion job always compares" if limit is not None and live > limit
-               else f"run{'s' if len(mid_way) > 1 else ''} {', '.join(mid_way)} {'are' if len(mid_way) > 1 else 'is'} "
-               "mid-way (documents or deletions committed, graph step not yet run): the store is compared by the "
-               "check of a run that finds none mid-way" if mid_way else None)
+    skipped = rebuild_skip_reason(configured=config.enabled, enabled=store.compare_with_rebuild, live=live,
+                                  limit=limit, mid_way=mid_way)
     if skipped:
         for key in GRAPH_ASSETS:
             yield dg.AssetCheckResult(
                 asset_key=key, check_name=REBUILD_CHECK, passed=False, severity=dg.AssetCheckSeverity.WARN,
                 description=f"not compared: {skipped}",
-                metadata={"live_documents": dg.MetadataValue.int(live), "store_commit": dg.MetadataValue.int(manifest.seq)},
+                metadata={"live_documents": dg.MetadataValue.int(live), "store_commit": dg.MetadataValue.int(seq)},
             )
         return
-    scratch = Path(tempfile.mkdtemp(prefix="lightfoot-rebuild-check-"))
-    try:
-        target = Store(str(scratch / "store"), n_buckets=source.n_buckets)
-        root = source.local_root()
-        if config.reuse_vector_cache and root is not None and (root / "vectors").exists():
-            shutil.copytree(root / "vectors", scratch / "store" / "vectors")
-        started = time.perf_counter()
-        operations.rebuild(source, target, embedder.get(), store.settings(), manifest)
-        seconds = time.perf_counter() - started
-        mine, fresh = fingerprint(source, manifest), fingerprint(target)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    differing = mine.differences(fresh)
-    context.log.info(f"fresh rebuild in {seconds:.1f}s; fingerprints equal: {mine.digest == fresh.digest}")
+    found = compare_with_rebuild(source, embedder.get(), store.settings(),
+                                 reuse_vector_cache=config.reuse_vector_cache)
+    differing = found.differing
+    context.log.info(f"fresh rebuild in {found.seconds:.1f}s; fingerprints equal: "
+                     f"{found.store_fingerprint == found.rebuild_fingerprint}")
     common = {
-        "store_fingerprint": dg.MetadataValue.text(mine.digest),
-        "rebuild_fingerprint": dg.MetadataValue.text(fresh.digest),
-        "store_commit": dg.MetadataValue.int(manifest.seq),
+        "store_fingerprint": dg.MetadataValue.text(found.store_fingerprint),
+        "rebuild_fingerprint": dg.MetadataValue.text(found.rebuild_fingerprint),
+        "store_commit": dg.MetadataValue.int(found.store_commit),
         "differing_tables": dg.MetadataValue.json(differing),
-        "rebuild_seconds": dg.MetadataValue.float(round(seconds, 3)),
+        "rebuild_seconds": dg.MetadataValue.float(round(found.seconds, 3)),
     }
     for key, tables in REBUILD_TABLES.items():
         wrong = [t for t in tables if t in differing]
         yield dg.AssetCheckResult(
             asset_key=key, check_name=REBUILD_CHECK, passed=not wrong,
             description=None if not wrong else f"differs from a fresh rebuild in {', '.join(wrong)}",
-            metadata={**common, "rows": dg.MetadataValue.json({t: mine.tables[t].rows for t in tables if t in mine.tables})},
+            metadata={**common, "rows": dg.MetadataValue.json({t: found.rows[t] for t in tables if t in found.rows})},
         )
 
 
@@ -311,39 +250,19 @@ def views_match_fresh_stores(
     few questions (evaluation/permission_audit.py; the fresh stores are rebuilt from the store's own
     extractions, no model call). The snapshot is already published when this runs: a failure fails
     the run and says which principals' views differ."""
-    lightfoot = store.open()
-    snapshot = load_snapshot(lightfoot)
-    manifest = lightfoot.manifest()
-    readers = snapshot_readers(snapshot)
-    common = {"snapshot_id": dg.MetadataValue.text(snapshot.snapshot_id),
-              "documents": dg.MetadataValue.int(len(readers)),
-              "reader_sets": dg.MetadataValue.int(len(set(readers.values())))}
-    if snapshot.access is None:
+    found = audit_published_snapshot(
+        store.open(), embedder.get, store.settings(), enabled=config.enabled,
+        groups_file=Path(config.groups_file) if config.groups_file else None, principals=config.principals,
+        questions=config.questions, document_limit=config.document_limit, echo=context.log.info)
+    common = report_metadata(found, ["snapshot_id", "documents", "reader_sets"])
+    if found.public:
         return dg.AssetCheckResult(
             passed=True, description="every document of the snapshot is public: each principal's view is the "
             "whole snapshot", metadata={**common, "principals": dg.MetadataValue.int(0)})
-    skipped = ("the permission audit is disabled in this run's config" if not config.enabled
-               else f"the snapshot holds {len(readers):,} documents, more than the limit of {config.document_limit:,} "
-               "(document_limit)" if config.document_limit is not None and len(readers) > config.document_limit
-               else "the store has changed since the published snapshot was exported: the next export's check "
-               "audits it" if manifest.seq != snapshot.info.store_seq
-               and fingerprint(lightfoot, manifest).digest != snapshot.info.fingerprint else None)
-    if skipped:
+    if found.skipped:
         return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,
-                                   description=f"not audited: {skipped}", metadata=common)
-    named = read_groups_file(Path(config.groups_file)) if config.groups_file else None
-    principals = (named or principals_from_readers(readers, config.principals))[:config.principals]
-    questions = passage_questions(snapshot, config.questions)
-    model = embedder.get()
-    scratch = Path(tempfile.mkdtemp(prefix="lightfoot-permission-check-"))
-    started, calls = time.perf_counter(), LLMClient.calls_started()
-    try:
-        audits = audit_permissions(snapshot, principals, questions, model,
-                                   store_reference(lightfoot, model, store.settings(), manifest), scratch,
-                                   echo=context.log.info)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    unequal = [a for a in audits if not a.equal]
+                                   description=f"not audited: {found.skipped}", metadata=common)
+    unequal = found.unequal
     return dg.AssetCheckResult(
         passed=not unequal,
         description=None if not unequal else "views differ from a fresh store of their readable documents: "
@@ -351,16 +270,14 @@ def views_match_fresh_stores(
                     + ("; other documents" if not a.documents_equal else "") + ")" for a in unequal),
         metadata={
             **common,
-            "principals": dg.MetadataValue.int(len(audits)),
-            "principals_from": dg.MetadataValue.text("groups file" if named else "reader groups"),
-            "questions": dg.MetadataValue.int(len(questions)),
-            "equal": dg.MetadataValue.int(len(audits) - len(unequal)),
+            **report_metadata(found, ["principals_from", "questions", "model_calls"]),
+            "principals": dg.MetadataValue.int(len(found.audits)),
+            "equal": dg.MetadataValue.int(len(found.audits) - len(unequal)),
             "views": dg.MetadataValue.json([
                 {"principal": a.principal.name, "groups": list(a.principal.groups), "documents": a.documents,
                  "equal": a.equal, "documents_equal": a.documents_equal,
                  "differing_questions": a.differing_questions, "parts": a.parts, "digest": a.digest}
-                for a in audits]),
-            "audit_seconds": dg.MetadataValue.float(round(time.perf_counter() - started, 3)),
-            "model_calls": dg.MetadataValue.int(LLMClient.calls_started() - calls),
+                for a in found.audits]),
+            "audit_seconds": dg.MetadataValue.float(round(found.seconds, 3)),
         },
     )

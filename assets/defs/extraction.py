@@ -10,12 +10,10 @@ reason, never dropped. Forms and fact assertions are then derived from the store
 """
 
 import functools
-from collections import Counter
 
 import dagster as dg
-import polars as pl
 
-from assets.batches import batch_counts, batch_doc_ids, dagster_batch
+from assets.batches import dagster_batch
 from assets.code_versions import code_version
 from assets.keys import EXTRACTION_CACHE, EXTRACTIONS, OWNERS, PASSAGES
 from assets.partitions import PER_BATCH
@@ -24,28 +22,26 @@ from assets.provenance import (
     STORE_POOL,
     add_run_cost,
     batch_metadata,
-    commit_if_changed,
+    metadata_value,
+    report_metadata,
     store_metadata,
     table_metadata,
 )
 from assets.resources import ExtractorResource, StoreResource
-from lightfoot_pipeline.index.documents import derive_forms, record_extractions
-from lightfoot_pipeline.ingest.extraction.answers import AnswerReport, answer_passages
-from lightfoot_pipeline.ingest.extraction.cache import EXTRACTION_CACHE as EXTRACTION_CACHE_TABLE
-from lightfoot_pipeline.ingest.extraction.claims import EXTRACTION_CLAIMS, ExtractionClaims
-from lightfoot_pipeline.ingest.extraction.outcome import OK, reason_kind
-from lightfoot_pipeline.ingest.landing import Landing
-from lightfoot_pipeline.ingest.passages import Passage
+from lightfoot_pipeline.ingest.extraction.claims import ExtractionClaims
+from lightfoot_pipeline.ingest.extraction.outcome import reason_kind
+from lightfoot_pipeline.operations.batches import (
+    STAGE_TABLES,
+    answer_batch_passages,
+    derive_batch_forms,
+    record_batch_extractions,
+)
 from lightfoot_pipeline.settings import extraction_slots
-from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.tables import DOCUMENT_KEYS, FACT_SOURCES, FORMS
-from lightfoot_pipeline.store.tables import EXTRACTIONS as EXTRACTIONS_TABLE
-from lightfoot_pipeline.store.tables import PASSAGES as PASSAGES_TABLE
 
 
 @dg.asset(**{**PER_BATCH, "pool": EXTRACTION_POOL}, deps=[PASSAGES], kinds={"deltalake", "openai"}, owners=OWNERS,
           code_version=code_version(__name__, "extraction_cache"),
-          metadata=table_metadata(EXTRACTION_CACHE_TABLE, EXTRACTION_CLAIMS))
+          metadata=table_metadata(*STAGE_TABLES["extraction_cache"]))
 def extraction_cache(
     context: dg.AssetExecutionContext, store: StoreResource, extractor: ExtractorResource
 ) -> dg.MaterializeResult:
@@ -64,44 +60,28 @@ def extraction_cache(
     """
     batch = context.partition_key
     lightfoot = store.open()
-    keys = batch_doc_ids(lightfoot, batch)
-    needed = _unextracted(lightfoot, keys)
-    # Only the automatic mode asks by whether a document came with a recording.
-    recorded = _recorded(lightfoot, needed) if extractor.mode == "auto" else {}
-    asked = [p for p in needed if extractor.asks_model(p.doc_id, recorded)]
-    report, unusable = AnswerReport(), ""
-    if asked:
-        try:
-            model = extractor.model_extractor(lightfoot, store.settings(), context.run.run_id)
-        except Exception as err:  # the extractions step fails each passage with this reason
-            unusable = f"the language model is not usable: {err}"
-            context.log.warning(unusable)
-        else:
-            context.log.info(f"answering {len(asked)} passages with {model.name}")
-            claims = ExtractionClaims(lightfoot, context.run.run_id)
-            report = answer_passages(model, claims, asked, progress=_progress(context),
-                                     finished=functools.partial(_run_finished, context.instance))
-    calls = report.outcomes
+    found = answer_batch_passages(
+        lightfoot, batch, lambda: extractor.model_extractor(lightfoot, store.settings(), context.run.run_id),
+        extractor.asks_model, ExtractionClaims(lightfoot, context.run.run_id),
+        with_recorded=extractor.mode == "auto",  # only the automatic mode asks by whether a document came with a recording
+        finished=functools.partial(_run_finished, context.instance), progress=_progress(context),
+        echo=context.log.info)
+    report, cost = found.answers, found.cost()
     metadata: dict[str, dg.RawMetadataValue] = {
-        "batch": dg.MetadataValue.text(batch),
-        "documents": dg.MetadataValue.int(len(keys)),
-        "documents_asked": dg.MetadataValue.int(len({o.doc_id for o in calls if o.model_calls})),
-        "dagster/row_count": dg.MetadataValue.int(len(needed)),
-        "passages": dg.MetadataValue.int(len(needed)),
-        "passage_texts": dg.MetadataValue.int(report.texts),
-        "already_cached": dg.MetadataValue.int(report.cached),
-        "asked": dg.MetadataValue.int(report.asked),
-        "answered_by_other_runs": dg.MetadataValue.int(report.answered_elsewhere),
+        **batch_metadata(batch),
+        **report_metadata(found, ["documents", "documents_asked", "passages", "unusable"],
+                          names={"unusable": "model_unusable"}),
+        "dagster/row_count": dg.MetadataValue.int(found.passages),
+        **report_metadata(report, ["texts", "cached", "asked", "answered_elsewhere"],
+                          names={"texts": "passage_texts", "cached": "already_cached",
+                                 "answered_elsewhere": "answered_by_other_runs"}),
         "failed": dg.MetadataValue.int(len(report.failed)),
-        **{name: dg.MetadataValue.int(sum(getattr(o, name) for o in calls)) for name in _COUNTED},
-        "cost_usd": dg.MetadataValue.float(round(float(sum(o.cost_usd for o in calls)), 9)),
+        **{name: metadata_value(value) for name, value in cost.items()},
     }
-    if unusable:
-        metadata["model_unusable"] = dg.MetadataValue.text(unusable)
     if report.failed:
         metadata["failures"] = _failure_table(report.failed)
-    add_run_cost(context, model_calls=sum(o.model_calls for o in calls), tokens_in=sum(o.tokens_in for o in calls),
-                 tokens_out=sum(o.tokens_out for o in calls), cost_usd=float(sum(o.cost_usd for o in calls)))
+    add_run_cost(context, model_calls=int(cost["model_calls"]), tokens_in=int(cost["tokens_in"]),
+                 tokens_out=int(cost["tokens_out"]), cost_usd=float(cost["cost_usd"]))
     if report.unanswered:  # the calls made are paid for and on the run's tags
         first = reason_kind(report.unanswered[0].reason)
         raise dg.Failure(
@@ -114,100 +94,44 @@ def extraction_cache(
 
 
 @dg.asset(**PER_BATCH, deps=[EXTRACTION_CACHE], kinds={"deltalake", "python"}, owners=OWNERS,
-          code_version=code_version(__name__, "extractions"), metadata=table_metadata(EXTRACTIONS_TABLE))
+          code_version=code_version(__name__, "extractions"), metadata=table_metadata(*STAGE_TABLES["extractions"]))
 def extractions(
     context: dg.AssetExecutionContext, store: StoreResource, extractor: ExtractorResource
 ) -> dg.MaterializeResult:
-    """The validated entities and facts of every passage of a document, or why its extraction failed.
+    """The validated entities and facts of every passage of a batch's documents, or why its
+    extraction failed.
 
     Recorded extractions are replayed; every other passage's answer is read from the extraction
     cache, where the ``extraction_cache`` step put it: this step makes no model call, so it holds
-    the store's writer pool only to read and commit. A passage with no usable answer is stored as
-    failed with the reason; passages extracted before are left as they are. The materialization
-    counts the batch's passages, extractions and failures, and its documents by status.
+    the store's writer pool only to read and commit (operations/batches.py:
+    ``record_batch_extractions``). The materialization counts the batch's passages, extractions
+    and failures, and its documents by status.
     """
     batch = context.partition_key
     lightfoot = store.open()
-    keys = batch_doc_ids(lightfoot, batch)
-    needed = _unextracted(lightfoot, keys)
-    recorded = _recorded(lightfoot, needed)
-    outcomes = []
-    if needed:
-        chosen = extractor.get(lightfoot, store.settings(), recorded, context.run.run_id, from_cache=True)
-        context.log.info(f"recording {len(needed)} extractions with {chosen.name}")
-        outcomes = chosen.extract(needed)
-    with dagster_batch(context), lightfoot.transaction() as tx:
-        live = set(tx.rows(PASSAGES_TABLE.name, "doc_id", keys).get_column("chunk_id").to_list()) if keys else set()
-        kept = [o for o in outcomes if o.chunk_id in live]  # a document deleted meanwhile stays deleted
-        record_extractions(tx, kept)
-        manifest, changed = commit_if_changed(tx, "extractions", {"passages": len(kept)})
-    failures = [o for o in kept if o.status != OK]
-    validation: Counter = Counter()
-    for o in kept:
-        if o.record is not None:
-            validation.update(o.record.counts())
-    metadata = store_metadata(
-        lightfoot, manifest, [EXTRACTIONS_TABLE.name], fingerprint=store.report_fingerprint, changed=changed,
-    )
-    statuses = _documents_by_status(lightfoot, manifest, keys)
-    metadata.update(batch_metadata(batch, batch_counts(lightfoot, batch, manifest)))
-    metadata.update({
-        "dagster/row_count": dg.MetadataValue.int(statuses.pop("rows")),
-        "passages_already_extracted": dg.MetadataValue.int(len(live) - len(needed)),
-        "extracted": dg.MetadataValue.int(len(kept) - len(failures)),
-        "replayed": dg.MetadataValue.int(sum(1 for o in kept if o.status == OK and o.doc_id in recorded
-                                             and not o.cached)),
-        "from_cache": dg.MetadataValue.int(sum(1 for o in kept if o.status == OK and o.cached)),
+
+    def chosen(recorded):
+        return extractor.get(lightfoot, store.settings(), recorded, context.run.run_id, from_cache=True)
+
+    with dagster_batch(context):
+        report = record_batch_extractions(lightfoot, batch, chosen, fingerprint=store.report_fingerprint)
+    assert report.state is not None
+    failures = report.failures
+    metadata = {
+        **batch_metadata(batch, report.counts),
+        **store_metadata(report.state, lightfoot.uri),
+        "dagster/row_count": dg.MetadataValue.int(report.rows),
+        "passages_already_extracted": dg.MetadataValue.int(report.already_extracted),
+        "extracted": dg.MetadataValue.int(len(report.outcomes) - len(failures)),
+        "replayed": dg.MetadataValue.int(report.replayed),
+        "from_cache": dg.MetadataValue.int(report.from_cache),
         "failed": dg.MetadataValue.int(len(failures)),
-        "validation": dg.MetadataValue.json(dict(sorted(validation.items()))),
-        **{f"documents_{status}": dg.MetadataValue.int(n) for status, n in statuses.items()},
-    })
+        "validation": dg.MetadataValue.json(report.validation),
+        **{f"documents_{status}": dg.MetadataValue.int(n) for status, n in report.documents.items()},
+    }
     if failures:
         metadata["failures"] = _failure_table(failures)
     return dg.MaterializeResult(metadata=metadata)
-
-
-_COUNTED = ("model_calls", "retries", "tokens_in", "tokens_out")
-
-
-def _documents_by_status(lightfoot: Store, manifest, keys: list[str]) -> dict[str, int]:
-    """The batch's stored extraction rows (``rows``) and its documents by extraction status:
-    extracted, partly failed, failed, or with no passages."""
-    rows = lightfoot.rows(EXTRACTIONS_TABLE.name, "doc_id", keys, manifest) if keys else EXTRACTIONS_TABLE.empty()
-    per_doc = rows.group_by("doc_id").agg(pl.len().alias("n"), (pl.col("status") != OK).sum().alias("failed"))
-    by_doc = {r["doc_id"]: r for r in per_doc.iter_rows(named=True)}
-    out = {"rows": rows.height, "extracted": 0, "partly_failed": 0, "failed": 0, "without_passages": 0}
-    for key in keys:
-        r = by_doc.get(key)
-        status = ("without_passages" if r is None else "failed" if r["failed"] == r["n"]
-                  else "partly_failed" if r["failed"] else "extracted")
-        out[status] += 1
-    return out
-
-
-def _unextracted(lightfoot: Store, keys: list[str]) -> list[Passage]:
-    """The documents' passages with no successful extraction stored, in document order."""
-    if not keys:
-        return []
-    stored = lightfoot.rows(PASSAGES_TABLE.name, "doc_id", keys)
-    done = set(
-        lightfoot.rows(EXTRACTIONS_TABLE.name, "doc_id", keys)
-        .filter(pl.col("status") == OK).get_column("chunk_id").to_list()
-    )
-    return [
-        Passage(r["chunk_id"], r["doc_id"], r["ordinal"], r["title"], r["text"])
-        for r in stored.sort("doc_id", "ordinal").iter_rows(named=True)
-        if r["chunk_id"] not in done
-    ]
-
-
-def _recorded(lightfoot: Store, passages: list[Passage]) -> dict[str, dict | list]:
-    """The recorded extractions the passages' documents arrived with."""
-    return {
-        doc_id: landed.extraction
-        for doc_id, landed in Landing(lightfoot).documents({p.doc_id for p in passages}).items()
-        if landed.extraction is not None
-    }
 
 
 def _run_finished(instance: dg.DagsterInstance, run_id: str) -> bool:
@@ -237,32 +161,26 @@ def _progress(context: dg.AssetExecutionContext):
 
 
 @dg.asset(**PER_BATCH, deps=[EXTRACTIONS], kinds={"deltalake", "python"}, owners=OWNERS,
-          code_version=code_version(__name__, "forms"), metadata=table_metadata(FORMS, FACT_SOURCES))
+          code_version=code_version(__name__, "forms"), metadata=table_metadata(*STAGE_TABLES["forms"]))
 def forms(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
-    """Every normalised entity name, fact subject and fact object of a document's passages, and
-    which passage asserted which fact: the batch's input to the graph. The materialization counts
-    the batch's forms, distinct names and fact assertions."""
+    """Every normalised entity name, fact subject and fact object of a batch's passages, and
+    which passage asserted which fact: the batch's input to the graph (operations/batches.py:
+    ``derive_batch_forms``). The materialization counts the batch's forms, distinct names and
+    fact assertions."""
     batch = context.partition_key
     lightfoot = store.open()
-    keys = batch_doc_ids(lightfoot, batch)
-    with dagster_batch(context), lightfoot.transaction() as tx:
-        n_forms, n_assertions = derive_forms(tx, keys)
-        manifest, changed = commit_if_changed(tx, "forms", {"documents": len(keys)})
-    mine = lightfoot.rows(DOCUMENT_KEYS.name, "doc_id", keys, manifest) if keys else None
-    metadata = store_metadata(
-        lightfoot, manifest, [FORMS.name, FACT_SOURCES.name], fingerprint=store.report_fingerprint, changed=changed,
-    )
-    metadata.update(batch_metadata(batch, batch_counts(lightfoot, batch, manifest)))
-    metadata.update({
-        "dagster/row_count": dg.MetadataValue.int(n_forms),
-        "forms_derived": dg.MetadataValue.int(n_forms),
-        "fact_assertions_derived": dg.MetadataValue.int(n_assertions),
-        "names": dg.MetadataValue.int(0 if mine is None else mine.filter(pl.col("kind") == "name")
-                                      .select("type", "key").n_unique()),
-        "facts": dg.MetadataValue.int(0 if mine is None else mine.filter(pl.col("kind") == "fact")
-                                      .select("key").n_unique()),
+    with dagster_batch(context):
+        report = derive_batch_forms(lightfoot, batch, fingerprint=store.report_fingerprint)
+    assert report.state is not None
+    return dg.MaterializeResult(metadata={
+        **batch_metadata(batch, report.counts),
+        **store_metadata(report.state, lightfoot.uri),
+        "dagster/row_count": dg.MetadataValue.int(report.forms),
+        "forms_derived": dg.MetadataValue.int(report.forms),
+        "fact_assertions_derived": dg.MetadataValue.int(report.fact_assertions),
+        "names": dg.MetadataValue.int(report.names),
+        "facts": dg.MetadataValue.int(report.facts),
     })
-    return dg.MaterializeResult(metadata=metadata)
 
 
 @dg.sensor(

@@ -11,90 +11,56 @@ no drop still waits for a receipt and a batch of their own.
 from dataclasses import dataclass, field
 
 import dagster as dg
-import polars as pl
 
-from assets.batches import batch_counts, batch_doc_ids, dagster_batch
+from assets.batches import dagster_batch
 from assets.code_versions import code_version
 from assets.defs.checks import INGESTION_REBUILD_LIMIT
-from assets.keys import (
-    DOCUMENTS_GROUP,
-    GRAPH_GROUP,
-    INGESTION_JOB,
-    OWNERS,
-    SERVING_GROUP,
-    SOURCE_FILES,
-    TRIGGER_TAG,
-)
+from assets.keys import BATCH_GROUP, GRAPH_GROUP, INGESTION_JOB, OWNERS, SERVING_GROUP, SOURCE_FILES, TRIGGER_TAG
 from assets.partitions import BATCHES, LEGACY_HINT, PER_BATCH, legacy_layout, receipt_batch, receipt_of
-from assets.provenance import batch_metadata, commit_if_changed, store_metadata, table_metadata
+from assets.provenance import batch_metadata, store_metadata, table_metadata
 from assets.receipts import receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
-from lightfoot_pipeline.index.documents import document_changes, upsert_documents
 from lightfoot_pipeline.ingest.inbox import take_documents
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.ingest.receipts import INGESTION, Receipt, Receipts
-from lightfoot_pipeline.store.documents import live_doc_ids
-from lightfoot_pipeline.store.tables import DOCUMENTS as DOCUMENTS_TABLE
-from lightfoot_pipeline.store.tables import PASSAGES as PASSAGES_TABLE
-from lightfoot_pipeline.store.tables import TOMBSTONES as TOMBSTONES_TABLE
+from lightfoot_pipeline.operations.batches import (
+    STAGE_TABLES,
+    BatchError,
+    receipt_for_landed,
+    store_batch_documents,
+    triage_drops,
+)
+from lightfoot_pipeline.store.store import Store
 
 
 @dg.asset(**PER_BATCH, deps=[SOURCE_FILES], kinds={"deltalake", "python"}, owners=OWNERS,
-          code_version=code_version(__name__, "passages"), metadata=table_metadata(PASSAGES_TABLE, DOCUMENTS_TABLE))
+          code_version=code_version(__name__, "passages"), metadata=table_metadata(*STAGE_TABLES["passages"]))
 def passages(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     """A batch's documents (title, source, retention date) and their passages.
 
-    For a drop, its documents are stored from their landed copies: new ones added, changed ones
-    replaced, the same ones kept; a document whose deletion is pending is left to the deletion
-    run, and one with neither a landed copy nor a stored document fails the run, saying which. A
-    sync's documents were stored by ``source_files``, which cut their passages by section. The
-    materialization counts the batch's documents and passages, and links to the batch's page.
+    For a drop, its documents are stored from their landed copies (operations/batches.py:
+    ``store_batch_documents``); a sync's were stored by ``source_files``, which cut their passages
+    by section. The materialization counts the batch's documents and passages, and links to the
+    batch's page first.
     """
     batch = context.partition_key
     lightfoot = store.open()
-    receipt = _receipt(lightfoot, batch)
-    awaiting: list[str] = []
-    staged = 0
-    manifest, changed = lightfoot.manifest(), False
-    if receipt is not None:
-        landing = Landing(lightfoot)
-        wanted = list(receipt.doc_ids)
-        landed = landing.documents(wanted)
-        awaiting = sorted({r.doc_id for r in landing.deletion_requests()} & set(wanted))
-        documents = [landed[d].document for d in wanted if d in landed and d not in awaiting]
-        missing = [d for d in wanted if d not in landed and d not in awaiting]
-        unknown = sorted(set(missing) - live_doc_ids(lightfoot, among=missing) - _deleted(lightfoot, missing))
-        if unknown:
-            raise dg.Failure(
-                description=f"{len(unknown)} documents of batch {batch} have no landed copy and are not stored "
-                f"(e.g. {', '.join(unknown[:5])}); drop them into the inbox again",
-                metadata={"missing": dg.MetadataValue.int(len(unknown))},
-            )
-        with dagster_batch(context), lightfoot.transaction() as tx:
-            # A re-run of the batch stages none of the documents it already stored and that are
-            # unchanged: logging them again as ``unchanged`` would commit for nothing and change the
-            # batch's counts (its added documents would count as kept).
-            held = set(batch_doc_ids(lightfoot, batch, tx.manifest))
-            same = set(document_changes(tx, [d for d in documents if d.doc_id in held]).unchanged)
-            documents = [d for d in documents if d.doc_id not in same]
-            upsert_documents(tx, documents, store.settings())
-            manifest, changed = commit_if_changed(tx, "passages", {"documents": len(documents)})
-        staged = len(documents)
-    counts = batch_counts(lightfoot, batch, manifest)
-    ids = batch_doc_ids(lightfoot, batch, manifest)
-    stored = lightfoot.rows(PASSAGES_TABLE.name, "doc_id", ids, manifest) if ids else None
-    n_passages = 0 if stored is None else stored.height
-    context.log.info(f"batch {batch}: {staged} documents staged, {counts['live']} live; store commit {manifest.seq} "
-                     f"(changed: {changed})")
-    metadata = store_metadata(lightfoot, manifest, [PASSAGES_TABLE.name, DOCUMENTS_TABLE.name],
-                              fingerprint=store.report_fingerprint, changed=changed)
-    metadata.update(batch_metadata(batch, counts))
-    metadata.update({
-        "dagster/row_count": dg.MetadataValue.int(n_passages),
-        "passages": dg.MetadataValue.int(n_passages),
-        "awaiting_deletion": dg.MetadataValue.int(len(awaiting)),
+    try:
+        with dagster_batch(context):
+            report = store_batch_documents(lightfoot, batch, _receipt(lightfoot, batch), store.settings(),
+                                           fingerprint=store.report_fingerprint)
+    except BatchError as err:
+        raise dg.Failure(description=f"{err}; {err.hint}") from None
+    assert report.state is not None
+    context.log.info(f"batch {batch}: {report.staged} documents staged; store commit {report.state.seq} "
+                     f"(changed: {report.state.changed})")
+    return dg.MaterializeResult(metadata={
+        **batch_metadata(batch, report.counts),
+        **store_metadata(report.state, lightfoot.uri),
+        "dagster/row_count": dg.MetadataValue.int(report.passages),
+        "passages": dg.MetadataValue.int(report.passages),
+        "awaiting_deletion": dg.MetadataValue.int(report.awaiting_deletion),
     })
-    return dg.MaterializeResult(metadata=metadata)
 
 
 def _receipt(lightfoot, batch: str) -> Receipt | None:
@@ -109,15 +75,10 @@ def _receipt(lightfoot, batch: str) -> Receipt | None:
     return receipt
 
 
-def _deleted(lightfoot, doc_ids: list[str]) -> set[str]:
-    frame = lightfoot.rows(TOMBSTONES_TABLE.name, "doc_id", doc_ids)
-    return set(frame.filter(pl.col("doc_id").is_in(doc_ids)).get_column("doc_id").to_list())
-
-
 ingestion_job = dg.define_asset_job(
     INGESTION_JOB,
     selection=(
-        dg.AssetSelection.groups(DOCUMENTS_GROUP, GRAPH_GROUP, SERVING_GROUP)
+        dg.AssetSelection.groups(BATCH_GROUP, GRAPH_GROUP, SERVING_GROUP)
     ),
     partitions_def=BATCHES,
     description="Ingest one batch (a drop), then bring the graph and the serving snapshot up to date; "
@@ -142,28 +103,15 @@ class DropRuns:
     pending_ids: set[str] = field(default_factory=set)  # documents of drops still pending
 
 
-def drop_runs(instance: dg.DagsterInstance, receipts: Receipts, trigger: str) -> DropRuns:
-    """Settle each pending drop whose run succeeded, and ask for a run for each one whose run
-    failed, was canceled or never came to exist.
-
-    A drop is done when a run of its latest attempt has succeeded (the run stores, extracts and
-    links its documents and exports the snapshot), or when none of its documents has a landed copy
-    any more (all deleted since). A retry is a run of the same batch, re-adding its partition if
-    the instance lacks it.
+def drop_runs(instance: dg.DagsterInstance, store: Store, trigger: str) -> DropRuns:
+    """Settle each pending drop that needs nothing more (operations/batches.py: ``triage_drops``),
+    and ask for a run for each one whose run failed, was canceled or never came to exist. A retry
+    is a run of the same batch, re-adding its partition if the instance lacks it.
     """
     out = DropRuns()
-    for receipt in receipts.pending(INGESTION):
-        runs = receipt_runs(instance, receipt)
-        if runs.succeeded:
-            out.settled.append(receipts.settle(receipt, f"run {runs.succeeded} succeeded"))
-            continue
-        out.pending_ids.update(receipt.doc_ids)
-        if runs.in_flight or runs.backing_off():
-            out.waiting.append(receipt)
-            continue
-        if not receipts.landing.landed(receipt.doc_ids):
-            out.settled.append(receipts.settle(receipt, "none of its documents has a landed copy (deleted since)"))
-            continue
+    triage = triage_drops(store, lambda receipt: receipt_runs(instance, receipt))
+    out.settled, out.waiting, out.pending_ids = triage.settled, triage.waiting, triage.pending_ids
+    for receipt, runs in triage.needed:
         batch = receipt_batch(receipt)
         if not instance.has_dynamic_partition(BATCHES.name, batch) and batch not in out.new_partitions:
             out.new_partitions.append(batch)
@@ -203,7 +151,7 @@ def inbox_sensor(
     landing = Landing(lightfoot)
     box = inbox.document_inbox(lightfoot)
     intake = take_documents(box, landing, context.log)
-    runs = drop_runs(context.instance, Receipts(lightfoot), "inbox")
+    runs = drop_runs(context.instance, lightfoot, "inbox")
     news = [f"landed {len(intake.doc_ids)} documents from {len(intake.receipts)} drops"] if intake.receipts \
         else [f"nothing new in {box.uri}"]
     if intake.rejected:
@@ -252,18 +200,9 @@ def ingestion_schedule(
     if busy:
         return dg.SkipReason(f"an ingestion run ({busy[0].dagster_run.run_id}) is queued or running")
     lightfoot = store.open()
-    landing = Landing(lightfoot)
-    take_documents(inbox.document_inbox(lightfoot), landing, context.log)
-    receipts = Receipts(lightfoot)
-    pending = {d for r in receipts.pending(INGESTION) for d in r.doc_ids}
-    live = live_doc_ids(lightfoot)
-    awaiting_deletion = {r.doc_id for r in landing.deletion_requests()}
-    wanted = sorted(set(landing.landed_ids()) - live - awaiting_deletion - pending)
-    stamp = context.scheduled_execution_time.strftime("%Y%m%dT%H%M")
-    if wanted:
-        receipts.record(Receipt.for_documents({"schedule": "ingestion_schedule", "at": stamp}, wanted,
-                                              f"hourly schedule {stamp}"))
-    drops = drop_runs(context.instance, receipts, "schedule")
+    take_documents(inbox.document_inbox(lightfoot), Landing(lightfoot), context.log)
+    receipt_for_landed(lightfoot, context.scheduled_execution_time.strftime("%Y%m%dT%H%M"))
+    drops = drop_runs(context.instance, lightfoot, "schedule")
     if not drops.requests:
         return dg.SkipReason("every landed document is in the store or waits for its drop's run")
     if drops.new_partitions:

@@ -4,7 +4,7 @@
 derived again from the live documents and extractions with the deployment's embedder and index
 settings, in one commit — with the links computed in pieces (``lightfoot_pipeline/relink.py``):
 an operator runs it after changing the link settings or the embedder, or to build the graph of a
-large corpus whose documents were committed without it (the per-document assets alone). Its steps:
+large corpus whose documents were committed without it (the per-batch assets alone). Its steps:
 
 1. ``prepare_relink`` stages every live name's band keys (embedding names that have no vector);
 2. ``plan_link_pieces`` cuts the work into steps of at most LIGHTFOOT_LINK_PIECE_SIZE names x
@@ -22,19 +22,16 @@ left as it was; running the job again starts afresh.
 """
 
 import re
-import resource
 import time
-from pathlib import Path
 
 import dagster as dg
 
 from assets.keys import GRAPH_ASSETS
 from assets.provenance import STORE_POOL
 from assets.resources import EmbedderResource, StoreResource
-from lightfoot_pipeline.index.link_pieces import LinkPiece, RelinkError
 from lightfoot_pipeline.operations import relink
-from lightfoot_pipeline.operations.relink import Prepared, StagingArea
-from lightfoot_pipeline.progress import name_progress
+from lightfoot_pipeline.operations.relink import LinkPiece, Prepared, RelinkError, StagingArea
+from lightfoot_pipeline.progress import name_progress, peak_rss_mb
 from lightfoot_pipeline.settings import SettingsError, relink_executor
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
@@ -86,7 +83,7 @@ def prepare_relink(context: dg.OpExecutionContext, store: StoreResource, embedde
     context.log.info(f"prepared {sum(prepared.names.values()):,} names of {len(prepared.names)} types at store "
                      f"commit {prepared.seq}")
     context.add_output_metadata({"names": sum(prepared.names.values()), "store_commit": prepared.seq,
-                                 "peak_rss_mb": round(_peak_rss_mb(), 1)})
+                                 "peak_rss_mb": peak_rss_mb()})
     return prepared.as_dict()
 
 
@@ -106,7 +103,7 @@ def link_pieces(context: dg.OpExecutionContext, store: StoreResource, prepared: 
     context.log.info(f"{sum(found.values()):,} links from {len(found)} pieces")
     context.add_output_metadata({"links": sum(found.values()), "pieces": len(found),
                                  "cpu_s": round(time.process_time() - started, 3),
-                                 "peak_rss_mb": round(_peak_rss_mb(), 1)})
+                                 "peak_rss_mb": peak_rss_mb()})
     return found
 
 
@@ -121,22 +118,11 @@ def commit_relink(context: dg.OpExecutionContext, store: StoreResource, prepared
                 "links": dg.MetadataValue.int(change.links_added),
                 "link_pieces": dg.MetadataValue.int(sum(len(f) for f in found)),
                 "entities": dg.MetadataValue.int(change.entities_after),
-                "peak_rss_mb": dg.MetadataValue.float(round(_peak_rss_mb(), 1))}
+                "peak_rss_mb": dg.MetadataValue.float(peak_rss_mb())}
     if store.report_fingerprint:
         metadata["store_fingerprint"] = dg.MetadataValue.text(fingerprint(lightfoot, manifest).digest)
     for key in GRAPH_ASSETS:  # the graph's tables are new: what reads them is stale
         context.log_event(dg.AssetMaterialization(asset_key=key, metadata=metadata))
-
-
-def _peak_rss_mb() -> float:
-    """The peak resident memory of the process running the step (the step's own, unless run in process)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _executor() -> dg.ExecutorDefinition:

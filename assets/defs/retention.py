@@ -3,10 +3,10 @@ schedule, and the tombstones of deleted documents that the command line made.
 
 A deletion request — a file in the erasure inbox, the retention schedule, or ``lightfoot delete``
 on the command line — becomes a tombstone: one store commit removes the documents' rows. An
-erasure request or a day's retention run is a partition of ``deletions`` (assets/partitions.py);
-its ``tombstones`` step records the deletion as a tombstone within the batches that held each
-document (an observation of their per-batch assets that counts their deleted documents), and a
-batch whose documents are all deleted is tombstoned as a whole: its partition goes at once, so
+erasure request or a day's retention run is a deletion run, its key under the
+``lightfoot/deletion`` tag (assets/partitions.py); its ``tombstones`` step records the deletion as
+a tombstone within the batches that held each document (an observation of their per-batch assets
+that counts their deleted documents), and a batch whose documents are all deleted is tombstoned as a whole: its partition goes at once, so
 nothing deleted shows as materialized (assets/batches.py). The graph then recomputes only the
 components the deleted names touched, and every blocking check runs again; erasure removes the
 documents' text from history.
@@ -15,10 +15,11 @@ documents' text from history.
 import dagster as dg
 import polars as pl
 
-from assets.batches import apply_deletion_events, dagster_batch, deletion_events
+from assets.batches import apply_deletion_events, dagster_batch, deletion_events, run_batch_id
 from assets.code_versions import code_version
 from assets.keys import (
     DELETION_JOB,
+    DELETION_TAG,
     ERASURES,
     GRAPH_ASSETS,
     OWNERS,
@@ -27,59 +28,59 @@ from assets.keys import (
     TOMBSTONES,
     TRIGGER_TAG,
 )
-from assets.partitions import BATCHES, DELETIONS, LEGACY_HINT, RETENTION, legacy_layout, receipt_batch
-from assets.provenance import STORE_POOL, commit_if_changed, store_metadata, table_metadata
+from assets.partitions import BATCHES, LEGACY_HINT, RETENTION, legacy_layout, receipt_batch
+from assets.provenance import STORE_POOL, store_metadata, table_metadata
 from assets.receipts import IN_FLIGHT, receipt_run_key, receipt_runs, receipt_tags
 from assets.resources import InboxResource, StoreResource
 from lightfoot_pipeline.ingest.inbox import take_requests
 from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing, utc_now
-from lightfoot_pipeline.ingest.receipts import ERASURE, Receipt, Receipts
+from lightfoot_pipeline.ingest.receipts import Receipt, Receipts
 from lightfoot_pipeline.ingest.retention import load_policy
-from lightfoot_pipeline.operations.deletion_requests import documents_past_retention, tombstone_requests
+from lightfoot_pipeline.operations.batches import STAGE_TABLES, store_state
+from lightfoot_pipeline.operations.deletion_requests import (
+    apply_deletion_requests,
+    deletions_since,
+    documents_past_retention,
+    forget_stale_copies,
+    triage_erasure_requests,
+)
 from lightfoot_pipeline.operations.erase import erase_history, pending_erasures
-from lightfoot_pipeline.store.batches import DELETED, batch_log
-from lightfoot_pipeline.store.documents import live_doc_ids
-from lightfoot_pipeline.store.tables import TOMBSTONES as TOMBSTONES_TABLE
 
 
-@dg.asset(partitions_def=DELETIONS, group_name=RETENTION_GROUP, kinds={"deltalake"}, pool=STORE_POOL, owners=OWNERS,
-          code_version=code_version(__name__, "tombstones"), metadata=table_metadata(TOMBSTONES_TABLE))
+@dg.asset(group_name=RETENTION_GROUP, kinds={"deltalake"}, pool=STORE_POOL, owners=OWNERS,
+          code_version=code_version(__name__, "tombstones"), metadata=table_metadata(*STAGE_TABLES["tombstones"]))
 def tombstones(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     """The deletion log: pending deletion requests applied, one tombstone per deleted document.
 
     One commit removes the documents' rows from every per-document table; their landed copies go
-    too. Each batch that held a deleted document gets a tombstone observation that counts its
-    deleted and live documents, and a batch left with none is removed. No model call.
+    too (operations/deletion_requests.py: ``apply_deletion_requests``). Each batch that held a
+    deleted document gets a tombstone observation that counts its deleted and live documents, and
+    a batch left with none is removed. No model call.
+
+    Not partitioned: each materialization names its deletion run (``batch``: ``erase-…`` or
+    ``retention-…``, the run's ``lightfoot/deletion`` tag). A partition per deletion run showed
+    "All" in every status column of the UI until the first deletion run (no partition at all).
     """
     lightfoot = store.open()
-    landing = Landing(lightfoot)
-    requests = landing.deletion_requests()
-    with dagster_batch(context), lightfoot.transaction() as tx:
-        applied = tombstone_requests(tx, requests)
-        deleted, not_found, passages_removed = applied.deleted, applied.not_found, applied.passages_removed
-        manifest, changed = commit_if_changed(tx, "delete", {"deleted": len(deleted), "model_calls": 0})
-    requested = [r.doc_id for r in requests]
-    landing.forget(requested)  # a landed copy holds the text, and no later run may ingest it again
-    landing.resolve_requests(requested)
-    events = deletion_events(lightfoot, context.instance, deleted, manifest.seq)
+    with dagster_batch(context):
+        done = apply_deletion_requests(lightfoot, fingerprint=store.report_fingerprint)
+    applied = done.applied
+    events = deletion_events(lightfoot, context.instance, list(applied.deleted), done.state.seq)
     apply_deletion_events(context, events)
-    context.log.info(f"tombstoned {len(deleted)} documents ({passages_removed} passages); not in the store: "
-                     f"{len(not_found)}; store commit {manifest.seq}")
-    metadata = store_metadata(
-        lightfoot, manifest, [TOMBSTONES_TABLE.name], fingerprint=store.report_fingerprint, changed=changed
-    )
-    metadata.update({
-        "batch": dg.MetadataValue.text(context.partition_key),
-        "requests": dg.MetadataValue.int(len(requests)),
-        "dagster/row_count": dg.MetadataValue.int(len(deleted)),
-        "documents_deleted": dg.MetadataValue.int(len(deleted)),
-        "passages_removed": dg.MetadataValue.int(passages_removed),
-        "not_found": dg.MetadataValue.int(len(not_found)),
-        "erase_requested": dg.MetadataValue.int(sum(1 for _, erase in deleted.values() if erase)),
+    context.log.info(f"tombstoned {len(applied.deleted)} documents ({applied.passages_removed} passages); not in the "
+                     f"store: {len(applied.not_found)}; store commit {done.state.seq}")
+    return dg.MaterializeResult(metadata={
+        "batch": dg.MetadataValue.text(run_batch_id(context.run)),
+        **store_metadata(done.state, lightfoot.uri),
+        "requests": dg.MetadataValue.int(done.requests),
+        "dagster/row_count": dg.MetadataValue.int(len(applied.deleted)),
+        "documents_deleted": dg.MetadataValue.int(len(applied.deleted)),
+        "passages_removed": dg.MetadataValue.int(applied.passages_removed),
+        "not_found": dg.MetadataValue.int(len(applied.not_found)),
+        "erase_requested": dg.MetadataValue.int(sum(1 for _, erase in applied.deleted.values() if erase)),
         "batches_tombstoned": dg.MetadataValue.int(len(events.emptied)),
         "batches_partly_deleted": dg.MetadataValue.int(len(events.touched)),
     })
-    return dg.MaterializeResult(metadata=metadata)
 
 
 @dg.asset(
@@ -95,35 +96,29 @@ def erasures(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Mate
     store keeps — old table versions and log entries, extraction-cache entries, cached vectors,
     landed copies and serving snapshots. Runs after the graph no longer holds their names (and,
     like the serving export, waits while a blocking check on the graph fails); a published
-    snapshot that still holds them is replaced by a fresh export first."""
+    snapshot that still holds them is replaced by a fresh export first. The materialization holds
+    counts and a digest of the erased ids, never the ids: it stays in Dagster's storage for good."""
     lightfoot = store.open()
     pending = pending_erasures(lightfoot)
+    summary = {"erased_count": 0}
     if pending:
         with dagster_batch(context):
-            report = erase_history(lightfoot, pending)
-    if not pending:
-        manifest = lightfoot.manifest()
-        metadata = store_metadata(lightfoot, manifest, [TOMBSTONES_TABLE.name], fingerprint=False, changed=False)
-        metadata["erased_count"] = dg.MetadataValue.int(0)
-        return dg.MaterializeResult(metadata=metadata)
-    manifest = lightfoot.manifest()
-    context.log.info(f"erased the history of {len(pending)} documents")
-    metadata = store_metadata(lightfoot, manifest, [TOMBSTONES_TABLE.name], fingerprint=store.report_fingerprint)
-    metadata.update({
-        "erased_count": dg.MetadataValue.int(len(pending)),
-        "snapshots_removed": dg.MetadataValue.int(report.snapshots_removed),
-        "landed_copies_removed": dg.MetadataValue.int(report.landed_copies_removed),
-        "report": dg.MetadataValue.json(report.as_dict()),
+            summary = erase_history(lightfoot, pending).summary()
+        context.log.info(f"erased the history of {len(pending)} documents")
+    state = store_state(lightfoot, lightfoot.manifest(), [t.name for t in STAGE_TABLES["tombstones"]],
+                        changed=bool(pending), fingerprint=bool(pending) and store.report_fingerprint)
+    return dg.MaterializeResult(metadata={
+        **store_metadata(state, lightfoot.uri),
+        **{name: dg.MetadataValue.int(n) for name, n in summary.items() if isinstance(n, int)},
+        **{name: dg.MetadataValue.text(v) for name, v in summary.items() if isinstance(v, str)},
     })
-    return dg.MaterializeResult(metadata=metadata)
 
 
 deletion_job = dg.define_asset_job(
     DELETION_JOB,
     selection=dg.AssetSelection.assets(TOMBSTONES, *GRAPH_ASSETS, SERVING_SNAPSHOT, ERASURES),
-    partitions_def=DELETIONS,
-    description="Apply pending deletion requests as tombstones (one partition of deletions per request or retention "
-    "day), recompute the affected graph, run every blocking "
+    description="Apply pending deletion requests as tombstones (one run per request or retention day, its key "
+    "under the lightfoot/deletion tag), recompute the affected graph, run every blocking "
     "check (a fresh rebuild among them), re-export the serving snapshot and erase history where asked.",
     executor_def=dg.in_process_executor,
 )
@@ -151,55 +146,28 @@ def erasure_sensor(
 
     A request file becomes deletion requests in the landing area and a pending receipt whose id
     hashes the file and what it asks; then the file is removed. On every tick each pending receipt
-    is looked up in the instance by its tag (assets/receipts.py):
-
-    - its run succeeded: the receipt is done. The sensor settles it, not a job step: a successful
-      deletion run has applied every request landed before it started, so no step needs to know
-      which receipts it served, and a re-execution from the UI (which keeps the run's tags)
-      counts like the run itself;
-    - its run is queued or running: it waits;
-    - otherwise, if its documents are already deleted, and erased where asked (by a run asked for
-      another receipt, the retention schedule or ``lightfoot delete``), it is done;
-    - otherwise its run failed, was canceled or never came to exist (dropped as a duplicate, a
-      wiped instance): it gets a run keyed by its receipt id and attempt number.
+    is looked up in the instance by its tag (assets/receipts.py) and settled, left waiting or
+    given a run (operations/deletion_requests.py: ``triage_erasure_requests``). The sensor settles
+    a receipt, not a job step, so a re-execution from the UI (which keeps the run's tags) counts
+    like the run itself; a run is keyed by its receipt id and attempt number.
 
     One deletion run at a time: while any is queued or running, receipts wait for it, and then the
     oldest receipt that still needs one gets it — the run applies every pending request, so the
-    others are usually settled by the next tick. A receipt whose runs keep failing is asked again
-    with a growing wait (assets/receipts.py), each failed run left in the instance. Nothing depends on the cursor: resetting it,
+    others are usually settled by the next tick. Nothing depends on the cursor: resetting it,
     restarting the daemon or wiping the instance loses no request and applies none twice.
     """
     if legacy_layout(context.instance):
         return dg.SensorResult(skip_reason=dg.SkipReason(LEGACY_HINT))
     lightfoot = store.open()
-    landing = Landing(lightfoot)
     box = inbox.erasure_inbox(lightfoot)
-    intake = take_requests(box, landing, context.log)
-    receipts = Receipts(lightfoot)
-    settled, waiting, backing_off, needed = [], [], [], []
-    for receipt in receipts.pending(ERASURE):
-        runs = receipt_runs(context.instance, receipt)
-        if not runs.started and already_honoured(lightfoot, receipt):
-            landing.resolve_requests(receipt.doc_ids)  # nothing is left to do for them
-            receipts.settle(receipt, "already honoured: its documents were deleted" + (" and erased" if receipt.erase_ids else ""))
-            settled.append(receipt)
-        elif runs.succeeded:
-            receipts.settle(receipt, f"run {runs.succeeded} succeeded")
-            settled.append(receipt)
-        elif runs.in_flight:
-            waiting.append(receipt)
-        elif runs.backing_off():
-            backing_off.append(receipt)
-        elif not (outstanding := receipts.outstanding_deletions(receipt)):
-            receipts.settle(receipt, "its documents were already deleted" + (" and erased" if receipt.erase_ids else ""))
-            settled.append(receipt)
-        else:
-            needed.append((receipt, runs, outstanding))
+    intake = take_requests(box, Landing(lightfoot), context.log)
+    triage = triage_erasure_requests(lightfoot, lambda receipt: receipt_runs(context.instance, receipt))
+    settled, waiting, backing_off, needed = triage.settled, triage.waiting, triage.backing_off, triage.needed
     for receipt in settled:
         context.log.info(f"request {receipt.receipt_id} from {receipt.origin} is done")
     news = [f"took {len(intake.receipts)} request files"] if intake.receipts else [f"no new request file in {box.uri}"]
     if intake.rejected:
-        news.append(f"rejected {', '.join(sorted(intake.rejected))}")
+        news.append(f"rejected {len(intake.rejected)} request files (their reasons are in the inbox's rejected folder)")
     if settled:
         news.append(f"{len(settled)} requests done")
     if backing_off:
@@ -219,28 +187,10 @@ def erasure_sensor(
     more = f"; {len(needed) - 1} more requests pending, applied by the same run" if len(needed) > 1 else ""
     context.log.info(f"{'; '.join(news)}; requesting a deletion run for request {receipt.receipt_id} from "
                      f"{receipt.origin}, {why}; outstanding: {example}{more}")
-    batch = receipt_batch(receipt)
-    new = [] if context.instance.has_dynamic_partition(DELETIONS.name, batch) else [batch]
-    return dg.SensorResult(
-        run_requests=[dg.RunRequest(
-            run_key=receipt_run_key("erasure", receipt, runs.attempt), partition_key=batch,
-            tags={TRIGGER_TAG: "erasure-inbox", **receipt_tags(receipt, runs.attempt)},
-        )],
-        dynamic_partitions_requests=[DELETIONS.build_add_request(new)] if new else [],
-    )
-
-
-def already_honoured(lightfoot, receipt: Receipt) -> bool:
-    """Whether every document a deletion receipt names was deleted before, and erased where it
-    asks: a request dropped again after it was done, which needs no run."""
-    ids = sorted(receipt.doc_ids)
-    if not ids or live_doc_ids(lightfoot, among=ids):
-        return False
-    log = lightfoot.rows(TOMBSTONES_TABLE.name, "doc_id", ids)
-    if set(ids) - set(log.get_column("doc_id").to_list()):
-        return False  # never stored here: the run says it was not found
-    erased = set(log.filter(pl.col("erased_at").is_not_null()).get_column("doc_id").to_list())
-    return set(receipt.erase_ids) <= erased
+    return dg.SensorResult(run_requests=[dg.RunRequest(
+        run_key=receipt_run_key("erasure", receipt, runs.attempt),
+        tags={TRIGGER_TAG: "erasure-inbox", DELETION_TAG: receipt_batch(receipt), **receipt_tags(receipt, runs.attempt)},
+    )])
 
 
 @dg.schedule(
@@ -275,11 +225,8 @@ def retention_schedule(
     landing.request_deletions(requests)
     Receipts(lightfoot).record(receipt)
     context.log.info(f"{len(due)} documents past their retention date (request {receipt.receipt_id})")
-    batch = receipt_batch(receipt, RETENTION)
-    if not context.instance.has_dynamic_partition(DELETIONS.name, batch):
-        context.instance.add_dynamic_partitions(DELETIONS.name, [batch])
-    return dg.RunRequest(run_key=f"retention-{today.isoformat()}", partition_key=batch,
-                         tags={TRIGGER_TAG: "retention", **receipt_tags(receipt, 0)})
+    return dg.RunRequest(run_key=f"retention-{today.isoformat()}", tags={
+        TRIGGER_TAG: "retention", DELETION_TAG: receipt_batch(receipt, RETENTION), **receipt_tags(receipt, 0)})
 
 
 # -- deletions made outside Dagster ----------------------------------------------------------
@@ -306,13 +253,13 @@ def outside_deletions_sensor(context: dg.SensorEvaluationContext, store: StoreRe
     since = int(context.cursor) if (context.cursor or "").isdigit() else 0
     if seq == since:
         return dg.SensorResult(skip_reason=dg.SkipReason(f"no store commit since {since}"), cursor=str(seq))
-    rows = batch_log(lightfoot).filter((pl.col("action") == DELETED) & (pl.col("seq") > since))
+    rows = deletions_since(lightfoot, since)
     runs = {run_id for run_id in rows.get_column("run_id").unique().to_list()
             if run_id and context.instance.get_run_by_id(run_id) is not None}
     outside = rows.filter(~pl.col("run_id").is_in(sorted(runs)))
     deleted = sorted(set(outside.get_column("doc_id").to_list()))
     if deleted:
-        _forget_stale_copies(lightfoot, outside)
+        forget_stale_copies(lightfoot, outside)
     events = deletion_events(lightfoot, context.instance, deleted, seq, unrecorded_only=True) if deleted else None
     if events is None or not events.observations:
         return dg.SensorResult(skip_reason=dg.SkipReason(
@@ -325,13 +272,3 @@ def outside_deletions_sensor(context: dg.SensorEvaluationContext, store: StoreRe
         dynamic_partitions_requests=[BATCHES.build_delete_request(events.emptied)] if events.emptied else [],
         cursor=str(seq),
     )
-
-
-def _forget_stale_copies(lightfoot, deletions: pl.DataFrame) -> None:
-    """A landed copy older than its document's deletion holds the deleted text, and the hourly
-    schedule would ingest it again: it goes. A copy landed since waits to be ingested."""
-    at = dict(deletions.group_by("doc_id").agg(pl.col("at").max()).iter_rows())
-    landing = Landing(lightfoot)
-    live = live_doc_ids(lightfoot, among=sorted(at))
-    landing.forget([d for d, copy in landing.documents(sorted(at)).items()
-                    if d not in live and (copy.landed_at is None or copy.landed_at <= at[d])])

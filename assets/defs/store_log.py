@@ -1,37 +1,22 @@
 """The store log observed: every store write is in the lineage, whoever made it.
 
-The store's log (``lightfoot_pipeline/store/log.py``, one row per commit) is the source of truth
-for what the store holds, and ``store_log`` is the external asset that stands for it. The graph
-assets and the serving snapshot depend on it, so when a report of it carries a new data version
-they show as stale (Dagster's data-version staleness) and their eager automation conditions
-(automation.py) bring them up to date.
-
-A commit made in Dagster records ``by: dagster`` in its log details (``dagster_batch``,
-assets/batches.py); every other one is *external*: the command line's (``by: cli``), a library
-call's, an older store's (no ``by``). The data version is a digest of the *version commit*, the
-newest commit that the Dagster lineage does not account for:
-
-- every external commit;
-- a Dagster commit that changed what a snapshot is exported from (a fingerprinted table) and that
-  no serving snapshot reflects once the run that made it has ended: a run stopped between its
-  commit and its export, a relink, a sensor's commit. While the run is in progress its commits
-  wait (``pending_runs``): its own later steps export the snapshot, and its graph commit must not
-  make its graph stale. A commit that wrote no such table (an erasure's mark on its tombstones, a
-  vector model registered) leaves every snapshot of the commit before it as true as it was.
-
-So after any write, by any path, the next look leaves no snapshot fresh that is behind the store.
-The version commit only moves forward: a commit counted once stays counted, and what was brought
-up to date since stays fresh. With no such commit the data version is Dagster's initial one,
-which is what a source never reported has: what was materialized before the first report stays
-fresh.
+``store_log`` is the external asset that stands for the store's log (one row per commit). The
+graph assets and the serving snapshot depend on it, so when a report of it carries a new data
+version they show as stale (Dagster's data-version staleness) and their eager automation
+conditions (automation.py) bring them up to date. Its data version is the digest of the *version
+commit*: the newest commit the Dagster lineage does not account for, an external one or a Dagster
+commit no serving snapshot reflects once its run ended (lightfoot_pipeline/provenance/store_log.py
+judges the log; commits are Dagster's when made inside ``dagster_batch``, assets/batches.py). With
+no such commit the data version is Dagster's initial one, which is what a source never reported
+has: what was materialized before the first report stays fresh.
 
 The ``store_log_sensor`` looks every 30 s, without a run, and skips at once while the
-log's Delta version is its cursor's and no pending run has ended. It reports the first time (an
-instance with no report yet) and whenever the data version moves, that is after each external or
-unaccounted commit, as a runless materialization of ``store_log``
-(``SensorResult(asset_events=[AssetMaterialization])``). Without a cursor (a new or renamed
-sensor, a reset one) it goes on from the instance's latest report, so it reports nothing that did
-not move.
+log's Delta version is its cursor's and no pending run has ended. It reports whenever the data
+version moves, as a runless materialization of ``store_log``
+(``SensorResult(asset_events=[AssetMaterialization])``); never for a store only Dagster wrote,
+whose version stays the initial one (a first report would set automation off on a fresh instance).
+Without a cursor (a new or renamed sensor, a reset one) it goes on from the instance's latest
+report, so it reports nothing that did not move.
 Dagster's staleness reads an external asset's data version from its materializations (an
 observation counts only for an asset with an observation function, and the decorators that make
 one are beta in this Dagster), and its automation takes each new one for an update: a report that
@@ -47,65 +32,22 @@ commits wait (``pending_runs``).
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 import dagster as dg
 import polars as pl
 
 from assets.keys import OWNERS, SERVING_SNAPSHOT, SOURCES_GROUP, STORE_LOG
 from assets.resources import StoreResource
-from lightfoot_pipeline.store.batches import DAGSTER
+from lightfoot_pipeline.provenance.batches import COMMIT_SCHEMA
+from lightfoot_pipeline.provenance.store_log import LogState, read_store_log
 from lightfoot_pipeline.store.log import LOG_SCHEMA
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.tables import all_specs
 
 OBSERVE_SECONDS = 30
 LISTED = 100  # external commits listed in one report; the rest are counted
 INITIAL = dg.DataVersion("INITIAL")  # the data version Dagster gives a source never observed
-COMMIT_SCHEMA = {"seq": pl.Int64, "operation": pl.String, "batch": pl.String, "run_id": pl.String,
-                 "by": pl.String, "committed_at": pl.Datetime("us", "UTC")}  # what a report lists of a commit
-
-
-def store_commits(store: Store) -> pl.DataFrame:
-    """Every commit of the store, oldest first: its seq and operation, the batch, run and runner
-    its log details name (``""`` where they name none), when, and whether it wrote a fingerprinted
-    table (``content``; a commit that does not say which tables it wrote counts as one that did).
-    Ids and times only."""
-    log = store.history()
-    details = [json.loads(d) if d else {} for d in log.get_column("details").to_list()]
-    named = {key: [str(d.get(key) or "") for d in details] for key in ("batch", "run_id", "by")}
-    fingerprinted = {spec.name for spec in all_specs() if spec.fingerprinted}
-    content = [not isinstance(d.get("buckets_written"), dict) or bool(fingerprinted & set(d["buckets_written"]))
-               for d in details]
-    return pl.DataFrame({"seq": log.get_column("seq"), "operation": log.get_column("operation"), **named,
-                         "committed_at": log.get_column("committed_at"), "content": content},
-                        schema={**COMMIT_SCHEMA, "content": pl.Boolean})
-
-
-@dataclass(frozen=True)
-class LogState:
-    """Where a look left the store log: the next goes on from it (the sensor's cursor)."""
-
-    store_commit: int = 0  # the newest commit seen
-    external_commit: int = 0  # the newest commit not made by Dagster
-    version_commit: int = 0  # the commit the data version is a digest of
-    pending_runs: dict[str, int] = field(default_factory=dict)  # runs in progress: their newest commit
-
-    @classmethod
-    def of(cls, values: Mapping[str, object]) -> LogState:
-        def number(key: str) -> int:
-            value = values.get(key)
-            return value if isinstance(value, int) else 0
-
-        runs = values.get("pending_runs")
-        return cls(number("store_commit"), number("external_commit"), number("version_commit"),
-                   {str(k): int(v) for k, v in runs.items()} if isinstance(runs, dict) else {})
-
-    def as_cursor(self) -> dict:
-        return asdict(self)
 
 
 def last_state(instance: dg.DagsterInstance) -> LogState | None:
@@ -166,39 +108,16 @@ class Observation:
 
 
 def observe_store_log(store: Store, instance: dg.DagsterInstance, previous: LogState) -> Observation:
-    """Read the store log and judge its commits since ``previous`` (see the module docstring)."""
-    log = store_commits(store)
-    newest = int(log.get_column("seq").max() or 0)
-    if newest < previous.store_commit:  # another store at the same place: start again
-        previous = LogState()
-    new = log.filter(pl.col("seq") > previous.store_commit)
-    external = new.filter(pl.col("by") != DAGSTER)
-    external_commit = max(previous.external_commit, int(external.get_column("seq").max() or 0))
-    runs = dict(previous.pending_runs)
-    dagster = new.filter((pl.col("by") == DAGSTER) & pl.col("content"))
-    for run_id, seq in dagster.group_by("run_id").agg(pl.col("seq").max()).iter_rows():
-        runs[run_id] = max(runs.get(run_id, 0), seq)
-    reflected = snapshot_commit(instance)
-    version, pending = max(previous.version_commit, external_commit), {}
-    for run_id, seq in sorted(runs.items()):
-        if seq <= reflected:
-            continue
-        if run_ended(instance, run_id):
-            version = max(version, seq)
-        else:
-            pending[run_id] = seq
-    state = LogState(newest, external_commit, version, pending)
-    return Observation(state, _data_version(log, version), _data_version(log, previous.version_commit), external,
-                       reflected)
+    """Read the store log and judge its commits since ``previous`` (provenance/store_log.py), with
+    what the instance knows: the serving snapshot's commit and which runs have ended."""
+    reading = read_store_log(store, previous, snapshot_commit(instance), lambda run_id: run_ended(instance, run_id))
+    return Observation(reading.state, _data_version(reading.version), _data_version(reading.previous_version),
+                       reading.external, reading.snapshot_commit)
 
 
-def _data_version(log: pl.DataFrame, seq: int) -> dg.DataVersion:
-    """A digest of commit ``seq`` (its number and time); the initial version for none."""
-    if seq == 0:
-        return INITIAL
-    at = log.filter(pl.col("seq") == seq).get_column("committed_at")
-    stamp = at.item().isoformat() if at.len() == 1 and at.item() is not None else ""
-    return dg.DataVersion(hashlib.sha256(f"{seq}\x00{stamp}".encode()).hexdigest()[:16])
+def _data_version(digest: str | None) -> dg.DataVersion:
+    """A version commit's digest as a data version; the initial version for none."""
+    return INITIAL if digest is None else dg.DataVersion(digest)
 
 
 store_log = dg.AssetSpec(
@@ -230,7 +149,9 @@ def store_log_sensor(context: dg.SensorEvaluationContext, store: StoreResource) 
     previous = LogState.of(cursor) if cursor else last_state(context.instance)
     observation = observe_store_log(lightfoot, context.instance, previous or LogState())
     next_cursor = json.dumps({"log_version": version, **observation.state.as_cursor()})
-    if previous is not None and observation.data_version == observation.previous_version:
+    # Before any report the version is Dagster's initial one: a first report that moved nothing
+    # would still count as an update, and automation would start a graph run on a fresh instance.
+    if observation.data_version == observation.previous_version:
         return dg.SensorResult(skip_reason=dg.SkipReason(
             f"store commit {observation.state.store_commit}: every commit is accounted for"), cursor=next_cursor)
     return dg.SensorResult(asset_events=[observation.event()], cursor=next_cursor)

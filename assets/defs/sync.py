@@ -14,14 +14,13 @@ is in sync.
 
 import datetime as dt
 import hashlib
-from collections import Counter
 
 import dagster as dg
 
-from assets.batches import apply_deletion_events, batch_counts, dagster_batch, deletion_events
+from assets.batches import apply_deletion_events, dagster_batch, deletion_events, run_batch_id
 from assets.code_versions import code_version
 from assets.keys import (
-    DOCUMENTS_GROUP,
+    BATCH_GROUP,
     ERASURES,
     GRAPH_GROUP,
     OWNERS,
@@ -31,39 +30,33 @@ from assets.keys import (
     SYNC_JOB,
     TRIGGER_TAG,
 )
-from assets.partitions import BATCHES, LEGACY_HINT, PER_BATCH, SYNC, legacy_layout
-from assets.provenance import add_run_cost, batch_metadata, store_metadata, table_metadata
+from assets.partitions import BATCHES, LEGACY_HINT, SYNC, legacy_layout
+from assets.provenance import (
+    STORE_POOL,
+    add_run_cost,
+    batch_metadata,
+    metadata_value,
+    store_metadata,
+    table_metadata,
+)
 from assets.resources import InboxResource, StoreResource
-from lightfoot_pipeline.ingest.extraction.outcome import ProgressCallback, reason_kind
-from lightfoot_pipeline.ingest.passages import Passage
-from lightfoot_pipeline.ingest.sources import SOURCE_FILES as SOURCE_FILES_TABLE
-from lightfoot_pipeline.operations.sync import look_at_source, sync, unextracted_files
-from lightfoot_pipeline.store.tables import DOCUMENTS, PASSAGE_SOURCES, PASSAGES
+from lightfoot_pipeline.operations.batches import STAGE_TABLES, batch_counts, store_state
+from lightfoot_pipeline.operations.sync import LeftToExtractionSteps, look_at_source, sync, unextracted_files
 
 
-class LeftToExtractionSteps:
-    """The extractor a sync in Dagster is given: it extracts nothing, so the sync stores the files'
-    documents and passages and the batch's ``extraction_cache`` and ``extractions`` steps extract
-    them, as they do a drop's."""
-
-    name = "extraction steps"
-
-    def extract(self, passages: list[Passage], progress: ProgressCallback | None = None) -> list:
-        return []
-
-
-@dg.asset(**PER_BATCH | {"group_name": SOURCES_GROUP}, key=SOURCE_FILES, kinds={"deltalake", "python"},
+@dg.asset(key=SOURCE_FILES, group_name=SOURCES_GROUP, pool=STORE_POOL, kinds={"deltalake", "python"},
           owners=OWNERS, code_version=code_version(__name__, "source_files"),
-          metadata=table_metadata(SOURCE_FILES_TABLE, PASSAGE_SOURCES))
+          metadata=table_metadata(*STAGE_TABLES["source_files"]))
 def source_files(context: dg.AssetExecutionContext, store: StoreResource, inbox: InboxResource) -> dg.MaterializeResult:
     """The source's files mirrored into the store, one batch per sync run: one document per file,
     its passages cut by section with their page or heading path; removed files' documents deleted;
     files that cannot be read listed with why. The batch's passages, extractions and forms steps
-    follow, then the graph and the snapshot, as for a drop."""
+    follow, then the graph and the snapshot, as for a drop. Not partitioned: a drop's batch has no
+    files, so it would show as missing on every drop; each materialization names its sync's batch."""
     uri = inbox.sync_source_uri()
     if not uri:
         raise dg.Failure(description="no source to sync: set LIGHTFOOT_SYNC_SOURCE (or the inbox resource's sync_source)")
-    batch = context.partition_key
+    batch = run_batch_id(context.run)
     lightfoot = store.open()
     settings = store.settings()
     with dagster_batch(context):
@@ -74,33 +67,19 @@ def source_files(context: dg.AssetExecutionContext, store: StoreResource, inbox:
     manifest = lightfoot.manifest()
     if report.removed:
         apply_deletion_events(context, deletion_events(lightfoot, context.instance, report.removed, manifest.seq))
-    metadata = store_metadata(
-        lightfoot, manifest, [SOURCE_FILES_TABLE.name, DOCUMENTS.name, PASSAGES.name],
-        fingerprint=store.report_fingerprint, changed=bool(report.commits),
-    )
-    failures = Counter(reason_kind(f["reason"]) for f in report.failed)
-    metadata.update(batch_metadata(batch, batch_counts(lightfoot, batch, manifest)))
-    metadata.update({
-        "source": dg.MetadataValue.path(report.source),
-        "files": dg.MetadataValue.int(report.files),
-        "dagster/row_count": dg.MetadataValue.int(report.files),
-        "files_new": dg.MetadataValue.int(len(report.new)),
-        "files_changed": dg.MetadataValue.int(len(report.changed)),
-        "files_removed": dg.MetadataValue.int(len(report.removed)),
-        "files_unchanged": dg.MetadataValue.int(report.unchanged),
-        "files_failed": dg.MetadataValue.int(len(report.failed)),
-        "files_excluded": dg.MetadataValue.int(len(report.excluded)),
-        "failure_kinds": dg.MetadataValue.json(dict(sorted(failures.items()))),
-        "passages_read": dg.MetadataValue.int(report.passages),
-        "passages_to_extract": dg.MetadataValue.int(report.unextracted),
-    })
+    state = store_state(lightfoot, manifest, [t.name for t in STAGE_TABLES["source_files"]],
+                        changed=bool(report.commits), fingerprint=store.report_fingerprint)
+    counts = report.file_counts()
+    metadata = {**batch_metadata(batch, batch_counts(lightfoot, batch, manifest)), **store_metadata(state, lightfoot.uri),
+                "source": dg.MetadataValue.path(report.source), "dagster/row_count": dg.MetadataValue.int(report.files),
+                **{name: metadata_value(value) for name, value in counts.items()}}
     return dg.MaterializeResult(metadata=metadata)
 
 
 sync_job = dg.define_asset_job(
     SYNC_JOB,
     selection=dg.AssetSelection.assets(SOURCE_FILES, ERASURES) | dg.AssetSelection.groups(
-        DOCUMENTS_GROUP, GRAPH_GROUP, SERVING_GROUP),
+        BATCH_GROUP, GRAPH_GROUP, SERVING_GROUP),
     partitions_def=BATCHES,
     description="Mirror the source's files into the store as one batch, extract its new passages, then bring the "
     "graph and the serving snapshot up to date, with every blocking check, and erase the removed files' history "

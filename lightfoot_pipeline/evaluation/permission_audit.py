@@ -58,6 +58,7 @@ from lightfoot_pipeline.retrieval.retrieve import Retriever
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.snapshot.format import Snapshot, load_snapshot
+from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
 
@@ -416,3 +417,73 @@ def audit_store(store: Store, groups_file: Path, embedder: Embedder, questions_f
         "model_calls": LLMClient.calls_started() - calls_before,
         "work_dir": str(scratch) if keep else None,
     }
+
+
+# -- the published snapshot's audit (the Dagster check after each serving export) ---------------------
+
+
+@dataclass
+class PublishedAudit:
+    """The audit of a store's published snapshot: the views compared, or why none was.
+
+    ``skipped`` says why the audit did not run (disabled, too large, the store changed since the
+    export); every document public means nothing to audit (``public``), which passes."""
+
+    snapshot_id: str
+    documents: int
+    reader_sets: int
+    public: bool = False
+    skipped: str | None = None
+    audits: list[PrincipalAudit] = field(default_factory=list)
+    principals_from: str = "reader groups"
+    questions: int = 0
+    seconds: float = 0.0
+    model_calls: int = 0
+
+    @property
+    def unequal(self) -> list[PrincipalAudit]:
+        return [a for a in self.audits if not a.equal]
+
+
+def audit_published_snapshot(store: Store, embedder: Callable[[], Embedder], settings: IndexSettings, *,
+                             enabled: bool = True,
+                             groups_file: Path | None = None, principals: int = 3, questions: int = 5,
+                             document_limit: int | None = None, echo: Echo = lambda line: None) -> PublishedAudit:
+    """Audit a sample of principals' views of the store's published snapshot on a few questions
+    drawn from its passages (with a fixed seed), each against a fresh store of its readable
+    documents rebuilt from the store's own extractions (no model call). The principals are the
+    first of ``groups_file``, or else derived from the reader groups present; the audit is skipped
+    when disabled, when the snapshot holds more than ``document_limit`` documents, or when the
+    store changed since the export (the next export's audit covers it). ``embedder()`` is called
+    only when the audit runs (a model need not be loaded for a snapshot whose documents are public)."""
+    snapshot = load_snapshot(store)
+    manifest = store.manifest()
+    readers = snapshot_readers(snapshot)
+    found = PublishedAudit(snapshot.snapshot_id, len(readers), len(set(readers.values())))
+    if snapshot.access is None:
+        found.public = True
+        return found
+    found.skipped = (
+        "the permission audit is disabled in this run's config" if not enabled
+        else f"the snapshot holds {len(readers):,} documents, more than the limit of {document_limit:,} "
+        "(document_limit)" if document_limit is not None and len(readers) > document_limit
+        else "the store has changed since the published snapshot was exported: the next export's check "
+        "audits it" if manifest.seq != snapshot.info.store_seq
+        and fingerprint(store, manifest).digest != snapshot.info.fingerprint else None)
+    if found.skipped:
+        return found
+    named = read_groups_file(groups_file) if groups_file else None
+    chosen = (named or principals_from_readers(readers, principals))[:principals]
+    sample = passage_questions(snapshot, questions)
+    scratch = Path(tempfile.mkdtemp(prefix="lightfoot-permission-check-"))
+    started, calls, model = time.perf_counter(), LLMClient.calls_started(), embedder()
+    try:
+        found.audits = audit_permissions(snapshot, chosen, sample, model,
+                                         store_reference(store, model, settings, manifest), scratch, echo=echo)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    found.principals_from = "groups file" if named else "reader groups"
+    found.questions = len(sample)
+    found.seconds = time.perf_counter() - started
+    found.model_calls = LLMClient.calls_started() - calls
+    return found

@@ -30,9 +30,11 @@ removed. A crash between two steps leaves the drop in the inbox, and the next lo
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pyarrow.fs as pafs
 
@@ -49,10 +51,37 @@ from lightfoot_pipeline.ingest.dataset import (
 from lightfoot_pipeline.ingest.doc_ids import doc_id_problem
 from lightfoot_pipeline.ingest.landing import DeletionRequest, LandedDocument, Landing, utc_now
 from lightfoot_pipeline.ingest.receipts import ERASURE, INGESTION, Receipt, Receipts
+from lightfoot_pipeline.settings import document_inbox_uri, erasure_inbox_uri
 from lightfoot_pipeline.store.filesystem import open_filesystem
+from lightfoot_pipeline.store.store import Store
 
 REJECTED_DIR = "rejected"
 _NOT_READY_SUFFIXES = (".tmp", ".part")
+
+
+DEFAULT_DOCUMENT_INBOX = ".lightfoot/inbox/documents"
+DEFAULT_ERASURE_INBOX = ".lightfoot/inbox/erasure"
+
+
+def document_inbox(store: Store, uri: str | None = None) -> Inbox:
+    """The document inbox: ``uri``, else $LIGHTFOOT_INBOX, else beside the store (:func:`inbox_for`)."""
+    return inbox_for(store, uri or document_inbox_uri(), DEFAULT_DOCUMENT_INBOX, "documents")
+
+
+def erasure_inbox(store: Store, uri: str | None = None) -> Inbox:
+    """The erasure-request inbox: ``uri``, else $LIGHTFOOT_ERASURE_INBOX, else beside the store."""
+    return inbox_for(store, uri or erasure_inbox_uri(), DEFAULT_ERASURE_INBOX, "erasure")
+
+
+def inbox_for(store: Store, uri: str | None, local_default: str, remote_leaf: str) -> Inbox:
+    """The inbox at ``uri``, or where a store's inbox goes by default: ``local_default`` (relative
+    to the working folder) for a local store, ``<store>/inbox/<remote_leaf>`` for a remote one. A
+    local path is made absolute; an s3:// one is read with the store's storage options."""
+    if not uri:
+        uri = store.path("inbox", remote_leaf) if store.is_remote else local_default
+    if "://" not in uri:
+        uri = str(Path(uri).expanduser().resolve())
+    return Inbox(uri, store.storage_options if uri.startswith("s3://") else None)
 
 
 @dataclass(frozen=True)
@@ -283,6 +312,15 @@ _REQUEST_DROPS = _Drops(
 )
 
 
+_REJECTION_KINDS = {DatasetError: "not a readable dataset", UnicodeDecodeError: "not valid UTF-8",
+                    OSError: "could not be read"}
+
+
+def rejection_id(item: InboxItem) -> str:
+    """The digest a rejected drop is known by in logs: of its name, size and modification time."""
+    return hashlib.sha256(item.signature.encode("utf-8")).hexdigest()[:16]
+
+
 def take_documents(inbox: Inbox, landing: Landing, log: logging.Logger | logging.LoggerAdapter) -> Intake:
     """Land every ready drop of a document inbox — its documents, then a pending receipt — and
     remove it. A drop whose receipt already exists (one that could not be removed before) is not
@@ -307,10 +345,16 @@ def _take(inbox: Inbox, landing: Landing, log, drops: _Drops) -> Intake:
         except (DatasetError, UnicodeDecodeError, OSError) as err:
             reason = str(err)
             intake.rejected[item.name] = reason
+            # The log keeps what it is given (an orchestrator's, for good): the kind of reason and
+            # the drop's digest, never the reason, which quotes the drop's values (a date, an id, a
+            # group). The reason lies beside the drop in rejected/, under the same digest.
+            mark = rejection_id(item)
+            said = f"rejected {drops.noun} {mark} ({_REJECTION_KINDS.get(type(err), 'could not be read')})"
             try:
-                log.warning(f"rejected {item.name}: {reason} (moved to {inbox.reject(item, reason)})")
+                inbox.reject(item, f"{drops.noun} {mark}: {reason}")
+                log.warning(f"{said}; it and its reason are in the inbox's {REJECTED_DIR}/ folder")
             except OSError as move_error:
-                log.error(f"rejected {item.name}: {reason}; could not move it aside: {move_error}")
+                log.error(f"{said}; could not move it aside ({type(move_error).__name__})")
             continue
         receipt = drops.receipt(inbox, item, contents)
         known = receipts.receipt(drops.kind, receipt.receipt_id)

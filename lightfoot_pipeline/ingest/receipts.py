@@ -17,6 +17,12 @@ Layout under the store root (a local path or an object-store prefix)::
 ``<kind>`` is ``erasure`` or ``documents``. A receipt holds document ids and no text; the text of
 a drop's documents is not hashed into its id either, so nothing derived from an erased text
 outlives it.
+
+What the orchestrator holds of a receipt's runs is a :class:`ReceiptRuns`. A receipt whose runs
+keep failing backs off: the first failure is retried at the next tick, and each further one
+doubles the wait after the last failed run ended (one minute after the second, two after the
+third, …, at most an hour; :func:`retry_delay_s`), so a request that cannot succeed (a broken
+store, a bad deployment) leaves a failed run an hour in the orchestrator rather than one every tick.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 import pyarrow.fs as pafs
@@ -40,6 +47,8 @@ RECEIPTS_DIR = "receipts"
 ERASURE = "erasure"  # a receipt for deletion requests
 INGESTION = "documents"  # a receipt for documents to ingest
 RECEIPT_KINDS = (ERASURE, INGESTION)
+RETRY_BACKOFF_S = 60.0  # the wait after the second failure; doubled after each further one
+RETRY_BACKOFF_MAX_S = 3600.0
 PENDING, DONE = "pending", "done"
 
 
@@ -194,3 +203,26 @@ class Receipts:
             elif doc_id in unerased:
                 outstanding[doc_id] = "deleted, its history not yet erased"
         return outstanding
+
+
+@dataclass(frozen=True)
+class ReceiptRuns:
+    """What the orchestrator holds of the runs asked for one receipt."""
+
+    succeeded: str | None = None  # a successful run of the latest attempt
+    in_flight: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # failed or canceled, in any attempt
+    attempt: int = 0  # the attempt a request made now belongs to
+    retry_at: float | None = None  # after repeated failures: no retry before this time (epoch seconds)
+    started: bool = False  # whether any run was ever asked for it
+
+    def backing_off(self, now: float | None = None) -> bool:
+        """Whether a retry must wait (see the module docstring)."""
+        return self.retry_at is not None and (time.time() if now is None else now) < self.retry_at
+
+
+def retry_delay_s(failures: int) -> float:
+    """How long after the last failed run a receipt with this many failed attempts waits."""
+    if failures <= 1:
+        return 0.0
+    return min(RETRY_BACKOFF_S * 2 ** (failures - 2), RETRY_BACKOFF_MAX_S)

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import polars as pl
 
 from lightfoot_pipeline.index.documents import tombstone_documents
 from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing
+from lightfoot_pipeline.ingest.receipts import ERASURE, Receipt, ReceiptRuns, Receipts
 from lightfoot_pipeline.ingest.retention import DueDocument, RetentionPolicy, due_documents
+from lightfoot_pipeline.operations.batches import StoreState, commit_if_changed, store_state
+from lightfoot_pipeline.store.batches import DELETED, batch_log
 from lightfoot_pipeline.store.documents import live_doc_ids
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENTS as DOCUMENTS_TABLE
@@ -102,3 +105,97 @@ def partition_status(store: Store, landing: Landing, keys: list[str]) -> tuple[l
             if copy is not None:
                 stale.append(key)
     return removable, waiting, stale
+
+
+@dataclass
+class Tombstoned:
+    """What applying the pending deletion requests did (:func:`apply_deletion_requests`)."""
+
+    requests: int
+    applied: RequestsApplied
+    state: StoreState
+
+
+def apply_deletion_requests(store: Store, *, fingerprint: bool = False) -> Tombstoned:
+    """Tombstone the documents every pending deletion request names, in one commit (none when
+    nothing changed); their landed copies go (a copy holds the text, and no later run may ingest
+    it again) and the requests are resolved. No model call; the graph is the graph stage's."""
+    landing = Landing(store)
+    requests = landing.deletion_requests()
+    with store.transaction() as tx:
+        applied = tombstone_requests(tx, requests)
+        manifest, changed = commit_if_changed(tx, "delete", {"deleted": len(applied.deleted), "model_calls": 0})
+    requested = [r.doc_id for r in requests]
+    landing.forget(requested)
+    landing.resolve_requests(requested)
+    return Tombstoned(len(requests), applied, store_state(store, manifest, [TOMBSTONES_TABLE.name], changed=changed,
+                                                          fingerprint=fingerprint))
+
+
+def already_honoured(store: Store, doc_ids: Sequence[str], erase_ids: Sequence[str]) -> bool:
+    """Whether every one of these documents was deleted before, and erased where asked: a request
+    dropped again after it was done, which needs no run."""
+    ids = sorted(doc_ids)
+    if not ids or live_doc_ids(store, among=ids):
+        return False
+    log = store.rows(TOMBSTONES_TABLE.name, "doc_id", ids)
+    if set(ids) - set(log.get_column("doc_id").to_list()):
+        return False  # never stored here: the run says it was not found
+    erased = set(log.filter(pl.col("erased_at").is_not_null()).get_column("doc_id").to_list())
+    return set(erase_ids) <= erased
+
+
+@dataclass
+class ErasureTriage:
+    """The pending erasure requests sorted by what each needs: settled now, waiting for its run,
+    backing off after repeated failures, or needing a run (with its runs and its documents whose
+    deletion is outstanding, each with why)."""
+
+    settled: list[Receipt] = field(default_factory=list)
+    waiting: list[Receipt] = field(default_factory=list)
+    backing_off: list[Receipt] = field(default_factory=list)
+    needed: list[tuple[Receipt, ReceiptRuns, dict[str, str]]] = field(default_factory=list)
+
+
+def triage_erasure_requests(store: Store, runs_of: Callable[[Receipt], ReceiptRuns]) -> ErasureTriage:
+    """Settle each pending erasure request that needs nothing more, and sort the rest (``runs_of``:
+    what the orchestrator holds of a receipt's runs).
+
+    A request is done when its run succeeded (a successful deletion run has applied every request
+    landed before it started), or, with no run yet, when its documents were deleted before, and
+    erased where asked (a request dropped again); or when its documents are gone by another path
+    (a run asked for another request, the retention schedule, the command line). It waits while
+    its run is in flight or backing off; otherwise it needs a run."""
+    landing, receipts, out = Landing(store), Receipts(store), ErasureTriage()
+    for receipt in receipts.pending(ERASURE):
+        runs = runs_of(receipt)
+        erased = " and erased" if receipt.erase_ids else ""
+        if not runs.started and already_honoured(store, receipt.doc_ids, receipt.erase_ids):
+            landing.resolve_requests(receipt.doc_ids)  # nothing is left to do for them
+            out.settled.append(receipts.settle(receipt, f"already honoured: its documents were deleted{erased}"))
+        elif runs.succeeded:
+            out.settled.append(receipts.settle(receipt, f"run {runs.succeeded} succeeded"))
+        elif runs.in_flight:
+            out.waiting.append(receipt)
+        elif runs.backing_off():
+            out.backing_off.append(receipt)
+        elif not (outstanding := receipts.outstanding_deletions(receipt)):
+            out.settled.append(receipts.settle(receipt, f"its documents were already deleted{erased}"))
+        else:
+            out.needed.append((receipt, runs, outstanding))
+    return out
+
+
+def deletions_since(store: Store, seq: int) -> pl.DataFrame:
+    """The batch log's deletions committed after ``seq`` (batch, doc_id, action, seq, run_id, at)."""
+    return batch_log(store).filter((pl.col("action") == DELETED) & (pl.col("seq") > seq))
+
+
+def forget_stale_copies(store: Store, deletions: pl.DataFrame) -> int:
+    """A landed copy older than its document's deletion holds the deleted text, and the hourly
+    pick-up would ingest it again: it goes. A copy landed since waits to be ingested."""
+    at = dict(deletions.group_by("doc_id").agg(pl.col("at").max()).iter_rows())
+    landing = Landing(store)
+    live = live_doc_ids(store, among=sorted(at))
+    return landing.forget([d for d, copy in landing.documents(sorted(at)).items()
+                           if d not in live and (copy.landed_at is None or copy.landed_at <= at[d])])

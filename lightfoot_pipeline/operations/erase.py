@@ -31,6 +31,7 @@ vacuum``, an erase of no document), also purges the text that re-ingesting a doc
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -58,6 +59,19 @@ class EraseReport:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def summary(self) -> dict:
+        """The report as counts and a digest of the erased ids, never the ids themselves: what an
+        orchestrator may keep for good, of a report that grows with the erasure."""
+        return {
+            "erased_count": len(self.documents),
+            "erased_ids_digest": hashlib.sha256("\n".join(sorted(self.documents)).encode()).hexdigest()[:16],
+            "cache_entries_purged": self.cache_entries_purged,
+            "vectors_purged": sum(self.vectors_purged.values()),
+            "files_vacuumed": sum(self.files_vacuumed.values()),
+            "landed_copies_removed": self.landed_copies_removed,
+            "snapshots_removed": self.snapshots_removed,
+        }
 
 
 def live_vector_texts(store: Store) -> dict[str, list[str]]:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,8 +51,9 @@ from lightfoot_pipeline.index.link_pieces import STAGING
 from lightfoot_pipeline.ingest.doc_ids import default_source_name, file_doc_id, file_path_of, source_name_problem
 from lightfoot_pipeline.ingest.extraction.answers import ClaimingExtractor
 from lightfoot_pipeline.ingest.extraction.openai_extractor import OpenAIExtractor
-from lightfoot_pipeline.ingest.extraction.outcome import OK, Extractor, ProgressCallback
+from lightfoot_pipeline.ingest.extraction.outcome import OK, Extractor, ProgressCallback, reason_kind
 from lightfoot_pipeline.ingest.landing import LANDING_DIR
+from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.ingest.readers import default_groups
 from lightfoot_pipeline.ingest.sources import (
     FAILED,
@@ -123,6 +125,28 @@ class SyncReport:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def file_counts(self) -> dict[str, int | dict[str, int]]:
+        """How many files the sync found of each kind, the kinds of reason the failed ones give
+        (never a reason's text, which may quote a file), and the passages read and still to
+        extract: what an orchestrated sync reports."""
+        failures = Counter(reason_kind(f["reason"]) for f in self.failed)
+        return {"files": self.files, "files_new": len(self.new), "files_changed": len(self.changed),
+                "files_removed": len(self.removed), "files_unchanged": self.unchanged,
+                "files_failed": len(self.failed), "files_excluded": len(self.excluded),
+                "failure_kinds": dict(sorted(failures.items())), "passages_read": self.passages,
+                "passages_to_extract": self.unextracted}
+
+
+class LeftToExtractionSteps:
+    """An extractor that extracts nothing, for a sync whose passages are extracted by steps of
+    their own (an orchestrated sync: the batch's extraction steps extract them, as they do a
+    drop's): the sync stores the files' documents and passages, and counts them unextracted."""
+
+    name = "extraction steps"
+
+    def extract(self, passages: list[Passage], progress: ProgressCallback | None = None) -> list:
+        return []
 
 
 _NAME_HINT = "name this source with --name NAME (lightfoot sync), the NAME of its doc ids NAME:PATH"

@@ -50,7 +50,7 @@ from lightfoot_pipeline.store.batches import (
 )
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.tables import ALIASES, DOCUMENT_KEYS, DOCUMENTS, ENTITIES, FORMS, TOMBSTONES
+from lightfoot_pipeline.store.tables import ALIASES, DOCUMENT_KEYS, DOCUMENTS, ENTITIES, FORMS, TOMBSTONES, all_specs
 
 LIVE, REPLACED, ERASED, READDED = "live", "replaced", "erased", "readded"
 STATUSES = (LIVE, UNCHANGED, REPLACED, DELETED, ERASED, READDED)
@@ -244,3 +244,23 @@ def source_batches(store: Store, doc_ids: Iterable[str], manifest: Manifest | No
         produced = [r for r in rows if r["action"] in PRODUCED]
         out.append({"doc_id": doc_id, "produced_by": produced[-1] if produced else None, "batches": rows})
     return out
+
+
+COMMIT_SCHEMA = {"seq": pl.Int64, "operation": pl.String, "batch": pl.String, "run_id": pl.String,
+                 "by": pl.String, "committed_at": pl.Datetime("us", "UTC")}  # what a commit is listed by
+
+
+def store_commits(store: Store) -> pl.DataFrame:
+    """Every commit of the store, oldest first: its seq and operation, the batch, run and runner
+    its log details name (``""`` where they name none), when, and whether it wrote a fingerprinted
+    table (``content``; a commit that does not say which tables it wrote counts as one that did).
+    Ids and times only."""
+    log = store.history()
+    details = [json.loads(d) if d else {} for d in log.get_column("details").to_list()]
+    named = {key: [str(d.get(key) or "") for d in details] for key in ("batch", "run_id", "by")}
+    fingerprinted = {spec.name for spec in all_specs() if spec.fingerprinted}
+    content = [not isinstance(d.get("buckets_written"), dict) or bool(fingerprinted & set(d["buckets_written"]))
+               for d in details]
+    return pl.DataFrame({"seq": log.get_column("seq"), "operation": log.get_column("operation"), **named,
+                         "committed_at": log.get_column("committed_at"), "content": content},
+                        schema={**COMMIT_SCHEMA, "content": pl.Boolean})

@@ -74,8 +74,12 @@ PAGE_FILES = {
 }
 MAX_PARAMETER_CHARS = 512  # a doc id or an entity name
 PER_COMMIT_ENTRIES = 256  # provenance answers kept, the least recently asked dropped first
+# What the operator's page needs, said where a batch link from Dagster lands: the operator's view.
+OPERATOR_VIEW = ("start the service as the operator (`lightfoot serve --as '*'` on loopback) or give the page a "
+                 "token of the group * (`lightfoot serve-token --principal operator --groups '*'`), or read it with "
+                 "`lightfoot explain batch ID`")
 OPERATOR_ONLY = ("batch views and deletion previews answer the operator only (a token of the group *): they "
-                 "tell of the whole store")
+                 f"tell of the whole store; to see them, {OPERATOR_VIEW}")
 
 
 class PerCommit:

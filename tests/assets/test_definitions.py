@@ -12,16 +12,14 @@ import dagster as dg
 import pytest
 import yaml
 
-from assets.definitions import defs as load_defs
-
 REPO = Path(__file__).resolve().parents[2]
 PER_BATCH = {"passages", "extraction_cache", "extractions", "forms"}
 GRAPH = {"name_vectors", "name_links", "entities", "synonym_edges", "facts"}
 
 
 @pytest.fixture(scope="module")
-def defs() -> dg.Definitions:
-    return load_defs()
+def defs(shipped_defs) -> dg.Definitions:
+    return shipped_defs
 
 
 def test_every_asset_is_a_described_noun_in_a_group_with_kinds(defs):
@@ -30,7 +28,7 @@ def test_every_asset_is_a_described_noun_in_a_group_with_kinds(defs):
     for name, spec in specs.items():
         assert spec.description and len(spec.description) > 30, name
         assert spec.kinds, name
-    assert {specs[n].group_name for n in PER_BATCH} == {"documents"}
+    assert {specs[n].group_name for n in PER_BATCH} == {"batches"}
     assert {specs[n].group_name for n in GRAPH} == {"graph"}
     assert specs["serving_snapshot"].group_name == "serving"
     assert {specs["tombstones"].group_name, specs["erasures"].group_name} == {"retention"}
@@ -38,19 +36,22 @@ def test_every_asset_is_a_described_noun_in_a_group_with_kinds(defs):
     assert specs["store_log"].group_name == "sources"
 
 
-def test_per_batch_assets_are_partitioned_by_batch_and_tombstones_by_deletion(defs):
+def test_per_batch_assets_are_partitioned_by_batch_and_nothing_else_is(defs):
     graph = defs.resolve_asset_graph()
-    for name in PER_BATCH | {"source_files"}:
+    for name in PER_BATCH:
         node = graph.get(dg.AssetKey(name))
         assert isinstance(node.partitions_def, dg.DynamicPartitionsDefinition), name
         assert node.partitions_def.name == "batches", name
-    tombstones = graph.get(dg.AssetKey("tombstones")).partitions_def
-    assert isinstance(tombstones, dg.DynamicPartitionsDefinition) and tombstones.name == "deletions"
-    for name in GRAPH | {"serving_snapshot", "erasures"}:
+    # source_files is a sync run's, each naming its batch: partitioned by batch, it showed as
+    # missing on every drop's partition (issue 35). tombstones is the deletion log, each
+    # materialization naming its deletion run: partitioned by deletion run, it showed "All" in
+    # every status column (the UI's count for a partition set with no partition yet).
+    for name in GRAPH | {"serving_snapshot", "erasures", "source_files", "tombstones"}:
         assert graph.get(dg.AssetKey(name)).partitions_def is None, name
     for job in ("ingestion_job", "sync_job"):
         assert defs.resolve_job_def(job).partitions_def.name == "batches", job
-    assert defs.resolve_job_def("deletion_job").partitions_def.name == "deletions"
+    assert defs.resolve_job_def("deletion_job").partitions_def is None
+    assert {p.name for p in graph.all_partitions_defs if hasattr(p, "name")} == {"batches"}
 
 
 def test_lineage_runs_from_documents_through_the_graph_to_serving(defs):
@@ -136,11 +137,13 @@ def test_each_definition_says_what_it_is_and_its_module_binds_it_under_that_name
 
 
 def test_secrets_reach_the_extractor_only_as_environment_variables(monkeypatch):
+    from assets.defs.resources import resources  # the resources' definitions alone: the rest loads once a session
+
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
-    extractor = load_defs().resources["extractor"]
+    extractor = resources().resources["extractor"]
     assert isinstance(extractor.api_key, dg.EnvVar) and extractor.api_key.env_var_name == "OPENAI_API_KEY"
     monkeypatch.delenv("OPENAI_API_KEY")
-    assert load_defs().resources["extractor"].api_key is None
+    assert resources().resources["extractor"].api_key is None
 
 
 @pytest.mark.slow
@@ -325,3 +328,29 @@ def test_a_run_carries_its_model_calls_tokens_and_cost_as_tags(lightfoot, twenty
     assert uri.parent == Path(lightfoot.store_uri) / "vectors" and uri.name.startswith("name__hashing")
     assert uri.suffix == ".lance" and uri.is_dir()  # the LanceDB table the names' vectors are in
     assert vectors["dagster/table_name"].value == f"lightfoot.vectors.{uri.stem}"
+
+
+ASSETS_ROOT = REPO / "assets"
+
+
+def test_the_dagster_layer_calls_operations_and_opens_no_transaction():
+    """Issue 35: each stage is one function of lightfoot_pipeline/operations/ that the command line
+    calls too; an asset adds partitions, metadata, checks and automation. lint-imports keeps
+    assets/ from importing the tables, transactions and index stages (pyproject.toml); this keeps
+    it from opening a transaction on a store it was handed."""
+    sources = {p.relative_to(ASSETS_ROOT).as_posix(): p.read_text(encoding="utf-8") for p in ASSETS_ROOT.rglob("*.py")}
+    assert [name for name, text in sources.items() if ".transaction(" in text] == []
+    assert [name for name, text in sources.items() if "store.tables" in text] == []
+
+
+def test_the_per_batch_assets_speak_of_batches(defs):
+    """Issue 35: the per-batch group was still named ``documents`` and its descriptions said "of a
+    document"; the architecture page still said per-document partitions."""
+    specs = {s.key.to_user_string(): s for s in defs.resolve_all_asset_specs()}
+    for name in PER_BATCH:
+        assert "of a document" not in specs[name].description, name
+        assert "batch" in specs[name].description, name
+    page = (ASSETS_ROOT.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    dagster = page[page.index("## The Dagster layer"):page.index("## Invariants")]
+    assert "partitioned by document" not in dagster and "per doc id" not in dagster
+    assert "a partition per ingestion batch" in dagster

@@ -136,9 +136,9 @@ def test_ingestion_and_erasure_runs_on_a_postgres_instance(deployment, sample_do
     erasure_inbox.mkdir(parents=True)
     (erasure_inbox / "request-1.json").write_text(json.dumps({"doc_ids": doomed, "reason": "test"}))
     with dg.DagsterInstance.get() as instance:
-        erase = tick(instance, load_defs(), "erasure_sensor")
+        erase = tick(instance, defs, "erasure_sensor")  # the definitions loaded above
         assert len(erase.run_requests) == 1
-        assert instance.get_dynamic_partitions("deletions") == [erase.run_requests[0].partition_key]
+        assert erase.run_requests[0].tags["lightfoot/deletion"].startswith("erase-")
     execute(env, erase.run_requests[0], "deletion_job")
 
     # A fresh connection reads back what the run processes wrote to PostgreSQL.

@@ -87,17 +87,10 @@ def test_a_bad_extractor_mode_is_refused():
         ExtractorResource(mode="gpt").get(None, None, {}, "run")
 
 
-def test_inbox_defaults_sit_beside_a_local_store_and_under_a_remote_one(tmp_path, monkeypatch):
+def test_the_inbox_resource_s_own_folders_come_before_the_defaults(tmp_path):
     from lightfoot_pipeline.store.store import Store
 
-    for name in ("LIGHTFOOT_INBOX", "LIGHTFOOT_ERASURE_INBOX"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    local = InboxResource().document_inbox(Store(str(tmp_path / "store")))
-    assert local.uri == str(tmp_path / ".lightfoot" / "inbox" / "documents")
-    monkeypatch.setenv("LIGHTFOOT_ERASURE_INBOX", str(tmp_path / "requests"))
-    assert InboxResource().erasure_inbox(Store(str(tmp_path / "store"))).uri == str(tmp_path / "requests")
-    remote = Store("s3://bucket/lightfoot", storage_options={"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "a",
-                                                              "AWS_SECRET_ACCESS_KEY": "b"})
-    monkeypatch.delenv("LIGHTFOOT_ERASURE_INBOX")
-    assert InboxResource().erasure_inbox(remote).uri == "s3://bucket/lightfoot/inbox/erasure"
+    store = Store(str(tmp_path / "store"))
+    inbox = InboxResource(documents=str(tmp_path / "drops"), erasure_requests=str(tmp_path / "requests"))
+    assert inbox.document_inbox(store).uri == str(tmp_path / "drops")
+    assert inbox.erasure_inbox(store).uri == str(tmp_path / "requests")

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.dagster]
 ARTIFACTS = REPO / "tests" / "artifacts"
 GROUPS = {
     "sources": ["source_files"],
-    "documents": ["passages", "extraction_cache", "extractions", "forms"],
+    "batches": ["passages", "extraction_cache", "extractions", "forms"],
     "graph": ["name_vectors", "name_links", "entities", "synonym_edges", "facts"],
     "serving": ["serving_snapshot"],
     "retention": ["tombstones", "erasures"],

@@ -100,3 +100,10 @@ def test_stderr_sent_to_a_file_gets_a_line_per_report(clock, capsys):
     lines = capsys.readouterr().err.split("\n")
     assert "\r" not in "".join(lines) and lines[-1] == ""
     assert [text.split(" (")[0] for text in lines[:-1]] == ["extracting: 1/3", "extracting: 2/3", "extracting: 3/3"]
+
+
+def test_the_peak_resident_memory_is_a_positive_figure_in_mb():
+    from lightfoot_pipeline.progress import peak_rss_mb
+
+    peak = peak_rss_mb()
+    assert 1.0 < peak < 1_000_000.0 and round(peak, 1) == peak

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field, replace
 from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache
 from lightfoot_pipeline.ingest.extraction.claims import CLAIM_CHUNK, ExtractionClaims
 from lightfoot_pipeline.ingest.extraction.openai_extractor import OpenAIExtractor
-from lightfoot_pipeline.ingest.extraction.outcome import OK, ExtractionOutcome, ProgressCallback
+from lightfoot_pipeline.ingest.extraction.outcome import OK, ExtractionOutcome, Extractor, ProgressCallback
+from lightfoot_pipeline.ingest.extraction.replay import ReplayExtractor
 from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.models.llm import LLMError
 
@@ -197,3 +198,34 @@ def process_ended(claimant: str) -> bool:
     except PermissionError:
         return False
     return False
+
+
+class RecordedOrModelExtractor:
+    """Replays the recorded extraction of documents that have one; sends the other passages to a model."""
+
+    def __init__(self, recorded: dict[str, dict | list], model: Callable[[], Extractor] | None) -> None:
+        self.replay = ReplayExtractor(recorded, entity_types=None)
+        self.recorded = set(recorded)
+        self.model_factory = model
+        self.name = self.replay.name if model is None else f"{self.replay.name}+model"
+
+    def extract(self, passages: Sequence[Passage], progress: ProgressCallback | None = None) -> list[ExtractionOutcome]:
+        replayed = [p for p in passages if p.doc_id in self.recorded]
+        asked = [p for p in passages if p.doc_id not in self.recorded]
+        outcomes = {o.chunk_id: o for o in self.replay.extract(replayed)}
+        if asked:
+            outcomes.update({o.chunk_id: o for o in self._ask(asked, progress)})
+        return [outcomes[p.chunk_id] for p in passages]
+
+    def _ask(self, passages: Sequence[Passage], progress: ProgressCallback | None) -> list[ExtractionOutcome]:
+        if self.model_factory is None:
+            return [ExtractionOutcome.failed(p, "no recorded extraction for this passage, and the extractor "
+                                                "is in replay mode", extractor=self.replay.name) for p in passages]
+        try:
+            model = self.model_factory()
+        except Exception as err:  # a missing endpoint or bad settings fail the passages, with the reason
+            return [ExtractionOutcome.failed(p, f"no recorded extraction, and the language model is not usable: {err}",
+                                             extractor="openai") for p in passages]
+        if isinstance(model, OpenAIExtractor):  # through the claims: a sync or ingest beside it asks each text once
+            model = ClaimingExtractor(model)
+        return model.extract(passages, progress)

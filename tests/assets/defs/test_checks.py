@@ -38,19 +38,28 @@ def ingested(ingested_once, make_harness, tmp_path, monkeypatch):
     shutil.copytree(template, root)
     instance = dg.DagsterInstance.from_config(str(root / "dagster_home"))
     try:
-        harness = make_harness(root, monkeypatch, instance)
+        harness = make_harness(root, monkeypatch, instance, rebuild_check=True)
         harness.cursors.update(cursors)
         yield harness
     finally:
         instance.dispose()
 
 
+@pytest.fixture
+def lightfoot(tmp_path, monkeypatch, make_harness):
+    """The harness with the comparison with a fresh rebuild turned on: these are its tests."""
+    (tmp_path / "dagster_home").mkdir()
+    instance = dg.DagsterInstance.from_config(str(tmp_path / "dagster_home"))
+    try:
+        yield make_harness(tmp_path, monkeypatch, instance, rebuild_check=True)
+    finally:
+        instance.dispose()
+
+
 def deletion_run(lightfoot, run_config: dict | None = None):
-    """A deletion run, a partition of deletions of its own, with no request pending: it applies
-    nothing and runs the graph's checks."""
-    key = f"erase-check-{len(lightfoot.partitions('deletions'))}"
-    lightfoot.instance.add_dynamic_partitions("deletions", [key])
-    return lightfoot.run(dg.RunRequest(partition_key=key), "deletion_job", run_config=run_config)
+    """A deletion run with no request pending: it applies nothing and runs the graph's checks."""
+    return lightfoot.run(dg.RunRequest(tags={"lightfoot/deletion": "erase-check"}), "deletion_job",
+                         run_config=run_config)
 
 
 def evaluations(result) -> dict[tuple[str, str], dg.AssetCheckEvaluation]:

@@ -122,6 +122,40 @@ def test_an_unreadable_drop_is_rejected_with_its_reason(lightfoot):
     assert Landing(lightfoot.store()).landed_ids() == []
 
 
+def test_a_rejected_drop_is_logged_by_its_kind_and_digest_never_its_values(lightfoot, tmp_path):
+    """The sensor's log lines stay under DAGSTER_HOME for good (issue 35): a rejected drop's bad
+    values (a date, a doc id, a group) go to the rejected folder beside it, and the log says only
+    the kind of reason and the drop's digest."""
+    import logging
+
+    from lightfoot_pipeline.ingest.inbox import Inbox, rejection_id, take_documents
+
+    inbox = lightfoot.document_inbox
+    inbox.mkdir(parents=True)
+    row = {"doc_id": "patient-4711", "text": "x", "retention_until": "2031-02-30", "readers": ["ward-9-oncology"]}
+    (inbox / "bad.jsonl").write_text(json.dumps(row) + "\n")
+    box = Inbox(str(inbox))
+    (item,) = box.items()
+    lines: list[str] = []
+
+    class Recorder(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    log = logging.getLogger(f"inbox-{tmp_path.name}")
+    log.propagate = False
+    log.addHandler(Recorder())
+    try:
+        intake = take_documents(box, Landing(lightfoot.store()), log)
+    finally:
+        log.handlers.clear()
+    assert list(intake.rejected) == ["bad.jsonl"]
+    assert lines == [f"rejected drop {rejection_id(item)} (not a readable dataset); it and its reason are in the "
+                     "inbox's rejected/ folder"]
+    (reason,) = (inbox / "rejected").glob("*.reason.txt")
+    assert reason.read_text().startswith(f"drop {rejection_id(item)}: ") and "2031-02-30" in reason.read_text()
+
+
 def per_batch_and_graph(lightfoot):
     from assets.defs.extraction import extraction_cache, extractions, forms
     from assets.defs.graph import reconcile_graph
@@ -130,7 +164,9 @@ def per_batch_and_graph(lightfoot):
     return [passages, extraction_cache, extractions, forms, reconcile_graph]
 
 
-def test_materializing_one_partition_reports_rows_versions_fingerprint_and_cost(lightfoot, twenty, sample_records):
+def test_materializing_one_partition_reports_rows_versions_fingerprint_and_cost(lightfoot, twenty, sample_records,
+                                                                                  monkeypatch):
+    monkeypatch.setenv("LIGHTFOOT_PAGE_URL", "http://127.0.0.1:8410")
     doc = twenty[0]
     store = lightfoot.store()
     Landing(store).put_documents([LandedDocument(doc, sample_records[doc.doc_id], utc_now(), "test")])
@@ -151,6 +187,15 @@ def test_materializing_one_partition_reports_rows_versions_fingerprint_and_cost(
     first_commit = json.loads(store.history().row(0, named=True)["versions"])
     assert by_asset["passages"]["table_versions"].value == {t: first_commit[t] for t in ("passages", "documents")}
     assert by_asset["passages"]["store_commit"].value == 1
+    # Issue 35: the batch's link leads each per-batch materialization (it was the last of ~25 rows),
+    # and says what the page's batch view needs (the operator), as the page's refusal does.
+    from lightfoot_pipeline.service.page import OPERATOR_ONLY
+
+    for name in PER_BATCH:
+        assert list(by_asset[name])[:3] == ["batch", "batch_page", "read_with"], name
+    assert by_asset["passages"]["batch_page"].value == f"http://127.0.0.1:8410/batch/{batch}"
+    assert "lightfoot serve --as '*'" in by_asset["passages"]["read_with"].value
+    assert "lightfoot serve --as '*'" in OPERATOR_ONLY and "lightfoot explain batch" in OPERATOR_ONLY
     assert by_asset["extractions"]["extracted"].value == 1 and by_asset["extractions"]["documents_extracted"].value == 1
     assert by_asset["extractions"]["replayed"].value == 1 and by_asset["extractions"]["failed"].value == 0
     # replayed: no call, in extraction_cache (the only step that asks the model)
@@ -164,16 +209,8 @@ def test_materializing_one_partition_reports_rows_versions_fingerprint_and_cost(
     history = store.history()
     assert history.get_column("operation").to_list() == ["passages", "extractions", "forms", "graph"]
 
-    again = dg.materialize(
-        per_batch_and_graph(lightfoot), partition_key=batch, instance=lightfoot.instance,
-        resources=lightfoot.resources,
-    )
-    assert again.success
-    assert store.history().height == 4, "a re-run on unchanged input commits nothing"
-    (rerun,) = [e.event_specific_data.materialization for e in again.get_asset_materialization_events()
-                if e.event_specific_data.materialization.asset_key.to_user_string() == "passages"]
-    assert (rerun.metadata["documents_added"].value, rerun.metadata["documents_unchanged"].value) == (1, 0), \
-        "a re-run leaves the batch's counts as they were"
+    # A re-run on unchanged input commits nothing and leaves the batch's counts as they were:
+    # tests/lightfoot_pipeline/operations/test_batches.py::test_a_batch_in_stages_equals_one_ingest_and_a_rerun_commits_nothing
 
 
 def test_a_batch_whose_document_has_no_landed_copy_fails_saying_so(lightfoot):
@@ -204,18 +241,8 @@ def test_a_batch_whose_receipt_is_not_held_fails_saying_so(lightfoot):
         in failure.event_specific_data.error.message
 
 
-def test_a_passage_with_no_recording_fails_with_its_reason_and_is_still_accounted_for(lightfoot, twenty, sample_records):
-    records = {twenty[0].doc_id: sample_records[twenty[0].doc_id]}  # the second document comes without one
-    lightfoot.drop_documents("partial", twenty[:2], records)
-    result = lightfoot.run(lightfoot.tick("inbox_sensor").run_requests[0])
-    assert result.success
-    (check,) = [c for c in result.get_asset_check_evaluations() if c.check_name == "passages_accounted_for"]
-    assert check.passed
-    assert check.metadata["failed"].value == 1 and check.metadata["missing"].value == 0
-    extractions = lightfoot.store().read("extractions")
-    failed = extractions.filter(pl.col("status") == "failed")
-    assert failed.get_column("doc_id").to_list() == [twenty[1].doc_id]
-    assert "replay mode" in failed.get_column("reason").item()
+# A passage with no recording is stored as failed with its reason and still accounted for:
+# tests/lightfoot_pipeline/operations/test_batches.py::test_a_passage_with_no_recording_is_stored_as_failed_and_still_accounted_for
 
 
 def test_the_hourly_schedule_ingests_landed_documents_the_store_lacks(lightfoot_on_disk, twenty, sample_records):
@@ -263,7 +290,7 @@ def test_a_failed_ingestion_run_is_asked_again_until_one_succeeds(lightfoot, twe
         raise OSError("the store is unreachable")
 
     with monkeypatch.context() as patch:
-        patch.setattr(ingestion, "upsert_documents", store_unavailable)
+        patch.setattr(ingestion, "store_batch_documents", store_unavailable)
         (failed,) = lightfoot.launch(first)
     assert not failed.success and lightfoot.stored_ids() == []
 

@@ -207,3 +207,29 @@ def test_audit_permissions_checks_an_existing_store_as_its_readers_are_now(tmp_p
         "doc-0 is legal's now: the audit reads the store's readers as they are"
     monkeypatch.setattr(permission_audit, "reader_view", _leaking_documents)
     assert main(args) == 1 and json.loads(out.read_text())["equal"] is False
+
+
+def test_a_published_snapshot_says_why_it_is_not_audited_and_loads_no_model_for_it(
+        small_restricted, tmp_path, hashing_embedder, sample_documents, sample_records):
+    from lightfoot_pipeline import operations
+    from lightfoot_pipeline.ingest.dataset import load_corpus
+    from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+    from lightfoot_pipeline.settings import IndexSettings
+
+    def no_model():
+        raise AssertionError("no model is loaded when nothing is audited")
+
+    public = Store(str(tmp_path / "public"))
+    operations.ingest(public, sample_documents[:3], ReplayExtractor(sample_records), hashing_embedder)
+    export_snapshot(public, hashing_embedder)
+    found = permission_audit.audit_published_snapshot(public, no_model, IndexSettings())
+    assert found.public and found.skipped is None and found.documents == 3 and found.audits == []
+
+    dataset, _, _ = small_restricted
+    store = Store(str(tmp_path / "store"))
+    operations.ingest(store, load_corpus(dataset)[:12], ReplayExtractor(sample_records), hashing_embedder)
+    export_snapshot(store, hashing_embedder)
+    off = permission_audit.audit_published_snapshot(store, no_model, IndexSettings(), enabled=False)
+    assert not off.public and off.skipped == "the permission audit is disabled in this run's config"
+    large = permission_audit.audit_published_snapshot(store, no_model, IndexSettings(), document_limit=5)
+    assert large.skipped.startswith("the snapshot holds 12 documents, more than the limit of 5")

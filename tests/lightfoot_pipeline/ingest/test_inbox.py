@@ -8,9 +8,10 @@ import logging
 import pytest
 
 from lightfoot_pipeline.ingest.dataset import DatasetError
-from lightfoot_pipeline.ingest.inbox import Inbox, Intake, take_documents, take_requests
+from lightfoot_pipeline.ingest.inbox import Inbox, Intake, document_inbox, erasure_inbox, take_documents, take_requests
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.ingest.receipts import ERASURE, INGESTION, Receipts
+from lightfoot_pipeline.store.store import Store
 
 
 @pytest.fixture
@@ -261,3 +262,17 @@ def test_a_drop_whose_readers_use_a_reserved_word_wrongly_is_rejected_whole(inbo
     assert intake.receipts == [] and list(intake.rejected) == ["mixed.jsonl"]
     assert "'*' is a reserved word" in intake.rejected["mixed.jsonl"]
     assert Landing(store).landed_ids() == [], "nothing of the drop is landed"
+
+
+def test_inbox_defaults_sit_beside_a_local_store_and_under_a_remote_one(tmp_path, monkeypatch):
+    for name in ("LIGHTFOOT_INBOX", "LIGHTFOOT_ERASURE_INBOX"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    local = document_inbox(Store(str(tmp_path / "store")))
+    assert local.uri == str(tmp_path / ".lightfoot" / "inbox" / "documents")
+    monkeypatch.setenv("LIGHTFOOT_ERASURE_INBOX", str(tmp_path / "requests"))
+    assert erasure_inbox(Store(str(tmp_path / "store"))).uri == str(tmp_path / "requests")
+    remote = Store("s3://bucket/lightfoot", storage_options={"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "a",
+                                                              "AWS_SECRET_ACCESS_KEY": "b"})
+    monkeypatch.delenv("LIGHTFOOT_ERASURE_INBOX")
+    assert erasure_inbox(remote).uri == "s3://bucket/lightfoot/inbox/erasure"

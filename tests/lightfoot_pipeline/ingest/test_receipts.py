@@ -10,7 +10,7 @@ import pytest
 
 from lightfoot_pipeline.ingest.dataset import DatasetError, Document
 from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing, utc_now
-from lightfoot_pipeline.ingest.receipts import Receipt, Receipts
+from lightfoot_pipeline.ingest.receipts import Receipt, ReceiptRuns, Receipts, retry_delay_s
 
 SOURCE = {"inbox": "/in", "name": "gdpr.json", "size": 40, "mtime_ns": 1_700_000_000_000_000_000}
 
@@ -111,3 +111,13 @@ def test_outstanding_deletions_say_what_is_left_of_each_document(store, hashing_
     }
     erase_history(store, ["a"])  # and every erasure still owed: c's too
     assert receipts.outstanding_deletions(receipt) == {}
+
+
+def test_the_wait_after_failures_doubles_up_to_an_hour():
+    assert [retry_delay_s(n) for n in (1, 2, 3, 4)] == [0.0, 60.0, 120.0, 240.0]
+    assert retry_delay_s(50) == 3600.0
+
+
+def test_runs_back_off_until_their_retry_time():
+    assert not ReceiptRuns().backing_off(now=0.0)
+    assert ReceiptRuns(retry_at=100.0).backing_off(now=99.0) and not ReceiptRuns(retry_at=100.0).backing_off(now=100.0)

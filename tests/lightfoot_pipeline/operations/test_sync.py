@@ -324,3 +324,16 @@ def test_a_sync_that_leaves_the_graph_to_the_graph_stage_ends_where_a_linking_sy
     assert fingerprint(deferred).digest == fingerprint(linked).digest
     operations.erase_history(deferred, [])
     assert pending_erasures(deferred) == [] and deferred.read(TOMBSTONES.name).get_column("erased_at").is_not_null().all()
+
+
+def test_a_sync_report_counts_files_by_kind_and_failures_by_kind_of_reason():
+    from lightfoot_pipeline.ingest.extraction.outcome import reason_kind
+    from lightfoot_pipeline.operations.sync import SyncReport
+
+    reason = "unreadable PDF: 'Quarterly secrets' at page 3"
+    report = SyncReport(files=5, new=["a"], changed=["b"], unchanged=1, removed=["c"],
+                        failed=[{"file": "d", "reason": reason}], passages=7, unextracted=2)
+    counts = report.file_counts()
+    assert counts == {"files": 5, "files_new": 1, "files_changed": 1, "files_removed": 1, "files_unchanged": 1,
+                      "files_failed": 1, "files_excluded": 0, "failure_kinds": {reason_kind(reason): 1},
+                      "passages_read": 7, "passages_to_extract": 2}
