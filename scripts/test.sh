@@ -38,8 +38,7 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 workers="${LIGHTFOOT_TEST_WORKERS:-$TEST_WORKERS}"
 parallel=()
 if [ "$workers" -gt 0 ]; then
-  # Tests marked with one xdist_group share a worker, so a session fixture they use is built once.
-  parallel=(-n "$workers" --dist loadgroup)
+  parallel=(-n "$workers")
 fi
 if [ "$fast" -eq 1 ]; then
   # The tier is only as good as its markers: a marker pytest does not know must fail, not select nothing.

@@ -43,11 +43,6 @@ FIXTURE_MARKERS = {"s3_endpoint": "s3", "postgres": "postgres", "minilm": "minil
                    "minilm_vectors": "minilm"}
 
 
-# Tests that use one of these session fixtures run on one xdist worker (scripts/test.sh runs pytest with
-# --dist loadgroup), so the fixture is built once in the run rather than once per worker.
-XDIST_GROUPS = {"minilm_sample_store": "minilm-sample", "minilm_vectors": "minilm-sample"}
-
-
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config, items):
     for item in items:
@@ -55,10 +50,6 @@ def pytest_collection_modifyitems(config, items):
         for fixture, marker in FIXTURE_MARKERS.items():
             if fixture in fixtures:
                 item.add_marker(marker)
-        for fixture, group in XDIST_GROUPS.items():
-            if fixture in fixtures:
-                item.add_marker(pytest.mark.xdist_group(group))
-                break
 
 
 # -- what a test may not leave behind -----------------------------------------------------------
@@ -187,16 +178,28 @@ def minilm():
 @pytest.fixture(scope="session")
 def minilm_sample_store(tmp_path_factory, sample_dir, minilm):
     """The directory of a store of the whole bundled sample built with the packaged MiniLM (recorded
-    extractions, default settings), with its snapshot exported, built once per session: the one
-    MiniLM build of the suite. Tests read it or copy it (``shutil.copytree``); none may write to it."""
+    extractions, default settings), with its snapshot exported: the one MiniLM build of the suite.
+    Tests read it or copy it (``shutil.copytree``); none may write to it.
+
+    Under pytest-xdist the workers share it: the first to need it builds it in the run's common
+    temporary directory while holding a file lock, and the others wait for it and read it.
+    """
+    from filelock import FileLock
+
     from lightfoot_pipeline.evaluation.evaluate import ensure_dataset_indexed
     from lightfoot_pipeline.snapshot.export import export_snapshot
     from lightfoot_pipeline.store.store import Store
 
-    root = tmp_path_factory.mktemp("minilm-sample") / "store"
-    store = Store(str(root))
-    ensure_dataset_indexed(store, sample_dir, minilm)
-    export_snapshot(store, minilm)
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's directory, above each worker's own
+    root, built = shared / "minilm-sample" / "store", shared / "minilm-sample" / "built"
+    with FileLock(str(shared / "minilm-sample.lock")):
+        if not built.exists():
+            store = Store(str(root))
+            ensure_dataset_indexed(store, sample_dir, minilm)
+            export_snapshot(store, minilm)
+            built.write_text("built\n")
     return root
 
 
