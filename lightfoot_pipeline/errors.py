@@ -17,7 +17,8 @@ catch it by (``ValueError``, ``RuntimeError``, ``OSError``):
   that cannot be read: its reason is recorded, the rest of the batch goes on), ReadersError (a
   document's readers that are not group names, or a change of readers of documents not live);
 - ``index``: EmbedderRequired, RelinkError (a spread link computation that cannot go on);
-- ``pipeline``: IndexConfigError (a store built with another embedder or other settings);
+- ``pipeline``: IndexConfigError (a store built with another embedder or other settings), BatchError
+  (an ingestion batch whose documents have neither a landed copy nor a stored one);
 - ``explain``: ExplainError (a document or entity the store does not know);
 - ``serving``: SnapshotError, NoSnapshotLoaded, RetrievalError, RerankerUnavailable,
   AuthConfigError, BadRequest and HttpError (what the query service answers other than 200);

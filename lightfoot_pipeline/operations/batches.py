@@ -77,7 +77,7 @@ STAGE_TABLES: dict[str, tuple[TableSpec, ...]] = {
 }
 
 
-class BatchError(LightfootError):
+class BatchError(LightfootError, ValueError):
     """A batch cannot be stored as asked (a document with neither a landed copy nor a stored one)."""
 
 

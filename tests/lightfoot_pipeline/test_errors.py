@@ -47,7 +47,7 @@ def test_errors_docstring_names_every_family():
     ("IndexConfigError", RuntimeError), ("SnapshotError", RuntimeError), ("RetrievalError", RuntimeError),
     ("LLMError", RuntimeError), ("EmbedderUnavailable", RuntimeError), ("RerankerUnavailable", RuntimeError),
     ("HarnessError", RuntimeError), ("NoSnapshotLoaded", RuntimeError), ("EmbedderRequired", RuntimeError),
-    ("StoreUnavailable", OSError),
+    ("StoreUnavailable", OSError), ("BatchError", ValueError),
 ])
 def test_each_family_keeps_the_builtin_base_it_is_caught_by(name, builtin):
     assert issubclass(engine_exception_classes()[name], builtin)
