@@ -336,29 +336,40 @@ def audit_dataset(dataset_dir: Path, groups_file: Path, store: Store, embedder: 
     snapshot = load_snapshot(store, info.snapshot_id)
     build_seconds = round(time.perf_counter() - started, 3)
     echo(f"built {len(documents)} documents ({len(set(readers.values()))} reader sets) in {build_seconds}s")
+    audited = _audit_report(snapshot, principals, questions, embedder,
+                            dataset_reference(documents, records, embedder, vectors_from=store),
+                            work_dir=work_dir, echo=echo)
+    return {
+        "dataset": str(dataset_dir), "groups_file": str(groups_file), "questions_file": str(questions_file),
+        "store": store.uri, **audited, "build_seconds": build_seconds,
+        # the build's calls too: the recorded extractions make it none
+        "model_calls": LLMClient.calls_started() - calls_before,
+    }
+
+
+def _audit_report(snapshot: Snapshot, principals: Sequence[Principal], questions: Sequence[Question],
+                  embedder: Embedder, reference: ReferenceBuilder, *, work_dir: Path | None, echo: Echo) -> dict:
+    """The audit of ``principals``' views of ``snapshot`` against ``reference`` (in ``work_dir``,
+    kept, or a temporary folder, removed), as the part of the report that both audits share."""
+    calls_before = LLMClient.calls_started()
+    readers = snapshot_readers(snapshot)
     keep = work_dir is not None
-    scratch = Path(work_dir) if keep else Path(tempfile.mkdtemp(prefix="lightfoot-permission-audit-"))
+    scratch = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="lightfoot-permission-audit-"))
     try:
-        audits = audit_permissions(snapshot, principals, questions, embedder,
-                                   dataset_reference(documents, records, embedder, vectors_from=store),
-                                   scratch, keep_stores=keep, echo=echo)
+        audits = audit_permissions(snapshot, principals, questions, embedder, reference, scratch,
+                                   keep_stores=keep, echo=echo)
     finally:
         if not keep:
             shutil.rmtree(scratch, ignore_errors=True)
     return {
-        "dataset": str(dataset_dir),
-        "groups_file": str(groups_file),
-        "questions_file": str(questions_file),
-        "store": store.uri,
-        "snapshot_id": info.snapshot_id,
+        "snapshot_id": snapshot.info.snapshot_id,
         "embedder": embedder.model_id,
-        "documents": len(documents),
+        "documents": len(readers),
         "reader_sets": len(set(readers.values())),
         "top_k": TOP_K,
         "principals": [a.as_dict() for a in audits],
         "equal": all(a.equal for a in audits),
         "model_calls": LLMClient.calls_started() - calls_before,
-        "build_seconds": build_seconds,
         "work_dir": str(scratch) if keep else None,
     }
 
@@ -392,30 +403,11 @@ def audit_store(store: Store, groups_file: Path, embedder: Embedder, questions_f
     readers = snapshot_readers(snapshot)
     echo(f"exported {len(readers)} documents ({len(set(readers.values()))} reader sets) of commit {manifest.seq} "
          f"in {round(time.perf_counter() - started, 3)}s")
-    calls_before = LLMClient.calls_started()
-    keep = work_dir is not None
-    scratch = Path(work_dir) if keep else Path(tempfile.mkdtemp(prefix="lightfoot-permission-audit-"))
-    try:
-        audits = audit_permissions(snapshot, principals, questions, embedder,
-                                   store_reference(store, embedder, manifest=manifest),
-                                   scratch, keep_stores=keep, echo=echo)
-    finally:
-        if not keep:
-            shutil.rmtree(scratch, ignore_errors=True)
+    audited = _audit_report(snapshot, principals, questions, embedder,
+                            store_reference(store, embedder, manifest=manifest), work_dir=work_dir, echo=echo)
     return {
-        "store": store.uri,
-        "commit": manifest.seq,
-        "groups_file": str(groups_file),
-        "questions_file": str(questions_file) if questions_file is not None else None,
-        "snapshot_id": info.snapshot_id,
-        "embedder": embedder.model_id,
-        "documents": len(readers),
-        "reader_sets": len(set(readers.values())),
-        "top_k": TOP_K,
-        "principals": [a.as_dict() for a in audits],
-        "equal": all(a.equal for a in audits),
-        "model_calls": LLMClient.calls_started() - calls_before,
-        "work_dir": str(scratch) if keep else None,
+        "store": store.uri, "commit": manifest.seq, "groups_file": str(groups_file),
+        "questions_file": str(questions_file) if questions_file is not None else None, **audited,
     }
 
 

@@ -201,36 +201,42 @@ def shipped_defs() -> dg.Definitions:
     return shipped_definitions()
 
 
+@contextlib.contextmanager
+def _harness_in(root: Path, monkeypatch, *, rebuild_check: bool = False, home_exists: bool = False):
+    """The harness on ``root`` with an instance of its own on disk under ``root/dagster_home`` (a
+    sensor resolves the partition of the runs it asks for through the instance's ref, and a
+    schedule's context needs one, which an in-memory instance lacks), disposed of on leaving.
+    ``home_exists``: the root is a copy that already holds an instance's storage."""
+    home = root / "dagster_home"
+    home.mkdir(parents=True, exist_ok=home_exists)
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        yield _harness(root, monkeypatch, instance, rebuild_check=rebuild_check)
+    finally:
+        instance.dispose()
+
+
 @pytest.fixture(scope="session")
-def make_harness():
-    """``make_harness(root, monkeypatch, instance, rebuild_check=False)``: the harness on a root and
-    instance of the test's own (for a module that builds one state once and copies it for each test)."""
-    return _harness
+def harness_in():
+    """``with harness_in(root, monkeypatch, rebuild_check=False, home_exists=False) as harness``: the
+    harness on a root and instance of the test's own (for a module that builds one state once and
+    copies it for each test)."""
+    return _harness_in
 
 
 @pytest.fixture
 def lightfoot(tmp_path, monkeypatch):
-    """The harness on a temporary instance with storage on disk (a sensor resolves the partition of
-    the runs it asks for through the instance's ref, which an in-memory instance lacks)."""
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    instance = dg.DagsterInstance.from_config(str(home))
-    try:
-        yield _harness(tmp_path, monkeypatch, instance)
-    finally:
-        instance.dispose()
+    """The harness on a temporary root and instance, without the comparison with a fresh rebuild."""
+    with _harness_in(tmp_path, monkeypatch) as harness:
+        yield harness
 
 
 @pytest.fixture
-def lightfoot_on_disk(tmp_path, monkeypatch):
-    """The harness on a temporary instance with storage on disk (schedule contexts need one)."""
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    instance = dg.DagsterInstance.from_config(str(home))
-    try:
-        yield _harness(tmp_path, monkeypatch, instance)
-    finally:
-        instance.dispose()
+def lightfoot_checked(tmp_path, monkeypatch):
+    """The harness with the comparison with a fresh rebuild turned on: for the tests of that check
+    and of the automation that a blocking check holds back."""
+    with _harness_in(tmp_path, monkeypatch, rebuild_check=True) as harness:
+        yield harness
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 
 from assets.resources import ExtractorResource, InboxResource
-from lightfoot_pipeline.cli import main as lightfoot
+from lightfoot_pipeline.cli import main as lightfoot_cli
 from lightfoot_pipeline.ingest.dataset import Document
 
 pytestmark = [pytest.mark.dagster]
@@ -57,9 +57,9 @@ def canary_document(doc_id: str, town: str) -> tuple[Document, dict]:
 
 
 def test_no_file_under_dagster_home_holds_erased_content(
-    lightfoot_on_disk, twenty, sample_records, chat_server, document_files, capfd
+    lightfoot, twenty, sample_records, chat_server, document_files, capfd
 ):
-    harness = lightfoot_on_disk
+    harness = lightfoot
     home = Path(harness.instance.root_directory)
     others = twenty[:6]
     memo, memo_record = canary_document("memo-7", "Oslo")
@@ -95,7 +95,7 @@ def test_no_file_under_dagster_home_holds_erased_content(
     assert holders(harness.root / "store"), "the store holds the canary before the erasures (or the search is blind)"
 
     # Deleted on the command line, against the same store; the Dagster layer records it in its batch.
-    assert lightfoot(["delete", note.doc_id, "--erase", "--store", harness.store_uri]) == 0
+    assert lightfoot_cli(["delete", note.doc_id, "--erase", "--store", harness.store_uri]) == 0
     recorded = harness.tick("outside_deletions_sensor")
     assert {(e.partition, e.metadata["status"].value) for e in recorded.asset_events} == {(drop, "partly deleted")}
 

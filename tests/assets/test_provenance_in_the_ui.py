@@ -43,9 +43,9 @@ def _render(url: str, screenshot: Path, profile: Path, height: int = 1000) -> st
 @pytest.mark.slow
 @pytest.mark.skipif(chromium() is None, reason="no Chromium on this machine (scripts/setup.sh installs it)")
 def test_an_entitys_sources_and_runs_are_two_clicks_from_a_batch_materialization(
-    lightfoot_on_disk, sample_documents, sample_records, tmp_path, monkeypatch
+    lightfoot, sample_documents, sample_records, tmp_path, monkeypatch
 ):
-    harness = lightfoot_on_disk
+    harness = lightfoot
     page_port, dagster_port = free_port(), free_port()  # chosen up front: the links are made at ingestion
     page, dagster = f"http://127.0.0.1:{page_port}", f"http://127.0.0.1:{dagster_port}"
     monkeypatch.setenv("LIGHTFOOT_PAGE_URL", page)

@@ -71,40 +71,29 @@ class Automation:
 
 
 @pytest.fixture(scope="module")
-def observed_once(tmp_path_factory, make_harness, sample_documents, sample_records):
+def observed_once(tmp_path_factory, harness_in, sample_documents, sample_records):
     """Four documents ingested through Dagster and the store log observed, once per module: the
     harness's root (store, inboxes, an instance on disk under dagster_home/) and its sensor cursors."""
     root = tmp_path_factory.mktemp("store-log") / "root"
-    (root / "dagster_home").mkdir(parents=True)
-    instance = dg.DagsterInstance.from_config(str(root / "dagster_home"))
-    try:
-        with pytest.MonkeyPatch.context() as monkeypatch:
-            harness = make_harness(root, monkeypatch, instance, rebuild_check=True)
-            harness.ingest_through_the_inbox(sample_documents[:4], sample_records)
-            tick = harness.tick("store_log_sensor")
-            assert tick.asset_events == [], "Dagster's own commits, reflected by its snapshot: nothing to report"
-            cursors = dict(harness.cursors)
-    finally:
-        instance.dispose()
-    return root, cursors
+    with pytest.MonkeyPatch.context() as monkeypatch, harness_in(root, monkeypatch, rebuild_check=True) as harness:
+        harness.ingest_through_the_inbox(sample_documents[:4], sample_records)
+        tick = harness.tick("store_log_sensor")
+        assert tick.asset_events == [], "Dagster's own commits, reflected by its snapshot: nothing to report"
+        return root, dict(harness.cursors)
 
 
 @pytest.fixture
-def observed(observed_once, make_harness, tmp_path, monkeypatch):
+def observed(observed_once, harness_in, tmp_path, monkeypatch):
     """The harness on a copy of the module's root, with its own instance, and the automation
     sensor's first evaluation done (it only sets the cursor)."""
     template, cursors = observed_once
     root = tmp_path / "root"
     shutil.copytree(template, root)
-    instance = dg.DagsterInstance.from_config(str(root / "dagster_home"))
-    try:
-        harness = make_harness(root, monkeypatch, instance, rebuild_check=True)
+    with harness_in(root, monkeypatch, rebuild_check=True, home_exists=True) as harness:
         harness.cursors.update(cursors)
         automation = Automation(harness)
         assert automation.tick() == []
         yield harness, automation
-    finally:
-        instance.dispose()
 
 
 def test_a_command_line_write_makes_the_graph_and_snapshot_stale_until_automation_catches_up(
@@ -146,23 +135,11 @@ def test_a_command_line_write_makes_the_graph_and_snapshot_stale_until_automatio
     assert automation.tick() == []
 
 
-@pytest.fixture
-def checked(tmp_path, monkeypatch, make_harness):
-    """The harness with every check on: a blocking check that only warns (the rebuild comparison
-    turned off) holds the snapshot's automation back, so these tests of automation compare."""
-    (tmp_path / "dagster_home").mkdir()
-    instance = dg.DagsterInstance.from_config(str(tmp_path / "dagster_home"))
-    try:
-        yield make_harness(tmp_path, monkeypatch, instance, rebuild_check=True)
-    finally:
-        instance.dispose()
-
-
-def test_on_a_fresh_instance_the_first_drop_starts_no_automation_run(checked, twenty, sample_records):
+def test_on_a_fresh_instance_the_first_drop_starts_no_automation_run(lightfoot_checked, twenty, sample_records):
     """Issue 35: a first report of the store log, which moved nothing, counted as an update, and
     automation started a graph run on the empty store beside the first drop's ingestion run (which
     then waited for the store pool and warned five times that it did not compare)."""
-    lightfoot = checked
+    lightfoot = lightfoot_checked
     automation = Automation(lightfoot)
     assert lightfoot.tick("store_log_sensor").asset_events == []
     assert automation.tick() == []

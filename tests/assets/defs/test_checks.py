@@ -14,46 +14,24 @@ pytestmark = [pytest.mark.dagster]
 
 
 @pytest.fixture(scope="module")
-def ingested_once(tmp_path_factory, make_harness, twenty, sample_records):
+def ingested_once(tmp_path_factory, harness_in, twenty, sample_records):
     """Six documents through the inbox, once per module: the harness's root (store, inboxes, and
     an instance on disk under dagster_home/) and its sensor cursors. Each test changes a copy."""
     root = tmp_path_factory.mktemp("checks") / "root"
-    (root / "dagster_home").mkdir(parents=True)
-    instance = dg.DagsterInstance.from_config(str(root / "dagster_home"))
-    try:
-        with pytest.MonkeyPatch.context() as monkeypatch:
-            harness = make_harness(root, monkeypatch, instance)
-            harness.ingest_through_the_inbox(twenty[:6], sample_records)
-            cursors = dict(harness.cursors)
-    finally:
-        instance.dispose()
-    return root, cursors
+    with pytest.MonkeyPatch.context() as monkeypatch, harness_in(root, monkeypatch) as harness:
+        harness.ingest_through_the_inbox(twenty[:6], sample_records)
+        return root, dict(harness.cursors)
 
 
 @pytest.fixture
-def ingested(ingested_once, make_harness, tmp_path, monkeypatch):
+def ingested(ingested_once, harness_in, tmp_path, monkeypatch):
     """The harness on a copy of the module's ingested root, with its own instance."""
     template, cursors = ingested_once
     root = tmp_path / "root"
     shutil.copytree(template, root)
-    instance = dg.DagsterInstance.from_config(str(root / "dagster_home"))
-    try:
-        harness = make_harness(root, monkeypatch, instance, rebuild_check=True)
+    with harness_in(root, monkeypatch, rebuild_check=True, home_exists=True) as harness:
         harness.cursors.update(cursors)
         yield harness
-    finally:
-        instance.dispose()
-
-
-@pytest.fixture
-def lightfoot(tmp_path, monkeypatch, make_harness):
-    """The harness with the comparison with a fresh rebuild turned on: these are its tests."""
-    (tmp_path / "dagster_home").mkdir()
-    instance = dg.DagsterInstance.from_config(str(tmp_path / "dagster_home"))
-    try:
-        yield make_harness(tmp_path, monkeypatch, instance, rebuild_check=True)
-    finally:
-        instance.dispose()
 
 
 def deletion_run(lightfoot, run_config: dict | None = None):
@@ -158,7 +136,8 @@ def test_a_passage_with_no_extraction_is_not_accounted_for(ingested):
     assert missing["chunk_id"] not in result.description
 
 
-def test_the_ingestion_job_compares_with_a_rebuild_up_to_its_limit(lightfoot, twenty, sample_records):
+def test_the_ingestion_job_compares_with_a_rebuild_up_to_its_limit(lightfoot_checked, twenty, sample_records):
+    lightfoot = lightfoot_checked
     lightfoot.drop_documents("small", twenty[:3], sample_records)
     (request,) = lightfoot.tick("inbox_sensor").run_requests
     result = lightfoot.run(request)

@@ -245,8 +245,8 @@ def test_a_batch_whose_receipt_is_not_held_fails_saying_so(lightfoot):
 # tests/lightfoot_pipeline/operations/test_batches.py::test_a_passage_with_no_recording_is_stored_as_failed_and_still_accounted_for
 
 
-def test_the_hourly_schedule_ingests_landed_documents_the_store_lacks(lightfoot_on_disk, twenty, sample_records):
-    lightfoot = lightfoot_on_disk
+def test_the_hourly_schedule_ingests_landed_documents_the_store_lacks(lightfoot, twenty, sample_records):
+    lightfoot = lightfoot
     docs = twenty[:3]
     Landing(lightfoot.store()).put_documents(
         [LandedDocument(d, sample_records[d.doc_id], utc_now(), "test") for d in docs]
@@ -361,8 +361,8 @@ def test_the_same_file_dropped_again_with_new_content_is_a_new_drop(lightfoot, t
     assert text == [original.text + " It was renamed in 2001."]
 
 
-def test_the_hourly_schedule_asks_for_the_runs_of_pending_drops(lightfoot_on_disk, twenty, sample_records):
-    lightfoot = lightfoot_on_disk
+def test_the_hourly_schedule_asks_for_the_runs_of_pending_drops(lightfoot, twenty, sample_records):
+    lightfoot = lightfoot
     docs = twenty[:2]
     lightfoot.drop_documents("drop", docs, sample_records)
     at = lambda hour: lightfoot.schedule_tick(  # noqa: E731

@@ -450,8 +450,8 @@ def policy_file(tmp_path):
     return path
 
 
-def test_the_retention_schedule_erases_documents_past_their_date(lightfoot_on_disk, twenty, sample_records, policy_file):
-    lightfoot = lightfoot_on_disk
+def test_the_retention_schedule_erases_documents_past_their_date(lightfoot, twenty, sample_records, policy_file):
+    lightfoot = lightfoot
     expired = dataclasses.replace(twenty[0], retention_until=dt.date(2026, 3, 1))
     lasting = dataclasses.replace(twenty[2], retention_until=dt.date(2027, 1, 1))
     lightfoot.ingest_through_the_inbox([expired, twenty[1], lasting], sample_records)
@@ -479,11 +479,11 @@ def test_the_retention_schedule_erases_documents_past_their_date(lightfoot_on_di
 
 
 def test_a_failed_retention_run_is_asked_again_by_the_erasure_sensor(
-    lightfoot_on_disk, twenty, sample_records, monkeypatch
+    lightfoot, twenty, sample_records, monkeypatch
 ):
     import assets.defs.retention as retention
 
-    lightfoot = lightfoot_on_disk
+    lightfoot = lightfoot
     expired = dataclasses.replace(twenty[0], retention_until=dt.date(2026, 3, 1))
     lightfoot.ingest_through_the_inbox([expired, twenty[1]], sample_records)
     (request,) = lightfoot.schedule_tick("retention_schedule", dt.datetime(2026, 3, 2, 3, 0, tzinfo=dt.UTC))
@@ -505,13 +505,13 @@ def test_a_failed_retention_run_is_asked_again_by_the_erasure_sensor(
     assert Receipts(lightfoot.store()).receipt("erasure", receipt.receipt_id).is_done
 
 
-def test_a_bad_policy_file_fails_the_schedule_with_its_reason(lightfoot_on_disk, tmp_path):
+def test_a_bad_policy_file_fails_the_schedule_with_its_reason(lightfoot, tmp_path):
     from assets.resources import InboxResource
     from lightfoot_pipeline.ingest.retention import PolicyError
 
     (tmp_path / "bad.json").write_text('{"rules": [{"keep_days": "ten"}]}')
-    resources = {**lightfoot_on_disk.resources, "inbox": InboxResource(retention_policy=str(tmp_path / "bad.json"))}
+    resources = {**lightfoot.resources, "inbox": InboxResource(retention_policy=str(tmp_path / "bad.json"))}
     with pytest.raises(dg.DagsterError, match="evaluation of schedule retention_schedule") as failure:
-        lightfoot_on_disk.schedule_tick("retention_schedule", dt.datetime(2026, 3, 2, tzinfo=dt.UTC), resources)
+        lightfoot.schedule_tick("retention_schedule", dt.datetime(2026, 3, 2, tzinfo=dt.UTC), resources)
     assert isinstance(failure.value.__cause__, PolicyError)
     assert "rule 1: keep_days must be a whole number of days" in str(failure.value.__cause__)
