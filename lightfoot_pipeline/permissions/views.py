@@ -206,6 +206,67 @@ def tables_of(access: Access, documents: frozenset[str]) -> dict[str, pl.DataFra
             "entities": entities, "mentions": mentions, "synonym_edges": edges, "facts": facts}
 
 
+def _in(column: str, values: pl.DataFrame | pl.Series) -> pl.Expr:
+    series = values if isinstance(values, pl.Series) else values.get_column(column)
+    return pl.col(column).is_in(series.implode())
+
+
+def narrowed_tables(base: dict[str, pl.DataFrame], lost: frozenset[str], settings: dict) -> dict[str, pl.DataFrame]:
+    """The index tables of a store of the documents of ``base`` (tables as :func:`tables_of` gives
+    them) less ``lost``, equal to ``tables_of`` of the remaining documents, in time that follows
+    what ``lost`` touches rather than the view.
+
+    Taking documents away only removes names and splits entities: an entity none of whose names
+    has a form in ``lost`` keeps its members, their statistics, its mentions and its synonym
+    edges, since each is a function of its members' live forms and links (DESIGN.md). Only the
+    entities holding a name of ``lost`` are derived again, as components of their surviving
+    names, with their rows, mentions and synonym edges; the facts asserted in ``lost`` are
+    recounted from their remaining sources."""
+    if not lost:
+        return dict(base)
+    gone = pl.Series("doc_id", sorted(lost), dtype=pl.String)
+    forms = base["forms"].filter(~_in("doc_id", gone))
+    touched = base["forms"].filter(_in("doc_id", gone)).select("type", "name").unique()
+    aliases = base["aliases"]
+    affected = aliases.join(touched, on=["type", "name"], how="semi").get_column("entity_id").unique()
+    members = aliases.filter(_in("entity_id", affected)).select("type", "name")
+    member_forms = forms.join(members, on=["type", "name"], how="semi")
+    alive = name_statistics(member_forms)  # the affected entities' names that some document still uses
+    dead = members.join(alive.select("type", "name"), on=["type", "name"], how="anti")
+    links = (base["name_links"]
+             .join(dead.rename({"name": "name_a"}), on=["type", "name_a"], how="anti")
+             .join(dead.rename({"name": "name_b"}), on=["type", "name_b"], how="anti"))
+    keys = alive.select("type", "name")
+    within = (links.join(keys.rename({"name": "name_a"}), on=["type", "name_a"], how="semi")
+              .join(keys.rename({"name": "name_b"}), on=["type", "name_b"], how="semi"))
+    labels = components(alive.select("name", "type"), within, float(settings["entity_threshold"]))
+    split = alive.join(labels, on=["name", "type"]).select(ALIASES.columns)
+    kept = ~_in("entity_id", affected)
+    new_aliases = pl.concat([aliases.filter(kept), split], how="vertical_relaxed")
+    # An edge of a split entity has a member link with an end among its names.
+    touching = pl.concat([links.join(keys.rename({"name": "name_a"}), on=["type", "name_a"], how="semi"),
+                          links.join(keys.rename({"name": "name_b"}), on=["type", "name_b"], how="semi")]).unique()
+    edges = base["synonym_edges"]
+    edges = pl.concat([
+        edges.filter(~_in("entity_a", affected) & ~_in("entity_b", affected)),
+        synonym_edges(touching, new_aliases, float(settings["synonym_threshold"]), bool(settings["numbers_must_agree"])),
+    ], how="vertical_relaxed")
+    fact_sources = base["fact_sources"].filter(~_in("doc_id", gone))
+    recounted = base["fact_sources"].filter(_in("doc_id", gone)).get_column("fact_id").unique()
+    facts = pl.concat([
+        base["facts"].filter(~_in("fact_id", recounted)),
+        fact_rows(fact_sources.filter(_in("fact_id", recounted))).select(FACTS.columns),
+    ], how="vertical_relaxed")
+    return {
+        "forms": forms, "fact_sources": fact_sources, "name_links": links, "aliases": new_aliases,
+        "entities": pl.concat([base["entities"].filter(kept), entity_rows(split, member_forms).select(ENTITIES.columns)],
+                              how="vertical_relaxed"),
+        "mentions": pl.concat([base["mentions"].filter(kept), mention_rows(split, member_forms)],
+                              how="vertical_relaxed"),
+        "synonym_edges": edges, "facts": facts,
+    }
+
+
 def _rows_of(keys: pl.DataFrame, held: pl.DataFrame, on: list[str]) -> np.ndarray:
     """(len(keys),) row of each key's row in ``held`` (every key is there)."""
     matched = (keys.select(on).with_row_index("new")
@@ -275,14 +336,26 @@ def whole_view_names(snapshot: Snapshot) -> tuple[str, str, str]:
     return view_key(documents), f"{exported}-{digest[:12]}", digest
 
 
-def reader_view(snapshot: Snapshot, principal: Principal, narrowing: Narrowing | None = None) -> ReaderView:
+# A view is derived from a base (another view's tables, or the whole snapshot's) that holds its
+# documents and at most this share more; from the access tables otherwise.
+BASE_EXTRA_SHARE = 0.25
+Base = tuple[frozenset[str], dict[str, pl.DataFrame]]  # (documents, their tables as tables_of gives them)
+
+
+def reader_view(snapshot: Snapshot, principal: Principal, narrowing: Narrowing | None = None,
+                base: Base | None = None) -> ReaderView:
     """``principal``'s view of ``snapshot`` (under ``narrowing``: of the documents it still reads;
-    built now; :class:`ViewCache` keeps them)."""
+    built now; :class:`ViewCache` keeps them). With a ``base`` that holds its documents, the
+    tables are the base's less the documents it does not read (:func:`narrowed_tables`)."""
     started = time.perf_counter()
     documents = readable_documents(snapshot, principal, narrowing)
     if documents is None:
         return ReaderView(view_key(None), snapshot, counts=dict(snapshot.info.counts))
-    tables = derive_tables(snapshot, documents)
+    if base is not None and documents <= base[0]:
+        assert snapshot.access is not None, "a view of part of a snapshot needs its access tables"
+        tables = narrowed_tables(base[1], base[0] - documents, snapshot.access.settings)
+    else:
+        tables = derive_tables(snapshot, documents)
     view = view_snapshot(snapshot, documents, tables)
     return ReaderView(view_key(documents), view, documents, tables, round(time.perf_counter() - started, 4),
                       dict(view.info.counts))
@@ -297,7 +370,12 @@ class ViewCache:
     cache of the same snapshot under an earlier narrowing, lends the views it holds of none of the
     documents the two narrowings treat otherwise: a view is a function of its document set, so a
     principal that lost nothing keeps its view as it was, without a build, and a view that may be
-    no one's now is not kept."""
+    no one's now is not kept.
+
+    A view is derived again from a base when one holds its documents and not many more
+    (:data:`BASE_EXTRA_SHARE`): the inherited views that lost documents, and the whole snapshot's
+    tables (:meth:`prepare` derives them once, for a snapshot with access tables), so that a
+    narrowing costs what it takes away, not a derivation of every view from the access tables."""
 
     def __init__(self, snapshot: Snapshot, size: int = VIEWS_KEPT, narrowing: Narrowing | None = None,
                  inherit: ViewCache | None = None) -> None:
@@ -305,11 +383,19 @@ class ViewCache:
         self.size = size
         self.narrowing = narrowing
         self._views: OrderedDict[str, ReaderView] = OrderedDict()
+        self._bases: list[Base] = []
+        self.whole: Base | None = None  # every document of the snapshot and its tables (prepare)
         if inherit is not None and inherit.snapshot is snapshot:
             changed = narrowing.changed_since(inherit.narrowing) if narrowing else (
                 inherit.narrowing.changed_since(None) if inherit.narrowing else frozenset())
-            self._views.update((key, view) for key, view in inherit.held()
-                               if view.documents is not None and view.documents.isdisjoint(changed))
+            self.whole = inherit.whole
+            for key, view in inherit.held():
+                if view.documents is None or view.tables is None:
+                    continue
+                if view.documents.isdisjoint(changed):
+                    self._views[key] = view
+                else:
+                    self._bases.append((view.documents, view.tables))
         self._lock = threading.Lock()
         self._building: dict[str, threading.Lock] = {}
         self._by_groups: dict[tuple[str, ...], tuple[str, frozenset[str] | None]] = {}
@@ -332,7 +418,7 @@ class ViewCache:
             with self._lock:
                 held = self._views.get(key)
             if held is None:
-                held = reader_view(self.snapshot, principal, self.narrowing)
+                held = reader_view(self.snapshot, principal, self.narrowing, self._base(documents))
                 with self._lock:
                     self._views[key] = held
                     while len(self._views) > self.size:
@@ -340,6 +426,23 @@ class ViewCache:
             with self._lock:
                 self._building.pop(key, None)
             return held
+
+    def prepare(self) -> None:
+        """Derive the whole snapshot's tables, the base of the views of a later narrowing (a
+        snapshot without access tables has no view to derive)."""
+        access = self.snapshot.access
+        if self.whole is None and access is not None:
+            documents = frozenset(access.readers.get_column("doc_id").to_list())
+            self.whole = (documents, tables_of(access, documents))
+
+    def _base(self, documents: frozenset[str]) -> Base | None:
+        """The base that holds ``documents`` with the fewest others, if few enough."""
+        held = [*self._bases, *([self.whole] if self.whole is not None else [])]
+        fits = [base for base in held if documents <= base[0]]
+        best = min(fits, key=lambda base: len(base[0]), default=None)
+        if best is None or len(best[0]) - len(documents) > BASE_EXTRA_SHARE * len(best[0]):
+            return None
+        return best
 
     def keys(self) -> list[str]:
         with self._lock:

@@ -380,6 +380,8 @@ class QueryService:
         self._warm(serving)
         self._serving = serving
         self.reloads += 1
+        # Once it serves: the base from which a later narrowing derives its views (views.py ViewCache).
+        serving.views.prepare()
 
     def _narrowing(self, snapshot: Snapshot, held: Narrowing | None) -> tuple[Snapshot, Narrowing | None]:
         """What the store's newest commit takes from ``snapshot``'s readers (permissions/views.py

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from lightfoot_pipeline.ingest.dataset import load_questions
 from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL
-from lightfoot_pipeline.permissions.views import ViewCache, readable_documents, reader_view
+from lightfoot_pipeline.permissions.views import (
+    Narrowing,
+    ViewCache,
+    narrowed_tables,
+    readable_documents,
+    reader_view,
+    tables_of,
+)
 from lightfoot_pipeline.retrieval.explain import explain_query
 from lightfoot_pipeline.retrieval.retrieve import Retriever
 from lightfoot_pipeline.snapshot.export import export_snapshot
@@ -92,3 +102,57 @@ def test_each_view_equals_a_store_of_its_readable_documents(principal, served, q
     ours, fresh = Retriever(mine, hashing_embedder), Retriever(theirs, hashing_embedder)
     for question in questions:
         assert _ranking(ours, question) == _ranking(fresh, question), question
+
+
+def _rows(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.sort(frame.columns)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_view_narrowed_from_a_base_equals_one_derived_from_the_access_tables(served, seed):
+    """narrowed_tables takes documents from a base's tables (the whole snapshot's, or another
+    view's) and derives again only the entities and facts they touched: the same tables, row for
+    row, as deriving the remaining documents from the access tables. The documents taken are a
+    random few, a tenth, and those sharing the most-used names (which split the largest entities)."""
+    snapshot, readers, _ = served
+    rng = random.Random(seed)
+    every = sorted(readers)
+    base_documents = frozenset(every) if seed % 2 == 0 else frozenset(rng.sample(every, len(every) * 4 // 5))
+    base = tables_of(snapshot.access, base_documents)
+    forms = base["forms"]
+    busiest = (forms.group_by("type", "name").agg(pl.col("doc_id").n_unique().alias("n")).sort("n", descending=True)
+               .head(3).join(forms, on=["type", "name"]).get_column("doc_id").unique().sort().to_list())
+    pool = sorted(base_documents)
+    for lost in (rng.sample(pool, 3), rng.sample(pool, len(pool) // 10), busiest[: len(busiest) // 2 + 1]):
+        remaining = base_documents - frozenset(lost)
+        narrowed = narrowed_tables(base, frozenset(lost), snapshot.access.settings)
+        derived = tables_of(snapshot.access, remaining)
+        assert set(narrowed) == set(derived)
+        for name, frame in derived.items():
+            assert_frame_equal(_rows(narrowed[name]), _rows(frame), check_dtypes=False)
+    assert narrowed_tables(base, frozenset(), snapshot.access.settings)["entities"].equals(base["entities"])
+
+
+def test_under_a_narrowing_the_cache_derives_views_from_its_bases_and_they_equal_fresh_ones(served):
+    """A cache under a narrowing builds each view from the inherited view that lost documents, or
+    from the whole snapshot's tables: the view is the one reader_view derives from the access
+    tables (same id, fingerprint, tables and graph)."""
+    snapshot, _, _ = served
+    staff = next(p for p in PRINCIPALS if p.name == "staff-member")
+    before = ViewCache(snapshot)
+    before.prepare()
+    held = before.view(staff)
+    lost = sorted(held.documents)[:5]
+    narrowing = Narrowing(snapshot.info.store_seq + 1, frozenset(lost[:2]),
+                          tuple((d, "nobody") for d in lost[2:]))
+    after = ViewCache(snapshot, narrowing=narrowing, inherit=before)
+    assert after.whole is before.whole and after._base(held.documents - set(lost)) is not None
+    for principal in (staff, OPERATOR_PRINCIPAL):
+        mine, theirs = after.view(principal), reader_view(snapshot, principal, narrowing)
+        gone = set(lost) if principal is staff else set(lost[:2])  # the operator reads what nobody does
+        assert mine.documents == theirs.documents and not gone & mine.documents
+        assert mine.snapshot.info.snapshot_id == theirs.snapshot.info.snapshot_id
+        assert mine.snapshot.info.fingerprint == theirs.snapshot.info.fingerprint
+        assert (mine.snapshot.adjacency != theirs.snapshot.adjacency).nnz == 0
+        for name, frame in theirs.tables.items():
+            assert_frame_equal(_rows(mine.tables[name]), _rows(frame), check_dtypes=False)
