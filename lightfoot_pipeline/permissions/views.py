@@ -276,9 +276,11 @@ def _rows_of(keys: pl.DataFrame, held: pl.DataFrame, on: list[str]) -> np.ndarra
     return rows.to_numpy().astype(np.int64)
 
 
-def view_snapshot(snapshot: Snapshot, documents: frozenset[str], tables: dict[str, pl.DataFrame]) -> Snapshot:
+def view_snapshot(snapshot: Snapshot, documents: frozenset[str], tables: dict[str, pl.DataFrame],
+                  indexed: Snapshot | None = None) -> Snapshot:
     """The snapshot a store of ``documents`` would export: its graph assembled from ``tables``, its
-    vectors the snapshot's rows of the same passages and facts."""
+    vectors the snapshot's rows of the same passages and facts. ``indexed``: a snapshot (or view)
+    whose fact index to keep when its training sample is the view's (the snapshot's by default)."""
     wanted = pl.Series("doc_id", sorted(documents), dtype=pl.String).implode()
     passages = snapshot.passages.filter(pl.col("doc_id").is_in(wanted)).drop("node")
     facts = tables["facts"]
@@ -295,8 +297,8 @@ def view_snapshot(snapshot: Snapshot, documents: frozenset[str], tables: dict[st
         # The snapshot's centroids when the view's training sample is the snapshot's (a view of
         # most documents, as after a deletion): the same sample gives the same centroids, and a
         # fact's group is a function of its vector and them (snapshot/collect.py build_fact_index).
-        fact_index, order = build_fact_index(view_facts.get_column("fact_id").to_numpy(), fact_vectors, snapshot,
-                                             lambda done, total: None)
+        fact_index, order = build_fact_index(view_facts.get_column("fact_id").to_numpy(), fact_vectors,
+                                             indexed if indexed is not None else snapshot, lambda done, total: None)
         view_facts, fact_vectors = view_facts[order], fact_vectors[order]
     counts = {
         "entities": graph.entities.height, "passages": graph.passages.height,
@@ -339,7 +341,9 @@ def whole_view_names(snapshot: Snapshot) -> tuple[str, str, str]:
 # A view is derived from a base (another view's tables, or the whole snapshot's) that holds its
 # documents and at most this share more; from the access tables otherwise.
 BASE_EXTRA_SHARE = 0.25
-Base = tuple[frozenset[str], dict[str, pl.DataFrame]]  # (documents, their tables as tables_of gives them)
+# (documents, their tables as tables_of gives them, the snapshot or view of them: its fact index is
+# kept when a narrowing leaves its training sample as it was)
+Base = tuple[frozenset[str], dict[str, pl.DataFrame], Snapshot]
 
 
 def reader_view(snapshot: Snapshot, principal: Principal, narrowing: Narrowing | None = None,
@@ -351,12 +355,14 @@ def reader_view(snapshot: Snapshot, principal: Principal, narrowing: Narrowing |
     documents = readable_documents(snapshot, principal, narrowing)
     if documents is None:
         return ReaderView(view_key(None), snapshot, counts=dict(snapshot.info.counts))
+    indexed = None
     if base is not None and documents <= base[0]:
         assert snapshot.access is not None, "a view of part of a snapshot needs its access tables"
         tables = narrowed_tables(base[1], base[0] - documents, snapshot.access.settings)
+        indexed = base[2]
     else:
         tables = derive_tables(snapshot, documents)
-    view = view_snapshot(snapshot, documents, tables)
+    view = view_snapshot(snapshot, documents, tables, indexed)
     return ReaderView(view_key(documents), view, documents, tables, round(time.perf_counter() - started, 4),
                       dict(view.info.counts))
 
@@ -395,7 +401,7 @@ class ViewCache:
                 if view.documents.isdisjoint(changed):
                     self._views[key] = view
                 else:
-                    self._bases.append((view.documents, view.tables))
+                    self._bases.append((view.documents, view.tables, view.snapshot))
         self._lock = threading.Lock()
         self._building: dict[str, threading.Lock] = {}
         self._by_groups: dict[tuple[str, ...], tuple[str, frozenset[str] | None]] = {}
@@ -433,7 +439,7 @@ class ViewCache:
         access = self.snapshot.access
         if self.whole is None and access is not None:
             documents = frozenset(access.readers.get_column("doc_id").to_list())
-            self.whole = (documents, tables_of(access, documents))
+            self.whole = (documents, tables_of(access, documents), self.snapshot)
 
     def _base(self, documents: frozenset[str]) -> Base | None:
         """The base that holds ``documents`` with the fewest others, if few enough."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import shutil
 
 import numpy as np
 import polars as pl
@@ -22,6 +23,7 @@ from lightfoot_pipeline.permissions.views import (
 from lightfoot_pipeline.retrieval.explain import explain_query
 from lightfoot_pipeline.retrieval.retrieve import Retriever
 from lightfoot_pipeline.snapshot.export import export_snapshot
+from lightfoot_pipeline.snapshot.fact_index import sample_rows
 from lightfoot_pipeline.snapshot.format import load_snapshot
 from lightfoot_pipeline.store.store import Store
 from tests.lightfoot_pipeline.permissions.conftest import PRINCIPALS
@@ -156,3 +158,36 @@ def test_under_a_narrowing_the_cache_derives_views_from_its_bases_and_they_equal
         assert (mine.snapshot.adjacency != theirs.snapshot.adjacency).nnz == 0
         for name, frame in theirs.tables.items():
             assert_frame_equal(_rows(mine.tables[name]), _rows(frame), check_dtypes=False)
+
+
+def test_a_narrowed_view_keeps_its_base_fact_index_when_its_training_sample_is_unchanged(
+        served, hashing_embedder, tmp_path):
+    """With a fact index (every table indexed here), a view narrowed from its base keeps the base's
+    centroids when the documents taken held none of the facts its centroids were trained on, and
+    trains its own otherwise: either way the index a fresh derivation builds."""
+    _, _, store = served
+    copy = tmp_path / "store"
+    shutil.copytree(store.uri, copy, ignore=shutil.ignore_patterns("snapshots"))  # exported again, indexed
+    export_snapshot(Store(str(copy)), hashing_embedder, index_min_rows=1)
+    snapshot = load_snapshot(Store(str(copy)))
+    staff = next(p for p in PRINCIPALS if p.name == "staff-member")
+    before = ViewCache(snapshot)
+    before.prepare()
+    held = before.view(staff)
+    facts = held.tables["fact_sources"]
+    trained = set(np.sort(held.snapshot.facts.get_column("fact_id").to_numpy())[
+        :len(sample_rows(held.snapshot.facts.get_column("fact_id").to_numpy(), len(held.snapshot.fact_index.offsets) - 1))])
+    asserting = facts.group_by("doc_id").agg(pl.col("fact_id").is_in(list(trained)).any().alias("trained"))
+    untouched = sorted(asserting.filter(~pl.col("trained")).get_column("doc_id").to_list())[:3]
+    alone = facts.group_by("fact_id").agg(pl.col("doc_id").unique()).filter(
+        pl.col("doc_id").list.len() == 1, pl.col("fact_id").is_in(list(trained)))  # a sample fact of one document
+    touched = sorted(alone.get_column("doc_id").list.first().unique().to_list())[:1]
+    for lost, kept in ((untouched, True), (touched, False)):
+        narrowing = Narrowing(snapshot.info.store_seq + 1, frozenset(lost))
+        after = ViewCache(snapshot, narrowing=narrowing, inherit=before)
+        mine, theirs = after.view(staff), reader_view(snapshot, staff, narrowing)
+        assert (mine.snapshot.fact_index.centroids is held.snapshot.fact_index.centroids) is kept
+        assert np.array_equal(mine.snapshot.fact_index.centroids, theirs.snapshot.fact_index.centroids)
+        assert np.array_equal(mine.snapshot.fact_index.offsets, theirs.snapshot.fact_index.offsets)
+        assert mine.snapshot.facts.equals(theirs.snapshot.facts)
+        assert np.array_equal(np.asarray(mine.snapshot.fact_vectors), np.asarray(theirs.snapshot.fact_vectors))
