@@ -91,7 +91,7 @@ class Explanations:
         the commit, that source's name and the question."""
         manifest = self.service.store.manifest()
         source = self.service.provenance_source(principal, manifest)
-        return self.answers.get((kind, manifest.seq, source_key(source), question),  # type: ignore[return-value]
+        return self.answers.get((kind, manifest.seq, source_key(source), question),
                                 lambda: compute(source, manifest))
 
     def query(self, principal: Principal, question: str, top_k: int, rerank: bool) -> dict:

@@ -86,6 +86,19 @@ def http_principal(context: Context) -> Principal:
     return request_principal(getattr(request, "scope", {}))
 
 
+def quietly_made(make: Callable[[], MCPServer]) -> MCPServer:
+    """An MCPServer made without the side effect its constructor has on the process's logging (it
+    configures the root logger when that has no handler yet): the service's logging is its
+    caller's (``lightfoot serve`` and ``lightfoot mcp`` set it up first)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        return make()
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
 def build_mcp_server(explanations: Explanations, principal_of: Callable[[Context], Principal],
                      run: Callable[..., Awaitable], private_error: Callable[[str, str], str],
                      run_preview: Callable[..., Awaitable] | None = None) -> MCPServer:
@@ -95,7 +108,7 @@ def build_mcp_server(explanations: Explanations, principal_of: Callable[[Context
     dry run (its pool of one); ``private_error`` logs a failure inside and names it by an id."""
     service = explanations.service
     run_preview = run_preview or run
-    server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
+    server = quietly_made(lambda: MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING"))
 
     async def answer(context: Context, work: Callable[..., dict], *arguments, pool=run) -> dict[str, Any]:
         principal = principal_of(context)

@@ -41,9 +41,9 @@ def plain(value) -> object:
 
 async def over_http(doors, token: str, calls):
     """``calls(client)`` with an MCP client of the service's ``/mcp`` as ``token``'s principal."""
-    async with create_mcp_http_client(headers={"authorization": f"Bearer {token}"}) as http:
-        async with Client(streamable_http_client(doors.url + "/mcp", http_client=http)) as client:
-            return await calls(client)
+    async with create_mcp_http_client(headers={"authorization": f"Bearer {token}"}) as http, \
+            Client(streamable_http_client(doors.url + "/mcp", http_client=http)) as client:
+        return await calls(client)
 
 
 async def every_tool(client, doc_id: str | None = None) -> dict:
@@ -177,3 +177,19 @@ def test_lightfoot_mcp_over_stdio_answers_as_its_tokens_principal(sample_doors):
     for tool in ("search", "explain_entity", "explain_fact", "explain_document"):
         assert plain(got[tool]) == plain(expected[tool]), tool
     assert got["preview_deletion"][0] == "error"
+
+
+def test_lightfoot_mcp_fails_closed_on_a_token_it_cannot_place(tmp_path, capsys, monkeypatch):
+    from lightfoot_pipeline.cli import main
+
+    monkeypatch.delenv("LIGHTFOOT_SERVE_TOKEN", raising=False)
+    monkeypatch.delenv("LIGHTFOOT_SERVE_TOKENS_FILE", raising=False)
+    monkeypatch.setenv("LIGHTFOOT_MCP_TOKEN", "an-unknown-token-" + "u" * 20)
+    store = str(tmp_path / "none")
+    assert main(["mcp", "--store", store]) == 2  # no tokens to place it among
+    assert "LIGHTFOOT_MCP_TOKEN is not one of the service's tokens" in capsys.readouterr().err
+    (tmp_path / "tokens").write_text("")
+    assert main(["mcp", "--store", store, "--tokens-file", str(tmp_path / "tokens")]) == 2
+    assert "is not one of the service's tokens" in capsys.readouterr().err
+    assert main(["mcp", "--store", store, "--as", "*"]) == 2  # the token names the principal
+    assert "--as cannot be given with it" in capsys.readouterr().err
