@@ -259,7 +259,8 @@ def cmd_serve(args) -> int:
     service.watch(args.poll)
     status = service.status()
     print(f"serving snapshot {status['snapshot_id']} of {store.uri} on {server.url} "
-          f"(POST /query, GET /status, GET /snapshot, GET /health); new snapshots are picked up every {args.poll:g}s")
+          f"(POST /query, GET /status, GET /snapshot, GET /health, POST /v1/chat/completions, POST /mcp); "
+          f"new snapshots are picked up every {args.poll:g}s")
     if tokens.configured:
         auth = "bearer token required (GET /health is open); each token reads as its principal's groups"
     else:
@@ -417,7 +418,8 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_query)
 
     p = sub.add_parser("serve", parents=[common],
-                       help="HTTP query service: POST /query, GET /status, GET /snapshot, GET /health")
+                       help="HTTP query service: POST /query, GET /status, GET /snapshot, GET /health, the "
+                            "OpenAI-compatible /v1/chat/completions and the MCP server at /mcp")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; beyond loopback a token is required)")
     p.add_argument("--port", type=int, default=8410)

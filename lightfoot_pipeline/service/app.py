@@ -524,7 +524,7 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
             Route("/snapshot", snapshot, methods=["GET"]),
             *page_routes(explanations, retrieval.run, guard, json_response, HttpError, parse_body, previews.run),
             *chat_routes(service, retrieval.run, answers.run, read_chat_body, private_error, HttpError),
-            Route(MCP_PATH, McpEndpoint(mcp.session_manager, limits), methods=["GET", "POST", "DELETE"]),
+            Route(MCP_PATH, McpEndpoint(mcp.session_manager, limits), methods=["POST"]),
         ],
         lifespan=lifespan,
         middleware=[

@@ -202,3 +202,22 @@ def test_the_conversation_given_to_the_answer_model_is_bounded():
     assert request.question == QUESTION and request.history == ({"role": "user", "content": "first"},)
     with pytest.raises(ChatError, match="lone surrogate"):
         parse_chat_request(b'{"model": "lightfoot", "messages": [{"role": "user", "content": "\\ud800"}]}')
+
+
+def test_a_service_without_an_answer_model_says_so_in_the_openai_shape(sample_snapshot_store, hashing_embedder):
+    from starlette.testclient import TestClient
+
+    from lightfoot_pipeline.service.app import make_app
+    from lightfoot_pipeline.service.queries import QueryService
+    from lightfoot_pipeline.store.store import Store
+
+    service = QueryService(Store(str(sample_snapshot_store)), hashing_embedder, charge_ledger=False)
+    assert service.refresh()
+    try:
+        app = TestClient(make_app(service), base_url="http://127.0.0.1")
+        response = app.post("/v1/chat/completions", json={"model": "lightfoot", "messages": [user()]})
+        assert response.status_code == 503
+        assert response.json()["error"]["code"] == "answers_unavailable"
+        assert app.get("/v1/models").json()["data"][0]["id"] == "lightfoot"
+    finally:
+        service.close()

@@ -156,6 +156,11 @@ def test_bad_arguments_and_unknown_names_get_mcp_errors(sample_doors):
                           headers={"authorization": f"Bearer {READER_TOKEN}", "content-type": "application/json",
                                    "accept": "application/json, text/event-stream"})
     assert too_big.status_code == 413
+    # The transport is stateless: no stream is held open for a GET, no session to DELETE.
+    for method in ("GET", "DELETE"):
+        held = httpx2.request(method, sample_doors.url + "/mcp", timeout=10, headers={
+            "authorization": f"Bearer {READER_TOKEN}", "accept": "application/json, text/event-stream"})
+        assert held.status_code == 405
 
 
 @pytest.mark.slow  # a subprocess that loads the engine (about 10 s)
