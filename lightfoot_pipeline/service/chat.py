@@ -95,9 +95,11 @@ class ChatError(LightfootError):
     """A response other than 200, in the OpenAI error shape."""
 
     def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None,
-                 headers: dict | None = None) -> None:
+                 headers: dict | None = None, close: bool = False) -> None:
         super().__init__(message)
-        self.status, self.code, self.param, self.headers = status, code, param, headers or {}
+        self.status, self.code, self.param, self.headers = status, code, param, dict(headers or {})
+        if close:  # a body left unread (413, 408): the connection is not reused
+            self.headers["connection"] = "close"
 
 
 @dataclass(frozen=True)
@@ -304,7 +306,8 @@ def chat_routes(service: QueryService, run_retrieval: Callable[..., Awaitable], 
             try:
                 chat = parse_chat_request(await read_body(request))
             except http_error as err:
-                raise ChatError(err.status, str(err), headers=err.headers) from None  # type: ignore[attr-defined]
+                raise ChatError(err.status, str(err), headers=err.headers,  # type: ignore[attr-defined]
+                                close=err.close) from None  # type: ignore[attr-defined]
             principal = request_principal(request.scope)
             try:
                 answer, cited, usage = await answered(chat, principal)
