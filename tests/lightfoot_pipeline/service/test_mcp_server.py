@@ -198,3 +198,25 @@ def test_lightfoot_mcp_fails_closed_on_a_token_it_cannot_place(tmp_path, capsys,
     assert "is not one of the service's tokens" in capsys.readouterr().err
     assert main(["mcp", "--store", store, "--as", "*"]) == 2  # the token names the principal
     assert "--as cannot be given with it" in capsys.readouterr().err
+
+
+def test_a_client_of_the_initialize_handshake_is_served_too(sample_doors):
+    """Clients of the 2025 protocol revisions (Claude Code, Claude Desktop's remote connectors) open
+    with ``initialize``: the stateless transport answers it and each request after it as JSON."""
+    headers = {"authorization": f"Bearer {READER_TOKEN}", "content-type": "application/json",
+               "accept": "application/json, text/event-stream"}
+
+    def post(body: dict, version: str | None = None) -> httpx2.Response:
+        extra = {"mcp-protocol-version": version} if version else {}
+        return httpx2.post(sample_doors.url + "/mcp", json=body, headers={**headers, **extra}, timeout=30)
+
+    opened = post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}})
+    assert opened.status_code == 200 and opened.json()["result"]["serverInfo"]["name"] == "lightfoot"
+    version = opened.json()["result"]["protocolVersion"]
+    assert post({"jsonrpc": "2.0", "method": "notifications/initialized"}, version).status_code == 202
+    listed = post({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, version).json()["result"]["tools"]
+    assert {tool["name"] for tool in listed} == TOOLS
+    called = post({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "search", "arguments": {"question": QUESTION, "top_k": 2}}}, version).json()["result"]
+    assert not called["isError"] and len(called["structuredContent"]["passages"]) == 2
