@@ -213,6 +213,7 @@ def cmd_serve(args) -> int:
     from lightfoot_pipeline.service.server import HttpLimits, QueryServer, raise_descriptor_limit
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("mcp").setLevel(logging.WARNING)  # the MCP SDK's per-request lines quote agents' arguments
     tokens = Tokens.from_env(tokens_file=args.tokens_file)
     check_exposure(args.host, tokens, args.insecure_no_auth)
     local_principal = _serve_principal(args, tokens)

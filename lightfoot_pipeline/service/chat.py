@@ -66,6 +66,7 @@ MAX_MESSAGES = 64
 MAX_MESSAGE_CHARS = 16_000
 HISTORY_TURNS = 6  # earlier user and assistant turns given to the answer model, the latest kept
 HISTORY_CHARS = 6_000  # their characters together
+MAX_NAME_CHARS = 64  # a message's "name" (accepted, not used)
 ROLES = ("system", "developer", "user", "assistant")
 # Fields clients send by habit: accepted, not used (the service sets its own sampling and length).
 ACCEPTED_FIELDS = frozenset({"temperature", "top_p", "max_tokens", "max_completion_tokens", "user", "seed", "stop",
@@ -203,6 +204,10 @@ def parse_chat_request(body: bytes) -> ChatRequest:
         extra = set(message) - {"role", "content", "name", "refusal"}
         if extra:
             raise ChatError(400, f"{where} has unknown fields: {', '.join(sorted(ascii(n)[:40] for n in extra))}",
+                            param="messages")
+        name = message.get("name")
+        if name is not None and not (isinstance(name, str) and len(name) <= MAX_NAME_CHARS):
+            raise ChatError(400, f"{where}.name must be a string of at most {MAX_NAME_CHARS} characters",
                             param="messages")
         content = message.get("content")
         turns.append((role, "" if content is None and role == "assistant" else _text(content, where)))

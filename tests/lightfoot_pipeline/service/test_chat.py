@@ -154,6 +154,8 @@ MALFORMED = {
     "no messages": ({"model": "lightfoot", "messages": []}, 400, "messages"),
     "a question too long": ({"model": "lightfoot", "messages": [user("x" * (MAX_QUESTION_CHARS + 1))]}, 400,
                             "messages"),
+    "a name too long": ({"model": "lightfoot", "messages": [{"role": "user", "content": "x", "name": "n" * 65}]}, 400,
+                        "messages"),
     "n of 2": ({"model": "lightfoot", "messages": [user()], "n": 2}, 400, "n"),
     "stream not a boolean": ({"model": "lightfoot", "messages": [user()], "stream": "yes"}, 400, "stream"),
 }
