@@ -16,7 +16,6 @@ import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from lightfoot_pipeline.service.mcp_server import DOCUMENT_URI
@@ -41,7 +40,7 @@ def plain(value) -> object:
 
 async def over_http(doors, token: str, calls):
     """``calls(client)`` with an MCP client of the service's ``/mcp`` as ``token``'s principal."""
-    async with create_mcp_http_client(headers={"authorization": f"Bearer {token}"}) as http, \
+    async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=60) as http, \
             Client(streamable_http_client(doors.url + "/mcp", http_client=http)) as client:
         return await calls(client)
 

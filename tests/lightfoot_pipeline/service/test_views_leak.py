@@ -253,14 +253,14 @@ def test_neither_the_chat_endpoint_nor_the_mcp_tools_let_the_canary_through(serv
     every MCP tool's result over streamable HTTP hold the canary exactly when the principal reads
     the document; the secret's own document, fact and resource are refused to the outsider."""
     import anyio
+    import httpx2
     import openai
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
     from mcp.shared.exceptions import MCPError
 
     async def tools(token: str, fact_id: str | None) -> tuple[list[str], dict]:
-        async with create_mcp_http_client(headers={"authorization": f"Bearer {token}"}) as http, \
+        async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=60) as http, \
                 Client(streamable_http_client(served + "/mcp", http_client=http)) as client:
             said, asked = [], {}
             for tool, arguments in [("search", {"question": QUESTION, "top_k": 13}),
