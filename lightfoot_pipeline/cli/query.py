@@ -1,4 +1,4 @@
-"""The query-time commands of the ``lightfoot`` command line: snapshot, query, serve.
+"""The query-time commands of the ``lightfoot`` command line: snapshot, query, serve, mcp.
 
 ``query --as GROUP[,GROUP]`` (and ``eval --as``) read as a principal of those groups: its view
 of the snapshot (permissions/views.py) is what they retrieve and answer from.
@@ -213,6 +213,7 @@ def cmd_serve(args) -> int:
     from lightfoot_pipeline.service.server import HttpLimits, QueryServer, raise_descriptor_limit
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("mcp").setLevel(logging.WARNING)  # the MCP SDK's per-request lines quote agents' arguments
     tokens = Tokens.from_env(tokens_file=args.tokens_file)
     check_exposure(args.host, tokens, args.insecure_no_auth)
     local_principal = _serve_principal(args, tokens)
@@ -259,7 +260,8 @@ def cmd_serve(args) -> int:
     service.watch(args.poll)
     status = service.status()
     print(f"serving snapshot {status['snapshot_id']} of {store.uri} on {server.url} "
-          f"(POST /query, GET /status, GET /snapshot, GET /health); new snapshots are picked up every {args.poll:g}s")
+          f"(POST /query, GET /status, GET /snapshot, GET /health, POST /v1/chat/completions, POST /mcp); "
+          f"new snapshots are picked up every {args.poll:g}s")
     if tokens.configured:
         auth = "bearer token required (GET /health is open); each token reads as its principal's groups"
     else:
@@ -307,6 +309,67 @@ def _serve_principal(args, tokens):
     return principal_of(args.as_groups, where="--as")
 
 
+def cmd_mcp(args) -> int:
+    """``lightfoot mcp``: the MCP server over stdio (service/mcp_server.py), as one principal."""
+    import logging
+
+    import anyio
+    import anyio.to_thread
+
+    from lightfoot_pipeline.service.app import private_error
+    from lightfoot_pipeline.service.explanations import Explanations
+    from lightfoot_pipeline.service.mcp_server import build_mcp_server
+    from lightfoot_pipeline.service.queries import open_service
+
+    # stdout is the protocol's: everything else goes to stderr
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.poll > 0:
+        raise SettingsError(f"mcp: --poll must be positive, got {args.poll:g}", hint="see `lightfoot mcp --help`")
+    principal = _mcp_principal(args)
+    store = _store(args)
+    service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker, answers=False,
+                           answers_off_reason="the MCP server makes no model calls: the agent answers")
+    limiter = anyio.CapacityLimiter(2)  # tool calls at once: the client's are sequential as a rule
+
+    async def run(fn, *arguments):
+        return await anyio.to_thread.run_sync(fn, *arguments, limiter=limiter)
+
+    server = build_mcp_server(Explanations(service), lambda context: principal, run, private_error)
+    service.watch(args.poll)
+    print(f"lightfoot mcp: serving snapshot {service.status(principal)['snapshot_id']} of {store.uri} over stdio as "
+          f"{principal.name} ({', '.join(principal.groups) or 'public documents only'})", file=sys.stderr, flush=True)
+    try:
+        server.run("stdio")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        service.close()
+    return 0
+
+
+def _mcp_principal(args):
+    """Whom ``lightfoot mcp`` answers as: the principal of ``$LIGHTFOOT_MCP_TOKEN`` among the
+    service's tokens, else ``--as GROUPS`` (default: the public documents only). A token that no
+    tokens file or ``$LIGHTFOOT_SERVE_TOKEN`` accepts is refused: this fails closed."""
+    from lightfoot_pipeline.permissions.principals import principal_of
+    from lightfoot_pipeline.service.auth import PUBLIC_PRINCIPAL, Tokens
+    from lightfoot_pipeline.settings import MCP_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, mcp_token
+
+    token = mcp_token()
+    if token is None:
+        return PUBLIC_PRINCIPAL if args.as_groups is None else principal_of(args.as_groups, where="--as")
+    if args.as_groups is not None:
+        raise SettingsError(f"mcp: {MCP_TOKEN_ENV} names the principal; --as cannot be given with it",
+                            hint=f"drop --as, or unset {MCP_TOKEN_ENV}")
+    tokens = Tokens.from_env(tokens_file=args.tokens_file)
+    identity = tokens.authenticate(token) if tokens.configured else None
+    if identity is None:
+        raise SettingsError(f"mcp: the token in {MCP_TOKEN_ENV} is not one of the service's tokens",
+                            hint=f"give the tokens file (--tokens-file or {SERVE_TOKENS_FILE_ENV}) that holds its "
+                                 "digest (`lightfoot serve-token`)")
+    return identity.principal
+
+
 def cmd_serve_token(args) -> int:
     from lightfoot_pipeline.service.auth import TOKENS_FILE_ENV, new_token, token_line
 
@@ -322,7 +385,7 @@ def cmd_serve_token(args) -> int:
 
 
 def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
-    """The snapshot, query, serve and serve-token subcommands."""
+    """The snapshot, query, serve, mcp and serve-token subcommands."""
     reranker_help = ("cross-encoder name or path (default: $LIGHTFOOT_RERANKER, else BAAI/bge-reranker-base); "
                      "none turns reranking off")
     embedder_help = "embedding model name or path, or hashing[:DIM] (default: the snapshot's or the index's)"
@@ -356,7 +419,8 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_query)
 
     p = sub.add_parser("serve", parents=[common],
-                       help="HTTP query service: POST /query, GET /status, GET /snapshot, GET /health")
+                       help="HTTP query service: POST /query, GET /status, GET /snapshot, GET /health, the "
+                            "OpenAI-compatible /v1/chat/completions and the MCP server at /mcp")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; beyond loopback a token is required)")
     p.add_argument("--port", type=int, default=8410)
@@ -410,6 +474,21 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--embedder", default=None, help=embedder_help)
     p.add_argument("--reranker", default=None, help=reranker_help)
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("mcp", parents=[common],
+                       help="MCP server over stdio for an agent's desktop client: search and explain tools, documents "
+                            "as resources (lightfoot serve has it over HTTP at /mcp)")
+    p.add_argument("--as", dest="as_groups", default=None, metavar="GROUPS",
+                   help="answer as these reader groups (comma-separated; * for every document); default: public "
+                        "documents only; with $LIGHTFOOT_MCP_TOKEN, the token's principal instead")
+    p.add_argument("--tokens-file", default=None,
+                   help="the service's tokens file, to find $LIGHTFOOT_MCP_TOKEN's principal (default: "
+                        "$LIGHTFOOT_SERVE_TOKENS_FILE)")
+    p.add_argument("--poll", type=float, default=DEFAULT_POLL_S,
+                   help="seconds between checks for a new snapshot and for narrowing store commits")
+    p.add_argument("--embedder", default=None, help=embedder_help)
+    p.add_argument("--reranker", default=None, help=reranker_help)
+    p.set_defaults(func=cmd_mcp)
 
     p = sub.add_parser("serve-token", help="a new token for `lightfoot serve`, or the digest of one (--hash)")
     p.add_argument("--hash", action="store_true",

@@ -143,10 +143,14 @@ class Answerer:
     def model(self) -> str:
         return self.client.settings.model
 
-    def messages(self, question: str, facts: Sequence[FactHit], passages: Sequence[PassageHit]) -> list[dict]:
-        """The system prompt and the user message for one question."""
+    def messages(self, question: str, facts: Sequence[FactHit], passages: Sequence[PassageHit],
+                 history: Sequence[dict] = ()) -> list[dict]:
+        """The system prompt and the user message for one question; ``history``, a conversation's
+        earlier turns (``{"role": "user" | "assistant", "content": str}``, bounded by the caller:
+        service/chat.py), between them, so that a follow-up question is read in its context."""
         return [
             {"role": "system", "content": SYSTEM_PROMPT},
+            *({"role": turn["role"], "content": turn["content"]} for turn in history),
             {"role": "user", "content": render_prompt(question, facts[: self.n_facts], passages[: self.n_passages])},
         ]
 

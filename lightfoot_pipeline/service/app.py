@@ -12,6 +12,8 @@ Endpoints (JSON in and out)::
     GET  /health    {"status": "ok" | "no_snapshot"}: liveness, open to all, nothing more
     GET  /          the web page (also at /batch/ID), and POST /explain/query, GET /explain/entity,
                     /explain/fact, /explain/doc, /explain/batch (page.py)
+    GET  /v1/models, POST /v1/chat/completions   the OpenAI-compatible chat endpoint (chat.py)
+    POST /mcp       the MCP server over streamable HTTP, stateless, JSON responses (mcp_server.py)
 
 Every endpoint but ``/health`` and the page and its static files needs ``Authorization: Bearer
 <token>`` when the service has tokens (auth.py); a missing or wrong token gets 401 with
@@ -44,6 +46,12 @@ server.py):
 - **Malformed requests** get 400 with the reason: invalid JSON or UTF-8, lone surrogates, nesting
   too deep to parse, unknown fields, values of the wrong type or range.
 
+The chat endpoint and the MCP server are doors onto the same calls, not assemblies of their own:
+a chat completion is ``/query``'s retrieval and answer (QueryService), in the same pools, within
+the same budgets; an MCP tool is ``/query`` without an answer or an ``/explain`` route
+(explanations.py), in the same pools. Both sit behind the same gate, token check and rate limits,
+and their bodies have the same bounds (``max_body_bytes``, ``body_timeout_s``).
+
 The event loop only parses, authenticates and routes: retrieval and JSON encoding run in the
 worker threads, so ``/health`` answers within milliseconds while every worker is busy.
 """
@@ -61,19 +69,24 @@ from dataclasses import dataclass, field
 
 import anyio
 import anyio.to_thread
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.permissions.principals import Principal
 from lightfoot_pipeline.retrieval.deep import DeepQueryError
 from lightfoot_pipeline.retrieval.retrieve import RetrievalError
 from lightfoot_pipeline.service.auth import PRINCIPAL_SCOPE_KEY, PUBLIC_PRINCIPAL, Tokens, request_principal
+from lightfoot_pipeline.service.chat import chat_routes, error_payload, is_api_path
+from lightfoot_pipeline.service.explanations import Explanations
 from lightfoot_pipeline.service.gate import TOKEN_SCOPE_KEY, Gate, HostPolicy, RateLimiter, TokenRate
+from lightfoot_pipeline.service.mcp_server import build_mcp_server, http_principal
 from lightfoot_pipeline.service.page import BATCH_PAGE_PREFIX, STATIC_PREFIX, page_routes
 from lightfoot_pipeline.service.queries import (
     DEFAULT_TOP_K,
@@ -89,6 +102,7 @@ QUERY_MODES = ("lightfoot", "deep")
 OPEN_PATHS = frozenset({"/health", "/"})  # answered without a token; so is everything under these prefixes:
 OPEN_PREFIXES = (STATIC_PREFIX, BATCH_PAGE_PREFIX)  # the page's files, and the page opening a batch
 REALM = "lightfoot"
+MCP_PATH = "/mcp"
 DRY_RUN_NICE = 15  # the deletion preview's thread: below the retrieval workers
 
 
@@ -337,9 +351,40 @@ class TokenAuth:
             challenge, message = f'Bearer realm="{REALM}"', "a bearer token is required: Authorization: Bearer <token>"
         else:
             challenge, message = f'Bearer realm="{REALM}", error="invalid_token"', "the token is not valid"
-        response = json_response(401, {"error": message}, headers={"www-authenticate": challenge},
-                                 close=_may_have_body(scope))
+        body = error_payload(401, message, code="invalid_api_key") if is_api_path(scope["path"]) else {"error": message}
+        response = json_response(401, body, headers={"www-authenticate": challenge}, close=_may_have_body(scope))
         await response(scope, receive, send)
+
+
+class McpEndpoint:
+    """ASGI endpoint of the MCP server's streamable HTTP transport (stateless, JSON responses):
+    the body is read within the service's bounds (:func:`read_body`: 413, 408) before the SDK
+    parses it, then handed to the SDK's session manager, which runs in the application's
+    lifespan."""
+
+    def __init__(self, manager, limits: HttpLimits) -> None:
+        self.manager = manager
+        self.limits = limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        try:
+            body = await read_body(request, self.limits.max_body_bytes, self.limits.body_timeout_s)
+        except HttpError as err:
+            await json_response(err.status, {"error": str(err)}, err.headers, close=err.close)(scope, receive, send)
+            return
+        except ClientDisconnect:
+            return
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # the disconnect, when it comes
+
+        await self.manager.handle_request(scope, replay, send)
 
 
 def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLimits | None = None, *,
@@ -355,6 +400,13 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
     retrieval = WorkPool("retrieval", limits.workers, limits.queue, limits.worker_nice)
     answers = WorkPool("answer", limits.answer_workers, limits.answer_queue, limits.worker_nice)
     previews = WorkPool("deletion preview", 1, limits.queue, DRY_RUN_NICE)
+    explanations = Explanations(service)
+    mcp = build_mcp_server(explanations, http_principal, retrieval.run, private_error, previews.run)
+    mcp.streamable_http_app(  # the session manager; the routes are this application's (MCP_PATH)
+        streamable_http_path=MCP_PATH, json_response=True, stateless_http=True,
+        max_request_body_size=limits.max_body_bytes,
+        # the gate checks Host and Origin (gate.py) before a request reaches the SDK
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
     local_only = not (tokens is not None and tokens.configured) and not insecure_no_auth
 
     def retrieve_and_encode(arguments: dict, principal: Principal) -> tuple[bytes | None, dict, object]:
@@ -450,9 +502,19 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
 
     async def http_error(request: Request, err: HTTPException) -> Response:
         message = {404: f"no such resource {request.url.path}; try POST /query, GET /status, GET /snapshot, "
-                        "GET /health, or the page at GET /", 405: f"{request.method} is not allowed on {request.url.path}"}
-        return json_response(err.status_code, {"error": message.get(err.status_code, err.detail)},
-                             dict(err.headers or {}), close=_may_have_body(request.scope))
+                        "GET /health, GET /v1/models, POST /v1/chat/completions, POST /mcp, or the page at GET /",
+                   405: f"{request.method} is not allowed on {request.url.path}"}
+        text = message.get(err.status_code, err.detail)
+        body = error_payload(err.status_code, text) if is_api_path(request.url.path) else {"error": text}
+        return json_response(err.status_code, body, dict(err.headers or {}), close=_may_have_body(request.scope))
+
+    async def read_chat_body(request: Request) -> bytes:
+        return await read_body(request, limits.max_body_bytes, limits.body_timeout_s)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        async with mcp.session_manager.run():  # the MCP transport's task group
+            yield
 
     return Starlette(
         routes=[
@@ -460,8 +522,11 @@ def make_app(service: QueryService, tokens: Tokens | None = None, limits: HttpLi
             Route("/health", health, methods=["GET"]),
             Route("/status", status, methods=["GET"]),
             Route("/snapshot", snapshot, methods=["GET"]),
-            *page_routes(service, retrieval.run, guard, json_response, HttpError, parse_body, previews.run),
+            *page_routes(explanations, retrieval.run, guard, json_response, HttpError, parse_body, previews.run),
+            *chat_routes(service, retrieval.run, answers.run, read_chat_body, private_error, HttpError),
+            Route(MCP_PATH, McpEndpoint(mcp.session_manager, limits), methods=["POST"]),
         ],
+        lifespan=lifespan,
         middleware=[
             Middleware(Gate, hosts=hosts or HostPolicy(), client_rate=RateLimiter(limits.client_rate, limits.client_burst),
                        local_only=local_only),

@@ -40,6 +40,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from lightfoot_pipeline.service.auth import host_name, is_loopback_name, local_origin_only
+from lightfoot_pipeline.service.chat import error_payload, is_api_path
 
 ACCESS_LOGGER = "lightfoot.access"
 TOKEN_SCOPE_KEY = "lightfoot.token_id"  # set by the token check for an accepted token
@@ -122,9 +123,11 @@ def _client(scope) -> str:
 
 
 async def send_json(send, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None,
-                    close: bool = False) -> None:
-    """A JSON error response straight from the gate (the security headers are added by the caller)."""
-    body = json.dumps({"error": message}).encode("ascii")
+                    close: bool = False, path: str = "") -> None:
+    """A JSON error response straight from the gate (the security headers are added by the caller);
+    on the chat endpoint's paths, in the OpenAI error shape (chat.py)."""
+    payload = error_payload(status, message) if is_api_path(path) else {"error": message}
+    body = json.dumps(payload).encode("ascii")
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if close:
         head.append((b"connection", b"close"))
@@ -172,7 +175,7 @@ class Gate:
                 await self.app(scope, receive, guarded_send)
             else:
                 status, text, headers = refusal
-                await send_json(guarded_send, status, text, headers, close=_announces_body(scope))
+                await send_json(guarded_send, status, text, headers, close=_announces_body(scope), path=scope["path"])
         finally:
             token_id = scope.get(TOKEN_SCOPE_KEY) or "-"
             self.access_log.info("%s %s %s %s %d %.1fms", _client(scope), token_id, scope["method"],
@@ -215,7 +218,8 @@ class TokenRate:
         wait = self.limiter.take(token_id) if token_id else 0.0
         if wait:
             await send_json(send, 429, "too many requests with this token; retry later",
-                            [(b"retry-after", str(max(1, math.ceil(wait))).encode())], close=_announces_body(scope))
+                            [(b"retry-after", str(max(1, math.ceil(wait))).encode())], close=_announces_body(scope),
+                            path=scope["path"])
             return
         await self.app(scope, receive, send)
 

@@ -31,38 +31,28 @@ told as a store of some documents alone would tell it (a batch's commits and a d
 on the graph are the whole store's), so every other principal gets one refusal (403) whatever
 the batch or document, which says nothing of the data.
 
-What the provenance routes read is the store's committed state, so their answers are kept per
-commit and per view (:class:`PerCommit`, keyed by what the principal reads, so that one
-principal's answer is never another's): asked again at the same commit, a document or an entity costs a
-manifest read. A document's explanation reads only the buckets of the document, its names and its
-facts: about a query's work. Its deletion preview (a deletion's graph stage, run in a transaction
-never committed: several times a query's work) is a route of its own, which the page asks for
-after it shows the document, and runs in a pool of its own of one thread, so that however many
-clients ask for previews, queries and explanations keep their workers.
+What the routes tell is assembled by :class:`~lightfoot_pipeline.service.explanations.Explanations`
+(explanations.py), which the MCP server's tools call too, kept per commit and per view. A
+document's explanation reads only the buckets of the document, its names and its facts: about a
+query's work. Its deletion preview (a deletion's graph stage, run in a transaction never
+committed: several times a query's work) is a route of its own, which the page asks for after it
+shows the document, and runs in a pool of its own of one thread, so that however many clients ask
+for previews, queries and explanations keep their workers.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable
 from importlib import resources
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from lightfoot_pipeline.permissions.principals import Principal
-from lightfoot_pipeline.permissions.provenance import source_key
 from lightfoot_pipeline.provenance import ExplainError
-from lightfoot_pipeline.provenance.batches import explain_batch
-from lightfoot_pipeline.provenance.documents import explain_document, preview_deletion
-from lightfoot_pipeline.provenance.entities import explain_entity, explain_fact
-from lightfoot_pipeline.retrieval.explain import explain_query
 from lightfoot_pipeline.service.auth import request_principal
-from lightfoot_pipeline.service.queries import shown_reranker
+from lightfoot_pipeline.service.explanations import Explanations, OperatorOnly
 from lightfoot_pipeline.store.batches import BATCH_ID
-from lightfoot_pipeline.store.tables import DOCUMENTS
 
 STATIC_PREFIX = "/static/"
 BATCH_PAGE_PREFIX = "/batch/"  # the page, opening a batch's view; open as the page is
@@ -73,51 +63,19 @@ PAGE_FILES = {
     "vendor/vis-network.min.js": "text/javascript; charset=utf-8",
 }
 MAX_PARAMETER_CHARS = 512  # a doc id or an entity name
-PER_COMMIT_ENTRIES = 256  # provenance answers kept, the least recently asked dropped first
-# What the operator's page needs, said where a batch link from Dagster lands: the operator's view.
-OPERATOR_VIEW = ("start the service as the operator (`lightfoot serve --as '*'` on loopback) or give the page a "
-                 "token of the group * (`lightfoot serve-token --principal operator --groups '*'`), or read it with "
-                 "`lightfoot explain batch ID`")
-OPERATOR_ONLY = ("batch views and deletion previews answer the operator only (a token of the group *): they "
-                 f"tell of the whole store; to see them, {OPERATOR_VIEW}")
-
-
-class PerCommit:
-    """Answers kept by (store commit, view, question), at most ``size``; a new commit makes every kept
-    answer of older ones unreachable, and they leave as new ones come in."""
-
-    def __init__(self, size: int = PER_COMMIT_ENTRIES) -> None:
-        self.size = size
-        self._kept: OrderedDict[Hashable, object] = OrderedDict()
-        self._lock = threading.Lock()  # the pools' threads share it
-        self.hits = 0
-
-    def get(self, key: Hashable, compute: Callable[[], object]):
-        with self._lock:
-            if key in self._kept:
-                self._kept.move_to_end(key)
-                self.hits += 1
-                return self._kept[key]
-        value = compute()
-        with self._lock:
-            self._kept[key] = value
-            while len(self._kept) > self.size:
-                self._kept.popitem(last=False)
-        return value
 
 
 def page_file(name: str) -> bytes:
     return resources.files("lightfoot_pipeline.service").joinpath("static", *name.split("/")).read_bytes()
 
 
-def page_routes(service, run: Callable[..., Awaitable], guard, json_response, http_error, parse_body,
-                run_preview: Callable[..., Awaitable] | None = None) -> list[Route]:
+def page_routes(explanations: Explanations, run: Callable[..., Awaitable], guard, json_response, http_error,
+                parse_body, run_preview: Callable[..., Awaitable] | None = None) -> list[Route]:
     """The page's routes. ``run`` runs a function in the retrieval pool, ``run_preview`` (default
     ``run``) in the deletion previews' pool; ``guard`` wraps an endpoint so that the service's errors
     become its JSON error responses; ``parse_body`` reads and validates a POST body into
     ``(question, top_k, rerank)`` or raises ``http_error`` (400, 408, 413)."""
     cache = {name: page_file(name) for name in PAGE_FILES}
-    answers = PerCommit()
     run_preview = run_preview or run
 
     async def index(request: Request) -> Response:
@@ -143,75 +101,39 @@ def page_routes(service, run: Callable[..., Awaitable], guard, json_response, ht
             raise http_error(400, f"give ?{name}= with 1 to {MAX_PARAMETER_CHARS} characters")
         return value
 
-    async def answer(work: Callable[[], dict], pool: Callable[..., Awaitable] = run) -> Response:
-        try:
-            return json_response(200, await pool(work))
-        except ExplainError as err:  # its line may name the store: the client is told "the index"
-            return json_response(404, {"error": err.line().replace(str(service.store.uri), "the index")})
-
-    def per_commit(kind: str, question: str, principal: Principal, compute: Callable) -> Callable[[], dict]:
-        """The work of a provenance answer: ``compute(source, manifest)`` on what ``principal``
-        reads at the latest commit, kept under the commit, that source's name and the question."""
-        def work() -> dict:
-            manifest = service.store.manifest()
-            source = service.provenance_source(principal, manifest)
-            return answers.get((kind, manifest.seq, source_key(source), question),
-                               lambda: compute(source, manifest))
-        return work
-
-    def operator_only(request: Request) -> Principal:
+    async def answer(request: Request, method: Callable[..., dict], *arguments,
+                     pool: Callable[..., Awaitable] = run) -> Response:
+        """``method(principal, *arguments)`` of the explanations, in ``pool``, as a response."""
         principal = request_principal(request.scope)
-        if not principal.is_operator:
-            raise http_error(403, OPERATOR_ONLY)
-        return principal
+        try:
+            return json_response(200, await pool(method, principal, *arguments))
+        except OperatorOnly as err:
+            return json_response(403, {"error": str(err)})
+        except ExplainError as err:  # its line may name the store: the client is told "the index"
+            return json_response(404, {"error": explanations.error_line(err)})
 
     async def query(request: Request) -> Response:
         question, top_k, rerank = await parse_body(request)
-        principal = request_principal(request.scope)
-
-        def work() -> dict:
-            served = service.current(principal)
-            result = explain_query(served.retriever, question, top_k=top_k, rerank=rerank)
-            if not principal.is_operator:
-                result["reranker"] = shown_reranker(result["reranker"])  # no path on the server
-            result["snapshot"] = {"snapshot_id": served.snapshot_id, "view": served.view_key,
-                                  "created_at": served.snapshot.info.created_at, "loaded_at": served.loaded_at}
-            return result
-
-        return await answer(work)
+        return await answer(request, explanations.query, question, top_k, rerank)
 
     async def entity(request: Request) -> Response:
-        name = parameter(request, "name")
-        return await answer(per_commit("entity", name, request_principal(request.scope), lambda source, manifest: {
-            "entities": [e.as_dict() for e in explain_entity(source, name)]}))
+        return await answer(request, explanations.entity, parameter(request, "name"))
 
     async def fact(request: Request) -> Response:
-        fact_id = parameter(request, "fact_id")
-        return await answer(per_commit("fact", fact_id, request_principal(request.scope), lambda source, manifest:
-                                       explain_fact(source, fact_id, manifest).as_dict()))
+        return await answer(request, explanations.fact, parameter(request, "fact_id"))
 
     async def batch(request: Request) -> Response:
-        principal = operator_only(request)
-        batch_id = parameter(request, "batch_id")
-        return await answer(per_commit("batch", batch_id, principal, lambda source, manifest: explain_batch(
-            source, batch_id, manifest).as_dict()))
+        if not request_principal(request.scope).is_operator:  # before the parameter: one refusal for all
+            return json_response(403, {"error": str(OperatorOnly())})
+        return await answer(request, explanations.batch, parameter(request, "batch_id"))
 
     async def document(request: Request) -> Response:
-        doc_id = parameter(request, "doc_id")
-        return await answer(per_commit("doc", doc_id, request_principal(request.scope), lambda source, manifest:
-                                       explain_document(source, doc_id, preview=False, manifest=manifest).as_dict()))
+        return await answer(request, explanations.document, parameter(request, "doc_id"))
 
     async def deletion_preview(request: Request) -> Response:
-        principal = operator_only(request)
-        doc_id = parameter(request, "doc_id")
-
-        def work(source, manifest) -> dict:
-            if not service.store.rows(DOCUMENTS.name, "doc_id", [doc_id], manifest).height:
-                raise ExplainError(f"no live document {doc_id!r} to preview the deletion of")
-            return {"doc_id": doc_id, "deletion_preview": preview_deletion(service.store, [doc_id],
-                                                                           manifest=manifest).as_dict()}
-
-        return await answer(per_commit("preview", doc_id, principal, work), run_preview)
+        if not request_principal(request.scope).is_operator:
+            return json_response(403, {"error": str(OperatorOnly())})
+        return await answer(request, explanations.deletion_preview, parameter(request, "doc_id"), pool=run_preview)
 
     return [
         Route("/", index, methods=["GET"]),

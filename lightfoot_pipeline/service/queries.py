@@ -265,6 +265,7 @@ class PendingAnswer:
     passages: list[PassageHit]
     started: float  # perf_counter at the start of the query
     principal: Principal = OPERATOR_PRINCIPAL  # whose budget the call is held against
+    history: tuple[dict, ...] = ()  # a conversation's earlier turns, put before the question (chat.py)
 
 
 class QueryService:
@@ -492,18 +493,21 @@ class QueryService:
     # -- queries ---------------------------------------------------------------------------------
 
     def query(self, question: str, *, top_k: int = DEFAULT_TOP_K, answer: bool = True, rerank: bool = True,
-              principal: Principal = OPERATOR_PRINCIPAL) -> dict:
+              principal: Principal = OPERATOR_PRINCIPAL, history: tuple[dict, ...] = ()) -> dict:
         """Retrieval and, when asked and available, the answer: :meth:`retrieve` then :meth:`answer`."""
-        payload, pending = self.retrieve(question, top_k=top_k, answer=answer, rerank=rerank, principal=principal)
+        payload, pending = self.retrieve(question, top_k=top_k, answer=answer, rerank=rerank, principal=principal,
+                                         history=history)
         if pending is not None:
             self.answer(payload, pending)
         return payload
 
     def retrieve(self, question: str, *, top_k: int = DEFAULT_TOP_K, answer: bool = True,
-                 rerank: bool = True, principal: Principal = OPERATOR_PRINCIPAL) -> tuple[dict, PendingAnswer | None]:
+                 rerank: bool = True, principal: Principal = OPERATOR_PRINCIPAL,
+                 history: tuple[dict, ...] = ()) -> tuple[dict, PendingAnswer | None]:
         """The query's result on ``principal``'s view without its answer, and what :meth:`answer`
         needs (None: no answer will be made, and the result says why). The answer's facts and
-        passages are the view's, so its prompt holds nothing else."""
+        passages are the view's, so its prompt holds nothing else but ``history``: the earlier
+        turns of the principal's own conversation (the chat endpoint's, bounded there)."""
         started = time.perf_counter()
         served = self.current(principal)  # one snapshot, one view, for the whole query
         retriever = served.retriever
@@ -535,7 +539,7 @@ class QueryService:
             payload["answer_status"] = self._budget_spent(budget)
         else:
             facts = retriever.similar_facts(vector, self.answerer.n_facts)
-            pending = PendingAnswer(question, facts, retrieval.passages, started, principal)
+            pending = PendingAnswer(question, facts, retrieval.passages, started, principal, tuple(history))
         latency["total"] = _ms_since(started)
         return payload, pending
 
@@ -543,7 +547,7 @@ class QueryService:
         """Ask the model for the answer of a retrieved query, within the budget; fills ``payload``."""
         answerer = self.answerer
         clock = time.perf_counter()
-        messages = answerer.messages(pending.question, pending.facts, pending.passages)
+        messages = answerer.messages(pending.question, pending.facts, pending.passages, pending.history)
         hold = answerer.worst_case_usd(messages)
         budget = self.budget_of(pending.principal)
         if not budget.reserve(hold):
@@ -593,6 +597,16 @@ class QueryService:
             payload["answer_status"] = "answered" if result.status == "answered" else f"stopped: {result.reason}"
         payload["latency_ms"] = {"total": _ms_since(started)}
         return payload
+
+    def document_titles(self, principal: Principal, doc_ids: Iterable[str]) -> dict[str, str | None]:
+        """The titles of those of ``doc_ids`` that ``principal``'s view of the served snapshot holds
+        (a document it may not read is absent, as one the snapshot never held)."""
+        wanted = list(dict.fromkeys(doc_ids))
+        if not wanted:
+            return {}
+        passages = self.current(principal).snapshot.passages
+        rows = passages.filter(pl.col("doc_id").is_in(wanted)).select("doc_id", "title").unique("doc_id")
+        return dict(rows.iter_rows())
 
     def _budget_spent(self, budget: SharedBudget) -> str:
         if budget.shared_spent:

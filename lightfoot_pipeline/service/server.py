@@ -418,7 +418,7 @@ class QueryServer:
             app,
             http=bounded_protocol(self.limits.header_timeout_s, self.connections),
             ws="none",
-            lifespan="off",
+            lifespan="on",  # the MCP transport's session manager (app.py)
             log_config=None,
             access_log=False,
             server_header=False,

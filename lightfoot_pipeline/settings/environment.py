@@ -34,6 +34,7 @@ SERVE_TOKENS_FILE_ENV = "LIGHTFOOT_SERVE_TOKENS_FILE"
 SERVE_TOKEN_GROUPS_ENV = "LIGHTFOOT_SERVE_TOKEN_GROUPS"  # the reader groups of LIGHTFOOT_SERVE_TOKEN
 SERVE_ANSWERS_ENV = "LIGHTFOOT_SERVE_ANSWERS"
 SERVE_BUDGET_ENV = "LIGHTFOOT_SERVE_ANSWER_BUDGET_USD"
+MCP_TOKEN_ENV = "LIGHTFOOT_MCP_TOKEN"  # whom `lightfoot mcp` (stdio) answers as: a token of the service's
 PAGE_URL_ENV = "LIGHTFOOT_PAGE_URL"
 DAGSTER_URL_ENV = "LIGHTFOOT_DAGSTER_URL"
 DEFAULT_READERS_ENV = "LIGHTFOOT_DEFAULT_READERS"
@@ -72,8 +73,8 @@ VARIABLES: tuple[str, ...] = (
     STORE_ENV, EMBEDDER_ENV, RERANKER_ENV, EXTRACTOR_ENV, DEFAULT_READERS_ENV, EXTRACTION_SLOTS_ENV, DOCUMENT_INBOX_ENV, ERASURE_INBOX_ENV,
     RETENTION_POLICY_ENV, SYNC_SOURCE_ENV, LINK_PIECE_SIZE_ENV, RELINK_EXECUTOR_ENV,
     *(name for names, _ in LLM_VARIABLES.values() for name in names),
-    SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, SERVE_TOKEN_GROUPS_ENV, SERVE_ANSWERS_ENV, SERVE_BUDGET_ENV, PAGE_URL_ENV, DAGSTER_URL_ENV,
-    *(name for name, _ in DEEP_VARIABLES.values()),
+    SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, SERVE_TOKEN_GROUPS_ENV, SERVE_ANSWERS_ENV, SERVE_BUDGET_ENV, MCP_TOKEN_ENV, PAGE_URL_ENV,
+    DAGSTER_URL_ENV, *(name for name, _ in DEEP_VARIABLES.values()),
     *OBJECT_STORE_VARIABLES, *MODEL_HUB_VARIABLES,
 )
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -219,6 +220,12 @@ def serve_tokens(environ: Mapping[str, str] | None = None) -> tuple[str | None, 
     """The query service's token (``$LIGHTFOOT_SERVE_TOKEN``) and tokens file
     (``$LIGHTFOOT_SERVE_TOKENS_FILE``), each None when unset."""
     return _read(SERVE_TOKEN_ENV, environ), _read(SERVE_TOKENS_FILE_ENV, environ)
+
+
+def mcp_token(environ: Mapping[str, str] | None = None) -> str | None:
+    """The token ``lightfoot mcp`` answers as (``$LIGHTFOOT_MCP_TOKEN``), None when unset: checked
+    against the query service's tokens (``serve_tokens``) for the principal it names."""
+    return _read(MCP_TOKEN_ENV, environ)
 
 
 def serve_token_groups(environ: Mapping[str, str] | None = None) -> str | None:

@@ -189,7 +189,7 @@ def test_materializing_one_partition_reports_rows_versions_fingerprint_and_cost(
     assert by_asset["passages"]["store_commit"].value == 1
     # Issue 35: the batch's link leads each per-batch materialization (it was the last of ~25 rows),
     # and says what the page's batch view needs (the operator), as the page's refusal does.
-    from lightfoot_pipeline.service.page import OPERATOR_ONLY
+    from lightfoot_pipeline.service.explanations import OPERATOR_ONLY
 
     for name in PER_BATCH:
         assert list(by_asset[name])[:3] == ["batch", "batch_page", "read_with"], name

@@ -245,3 +245,66 @@ def test_the_page_in_headless_chromium_shows_only_the_view(built, tmp_path, grou
     shown = "legal and public documents" if groups else "public documents only"
     assert f"answering as reader: {'groups ' if groups else ''}{shown}" in dom, dom[:3000]
     assert (mentions(dom) > 0) == sees, dom[-3000:]
+
+
+def test_neither_the_chat_endpoint_nor_the_mcp_tools_let_the_canary_through(served, chat_server):
+    """Both new doors, as the outsider and as legal's principal (the positive control): every
+    chat completion (plain, streamed, deep), every prompt the answer model received for them, and
+    every MCP tool's result over streamable HTTP hold the canary exactly when the principal reads
+    the document; the secret's own document, fact and resource are refused to the outsider."""
+    import anyio
+    import httpx2
+    import openai
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
+
+    async def tools(token: str, fact_id: str | None) -> tuple[list[str], dict]:
+        async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=60) as http, \
+                Client(streamable_http_client(served + "/mcp", http_client=http)) as client:
+            said, asked = [], {}
+            for tool, arguments in [("search", {"question": QUESTION, "top_k": 13}),
+                                    ("explain_entity", {"name": "Orbital Corp"}),
+                                    ("explain_entity", {"name": "Mira Kalden"}),
+                                    ("explain_document", {"doc_id": "q-orbital"})]:
+                result = await client.call_tool(tool, arguments)
+                assert not result.is_error, (tool, result.content)
+                said.append(json.dumps(result.structured_content))
+            secret = await client.call_tool("explain_entity", {"name": SECRET_RECORD["entities"][0]["name"]})
+            entities = [] if secret.is_error else secret.structured_content["entities"]
+            asked["fact"] = next((f["fact_id"] for e in entities for f in e["facts"]
+                                  if f["predicate"] == "founded by"), None)
+            if fact_id is not None:
+                asked["fact_result"] = await client.call_tool("explain_fact", {"fact_id": fact_id})
+                asked["doc_result"] = await client.call_tool("explain_document", {"doc_id": SECRET.doc_id})
+                try:
+                    await client.read_resource(f"lightfoot://documents/{SECRET.doc_id}")
+                    asked["resource_refused"] = False
+                except MCPError:
+                    asked["resource_refused"] = True
+            return said, asked
+
+    fact_id = None
+    for token, sees in ((COUNSEL_TOKEN, True), (OUTSIDER_TOKEN, False)):
+        chat_server.reset()
+        chat = openai.OpenAI(base_url=served + "/v1", api_key=token, max_retries=0, timeout=60)
+        messages = [{"role": "user", "content": QUESTION}]
+        replies = [chat.chat.completions.create(model="lightfoot", messages=messages).model_dump_json(),
+                   json.dumps([c.model_dump() for c in chat.chat.completions.create(
+                       model="lightfoot", messages=messages, stream=True)]),
+                   chat.chat.completions.create(model="lightfoot-deep", messages=messages).model_dump_json()]
+        prompts = json.dumps([r.body for r in chat_server.requests])
+        said, asked = anyio.run(tools, token, fact_id)
+        # (the shared document's explanation names no canary to anyone: it is counted for the outsider)
+        seen = {"completions": "".join(replies), "prompts": prompts, "search": said[0], "entity-shared": said[1],
+                "entity-founder": said[2]}
+        for name, text in seen.items():
+            assert (mentions(text) > 0) == sees, (token[:8], name, text[:300])
+        assert sees or mentions(said[3]) == 0
+        if sees:
+            fact_id = asked["fact"]
+            assert fact_id
+        else:
+            assert asked["fact"] is None  # the outsider's index has no such entity
+            assert asked["fact_result"].is_error and asked["doc_result"].is_error and asked["resource_refused"]
+            assert mentions(asked["fact_result"].content[0].text) == 0
