@@ -19,8 +19,10 @@ Like cli/__init__.py, this module parses arguments and prints results; the work 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -185,13 +187,12 @@ def cmd_audit_deletion(args) -> int:
     from lightfoot_pipeline.evaluation.deletion_trial import audit_deletion
     from lightfoot_pipeline.models.embedder import DEFAULT_EMBEDDER, load_embedder
     from lightfoot_pipeline.store.batches import writing_batch
-    from lightfoot_pipeline.store.store import Store
 
     spec = args.embedder or DEFAULT_EMBEDDER
-    store = Store(args.store) if args.store else _scratch_store("audit")
     batch = command_batch("audit-deletion")
-    with writing_batch(batch):
-        result = audit_deletion(Path(args.dataset), store, load_embedder(spec), spec, args.fraction, args.seed)
+    with _store_or_scratch(args.store, "audit") as store, writing_batch(batch):
+        result = audit_deletion(Path(args.dataset), store, load_embedder(spec), spec, args.fraction, args.seed,
+                                work_dir=Path(args.work_dir) if args.work_dir else None)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
     print(f"deleted {result['deleted_docs']} of {result['deleted_docs'] + result['surviving_docs']} documents in "
@@ -210,13 +211,11 @@ def cmd_audit_permissions(args) -> int:
     from lightfoot_pipeline.models.embedder import DEFAULT_EMBEDDER, load_embedder
     from lightfoot_pipeline.service.queries import resolve_embedder
     from lightfoot_pipeline.store.batches import writing_batch
-    from lightfoot_pipeline.store.store import Store
 
-    store = Store(args.store) if args.store else _scratch_store("permission-audit")
     work_dir = Path(args.work_dir) if args.work_dir else None
     echo = lambda line: print(line, file=sys.stderr)  # noqa: E731
     batch = command_batch("audit-permissions")
-    with writing_batch(batch):
+    with _store_or_scratch(args.store, "permission-audit") as store, writing_batch(batch):
         if args.store and store.exists():  # an existing store, as its readers are now
             result = audit_store(store, Path(args.groups), resolve_embedder(store, args.embedder),
                                  Path(args.questions) if args.questions else None,
@@ -254,12 +253,23 @@ def _max_questions(text: str) -> int:
     return value
 
 
-def _scratch_store(label: str):
+@contextlib.contextmanager
+def _store_or_scratch(path: str | None, label: str) -> Iterator:
+    """The store at ``path``, or a temporary one removed at the end: it holds the documents' text,
+    which a temporary folder left behind would keep."""
+    import shutil
     import tempfile
 
     from lightfoot_pipeline.store.store import Store
 
-    return Store(tempfile.mkdtemp(prefix=f"lightfoot-{label}-") + "/store")
+    if path:
+        yield Store(path)
+        return
+    root = tempfile.mkdtemp(prefix=f"lightfoot-{label}-")
+    try:
+        yield Store(root + "/store")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def cmd_eval_deletion(args) -> int:
@@ -402,6 +412,8 @@ def add_audit_command(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True)
     p.add_argument("--embedder", default=None)
+    p.add_argument("--work-dir", default=None, help="keep the survivors' dataset and their fresh store here "
+                   "(default: a temporary directory, removed)")
     p.set_defaults(func=cmd_audit_deletion)
 
     p = sub.add_parser("audit-permissions", parents=[common],

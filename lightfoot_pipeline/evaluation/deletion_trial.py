@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -202,13 +203,19 @@ def audit_deletion(dataset_dir: Path, store: Store, embedder: Embedder, embedder
                    seed: int = 0, work_dir: Path | None = None) -> dict:
     """``lightfoot audit-deletion``: the trial with the fresh build in a separate process, as a report.
 
-    The survivors' dataset and the fresh store stay in ``work_dir`` (default: a new temporary
-    directory) for inspection.
+    The survivors' dataset and the fresh store stay in ``work_dir`` for inspection when one is
+    given; otherwise they are built in a temporary directory, removed at the end (they copy the
+    documents' text, which a temporary directory would otherwise keep after the audit).
     """
+    keep = work_dir is not None
     scratch = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="lightfoot-audit-"))
     fresh = Store(str(scratch / "fresh-store"))
-    trial = run_trial(dataset_dir, store, fresh, embedder, fraction=fraction, seed=seed,
-                      separate_process=embedder_spec, scratch=scratch)
+    try:
+        trial = run_trial(dataset_dir, store, fresh, embedder, fraction=fraction, seed=seed,
+                          separate_process=embedder_spec, scratch=scratch)
+    finally:
+        if not keep:
+            shutil.rmtree(scratch, ignore_errors=True)
     return {
         "dataset": str(dataset_dir),
         "fraction": fraction,
@@ -234,5 +241,6 @@ def audit_deletion(dataset_dir: Path, store: Store, embedder: Embedder, embedder
         "build_model_calls": trial.built.model_calls,
         "rebuild_model_calls": trial.fresh_model_calls,
         "graph_change": trial.deleted.graph.as_dict(),
-        "fresh_store": fresh.uri,
+        "fresh_store": fresh.uri if keep else None,
+        "work_dir": str(scratch) if keep else None,
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -20,8 +21,9 @@ def small_dataset(tmp_path, sample_documents, sample_dir):
     return target
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lightfoot_pipeline.cli", *args], capture_output=True, text=True)
+def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lightfoot_pipeline.cli", *args], capture_output=True, text=True,
+                          env=env)
 
 
 @pytest.mark.slow
@@ -129,11 +131,15 @@ def test_a_store_keeps_its_embedder(tmp_path, small_dataset, capsys):
 
 @pytest.mark.slow
 def test_audit_deletion_on_a_slice(tmp_path, small_dataset):
-    out = tmp_path / "audit.json"
+    out, scratch = tmp_path / "audit.json", tmp_path / "tmp"
+    scratch.mkdir()
     result = run_cli("audit-deletion", "--dataset", str(small_dataset), "--fraction", "0.1", "--seed", "0",
-                     "--out", str(out), "--embedder", "hashing", "--store", str(tmp_path / "audit-store"))
+                     "--out", str(out), "--embedder", "hashing", "--store", str(tmp_path / "audit-store"),
+                     env={**os.environ, "TMPDIR": str(scratch)})
     assert result.returncode == 0, result.stderr
+    assert list(scratch.iterdir()) == [], "the survivors' copy of the documents is not left in a temporary folder"
     audit = json.loads(out.read_text())
+    assert audit["work_dir"] is None and audit["fresh_store"] is None
     assert audit["fingerprint_equal"] is True and audit["tables_differing"] == []
     assert audit["deleted_docs"] == 4 and audit["surviving_docs"] == 36 and audit["model_calls"] == 0
     assert audit["counts_after_delete"] == audit["counts_fresh_store"]
