@@ -21,7 +21,9 @@ catch it by (``ValueError``, ``RuntimeError``, ``OSError``):
   (an ingestion batch whose documents have neither a landed copy nor a stored one);
 - ``explain``: ExplainError (a document or entity the store does not know);
 - ``serving``: SnapshotError, NoSnapshotLoaded, RetrievalError, RerankerUnavailable,
-  AuthConfigError, BadRequest and HttpError (what the query service answers other than 200);
+  AuthConfigError, BadRequest and HttpError (what the query service answers other than 200),
+  ChatError (a chat completion refused, in the OpenAI error shape), OperatorOnly (an explanation
+  only the operator may ask for, such as a deletion's dry run);
   in the deep mode DeepQueryError (an endpoint that cannot serve: the run stops), QuestionStopped
   and ReplyError (one question ends with its memory so far and the reason);
 - ``evaluation``: HarnessError, RunError.
