@@ -10,7 +10,8 @@ the endpoints, the token check and the bounds on bodies and work are the applica
   ``LINGER_BYTES``, before it closes for good. (Closed at once, the unread bytes would make the
   kernel reset the connection, and a client still sending would lose the response.) An invalid
   ``Content-Length`` (negative, not a number) gets 400 from the HTTP parser (h11).
-- **Headers**: at most 16 KiB (h11; 400 beyond), and they must be complete within
+- **Headers**: at most 16 KiB (400 beyond, whether they arrive in pieces, which h11 bounds, or
+  whole in one read, which it would take: counted while they arrive), and they must be complete within
   ``header_timeout_s`` of a connection's first byte (or of its opening), else the connection is
   closed. uvicorn alone times out only idle keep-alive connections (``keep_alive_s``): a
   connection that sent half its headers would be held open for ever, counting against
@@ -291,6 +292,7 @@ def bounded_protocol(header_timeout_s: float, connections: ConnectionCount) -> t
             super().connection_made(lingering)
             self._header_timer: asyncio.TimerHandle | None = None
             self._seen_cycle = None
+            self._header_bytes, self._header_tail = 0, b""  # of the request whose headers are arriving
             self._arm_header_timer()
 
         def _refuse(self) -> None:
@@ -316,6 +318,9 @@ def bounded_protocol(header_timeout_s: float, connections: ConnectionCount) -> t
             if self.transport.lingering:
                 self.transport.drop(data)
                 return
+            if self._headers_too_large(data):
+                self.send_400_response(f"Request headers larger than {MAX_HEADER_BYTES} bytes.")
+                return
             try:
                 super().data_received(data)
             except ValueError:  # a header h11 validates but cannot convert (a 5,000-digit length)
@@ -326,6 +331,25 @@ def bounded_protocol(header_timeout_s: float, connections: ConnectionCount) -> t
                 self._cancel_header_timer()
             elif (self.cycle is None or self.cycle.response_complete) and self._header_timer is None:
                 self._arm_header_timer()  # the first bytes of a next request on a kept-alive connection
+
+        def _headers_too_large(self, data: bytes) -> bool:
+            """Whether the request whose headers ``data`` continues has more than MAX_HEADER_BYTES
+            of them. h11 bounds only what it holds incomplete, so headers that arrive whole in
+            one read (up to the transport's read size) would pass; they are counted here while
+            the connection waits for a request's headers."""
+            if self.conn.their_state not in (h11.IDLE, h11.DONE):
+                self._header_bytes, self._header_tail = 0, b""
+                return False
+            seen = self._header_tail + data
+            ends = [(at, len(mark)) for mark in (b"\r\n\r\n", b"\n\n") if (at := seen.find(mark)) >= 0]
+            if not ends:
+                self._header_bytes += len(data)
+                self._header_tail = seen[-3:]
+                return self._header_bytes > MAX_HEADER_BYTES
+            at, mark = min(ends)
+            total = self._header_bytes + at + mark - len(self._header_tail)
+            self._header_bytes, self._header_tail = 0, b""
+            return total > MAX_HEADER_BYTES
 
         def send_400_response(self, msg: str) -> None:
             """h11's own refusal of a request it cannot parse (no ``Host``, headers too large, a

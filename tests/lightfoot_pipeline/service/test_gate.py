@@ -300,3 +300,25 @@ def test_the_servers_own_errors_carry_the_security_headers(served):
         assert status_of(reply) == 400, reply[:200]
         for name, value in [*gate.SECURITY_HEADERS, gate.NO_STORE]:
             assert f"{name.decode()}: {value.decode().lower()}" in head, (name, head)
+
+
+def test_headers_past_their_bound_get_400_whether_sent_in_pieces_or_whole(served):
+    """16 KiB of headers at most: h11 refuses what it holds incomplete beyond that, and headers that
+    arrive whole in one read are counted as they arrive; a request just within the bound is served."""
+    from lightfoot_pipeline.service.server import MAX_HEADER_BYTES
+
+    def request_with(padding: int) -> bytes:
+        return (f"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: {'a' * padding}\r\n"
+                "Connection: close\r\n\r\n").encode()
+
+    assert status_of(raw_exchange(served.address, request_with(MAX_HEADER_BYTES - 200))) == 200
+    whole = raw_exchange(served.address, request_with(MAX_HEADER_BYTES + 10))
+    assert status_of(whole) == 400 and b"larger than" in whole, whole[:300]
+    with socket.create_connection(served.address, timeout=10) as sock:  # the same, in pieces
+        data = request_with(4 * MAX_HEADER_BYTES)
+        for start in range(0, len(data), 4096):
+            try:
+                sock.sendall(data[start:start + 4096])
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        assert status_of(sock.recv(65536)) == 400
