@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -29,6 +28,7 @@ from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.store.batches import CLI, DAGSTER, Batch, writing_batch
 from lightfoot_pipeline.store.store import Store
 from tests.assets.webserver import chromium
+from tests.lightfoot_pipeline.service.pages import rendered
 
 DATA = Path(__file__).parents[1] / "data" / "query-corpus"
 TOKEN = "batch-page-token-" + "b" * 24
@@ -164,13 +164,7 @@ def test_the_batch_view_in_headless_chromium(serve, tmp_path, monkeypatch):
     base = serve(None)  # on loopback without tokens: the page needs no token typed in
 
     def dom(url: str) -> str:
-        command = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                   f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,1000",
-                   "--virtual-time-budget=15000", "--dump-dom", url]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr[-2000:]
-        assert 'data-ready="true"' in done.stdout, done.stdout[-2000:]
-        return done.stdout
+        return rendered(url, tmp_path / "profile")
 
     page = dom(f"{base}/batch/{DROP}")
     assert re.search(rf'<h2 id="batch-id">Batch <span>{DROP}</span></h2>', page), page[-3000:]

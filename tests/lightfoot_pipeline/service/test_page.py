@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -25,6 +24,7 @@ from lightfoot_pipeline.service.queries import QueryService
 from lightfoot_pipeline.service.server import QueryServer
 from lightfoot_pipeline.snapshot.export import export_snapshot
 from tests.assets.webserver import chromium
+from tests.lightfoot_pipeline.service.pages import page_url, rendered
 
 pytestmark = [pytest.mark.slow]
 
@@ -106,16 +106,9 @@ def test_the_page_is_open_and_its_data_needs_the_token(serve):
 @pytest.mark.skipif(chromium() is None, reason="no Chromium here (scripts/setup.sh installs it)")
 def test_the_page_in_headless_chromium(serve, tmp_path):
     base = serve(None)  # on loopback without tokens: the page needs no token to be typed in
-    url = f"{base}/#" + urllib.parse.urlencode({"q": QUESTION, "entity": "Orbital Corp"}, quote_via=urllib.parse.quote)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     screenshot = ARTIFACTS / "lightfoot-page.png"
-    command = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-               "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,1000",
-               "--virtual-time-budget=15000", f"--screenshot={screenshot}", "--dump-dom", url]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    dom = done.stdout
-    assert 'data-ready="true"' in dom, dom[-2000:]
+    dom = rendered(page_url(base, QUESTION, "Orbital Corp"), tmp_path / "profile", screenshot)
     assert len(re.findall(r'<li data-chunk="chunk-', dom)) == 10
     assert "Orbital Corp" in dom and "Zephyr phone" in dom
     assert re.search(r'<h2 id="entity-name">Orbital Corp', dom), "the entity panel is open"
@@ -124,11 +117,7 @@ def test_the_page_in_headless_chromium(serve, tmp_path):
     assert "<canvas" in dom
     assert screenshot.exists() and screenshot.stat().st_size > 10_000
     # A document's panel shows at once, and its deletion's dry run fills in from a route of its own.
-    command[-1] = f"{base}/#doc=q-orbital"
-    command[-3] = f"--screenshot={tmp_path / 'document.png'}"
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    dom = done.stdout
-    assert 'data-ready="true"' in dom and re.search(r'<h2 id="document-id">', dom), dom[-2000:]
+    dom = rendered(f"{base}/#doc=q-orbital", tmp_path / "profile", tmp_path / "document.png")
+    assert re.search(r'<h2 id="document-id">', dom), dom[-2000:]
     assert re.search(r'<div id="deletion-preview" class="" data-doc="q-orbital">remove \d+ entities, change \d+', dom), \
         dom[-3000:]
