@@ -85,27 +85,64 @@ def print_latency(latency: dict) -> None:
     print("latency ms: " + ", ".join(f"{k} {v:.1f}" for k, v in latency.items()))
 
 
+def publishing_checks(embedder, *, permissions: bool = True, rebuild: bool = False) -> list:
+    """The checks a command-line export runs on its staged snapshot before publishing it: the
+    permission audit of its reader views (passes at once when every document is public), unless
+    turned off, when its verdict records it as skipped; and with ``rebuild``, the comparison of the
+    store with a fresh rebuild."""
+    from lightfoot_pipeline.evaluation.permission_audit import PERMISSION_CHECK, permission_check
+    from lightfoot_pipeline.operations.checks import rebuild_check
+    from lightfoot_pipeline.settings import IndexSettings
+    from lightfoot_pipeline.snapshot.verdict import CheckVerdict
+
+    def skipped(store, staged) -> CheckVerdict:
+        return CheckVerdict(PERMISSION_CHECK, passed=False, skipped="turned off (--no-permission-check)",
+                            metadata={"snapshot_id": staged.snapshot_id})
+
+    checks = [permission_check(lambda: embedder, IndexSettings()) if permissions else skipped]
+    if rebuild:
+        checks.append(rebuild_check(embedder, IndexSettings()))
+    return checks
+
+
+def print_unpublished(report) -> None:
+    """Why a staged snapshot was not published, and what services serve meanwhile."""
+    served = report.served
+    print(f"staged snapshot {report.info.snapshot_id} not published: {report.reason}", file=sys.stderr)
+    print(f"  services keep serving {served.snapshot_id if served else 'no snapshot'}; `lightfoot status` says "
+          "why until a snapshot is published", file=sys.stderr)
+
+
 def cmd_snapshot(args) -> int:
     from lightfoot_pipeline.cli.store import batch_report, command_batch, print_batch
     from lightfoot_pipeline.progress import StepProgress
     from lightfoot_pipeline.service.queries import resolve_embedder
-    from lightfoot_pipeline.snapshot.export import export_snapshot
+    from lightfoot_pipeline.snapshot.export import publish_checked
     from lightfoot_pipeline.store.batches import writing_batch
 
     store = _store(args)
     started = time.perf_counter()
     batch = command_batch("snapshot")  # the first snapshot of a store registers its vector model: a commit
+    embedder = resolve_embedder(store, args.embedder)
+    checks = publishing_checks(embedder, permissions=not args.no_permission_check, rebuild=args.check_rebuild)
     with writing_batch(batch):
-        info = export_snapshot(store, resolve_embedder(store, args.embedder), keep=args.keep,
-                               progress=StepProgress("snapshot"))
+        report = publish_checked(store, embedder, checks, keep=args.keep, progress=StepProgress("snapshot"))
+    info = report.info
     if args.json:
-        _print_json({**info.as_dict(), "batch": batch_report(batch)})
-    else:
-        print(f"published snapshot {info.snapshot_id} of store commit {info.store_seq} "
-              f"({time.perf_counter() - started:.1f}s)")
-        print(f"  {info.uri}")
-        print("  " + ", ".join(f"{k} {v:,}" for k, v in info.counts.items() if isinstance(v, int)))
-        print_batch(batch)
+        _print_json({**info.as_dict(), "published": report.published, "reason": report.reason,
+                     "checks": [c.as_dict() for c in report.verdict.checks] if report.verdict else [],
+                     "batch": batch_report(batch)})
+        return 0 if report.published else 1
+    if not report.published:
+        print_unpublished(report)
+        return 1
+    print(f"published snapshot {info.snapshot_id} of store commit {info.store_seq} "
+          f"({time.perf_counter() - started:.1f}s)")
+    print(f"  {info.uri}")
+    print("  " + ", ".join(f"{k} {v:,}" for k, v in info.counts.items() if isinstance(v, int)))
+    for check in report.verdict.checks if report.verdict else []:
+        print(f"  check {check.name}: " + ("passed" if check.passed else f"not run: {check.skipped}"))
+    print_batch(batch)
     return 0
 
 
@@ -327,9 +364,15 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
                      "none turns reranking off")
     embedder_help = "embedding model name or path, or hashing[:DIM] (default: the snapshot's or the index's)"
 
-    p = sub.add_parser("snapshot", parents=[common], help="export and publish a serving snapshot of the store")
-    p.add_argument("--keep", type=int, default=3, help="snapshots to keep (default 3)")
+    p = sub.add_parser("snapshot", parents=[common], help="export a serving snapshot of the store, check it, and publish it if it passes")
+    p.add_argument("--keep", type=int, default=3, help="published snapshots to keep (default 3)")
     p.add_argument("--embedder", default=None, help=embedder_help)
+    p.add_argument("--no-permission-check", action="store_true",
+                   help="publish without auditing the staged snapshot's reader views (its verdict records the "
+                        "check as turned off)")
+    p.add_argument("--check-rebuild", action="store_true",
+                   help="also compare the store with a fresh rebuild of its live documents before publishing "
+                        "(no model call; costs a build)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_snapshot)
 

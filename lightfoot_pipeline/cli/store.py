@@ -324,15 +324,22 @@ def cmd_status(args) -> int:
 def _published(store, manifest) -> dict:
     """The published snapshot's id and commit, and how many commits the store is ahead of it."""
     from lightfoot_pipeline.snapshot.format import SnapshotError, latest_snapshot
+    from lightfoot_pipeline.snapshot.verdict import unpublished_snapshot
 
     try:
         published = latest_snapshot(store)
+        left = unpublished_snapshot(store)
     except SnapshotError as err:
-        return {"snapshot_id": None, "store_seq": None, "commits_behind": None, "error": str(err)}
+        return {"snapshot_id": None, "store_seq": None, "commits_behind": None, "error": str(err), "unpublished": None}
+    # The newest snapshot staged since the published one and kept from it by its checks: ids, reasons, counts.
+    unpublished = None if left is None else {
+        "snapshot_id": left.snapshot_id, "reason": left.reason,
+        "checks": [{"name": c.name, "passed": c.passed, "reason": c.reason, "skipped": c.skipped} for c in left.checks]}
     if published is None:
-        return {"snapshot_id": None, "store_seq": None, "commits_behind": None, "error": None}
+        return {"snapshot_id": None, "store_seq": None, "commits_behind": None, "error": None,
+                "unpublished": unpublished}
     return {"snapshot_id": published.snapshot_id, "store_seq": published.store_seq,
-            "commits_behind": manifest.seq - published.store_seq, "error": None}
+            "commits_behind": manifest.seq - published.store_seq, "error": None, "unpublished": unpublished}
 
 
 def _print_published(snapshot: dict) -> None:
@@ -348,6 +355,9 @@ def _print_published(snapshot: dict) -> None:
               "and new documents wait for the next export (`lightfoot snapshot`, or Dagster's)")
     else:
         print(f"  snapshot {snapshot['snapshot_id']} is of the latest commit")
+    if snapshot.get("unpublished"):
+        left = snapshot["unpublished"]
+        print(f"  staged snapshot {left['snapshot_id']} not published: {left['reason']}")
 
 
 def cmd_cost(args) -> int:

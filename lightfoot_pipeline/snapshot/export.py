@@ -120,17 +120,18 @@ class PublishReport:
     info: SnapshotInfo  # the snapshot staged, or the published one when it already held the store's state
     published: bool  # whether ``info`` is the published snapshot now
     previous: SnapshotInfo | None  # the snapshot published before
-    verdict: Verdict | None = None  # None when nothing was staged (the published snapshot already held this state)
+    verdict: Verdict | None = None  # the staged snapshot's; when kept, the published one's (None if it has none)
+    staged: bool = True  # False: the published snapshot already held the store's state, so it was kept
 
     @property
     def kept(self) -> bool:
         """The published snapshot already held the store's state: nothing was staged or checked."""
-        return self.verdict is None and self.published
+        return not self.staged
 
     @property
     def reason(self) -> str | None:
         """Why the staged snapshot was not published (None when it was)."""
-        return None if self.published else (self.verdict.reason if self.verdict else "not published")
+        return None if self.published else self.verdict.reason if self.verdict else "not published"
 
     @property
     def served(self) -> SnapshotInfo | None:
@@ -230,7 +231,7 @@ def publish_checked(store: Store, embedder: Embedder, checks: Sequence[StagedChe
         current = latest_snapshot(store)
         if current is not None and current.store_seq == manifest.seq and current.models == models:
             _prune(location, keep)  # the same commit holds the same state: no fingerprint needed
-            return PublishReport(current, True, current)
+            return PublishReport(current, True, current, read_verdict(location, current.snapshot_id), staged=False)
         if progress is not None:
             progress("fingerprinting the store", 0, 1)
         digest = fingerprint(store, manifest).digest
@@ -238,7 +239,7 @@ def publish_checked(store: Store, embedder: Embedder, checks: Sequence[StagedChe
             progress("fingerprinting the store", 1, 1)
         if current is not None and current.fingerprint == digest and current.models == models:
             _prune(location, keep)
-            return PublishReport(current, True, current)
+            return PublishReport(current, True, current, read_verdict(location, current.snapshot_id), staged=False)
         info = _write_snapshot(location, store, manifest, embedder, models, digest, current, progress,
                                index_min_rows)
     # The checks run outside the lock (a permission audit builds stores): pruning keeps a snapshot

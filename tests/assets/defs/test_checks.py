@@ -272,7 +272,7 @@ def test_a_view_that_leaks_a_document_fails_the_permission_check(ingested, monke
     groups.write_text('{"principal": "clerk", "groups": ["staff"]}\n')
     leaky = lambda snapshot, principal: views.reader_view(snapshot, Principal(principal.name, (*principal.groups, "legal")))  # noqa: E731
     monkeypatch.setattr(permission_audit, "reader_view", leaky)
-    config = {"ops": {"serving_snapshot_views_match_fresh_stores": {"config": {"groups_file": str(groups)}}}}
+    config = {"ops": {"serving_snapshot": {"config": {"groups_file": str(groups)}}}}
     result = deletion_run(ingested, config)
     check = evaluations(result)[("serving_snapshot", "views_match_fresh_stores")]
     assert not check.passed and "clerk" in check.description
