@@ -55,15 +55,16 @@ class ServingConfig(dg.Config):
 def check_result(report: PublishReport) -> dg.AssetCheckResult:
     """The staged snapshot's permission check as Dagster shows it: passed, not audited (a warning),
     or failed with the reason that kept the snapshot unpublished."""
-    if report.kept and report.verdict is None:  # published before snapshots kept their verdicts
+    checks = report.verdict.checks if report.verdict is not None else []
+    found = next((c for c in checks if c.name == PERMISSION_CHECK), None)
+    if found is None and report.kept:  # published by an export that checks nothing, or before verdicts were kept
         return dg.AssetCheckResult(
-            check_name=PERMISSION_CHECK, passed=True,
-            description=f"snapshot {report.info.snapshot_id} already holds the store's state and is published",
-            metadata={"snapshot_id": dg.MetadataValue.text(report.info.snapshot_id),
-                      "published": dg.MetadataValue.bool(True)})
-    assert report.verdict is not None  # a staged snapshot always has one
-    found = next((c for c in report.verdict.checks if c.name == PERMISSION_CHECK),
-                 CheckVerdict(PERMISSION_CHECK, passed=False, reason="the check did not run"))
+            check_name=PERMISSION_CHECK, passed=False, severity=dg.AssetCheckSeverity.WARN,
+            description=f"not audited: snapshot {report.info.snapshot_id} already holds the store's state and was "
+            "published without this check", metadata={"snapshot_id": dg.MetadataValue.text(report.info.snapshot_id),
+                                                      "published": dg.MetadataValue.bool(True)})
+    if found is None:
+        found = CheckVerdict(PERMISSION_CHECK, passed=False, reason="the check did not run")
     metadata = {key: metadata_value(value) for key, value in found.metadata.items()}
     metadata["published"] = dg.MetadataValue.bool(report.published)
     if report.kept:  # what the published snapshot's check found when it was staged

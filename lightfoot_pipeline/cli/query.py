@@ -85,36 +85,14 @@ def print_latency(latency: dict) -> None:
     print("latency ms: " + ", ".join(f"{k} {v:.1f}" for k, v in latency.items()))
 
 
-def publishing_checks(embedder, *, permissions: bool = True, rebuild: bool = False) -> list:
-    """The checks a command-line export runs on its staged snapshot before publishing it: the
-    permission audit of its reader views (passes at once when every document is public), unless
-    turned off, when its verdict records it as skipped; and with ``rebuild``, the comparison of the
-    store with a fresh rebuild."""
-    from lightfoot_pipeline.evaluation.permission_audit import PERMISSION_CHECK, permission_check
-    from lightfoot_pipeline.operations.checks import rebuild_check
-    from lightfoot_pipeline.settings import IndexSettings
-    from lightfoot_pipeline.snapshot.verdict import CheckVerdict
-
-    def skipped(store, staged) -> CheckVerdict:
-        return CheckVerdict(PERMISSION_CHECK, passed=False, skipped="turned off (--no-permission-check)",
-                            metadata={"snapshot_id": staged.snapshot_id})
-
-    checks = [permission_check(lambda: embedder, IndexSettings()) if permissions else skipped]
-    if rebuild:
-        checks.append(rebuild_check(embedder, IndexSettings()))
-    return checks
-
-
-def print_unpublished(report) -> None:
-    """Why a staged snapshot was not published, and what services serve meanwhile."""
-    served = report.served
-    print(f"staged snapshot {report.info.snapshot_id} not published: {report.reason}", file=sys.stderr)
-    print(f"  services keep serving {served.snapshot_id if served else 'no snapshot'}; `lightfoot status` says "
-          "why until a snapshot is published", file=sys.stderr)
-
-
 def cmd_snapshot(args) -> int:
-    from lightfoot_pipeline.cli.store import batch_report, command_batch, print_batch
+    from lightfoot_pipeline.cli.store import (
+        batch_report,
+        command_batch,
+        print_batch,
+        print_unpublished,
+        publishing_checks,
+    )
     from lightfoot_pipeline.progress import StepProgress
     from lightfoot_pipeline.service.queries import resolve_embedder
     from lightfoot_pipeline.snapshot.export import publish_checked
@@ -124,7 +102,8 @@ def cmd_snapshot(args) -> int:
     started = time.perf_counter()
     batch = command_batch("snapshot")  # the first snapshot of a store registers its vector model: a commit
     embedder = resolve_embedder(store, args.embedder)
-    checks = publishing_checks(embedder, permissions=not args.no_permission_check, rebuild=args.check_rebuild)
+    checks = publishing_checks(lambda: embedder, permissions=not args.no_permission_check,
+                               rebuild=args.check_rebuild)
     with writing_batch(batch):
         report = publish_checked(store, embedder, checks, keep=args.keep, progress=StepProgress("snapshot"))
     info = report.info

@@ -173,13 +173,15 @@ def cmd_delete(args) -> int:
     problems = [p for p in map(doc_id_problem, args.doc_ids) if p]
     if problems:
         raise SettingsError("delete: " + "; ".join(problems), hint="no document can have such an id")
+    from lightfoot_pipeline.service.queries import resolve_embedder
     from lightfoot_pipeline.store.batches import writing_batch
 
     store = _existing_store(args)
     batch = command_batch("delete")
     with writing_batch(batch):
         report = operations.delete(store, args.doc_ids, erase=args.erase,
-                                   reason=args.reason or "requested on the command line")
+                                   reason=args.reason or "requested on the command line",
+                                   snapshot_checks=publishing_checks(lambda: resolve_embedder(store)))
     if args.json:
         _print_json({**report.as_dict(), "batch": batch_report(batch)})
         return 0
@@ -212,14 +214,44 @@ def _print_erase(erase: dict) -> None:
           f"{sum(erase['files_vacuumed'].values())} files vacuumed")
 
 
+def publishing_checks(embedder, *, permissions: bool = True, rebuild: bool = False) -> list:
+    """The checks every command-line export runs on its staged snapshot before publishing it
+    (``snapshot``, and the replacement export of ``delete --erase``, ``vacuum`` and ``demo``): the
+    permission audit of its reader views (passes at once when every document is public), unless
+    turned off, when its verdict records it as skipped; and with ``rebuild``, the comparison of the
+    store with a fresh rebuild. ``embedder()`` gives the model, loaded only when a check runs."""
+    from lightfoot_pipeline.evaluation.permission_audit import PERMISSION_CHECK, permission_check
+    from lightfoot_pipeline.operations.checks import rebuild_check
+    from lightfoot_pipeline.settings import IndexSettings
+    from lightfoot_pipeline.snapshot.verdict import CheckVerdict
+
+    def skipped(store, staged) -> CheckVerdict:
+        return CheckVerdict(PERMISSION_CHECK, passed=False, skipped="turned off (--no-permission-check)",
+                            metadata={"snapshot_id": staged.snapshot_id})
+
+    checks = [permission_check(embedder, IndexSettings()) if permissions else skipped]
+    if rebuild:
+        checks.append(rebuild_check(embedder(), IndexSettings()))
+    return checks
+
+
+def print_unpublished(report) -> None:
+    """Why a staged snapshot was not published, and what services serve meanwhile."""
+    served = report.served
+    print(f"staged snapshot {report.info.snapshot_id} not published: {report.reason}", file=sys.stderr)
+    print(f"  services keep serving {served.snapshot_id if served else 'no snapshot'}; `lightfoot status` says "
+          "why until a snapshot is published", file=sys.stderr)
+
+
 def cmd_vacuum(args) -> int:
     from lightfoot_pipeline.operations.erase import vacuum
+    from lightfoot_pipeline.service.queries import resolve_embedder
     from lightfoot_pipeline.store.batches import writing_batch
 
     store = _existing_store(args)
     batch = command_batch("vacuum")  # it commits when it finishes erasures owed
     with writing_batch(batch):
-        report = vacuum(store)
+        report = vacuum(store, snapshot_checks=publishing_checks(lambda: resolve_embedder(store)))
     if args.json:
         _print_json({**report.as_dict(), "batch": batch_report(batch)})
         return 0
