@@ -125,6 +125,15 @@ def cmd_snapshot(args) -> int:
     return 0
 
 
+def serving_checks(store, embedder_spec: str | None) -> list:
+    """What a snapshot that ``query``, ``serve`` or ``explain`` export (when none is published, or
+    none of their embedder's) must pass to be published: the same checks as ``lightfoot snapshot``'s."""
+    from lightfoot_pipeline.cli.store import publishing_checks
+    from lightfoot_pipeline.service.queries import resolve_embedder
+
+    return publishing_checks(lambda: resolve_embedder(store, embedder_spec))
+
+
 def cmd_query(args) -> int:
     from lightfoot_pipeline.service.queries import open_service, snapshot_is_stale
 
@@ -135,6 +144,7 @@ def cmd_query(args) -> int:
         raise SettingsError("query: --trace, --max-steps and --question-budget are options of the deep mode",
                             hint="add --mode deep")
     with open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker,
+                      snapshot_checks=serving_checks(store, args.embedder),
                       answers=not args.no_answer, allow_unpriced=args.allow_unpriced) as service:
         if service.price is not None and service.price["state"] == "refused":  # before any paid call
             from lightfoot_pipeline.retrieval.answer import answer_settings
@@ -178,7 +188,8 @@ def query_deep(args, store) -> int:
     from lightfoot_pipeline.service.queries import open_service
 
     settings = DeepSettings.from_env(max_steps=args.max_steps, question_budget_usd=args.question_budget)
-    with open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker, answers=True,
+    with open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker,
+                      snapshot_checks=serving_checks(store, args.embedder), answers=True,
                       allow_unpriced=getattr(args, "allow_unpriced", False)) as service:
         if service.answerer is None:
             raise SettingsError(f"query --mode deep: {service.answer_status}",
@@ -255,7 +266,8 @@ def cmd_serve(args) -> int:
     except (ValueError, OSError) as err:  # OSError: an access log that cannot be opened
         raise SettingsError(f"serve: {err}", hint="see `lightfoot serve --help`") from None
     store = _store(args)
-    service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker, answers=answers,
+    service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker,
+                      snapshot_checks=serving_checks(store, args.embedder), answers=answers,
                            answer_budget_usd=budget, ledger_prefix="serve", allow_unpriced=args.allow_unpriced,
                            principal_budget_usd=principal_budget,
                            answers_off_reason=f"answers are off on this service (start it with --answers "
