@@ -56,7 +56,7 @@ from lightfoot_pipeline.permissions.views import reader_view
 from lightfoot_pipeline.retrieval.explain import explain_query
 from lightfoot_pipeline.retrieval.retrieve import Retriever
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.snapshot.export import export_snapshot
+from lightfoot_pipeline.snapshot.export import export_snapshot, publish_checked
 from lightfoot_pipeline.snapshot.format import Snapshot, SnapshotInfo, load_snapshot
 from lightfoot_pipeline.snapshot.verdict import CheckVerdict, StagedCheck
 from lightfoot_pipeline.store.fingerprint import fingerprint
@@ -373,7 +373,8 @@ def audit_store(store: Store, groups_file: Path, embedder: Embedder, questions_f
     holds now (after ``lightfoot readers``, a sync or an ingest), against fresh builds of each
     principal's readable documents from the extractions the store keeps (:func:`store_reference`,
     no model call). The store's committed state is exported first, as ``lightfoot snapshot`` does
-    (the published snapshot is kept when it holds that state already). The questions are the
+    (staged, and published only if the sample of :func:`permission_check` passes; the published
+    snapshot is kept when it holds that state already), and the staged copy is audited either way. The questions are the
     first ``max_questions`` of ``questions_file``, else as many drawn from the snapshot's passages
     (:func:`passage_questions`)."""
     principals = read_groups_file(Path(groups_file))
@@ -382,7 +383,10 @@ def audit_store(store: Store, groups_file: Path, embedder: Embedder, questions_f
                            hint="name an existing store, or give --dataset without --store to build one")
     manifest = store.manifest()
     started = time.perf_counter()
-    info = export_snapshot(store, embedder)
+    # Staged and checked as `lightfoot snapshot` does: published only if its own sample passes; the
+    # audit below compares the staged copy either way.
+    published = publish_checked(store, embedder, [permission_check(lambda: embedder, IndexSettings())])
+    info = published.info
     if info.store_seq != manifest.seq:
         raise HarnessError(f"{store.uri} changed while its snapshot was exported (commit {manifest.seq}, then "
                            f"{info.store_seq})", hint="run the audit again once the store is quiet")
@@ -409,6 +413,7 @@ def audit_store(store: Store, groups_file: Path, embedder: Embedder, questions_f
         "groups_file": str(groups_file),
         "questions_file": str(questions_file) if questions_file is not None else None,
         "snapshot_id": info.snapshot_id,
+        "published": published.published,
         "embedder": embedder.model_id,
         "documents": len(readers),
         "reader_sets": len(set(readers.values())),

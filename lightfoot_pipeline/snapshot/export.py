@@ -288,11 +288,11 @@ def _prune(location: SnapshotDirectory, keep: int) -> list[str]:
     complete = {i for i in ids if location.exists(location.path(i, MANIFEST_FILE))}
     verdicts = {i: read_verdict(location, i) for i in complete}
     kept = {published} if published else set()
-    older = [i for i in ids if i < published and i in complete
-             and (verdicts[i] is None or verdicts[i].published)]
-    kept.update(older[len(older) - (keep - 1):] if keep > 1 else [])
+    left_out = {i for i, verdict in verdicts.items() if verdict is not None and not verdict.published}
+    older = [i for i in ids if i < published and i in complete and i not in left_out]  # published in their day
+    kept.update(older[-(keep - 1):] if keep > 1 else [])
     newer = [i for i in ids if i > published]
-    unpublished = [i for i in newer if i in complete and verdicts[i] is not None and not verdicts[i].published]
+    unpublished = [i for i in newer if i in left_out]
     kept.update(i for i in newer if i not in unpublished)  # under check, or being written
     kept.update(unpublished[-1:])
     removed = []
