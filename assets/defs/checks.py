@@ -4,20 +4,18 @@ serving snapshot from being exported.
 - every passage of a batch's documents is accounted for: extracted, or failed with its reason;
 - no reference dangles: nothing points at a deleted document, passage, name or entity;
 - the store equals a fresh rebuild of its live documents (after every ingestion and deletion;
-  configurable, since it costs a rebuild);
-- after each serving export, a sample of principals' views of the snapshot retrieve what a fresh
-  store of each one's readable documents does (the permission audit on a few questions; it costs a
-  build of each principal's documents, and passes at once when every document is public).
+  configurable, since it costs a rebuild).
+
+The permission check of the serving snapshot (``views_match_fresh_stores``) is the asset's own: it
+runs on the staged snapshot before publishing it (serving.py).
 
 Each runs in every job that can change its answer: the ingestion and sync jobs run all of them,
 the deletion job those of the graph (a deletion removes passages with their extractions, so it
 cannot leave one unaccounted for, and another batch's unfinished extraction is no failure of a
-deletion run). Every message names documents, never passages. The permission check's metadata
-holds counts, group names, equality and digests only, never a question or a passage.
+deletion run). Every message names documents, never passages.
 """
 
 
-from pathlib import Path
 
 import dagster as dg
 from pydantic import Field
@@ -32,14 +30,12 @@ from assets.keys import (
     NAME_LINKS,
     NAME_VECTORS,
     REBUILD_CHECK,
-    SERVING_SNAPSHOT,
     SYNC_JOB,
     SYNONYM_EDGES,
 )
 from assets.partitions import PARTITION_TAG
 from assets.provenance import report_metadata
 from assets.resources import EmbedderResource, StoreResource
-from lightfoot_pipeline.evaluation.permission_audit import audit_published_snapshot
 from lightfoot_pipeline.operations.batches import batch_doc_ids
 from lightfoot_pipeline.operations.checks import (
     account_for_passages,
@@ -222,62 +218,3 @@ def matches_fresh_rebuild(
             description=None if not wrong else f"differs from a fresh rebuild in {', '.join(wrong)}",
             metadata={**common, "rows": dg.MetadataValue.json({t: found.rows[t] for t in tables if t in found.rows})},
         )
-
-
-class PermissionAuditConfig(dg.Config):
-    enabled: bool = Field(default=True, description="Audit the views (off: the check warns that it did not).")
-    groups_file: str | None = Field(
-        default=None, description='A groups file (one {"principal": NAME, "groups": [...]} a line, as for '
-        "lightfoot audit-permissions) whose first principals are audited; none: principals derived from the "
-        "reader groups present (public only, then each group alone, those that read the most documents first).",
-    )
-    principals: int = Field(default=3, ge=1, le=16, description="Principals audited at most (each costs a build).")
-    questions: int = Field(default=5, ge=1, le=100, description="Questions compared per principal, drawn from the "
-                           "snapshot's passages with a fixed seed.")
-    document_limit: int | None = Field(
-        default=INGESTION_REBUILD_LIMIT, description="Audit only while the snapshot holds at most this many "
-        "documents (larger: the check warns that it did not, and says why); none: always audit.",
-    )
-
-
-@dg.asset_check(asset=SERVING_SNAPSHOT, blocking=True)
-def views_match_fresh_stores(
-    context: dg.AssetCheckExecutionContext, config: PermissionAuditConfig, store: StoreResource,
-    embedder: EmbedderResource,
-) -> dg.AssetCheckResult:
-    """Each sampled principal's view of the published snapshot retrieves exactly what a fresh store
-    of its readable documents alone does: top-10 passages, scores, seed facts and explanations on a
-    few questions (evaluation/permission_audit.py; the fresh stores are rebuilt from the store's own
-    extractions, no model call). The snapshot is already published when this runs: a failure fails
-    the run and says which principals' views differ."""
-    found = audit_published_snapshot(
-        store.open(), embedder.get, store.settings(), enabled=config.enabled,
-        groups_file=Path(config.groups_file) if config.groups_file else None, principals=config.principals,
-        questions=config.questions, document_limit=config.document_limit, echo=context.log.info)
-    common = report_metadata(found, ["snapshot_id", "documents", "reader_sets"])
-    if found.public:
-        return dg.AssetCheckResult(
-            passed=True, description="every document of the snapshot is public: each principal's view is the "
-            "whole snapshot", metadata={**common, "principals": dg.MetadataValue.int(0)})
-    if found.skipped:
-        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,
-                                   description=f"not audited: {found.skipped}", metadata=common)
-    unequal = found.unequal
-    return dg.AssetCheckResult(
-        passed=not unequal,
-        description=None if not unequal else "views differ from a fresh store of their readable documents: "
-        + ", ".join(f"{a.principal.name} ({a.differing_questions} of {a.questions} questions"
-                    + ("; other documents" if not a.documents_equal else "") + ")" for a in unequal),
-        metadata={
-            **common,
-            **report_metadata(found, ["principals_from", "questions", "model_calls"]),
-            "principals": dg.MetadataValue.int(len(found.audits)),
-            "equal": dg.MetadataValue.int(len(found.audits) - len(unequal)),
-            "views": dg.MetadataValue.json([
-                {"principal": a.principal.name, "groups": list(a.principal.groups), "documents": a.documents,
-                 "equal": a.equal, "documents_equal": a.documents_equal,
-                 "differing_questions": a.differing_questions, "parts": a.parts, "digest": a.digest}
-                for a in found.audits]),
-            "audit_seconds": dg.MetadataValue.float(round(found.seconds, 3)),
-        },
-    )

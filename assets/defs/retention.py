@@ -17,6 +17,7 @@ import polars as pl
 
 from assets.batches import apply_deletion_events, dagster_batch, deletion_events, run_batch_id
 from assets.code_versions import code_version
+from assets.defs.serving import AUDIT_DOCUMENT_LIMIT
 from assets.keys import (
     DELETION_JOB,
     DELETION_TAG,
@@ -31,7 +32,8 @@ from assets.keys import (
 from assets.partitions import BATCHES, LEGACY_HINT, RETENTION, legacy_layout, receipt_batch
 from assets.provenance import STORE_POOL, store_metadata, table_metadata
 from assets.receipts import IN_FLIGHT, receipt_run_key, receipt_runs, receipt_tags
-from assets.resources import InboxResource, StoreResource
+from assets.resources import EmbedderResource, InboxResource, StoreResource
+from lightfoot_pipeline.evaluation.permission_audit import permission_check
 from lightfoot_pipeline.ingest.inbox import take_requests
 from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing, utc_now
 from lightfoot_pipeline.ingest.receipts import Receipt, Receipts
@@ -91,19 +93,22 @@ def tombstones(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Ma
     owners=OWNERS,
     code_version=code_version(__name__, "erasures"),
 )
-def erasures(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
+def erasures(context: dg.AssetExecutionContext, store: StoreResource, embedder: EmbedderResource) -> dg.MaterializeResult:
     """Hard erasure: the text of deleted documents that asked for it, removed from everything the
     store keeps — old table versions and log entries, extraction-cache entries, cached vectors,
     landed copies and serving snapshots. Runs after the graph no longer holds their names (and,
     like the serving export, waits while a blocking check on the graph fails); a published
-    snapshot that still holds them is replaced by a fresh export first. The materialization holds
+    snapshot that still holds them is replaced by a fresh export first, published only if it
+    passes the permission check (with the serving snapshot's defaults; serving.py). The materialization holds
     counts and a digest of the erased ids, never the ids: it stays in Dagster's storage for good."""
     lightfoot = store.open()
     pending = pending_erasures(lightfoot)
     summary = {"erased_count": 0}
     if pending:
         with dagster_batch(context):
-            summary = erase_history(lightfoot, pending).summary()
+            audit = permission_check(embedder.get, store.settings(), document_limit=AUDIT_DOCUMENT_LIMIT,
+                                     echo=context.log.info)
+            summary = erase_history(lightfoot, pending, snapshot_checks=[audit]).summary()
         context.log.info(f"erased the history of {len(pending)} documents")
     state = store_state(lightfoot, lightfoot.manifest(), [t.name for t in STAGE_TABLES["tombstones"]],
                         changed=bool(pending), fingerprint=bool(pending) and store.report_fingerprint)

@@ -124,15 +124,20 @@ def run_demo(args) -> int:
 
 
 def _show_retrieval(store: Store, embedder, dataset: Path, n_questions: int = 2) -> None:
+    from lightfoot_pipeline.cli.store import publishing_checks
     from lightfoot_pipeline.ingest.dataset import default_questions_file, load_questions
     from lightfoot_pipeline.progress import StepProgress
     from lightfoot_pipeline.retrieval.answer import build_answerer
     from lightfoot_pipeline.retrieval.rerank import load_reranker
     from lightfoot_pipeline.service.queries import QueryService
-    from lightfoot_pipeline.snapshot.export import export_snapshot
+    from lightfoot_pipeline.snapshot.export import publish_checked
+    from lightfoot_pipeline.snapshot.format import SnapshotError
 
     started = time.perf_counter()
-    info = export_snapshot(store, embedder, progress=StepProgress("snapshot"))
+    report = publish_checked(store, embedder, publishing_checks(lambda: embedder), progress=StepProgress("snapshot"))
+    if not report.published:
+        raise SnapshotError(f"staged snapshot {report.info.snapshot_id} not published: {report.reason}")
+    info = report.info
     edges = info.counts["edges"]
     print(f"snapshot {info.snapshot_id}: {info.counts['nodes']:,} nodes ({info.counts['entities']:,} entities, "
           f"{info.counts['passages']:,} passages); {edges['mention']:,} mention, {edges['fact']:,} fact and "

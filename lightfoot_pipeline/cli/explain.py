@@ -203,6 +203,7 @@ def cmd_explain_batch(args) -> int:
 
 
 def cmd_explain_query(args) -> int:
+    from lightfoot_pipeline.cli.query import serving_checks
     from lightfoot_pipeline.retrieval.explain import explain_query
     from lightfoot_pipeline.service.queries import open_service
 
@@ -218,8 +219,10 @@ def cmd_explain_query(args) -> int:
     if args.max_steps is not None or args.question_budget is not None:
         raise SettingsError("explain query: --max-steps and --question-budget are options of the deep mode",
                             hint="add --mode deep")
-    service = open_service(_existing_store(args), embedder_spec=args.embedder, reranker_spec=args.reranker,
-                           answers=False, answers_off_reason="explain does not answer")
+    store = _existing_store(args)
+    service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker,
+                           answers=False, answers_off_reason="explain does not answer",
+                           snapshot_checks=serving_checks(store, args.embedder))
     try:
         result = explain_query(service.current(_principal(args)).retriever, args.question, top_k=args.top_k,
                                rerank=not args.no_rerank)

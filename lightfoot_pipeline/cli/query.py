@@ -86,27 +86,52 @@ def print_latency(latency: dict) -> None:
 
 
 def cmd_snapshot(args) -> int:
-    from lightfoot_pipeline.cli.store import batch_report, command_batch, print_batch
+    from lightfoot_pipeline.cli.store import (
+        batch_report,
+        command_batch,
+        print_batch,
+        print_unpublished,
+        publishing_checks,
+    )
     from lightfoot_pipeline.progress import StepProgress
     from lightfoot_pipeline.service.queries import resolve_embedder
-    from lightfoot_pipeline.snapshot.export import export_snapshot
+    from lightfoot_pipeline.snapshot.export import publish_checked
     from lightfoot_pipeline.store.batches import writing_batch
 
     store = _store(args)
     started = time.perf_counter()
     batch = command_batch("snapshot")  # the first snapshot of a store registers its vector model: a commit
+    embedder = resolve_embedder(store, args.embedder)
+    checks = publishing_checks(lambda: embedder, permissions=not args.no_permission_check,
+                               rebuild=args.check_rebuild)
     with writing_batch(batch):
-        info = export_snapshot(store, resolve_embedder(store, args.embedder), keep=args.keep,
-                               progress=StepProgress("snapshot"))
+        report = publish_checked(store, embedder, checks, keep=args.keep, progress=StepProgress("snapshot"))
+    info = report.info
     if args.json:
-        _print_json({**info.as_dict(), "batch": batch_report(batch)})
-    else:
-        print(f"published snapshot {info.snapshot_id} of store commit {info.store_seq} "
-              f"({time.perf_counter() - started:.1f}s)")
-        print(f"  {info.uri}")
-        print("  " + ", ".join(f"{k} {v:,}" for k, v in info.counts.items() if isinstance(v, int)))
-        print_batch(batch)
+        _print_json({**info.as_dict(), "published": report.published, "reason": report.reason,
+                     "checks": [c.as_dict() for c in report.verdict.checks] if report.verdict else [],
+                     "batch": batch_report(batch)})
+        return 0 if report.published else 1
+    if not report.published:
+        print_unpublished(report)
+        return 1
+    print(f"published snapshot {info.snapshot_id} of store commit {info.store_seq} "
+          f"({time.perf_counter() - started:.1f}s)")
+    print(f"  {info.uri}")
+    print("  " + ", ".join(f"{k} {v:,}" for k, v in info.counts.items() if isinstance(v, int)))
+    for check in report.verdict.checks if report.verdict else []:
+        print(f"  check {check.name}: " + ("passed" if check.passed else f"not run: {check.skipped}"))
+    print_batch(batch)
     return 0
+
+
+def serving_checks(store, embedder_spec: str | None) -> list:
+    """What a snapshot that ``query``, ``serve`` or ``explain`` export (when none is published, or
+    none of their embedder's) must pass to be published: the same checks as ``lightfoot snapshot``'s."""
+    from lightfoot_pipeline.cli.store import publishing_checks
+    from lightfoot_pipeline.service.queries import resolve_embedder
+
+    return publishing_checks(lambda: resolve_embedder(store, embedder_spec))
 
 
 def cmd_query(args) -> int:
@@ -119,6 +144,7 @@ def cmd_query(args) -> int:
         raise SettingsError("query: --trace, --max-steps and --question-budget are options of the deep mode",
                             hint="add --mode deep")
     with open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker,
+                      snapshot_checks=serving_checks(store, args.embedder),
                       answers=not args.no_answer, allow_unpriced=args.allow_unpriced) as service:
         if service.price is not None and service.price["state"] == "refused":  # before any paid call
             from lightfoot_pipeline.retrieval.answer import answer_settings
@@ -162,7 +188,8 @@ def query_deep(args, store) -> int:
     from lightfoot_pipeline.service.queries import open_service
 
     settings = DeepSettings.from_env(max_steps=args.max_steps, question_budget_usd=args.question_budget)
-    with open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker, answers=True,
+    with open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker,
+                      snapshot_checks=serving_checks(store, args.embedder), answers=True,
                       allow_unpriced=getattr(args, "allow_unpriced", False)) as service:
         if service.answerer is None:
             raise SettingsError(f"query --mode deep: {service.answer_status}",
@@ -240,7 +267,8 @@ def cmd_serve(args) -> int:
     except (ValueError, OSError) as err:  # OSError: an access log that cannot be opened
         raise SettingsError(f"serve: {err}", hint="see `lightfoot serve --help`") from None
     store = _store(args)
-    service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker, answers=answers,
+    service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker,
+                      snapshot_checks=serving_checks(store, args.embedder), answers=answers,
                            answer_budget_usd=budget, ledger_prefix="serve", allow_unpriced=args.allow_unpriced,
                            principal_budget_usd=principal_budget,
                            answers_off_reason=f"answers are off on this service (start it with --answers "
@@ -390,9 +418,15 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
                      "none turns reranking off")
     embedder_help = "embedding model name or path, or hashing[:DIM] (default: the snapshot's or the index's)"
 
-    p = sub.add_parser("snapshot", parents=[common], help="export and publish a serving snapshot of the store")
-    p.add_argument("--keep", type=int, default=3, help="snapshots to keep (default 3)")
+    p = sub.add_parser("snapshot", parents=[common], help="export a serving snapshot of the store, check it, and publish it if it passes")
+    p.add_argument("--keep", type=int, default=3, help="published snapshots to keep (default 3)")
     p.add_argument("--embedder", default=None, help=embedder_help)
+    p.add_argument("--no-permission-check", action="store_true",
+                   help="publish without auditing the staged snapshot's reader views (its verdict records the "
+                        "check as turned off)")
+    p.add_argument("--check-rebuild", action="store_true",
+                   help="also compare the store with a fresh rebuild of its live documents before publishing "
+                        "(no model call; costs a build)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_snapshot)
 

@@ -173,13 +173,15 @@ def cmd_delete(args) -> int:
     problems = [p for p in map(doc_id_problem, args.doc_ids) if p]
     if problems:
         raise SettingsError("delete: " + "; ".join(problems), hint="no document can have such an id")
+    from lightfoot_pipeline.service.queries import resolve_embedder
     from lightfoot_pipeline.store.batches import writing_batch
 
     store = _existing_store(args)
     batch = command_batch("delete")
     with writing_batch(batch):
         report = operations.delete(store, args.doc_ids, erase=args.erase,
-                                   reason=args.reason or "requested on the command line")
+                                   reason=args.reason or "requested on the command line",
+                                   snapshot_checks=publishing_checks(lambda: resolve_embedder(store)))
     if args.json:
         _print_json({**report.as_dict(), "batch": batch_report(batch)})
         return 0
@@ -212,14 +214,44 @@ def _print_erase(erase: dict) -> None:
           f"{sum(erase['files_vacuumed'].values())} files vacuumed")
 
 
+def publishing_checks(embedder, *, permissions: bool = True, rebuild: bool = False) -> list:
+    """The checks every command-line export runs on its staged snapshot before publishing it
+    (``snapshot``, and the replacement export of ``delete --erase``, ``vacuum`` and ``demo``): the
+    permission audit of its reader views (passes at once when every document is public), unless
+    turned off, when its verdict records it as skipped; and with ``rebuild``, the comparison of the
+    store with a fresh rebuild. ``embedder()`` gives the model, loaded only when a check runs."""
+    from lightfoot_pipeline.evaluation.permission_audit import PERMISSION_CHECK, permission_check
+    from lightfoot_pipeline.operations.checks import rebuild_check
+    from lightfoot_pipeline.settings import IndexSettings
+    from lightfoot_pipeline.snapshot.verdict import CheckVerdict
+
+    def skipped(store, staged) -> CheckVerdict:
+        return CheckVerdict(PERMISSION_CHECK, passed=False, skipped="turned off (--no-permission-check)",
+                            metadata={"snapshot_id": staged.snapshot_id})
+
+    checks = [permission_check(embedder, IndexSettings()) if permissions else skipped]
+    if rebuild:
+        checks.append(rebuild_check(embedder(), IndexSettings()))
+    return checks
+
+
+def print_unpublished(report) -> None:
+    """Why a staged snapshot was not published, and what services serve meanwhile."""
+    served = report.served
+    print(f"staged snapshot {report.info.snapshot_id} not published: {report.reason}", file=sys.stderr)
+    print(f"  services keep serving {served.snapshot_id if served else 'no snapshot'}; `lightfoot status` says "
+          "why until a snapshot is published", file=sys.stderr)
+
+
 def cmd_vacuum(args) -> int:
     from lightfoot_pipeline.operations.erase import vacuum
+    from lightfoot_pipeline.service.queries import resolve_embedder
     from lightfoot_pipeline.store.batches import writing_batch
 
     store = _existing_store(args)
     batch = command_batch("vacuum")  # it commits when it finishes erasures owed
     with writing_batch(batch):
-        report = vacuum(store)
+        report = vacuum(store, snapshot_checks=publishing_checks(lambda: resolve_embedder(store)))
     if args.json:
         _print_json({**report.as_dict(), "batch": batch_report(batch)})
         return 0
@@ -324,15 +356,22 @@ def cmd_status(args) -> int:
 def _published(store, manifest) -> dict:
     """The published snapshot's id and commit, and how many commits the store is ahead of it."""
     from lightfoot_pipeline.snapshot.format import SnapshotError, latest_snapshot
+    from lightfoot_pipeline.snapshot.verdict import unpublished_snapshot
 
     try:
         published = latest_snapshot(store)
+        left = unpublished_snapshot(store)
     except SnapshotError as err:
-        return {"snapshot_id": None, "store_seq": None, "commits_behind": None, "error": str(err)}
+        return {"snapshot_id": None, "store_seq": None, "commits_behind": None, "error": str(err), "unpublished": None}
+    # The newest snapshot staged since the published one and kept from it by its checks: ids, reasons, counts.
+    unpublished = None if left is None else {
+        "snapshot_id": left.snapshot_id, "reason": left.reason,
+        "checks": [{"name": c.name, "passed": c.passed, "reason": c.reason, "skipped": c.skipped} for c in left.checks]}
     if published is None:
-        return {"snapshot_id": None, "store_seq": None, "commits_behind": None, "error": None}
+        return {"snapshot_id": None, "store_seq": None, "commits_behind": None, "error": None,
+                "unpublished": unpublished}
     return {"snapshot_id": published.snapshot_id, "store_seq": published.store_seq,
-            "commits_behind": manifest.seq - published.store_seq, "error": None}
+            "commits_behind": manifest.seq - published.store_seq, "error": None, "unpublished": unpublished}
 
 
 def _print_published(snapshot: dict) -> None:
@@ -348,6 +387,9 @@ def _print_published(snapshot: dict) -> None:
               "and new documents wait for the next export (`lightfoot snapshot`, or Dagster's)")
     else:
         print(f"  snapshot {snapshot['snapshot_id']} is of the latest commit")
+    if snapshot.get("unpublished"):
+        left = snapshot["unpublished"]
+        print(f"  staged snapshot {left['snapshot_id']} not published: {left['reason']}")
 
 
 def cmd_cost(args) -> int:

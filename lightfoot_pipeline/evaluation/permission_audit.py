@@ -18,8 +18,8 @@ it on one snapshot, for a few principals and questions:
 A difference names the question, the parts that differ and the chunk ids of both rankings, never
 a passage's text. ``lightfoot audit-permissions`` runs the audit on a dataset (:func:`audit_dataset`)
 or on an existing store, as its readers are now (:func:`audit_store`);
-the Dagster check after each serving export runs it on a sample of the published snapshot
-(assets/defs/checks.py), with principals from :func:`principals_from_readers` and questions
+every checked export runs it on a sample of the staged snapshot before publishing it
+(:func:`permission_check`: ``lightfoot snapshot`` and Dagster's ``serving_snapshot``), with principals from :func:`principals_from_readers` and questions
 from :func:`passage_questions` unless it is given them.
 """
 
@@ -56,8 +56,9 @@ from lightfoot_pipeline.permissions.views import reader_view
 from lightfoot_pipeline.retrieval.explain import explain_query
 from lightfoot_pipeline.retrieval.retrieve import Retriever
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.snapshot.export import export_snapshot
-from lightfoot_pipeline.snapshot.format import Snapshot, load_snapshot
+from lightfoot_pipeline.snapshot.export import export_snapshot, publish_checked
+from lightfoot_pipeline.snapshot.format import Snapshot, SnapshotInfo, load_snapshot
+from lightfoot_pipeline.snapshot.verdict import CheckVerdict, StagedCheck
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
@@ -383,7 +384,8 @@ def audit_store(store: Store, groups_file: Path, embedder: Embedder, questions_f
     holds now (after ``lightfoot readers``, a sync or an ingest), against fresh builds of each
     principal's readable documents from the extractions the store keeps (:func:`store_reference`,
     no model call). The store's committed state is exported first, as ``lightfoot snapshot`` does
-    (the published snapshot is kept when it holds that state already). The questions are the
+    (staged, and published only if the sample of :func:`permission_check` passes; the published
+    snapshot is kept when it holds that state already), and the staged copy is audited either way. The questions are the
     first ``max_questions`` of ``questions_file``, else as many drawn from the snapshot's passages
     (:func:`passage_questions`)."""
     principals = read_groups_file(Path(groups_file))
@@ -392,7 +394,10 @@ def audit_store(store: Store, groups_file: Path, embedder: Embedder, questions_f
                            hint="name an existing store, or give --dataset without --store to build one")
     manifest = store.manifest()
     started = time.perf_counter()
-    info = export_snapshot(store, embedder)
+    # Staged and checked as `lightfoot snapshot` does: published only if its own sample passes; the
+    # audit below compares the staged copy either way.
+    published = publish_checked(store, embedder, [permission_check(lambda: embedder, IndexSettings())])
+    info = published.info
     if info.store_seq != manifest.seq:
         raise HarnessError(f"{store.uri} changed while its snapshot was exported (commit {manifest.seq}, then "
                            f"{info.store_seq})", hint="run the audit again once the store is quiet")
@@ -408,10 +413,11 @@ def audit_store(store: Store, groups_file: Path, embedder: Embedder, questions_f
     return {
         "store": store.uri, "commit": manifest.seq, "groups_file": str(groups_file),
         "questions_file": str(questions_file) if questions_file is not None else None, **audited,
+        "published": published.published,
     }
 
 
-# -- the published snapshot's audit (the Dagster check after each serving export) ---------------------
+# -- a snapshot's audit before it is published (every checked export) ------------------------------
 
 
 @dataclass
@@ -438,17 +444,18 @@ class PublishedAudit:
 
 
 def audit_published_snapshot(store: Store, embedder: Callable[[], Embedder], settings: IndexSettings, *,
-                             enabled: bool = True,
+                             snapshot_id: str | None = None, enabled: bool = True,
                              groups_file: Path | None = None, principals: int = 3, questions: int = 5,
                              document_limit: int | None = None, echo: Echo = lambda line: None) -> PublishedAudit:
-    """Audit a sample of principals' views of the store's published snapshot on a few questions
+    """Audit a sample of principals' views of a snapshot (``snapshot_id``: a staged one; by
+    default the store's published one) on a few questions
     drawn from its passages (with a fixed seed), each against a fresh store of its readable
     documents rebuilt from the store's own extractions (no model call). The principals are the
     first of ``groups_file``, or else derived from the reader groups present; the audit is skipped
     when disabled, when the snapshot holds more than ``document_limit`` documents, or when the
     store changed since the export (the next export's audit covers it). ``embedder()`` is called
     only when the audit runs (a model need not be loaded for a snapshot whose documents are public)."""
-    snapshot = load_snapshot(store)
+    snapshot = load_snapshot(store, snapshot_id)
     manifest = store.manifest()
     readers = snapshot_readers(snapshot)
     found = PublishedAudit(snapshot.snapshot_id, len(readers), len(set(readers.values())))
@@ -459,7 +466,7 @@ def audit_published_snapshot(store: Store, embedder: Callable[[], Embedder], set
         "the permission audit is disabled in this run's config" if not enabled
         else f"the snapshot holds {len(readers):,} documents, more than the limit of {document_limit:,} "
         "(document_limit)" if document_limit is not None and len(readers) > document_limit
-        else "the store has changed since the published snapshot was exported: the next export's check "
+        else "the store has changed since the snapshot was exported: the next export's check "
         "audits it" if manifest.seq != snapshot.info.store_seq
         and fingerprint(store, manifest).digest != snapshot.info.fingerprint else None)
     if found.skipped:
@@ -479,3 +486,46 @@ def audit_published_snapshot(store: Store, embedder: Callable[[], Embedder], set
     found.seconds = time.perf_counter() - started
     found.model_calls = LLMClient.calls_started() - calls
     return found
+
+
+PERMISSION_CHECK = "views_match_fresh_stores"
+
+
+def describe_audit(found: PublishedAudit) -> CheckVerdict:
+    """The permission audit of a snapshot as its check's verdict: passed, skipped with why, or
+    failed naming the principals whose views differ; metadata of counts, group names, equality and
+    digests only, never a question or a passage."""
+    common = {"snapshot_id": found.snapshot_id, "documents": found.documents, "reader_sets": found.reader_sets}
+    if found.public:
+        return CheckVerdict(PERMISSION_CHECK, passed=True, metadata={**common, "principals": 0},
+                            reason=None, skipped=None)
+    if found.skipped:
+        return CheckVerdict(PERMISSION_CHECK, passed=False, skipped=found.skipped, metadata=common)
+    unequal = found.unequal
+    reason = None if not unequal else "views differ from a fresh store of their readable documents: " + ", ".join(
+        f"{a.principal.name} ({a.differing_questions} of {a.questions} questions"
+        + ("; other documents" if not a.documents_equal else "") + ")" for a in unequal)
+    return CheckVerdict(PERMISSION_CHECK, passed=not unequal, reason=reason, metadata={
+        **common, "principals_from": found.principals_from, "questions": found.questions,
+        "model_calls": found.model_calls, "principals": len(found.audits),
+        "equal": len(found.audits) - len(unequal),
+        "views": [{"principal": a.principal.name, "groups": list(a.principal.groups), "documents": a.documents,
+                   "equal": a.equal, "documents_equal": a.documents_equal,
+                   "differing_questions": a.differing_questions, "parts": a.parts, "digest": a.digest}
+                  for a in found.audits],
+        "audit_seconds": round(found.seconds, 3),
+    })
+
+
+def permission_check(embedder: Callable[[], Embedder], settings: IndexSettings, *, enabled: bool = True,
+                     groups_file: Path | None = None, principals: int = 3, questions: int = 5,
+                     document_limit: int | None = None, echo: Echo = lambda line: None) -> StagedCheck:
+    """The permission audit as a check of a staged snapshot (snapshot/export.py: ``publish_checked``):
+    :func:`audit_published_snapshot` on the staged copy, as :func:`describe_audit` reports it."""
+
+    def views_match_fresh_stores(store: Store, staged: SnapshotInfo) -> CheckVerdict:
+        return describe_audit(audit_published_snapshot(
+            store, embedder, settings, snapshot_id=staged.snapshot_id, enabled=enabled, groups_file=groups_file,
+            principals=principals, questions=questions, document_limit=document_limit, echo=echo))
+
+    return views_match_fresh_stores

@@ -1,7 +1,8 @@
 """The invariants checked after a change, as an orchestrated run checks them: every passage of a
 batch's documents accounted for (:func:`account_for_passages`), no reference dangling
 (``dangling_references``, index/references.py) and the store equal to a fresh rebuild of its live
-documents (:func:`compare_with_rebuild`). Each returns what it found as ids,
+documents (:func:`compare_with_rebuild`, and as a check of a staged snapshot before it is
+published, :func:`rebuild_check`). Each returns what it found as ids,
 counts and digests (never a passage's text or a failure's full reason, which may quote it).
 """
 
@@ -22,12 +23,14 @@ from lightfoot_pipeline.ingest.extraction.outcome import FAILED, OK, reason_kind
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.operations.migration import rebuild
 from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.snapshot.format import SnapshotInfo
+from lightfoot_pipeline.snapshot.verdict import CheckVerdict, StagedCheck
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENTS, EXTRACTIONS, PASSAGES
 
-__all__ = ["PassageAccount", "RebuildComparison", "account_for_passages", "compare_with_rebuild",
-           "dangling_references", "live_documents", "rebuild_skip_reason"]
+__all__ = ["REBUILD_CHECK", "PassageAccount", "RebuildComparison", "account_for_passages", "compare_with_rebuild",
+           "dangling_references", "live_documents", "rebuild_check", "rebuild_skip_reason"]
 
 
 @dataclass
@@ -158,3 +161,27 @@ def compare_with_rebuild(store: Store, embedder: Embedder, settings: IndexSettin
         shutil.rmtree(scratch, ignore_errors=True)
     return RebuildComparison(manifest.seq, mine.digest, fresh.digest, mine.differences(fresh),
                              {name: table.rows for name, table in mine.tables.items()}, seconds)
+
+
+REBUILD_CHECK = "matches_fresh_rebuild"
+
+
+def rebuild_check(embedder: Embedder, settings: IndexSettings, *, reuse_vector_cache: bool = True) -> StagedCheck:
+    """The comparison with a fresh rebuild as a check of a staged snapshot (snapshot/export.py:
+    ``publish_checked``): the store the snapshot was exported from must equal a fresh index of its
+    live documents. Skipped when the store has changed since the export (the next export's check
+    compares it)."""
+
+    def matches_fresh_rebuild(store: Store, staged: SnapshotInfo) -> CheckVerdict:
+        found = compare_with_rebuild(store, embedder, settings, reuse_vector_cache=reuse_vector_cache)
+        metadata = {"snapshot_id": staged.snapshot_id, "store_commit": found.store_commit,
+                    "store_fingerprint": found.store_fingerprint, "rebuild_fingerprint": found.rebuild_fingerprint,
+                    "differing_tables": found.differing, "rebuild_seconds": round(found.seconds, 3)}
+        if found.store_fingerprint != staged.fingerprint:
+            return CheckVerdict(REBUILD_CHECK, passed=False, metadata=metadata,
+                                skipped=f"the store has changed since the snapshot was exported (commit "
+                                f"{staged.store_seq}, now {found.store_commit}): the next export's check compares it")
+        reason = None if not found.differing else f"differs from a fresh rebuild in {', '.join(found.differing)}"
+        return CheckVerdict(REBUILD_CHECK, passed=not found.differing, reason=reason, metadata=metadata)
+
+    return matches_fresh_rebuild

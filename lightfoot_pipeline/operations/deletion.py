@@ -18,6 +18,7 @@ from lightfoot_pipeline.index.documents import TombstoneReport, tombstone_docume
 from lightfoot_pipeline.index.reconcile import GraphChange, reconcile_graph
 from lightfoot_pipeline.operations.erase import erase_history, pending_erasures
 from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.snapshot.verdict import StagedCheck
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import TOMBSTONES
 from lightfoot_pipeline.store.transaction import Transaction
@@ -51,6 +52,7 @@ def delete(
     reason: str = "",
     stage: Callable[[Transaction], None] | None = None,
     link: bool = True,
+    snapshot_checks: Sequence[StagedCheck] = (),
 ) -> DeleteReport:
     """Delete documents: drop their rows, recompute what their names touched. No model call.
 
@@ -62,6 +64,8 @@ def delete(
     changes to make in the same commit, before the graph update. ``link=False``: commit the
     tombstones and the rows' removal only; the graph queue keeps the names and facts for the
     graph stage, and the erasures (this one's and any pending) stay pending until an erase after it.
+    ``snapshot_checks``: what a snapshot exported to replace one holding erased text must pass to
+    be published (snapshot/export.py: ``publish_checked``).
     """
     settings = settings or IndexSettings()
     started = time.perf_counter()
@@ -82,5 +86,5 @@ def delete(
     # erasure) is finished by the next delete, with or without an erase of its own.
     if link and (erase or pending_erasures(store)):
         ids = [*tombstone.deleted, *report.already_deleted] if erase else []
-        report.erase = erase_history(store, ids).as_dict()
+        report.erase = erase_history(store, ids, snapshot_checks=snapshot_checks).as_dict()
     return report

@@ -42,6 +42,7 @@ from lightfoot_pipeline.index.link_pieces import remove_relink_staging
 from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.snapshot.export import erase_from_snapshots
+from lightfoot_pipeline.snapshot.verdict import StagedCheck
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, DOCUMENTS, EXTRACTIONS, FACTS, PASSAGES, TOMBSTONES
 from lightfoot_pipeline.store.vectors import cleanup_vector_history, purge_vector_caches
@@ -96,19 +97,22 @@ def pending_erasures(store: Store) -> list[str]:
     return sorted(owed - live)
 
 
-def vacuum(store: Store) -> EraseReport:
+def vacuum(store: Store, *, snapshot_checks: Sequence[StagedCheck] = ()) -> EraseReport:
     """Remove from the store's history, caches and snapshots everything no live row uses.
 
     An erase of no document but the pending ones: the text of documents deleted without an erase,
     and the earlier text of documents that were ingested again, leaves the store. No other
     tombstone changes.
     """
-    return erase_history(store, [])
+    return erase_history(store, [], snapshot_checks=snapshot_checks)
 
 
-def erase_history(store: Store, doc_ids: Sequence[str]) -> EraseReport:
+def erase_history(store: Store, doc_ids: Sequence[str], *,
+                  snapshot_checks: Sequence[StagedCheck] = ()) -> EraseReport:
     """Erase the history of the deleted ``doc_ids`` and of every pending erasure (and whatever
-    else no live row uses); the tombstones are marked erased once nothing holds the text."""
+    else no live row uses); the tombstones are marked erased once nothing holds the text. A
+    published snapshot that holds them is replaced by a fresh one that must pass
+    ``snapshot_checks`` to be published (snapshot/export.py: ``erase_from_snapshots``)."""
     ids = sorted(set(doc_ids) | set(pending_erasures(store)))
     report = EraseReport(documents=ids)
     manifest = store.manifest()
@@ -117,7 +121,7 @@ def erase_history(store: Store, doc_ids: Sequence[str]) -> EraseReport:
     report.vectors_purged = purge_vector_caches(store, live_vector_texts(store))
     report.landed_copies_removed = Landing(store).forget(ids)  # documents that came through an inbox
     # Serving copies of the text: of the erased documents, and earlier versions of re-ingested ones.
-    report.snapshots_removed = erase_from_snapshots(store, ids, replaced_text=True)
+    report.snapshots_removed = erase_from_snapshots(store, ids, replaced_text=True, checks=snapshot_checks)
     remove_relink_staging(store)  # staged links are derived from names that may be erased now
     report.files_vacuumed = store.vacuum()
     cleanup_vector_history(store)

@@ -61,7 +61,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,7 +103,7 @@ from lightfoot_pipeline.retrieval.retrieve import (
 )
 from lightfoot_pipeline.settings.environment import DEFAULT_POLL_S
 from lightfoot_pipeline.snapshot.collect import access_since, live_readers
-from lightfoot_pipeline.snapshot.export import export_snapshot
+from lightfoot_pipeline.snapshot.export import publish_checked
 from lightfoot_pipeline.snapshot.format import (
     Snapshot,
     SnapshotError,
@@ -111,6 +111,7 @@ from lightfoot_pipeline.snapshot.format import (
     latest_snapshot,
     load_snapshot,
 )
+from lightfoot_pipeline.snapshot.verdict import StagedCheck
 from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
@@ -732,8 +733,11 @@ def resolve_embedder(store: Store, spec: str | None = None) -> Embedder:
 def open_service(store: Store, *, embedder_spec: str | None = None, reranker_spec: str | None = None,
                  answers: bool = True, answer_budget_usd: float | None = None,
                  answers_off_reason: str = "answers were turned off", ledger_prefix: str = "query",
-                 allow_unpriced: bool = False, principal_budget_usd: float | None = None) -> QueryService:
-    """A service on the store's published snapshot (exporting one first if there is none).
+                 allow_unpriced: bool = False, principal_budget_usd: float | None = None,
+                 snapshot_checks: Sequence[StagedCheck] = ()) -> QueryService:
+    """A service on the store's published snapshot (exporting one first if there is none, or none
+    of this embedder's, published only if it passes ``snapshot_checks``: snapshot/export.py,
+    ``publish_checked``).
 
     ``answer_budget_usd`` caps what the service's answer calls spend (None: no cap), and
     ``principal_budget_usd`` what each principal's do within it (None: no cap of its own); each call is
@@ -747,7 +751,10 @@ def open_service(store: Store, *, embedder_spec: str | None = None, reranker_spe
     embedder = resolve_embedder(store, embedder_spec)
     published = latest_snapshot(store)
     if published is None or published.models.get("embedder") != embedder.model_id:
-        export_snapshot(store, embedder)
+        report = publish_checked(store, embedder, snapshot_checks)
+        if not report.published:
+            raise SnapshotError(f"staged snapshot {report.info.snapshot_id} not published: {report.reason}",
+                                hint="`lightfoot status` says why; fix it and run `lightfoot snapshot`")
     reranker, status = load_reranker(reranker_spec)
     answerer, answer_status = (build_answerer(allow_unpriced=allow_unpriced) if answers
                                else (None, answers_off_reason))

@@ -1,11 +1,13 @@
 """Serving snapshots exported from the store: written, published, pruned, and removed when they
 hold erased text.
 
-:func:`export_snapshot` writes the store's committed state as a new snapshot directory (the
-format is in format.py), publishes it by replacing the ``latest`` pointer, and prunes the older
-ones. Snapshots hold passage text, so a hard erase must reach them too: :func:`erase_from_snapshots`
-removes every snapshot that holds an erased document, or the earlier text of a document that was
-ingested again, exporting a fresh one first when the current one has to go.
+:func:`publish_checked` writes the store's committed state as a new snapshot directory (the
+format is in format.py), staged: the ``latest`` pointer does not move. The staged copy's checks run
+(verdict.py), and only when none fails is it published by replacing the pointer; the older ones
+are pruned. :func:`export_snapshot` publishes with no check, for stores a caller built itself.
+Snapshots hold passage text, so a hard erase must reach them too: :func:`erase_from_snapshots`
+removes every snapshot, published or staged, that holds an erased document, or the earlier text
+of a document that was ingested again, exporting a fresh one first when the current one has to go.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import io
 import json
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -38,6 +41,14 @@ from lightfoot_pipeline.snapshot.format import (
     latest_snapshot,
     load_snapshot,
     read_info,
+)
+from lightfoot_pipeline.snapshot.verdict import (
+    CheckVerdict,
+    StagedCheck,
+    Verdict,
+    failing_reason,
+    read_verdict,
+    write_verdict,
 )
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.log import StoreError
@@ -101,12 +112,109 @@ def _previous(store: Store, current: SnapshotInfo | None) -> Snapshot | None:
         return None
 
 
-def export_snapshot(store: Store, embedder: Embedder, *, keep: int = DEFAULT_KEEP,
-                    progress: ExportProgress | None = None, index_min_rows: int = INDEX_MIN_ROWS) -> SnapshotInfo:
-    """Export the store's committed state as a new snapshot, publish it and prune old ones.
+@dataclass(frozen=True)
+class PublishReport:
+    """What :func:`publish_checked` did: the snapshot it staged (or the published one it kept),
+    whether that is now the published one, and the verdict of its checks."""
 
-    When the newest snapshot already holds this state (same fingerprint, same models), it is kept
-    and returned instead of writing an identical one. Vectors the published snapshot holds are
+    info: SnapshotInfo  # the snapshot staged, or the published one when it already held the store's state
+    published: bool  # whether ``info`` is the published snapshot now
+    previous: SnapshotInfo | None  # the snapshot published before
+    verdict: Verdict | None = None  # the staged snapshot's; when kept, the published one's (None if it has none)
+    staged: bool = True  # False: the published snapshot already held the store's state, so it was kept
+
+    @property
+    def kept(self) -> bool:
+        """The published snapshot already held the store's state: nothing was staged or checked."""
+        return not self.staged
+
+    @property
+    def reason(self) -> str | None:
+        """Why the staged snapshot was not published (None when it was)."""
+        return None if self.published else self.verdict.reason if self.verdict else "not published"
+
+    @property
+    def served(self) -> SnapshotInfo | None:
+        """The snapshot a service loads after this: the staged one if published, else the previous."""
+        return self.info if self.published else self.previous
+
+
+def _write_snapshot(location: SnapshotDirectory, store: Store, manifest, embedder: Embedder, models: dict,
+                    digest: str, current: SnapshotInfo | None, progress: ExportProgress | None,
+                    index_min_rows: int) -> SnapshotInfo:
+    """Write the store's state as a new snapshot directory, its manifest last; the pointer stays."""
+    content = collect(store, manifest, embedder, _previous(store, current), progress, index_min_rows)
+    now = dt.datetime.now(dt.UTC)
+    snapshot_id = _new_snapshot_id(now, digest)
+    counts = {
+        "entities": content.entities.height,
+        "passages": content.passages.height,
+        "documents": content.passages.get_column("doc_id").n_unique(),
+        "facts": content.facts.height,
+        "fact_evidence": content.evidence.height,
+        "nodes": int(content.adjacency.shape[0]),
+        "stored_entries": int(content.adjacency.nnz),
+        "edges": {k: int(v) for k, v in content.edge_counts.items()},
+        "fact_index_groups": 0 if content.fact_index is None else len(content.fact_index.offsets) - 1,
+        "embedded": content.embedded,
+        "reader_sets": 1 if content.access is None else content.access.readers.get_column("readers").n_unique(),
+    }
+    info = SnapshotInfo(
+        snapshot_id=snapshot_id, uri=location.uri(snapshot_id), fingerprint=digest, store_seq=manifest.seq,
+        created_at=now.isoformat(), counts=counts, models=models,
+    )
+    location.fs.create_dir(location.path(snapshot_id), recursive=True)
+    folder = lambda name: location.path(snapshot_id, name)  # noqa: E731
+    files = [
+        ("graph.npz", lambda: _npz(content.adjacency)),
+        ("entities.parquet", lambda: _parquet(content.entities)),
+        ("passages.parquet", lambda: _parquet(content.passages)),
+        ("facts.parquet", lambda: _parquet(content.facts)),
+        ("fact_evidence.parquet", lambda: _parquet(content.evidence)),
+        ("passage_vectors.npy", lambda: _npy(content.passage_vectors)),
+        ("fact_vectors.npy", lambda: _npy(content.fact_vectors)),
+    ]
+    if content.fact_index is not None:
+        files.append((FACT_INDEX_FILE, content.fact_index.to_bytes))
+    if content.access is not None:
+        access = content.access
+        files.extend((f"{name}.parquet", lambda frame=frame: _parquet(frame)) for name, frame in access.frames().items())
+        files.append((ACCESS_FILE, lambda: json.dumps(access.settings, sort_keys=True).encode()))
+    for done, (name, data) in enumerate(files):
+        if progress is not None:
+            progress("writing the snapshot", done, len(files))
+        location.write_bytes(folder(name), data())
+    if progress is not None:
+        progress("writing the snapshot", len(files), len(files))
+    payload = {"format": FORMAT_VERSION, **info.as_dict()}
+    payload.pop("uri")
+    # The manifest goes last: a directory without one is an export that did not finish.
+    location.write_bytes(folder(MANIFEST_FILE), json.dumps(payload, indent=2, sort_keys=True).encode())
+    return info
+
+
+def _run_check(check: StagedCheck, store: Store, info: SnapshotInfo) -> CheckVerdict:
+    """A check's verdict; a check that cannot run fails, naming the error's kind (its message may
+    quote what the check read)."""
+    try:
+        return check(store, info)
+    except Exception as err:  # fail closed: a check that cannot say the snapshot is sound keeps it unpublished
+        log.exception("a check of staged snapshot %s could not run", info.snapshot_id)
+        name = getattr(check, "check_name", getattr(check, "__name__", type(check).__name__))
+        return CheckVerdict(name=name, passed=False, reason=f"the check could not run ({type(err).__name__})")
+
+
+def publish_checked(store: Store, embedder: Embedder, checks: Sequence[StagedCheck] = (), *,
+                    keep: int = DEFAULT_KEEP, progress: ExportProgress | None = None,
+                    index_min_rows: int = INDEX_MIN_ROWS) -> PublishReport:
+    """Stage the store's committed state as a new snapshot, run ``checks`` on the staged copy, and
+    publish it (replace the ``latest`` pointer) only when none fails; then prune old snapshots.
+
+    A snapshot whose checks fail stays unpublished with its verdict beside it (verdict.py), and
+    services keep loading the previous one. A snapshot is published only if no newer one was
+    published while it was checked, and only if it is still there (an erasure may remove it).
+    When the published snapshot already holds this state (same commit or fingerprint, same
+    models), it is kept and nothing is staged or checked. Vectors the published snapshot holds are
     reused (collect.py). ``progress(step, done, total)`` hears about each step and every chunk of
     embedded texts; ``index_min_rows`` is the fact count from which the facts get an index.
     """
@@ -123,7 +231,7 @@ def export_snapshot(store: Store, embedder: Embedder, *, keep: int = DEFAULT_KEE
         current = latest_snapshot(store)
         if current is not None and current.store_seq == manifest.seq and current.models == models:
             _prune(location, keep)  # the same commit holds the same state: no fingerprint needed
-            return current
+            return PublishReport(current, True, current, read_verdict(location, current.snapshot_id), staged=False)
         if progress is not None:
             progress("fingerprinting the store", 0, 1)
         digest = fingerprint(store, manifest).digest
@@ -131,73 +239,66 @@ def export_snapshot(store: Store, embedder: Embedder, *, keep: int = DEFAULT_KEE
             progress("fingerprinting the store", 1, 1)
         if current is not None and current.fingerprint == digest and current.models == models:
             _prune(location, keep)
-            return current
-        content = collect(store, manifest, embedder, _previous(store, current), progress, index_min_rows)
-        now = dt.datetime.now(dt.UTC)
-        snapshot_id = _new_snapshot_id(now, digest)
-        counts = {
-            "entities": content.entities.height,
-            "passages": content.passages.height,
-            "documents": content.passages.get_column("doc_id").n_unique(),
-            "facts": content.facts.height,
-            "fact_evidence": content.evidence.height,
-            "nodes": int(content.adjacency.shape[0]),
-            "stored_entries": int(content.adjacency.nnz),
-            "edges": {k: int(v) for k, v in content.edge_counts.items()},
-            "fact_index_groups": 0 if content.fact_index is None else len(content.fact_index.offsets) - 1,
-            "embedded": content.embedded,
-            "reader_sets": 1 if content.access is None else content.access.readers.get_column("readers").n_unique(),
-        }
-        info = SnapshotInfo(
-            snapshot_id=snapshot_id, uri=location.uri(snapshot_id), fingerprint=digest, store_seq=manifest.seq,
-            created_at=now.isoformat(), counts=counts, models=models,
-        )
-        location.fs.create_dir(location.path(snapshot_id), recursive=True)
-        folder = lambda name: location.path(snapshot_id, name)  # noqa: E731
-        files = [
-            ("graph.npz", lambda: _npz(content.adjacency)),
-            ("entities.parquet", lambda: _parquet(content.entities)),
-            ("passages.parquet", lambda: _parquet(content.passages)),
-            ("facts.parquet", lambda: _parquet(content.facts)),
-            ("fact_evidence.parquet", lambda: _parquet(content.evidence)),
-            ("passage_vectors.npy", lambda: _npy(content.passage_vectors)),
-            ("fact_vectors.npy", lambda: _npy(content.fact_vectors)),
-        ]
-        if content.fact_index is not None:
-            files.append((FACT_INDEX_FILE, content.fact_index.to_bytes))
-        if content.access is not None:
-            access = content.access
-            files.extend((f"{name}.parquet", lambda frame=frame: _parquet(frame)) for name, frame in access.frames().items())
-            files.append((ACCESS_FILE, lambda: json.dumps(access.settings, sort_keys=True).encode()))
-        for done, (name, data) in enumerate(files):
-            if progress is not None:
-                progress("writing the snapshot", done, len(files))
-            location.write_bytes(folder(name), data())
+            return PublishReport(current, True, current, read_verdict(location, current.snapshot_id), staged=False)
+        info = _write_snapshot(location, store, manifest, embedder, models, digest, current, progress,
+                               index_min_rows)
+    # The checks run outside the lock (a permission audit builds stores): pruning keeps a snapshot
+    # under check, since it has no verdict yet and is newer than the published one.
+    found = []
+    for done, check in enumerate(checks):
         if progress is not None:
-            progress("writing the snapshot", len(files), len(files))
-        payload = {"format": FORMAT_VERSION, **info.as_dict()}
-        payload.pop("uri")
-        # The manifest goes last: a directory without one is an export that did not finish.
-        location.write_bytes(folder(MANIFEST_FILE), json.dumps(payload, indent=2, sort_keys=True).encode())
-        location.publish_pointer(snapshot_id)
+            progress("checking the staged snapshot", done, len(checks))
+        found.append(_run_check(check, store, info))
+    if checks and progress is not None:
+        progress("checking the staged snapshot", len(checks), len(checks))
+    with location.lock():
+        reason = failing_reason(found)
+        now_published = location.pointer()
+        if reason is None and now_published is not None and now_published > info.snapshot_id:
+            reason = f"snapshot {now_published}, staged later, was published first"
+        verdict = Verdict(info.snapshot_id, reason is None, found, reason)
+        if not write_verdict(location, verdict):
+            verdict = Verdict(info.snapshot_id, False, found, "removed while it was checked (an erasure)")
+        elif verdict.published:
+            location.publish_pointer(info.snapshot_id)
         _prune(location, keep)
-    return info
+    if not verdict.published:
+        log.warning("staged snapshot %s not published: %s", info.snapshot_id, verdict.reason)
+    return PublishReport(info, verdict.published, current, verdict)
+
+
+def export_snapshot(store: Store, embedder: Embedder, *, keep: int = DEFAULT_KEEP,
+                    progress: ExportProgress | None = None, index_min_rows: int = INDEX_MIN_ROWS) -> SnapshotInfo:
+    """Export and publish the store's state with no check of the staged copy (:func:`publish_checked`
+    with none): for stores whose every document the caller built and reads itself (evaluation,
+    benchmarks, an audit's reference stores). What services of a deployment load is published by
+    ``lightfoot snapshot`` and Dagster's ``serving_snapshot``, which check first."""
+    report = publish_checked(store, embedder, (), keep=keep, progress=progress, index_min_rows=index_min_rows)
+    return report.info
 
 
 def _prune(location: SnapshotDirectory, keep: int) -> list[str]:
-    """Remove snapshots beyond the newest ``keep`` complete ones, and unfinished older exports."""
-    published = location.pointer()
+    """Remove what can no longer be served. Kept: the published snapshot and the newest ``keep - 1``
+    complete ones before it that were published; every snapshot staged after it that is under
+    check (no verdict yet) or still being written; and the newest one left unpublished, whose
+    verdict says why. Removed: the rest (older unpublished ones, unfinished exports older than
+    the published one)."""
+    published = location.pointer() or ""
     ids = location.snapshot_ids()
-    complete = [i for i in ids if location.exists(location.path(i, MANIFEST_FILE))]
-    kept = set(complete[-keep:])
-    if published is not None:
-        kept.add(published)
-    newest_kept = max(kept) if kept else ""
+    complete = {i for i in ids if location.exists(location.path(i, MANIFEST_FILE))}
+    verdicts = {i: read_verdict(location, i) for i in complete}
+    kept = {published} if published else set()
+    left_out = {i for i, verdict in verdicts.items() if verdict is not None and not verdict.published}
+    older = [i for i in ids if i < published and i in complete and i not in left_out]  # published in their day
+    kept.update(older[-(keep - 1):] if keep > 1 else [])
+    newer = [i for i in ids if i > published]
+    unpublished = [i for i in newer if i in left_out]
+    kept.update(i for i in newer if i not in unpublished)  # under check, or being written
+    kept.update(unpublished[-1:])
     removed = []
     for snapshot_id in ids:
-        unfinished = snapshot_id not in complete
-        if snapshot_id in kept or (unfinished and snapshot_id > newest_kept):
-            continue  # an unfinished export newer than everything kept may still be running
+        if snapshot_id in kept:
+            continue
         location.remove(snapshot_id)
         removed.append(snapshot_id)
     return removed
@@ -229,16 +330,19 @@ def _holds_any(
 
 
 def erase_from_snapshots(
-    store: Store, doc_ids: Sequence[str], embedder: Embedder | None = None, *, replaced_text: bool = False
+    store: Store, doc_ids: Sequence[str], embedder: Embedder | None = None, *, replaced_text: bool = False,
+    checks: Sequence[StagedCheck] = (),
 ) -> int:
     """Remove every snapshot that holds any of ``doc_ids``; return how many were removed.
 
     Called after a hard erase. With ``replaced_text``, also every snapshot that holds a live
     document's passage in a version the store no longer holds (the text a re-ingest replaced).
-    When the published snapshot must go, a fresh one is exported first (with ``embedder``, else the
-    snapshot's own embedder, else from cached vectors only), so the service keeps a snapshot to
-    answer from. If no fresh one can be made, the pointer is removed with the old snapshot: no
-    snapshot may keep an erased document's text.
+    Staged snapshots are removed like published ones: one left unpublished, or under check, holds
+    text too. When the published snapshot must go, a fresh one is exported first (with
+    ``embedder``, else the snapshot's own embedder, else from cached vectors only) and published
+    if it passes ``checks`` (:func:`publish_checked`), so the service keeps a snapshot to answer
+    from. If no fresh one can be made or it fails its checks, the pointer is removed with the old
+    snapshot: no snapshot may keep an erased document's text.
     """
     wanted = set(doc_ids)
     location = SnapshotDirectory(store)
@@ -258,8 +362,10 @@ def erase_from_snapshots(
         try:
             if chosen is None:
                 raise SnapshotError("the published snapshot names no embedder")
-            fresh = export_snapshot(store, chosen, keep=max(DEFAULT_KEEP, 1))
-            log.info("exported snapshot %s to replace %s after an erase", fresh.snapshot_id, published)
+            fresh = publish_checked(store, chosen, checks, keep=DEFAULT_KEEP)
+            if not fresh.published:
+                raise SnapshotError(f"its replacement {fresh.info.snapshot_id} was not published: {fresh.reason}")
+            log.info("exported snapshot %s to replace %s after an erase", fresh.info.snapshot_id, published)
         except (SnapshotError, StoreError, RuntimeError) as err:
             log.warning("could not export a replacement snapshot (%s); unpublishing %s", err, published)
             with location.lock():

@@ -30,10 +30,12 @@ read: query processes on one node share their pages through the page cache, and 
 memory holds only the pages its queries touch. Format 1 snapshots (float32 vectors, no index) are
 still read, their vectors converted to float16 in memory.
 
-**Publishing is atomic.** Every file is written first; then ``snapshots/latest`` (a one-line JSON
-pointer) is replaced in one step: a rename on a local disk, a single PUT on an object store.
-Readers follow the pointer, so they see the previous snapshot or the new one, never a partial one.
-Older snapshots are pruned after publishing (the newest ``keep`` complete ones stay).
+**Publishing is checked, then atomic.** Every file is written first (the snapshot is staged),
+then its checks run on the staged copy and their verdict is kept beside it as ``verdict.json``
+(verdict.py); only when none fails is ``snapshots/latest`` (a one-line JSON pointer) replaced, in
+one step: a rename on a local disk, a single PUT on an object store. Readers follow the pointer,
+so they see the previous snapshot or the new one, never a partial or an unchecked one. Older
+snapshots are pruned after publishing (export.py: ``_prune`` says which stay).
 
 This module holds the format, where snapshots live and how one is loaded; export.py writes,
 publishes, prunes and erases them.

@@ -8,6 +8,8 @@ import dagster as dg
 import polars as pl
 import pytest
 
+from lightfoot_pipeline.snapshot.format import latest_snapshot
+from lightfoot_pipeline.snapshot.verdict import unpublished_snapshot
 from lightfoot_pipeline.store.tables import EXTRACTIONS, FACTS, MENTIONS, with_buckets
 
 pytestmark = [pytest.mark.dagster]
@@ -241,7 +243,7 @@ def test_each_sampled_view_after_the_export_matches_a_fresh_store_of_its_documen
                           "parts", "digest"} for v in views), "counts, ids and digests only"
 
 
-def test_a_view_that_leaks_a_document_fails_the_permission_check(ingested, monkeypatch, tmp_path):
+def test_a_view_that_leaks_a_document_fails_the_permission_check_and_the_snapshot_stays_unpublished(ingested, monkeypatch, tmp_path):
     from lightfoot_pipeline.evaluation import permission_audit
     from lightfoot_pipeline.permissions import views
     from lightfoot_pipeline.permissions.principals import Principal
@@ -251,9 +253,26 @@ def test_a_view_that_leaks_a_document_fails_the_permission_check(ingested, monke
     groups.write_text('{"principal": "clerk", "groups": ["staff"]}\n')
     leaky = lambda snapshot, principal: views.reader_view(snapshot, Principal(principal.name, (*principal.groups, "legal")))  # noqa: E731
     monkeypatch.setattr(permission_audit, "reader_view", leaky)
-    config = {"ops": {"serving_snapshot_views_match_fresh_stores": {"config": {"groups_file": str(groups)}}}}
+    store = ingested.store()
+    served = latest_snapshot(store)
+    config = {"ops": {"serving_snapshot": {"config": {"groups_file": str(groups)}}}}
     result = deletion_run(ingested, config)
+    assert not result.success, "a blocking check that fails fails the run"
     check = evaluations(result)[("serving_snapshot", "views_match_fresh_stores")]
-    assert not check.passed and "clerk" in check.description
+    staged = unpublished_snapshot(store)
+    assert not check.passed and staged is not None
+    assert check.description == f"staged snapshot {staged.snapshot_id} not published: views differ from a fresh " \
+        "store of their readable documents: clerk (5 of 5 questions; other documents)"
+    assert staged.reason == f"views_match_fresh_stores failed: {check.description.split(': ', 1)[1]}"
     (view,) = check.metadata["views"].value
     assert view["principal"] == "clerk" and not view["equal"] and not view["documents_equal"]
+    assert check.metadata["published"].value is False
+    # Services keep the snapshot published before; the materialization names it, and the one kept back.
+    assert latest_snapshot(store) == served
+    (made,) = [e.event_specific_data.materialization for e in result.get_asset_materialization_events()
+               if e.asset_key.to_user_string() == "serving_snapshot"]
+    assert made.metadata["published"].value is False
+    assert made.metadata["snapshot_id"].value == served.snapshot_id
+    assert made.metadata["staged_snapshot_id"].value == staged.snapshot_id
+    assert made.metadata["not_published"].value == staged.reason
+    assert made.metadata["store_commit"].value == served.store_seq

@@ -515,3 +515,4 @@ def test_a_bad_policy_file_fails_the_schedule_with_its_reason(lightfoot, tmp_pat
         lightfoot.schedule_tick("retention_schedule", dt.datetime(2026, 3, 2, tzinfo=dt.UTC), resources)
     assert isinstance(failure.value.__cause__, PolicyError)
     assert "rule 1: keep_days must be a whole number of days" in str(failure.value.__cause__)
+

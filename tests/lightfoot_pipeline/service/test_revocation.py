@@ -135,7 +135,7 @@ def running(built, tmp_path, chat_server):
     service.close()
 
 
-def _canary_fact(base: str) -> str:
+def canary_fact(base: str) -> str:
     status, text = call(base, "/explain/entity?name=" + urllib.parse.quote(SECRET_RECORD["entities"][0]["name"]),
                         COUNSEL_TOKEN)
     assert status == 200
@@ -154,7 +154,7 @@ def _seconds_until_gone(base: str, token: str, since: float) -> float:
     raise AssertionError("the document is still served")
 
 
-def _equal(mine: Snapshot, theirs: Snapshot) -> None:
+def equal_snapshots(mine: Snapshot, theirs: Snapshot) -> None:
     assert mine.entities.equals(theirs.entities)
     assert mine.passages.equals(theirs.passages)
     assert mine.facts.equals(theirs.facts)
@@ -164,7 +164,7 @@ def _equal(mine: Snapshot, theirs: Snapshot) -> None:
     assert np.array_equal(np.asarray(mine.fact_vectors), np.asarray(theirs.fact_vectors))
 
 
-def _no_door_serves_it(base: str, token: str, fact_id: str, chat_server) -> None:
+def no_door_serves_it(base: str, token: str, fact_id: str, chat_server) -> None:
     got = doors(base, token, fact_id, chat_server)
     for name, (status, text) in got.items():
         assert mentions(text) == 0, (name, text[:500])
@@ -183,7 +183,7 @@ def _no_door_serves_it(base: str, token: str, fact_id: str, chat_server) -> None
 @pytest.mark.slow  # a server, the loopback model answering every door twice: about 4 s
 def test_readers_nobody_reaches_every_door_within_seconds(running, fresh, chat_server, capsys):
     store, base, service = running
-    fact_id = _canary_fact(base)
+    fact_id = canary_fact(base)
     exported = latest_snapshot(store).snapshot_id
     assert mentions(call(base, "/query", COUNSEL_TOKEN, {"question": QUESTION, "top_k": 13})[1]) > 0
     outsider = service.current(Principal("outsider", ())).view
@@ -194,8 +194,8 @@ def test_readers_nobody_reaches_every_door_within_seconds(running, fresh, chat_s
     assert "a running service stops serving it at its next poll of the store log" in printed, printed
     assert _seconds_until_gone(base, COUNSEL_TOKEN, committed) < BOUND_S
 
-    _no_door_serves_it(base, COUNSEL_TOKEN, fact_id, chat_server)
-    _equal(service.current(COUNSEL).snapshot, fresh)
+    no_door_serves_it(base, COUNSEL_TOKEN, fact_id, chat_server)
+    equal_snapshots(service.current(COUNSEL).snapshot, fresh)
     assert service.current(Principal("outsider", ())).view is outsider  # it lost nothing: kept, not rebuilt
     # nobody is the operator alone: the operator still reads it, from the snapshot as exported
     assert mentions(call(base, "/query", OPERATOR_TOKEN, {"question": QUESTION, "top_k": 13, "answer": False})[1]) > 0
@@ -216,7 +216,7 @@ def test_readers_nobody_reaches_every_door_within_seconds(running, fresh, chat_s
 @pytest.mark.slow  # a server, the loopback model answering every door twice: about 4 s
 def test_a_deletion_reaches_every_door_for_every_principal_within_seconds(running, fresh, chat_server, capsys):
     store, base, service = running
-    fact_id = _canary_fact(base)
+    fact_id = canary_fact(base)
     exported = latest_snapshot(store).snapshot_id
 
     assert main(["delete", SECRET.doc_id, "--store", store.uri]) == 0
@@ -227,9 +227,9 @@ def test_a_deletion_reaches_every_door_for_every_principal_within_seconds(runnin
     assert waited < BOUND_S
 
     for token in (COUNSEL_TOKEN, OPERATOR_TOKEN):
-        _no_door_serves_it(base, token, fact_id, chat_server)
+        no_door_serves_it(base, token, fact_id, chat_server)
     for principal in (COUNSEL, OPERATOR_PRINCIPAL, Principal("outsider", ())):
-        _equal(service.current(principal).snapshot, fresh)
+        equal_snapshots(service.current(principal).snapshot, fresh)
     assert readable_documents(service.snapshot, OPERATOR_PRINCIPAL, service.current().narrowing) is not None
     described = json.loads(call(base, "/snapshot", OPERATOR_TOKEN)[1])["serving"]
     assert described["narrowed"]["deleted"] == 1 and described["counts"]["documents"] == 12
@@ -240,7 +240,7 @@ def test_a_deletion_reaches_every_door_for_every_principal_within_seconds(runnin
     while service.snapshot.snapshot_id == exported and time.perf_counter() < deadline:
         time.sleep(POLL_S)
     assert service.current().narrowing is None
-    _equal(service.current(OPERATOR_PRINCIPAL).snapshot, fresh)
+    equal_snapshots(service.current(OPERATOR_PRINCIPAL).snapshot, fresh)
 
 
 def test_a_deletion_from_a_store_of_public_documents_reads_the_access_tables_it_needs(tmp_path, fresh):
@@ -257,7 +257,7 @@ def test_a_deletion_from_a_store_of_public_documents_reads_the_access_tables_it_
         assert service.narrow()
         assert service.current().narrowing.deleted == {SECRET.doc_id}
         for principal in (OPERATOR_PRINCIPAL, Principal("outsider", ())):
-            _equal(service.current(principal).snapshot, fresh)
+            equal_snapshots(service.current(principal).snapshot, fresh)
         assert mentions(json.dumps(service.query(QUESTION, top_k=13, answer=False))) == 0
         assert not service.narrow()  # the same commit: nothing to read again
 

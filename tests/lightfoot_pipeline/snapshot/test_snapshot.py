@@ -62,7 +62,7 @@ def test_export_writes_graph_tables_vectors_and_manifest(store, hashing_embedder
     folder = Path(info.uri)
     assert sorted(p.name for p in folder.iterdir()) == sorted([
         "graph.npz", "entities.parquet", "passages.parquet", "facts.parquet", "fact_evidence.parquet",
-        "passage_vectors.npy", "fact_vectors.npy", "manifest.json"])
+        "passage_vectors.npy", "fact_vectors.npy", "manifest.json", "verdict.json"])
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["fingerprint"] == fingerprint(store).digest
     assert manifest["store_seq"] == store.manifest().seq
