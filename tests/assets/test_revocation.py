@@ -14,6 +14,7 @@ import time
 import pytest
 
 from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL, Principal
+from tests.lightfoot_pipeline.permissions.compare import assert_same_snapshot
 from tests.lightfoot_pipeline.service import test_revocation as revocation
 from tests.lightfoot_pipeline.service.test_views_leak import QUESTION, SECRET, call, mentions
 
@@ -60,4 +61,4 @@ def test_a_dagster_deletion_reaches_every_door_for_every_principal_within_second
     for token in (revocation.COUNSEL_TOKEN, revocation.OPERATOR_TOKEN):
         revocation.no_door_serves_it(base, token, fact_id, chat_server)
     for principal in (revocation.COUNSEL, OPERATOR_PRINCIPAL, Principal("outsider", ())):
-        revocation.equal_snapshots(service.current(principal).snapshot, fresh)
+        assert_same_snapshot(service.current(principal).snapshot, fresh)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import time
 import urllib.parse
 from types import SimpleNamespace
@@ -36,10 +35,12 @@ from lightfoot_pipeline.service.queries import QueryService
 from lightfoot_pipeline.service.server import QueryServer
 from lightfoot_pipeline.snapshot.collect import build_fact_index
 from lightfoot_pipeline.snapshot.export import export_snapshot
-from lightfoot_pipeline.snapshot.format import Snapshot, latest_snapshot, load_snapshot
+from lightfoot_pipeline.snapshot.format import latest_snapshot, load_snapshot
 from lightfoot_pipeline.store.store import Store
 from tests.assets.webserver import chromium
+from tests.lightfoot_pipeline.permissions.compare import assert_same_snapshot
 from tests.lightfoot_pipeline.permissions.conftest import write_readers
+from tests.lightfoot_pipeline.service.pages import page_url, rendered
 from tests.lightfoot_pipeline.service.test_views_leak import (
     DATA,
     QUESTION,
@@ -154,16 +155,6 @@ def _seconds_until_gone(base: str, token: str, since: float) -> float:
     raise AssertionError("the document is still served")
 
 
-def equal_snapshots(mine: Snapshot, theirs: Snapshot) -> None:
-    assert mine.entities.equals(theirs.entities)
-    assert mine.passages.equals(theirs.passages)
-    assert mine.facts.equals(theirs.facts)
-    assert mine.evidence.equals(theirs.evidence)
-    assert (mine.adjacency != theirs.adjacency).nnz == 0
-    assert np.array_equal(np.asarray(mine.passage_vectors), np.asarray(theirs.passage_vectors))
-    assert np.array_equal(np.asarray(mine.fact_vectors), np.asarray(theirs.fact_vectors))
-
-
 def no_door_serves_it(base: str, token: str, fact_id: str, chat_server) -> None:
     got = doors(base, token, fact_id, chat_server)
     for name, (status, text) in got.items():
@@ -195,7 +186,7 @@ def test_readers_nobody_reaches_every_door_within_seconds(running, fresh, chat_s
     assert _seconds_until_gone(base, COUNSEL_TOKEN, committed) < BOUND_S
 
     no_door_serves_it(base, COUNSEL_TOKEN, fact_id, chat_server)
-    equal_snapshots(service.current(COUNSEL).snapshot, fresh)
+    assert_same_snapshot(service.current(COUNSEL).snapshot, fresh)
     assert service.current(Principal("outsider", ())).view is outsider  # it lost nothing: kept, not rebuilt
     # nobody is the operator alone: the operator still reads it, from the snapshot as exported
     assert mentions(call(base, "/query", OPERATOR_TOKEN, {"question": QUESTION, "top_k": 13, "answer": False})[1]) > 0
@@ -229,7 +220,7 @@ def test_a_deletion_reaches_every_door_for_every_principal_within_seconds(runnin
     for token in (COUNSEL_TOKEN, OPERATOR_TOKEN):
         no_door_serves_it(base, token, fact_id, chat_server)
     for principal in (COUNSEL, OPERATOR_PRINCIPAL, Principal("outsider", ())):
-        equal_snapshots(service.current(principal).snapshot, fresh)
+        assert_same_snapshot(service.current(principal).snapshot, fresh)
     assert readable_documents(service.snapshot, OPERATOR_PRINCIPAL, service.current().narrowing) is not None
     described = json.loads(call(base, "/snapshot", OPERATOR_TOKEN)[1])["serving"]
     assert described["narrowed"]["deleted"] == 1 and described["counts"]["documents"] == 12
@@ -240,7 +231,7 @@ def test_a_deletion_reaches_every_door_for_every_principal_within_seconds(runnin
     while service.snapshot.snapshot_id == exported and time.perf_counter() < deadline:
         time.sleep(POLL_S)
     assert service.current().narrowing is None
-    equal_snapshots(service.current(OPERATOR_PRINCIPAL).snapshot, fresh)
+    assert_same_snapshot(service.current(OPERATOR_PRINCIPAL).snapshot, fresh)
 
 
 def test_a_deletion_from_a_store_of_public_documents_reads_the_access_tables_it_needs(tmp_path, fresh):
@@ -257,7 +248,7 @@ def test_a_deletion_from_a_store_of_public_documents_reads_the_access_tables_it_
         assert service.narrow()
         assert service.current().narrowing.deleted == {SECRET.doc_id}
         for principal in (OPERATOR_PRINCIPAL, Principal("outsider", ())):
-            equal_snapshots(service.current(principal).snapshot, fresh)
+            assert_same_snapshot(service.current(principal).snapshot, fresh)
         assert mentions(json.dumps(service.query(QUESTION, top_k=13, answer=False))) == 0
         assert not service.narrow()  # the same commit: nothing to read again
 
@@ -274,15 +265,7 @@ def test_the_page_in_headless_chromium_stops_showing_a_revoked_document(built, t
     server = QueryServer(service, "127.0.0.1", 0, tokens=None, limits=HttpLimits(), local_principal=COUNSEL).start()
 
     def page(profile: str) -> str:
-        url = f"{server.url}/#" + urllib.parse.urlencode({"q": QUESTION, "entity": "Orbital Corp"},
-                                                       quote_via=urllib.parse.quote)
-        command = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                   f"--user-data-dir={tmp_path / profile}", "--window-size=1400,1000",
-                   "--virtual-time-budget=15000", "--dump-dom", url]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr[-2000:]
-        assert 'data-ready="true"' in done.stdout, done.stdout[-2000:]
-        return done.stdout
+        return rendered(page_url(server.url, QUESTION, "Orbital Corp"), tmp_path / profile)
 
     try:
         assert mentions(page("before")) > 0
