@@ -25,6 +25,7 @@ from lightfoot_pipeline.models.llm import LLMError, LLMSettings
 # Batch states, as the provider names them.
 OPEN_STATES = frozenset({"validating", "in_progress", "finalizing", "cancelling"})
 ENDED_STATES = frozenset({"completed", "failed", "expired", "cancelled"})
+GIVEN_UP_STATES = frozenset({"failed", "expired", "cancelled", "cancelling"})
 METADATA_KEY = "lightfoot_batch"
 COMPLETION_WINDOW = "24h"
 DOWNLOAD_CHUNK = 1024 * 1024
@@ -163,9 +164,10 @@ class BatchAPI:
                                  metadata={METADATA_KEY: batch}))
 
     def find(self, batch: str) -> ProviderBatch | None:
-        """The provider's batch whose metadata names ``batch`` (the newest), if there is one."""
+        """The provider's batch whose metadata names ``batch`` (the newest), if there is one that
+        is running or completed (one that failed, expired or was cancelled is not asked again)."""
         found = [b for b in self._pages(self._client.batches.list, "list batches")
-                 if (b.metadata or {}).get(METADATA_KEY) == batch]
+                 if (b.metadata or {}).get(METADATA_KEY) == batch and b.status not in GIVEN_UP_STATES]
         return _batch(max(found, key=lambda b: (b.created_at, b.id))) if found else None
 
     def retrieve(self, provider_batch_id: str) -> ProviderBatch:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -311,15 +311,18 @@ class ProviderErasure:
     reason: str | None = None
 
 
-def erase_at_provider(store: Store, doc_ids: Sequence[str], api: BatchAPI | None) -> ProviderErasure:
+def erase_at_provider(store: Store, doc_ids: Sequence[str], api_factory: Callable[[], BatchAPI | None]
+                      ) -> ProviderErasure:
     """Cancel the open batches that hold these documents' text and delete every file of the
-    batches that do, at the provider (see the module docstring). ``api`` None: no endpoint is
-    configured, and every document a provider file holds stays held."""
+    batches that do, at the provider (see the module docstring). ``api_factory()`` gives the
+    provider's Batch API, asked only when a file holds the text; None: no endpoint is configured,
+    and every document a provider file holds stays held."""
     out = ProviderErasure()
     record = BatchRecord(store)
     holding = record.holding(doc_ids)
     if not holding:
         return out
+    api = api_factory()
     if api is None:
         out.reason = "provider files hold their text and no endpoint is configured to delete them (OPENAI_BASE_URL)"
     else:

@@ -188,10 +188,10 @@ class BatchExtractor:
         """Plan and send batches for the passages' texts that neither the cache nor an open batch
         answers (after resuming any batch planned but not sent)."""
         report = SubmitReport()
-        report.resumed = self.resume()
         by_key: dict[str, list[Passage]] = {}
         for passage in passages:
             by_key.setdefault(self.cache_key(passage), []).append(passage)
+        report.resumed = self.resume({k: v[0] for k, v in by_key.items()})
         report.texts = len(by_key)
         cached = set(self.cache.lookup(by_key)) if by_key else set()
         in_open = self.record.open_keys() & set(by_key)
@@ -243,9 +243,10 @@ class BatchExtractor:
                          input_file_id=found.input_file_id)
         return None
 
-    def resume(self) -> list[str]:
+    def resume(self, given: dict[str, Passage] | None = None) -> list[str]:
         """Send the provider batches planned and never known to be sent (a crash after the plan):
-        their file is written again from the stored passages; found at the provider, not created twice."""
+        their file is written again from the passages ``given`` (by cache key) or else the stored
+        ones; the batch is found at the provider, not created twice."""
         if self.mode != PROVIDER:
             return []
         pending = [s for s in self.record.summaries().values()
@@ -255,7 +256,7 @@ class BatchExtractor:
             requests = self.record.requests([summary.batch])
             passages = self.stored_passages(requests.get_column("chunk_id").to_list(),
                                             requests.get_column("doc_id").to_list())
-            first: dict[str, Passage] = {}
+            first: dict[str, Passage] = dict(given or {})
             for passage in passages:
                 first.setdefault(self.cache_key(passage), passage)
             keys = sorted(set(requests.get_column("cache_key").to_list()))

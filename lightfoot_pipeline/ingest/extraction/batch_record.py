@@ -16,7 +16,8 @@ metadata. The events of a batch:
   ``cancelled``: the operator or an erasure cancelled it;
 - ``files_deleted``: its input, output and error files are deleted at the provider.
 
-A batch is *open* until collected, refused or cancelled: the passages it asks for are awaiting
+The same texts planned again after their batch ended make the same id: its events start over
+from that ``planned``. A batch is *open* until collected, refused or cancelled: the passages it asks for are awaiting
 extraction and no other batch asks for them. It *holds text at the provider* from its upload
 until ``files_deleted``. Rows hold ids, counts and the engine's reasons, never text.
 """
@@ -100,9 +101,15 @@ class BatchRecord:
 
     def summaries(self) -> dict[str, BatchSummary]:
         """Every batch, folded from its events (oldest batch first)."""
+        return self._fold(self.events())
+
+    @staticmethod
+    def _fold(events: pl.DataFrame) -> dict[str, BatchSummary]:
         out: dict[str, BatchSummary] = {}
-        for row in self.events().iter_rows(named=True):
+        for row in events.iter_rows(named=True):
             summary = out.get(row["batch"])
+            if summary is not None and row["event"] == PLANNED and not summary.open:
+                summary = None  # planned again after it ended (the same texts asked again): it starts over
             if summary is None:
                 summary = out[row["batch"]] = BatchSummary(row["batch"], mode=row["mode"] or PROVIDER,
                                                            planned_at=row["at"])
@@ -120,7 +127,8 @@ class BatchRecord:
     def requests(self, batches: Sequence[str] | None = None) -> pl.DataFrame:
         """The passages batches ask for (every batch's, or those named)."""
         rows = self.store.read_journal(EXTRACTION_BATCH_REQUESTS.name)
-        return rows if batches is None else rows.filter(pl.col("batch").is_in(list(batches)))
+        rows = rows if batches is None else rows.filter(pl.col("batch").is_in(list(batches)))
+        return rows.unique(["batch", "cache_key", "chunk_id"], maintain_order=True)
 
     def open_keys(self) -> set[str]:
         """The cache keys an open batch asks for: no other batch asks for them."""
@@ -163,8 +171,9 @@ class BatchRecord:
         unknown = set(values) - set(_FIELDS)
         if unknown:
             raise ValueError(f"unknown fields of a batch event: {sorted(unknown)}")
-        known = self.summary(batch)
-        seq = len(known.events) + 1 if known else 1
+        events = self.events()
+        seq = events.filter(pl.col("batch") == batch).height + 1
+        known = self._fold(events).get(batch)
         row = {"batch": batch, "seq": seq, "event": event, "mode": mode or (known.mode if known else PROVIDER),
                **{name: values.get(name) for name in _FIELDS}, "at": dt.datetime.now(dt.UTC)}
         frame = pl.DataFrame([row], schema=EXTRACTION_BATCHES.empty().select(EXTRACTION_BATCHES.columns).schema)

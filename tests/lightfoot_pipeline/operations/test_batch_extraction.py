@@ -48,6 +48,15 @@ def line_answer(line: dict) -> str:
     return answer(line["body"]["messages"])
 
 
+def collect_until_collected(store, extractor, embedder, tries: int = 4, **kwargs):
+    """Collect until a batch is collected (each look moves a fake batch one state on)."""
+    for _ in range(tries):
+        report = batch_extraction.collect(store, extractor, embedder, **kwargs)
+        if report.collected:
+            return report
+    raise AssertionError(f"no batch collected after {tries} collections: {report.still_open}")
+
+
 def collect_until_settled(store, extractor, embedder, tries: int = 6, **kwargs):
     """Collect until no batch is open (each look moves a fake batch one state on)."""
     reports = []
@@ -99,3 +108,161 @@ def test_a_round_trip_equals_a_synchronous_ingest_of_the_same_answers(tmp_path, 
     again = batch_extraction.collect(store, extractor, hashing_embedder)
     assert (again.collected, again.answered, again.seq) == ([], 0, None)
     assert len(batch_server.batches) == 1
+
+
+def test_failed_and_expired_requests_are_asked_again_once(store, batch_server, sample_documents, hashing_embedder):
+    documents = sample_documents[:4]
+    refused_title = documents[3].title
+
+    def scripted(line):
+        return 500 if passage_in(line["body"]["messages"])[0] == refused_title else line_answer(line)
+
+    batch_server.answer = scripted
+    batch_server.ending, batch_server.expire_after = "expired", 2
+    extractor = batch_extraction.build_batch_extractor(store, llm_settings=settings_for(batch_server))
+    report = operations.ingest(store, documents, extractor, hashing_embedder)
+    n = report.passages
+    first = collect_until_collected(store, extractor, hashing_embedder)
+    assert first.answered == 2 and first.without_answer == n - 2
+    assert first.asked_again is not None and first.asked_again.sent == n - 2  # in one new batch
+    assert batch_server.files.keys() == {f for b in batch_server.batches.values() if b["status"] == "validating"
+                                         for f in [b["input_file_id"]]}  # only the new batch's input
+
+    batch_server.ending = "completed"
+    second = collect_until_settled(store, extractor, hashing_embedder)[-1]
+    refused = [d for d in documents if d.title == refused_title]
+    assert second.without_answer == len(refused) >= 1
+    # Asked twice at most: the refused one is not sent a third time.
+    assert second.asked_again is not None and second.asked_again.sent == 0 and second.asked_again.given_up == 1
+    asked = pl.Series(batch_server.lines_asked).value_counts()
+    assert asked.get_column("count").max() <= 2
+    rows = store.read(EXTRACTIONS.name)
+    failed = rows.filter(pl.col("status") != "ok")
+    assert failed.get_column("doc_id").to_list() == [refused[0].doc_id]
+    assert failed.get_column("reason").to_list()[0].startswith("no usable answer after 2 batches")
+    assert batch_server.files == {}
+    events = BatchRecord(store).summaries()
+    assert [s.state for s in events.values()] == ["expired", "completed"]
+
+
+def test_a_crash_after_the_upload_creates_no_second_batch(store, batch_server, sample_documents, hashing_embedder,
+                                                          monkeypatch):
+    documents = sample_documents[:3]
+    batch_server.answer = line_answer
+    real_create = BatchAPI.create
+
+    def crash_before_create(self, input_file_id, batch):
+        raise RuntimeError("the process stopped after uploading")
+
+    def crash_after_create(self, input_file_id, batch):
+        real_create(self, input_file_id, batch)
+        raise RuntimeError("the process stopped before recording its batch")
+
+    monkeypatch.setattr(BatchAPI, "create", crash_before_create)
+    extractor = batch_extraction.build_batch_extractor(store, llm_settings=settings_for(batch_server))
+    with pytest.raises(RuntimeError, match="after uploading"):
+        operations.ingest(store, documents, extractor, hashing_embedder)
+    assert len(batch_server.files) == 1 and batch_server.batches == {}
+
+    monkeypatch.setattr(BatchAPI, "create", crash_after_create)
+    with pytest.raises(RuntimeError, match="before recording"):
+        operations.ingest(store, documents, extractor, hashing_embedder)
+    assert len(batch_server.files) == 1 and len(batch_server.batches) == 1  # the file found, not uploaded again
+
+    monkeypatch.setattr(BatchAPI, "create", real_create)
+    report = operations.ingest(store, documents, extractor, hashing_embedder)
+    assert len(batch_server.files) == 1 and len(batch_server.batches) == 1  # the batch found by its metadata
+    assert report.failed == report.passages
+    collect_until_settled(store, extractor, hashing_embedder)
+    assert store.read(EXTRACTIONS.name).filter(pl.col("status") == "ok").height == report.passages
+    assert sorted(batch_server.lines_asked) == sorted(set(batch_server.lines_asked))
+
+
+def test_a_collector_stopped_after_taking_answers_takes_none_twice(store, batch_server, sample_documents,
+                                                                   hashing_embedder, monkeypatch):
+    documents = sample_documents[:3]
+    batch_server.answer = line_answer
+    extractor = batch_extraction.build_batch_extractor(store, llm_settings=settings_for(batch_server))
+    report = operations.ingest(store, documents, extractor, hashing_embedder)
+    real_note = batch_extraction._note_collected
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(batch_extraction, "_note_collected", stop)
+    with pytest.raises(KeyboardInterrupt):
+        collect_until_settled(store, extractor, hashing_embedder)
+    assert ledger.totals(store)["calls"] == report.passages  # the answers were taken
+
+    monkeypatch.setattr(batch_extraction, "_note_collected", real_note)
+    restarted = batch_extraction.build_batch_extractor(store, llm_settings=settings_for(batch_server))
+    done = batch_extraction.collect(store, restarted, hashing_embedder)
+    assert (done.answered, done.already_taken) == (0, report.passages)
+    assert ledger.totals(store)["calls"] == report.passages
+    assert store.read(EXTRACTIONS.name).filter(pl.col("status") == "ok").height == report.passages
+    assert batch_server.files == {}
+
+
+@pytest.mark.parametrize("when", ["open", "ended"])
+def test_an_erasure_reaches_the_provider_and_the_other_passages_are_asked_again(
+        when, store, batch_server, sample_documents, hashing_embedder, monkeypatch):
+    documents = sample_documents[:3]
+    erased = documents[0]
+    batch_server.answer = line_answer
+    monkeypatch.setenv("OPENAI_BASE_URL", batch_server.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-batch-test")
+    monkeypatch.setenv("LIGHTFOOT_LLM_MODEL", MODEL)
+    extractor = batch_extraction.build_batch_extractor(store, llm_settings=settings_for(batch_server))
+    operations.ingest(store, documents, extractor, hashing_embedder)
+    first = next(iter(batch_server.batches))
+    if when == "ended":  # completed at the provider, its output not collected yet
+        for _ in range(3):
+            batch_server.advance(first)
+        assert batch_server.batches[first]["status"] == "completed"
+    assert batch_server.holding(erased.text[:40])
+
+    report = operations.delete(store, [erased.doc_id], erase=True, reason="test")
+    assert report.erase["provider_batches_cancelled"] == 1 and report.erase["provider_held"] == []
+    assert batch_server.holding(erased.text[:40]) == [] and batch_server.files == {}
+    assert operations.erase.pending_erasures(store) == []
+    assert batch_extraction.batch_status(store)["provider_files"] == []
+
+    collect_until_settled(store, extractor, hashing_embedder)
+    assert len(batch_server.batches) == 2  # the others asked again
+    rows = store.read(EXTRACTIONS.name)
+    assert erased.doc_id not in rows.get_column("doc_id").to_list()
+    assert rows.filter(pl.col("status") == "ok").height == rows.height > 0
+    assert batch_server.holding(erased.text[:40]) == [] and batch_server.files == {}
+
+
+def test_an_erasure_with_no_endpoint_stays_pending_while_a_provider_file_holds_the_text(
+        store, batch_server, sample_documents, hashing_embedder, monkeypatch):
+    documents = sample_documents[:2]
+    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    extractor = batch_extraction.build_batch_extractor(store, llm_settings=settings_for(batch_server))
+    operations.ingest(store, documents, extractor, hashing_embedder)
+    report = operations.delete(store, [documents[0].doc_id], erase=True, reason="test")
+    assert report.erase["provider_held"] == [documents[0].doc_id]
+    assert operations.erase.pending_erasures(store) == [documents[0].doc_id]
+    assert len(batch_extraction.batch_status(store)["provider_files"]) == 1
+
+    # With the provider's API at hand, the next erase finishes it.
+    again = operations.erase_history(store, [], batch_api=BatchAPI(settings_for(batch_server)))
+    assert again.provider_held == [] and operations.erase.pending_erasures(store) == []
+    assert batch_server.files == {}
+
+
+def test_a_refused_upload_leaves_the_passages_awaiting_with_the_reason(store, batch_server, sample_documents,
+                                                                       hashing_embedder):
+    batch_server.refuse_upload = True
+    extractor = batch_extraction.build_batch_extractor(store, llm_settings=settings_for(batch_server))
+    report = operations.ingest(store, sample_documents[:2], extractor, hashing_embedder)
+    reasons = set(store.read(EXTRACTIONS.name).get_column("reason").to_list())
+    assert report.failed == report.passages
+    assert reasons == {"the provider refused the batch: upload a request file: the provider answered HTTP 400 "
+                       "(invalid_file)"}
+    batch_server.refuse_upload = False
+    batch_server.answer = line_answer
+    collect_until_settled(store, extractor, hashing_embedder)
+    assert store.read(EXTRACTIONS.name).filter(pl.col("status") == "ok").height == report.passages
