@@ -97,6 +97,33 @@ def batch_status(store: Store) -> dict:
 # -- collecting --------------------------------------------------------------------------------
 
 
+def poll(store: Store, extractor: BatchExtractor) -> dict[str, str]:
+    """Look at every open provider batch and record its state when it changed; the batches that
+    have ended at the provider (or are planned and not sent, or have ended here with files still
+    at the provider) and so need a collection, with their state. Takes no answer."""
+    api = extractor.api
+    if api is None:
+        return {}
+    record = extractor.record
+    due: dict[str, str] = {}
+    for summary in record.summaries().values():
+        if summary.mode != PROVIDER:
+            continue
+        if not summary.open:
+            if summary.holds_provider_files:
+                due[summary.batch] = "files at the provider"
+            continue
+        if SUBMITTED not in summary.events or summary.provider_batch_id is None:
+            due[summary.batch] = "planned, not sent"
+            continue
+        provider = api.retrieve(summary.provider_batch_id)
+        if provider.state != summary.state:
+            record.note(summary.batch, STATE, state=provider.state)
+        if provider.ended:
+            due[summary.batch] = provider.state
+    return due
+
+
 @dataclass
 class CollectReport:
     """What a collection did (counts of distinct passage texts, and batch ids)."""
@@ -109,6 +136,8 @@ class CollectReport:
     already_taken: int = 0
     problems: dict[str, list[str]] = field(default_factory=dict)  # batch -> the first problems of its files
     files_deleted: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
     asked_again: SubmitReport | None = None
     answered_synchronously: int = 0
     documents: int = 0  # documents whose passages were finished
@@ -166,6 +195,8 @@ def collect(store: Store, extractor: BatchExtractor, embedder: Embedder | None, 
         report.already_taken += taken.already_taken
         report.without_answer += len(taken.reasons())
         report.cost_usd += taken.cost_usd
+        report.tokens_in += taken.tokens_in
+        report.tokens_out += taken.tokens_out
         if taken.problems:
             report.problems[summary.batch] = taken.problems[:10]
         reasons.update(taken.reasons())
