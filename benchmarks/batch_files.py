@@ -30,16 +30,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lightfoot_pipeline.ingest.extraction.batch_files import (  # noqa: E402
+from lightfoot_pipeline.ingest.extraction.batch_files import (
     FileLimits,
     RequestFileWriter,
     read_output,
     request_body,
 )
-from lightfoot_pipeline.ingest.extraction.cache import cache_key_for  # noqa: E402
-from lightfoot_pipeline.ingest.extraction.prompt import ExtractionPrompt  # noqa: E402
-from lightfoot_pipeline.ingest.passages import Passage  # noqa: E402
-from lightfoot_pipeline.models.llm import LLMClient, LLMSettings  # noqa: E402
+from lightfoot_pipeline.ingest.extraction.cache import cache_key_for
+from lightfoot_pipeline.ingest.extraction.prompt import ExtractionPrompt
+from lightfoot_pipeline.ingest.passages import Passage
+from lightfoot_pipeline.models.llm import LLMClient, LLMSettings
 
 ANSWER = json.dumps({"entities": [{"name": "Topic", "type": "concept", "description": "the passage's topic"}],
                      "facts": [["Topic", "is described by", "a passage", "Topic is described by a passage"]]})

@@ -105,8 +105,9 @@ class BatchAPI:
         try:
             yield
         except openai.APIStatusError as err:
-            body = err.body if isinstance(err.body, dict) else {}
-            inner = body.get("error") if isinstance(body.get("error"), dict) else body
+            body: dict = err.body if isinstance(err.body, dict) else {}
+            nested = body.get("error")
+            inner: dict = nested if isinstance(nested, dict) else body
             code = _code(inner.get("code"))
             raise BatchAPIError(f"{what}: the provider answered HTTP {err.status_code}" + (f" ({code})" if code else ""),
                                 status=int(err.status_code), code=code or None) from None

@@ -271,7 +271,7 @@ def release_files(api: BatchAPI, record: BatchRecord, summary: BatchSummary) -> 
         files = sorted({*files, *(f for f in (provider.input_file_id, provider.output_file_id,
                                               provider.error_file_id) if f)})
     deleted = sum(1 for file_id in files if api.delete_file(file_id))
-    record.note(summary.batch, FILES_DELETED, reason=f"{len(files)} files deleted at the provider")
+    record.note(summary.batch, FILES_DELETED)  # its reason stays the collection's
     return deleted
 
 

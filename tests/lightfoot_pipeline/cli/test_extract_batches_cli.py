@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from lightfoot_pipeline import cli, operations
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.store import ledger
@@ -33,6 +35,7 @@ def run_json(capsys, *argv) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.slow  # an ingest and three collections through the command line
 def test_ingest_through_the_batch_api_then_collect_from_the_command_line(tmp_path, monkeypatch, capsys,
                                                                          batch_server, sample_documents):
     batch_server.answer = lambda line: answer(line["body"]["messages"])

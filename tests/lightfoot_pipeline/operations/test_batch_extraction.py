@@ -67,6 +67,7 @@ def collect_until_settled(store, extractor, embedder, tries: int = 6, **kwargs):
     raise AssertionError(f"batches still open after {tries} collections: {reports[-1].still_open}")
 
 
+@pytest.mark.slow  # a few seconds: several collections and store commits
 def test_a_round_trip_equals_a_synchronous_ingest_of_the_same_answers(tmp_path, store, batch_server, chat_server,
                                                                        sample_documents, hashing_embedder):
     documents = sample_documents[:6]
@@ -110,6 +111,7 @@ def test_a_round_trip_equals_a_synchronous_ingest_of_the_same_answers(tmp_path, 
     assert len(batch_server.batches) == 1
 
 
+@pytest.mark.slow  # a few seconds: several collections and store commits
 def test_failed_and_expired_requests_are_asked_again_once(store, batch_server, sample_documents, hashing_embedder):
     documents = sample_documents[:4]
     refused_title = documents[3].title
@@ -203,6 +205,7 @@ def test_a_collector_stopped_after_taking_answers_takes_none_twice(store, batch_
     assert batch_server.files == {}
 
 
+@pytest.mark.slow  # a few seconds each: an ingest, an erasure and a second batch
 @pytest.mark.parametrize("when", ["open", "ended"])
 def test_an_erasure_reaches_the_provider_and_the_other_passages_are_asked_again(
         when, store, batch_server, sample_documents, hashing_embedder, monkeypatch):
@@ -235,6 +238,7 @@ def test_an_erasure_reaches_the_provider_and_the_other_passages_are_asked_again(
     assert batch_server.holding(erased.text[:40]) == [] and batch_server.files == {}
 
 
+@pytest.mark.slow  # a few seconds: several collections and store commits
 def test_an_erasure_with_no_endpoint_stays_pending_while_a_provider_file_holds_the_text(
         store, batch_server, sample_documents, hashing_embedder, monkeypatch):
     documents = sample_documents[:2]
@@ -266,3 +270,24 @@ def test_a_refused_upload_leaves_the_passages_awaiting_with_the_reason(store, ba
     batch_server.answer = line_answer
     collect_until_settled(store, extractor, hashing_embedder)
     assert store.read(EXTRACTIONS.name).filter(pl.col("status") == "ok").height == report.passages
+
+
+def test_a_batch_that_fails_validation_is_asked_again_synchronously_when_the_operator_says_so(
+    store, batch_server, chat_server, sample_documents, hashing_embedder
+):
+    from lightfoot_pipeline.ingest.extraction.answers import ClaimingExtractor
+
+    batch_server.ending = "failed"
+    extractor = batch_extraction.build_batch_extractor(store, llm_settings=settings_for(batch_server))
+    report = operations.ingest(store, sample_documents[:2], extractor, hashing_embedder)
+    chat_server.script(lambda request: chat_server.Reply(content=answer(request.messages)))
+    synchronous = ClaimingExtractor(build_openai_extractor(
+        store, llm_settings=LLMSettings(base_url=chat_server.base_url, model=MODEL, backoff_s=0.01)))
+    done = collect_until_collected(store, extractor, hashing_embedder, synchronous=synchronous)
+    assert done.answered == 0 and done.without_answer == report.passages
+    assert done.answered_synchronously == report.passages and chat_server.count == report.passages
+    assert done.asked_again is None and len(batch_server.batches) == 1  # no second batch
+    (summary,) = BatchRecord(store).summaries().values()
+    assert summary.state == "failed" and "the batch failed validation at the provider" in (summary.reason or "")
+    assert store.read(EXTRACTIONS.name).filter(pl.col("status") == "ok").height == report.passages
+    assert batch_server.files == {}
