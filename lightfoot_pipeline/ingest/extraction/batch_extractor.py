@@ -230,6 +230,7 @@ class BatchExtractor:
     def _send(self, batch: str, path: Path) -> str | None:
         """Find or upload the batch's file and find or create its batch; the reason when refused."""
         assert self.api is not None
+        file_id = None
         try:
             found = self.api.find(batch)
             if found is None:
@@ -237,7 +238,8 @@ class BatchExtractor:
                 found = self.api.create(file_id, batch)
         except BatchAPIError as err:
             reason = f"the provider refused the batch: {err}"
-            self.record.note(batch, REFUSED, reason=reason)
+            # An uploaded file the batch was refused for holds the text: it is deleted like a batch's files.
+            self.record.note(batch, REFUSED, reason=reason, input_file_id=file_id)
             return reason
         self.record.note(batch, SUBMITTED, state=found.state, provider_batch_id=found.id,
                          input_file_id=found.input_file_id)

@@ -291,3 +291,21 @@ def test_a_batch_that_fails_validation_is_asked_again_synchronously_when_the_ope
     assert summary.state == "failed" and "the batch failed validation at the provider" in (summary.reason or "")
     assert store.read(EXTRACTIONS.name).filter(pl.col("status") == "ok").height == report.passages
     assert batch_server.files == {}
+
+
+def test_a_batch_refused_after_its_upload_has_its_file_deleted_at_the_next_collection(
+    store, batch_server, sample_documents, hashing_embedder, monkeypatch
+):
+    from lightfoot_pipeline.models.batch_api import BatchAPIError
+
+    def refuse(self, input_file_id, batch):
+        raise BatchAPIError("create a batch: the provider answered HTTP 400", status=400)
+
+    monkeypatch.setattr(BatchAPI, "create", refuse)
+    extractor = batch_extraction.build_batch_extractor(store, llm_settings=settings_for(batch_server))
+    operations.ingest(store, sample_documents[:2], extractor, hashing_embedder)
+    assert len(batch_server.files) == 1
+    assert len(batch_extraction.batch_status(store)["provider_files"]) == 1
+    done = batch_extraction.collect(store, extractor, hashing_embedder, ask_again=False)
+    assert done.files_deleted == 1 and batch_server.files == {}
+    assert batch_extraction.batch_status(store)["provider_files"] == []
