@@ -39,8 +39,11 @@ def batched(lightfoot, batch_server):
     return lightfoot
 
 
-def test_a_drop_is_submitted_then_the_sensor_collects_it_and_the_snapshot_follows(batched, batch_server, twenty):
-    batched.drop_documents("batch-1", twenty, {})  # no recorded extractions: every passage goes to the model
+@pytest.mark.slow  # the whole bundled sample through two runs
+def test_the_sample_is_submitted_then_the_sensor_collects_it_and_the_snapshot_follows(batched, batch_server,
+                                                                                       sample_documents):
+    documents = sample_documents  # the whole bundled sample
+    batched.drop_documents("batch-1", documents, {})  # no recorded extractions: every passage goes to the model
     tick = batched.tick("inbox_sensor")
     ingestion = batched.run(tick.run_requests[0])
     assert ingestion.success
@@ -50,7 +53,7 @@ def test_a_drop_is_submitted_then_the_sensor_collects_it_and_the_snapshot_follow
     (cache_step,) = [e.event_specific_data.materialization for e in ingestion.get_asset_materialization_events()
                      if e.event_specific_data.materialization.asset_key.to_user_string() == "extraction_cache"]
     assert cache_step.metadata["awaiting_batch"].value == awaiting.height
-    assert len(batch_server.batches) == 1
+    assert len(batch_server.batches) == 1  # one file holds them all (a batch takes 50,000 requests)
 
     # The sensor looks, and asks for nothing until the batch has ended.
     for state in ("in_progress", "finalizing"):
@@ -65,10 +68,11 @@ def test_a_drop_is_submitted_then_the_sensor_collects_it_and_the_snapshot_follow
     assert set(made) == {"extraction_batches", "serving_snapshot"}
     assert made["extraction_batches"].metadata["answered"].value == awaiting.height
     assert made["extraction_batches"].metadata["files_deleted_at_provider"].value == 2
-    assert not [t for t in twenty if any(t.title in str(v.value) for v in made["extraction_batches"].metadata.values())]
+    shown = " ".join(str(v.value) for v in made["extraction_batches"].metadata.values())
+    assert not [d for d in documents if d.title in shown]
     extracted = store.read("extractions")
     assert extracted.filter(pl.col("status") == "ok").height == awaiting.height
-    assert store.read("documents").height == 20
+    assert store.read("documents").height == len(documents)
     assert latest_snapshot(store).store_seq == store.manifest().seq
     assert set(ledger.read(store).get_column("price_source").to_list()) == {"list+batch"}
     assert batch_server.files == {}

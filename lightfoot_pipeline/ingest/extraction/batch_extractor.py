@@ -134,6 +134,8 @@ class BatchExtractor:
             self.price_in, self.price_out, self.price_source = price_in * price_share, price_out * price_share, \
                 f"{source}+batch"
         self.endpoint_error = None  # the Extractor interface of the CLI's ingest
+        # Texts claimed and submitted at once by answers.py (a file's worth, not CLAIM_CHUNK: one batch, not many).
+        self.texts_at_once = self.limits.max_requests
 
     def __repr__(self) -> str:
         return f"BatchExtractor(model={self.model!r}, mode={self.mode!r})"
