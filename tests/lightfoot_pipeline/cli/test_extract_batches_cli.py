@@ -46,16 +46,25 @@ def test_ingest_through_the_batch_api_then_collect_from_the_command_line(tmp_pat
     dataset = write_dataset(tmp_path / "dataset", sample_documents[:4])
     store = ["--store", str(tmp_path / "store")]
 
-    assert cli.main(["ingest", "--dataset", str(dataset), "--extractor", "openai-batch", "--embedder", "hashing",
-                     *store]) == 0
-    out = capsys.readouterr().out
-    assert "passages await a provider batch" in out and "sk-cli-batch-key" not in out
+    ingested = run_json(capsys, "ingest", "--dataset", str(dataset), "--extractor", "openai-batch", "--embedder",
+                        "hashing", *store)
+    assert ingested["failed"] == ingested["passages"] and ingested["model_calls"] == 0
     status = run_json(capsys, "status", *store)
     batches = status["extraction_batches"]
     assert len(batches["open"]) == 1 and batches["awaiting_passages"] == status["counts"]["passages"]
     assert batches["provider_files"][0]["batch"] == batches["open"][0]
+    ingest_batch = ingested["batch"]["batch_id"]
+    explained = run_json(capsys, "explain", "batch", ingest_batch, *store)
+    assert explained["awaiting_extraction"] == [{"batch": batches["open"][0], "state": "validating",
+                                                 "passages": batches["awaiting_passages"]}]
 
-    for _ in range(2):
+    for argv in (["status"], ["extract-batches", "status"], ["explain", "batch", ingest_batch]):
+        assert cli.main([*argv, *store]) == 0
+        out = capsys.readouterr().out
+        assert batches["open"][0] in out and "sk-cli-batch-key" not in out, argv
+    assert cli.main(["extract-batches", "collect", "--embedder", "hashing", *store]) == 0
+    assert "1 still running (in_progress)" in capsys.readouterr().out
+    for _ in range(1):
         assert run_json(capsys, "extract-batches", "collect", "--embedder", "hashing", *store)["collected"] == []
     done = run_json(capsys, "extract-batches", "collect", "--embedder", "hashing", *store)
     assert done["collected"] == batches["open"] and done["without_answer"] == 0 and done["files_deleted"] == 2
