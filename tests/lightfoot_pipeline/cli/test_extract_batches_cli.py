@@ -119,3 +119,26 @@ def test_export_then_import_an_offline_runners_output(tmp_path, capsys, sample_d
     assert rows.get_column("cost_usd").sum() == 0
     assert cli.main(["extract-batches", "import", str(tmp_path / "output-0.jsonl"), "--embedder", "hashing:32",
                      *args]) == 2  # collected already
+
+
+def test_a_sync_submits_to_the_batch_api_and_asks_nothing_twice(tmp_path, monkeypatch, capsys, batch_server,
+                                                                 document_files):
+    batch_server.answer = lambda line: answer(line["body"]["messages"])
+    monkeypatch.setenv("OPENAI_BASE_URL", batch_server.base_url)
+    monkeypatch.setenv("LIGHTFOOT_LLM_MODEL", MODEL)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "guide.md").write_bytes(document_files.markdown("Guide", [("Start", ["Open the lid."])]))
+    (folder / "notes.md").write_bytes(document_files.markdown("Notes", [("Use", ["Close the lid."])]))
+    argv = ["sync", "--store", str(tmp_path / "store"), "--source", str(folder), "--embedder", "hashing",
+            "--extractor", "openai-batch"]
+    assert cli.main(argv) == 0
+    assert "await a provider batch" in capsys.readouterr().out
+    assert cli.main(argv) == 0  # read again for its passages without extraction: nothing submitted twice
+    capsys.readouterr()
+    assert len(batch_server.batches) == 1
+    store = ["--store", str(tmp_path / "store")]
+    for _ in range(3):
+        run_json(capsys, "extract-batches", "collect", "--embedder", "hashing", *store)
+    assert run_json(capsys, "status", *store)["unextracted_passages"] == 0
+    assert batch_server.files == {}
