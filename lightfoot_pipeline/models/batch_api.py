@@ -29,6 +29,9 @@ GIVEN_UP_STATES = frozenset({"failed", "expired", "cancelled", "cancelling"})
 METADATA_KEY = "lightfoot_batch"
 COMPLETION_WINDOW = "24h"
 DOWNLOAD_CHUNK = 1024 * 1024
+# A listing (to find a batch or a file again) reads at most this many pages of 100: a provider that
+# keeps answering "more" cannot hold the caller for ever.
+MAX_PAGES = 200
 
 
 class BatchAPIError(LightfootError, RuntimeError):
@@ -180,6 +183,10 @@ class BatchAPI:
     def _pages(self, list_fn, what: str, **kwargs) -> Iterator:
         page = self._call(what, list_fn, limit=100, **kwargs)
         yield from page.data
+        pages = 1
         while getattr(page, "has_more", False) and page.data:
+            if pages >= MAX_PAGES:
+                raise BatchAPIError(f"{what}: more than {MAX_PAGES} pages; delete the provider's old batches and files")
             page = self._call(what, list_fn, limit=100, after=page.data[-1].id, **kwargs)
+            pages += 1
             yield from page.data
