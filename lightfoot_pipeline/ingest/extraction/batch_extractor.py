@@ -211,33 +211,36 @@ class BatchExtractor:
                     writer.add(key, request_body(self.prompt, by_key[key][0], self.model, self.settings.temperature))
             for request_file in writer.files:
                 batch = batch_id_for(self.model, request_file.custom_ids)
-                named = where / f"{batch}.jsonl"
-                request_file.path.rename(named)
-                request_file.path = named
                 self.record.plan(batch, self.mode,
                                  [(k, p.chunk_id, p.doc_id) for k in request_file.custom_ids for p in by_key[k]],
                                  self.run_id)
+                # The name the provider knows this attempt by (its file's name, its batch's metadata).
+                name = (self.record.summary(batch) or BatchSummary(batch)).ledger_run
+                named = where / f"{name}.jsonl"
+                request_file.path.rename(named)
+                request_file.path = named
                 report.batches.append(batch)
                 report.sent += len(request_file.custom_ids)
                 if self.mode == OFFLINE:
                     self.record.note(batch, EXPORTED, requests=len(request_file.custom_ids))
                     report.files.append(request_file)
                     continue
-                refusal = self._send(batch, named)
+                refusal = self._send(batch, name, named)
                 if refusal:
                     report.refused[batch] = refusal
                     report.reasons.update({k: refusal for k in request_file.custom_ids})
         return report
 
-    def _send(self, batch: str, path: Path) -> str | None:
-        """Find or upload the batch's file and find or create its batch; the reason when refused."""
+    def _send(self, batch: str, name: str, path: Path) -> str | None:
+        """Find or upload the batch's file and find or create its batch at the provider, both known
+        there by ``name`` (the attempt's); the reason when refused."""
         assert self.api is not None
         file_id = None
         try:
-            found = self.api.find(batch)
+            found = self.api.find(name)
             if found is None:
                 file_id = self.api.find_file(path.name) or self.api.upload(path, path.name)
-                found = self.api.create(file_id, batch)
+                found = self.api.create(file_id, name)
         except BatchAPIError as err:
             reason = f"the provider refused the batch: {err}"
             # An uploaded file the batch was refused for holds the text: it is deleted like a batch's files.
@@ -272,9 +275,9 @@ class BatchExtractor:
                                                                  max_bytes=2**62)) as writer:
                     for key in keys:
                         writer.add(key, request_body(self.prompt, first[key], self.model, self.settings.temperature))
-                named = Path(scratch) / f"{summary.batch}.jsonl"
+                named = Path(scratch) / f"{summary.ledger_run}.jsonl"
                 writer.files[0].path.rename(named)
-                self._send(summary.batch, named)
+                self._send(summary.batch, summary.ledger_run, named)
             resumed.append(summary.batch)
         return resumed
 
@@ -302,11 +305,12 @@ class BatchExtractor:
 
     def take_answers(self, summary: BatchSummary, reading: OutputReading) -> TakeReport:
         """Put a batch's usable answers in the ledger (at the batch price) and then the cache; an
-        answer whose ledger row (run = the batch id) exists already is not taken again."""
+        answer whose ledger row (its run: the batch id, with the attempt after the first) exists
+        already is not taken again."""
         report = TakeReport(failed=dict(reading.failed), problems=list(reading.problems),
                             n_problems=reading.n_problems)
         requests = self.record.requests([summary.batch])
-        charged = set(ledger.read(self.store, summary.batch).get_column("cache_key").drop_nulls().to_list())
+        charged = set(ledger.read(self.store, summary.ledger_run).get_column("cache_key").drop_nulls().to_list())
         keys = sorted(set(requests.get_column("cache_key").to_list()))
         passages = {self.cache_key(p): p for p in self.stored_passages(requests.get_column("chunk_id").to_list(),
                                                                        requests.get_column("doc_id").to_list())}
@@ -315,7 +319,7 @@ class BatchExtractor:
             report.failed[key] = "no answer in the batch's output"
         charges: list[ledger.Charge] = []
         rows: list[dict] = []
-        base = dict(run_id=summary.batch, purpose=PURPOSE, model=self.model, price_in_per_mtok=self.price_in,
+        base = dict(run_id=summary.ledger_run, purpose=PURPOSE, model=self.model, price_in_per_mtok=self.price_in,
                     price_out_per_mtok=self.price_out, price_source=self.price_source)
         for key, answer in sorted(reading.answers.items()):
             if key in charged:

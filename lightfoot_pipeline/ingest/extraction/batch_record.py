@@ -66,6 +66,12 @@ class BatchSummary:
     run_id: str | None = None
     planned_at: dt.datetime | None = None
     last_at: dt.datetime | None = None
+    attempt: int = 1  # how many times these texts were planned as this batch (its events start over each time)
+
+    @property
+    def ledger_run(self) -> str:
+        """The cost ledger's run of this attempt's answers: the batch id, then ``id.2`` for a second attempt."""
+        return self.batch if self.attempt == 1 else f"{self.batch}.{self.attempt}"
 
     @property
     def open(self) -> bool:
@@ -108,11 +114,13 @@ class BatchRecord:
         out: dict[str, BatchSummary] = {}
         for row in events.iter_rows(named=True):
             summary = out.get(row["batch"])
+            attempt = 1
             if summary is not None and row["event"] == PLANNED and not summary.open:
+                attempt = summary.attempt + 1
                 summary = None  # planned again after it ended (the same texts asked again): it starts over
             if summary is None:
                 summary = out[row["batch"]] = BatchSummary(row["batch"], mode=row["mode"] or PROVIDER,
-                                                           planned_at=row["at"])
+                                                           planned_at=row["at"], attempt=attempt)
             summary.events.append(row["event"])
             summary.last_at = row["at"]
             for name in _FIELDS:
@@ -142,9 +150,15 @@ class BatchRecord:
         wanted = list(set(keys))
         if not wanted:
             return {}
-        sent = [b for b, s in self.summaries().items() if SUBMITTED in s.events or EXPORTED in s.events]
-        rows = self.requests(sent).filter(pl.col("cache_key").is_in(wanted)).unique(["batch", "cache_key"])
-        return dict(rows.group_by("cache_key").len().iter_rows())
+        events = self.events()
+        sent = dict(events.filter(pl.col("event").is_in([SUBMITTED, EXPORTED])).group_by("batch").len().iter_rows())
+        if not sent:
+            return {}
+        rows = self.requests(list(sent)).filter(pl.col("cache_key").is_in(wanted)).unique(["batch", "cache_key"])
+        asked: dict[str, int] = {}
+        for batch, key in rows.select("batch", "cache_key").iter_rows():  # every attempt of each batch counts
+            asked[key] = asked.get(key, 0) + sent[batch]
+        return asked
 
     def holding(self, doc_ids: Iterable[str]) -> list[BatchSummary]:
         """The batches whose files at the provider hold text of these documents."""

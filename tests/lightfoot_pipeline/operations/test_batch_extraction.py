@@ -309,3 +309,23 @@ def test_a_batch_refused_after_its_upload_has_its_file_deleted_at_the_next_colle
     done = batch_extraction.collect(store, extractor, hashing_embedder, ask_again=False)
     assert done.files_deleted == 1 and batch_server.files == {}
     assert batch_extraction.batch_status(store)["provider_files"] == []
+
+
+def test_texts_asked_again_in_a_batch_of_the_same_texts_are_a_new_attempt(store, batch_server, sample_documents,
+                                                                           hashing_embedder):
+    batch_server.answer = lambda line: "I cannot answer that."  # unusable: every text is asked again, as one batch
+    extractor = batch_extraction.build_batch_extractor(store, llm_settings=settings_for(batch_server))
+    report = operations.ingest(store, sample_documents[:2], extractor, hashing_embedder)
+    first = collect_until_collected(store, extractor, hashing_embedder)
+    assert first.answered == 0 and first.without_answer == report.passages
+    assert first.asked_again is not None and first.asked_again.batches == first.collected  # the same texts, same id
+    assert len(batch_server.batches) == 2  # a new provider batch, not the first one found again
+    batch_server.answer = line_answer
+    second = collect_until_collected(store, extractor, hashing_embedder)
+    assert second.answered == report.passages and second.already_taken == 0
+    assert store.read(EXTRACTIONS.name).filter(pl.col("status") == "ok").height == report.passages
+    (summary,) = BatchRecord(store).summaries().values()
+    assert (summary.attempt, summary.ledger_run) == (2, f"{summary.batch}.2")
+    assert ledger.read(store, summary.batch).height == ledger.read(store, summary.ledger_run).height == report.passages
+    third = batch_extraction.collect(store, extractor, hashing_embedder)
+    assert third.asked_again is None or third.asked_again.sent == 0
