@@ -17,7 +17,8 @@ metadata. The events of a batch:
 - ``files_deleted``: its input, output and error files are deleted at the provider.
 
 The same texts planned again after their batch ended make the same id: its events start over
-from that ``planned``. A batch is *open* until collected, refused or cancelled: the passages it asks for are awaiting
+from that ``planned`` as its next attempt, known at the provider (file name, metadata) and in the
+cost ledger as ``ID.2`` (:attr:`BatchSummary.ledger_run`). A batch is *open* until collected, refused or cancelled: the passages it asks for are awaiting
 extraction and no other batch asks for them. It *holds text at the provider* from its upload
 until ``files_deleted``. Rows hold ids, counts and the engine's reasons, never text.
 """
