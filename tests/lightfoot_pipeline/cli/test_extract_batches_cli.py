@@ -121,6 +121,7 @@ def test_export_then_import_an_offline_runners_output(tmp_path, capsys, sample_d
                      *args]) == 2  # collected already
 
 
+@pytest.mark.slow  # two syncs and three collections through the command line
 def test_a_sync_submits_to_the_batch_api_and_asks_nothing_twice(tmp_path, monkeypatch, capsys, batch_server,
                                                                  document_files):
     batch_server.answer = lambda line: answer(line["body"]["messages"])

@@ -272,6 +272,7 @@ def test_a_refused_upload_leaves_the_passages_awaiting_with_the_reason(store, ba
     assert store.read(EXTRACTIONS.name).filter(pl.col("status") == "ok").height == report.passages
 
 
+@pytest.mark.slow  # two collections and store commits
 def test_a_batch_that_fails_validation_is_asked_again_synchronously_when_the_operator_says_so(
     store, batch_server, chat_server, sample_documents, hashing_embedder
 ):
@@ -293,6 +294,7 @@ def test_a_batch_that_fails_validation_is_asked_again_synchronously_when_the_ope
     assert batch_server.files == {}
 
 
+@pytest.mark.slow  # two collections and store commits
 def test_a_batch_refused_after_its_upload_has_its_file_deleted_at_the_next_collection(
     store, batch_server, sample_documents, hashing_embedder, monkeypatch
 ):
@@ -311,6 +313,7 @@ def test_a_batch_refused_after_its_upload_has_its_file_deleted_at_the_next_colle
     assert batch_extraction.batch_status(store)["provider_files"] == []
 
 
+@pytest.mark.slow  # two collections and store commits
 def test_texts_asked_again_in_a_batch_of_the_same_texts_are_a_new_attempt(store, batch_server, sample_documents,
                                                                            hashing_embedder):
     batch_server.answer = lambda line: "I cannot answer that."  # unusable: every text is asked again, as one batch
