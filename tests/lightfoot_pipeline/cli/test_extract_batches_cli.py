@@ -143,3 +143,22 @@ def test_a_sync_submits_to_the_batch_api_and_asks_nothing_twice(tmp_path, monkey
         run_json(capsys, "extract-batches", "collect", "--embedder", "hashing", *store)
     assert run_json(capsys, "status", *store)["unextracted_passages"] == 0
     assert batch_server.files == {}
+
+
+@pytest.mark.slow  # an ingest, a cancellation and a second batch
+def test_cancel_deletes_the_files_and_the_next_collect_asks_again(tmp_path, monkeypatch, capsys, batch_server,
+                                                                  sample_documents):
+    batch_server.answer = lambda line: answer(line["body"]["messages"])
+    monkeypatch.setenv("OPENAI_BASE_URL", batch_server.base_url)
+    monkeypatch.setenv("LIGHTFOOT_LLM_MODEL", MODEL)
+    dataset = write_dataset(tmp_path / "dataset", sample_documents[:2])
+    store = ["--store", str(tmp_path / "store")]
+    run_json(capsys, "ingest", "--dataset", str(dataset), "--extractor", "openai-batch", "--embedder", "hashing",
+             *store)
+    (first,) = run_json(capsys, "extract-batches", "status", *store)["open"]
+    assert run_json(capsys, "extract-batches", "cancel", *store)["cancelled"] == [first]
+    assert batch_server.files == {} and [b["status"] for b in batch_server.batches.values()] == ["cancelled"]
+    status = run_json(capsys, "extract-batches", "status", *store)
+    assert status["open"] == [] and status["provider_files"] == []
+    again = run_json(capsys, "extract-batches", "collect", "--embedder", "hashing", *store)
+    assert again["asked_again"]["sent"] == status["batches"][0]["requests"] and len(batch_server.batches) == 2
