@@ -412,7 +412,8 @@ def import_output(store: Store, extractor: BatchExtractor, path: Path, embedder:
     batch = batch or _batch_of(Path(path), record, summaries)
     summary = summaries.get(batch) if batch else None
     if summary is None or summary.mode != OFFLINE:
-        raise ValueError(f"{Path(path).name}: no offline extraction batch {batch or ''} to import it for".replace("  ", " "))
+        named = f" {batch}" if batch else ""
+        raise ValueError(f"{Path(path).name}: no offline extraction batch{named} to import it for")
     if not summary.open:
         raise ValueError(f"the batch {batch} was collected already")
     keys = set(record.requests([summary.batch]).get_column("cache_key").to_list())
