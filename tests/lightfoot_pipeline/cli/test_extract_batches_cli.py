@@ -162,3 +162,22 @@ def test_cancel_deletes_the_files_and_the_next_collect_asks_again(tmp_path, monk
     assert status["open"] == [] and status["provider_files"] == []
     again = run_json(capsys, "extract-batches", "collect", "--embedder", "hashing", *store)
     assert again["asked_again"]["sent"] == status["batches"][0]["requests"] and len(batch_server.batches) == 2
+
+
+@pytest.mark.slow  # the whole bundled sample, exported and imported (about 5 s)
+def test_the_bundled_sample_through_export_and_a_stand_in_runner(tmp_path, capsys, sample_documents,
+                                                                  hashing_embedder):
+    store_path = tmp_path / "store"
+    store = Store(str(store_path))
+    report = operations.ingest(store, sample_documents, ReplayExtractor({}), hashing_embedder)
+    args = ["--store", str(store_path)]
+    exported = run_json(capsys, "extract-batches", "export", str(tmp_path / "requests"), *args)
+    assert exported["sent"] == report.passages and len(exported["files"]) == 1  # one file holds them all
+    stand_in_runner(Path(exported["files"][0]), tmp_path / "output.jsonl")
+    imported = run_json(capsys, "extract-batches", "import", str(tmp_path / "output.jsonl"), "--embedder",
+                        "hashing:32", *args)
+    assert (imported["answered"], imported["without_answer"], imported["documents"]) == (
+        report.passages, 0, len(sample_documents))
+    status = run_json(capsys, "status", *args)
+    assert status["unextracted_passages"] == 0 and status["counts"]["entities"] > 0
+    assert status["extraction_batches"]["open"] == [] and status["extraction_batches"]["provider_files"] == []
