@@ -106,7 +106,7 @@ class ExtractorResource(dg.ConfigurableResource):
         self._check_mode()
         model = None if self.mode == "replay" else functools.partial(
             self._cached_answers if from_cache else self.model_extractor, store, settings, run_id)
-        return RecordedOrModelExtractor({} if self.mode == "openai" else recorded, model)  # type: ignore[arg-type]
+        return RecordedOrModelExtractor({} if self.mode == "openai" else recorded, model)
 
     def asks_model(self, doc_id: str, recorded: Collection[str]) -> bool:
         """Whether a document's passages go to the model (not replayed)."""
