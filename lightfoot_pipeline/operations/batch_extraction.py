@@ -323,11 +323,16 @@ def cancel(store: Store, extractor: BatchExtractor, batches: Sequence[str] | Non
 
 
 def _cancel_one(api: BatchAPI, record: BatchRecord, summary: BatchSummary, reason: str) -> None:
-    state = summary.state
-    if summary.provider_batch_id is not None:
-        provider = api.retrieve(summary.provider_batch_id)
-        state = provider.state if provider.ended else api.cancel(summary.provider_batch_id).state
-    record.note(summary.batch, CANCELLED, state=state, reason=reason)
+    state, batch_id, file_id = summary.state, summary.provider_batch_id, summary.input_file_id
+    if batch_id is None:  # planned, not known to be sent: a crash may have left its file or batch there
+        found = api.find(summary.ledger_run)
+        batch_id = found.id if found is not None else None
+        file_id = found.input_file_id if found is not None else api.find_file(f"{summary.ledger_run}.jsonl")
+    if batch_id is not None:
+        provider = api.retrieve(batch_id)
+        state = provider.state if provider.ended else api.cancel(batch_id).state
+    record.note(summary.batch, CANCELLED, state=state, reason=reason, provider_batch_id=batch_id,
+                input_file_id=file_id)
     release_files(api, record, record.summary(summary.batch) or summary)
 
 

@@ -9,11 +9,13 @@ import polars as pl
 import pytest
 
 from lightfoot_pipeline import operations
+from lightfoot_pipeline.index.documents import document_passages
 from lightfoot_pipeline.ingest.extraction.batch_record import BatchRecord
 from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
 from lightfoot_pipeline.models.batch_api import BatchAPI
 from lightfoot_pipeline.models.llm import LLMSettings
 from lightfoot_pipeline.operations import batch_extraction
+from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
@@ -332,3 +334,19 @@ def test_texts_asked_again_in_a_batch_of_the_same_texts_are_a_new_attempt(store,
     assert ledger.read(store, summary.batch).height == ledger.read(store, summary.ledger_run).height == report.passages
     third = batch_extraction.collect(store, extractor, hashing_embedder)
     assert third.asked_again is None or third.asked_again.sent == 0
+
+
+def test_an_erasure_after_a_crash_between_upload_and_record_finds_the_file_and_deletes_it(
+    store, batch_server, sample_documents, hashing_embedder, monkeypatch
+):
+    def crash_before_create(self, input_file_id, batch):
+        raise RuntimeError("the process stopped after uploading")
+
+    monkeypatch.setattr(BatchAPI, "create", crash_before_create)
+    extractor = batch_extraction.build_batch_extractor(store, llm_settings=settings_for(batch_server))
+    documents = sample_documents[:2]
+    with pytest.raises(RuntimeError):  # the passages are planned and their file uploaded, then the process stops
+        extractor.submit(document_passages(documents, IndexSettings()))
+    assert len(batch_server.files) == 1 and batch_server.batches == {}
+    held = batch_extraction.erase_at_provider(store, [documents[0].doc_id], lambda: BatchAPI(settings_for(batch_server)))
+    assert held.cancelled and held.still_held == [] and batch_server.files == {}
