@@ -129,6 +129,7 @@ class CollectReport:
     """What a collection did (counts of distinct passage texts, and batch ids)."""
 
     looked_at: int = 0
+    resumed: list[str] = field(default_factory=list)  # planned batches sent after a crash
     still_open: dict[str, str] = field(default_factory=dict)  # batch -> the provider's state
     collected: list[str] = field(default_factory=list)
     answered: int = 0
@@ -160,6 +161,7 @@ def collect(store: Store, extractor: BatchExtractor, embedder: Embedder | None, 
     if api is None:
         raise LLMError("config", "collecting provider batches needs an endpoint: set OPENAI_BASE_URL")
     record = extractor.record
+    report.resumed = extractor.resume()  # batches planned and never known to be sent (a crash): sent now
     docs: set[str] = set()
     reasons: dict[str, str] = {}
     for summary in list(record.summaries().values()):

@@ -350,3 +350,30 @@ def test_an_erasure_after_a_crash_between_upload_and_record_finds_the_file_and_d
     assert len(batch_server.files) == 1 and batch_server.batches == {}
     held = batch_extraction.erase_at_provider(store, [documents[0].doc_id], lambda: BatchAPI(settings_for(batch_server)))
     assert held.cancelled and held.still_held == [] and batch_server.files == {}
+
+
+def test_a_collection_sends_a_batch_a_crash_left_planned(store, batch_server, sample_documents, hashing_embedder,
+                                                         monkeypatch):
+    from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+
+    documents = sample_documents[:2]
+    operations.ingest(store, documents, ReplayExtractor({}), hashing_embedder)  # stored without extraction
+    batch_server.answer = line_answer
+    real_create = BatchAPI.create
+
+    def crash_before_create(self, input_file_id, batch):
+        raise RuntimeError("the process stopped after uploading")
+
+    monkeypatch.setattr(BatchAPI, "create", crash_before_create)
+    extractor = batch_extraction.build_batch_extractor(store, llm_settings=settings_for(batch_server))
+    with pytest.raises(RuntimeError):
+        extractor.submit(extractor.unextracted([d.doc_id for d in documents]))
+    monkeypatch.setattr(BatchAPI, "create", real_create)
+    (planned,) = batch_extraction.poll(store, extractor).items()
+    assert planned[1] == "planned, not sent"
+    first = batch_extraction.collect(store, extractor, hashing_embedder)
+    assert first.resumed == [planned[0]] and len(batch_server.files) == 1 and len(batch_server.batches) == 1
+    collect_until_settled(store, extractor, hashing_embedder)
+    assert store.read(EXTRACTIONS.name).filter(pl.col("status") == "ok").height == len(
+        document_passages(documents, IndexSettings()))
+    assert batch_server.files == {}
