@@ -38,6 +38,7 @@ from lightfoot_pipeline.store.store import Store
 if TYPE_CHECKING:
     from lightfoot_pipeline.ingest.extraction.batch_extractor import BatchExtractor
     from lightfoot_pipeline.ingest.extraction.openai_extractor import OpenAIExtractor
+    from lightfoot_pipeline.models.batch_api import BatchAPI
 
 BATCH_MODE = "openai-batch"
 
@@ -130,6 +131,18 @@ class ExtractorResource(dg.ConfigurableResource):
         from lightfoot_pipeline.operations.batch_extraction import build_batch_extractor
 
         return build_batch_extractor(store, settings, llm_settings=self._llm_settings(), run_id=run_id)
+
+    def batch_api(self) -> BatchAPI | None:
+        """The provider's Batch API at this resource's endpoint (where erasure deletes the files of
+        extraction batches), or None when no endpoint is configured."""
+        from lightfoot_pipeline.models.batch_api import BatchAPI
+        from lightfoot_pipeline.models.llm import LLMError
+
+        try:
+            settings = self._llm_settings()
+            return BatchAPI(settings) if settings.base_url or settings.api_key else None
+        except (LLMError, ValueError):
+            return None
 
     def _llm_settings(self):
         from lightfoot_pipeline.models.llm import LLMSettings

@@ -31,7 +31,7 @@ from assets.keys import (
 from assets.partitions import BATCHES, LEGACY_HINT, RETENTION, legacy_layout, receipt_batch
 from assets.provenance import STORE_POOL, store_metadata, table_metadata
 from assets.receipts import IN_FLIGHT, receipt_run_key, receipt_runs, receipt_tags
-from assets.resources import InboxResource, StoreResource
+from assets.resources import ExtractorResource, InboxResource, StoreResource
 from lightfoot_pipeline.ingest.inbox import take_requests
 from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing, utc_now
 from lightfoot_pipeline.ingest.receipts import Receipt, Receipts
@@ -91,10 +91,13 @@ def tombstones(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Ma
     owners=OWNERS,
     code_version=code_version(__name__, "erasures"),
 )
-def erasures(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
+def erasures(
+    context: dg.AssetExecutionContext, store: StoreResource, extractor: ExtractorResource
+) -> dg.MaterializeResult:
     """Hard erasure: the text of deleted documents that asked for it, removed from everything the
     store keeps — old table versions and log entries, extraction-cache entries, cached vectors,
-    landed copies and serving snapshots. Runs after the graph no longer holds their names (and,
+    landed copies, serving snapshots and the files of extraction batches at the provider (the
+    erasure stays pending while one may hold the text). Runs after the graph no longer holds their names (and,
     like the serving export, waits while a blocking check on the graph fails); a published
     snapshot that still holds them is replaced by a fresh export first. The materialization holds
     counts and a digest of the erased ids, never the ids: it stays in Dagster's storage for good."""
@@ -103,7 +106,8 @@ def erasures(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Mate
     summary = {"erased_count": 0}
     if pending:
         with dagster_batch(context):
-            summary = erase_history(lightfoot, pending).summary()
+            # The files of extraction batches that hold the text are deleted at the extractor's provider.
+            summary = erase_history(lightfoot, pending, batch_api=extractor.batch_api()).summary()
         context.log.info(f"erased the history of {len(pending)} documents")
     state = store_state(lightfoot, lightfoot.manifest(), [t.name for t in STAGE_TABLES["tombstones"]],
                         changed=bool(pending), fingerprint=bool(pending) and store.report_fingerprint)

@@ -44,6 +44,7 @@ from lightfoot_pipeline.ingest.extraction.batch_record import (
 )
 from lightfoot_pipeline.ingest.extraction.outcome import OK, Extractor
 from lightfoot_pipeline.ingest.extraction.prompt import ExtractionPrompt
+from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.models.batch_api import BatchAPI, BatchAPIError
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.models.llm import LLMError, LLMSettings
@@ -121,7 +122,32 @@ def poll(store: Store, extractor: BatchExtractor) -> dict[str, str]:
             record.note(summary.batch, STATE, state=provider.state)
         if provider.ended:
             due[summary.batch] = provider.state
+    again = to_ask_again(store, extractor, askable=True)
+    if again:  # of a batch cancelled (by an erasure) or refused
+        due["ask-again"] = f"{len(again)} passages to ask again"
     return due
+
+
+def to_ask_again(store: Store, extractor: BatchExtractor, doc_ids: Iterable[str] = (), *,
+                 askable: bool = False) -> list[Passage]:
+    """The live passages without an extraction, of these documents and of those of the batches that
+    ended without their answers (cancelled, refused), that no open batch asks for: what a
+    collection gives to :meth:`BatchExtractor.submit` (which leaves out, with their reason, the
+    texts the cache answers and those asked ``MAX_ASKS`` times). ``askable``: only the passages
+    it would send."""
+    record = extractor.record
+    docs = _ended_batch_docs(record) | set(doc_ids)
+    if not docs:
+        return []
+    passages = extractor.unextracted(sorted(live_doc_ids(store, among=docs)))
+    opened = record.open_keys()
+    keys = {p.chunk_id: extractor.cache_key(p) for p in passages}
+    left = [p for p in passages if keys[p.chunk_id] not in opened]
+    if not askable or not left:
+        return left
+    asked = record.times_asked(keys[p.chunk_id] for p in left)
+    cached = set(extractor.cache.lookup({keys[p.chunk_id] for p in left}))
+    return [p for p in left if keys[p.chunk_id] not in cached and asked.get(keys[p.chunk_id], 0) < extractor.max_asks]
 
 
 @dataclass
@@ -204,9 +230,7 @@ def collect(store: Store, extractor: BatchExtractor, embedder: Embedder | None, 
         reasons.update(taken.reasons())
         docs.update(record.requests([summary.batch]).get_column("doc_id").to_list())
     if ask_again:
-        again = _ended_batch_docs(record) | docs
-        passages = extractor.unextracted(sorted(live_doc_ids(store, among=again)))
-        left = [p for p in passages if extractor.cache_key(p) not in record.open_keys()]
+        left = to_ask_again(store, extractor, docs)
         if synchronous is not None and left:
             outcomes = synchronous.extract(left)
             report.answered_synchronously = sum(1 for o in outcomes if o.status == OK)

@@ -83,3 +83,34 @@ def test_the_sample_is_submitted_then_the_sensor_collects_it_and_the_snapshot_fo
     batched.cursors.clear()
     assert batched.tick("extraction_batches_sensor").run_requests == []
     assert ledger.totals(store)["calls"] == awaiting.height
+
+
+@pytest.mark.slow  # four runs: a drop, an erasure, two collections
+def test_an_erasure_while_the_batch_is_open_cancels_it_at_the_provider(batched, batch_server, sample_documents):
+    documents = sample_documents[:3]
+    erased = documents[1]
+    batched.drop_documents("batch-1", documents, {})
+    assert batched.run(batched.tick("inbox_sensor").run_requests[0]).success
+    assert batch_server.holding(erased.text[:40])
+
+    batched.drop_erasure_request("gdpr-1.json", [erased.doc_id], reason="data subject request")
+    deletion = batched.run(batched.tick("erasure_sensor").run_requests[0], "deletion_job")
+    assert deletion.success
+    (made,) = [e.event_specific_data.materialization for e in deletion.get_asset_materialization_events()
+               if e.event_specific_data.materialization.asset_key.to_user_string() == "erasures"]
+    assert made.metadata["provider_batches_cancelled"].value == 1 and made.metadata["provider_held_count"].value == 0
+    assert batch_server.files == {} and [b["status"] for b in batch_server.batches.values()] == ["cancelled"]
+    store = batched.store()
+    assert store.read("tombstones").get_column("erased_at").is_not_null().all()
+
+    # The others are asked again in a new batch, then collected.
+    for _ in range(5):
+        tick = batched.tick("extraction_batches_sensor")
+        for request in tick.run_requests:
+            assert batched.run(request).success
+        if len(batch_server.batches) == 2 and not BatchRecord(store).open_keys():
+            break
+    extractions = store.read("extractions")
+    assert erased.doc_id not in extractions.get_column("doc_id").to_list()
+    assert extractions.filter(pl.col("status") == "ok").height == extractions.height > 0
+    assert batch_server.holding(erased.text[:40]) == [] and batch_server.files == {}
