@@ -20,12 +20,14 @@ extractor (``--extractor openai-batch``: ingest/extraction/batch_extractor.py); 
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
+from deltalake.exceptions import DeltaError
 
 from lightfoot_pipeline.index.documents import derive_forms, record_extractions
 from lightfoot_pipeline.index.reconcile import reconcile_graph
@@ -51,11 +53,14 @@ from lightfoot_pipeline.models.llm import LLMError, LLMSettings
 from lightfoot_pipeline.operations.batches import commit_if_changed
 from lightfoot_pipeline.operations.config import check_config
 from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.documents import live_doc_ids
+from lightfoot_pipeline.store.log import StoreError
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.vectors import name_vector_cache
 
 OPERATION = "extract-batch"
+log = logging.getLogger(__name__)
 
 
 def build_batch_extractor(store: Store, settings: IndexSettings | None = None, *, llm_settings: LLMSettings | None = None,
@@ -240,7 +245,19 @@ def collect(store: Store, extractor: BatchExtractor, embedder: Embedder | None, 
             reasons.update(report.asked_again.reasons)
     if finish and docs:
         report.seq, report.documents = finish_documents(store, docs, extractor, embedder, settings, reasons)
+    _compact(store, extractor)
     return report
+
+
+def _compact(store: Store, extractor: BatchExtractor) -> None:
+    """Compact the journals a collection appends to; a failure (another writer's rewrite won) is
+    only logged: nothing is lost, and the next collection does it."""
+    for name, compact in (("extraction batches", extractor.record.compact), ("extraction cache", extractor.cache.compact),
+                          ("cost ledger", lambda: ledger.compact(store))):
+        try:
+            compact()
+        except (StoreError, DeltaError, OSError) as err:
+            log.warning("could not compact the %s: %s", name, err)
 
 
 def _ended_batch_docs(record: BatchRecord) -> set[str]:

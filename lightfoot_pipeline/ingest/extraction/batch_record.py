@@ -172,6 +172,10 @@ class BatchRecord:
 
     # -- writing -------------------------------------------------------------------------------
 
+    def compact(self) -> int:
+        """Rewrite the small files that the events' appends left into a few larger ones; the files compacted."""
+        return sum(self.store.compact_journal(spec.name) for spec in (EXTRACTION_BATCHES, EXTRACTION_BATCH_REQUESTS))
+
     def plan(self, batch: str, mode: str, passages: Sequence[tuple[str, str, str]], run_id: str) -> None:
         """Record a batch's requests, ``(cache_key, chunk_id, doc_id)`` each, then its ``planned`` event."""
         frame = pl.DataFrame([{"batch": batch, "cache_key": k, "chunk_id": c, "doc_id": d} for k, c, d in passages],
