@@ -18,6 +18,9 @@ SYNONYM_EDGES = dg.AssetKey("synonym_edges")
 FACTS = dg.AssetKey("facts")
 GRAPH_ASSETS = (NAME_VECTORS, NAME_LINKS, ENTITIES, SYNONYM_EDGES, FACTS)
 
+# The answers of a provider's extraction batches, collected (assets/defs/extraction_batches.py).
+EXTRACTION_BATCHES = dg.AssetKey("extraction_batches")
+
 SERVING_SNAPSHOT = dg.AssetKey("serving_snapshot")
 # The store's log: what the graph and the snapshot are computed from, whoever wrote it (assets/defs/store_log.py).
 STORE_LOG = dg.AssetKey("store_log")
@@ -29,10 +32,12 @@ BATCH_GROUP = "batches"  # the per-batch assets (a partition per ingestion batch
 GRAPH_GROUP = "graph"
 SERVING_GROUP = "serving"
 RETENTION_GROUP = "retention"
+EXTRACTION_BATCHES_GROUP = "extraction_batches"
 
 INGESTION_JOB = "ingestion_job"
 DELETION_JOB = "deletion_job"
 SYNC_JOB = "sync_job"
+EXTRACTION_BATCHES_JOB = "extraction_batches_job"
 
 PASSAGES_CHECK = dg.AssetCheckKey(EXTRACTIONS, "passages_accounted_for")
 REBUILD_CHECK = "matches_fresh_rebuild"

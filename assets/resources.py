@@ -36,7 +36,11 @@ from lightfoot_pipeline.settings import (
 from lightfoot_pipeline.store.store import Store
 
 if TYPE_CHECKING:
+    from lightfoot_pipeline.ingest.extraction.batch_extractor import BatchExtractor
     from lightfoot_pipeline.ingest.extraction.openai_extractor import OpenAIExtractor
+    from lightfoot_pipeline.models.batch_api import BatchAPI
+
+BATCH_MODE = "openai-batch"
 
 
 class StoreResource(dg.ConfigurableResource):
@@ -85,11 +89,13 @@ class ExtractorResource(dg.ConfigurableResource):
 
     ``mode``: ``auto`` replays recorded extractions and asks the model for the other passages;
     ``replay`` only replays (a passage with no recording fails with that reason); ``openai``
-    always asks the model. The model is any OpenAI-compatible endpoint; unset fields fall back to
+    always asks the model; ``openai-batch`` replays as ``auto`` does and submits the other passages
+    to the provider's Batch API at its batch price (they await it; ``extraction_batches_sensor``
+    collects the answers). The model is any OpenAI-compatible endpoint; unset fields fall back to
     the environment (OPENAI_BASE_URL, OPENAI_API_KEY, LIGHTFOOT_LLM_MODEL, …).
     """
 
-    mode: str = Field(default="auto", description="auto | replay | openai")
+    mode: str = Field(default="auto", description="auto | replay | openai | openai-batch")
     base_url: str | None = Field(default=None, description="Endpoint of the OpenAI-compatible API.")
     model: str | None = Field(default=None, description="Model to ask.")
     api_key: str | None = Field(default=None, description="API key (give it as an EnvVar).")
@@ -106,21 +112,50 @@ class ExtractorResource(dg.ConfigurableResource):
     def asks_model(self, doc_id: str, recorded: Collection[str]) -> bool:
         """Whether a document's passages go to the model (not replayed)."""
         self._check_mode()
-        return self.mode == "openai" or (self.mode == "auto" and doc_id not in recorded)
+        return self.mode == "openai" or (self.mode in ("auto", BATCH_MODE) and doc_id not in recorded)
 
-    def model_extractor(self, store: Store, settings: IndexSettings, run_id: str) -> OpenAIExtractor:
+    @property
+    def batched(self) -> bool:
+        """Whether the model's passages go through the provider's Batch API."""
+        return self.mode == BATCH_MODE
+
+    def model_extractor(self, store: Store, settings: IndexSettings, run_id: str) -> OpenAIExtractor | BatchExtractor:
+        if self.batched:
+            return self.batch_extractor(store, settings, run_id)
         from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
+
+        return build_openai_extractor(store, settings, llm_settings=self._llm_settings(), run_id=run_id)
+
+    def batch_extractor(self, store: Store, settings: IndexSettings, run_id: str) -> BatchExtractor:
+        """The extractor that submits and collects the provider's batches."""
+        from lightfoot_pipeline.operations.batch_extraction import build_batch_extractor
+
+        return build_batch_extractor(store, settings, llm_settings=self._llm_settings(), run_id=run_id)
+
+    def batch_api(self) -> BatchAPI | None:
+        """The provider's Batch API at this resource's endpoint (where erasure deletes the files of
+        extraction batches), or None when no endpoint is configured."""
+        from lightfoot_pipeline.models.batch_api import BatchAPI
+        from lightfoot_pipeline.models.llm import LLMError
+
+        try:
+            settings = self._llm_settings()
+            return BatchAPI(settings) if settings.base_url or settings.api_key else None
+        except (LLMError, ValueError):
+            return None
+
+    def _llm_settings(self):
         from lightfoot_pipeline.models.llm import LLMSettings
 
         overrides = {k: v for k, v in {"base_url": self.base_url, "model": self.model, "api_key": self.api_key}.items() if v}
-        return build_openai_extractor(store, settings, llm_settings=LLMSettings.from_env(**overrides), run_id=run_id)
+        return LLMSettings.from_env(**overrides)
 
     def _cached_answers(self, store: Store, settings: IndexSettings, run_id: str) -> Extractor:
         return CachedAnswers(self.model_extractor(store, settings, run_id), ExtractionClaims(store, run_id))
 
     def _check_mode(self) -> None:
-        if self.mode not in {"auto", "replay", "openai"}:
-            raise dg.Failure(f"extractor mode must be auto, replay or openai, not {self.mode!r}")
+        if self.mode not in {"auto", "replay", "openai", BATCH_MODE}:
+            raise dg.Failure(f"extractor mode must be auto, replay, openai or {BATCH_MODE}, not {self.mode!r}")
 
 
 class InboxResource(dg.ConfigurableResource):

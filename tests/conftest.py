@@ -377,6 +377,18 @@ def chat_server():
     server.httpd.server_close()
 
 
+@pytest.fixture
+def batch_server():
+    """A provider's Batch API (``/v1/files``, ``/v1/batches``) on 127.0.0.1: tests/batch_server.py."""
+    from tests.batch_server import BatchServer
+
+    server = BatchServer()
+    server.thread.start()
+    yield server
+    server.httpd.shutdown()
+    server.httpd.server_close()
+
+
 # -- document files, built in the test -----------------------------------------------------------
 
 

@@ -28,6 +28,7 @@ from assets.provenance import (
     table_metadata,
 )
 from assets.resources import ExtractorResource, StoreResource
+from lightfoot_pipeline.ingest.extraction.batch_extractor import AWAITING
 from lightfoot_pipeline.ingest.extraction.claims import ExtractionClaims
 from lightfoot_pipeline.ingest.extraction.outcome import reason_kind
 from lightfoot_pipeline.operations.batches import (
@@ -82,11 +83,16 @@ def extraction_cache(
         metadata["failures"] = _failure_table(report.failed)
     add_run_cost(context, model_calls=int(cost["model_calls"]), tokens_in=int(cost["tokens_in"]),
                  tokens_out=int(cost["tokens_out"]), cost_usd=float(cost["cost_usd"]))
-    if report.unanswered:  # the calls made are paid for and on the run's tags
-        first = reason_kind(report.unanswered[0].reason)
+    # Passages submitted in a provider's batch await it (extraction_batches.py collects them): no failure.
+    awaiting = [o for o in report.unanswered if o.reason.startswith(AWAITING)]
+    unanswered = [o for o in report.unanswered if not o.reason.startswith(AWAITING)]
+    if awaiting:
+        metadata["awaiting_batch"] = dg.MetadataValue.int(len(awaiting))
+    if unanswered:  # the calls made are paid for and on the run's tags
+        first = reason_kind(unanswered[0].reason)
         raise dg.Failure(
-            description=f"{len(report.unanswered)} of {report.texts} passage texts got no answer from the model "
-            f"(e.g. {first}: a passage of document {report.unanswered[0].doc_id}); the answers taken are in the extraction "
+            description=f"{len(unanswered)} of {report.texts} passage texts got no answer from the model "
+            f"(e.g. {first}: a passage of document {unanswered[0].doc_id}); the answers taken are in the extraction "
             "cache, and the next attempt asks only for the rest",
             metadata=metadata,
         )

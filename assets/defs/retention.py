@@ -32,7 +32,7 @@ from assets.keys import (
 from assets.partitions import BATCHES, LEGACY_HINT, RETENTION, legacy_layout, receipt_batch
 from assets.provenance import STORE_POOL, store_metadata, table_metadata
 from assets.receipts import IN_FLIGHT, receipt_run_key, receipt_runs, receipt_tags
-from assets.resources import EmbedderResource, InboxResource, StoreResource
+from assets.resources import EmbedderResource, ExtractorResource, InboxResource, StoreResource
 from lightfoot_pipeline.evaluation.permission_audit import permission_check
 from lightfoot_pipeline.ingest.inbox import take_requests
 from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing, utc_now
@@ -93,10 +93,13 @@ def tombstones(context: dg.AssetExecutionContext, store: StoreResource) -> dg.Ma
     owners=OWNERS,
     code_version=code_version(__name__, "erasures"),
 )
-def erasures(context: dg.AssetExecutionContext, store: StoreResource, embedder: EmbedderResource) -> dg.MaterializeResult:
+def erasures(
+    context: dg.AssetExecutionContext, store: StoreResource, embedder: EmbedderResource, extractor: ExtractorResource
+) -> dg.MaterializeResult:
     """Hard erasure: the text of deleted documents that asked for it, removed from everything the
     store keeps — old table versions and log entries, extraction-cache entries, cached vectors,
-    landed copies and serving snapshots. Runs after the graph no longer holds their names (and,
+    landed copies, serving snapshots and the files of extraction batches at the provider (the
+    erasure stays pending while one may hold the text). Runs after the graph no longer holds their names (and,
     like the serving export, waits while a blocking check on the graph fails); a published
     snapshot that still holds them is replaced by a fresh export first, published only if it
     passes the permission check (with the serving snapshot's defaults; serving.py). The materialization holds
@@ -108,7 +111,9 @@ def erasures(context: dg.AssetExecutionContext, store: StoreResource, embedder: 
         with dagster_batch(context):
             audit = permission_check(embedder.get, store.settings(), document_limit=AUDIT_DOCUMENT_LIMIT,
                                      echo=context.log.info)
-            summary = erase_history(lightfoot, pending, snapshot_checks=[audit]).summary()
+            # The files of extraction batches that hold the text are deleted at the extractor's provider.
+            summary = erase_history(lightfoot, pending, snapshot_checks=[audit],
+                                    batch_api=extractor.batch_api()).summary()
         context.log.info(f"erased the history of {len(pending)} documents")
     state = store_state(lightfoot, lightfoot.manifest(), [t.name for t in STAGE_TABLES["tombstones"]],
                         changed=bool(pending), fingerprint=bool(pending) and store.report_fingerprint)

@@ -20,7 +20,7 @@ from pydantic import Field
 
 from assets.batches import dagster_batch
 from assets.code_versions import code_version
-from assets.keys import GRAPH_ASSETS, OWNERS, SERVING_GROUP, STORE_LOG
+from assets.keys import EXTRACTION_BATCHES, GRAPH_ASSETS, OWNERS, SERVING_GROUP, STORE_LOG
 from assets.provenance import STORE_POOL, metadata_value
 from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline.evaluation.permission_audit import PERMISSION_CHECK, permission_check
@@ -82,13 +82,16 @@ def check_result(report: PublishReport) -> dg.AssetCheckResult:
 
 
 @dg.asset(
-    deps=[*GRAPH_ASSETS, STORE_LOG],
+    # extraction_batches: so that a collection's run exports after it; automation ignores it (a
+    # store that never uses the Batch API never materializes it, and would count it missing).
+    deps=[*GRAPH_ASSETS, STORE_LOG, EXTRACTION_BATCHES],
     group_name=SERVING_GROUP,
     kinds={"numpy", "parquet"},
     pool=STORE_POOL,
     owners=OWNERS,
     code_version=code_version(__name__, "serving_snapshot"),
-    automation_condition=dg.AutomationCondition.eager() & dg.AutomationCondition.all_deps_blocking_checks_passed(),
+    automation_condition=(dg.AutomationCondition.eager() & dg.AutomationCondition.all_deps_blocking_checks_passed())
+    .ignore(dg.AssetSelection.assets(EXTRACTION_BATCHES)),
     check_specs=[dg.AssetCheckSpec(
         PERMISSION_CHECK, asset="serving_snapshot", blocking=True,
         description="Each sampled principal's view of the staged snapshot retrieves exactly what a fresh store of "

@@ -16,6 +16,7 @@ import sys
 from lightfoot_pipeline.cli.demo import add_demo_command
 from lightfoot_pipeline.cli.evaluation import add_audit_command, add_eval_commands
 from lightfoot_pipeline.cli.explain import add_explain_commands
+from lightfoot_pipeline.cli.extract_batches import add_extract_batches_command
 from lightfoot_pipeline.cli.query import add_query_commands
 from lightfoot_pipeline.cli.readers import add_readers_command
 from lightfoot_pipeline.cli.store import add_store_commands
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_store_commands(sub, common)  # ingest, delete, vacuum, migrate, status, cost
     add_audit_command(sub, common)  # audit-deletion, audit-permissions
     add_sync_command(sub, common)
+    add_extract_batches_command(sub, common)  # extract-batches status, collect, cancel, export, import
     add_readers_command(sub, common)
     add_query_commands(sub, common)  # snapshot, query, serve, serve-token
     add_eval_commands(sub, common)  # eval, eval-deletion, report, compare

@@ -185,6 +185,9 @@ def cmd_explain_batch(args) -> int:
     for commit in b.commits:
         print(f"  commit {commit['seq']} {commit['operation']} at {commit['committed_at']}, by {commit['by']}, "
               f"{_run(commit)}")
+    for waiting in b.awaiting_extraction:
+        print(f"  {waiting['passages']} passages await extraction batch {waiting['batch']} ({waiting['state']}; "
+              "`lightfoot extract-batches status`)")
     for d in b.documents[:args.documents]:
         now = d["status"] + (f" (batch {d['status_batch']})" if d["status_batch"] and d["status_batch"] != b.batch_id
                              else "")

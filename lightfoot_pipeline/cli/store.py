@@ -43,6 +43,17 @@ def _print_json(payload) -> None:
     sys.stdout.write("\n")
 
 
+def existing_store(args):
+    """The store ``--store`` names, refused (StoreError) when it holds no commit yet: for the
+    commands of other modules (cli/extract_batches.py)."""
+    return _existing_store(args)
+
+
+def print_json(payload) -> None:
+    """A command's --json output: the payload, indented, keys sorted."""
+    _print_json(payload)
+
+
 def command_batch(command: str, run_id: str | None = None):
     """The batch a command's store writes belong to (``cli-<command>-<time>-<random>``), in a run of
     its own unless ``run_id`` names the command's run: the run its commits record, and the cost
@@ -94,7 +105,11 @@ def make_extractor(kind: str | None, dataset_dir: Path | None, store, settings: 
         from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
 
         return build_openai_extractor(store, settings, run_id=run_id), None
-    raise SettingsError(f"unknown extractor {kind!r}", hint="choose replay or openai")
+    if kind == "openai-batch":  # the passages await a provider batch: `lightfoot extract-batches collect`
+        from lightfoot_pipeline.operations.batch_extraction import build_batch_extractor
+
+        return build_batch_extractor(store, settings, run_id=run_id), None
+    raise SettingsError(f"unknown extractor {kind!r}", hint="choose replay, openai or openai-batch")
 
 
 def _listed(ids: list[str], limit: int = 10) -> str:
@@ -150,6 +165,12 @@ def cmd_ingest(args) -> int:
               f"facts {g.facts_after}")
         print(f"  store commit {report.seq} in {report.seconds:.1f}s")
         print_batch(batch)
+    if getattr(extractor, "mode", None) == "provider":
+        awaiting = sum(1 for _, reason in report.failures if reason.startswith("awaiting extraction"))
+        if not args.json:
+            print(f"  {awaiting} passages await a provider batch: `lightfoot extract-batches collect` takes the "
+                  "answers once it ends (within 24 h)")
+        return 1 if report.failed > awaiting else 0
     return 1 if report.failed else 0
 
 
@@ -331,6 +352,10 @@ def cmd_status(args) -> int:
         "unextracted_passages": sum(unextracted.values()),
         "unextracted_documents": [{"doc_id": d, "passages": unextracted[d]} for d in sorted(unextracted)],
         "snapshot": _published(store, manifest),
+        # Extraction batches (operations/batch_extraction.py): the open ones, the passages they hold
+        # awaiting extraction, and the batches whose files at the provider still hold text (an
+        # erasure of their documents stays pending until those files are deleted).
+        "extraction_batches": _extraction_batches(store),
     }
     if args.json:
         _print_json(payload)
@@ -349,8 +374,21 @@ def cmd_status(args) -> int:
                   "extraction: the next sync of their source (or ingest of their documents) asks for them")
             for d in payload["unextracted_documents"][:20]:
                 print(f"    {d['doc_id']}: {d['passages']:,} passages")
+        batches = payload["extraction_batches"]
+        if batches["open"]:
+            print(f"  {batches['awaiting_passages']:,} passages await extraction in {len(batches['open'])} open "
+                  "batches (`lightfoot extract-batches status`)")
+        for held in batches["provider_files"]:
+            print(f"  provider files still hold text: batch {held['batch']} ({', '.join(held['files']) or 'its upload'})")
         _print_published(payload["snapshot"])
     return 0
+
+
+def _extraction_batches(store) -> dict:
+    from lightfoot_pipeline.operations.batch_extraction import batch_status
+
+    status = batch_status(store)
+    return {k: status[k] for k in ("open", "awaiting_passages", "awaiting_documents", "provider_files")}
 
 
 def _published(store, manifest) -> dict:
@@ -426,8 +464,10 @@ def add_store_commands(sub, common: argparse.ArgumentParser) -> None:
     """The ingest, delete, vacuum, migrate, status and cost subcommands."""
     p = sub.add_parser("ingest", parents=[common], help="add a dataset's documents to the store")
     p.add_argument("--dataset", required=True, help="directory with corpus.jsonl (and extractions.jsonl)")
-    p.add_argument("--extractor", choices=["replay", "openai"], default=None,
-                   help="replay recorded extractions (default when the dataset has them) or call a model")
+    p.add_argument("--extractor", choices=["replay", "openai", "openai-batch"], default=None,
+                   help="replay recorded extractions (default when the dataset has them), call a model, or submit "
+                        "the passages to the provider's Batch API at its batch price (`lightfoot extract-batches "
+                        "collect` takes the answers)")
     p.add_argument("--embedder", default=None, help="embedding model name or path, or hashing[:DIM]")
     p.add_argument("--buckets", type=int, default=None,
                    help="hash buckets of a new store's tables (default 16; an existing store keeps its own)")

@@ -45,7 +45,14 @@ def cmd_sync(args) -> int:
     store.check_writable()
     asks = bool(look.to_read or readmit or unextracted_files(store, look))
     batch = command_batch("sync")
-    extractor = build_openai_extractor(store, settings, run_id=batch.run_id) if asks else ReplayExtractor({})
+    if not asks:
+        extractor = ReplayExtractor({})
+    elif args.extractor == "openai-batch":  # the passages await a provider batch: `lightfoot extract-batches collect`
+        from lightfoot_pipeline.operations.batch_extraction import build_batch_extractor
+
+        extractor = build_batch_extractor(store, settings, run_id=batch.run_id)
+    else:
+        extractor = build_openai_extractor(store, settings, run_id=batch.run_id)
     with writing_batch(batch):
         report = sync(store, args.source, extractor, embedder, settings, chunking, erase=args.erase, readmit=readmit,
                       name=args.name,
@@ -65,6 +72,11 @@ def cmd_sync(args) -> int:
     else:
         print_report(report, store.uri)
         print_batch(batch)
+    if getattr(extractor, "mode", None) == "provider":  # awaiting a batch is not a failure
+        if not args.json:
+            print("  passages without extraction await a provider batch: `lightfoot extract-batches collect` takes "
+                  "the answers once it ends (within 24 h)")
+        return 1 if report.failed else 0
     return 1 if report.failed or report.extraction_failed or report.unextracted else 0
 
 
@@ -136,6 +148,9 @@ def add_sync_command(sub, common: argparse.ArgumentParser) -> None:
                    help="index again a file excluded by a deletion (its path within the source, or its doc id); "
                         "repeatable")
     p.add_argument("--embedder", default=None, help="embedding model name or path, or hashing[:DIM]")
+    p.add_argument("--extractor", choices=["openai", "openai-batch"], default="openai",
+                   help="call the model per passage (default), or submit the passages to the provider's Batch API at "
+                        "its batch price (`lightfoot extract-batches collect` takes the answers)")
     p.add_argument("--chunk-tokens", type=int, default=CHUNK_TOKENS,
                    help=f"a passage's budget in word and punctuation tokens (default {CHUNK_TOKENS})")
     p.add_argument("--chunk-overlap", type=int, default=CHUNK_OVERLAP_TOKENS,

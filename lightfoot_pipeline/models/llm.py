@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lightfoot_pipeline.errors import LightfootError
-from lightfoot_pipeline.models.prices import list_price
+from lightfoot_pipeline.models.prices import batch_discount, list_price
 from lightfoot_pipeline.settings import llm_environment
 
 log = logging.getLogger(__name__)
@@ -140,6 +140,7 @@ class LLMSettings:
     retry_after_max_s: float = 120.0  # longest Retry-After honoured
     temperature: float = 0.0
     allow_unpriced: bool = False  # spend on a model without a known price (its calls count as $0)
+    batch_discount: float | None = None  # share of the price a Batch API charges; None: the price table's
 
     def __post_init__(self) -> None:
         if self.output_mode not in ("auto", *OUTPUT_MODES):
@@ -159,6 +160,8 @@ class LLMSettings:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must not be negative, got {value}")
+        if self.batch_discount is not None and not 0 <= self.batch_discount <= 1:
+            raise ValueError(f"batch_discount must be between 0 and 1, got {self.batch_discount}")
 
     @classmethod
     def from_env(cls, environ: dict | None = None, **overrides) -> LLMSettings:
@@ -178,6 +181,13 @@ class LLMSettings:
             listed[1] if price_out is None else price_out,
             "list" if price_in is None and price_out is None else "configured",
         )
+
+    def batch_prices(self) -> tuple[float, float, str]:
+        """USD per million input and output tokens of an answer taken through a Batch API: the
+        prices of :meth:`prices` times the batch discount, and where they come from (``…+batch``)."""
+        price_in, price_out, source = self.prices()
+        share = batch_discount() if self.batch_discount is None else self.batch_discount
+        return price_in * share, price_out * share, f"{source}+batch"
 
     def price_state(self) -> str:
         """``priced`` (configured or list prices for both sides), ``unpriced-allowed`` (no known

@@ -2,6 +2,8 @@
 
 The table is ``lightfoot_pipeline/data/llm_prices.json``; the cost ledger charges a model's list
 price unless the price is configured (``LLMSettings.price_in_per_mtok``, ``price_out_per_mtok``).
+Answers taken through a provider's Batch API are charged at the table's ``batch_discount`` of that
+price (``LLMSettings.batch_discount`` overrides it).
 """
 
 from __future__ import annotations
@@ -12,9 +14,18 @@ from importlib import resources
 
 
 @lru_cache(maxsize=1)
+def _prices_file() -> dict:
+    return json.loads((resources.files("lightfoot_pipeline") / "data" / "llm_prices.json").read_text(encoding="utf-8"))
+
+
 def _price_table() -> dict[str, dict]:
-    text = (resources.files("lightfoot_pipeline") / "data" / "llm_prices.json").read_text(encoding="utf-8")
-    return {k: v for k, v in json.loads(text)["models"].items()}
+    return {k: v for k, v in _prices_file()["models"].items()}
+
+
+@lru_cache(maxsize=1)
+def batch_discount() -> float:
+    """The share of a model's price that a provider's Batch API charges (0.5: half price), from the table."""
+    return float(_prices_file().get("batch_discount", 1.0))
 
 
 def list_price(model: str) -> tuple[float, float] | None:

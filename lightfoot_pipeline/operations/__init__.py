@@ -9,7 +9,8 @@ its links computed in pieces); the index's configuration (config.py). The stages
 run, one commit each, are the ``batches`` module (a batch's documents, extractions and forms),
 ``graph`` (the graph stage and what it changed), ``deletion_requests`` (tombstones from pending
 requests) and ``checks`` (the invariants checked after a change): the Dagster assets call these and
-open no transaction of their own. The command line, the Dagster assets, the benchmarks and the
+open no transaction of their own. ``batch_extraction`` follows extraction batches at a provider or
+an offline runner (collect, cancel, erase their files there, export and import). The command line, the Dagster assets, the benchmarks and the
 tests all call these.
 """
 

@@ -12,8 +12,12 @@ Erasure also removes what history and caches still hold:
 6. every serving snapshot that holds an erased document (snapshot/export.py; a fresh one replaces the
    published one first);
 7. the keys and links that relink runs staged (relink.py), whether or not they are still running;
+8. the files of extraction batches that hold the text at the provider (batch_extraction.py: an open
+   batch is cancelled, and every file of a batch holding the text is deleted there);
 
-and only then marks the tombstones as erased (``erased_at``), and vacuums what that commit left
+and only then marks the tombstones as erased (``erased_at``): a document whose text a provider's
+file may still hold (no endpoint configured, or a cancelled batch still cancelling) stays
+pending, and ``lightfoot status`` lists the provider files,, and vacuums what that commit left
 of the deletion log's earlier version. After it, no file under the store root holds the text;
 the tests plant a canary string and search every file for it.
 
@@ -41,6 +45,7 @@ from lightfoot_pipeline.index.facts import fact_text
 from lightfoot_pipeline.index.link_pieces import remove_relink_staging
 from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache
 from lightfoot_pipeline.ingest.landing import Landing
+from lightfoot_pipeline.operations.batch_extraction import erase_at_provider, provider_api_from_env
 from lightfoot_pipeline.snapshot.export import erase_from_snapshots
 from lightfoot_pipeline.snapshot.verdict import StagedCheck
 from lightfoot_pipeline.store.store import Store
@@ -52,6 +57,9 @@ from lightfoot_pipeline.store.vectors import cleanup_vector_history, purge_vecto
 class EraseReport:
     documents: list[str] = field(default_factory=list)
     cache_entries_purged: int = 0
+    provider_batches_cancelled: int = 0
+    provider_files_deleted: int = 0
+    provider_held: list[str] = field(default_factory=list)  # documents a provider's file may still hold
     vectors_purged: dict[str, int] = field(default_factory=dict)
     files_vacuumed: dict[str, int] = field(default_factory=dict)
     landed_copies_removed: int = 0
@@ -72,6 +80,9 @@ class EraseReport:
             "files_vacuumed": sum(self.files_vacuumed.values()),
             "landed_copies_removed": self.landed_copies_removed,
             "snapshots_removed": self.snapshots_removed,
+            "provider_batches_cancelled": self.provider_batches_cancelled,
+            "provider_files_deleted": self.provider_files_deleted,
+            "provider_held_count": len(self.provider_held),
         }
 
 
@@ -107,14 +118,20 @@ def vacuum(store: Store, *, snapshot_checks: Sequence[StagedCheck] = ()) -> Eras
     return erase_history(store, [], snapshot_checks=snapshot_checks)
 
 
-def erase_history(store: Store, doc_ids: Sequence[str], *,
-                  snapshot_checks: Sequence[StagedCheck] = ()) -> EraseReport:
+def erase_history(store: Store, doc_ids: Sequence[str], *, snapshot_checks: Sequence[StagedCheck] = (),
+                  batch_api=None) -> EraseReport:
     """Erase the history of the deleted ``doc_ids`` and of every pending erasure (and whatever
     else no live row uses); the tombstones are marked erased once nothing holds the text. A
     published snapshot that holds them is replaced by a fresh one that must pass
-    ``snapshot_checks`` to be published (snapshot/export.py: ``erase_from_snapshots``)."""
+    ``snapshot_checks`` to be published (snapshot/export.py: ``erase_from_snapshots``).
+    ``batch_api``: the provider's Batch API whose files may hold the text (default: the one the
+    environment names, if any)."""
     ids = sorted(set(doc_ids) | set(pending_erasures(store)))
     report = EraseReport(documents=ids)
+    at_provider = erase_at_provider(store, ids, (lambda: batch_api) if batch_api is not None else provider_api_from_env)
+    report.provider_batches_cancelled = len(at_provider.cancelled)
+    report.provider_files_deleted = at_provider.files_deleted
+    report.provider_held = at_provider.still_held
     manifest = store.manifest()
     live_keys = store.read(EXTRACTIONS.name, manifest, columns=["cache_key"]).get_column("cache_key").to_list()
     report.cache_entries_purged = ExtractionCache(store).purge_except(k for k in live_keys if k)
@@ -125,9 +142,11 @@ def erase_history(store: Store, doc_ids: Sequence[str], *,
     remove_relink_staging(store)  # staged links are derived from names that may be erased now
     report.files_vacuumed = store.vacuum()
     cleanup_vector_history(store)
-    if ids:
-        report.erased_at = mark_erased(store, ids).isoformat()
+    erased = [d for d in ids if d not in set(report.provider_held)]
+    if erased:
+        report.erased_at = mark_erased(store, erased).isoformat()
     return report
+
 
 
 def mark_erased(store: Store, doc_ids: Sequence[str]) -> dt.datetime:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from lightfoot_pipeline.ingest.extraction.batch_record import BatchRecord
 from lightfoot_pipeline.provenance.errors import ExplainError
 from lightfoot_pipeline.settings import dagster_url, page_url
 from lightfoot_pipeline.store.batches import (
@@ -105,6 +106,8 @@ class BatchExplanation:
     entities: list[dict] = field(default_factory=list)
     more_entities: int = 0  # entities mentioned beyond those listed
     link: str | None = None  # the page's view of it, when LIGHTFOOT_PAGE_URL is set
+    # The open extraction batches its live documents' passages await: {batch, state, passages}
+    awaiting_extraction: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -154,7 +157,20 @@ def explain_batch(store: Store, batch_id: str, manifest: Manifest | None = None)
     for run in mine.get_column("run_id").unique().sort().to_list():
         runs.setdefault(run, runner_of(batch_id))
     explanation.runs = [{"run_id": run, "by": by, "run_url": run_link(run, by)} for run, by in sorted(runs.items())]
+    explanation.awaiting_extraction = awaiting_extraction(store, list(titles))
     return explanation
+
+
+def awaiting_extraction(store: Store, doc_ids: list[str]) -> list[dict]:
+    """The open extraction batches (ingest/extraction/batch_record.py) that these documents'
+    passages await, with the provider's last state and how many of the passages each holds."""
+    record = BatchRecord(store)
+    opened = {b: s for b, s in record.summaries().items() if s.open}
+    if not opened or not doc_ids:
+        return []
+    rows = record.requests(list(opened)).filter(pl.col("doc_id").is_in(doc_ids))
+    counts = rows.group_by("batch").agg(pl.col("chunk_id").n_unique().alias("passages")).sort("batch")
+    return [{"batch": b, "state": opened[b].state or opened[b].events[-1], "passages": n} for b, n in counts.iter_rows()]
 
 
 def _status(batch_id: str, row: dict, later: list[dict], live: bool, erased: bool) -> tuple[str, str | None]:

@@ -60,6 +60,7 @@ LLM_VARIABLES: dict[str, tuple[tuple[str, ...], type]] = {
     "backoff_max_s": (("LIGHTFOOT_LLM_BACKOFF_MAX_S",), float),
     "temperature": (("LIGHTFOOT_LLM_TEMPERATURE",), float),
     "allow_unpriced": (("LIGHTFOOT_LLM_ALLOW_UNPRICED",), bool),
+    "batch_discount": (("LIGHTFOOT_LLM_BATCH_DISCOUNT",), float),
 }
 # Object-store credentials and endpoint, passed to the store's libraries under the same names.
 OBJECT_STORE_VARIABLES = (

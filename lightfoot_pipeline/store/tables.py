@@ -259,9 +259,32 @@ BATCH_DOCUMENTS = TableSpec(
     description="Which ingestion batch added, replaced, kept or deleted which document, in which store commit and "
                 "run (ids only; store/batches.py).",
 )
+# Extraction through a provider's Batch API or an offline batch runner (journals;
+# ingest/extraction/batch_record.py): each request file's batch, its events, and the passages it asks for.
+EXTRACTION_BATCHES = TableSpec(
+    "extraction_batches",
+    _schema(("batch", S), ("seq", I),
+            ("event", S),  # planned, submitted, state, collected, files_deleted, cancelled, refused, exported
+            ("mode", S),  # "provider" or "offline"
+            ("state", S),  # the provider's status of the batch (validating, in_progress, completed, …)
+            ("provider_batch_id", S), ("input_file_id", S), ("output_file_id", S), ("error_file_id", S),
+            ("requests", I), ("answered", I), ("failed", I),
+            ("reason", S),  # the engine's words and counts, never the provider's text
+            ("run_id", S), ("at", TS_UTC)),
+    key=("batch", "seq"), bucket_by="batch", per_document=False, fingerprinted=False,
+    description="Each extraction batch's events: planned, its files uploaded and batch created, the provider's "
+                "states, collected, its files deleted at the provider (ids, counts and reasons only).",
+)
+EXTRACTION_BATCH_REQUESTS = TableSpec(
+    "extraction_batch_requests",
+    _schema(("batch", S), ("cache_key", S), ("chunk_id", S), ("doc_id", S)),
+    key=("batch", "cache_key", "chunk_id"), bucket_by="doc_id", per_document=False, fingerprinted=False,
+    description="Which passages (by chunk and cache key, the request's custom_id) each extraction batch asks for.",
+)
 OPERATIONAL_TABLES: tuple[TableSpec, ...] = (
     NAME_LINKS_REVERSE, NAME_SKETCHES, DOCUMENT_KEYS, TOMBSTONES, GRAPH_QUEUE,
     EXTRACTION_CACHE, EXTRACTION_CLAIMS, LLM_LEDGER, SOURCE_FILES, BATCH_DOCUMENTS,
+    EXTRACTION_BATCHES, EXTRACTION_BATCH_REQUESTS,
 )
 
 # Every table a store can hold, whatever has been imported: vacuum, recovery and migration go

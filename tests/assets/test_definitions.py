@@ -24,7 +24,8 @@ def defs(shipped_defs) -> dg.Definitions:
 
 def test_every_asset_is_a_described_noun_in_a_group_with_kinds(defs):
     specs = {s.key.to_user_string(): s for s in defs.resolve_all_asset_specs()}
-    assert set(specs) == PER_BATCH | GRAPH | {"serving_snapshot", "tombstones", "erasures", "source_files", "store_log"}
+    assert set(specs) == PER_BATCH | GRAPH | {"serving_snapshot", "tombstones", "erasures", "source_files", "store_log",
+                                              "extraction_batches"}
     for name, spec in specs.items():
         assert spec.description and len(spec.description) > 30, name
         assert spec.kinds, name
@@ -34,6 +35,7 @@ def test_every_asset_is_a_described_noun_in_a_group_with_kinds(defs):
     assert {specs["tombstones"].group_name, specs["erasures"].group_name} == {"retention"}
     assert specs["source_files"].group_name == "sources"
     assert specs["store_log"].group_name == "sources"
+    assert specs["extraction_batches"].group_name == "extraction_batches"
 
 
 def test_per_batch_assets_are_partitioned_by_batch_and_nothing_else_is(defs):
@@ -64,7 +66,8 @@ def test_lineage_runs_from_documents_through_the_graph_to_serving(defs):
     assert parents("name_vectors") == {"forms", "tombstones", "store_log"}
     assert parents("facts") == {"forms", "tombstones", "store_log"}
     assert all("store_log" in parents(name) for name in GRAPH)  # a write outside Dagster makes each stale
-    assert parents("serving_snapshot") == GRAPH | {"store_log"}
+    # extraction_batches orders a collection run's export after it; automation ignores it (test below)
+    assert parents("serving_snapshot") == GRAPH | {"store_log", "extraction_batches"}
     assert parents("erasures") >= GRAPH
 
 
@@ -88,10 +91,11 @@ def test_model_calls_run_in_their_own_pool_and_commits_in_the_store_pool(defs):
 
 
 def test_jobs_sensors_and_schedules(defs):
-    assert {j.name for j in defs.jobs} == {"ingestion_job", "deletion_job", "sync_job", "relink_job"}
+    assert {j.name for j in defs.jobs} == {"ingestion_job", "deletion_job", "sync_job", "relink_job",
+                                           "extraction_batches_job"}
     sensors = {s.name: s for s in defs.sensors}
     assert set(sensors) == {"inbox_sensor", "erasure_sensor", "outside_deletions_sensor", "automation_sensor",
-                            "sync_sensor", "pool_limits_sensor", "store_log_sensor"}
+                            "sync_sensor", "pool_limits_sensor", "store_log_sensor", "extraction_batches_sensor"}
     assert all(s.default_status == dg.DefaultSensorStatus.RUNNING for s in sensors.values())
     assert isinstance(sensors["automation_sensor"], dg.AutomationConditionSensorDefinition)
     schedules = {s.name: s for s in defs.schedules}

@@ -83,7 +83,7 @@ def test_replay_mode_never_calls_a_model(lightfoot, twenty, sample_records):
 def test_a_bad_extractor_mode_is_refused():
     import dagster as dg
 
-    with pytest.raises(dg.Failure, match="auto, replay or openai"):
+    with pytest.raises(dg.Failure, match="auto, replay, openai or openai-batch"):
         ExtractorResource(mode="gpt").get(None, None, {}, "run")
 
 

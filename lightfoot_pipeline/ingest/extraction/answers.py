@@ -81,6 +81,8 @@ def answer_passages(
     cache = ExtractionCache(extractor.store)
     waiting = set(by_key) - set(_answered(cache, by_key))
     report.cached = len(by_key) - len(waiting)
+    # An extractor that sends its texts as files of requests (batch_extractor.py) takes a file's worth at once.
+    chunk = getattr(extractor, "texts_at_once", None) or chunk
     todo = sorted(waiting)
     waiting = set()
     for start in range(0, len(todo), chunk):

@@ -29,6 +29,7 @@ EXPECTED = {
     # operational tables
     "name_links_reverse", "name_sketches", "document_keys", "tombstones", "graph_queue",
     "extraction_cache", "extraction_claims", "llm_ledger", "source_files", "batch_documents",
+    "extraction_batches", "extraction_batch_requests",
 }
 
 # Imports the modules named in argv in turn, in this order, and prints the table names that
