@@ -21,7 +21,7 @@ from lightfoot_pipeline.settings import (
 
 
 def cmd_sync(args) -> int:
-    from lightfoot_pipeline.cli.store import batch_report, command_batch, print_batch
+    from lightfoot_pipeline.cli.store import batch_report, command_batch, print_batch, publishing_checks
     from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
     from lightfoot_pipeline.ingest.extraction.replay import ReplayExtractor
     from lightfoot_pipeline.models.embedder import load_embedder
@@ -57,7 +57,8 @@ def cmd_sync(args) -> int:
         report = sync(store, args.source, extractor, embedder, settings, chunking, erase=args.erase, readmit=readmit,
                       name=args.name,
                       batch_files=args.batch_files, progress=None if args.json else Progress("extracting"),
-                      embed_progress=None if args.json else name_progress())
+                      embed_progress=None if args.json else name_progress(),
+                      snapshot_checks=publishing_checks(lambda: embedder))
     cause = getattr(extractor, "endpoint_error", None)
     if cause is not None:
         raise LightfootError(

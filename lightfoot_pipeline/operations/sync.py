@@ -71,6 +71,7 @@ from lightfoot_pipeline.ingest.sources import (
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.operations.erase import erase_history, pending_erasures
 from lightfoot_pipeline.settings import ChunkSettings, IndexSettings, SettingsError
+from lightfoot_pipeline.snapshot.verdict import StagedCheck
 from lightfoot_pipeline.store.documents import live_doc_ids
 from lightfoot_pipeline.store.filesystem import open_filesystem
 from lightfoot_pipeline.store.store import Store, StoreError
@@ -221,13 +222,16 @@ def sync(
     batch_files: int = BATCH_FILES,
     progress: ProgressCallback | None = None,
     embed_progress: EmbedProgress | None = None,
+    snapshot_checks: Sequence[StagedCheck] = (),
 ) -> SyncReport:
     """Mirror ``source`` (a folder or an ``s3://`` prefix) into ``store``; see the module docstring.
 
     ``name`` names the source's doc ids (``NAME:PATH``; by default the folder's last part).
     ``readmit``: excluded files to index again (each a path within the source or a doc id).
     ``progress`` hears how extraction proceeds, ``embed_progress`` how embedding new names does.
-    ``link=False``: leave the graph, and so the erasures, to the graph stage; ``embedder`` may be None."""
+    ``link=False``: leave the graph, and so the erasures, to the graph stage; ``embedder`` may be None.
+    ``snapshot_checks``: what a snapshot exported to replace one holding erased text must pass to
+    be published (snapshot/export.py: ``publish_checked``)."""
     if link and embedder is None:
         raise SettingsError("sync: linking the graph needs an embedder (or link=False, to leave it to the graph stage)")
     settings = settings or IndexSettings()
@@ -323,7 +327,7 @@ def sync(
     report.unextracted = sum(unextracted_passages(store, indexed).values())
     erased = failed_live if erase else []
     if link and (erased or pending_erasures(store)):  # and the erasures asked for earlier and not finished
-        done = erase_history(store, erased).as_dict()
+        done = erase_history(store, erased, snapshot_checks=snapshot_checks).as_dict()
         if report.erase:
             done["documents"] = sorted({*report.erase["documents"], *done["documents"]})
         report.erase = done

@@ -119,7 +119,7 @@ class PublishReport:
 
     info: SnapshotInfo  # the snapshot staged, or the published one when it already held the store's state
     published: bool  # whether ``info`` is the published snapshot now
-    previous: SnapshotInfo | None  # the snapshot published before
+    previous: SnapshotInfo | None  # the snapshot published before (when not published: the one still published)
     verdict: Verdict | None = None  # the staged snapshot's; when kept, the published one's (None if it has none)
     staged: bool = True  # False: the published snapshot already held the store's state, so it was kept
 
@@ -262,9 +262,11 @@ def publish_checked(store: Store, embedder: Embedder, checks: Sequence[StagedChe
         elif verdict.published:
             location.publish_pointer(info.snapshot_id)
         _prune(location, keep)
+        # What was published before this one, or is still published: another export's, perhaps.
+        previous = current if verdict.published or now_published is None else read_info(location, now_published)
     if not verdict.published:
         log.warning("staged snapshot %s not published: %s", info.snapshot_id, verdict.reason)
-    return PublishReport(info, verdict.published, current, verdict)
+    return PublishReport(info, verdict.published, previous, verdict)
 
 
 def export_snapshot(store: Store, embedder: Embedder, *, keep: int = DEFAULT_KEEP,

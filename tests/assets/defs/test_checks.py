@@ -243,7 +243,9 @@ def test_each_sampled_view_after_the_export_matches_a_fresh_store_of_its_documen
                           "parts", "digest"} for v in views), "counts, ids and digests only"
 
 
-def test_a_view_that_leaks_a_document_fails_the_permission_check_and_the_snapshot_stays_unpublished(ingested, monkeypatch, tmp_path):
+def test_a_view_that_leaks_a_document_fails_the_permission_check_and_the_snapshot_stays_unpublished(
+    ingested, monkeypatch, tmp_path, capsys
+):
     from lightfoot_pipeline.evaluation import permission_audit
     from lightfoot_pipeline.permissions import views
     from lightfoot_pipeline.permissions.principals import Principal
@@ -276,3 +278,8 @@ def test_a_view_that_leaks_a_document_fails_the_permission_check_and_the_snapsho
     assert made.metadata["staged_snapshot_id"].value == staged.snapshot_id
     assert made.metadata["not_published"].value == staged.reason
     assert made.metadata["store_commit"].value == served.store_seq
+    from lightfoot_pipeline.cli import main
+
+    capsys.readouterr()
+    assert main(["status", "--store", store.uri]) == 0
+    assert f"staged snapshot {staged.snapshot_id} not published: {staged.reason}" in capsys.readouterr().out

@@ -136,7 +136,7 @@ def test_a_snapshot_checked_while_a_newer_one_was_published_is_not_published_ove
 
     report = publish_checked(store, hashing_embedder, [meanwhile])
     assert not report.published and "was published first" in report.reason
-    assert latest_snapshot(store) == newer["info"]
+    assert latest_snapshot(store) == newer["info"] == report.served
 
 
 @pytest.mark.slow  # an erasure and a replacement export: about 2.5 s
