@@ -9,7 +9,8 @@ catch it by (``ValueError``, ``RuntimeError``, ``OSError``):
 
 - ``settings``: SettingsError (an environment variable or setting that cannot be used);
 - ``models``: LLMError (a model call; its hint follows its kind), UnpricedModelError (paid calls
-  to a model without a known price, refused before any is made), EmbedderUnavailable;
+  to a model without a known price, refused before any is made), EmbedderUnavailable, BatchAPIError
+  (a provider's Batch API or file storage refused or failed a call: the HTTP status and error code);
 - ``store``: StoreError, with ConcurrentCommitError (another writer won), StoreUnavailable
   (the store's URI cannot be read: a file, an unknown scheme, an unreachable object store) and
   StoreLayoutError (a store laid out by an earlier version: ``lightfoot migrate``);
