@@ -42,6 +42,7 @@ from lightfoot_pipeline.ingest.extraction.batch_record import (
     OFFLINE,
     PLANNED,
     PROVIDER,
+    PROVIDER_REFUSAL,
     REFUSED,
     SUBMITTED,
     BatchRecord,
@@ -242,7 +243,7 @@ class BatchExtractor:
                 file_id = self.api.find_file(path.name) or self.api.upload(path, path.name)
                 found = self.api.create(file_id, name)
         except BatchAPIError as err:
-            reason = f"the provider refused the batch: {err}"
+            reason = f"{PROVIDER_REFUSAL}: {err}"
             # An uploaded file the batch was refused for holds the text: it is deleted like a batch's files.
             self.record.note(batch, REFUSED, reason=reason, input_file_id=file_id)
             return reason

@@ -37,6 +37,9 @@ from lightfoot_pipeline.store.tables import EXTRACTION_BATCH_REQUESTS, EXTRACTIO
 PROVIDER, OFFLINE = "provider", "offline"
 PLANNED, SUBMITTED, EXPORTED, STATE = "planned", "submitted", "exported", "state"
 COLLECTED, REFUSED, CANCELLED, FILES_DELETED = "collected", "refused", "cancelled", "files_deleted"
+# How a refusal by the provider (of the upload or of the batch) begins its reason: an attempt that
+# counts towards a text's asks, so that a provider refusing every batch is not asked for ever.
+PROVIDER_REFUSAL = "the provider refused the batch"
 ENDING_EVENTS = frozenset({COLLECTED, REFUSED, CANCELLED})
 _FIELDS = ("state", "provider_batch_id", "input_file_id", "output_file_id", "error_file_id", "requests", "answered",
            "failed", "reason", "run_id")
@@ -147,12 +150,15 @@ class BatchRecord:
         return set(self.requests(opened).get_column("cache_key").to_list())
 
     def times_asked(self, keys: Iterable[str]) -> dict[str, int]:
-        """How many batches (that got as far as the provider or a runner) asked for each key."""
+        """How many batches asked for each key: those that got as far as the provider or a runner,
+        and those the provider refused (each attempt counts)."""
         wanted = list(set(keys))
         if not wanted:
             return {}
         events = self.events()
-        sent = dict(events.filter(pl.col("event").is_in([SUBMITTED, EXPORTED])).group_by("batch").len().iter_rows())
+        attempts = events.filter(pl.col("event").is_in([SUBMITTED, EXPORTED])
+                                 | ((pl.col("event") == REFUSED) & pl.col("reason").str.starts_with(PROVIDER_REFUSAL)))
+        sent = dict(attempts.group_by("batch").len().iter_rows())
         if not sent:
             return {}
         rows = self.requests(list(sent)).filter(pl.col("cache_key").is_in(wanted)).unique(["batch", "cache_key"])

@@ -377,3 +377,24 @@ def test_a_collection_sends_a_batch_a_crash_left_planned(store, batch_server, sa
     assert store.read(EXTRACTIONS.name).filter(pl.col("status") == "ok").height == len(
         document_passages(documents, IndexSettings()))
     assert batch_server.files == {}
+
+
+def test_a_provider_that_refuses_every_batch_is_asked_at_most_twice(store, batch_server, sample_documents,
+                                                                    hashing_embedder):
+    """A refusal counts as an ask: after the provider refused the first batch and the one that asked
+    again, collections send nothing more and the passages stay awaiting extraction with the reason."""
+    batch_server.refuse_upload = True
+    extractor = batch_extraction.build_batch_extractor(store, llm_settings=settings_for(batch_server))
+    report = operations.ingest(store, sample_documents[:2], extractor, hashing_embedder)
+    assert report.failed == report.passages > 0
+    uploads = lambda: sum(1 for method, path in batch_server.requests if (method, path) == ("POST", "/v1/files"))  # noqa: E731
+    assert uploads() >= 1
+    batch_extraction.collect(store, extractor, hashing_embedder)  # asks again: refused a second time
+    tried = uploads()
+    assert tried > 1
+    for _ in range(2):
+        assert "ask-again" not in batch_extraction.poll(store, extractor)
+        batch_extraction.collect(store, extractor, hashing_embedder)
+    assert uploads() == tried, "no third attempt"
+    reasons = set(store.read(EXTRACTIONS.name).get_column("reason").to_list())
+    assert all(r.startswith("the provider refused the batch") for r in reasons), reasons
