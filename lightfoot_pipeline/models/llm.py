@@ -168,6 +168,15 @@ class LLMSettings:
         """Settings from the environment (settings.llm_environment); keyword arguments win over it."""
         return cls(**{**llm_environment(environ), **overrides})
 
+    @classmethod
+    def for_extraction(cls) -> LLMSettings:
+        """The environment's settings for an extractor: one it cannot use is an LLMError of kind
+        ``config`` (a one-line error on the command line)."""
+        try:
+            return cls.from_env()
+        except ValueError as err:
+            raise LLMError("config", str(err)) from None
+
     def prices(self) -> tuple[float, float, str]:
         """USD per million input and output tokens, and where the figures come from."""
         listed = list_price(self.model)

@@ -70,10 +70,7 @@ def build_batch_extractor(store: Store, settings: IndexSettings | None = None, *
     or of offline batches written to ``directory`` (``offline``: no endpoint is needed)."""
     settings = settings or IndexSettings()
     if llm_settings is None:
-        try:
-            llm_settings = LLMSettings.from_env()
-        except ValueError as err:
-            raise LLMError("config", str(err)) from None
+        llm_settings = LLMSettings.for_extraction()
     api = None if offline else BatchAPI(llm_settings, client)
     prompt = ExtractionPrompt(entity_types=tuple(settings.entity_types))
     return BatchExtractor(store, llm_settings, prompt, api=api, run_id=run_id, limits=limits, directory=directory,

@@ -49,9 +49,8 @@ from lightfoot_pipeline.ingest.extraction.batch_record import (
     BatchSummary,
     batch_id_for,
 )
-from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache, cache_key_for
+from lightfoot_pipeline.ingest.extraction.model_answers import ModelAnswers
 from lightfoot_pipeline.ingest.extraction.outcome import OK, ExtractionOutcome, ProgressCallback
-from lightfoot_pipeline.ingest.extraction.parse import MAX_ANSWER_CHARS, parse_answer
 from lightfoot_pipeline.ingest.extraction.prompt import ExtractionPrompt
 from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.models.batch_api import BatchAPI, BatchAPIError
@@ -107,18 +106,17 @@ class TakeReport:
         return {**self.failed, **self.unusable}
 
 
-class BatchExtractor:
+class BatchExtractor(ModelAnswers):
     """Extraction by batches of requests (see the module docstring). ``api``: the provider's
     Batch API; None for offline batches, whose files go to ``directory``."""
+
+    NOT_ASKED = f"{AWAITING}: no batch asks for it yet"
 
     def __init__(self, store, settings: LLMSettings, prompt: ExtractionPrompt | None = None, *,
                  api: BatchAPI | None = None, run_id: str | None = None, limits: FileLimits | None = None,
                  directory: Path | None = None, max_asks: int = MAX_ASKS, price_share: float | None = None) -> None:
-        self.store = store
+        super().__init__(store, settings.model, prompt)  # its name the synchronous extractor's: the same rows
         self.settings = settings
-        self.prompt = prompt or ExtractionPrompt()
-        self.model = settings.model
-        self.name = f"openai:{self.model}"  # the synchronous extractor's: both give the same rows
         self.api = api
         self.mode = PROVIDER if api is not None else OFFLINE
         self.run_id = run_id or ledger.new_run_id("extract-batch")
@@ -126,7 +124,6 @@ class BatchExtractor:
         self.directory = Path(directory) if directory is not None else None
         self.max_asks = max_asks
         self.record = BatchRecord(store)
-        self.cache = ExtractionCache(store)
         if price_share is None:  # a provider's batch price; an offline runner's is configured (default $0)
             self.price_in, self.price_out, self.price_source = (
                 settings.batch_prices() if api is not None else (0.0, 0.0, "offline"))
@@ -141,10 +138,6 @@ class BatchExtractor:
     def __repr__(self) -> str:
         return f"BatchExtractor(model={self.model!r}, mode={self.mode!r})"
 
-    def cache_key(self, passage: Passage) -> str:
-        return cache_key_for(self.model, self.prompt.prompt_hash, self.prompt.schema_hash,
-                             self.prompt.text_hash(passage))
-
     # -- the extractor ---------------------------------------------------------------------------
 
     def extract(self, passages: Sequence[Passage], progress: ProgressCallback | None = None) -> list[ExtractionOutcome]:
@@ -154,25 +147,6 @@ class BatchExtractor:
                                               **self.awaiting_reasons(self.cache_key(p) for p in passages)})
         if progress is not None and passages:
             progress(len(passages), len(passages))
-        return outcomes
-
-    def from_cache(self, passages: Sequence[Passage], reasons: dict[str, str] | None = None) -> list[ExtractionOutcome]:
-        """Each passage's outcome from the extraction cache: its answer, or a failure with
-        ``reasons[cache key]`` (which batch it awaits, or why it has no answer)."""
-        keys = [self.cache_key(p) for p in passages]
-        cached = self.cache.lookup(keys) if passages else {}
-        outcomes = []
-        for passage, key in zip(passages, keys, strict=True):
-            hit = cached.get(key)
-            parsed = self._parse(hit["output"], passage, truncated=False) if hit is not None else None
-            if parsed is not None and parsed.ok:
-                outcomes.append(ExtractionOutcome(chunk_id=passage.chunk_id, doc_id=passage.doc_id, status=OK,
-                                                  record=parsed.record, extractor=self.name, cache_key=key,
-                                                  raw_output=hit["output"], cached=True))
-                continue
-            reason = (f"cached answer unusable for this passage: {parsed.reason}" if parsed is not None
-                      else (reasons or {}).get(key) or f"{AWAITING}: no batch asks for it yet")
-            outcomes.append(ExtractionOutcome.failed(passage, reason, extractor=self.name, cache_key=key))
         return outcomes
 
     def awaiting_reasons(self, keys: Iterable[str]) -> dict[str, str]:
@@ -345,14 +319,8 @@ class BatchExtractor:
                 report.unusable[key] = f"unusable answer: {parsed.reason}"
                 continue
             report.answered += 1
-            rows.append({"cache_key": key, "model": self.model, "prompt_hash": self.prompt.prompt_hash,
-                         "schema_hash": self.prompt.schema_hash, "text_hash": self.prompt.text_hash(passage),
-                         "output": answer.text[:MAX_ANSWER_CHARS], "tokens_in": tokens_in, "tokens_out": tokens_out})
+            rows.append(self._cache_row(passage, key, answer.text, tokens_in, tokens_out))
         ledger.record(self.store, charges)  # the ledger first: it never lacks a call whose answer is cached
         self.cache.put(rows)
         return report
 
-    def _parse(self, text: str | None, passage: Passage, truncated: bool):
-        return parse_answer(text, passage.retrieval_text, entity_types=self.prompt.entity_types,
-                            max_entities=self.prompt.max_entities, max_facts=self.prompt.max_facts,
-                            description_words=self.prompt.description_words, truncated=truncated)

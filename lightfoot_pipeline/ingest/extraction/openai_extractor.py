@@ -35,9 +35,9 @@ from functools import partial
 
 from deltalake.exceptions import DeltaError
 
-from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache, cache_key_for
+from lightfoot_pipeline.ingest.extraction.model_answers import ModelAnswers
 from lightfoot_pipeline.ingest.extraction.outcome import OK, ExtractionOutcome, ProgressCallback
-from lightfoot_pipeline.ingest.extraction.parse import MAX_ANSWER_CHARS, ParsedAnswer, parse_answer
+from lightfoot_pipeline.ingest.extraction.parse import MAX_ANSWER_CHARS
 from lightfoot_pipeline.ingest.extraction.prompt import ExtractionPrompt
 from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.models.llm import Completion, LLMClient, LLMError, LLMSettings
@@ -60,7 +60,7 @@ class _Answer:
     error: LLMError | None = None
 
 
-class OpenAIExtractor:
+class OpenAIExtractor(ModelAnswers):
     def __init__(
         self,
         store,
@@ -71,13 +71,9 @@ class OpenAIExtractor:
         compact_every: int = COMPACT_EVERY,
         stop_after_unreachable: int = 3,
     ) -> None:
-        self.store = store
+        super().__init__(store, client.settings.model, prompt)
         self.client = client
-        self.prompt = prompt or ExtractionPrompt()
-        self.model = client.settings.model
-        self.name = f"openai:{self.model}"
         self.run_id = run_id or ledger.new_run_id("extract")
-        self.cache = ExtractionCache(store)
         if compact_every < 1:
             raise ValueError(f"compact_every must be at least 1, got {compact_every}")
         self.compact_every = compact_every
@@ -90,10 +86,6 @@ class OpenAIExtractor:
 
     def __repr__(self) -> str:
         return f"OpenAIExtractor(model={self.model!r}, run_id={self.run_id!r})"
-
-    def cache_key(self, passage: Passage) -> str:
-        return cache_key_for(self.model, self.prompt.prompt_hash, self.prompt.schema_hash,
-                             self.prompt.text_hash(passage))
 
     # -- the batch ---------------------------------------------------------------------------
 
@@ -123,23 +115,6 @@ class OpenAIExtractor:
             self._compact()
         assert all(o is not None for o in outcomes)
         return outcomes  # type: ignore[return-value]
-
-    def from_cache(self, passages: Sequence[Passage], reasons: dict[str, str] | None = None) -> list[ExtractionOutcome]:
-        """One outcome per passage from the cache alone, with no call: the cached answer, or a failure
-        with ``reasons[cache key]`` (why no answer was cached), else saying the model was not asked."""
-        keys = [self.cache_key(p) for p in passages]
-        cached = self.cache.lookup(keys) if passages else {}
-        outcomes = []
-        for passage, key in zip(passages, keys, strict=True):
-            hit = cached.get(key)
-            parsed = self._parse(hit["output"], passage, truncated=False) if hit is not None else None
-            if parsed is not None and parsed.ok:
-                outcomes.append(self._outcome(passage, key, parsed, hit["output"], cached=True))
-                continue
-            reason = (f"cached answer unusable for this passage: {parsed.reason}" if parsed is not None
-                      else (reasons or {}).get(key) or "no answer in the extraction cache: the model was not asked")
-            outcomes.append(ExtractionOutcome.failed(passage, reason, extractor=self.name, cache_key=key))
-        return outcomes
 
     def _call_all(self, passages, pending, outcomes, run_id, progress, done) -> None:
         total = len(passages)
@@ -258,13 +233,6 @@ class OpenAIExtractor:
             log.exception("unexpected error extracting %s", passage.chunk_id)
             return _Answer(error=LLMError("unexpected", f"{type(err).__name__}: {err}", attempts=1))
 
-    def _parse(self, text: str | None, passage: Passage, truncated: bool) -> ParsedAnswer:
-        return parse_answer(
-            text, passage.retrieval_text, entity_types=self.prompt.entity_types,
-            max_entities=self.prompt.max_entities, max_facts=self.prompt.max_facts,
-            description_words=self.prompt.description_words, truncated=truncated,
-        )
-
     def _settle(self, passage: Passage, key: str, answer: _Answer, run_id: str):
         """The outcome, the ledger charge and the cache row (None unless usable) of one answer."""
         base = dict(run_id=run_id, purpose=PURPOSE, model=self.model, price_in_per_mtok=self.price_in,
@@ -293,19 +261,8 @@ class OpenAIExtractor:
                                                raw_output=completion.text[:MAX_ANSWER_CHARS], **calls)
             return outcome, charge, None
         outcome = self._outcome(passage, key, parsed, completion.text, **calls)
-        cache_row = {
-            "cache_key": key, "model": self.model, "prompt_hash": self.prompt.prompt_hash,
-            "schema_hash": self.prompt.schema_hash, "text_hash": self.prompt.text_hash(passage),
-            "output": completion.text[:MAX_ANSWER_CHARS], "tokens_in": completion.tokens_in,
-            "tokens_out": completion.tokens_out,
-        }
-        return outcome, charge, cache_row
-
-    def _outcome(self, passage: Passage, key: str, parsed: ParsedAnswer, text: str, **calls) -> ExtractionOutcome:
-        return ExtractionOutcome(
-            chunk_id=passage.chunk_id, doc_id=passage.doc_id, status=OK, record=parsed.record,
-            extractor=self.name, cache_key=key, raw_output=text, **calls,
-        )
+        return outcome, charge, self._cache_row(passage, key, completion.text, completion.tokens_in,
+                                                completion.tokens_out)
 
     def _shared(self, passage: Passage, outcome: ExtractionOutcome) -> ExtractionOutcome:
         """The outcome of a passage whose text another passage of the batch was extracted for."""
@@ -328,9 +285,6 @@ def build_openai_extractor(
     """The extractor for ``--extractor openai``: endpoint, model and key from the environment."""
     settings = settings or IndexSettings()
     if llm_settings is None:
-        try:
-            llm_settings = LLMSettings.from_env()
-        except ValueError as err:
-            raise LLMError("config", str(err)) from None
+        llm_settings = LLMSettings.for_extraction()
     prompt = prompt or ExtractionPrompt(entity_types=tuple(settings.entity_types))
     return OpenAIExtractor(store, LLMClient(llm_settings, client), prompt, run_id=run_id)
