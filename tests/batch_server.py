@@ -18,8 +18,10 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
+
+from tests.conftest import LoopbackServer
 
 STEPS = ("validating", "in_progress", "finalizing")
 
@@ -28,7 +30,7 @@ def default_answer(line: dict) -> str:
     return '{"entities":[],"facts":[]}'
 
 
-class BatchServer:
+class BatchServer(LoopbackServer):
     def __init__(self) -> None:
         self.files: dict[str, dict] = {}
         self.batches: dict[str, dict] = {}
@@ -77,14 +79,7 @@ class BatchServer:
                                                           self.headers.get("content-type", ""))
                 self._send(status, payload, kind)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        self._listen(Handler)
 
     def new_id(self, prefix: str) -> str:
         return f"{prefix}-{next(self._ids)}"

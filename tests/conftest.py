@@ -262,7 +262,30 @@ class _Listener(ThreadingHTTPServer):
     request_queue_size = 128  # tests open dozens of connections at once (the default backlog is 5)
 
 
-class ChatServer:
+class LoopbackServer:
+    """An endpoint a test plays on 127.0.0.1 (its ``/v1`` base URL), served by a daemon thread
+    that ``start`` starts and ``stop`` ends."""
+
+    def _listen(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.httpd = _Listener(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class ChatServer(LoopbackServer):
     """Tests reach the reply type as ``chat_server.Reply`` (conftest modules are not importable)."""
 
     Reply = Reply
@@ -330,14 +353,7 @@ class ChatServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout test)
 
-        self.httpd = _Listener(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        self._listen(Handler)
 
     def script(self, fn: Callable[[Request], Reply]) -> None:
         self._script = fn
@@ -370,11 +386,9 @@ class ChatServer:
 
 @pytest.fixture
 def chat_server():
-    server = ChatServer()
-    server.thread.start()
+    server = ChatServer().start()
     yield server
-    server.httpd.shutdown()
-    server.httpd.server_close()
+    server.stop()
 
 
 @pytest.fixture
@@ -382,11 +396,9 @@ def batch_server():
     """A provider's Batch API (``/v1/files``, ``/v1/batches``) on 127.0.0.1: tests/batch_server.py."""
     from tests.batch_server import BatchServer
 
-    server = BatchServer()
-    server.thread.start()
+    server = BatchServer().start()
     yield server
-    server.httpd.shutdown()
-    server.httpd.server_close()
+    server.stop()
 
 
 # -- document files, built in the test -----------------------------------------------------------
