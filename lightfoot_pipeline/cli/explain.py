@@ -9,25 +9,8 @@ of other groups, ``explain doc`` shows no dry run.
 
 from __future__ import annotations
 
-import json
-import sys
-
+from lightfoot_pipeline.cli.store import existing_store, print_json
 from lightfoot_pipeline.settings import SettingsError
-
-
-def _print_json(payload) -> None:
-    json.dump(payload, sys.stdout, indent=2, sort_keys=True, default=str)
-    sys.stdout.write("\n")
-
-
-def _existing_store(args):
-    from lightfoot_pipeline.store.store import Store, StoreError
-
-    store = Store(args.store)
-    if not store.exists():
-        raise StoreError(f"no store at {store.uri}",
-                         hint="name the store with --store (or LIGHTFOOT_STORE), or build one with `lightfoot ingest`")
-    return store
 
 
 def _principal(args):
@@ -41,7 +24,7 @@ def _source(args, principal):
     """What provenance reads for ``principal`` at the store's latest commit, and that commit."""
     from lightfoot_pipeline.permissions.provenance import provenance_store
 
-    store = _existing_store(args)
+    store = existing_store(args)
     manifest = store.manifest()
     return provenance_store(store, principal, manifest), manifest
 
@@ -77,7 +60,7 @@ def cmd_explain_doc(args) -> int:
     explanation = explain_document(source, args.doc_id, preview=not args.no_preview and principal.is_operator,
                                    manifest=manifest)
     if args.json:
-        _print_json(explanation.as_dict())
+        print_json(explanation.as_dict())
         return 0
     e = explanation
     if e.status == "deleted":
@@ -127,7 +110,7 @@ def cmd_explain_entity(args) -> int:
 
     found = explain_entity(_source(args, _principal(args))[0], args.name)
     if args.json:
-        _print_json([e.as_dict() for e in found])
+        print_json([e.as_dict() for e in found])
         return 0
     for e in found:
         print(f"{e.display_name} [{e.type}] {e.entity_id}: {len(e.aliases)} aliases, {e.n_passages} passages in "
@@ -155,7 +138,7 @@ def cmd_explain_fact(args) -> int:
     source, manifest = _source(args, _principal(args))
     f = explain_fact(source, args.fact_id, manifest)
     if args.json:
-        _print_json(f.as_dict())
+        print_json(f.as_dict())
         return 0
     print(f"({f.subject}; {f.predicate}; {f.object}) {f.fact_id}: asserted by {f.n_sources} passages "
           f"(store commit {f.store_seq})")
@@ -169,9 +152,9 @@ def cmd_explain_fact(args) -> int:
 def cmd_explain_batch(args) -> int:
     from lightfoot_pipeline.provenance.batches import explain_batch
 
-    b = explain_batch(_existing_store(args), args.batch_id)
+    b = explain_batch(existing_store(args), args.batch_id)
     if args.json:
-        _print_json(b.as_dict())
+        print_json(b.as_dict())
         return 0
     c = b.counts
     runs = ", ".join(_run(r) + f" by {r['by']}" for r in b.runs) or "no run"
@@ -218,11 +201,11 @@ def cmd_explain_query(args) -> int:
                                 hint="`lightfoot query --mode deep` answers as a principal")
 
         args.trace = True
-        return query_deep(args, _existing_store(args))
+        return query_deep(args, existing_store(args))
     if args.max_steps is not None or args.question_budget is not None:
         raise SettingsError("explain query: --max-steps and --question-budget are options of the deep mode",
                             hint="add --mode deep")
-    store = _existing_store(args)
+    store = existing_store(args)
     service = open_service(store, embedder_spec=args.embedder, reranker_spec=args.reranker,
                            answers=False, answers_off_reason="explain does not answer",
                            snapshot_checks=serving_checks(store, args.embedder))
@@ -232,7 +215,7 @@ def cmd_explain_query(args) -> int:
     finally:
         service.close()
     if args.json:
-        _print_json(result)
+        print_json(result)
         return 0
     print(f"snapshot {result['snapshot_id']}; order {result['order']}")
     print("seed facts (the question's most similar facts; their entities seed the walk):")

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 
+from lightfoot_pipeline.cli.store import print_json
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.settings import (
     SERVE_ANSWERS_ENV,
@@ -65,11 +65,6 @@ def _store(args):
     return Store(args.store)
 
 
-def _print_json(payload) -> None:
-    json.dump(payload, sys.stdout, indent=2, sort_keys=True, default=str)
-    sys.stdout.write("\n")
-
-
 def _preview(text: str) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…"
@@ -108,7 +103,7 @@ def cmd_snapshot(args) -> int:
         report = publish_checked(store, embedder, checks, keep=args.keep, progress=StepProgress("snapshot"))
     info = report.info
     if args.json:
-        _print_json({**info.as_dict(), "published": report.published, "reason": report.reason,
+        print_json({**info.as_dict(), "published": report.published, "reason": report.reason,
                      "checks": [c.as_dict() for c in report.verdict.checks] if report.verdict else [],
                      "batch": batch_report(batch)})
         return 0 if report.published else 1
@@ -156,7 +151,7 @@ def cmd_query(args) -> int:
         result["snapshot"]["stale"] = snapshot_is_stale(store, service)
     result["principal"] = principal
     if args.json:
-        _print_json(result)
+        print_json(result)
         return 0
     snap = result["snapshot"]
     print(f"snapshot {snap['snapshot_id']} (store commit {snap['store_seq']})"
@@ -198,7 +193,7 @@ def query_deep(args, store) -> int:
         result = service.deep(args.question, rerank=not args.no_rerank, settings=settings)
     result["principal"] = principal
     if args.json:
-        _print_json(result)
+        print_json(result)
         return 0
     snap, deep = result["snapshot"], result.get("deep")
     print(f"snapshot {snap['snapshot_id']} (store commit {snap['store_seq']}); mode deep, at most "

@@ -27,8 +27,9 @@ def _store(args):
     return Store(args.store, n_buckets=buckets or DEFAULT_BUCKETS)
 
 
-def _existing_store(args):
-    """The store named, refused (StoreError) when it holds no commit yet."""
+def existing_store(args):
+    """The store ``--store`` names, refused (StoreError) when it holds no commit yet (the commands
+    of every cli module that read one)."""
     from lightfoot_pipeline.store.store import StoreError
 
     store = _store(args)
@@ -38,20 +39,10 @@ def _existing_store(args):
     return store
 
 
-def _print_json(payload) -> None:
-    json.dump(payload, sys.stdout, indent=2, sort_keys=True, default=str)
-    sys.stdout.write("\n")
-
-
-def existing_store(args):
-    """The store ``--store`` names, refused (StoreError) when it holds no commit yet: for the
-    commands of other modules (cli/extract_batches.py)."""
-    return _existing_store(args)
-
-
 def print_json(payload) -> None:
     """A command's --json output: the payload, indented, keys sorted."""
-    _print_json(payload)
+    json.dump(payload, sys.stdout, indent=2, sort_keys=True, default=str)
+    sys.stdout.write("\n")
 
 
 def command_batch(command: str, run_id: str | None = None):
@@ -137,7 +128,7 @@ def cmd_ingest(args) -> int:
                                    recorded=recorded, embed_progress=None if args.json else name_progress())
     _refuse_a_failed_endpoint(extractor, report, store)
     if args.json:
-        _print_json({**report.as_dict(), "batch": batch_report(batch)})
+        print_json({**report.as_dict(), "batch": batch_report(batch)})
     else:
         print(f"ingested {report.ingested} new documents, replaced {report.replaced}, {report.unchanged} unchanged "
               f"({report.passages} passages) into {store.uri}")
@@ -197,14 +188,14 @@ def cmd_delete(args) -> int:
     from lightfoot_pipeline.service.queries import resolve_embedder
     from lightfoot_pipeline.store.batches import writing_batch
 
-    store = _existing_store(args)
+    store = existing_store(args)
     batch = command_batch("delete")
     with writing_batch(batch):
         report = operations.delete(store, args.doc_ids, erase=args.erase,
                                    reason=args.reason or "requested on the command line",
                                    snapshot_checks=publishing_checks(lambda: resolve_embedder(store)))
     if args.json:
-        _print_json({**report.as_dict(), "batch": batch_report(batch)})
+        print_json({**report.as_dict(), "batch": batch_report(batch)})
         return 0
     print(f"deleted {len(report.deleted)} documents ({report.passages_removed} passages) in {report.seconds:.2f}s, "
           f"0 model calls")
@@ -269,12 +260,12 @@ def cmd_vacuum(args) -> int:
     from lightfoot_pipeline.service.queries import resolve_embedder
     from lightfoot_pipeline.store.batches import writing_batch
 
-    store = _existing_store(args)
+    store = existing_store(args)
     batch = command_batch("vacuum")  # it commits when it finishes erasures owed
     with writing_batch(batch):
         report = vacuum(store, snapshot_checks=publishing_checks(lambda: resolve_embedder(store)))
     if args.json:
-        _print_json({**report.as_dict(), "batch": batch_report(batch)})
+        print_json({**report.as_dict(), "batch": batch_report(batch)})
         return 0
     print(f"vacuumed {store.uri}: what no live row uses is gone from history, caches and snapshots")
     _print_erase(report.as_dict())
@@ -287,7 +278,7 @@ def cmd_migrate(args) -> int:
     from lightfoot_pipeline.models.embedder import load_embedder
     from lightfoot_pipeline.store.batches import writing_batch
 
-    store = _existing_store(args)
+    store = existing_store(args)
     batch = command_batch("migrate")
     config = store.manifest().config
     if args.embedder is not None:
@@ -307,7 +298,7 @@ def cmd_migrate(args) -> int:
     payload = {"store": store.uri, "commit": manifest.seq, "layout": manifest.details.get("layout"),
                "graph": change.as_dict(), "batch": batch_report(batch)}
     if args.json:
-        _print_json(payload)
+        print_json(payload)
         return 0
     print(f"migrated {store.uri} to layout {payload['layout']['version']} with {payload['layout']['n_buckets']} "
           f"buckets (commit {manifest.seq}): {change.names_added} names, {change.entities_after} entities")
@@ -358,7 +349,7 @@ def cmd_status(args) -> int:
         "extraction_batches": _extraction_batches(store),
     }
     if args.json:
-        _print_json(payload)
+        print_json(payload)
     else:
         print(f"store {store.uri}: commit {manifest.seq} ({manifest.operation}, {manifest.committed_at})")
         print(f"  embedder {manifest.config.get('embedder')}; fingerprint {fp.digest[:16]}")
@@ -440,7 +431,7 @@ def cmd_cost(args) -> int:
     if args.by_document:
         payload["documents"] = ledger.by_document(store, args.run)
     if args.json:
-        _print_json(payload)
+        print_json(payload)
         return 0
     t = payload["totals"]
     scope = f"run {args.run}" if args.run else f"{t['runs']} runs"
