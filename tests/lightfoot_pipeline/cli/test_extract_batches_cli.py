@@ -12,6 +12,7 @@ from lightfoot_pipeline import cli, operations
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.store import Store
+from tests.lightfoot_pipeline.ingest.extraction.test_ingest_openai import write_dataset
 
 MODEL = "gpt-4o-mini"
 
@@ -20,14 +21,6 @@ def answer(messages: list[dict]) -> str:
     user = "\n".join(m["content"] for m in messages if m["role"] == "user")
     title = user.split("<passage>\n", 1)[1].split("\n", 1)[0]
     return json.dumps({"entities": [{"name": title, "type": "concept", "description": "the topic"}], "facts": []})
-
-
-def write_dataset(folder: Path, documents) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / "corpus.jsonl").open("w", encoding="utf-8") as handle:
-        for d in documents:
-            handle.write(json.dumps({"doc_id": d.doc_id, "title": d.title, "text": d.text}) + "\n")
-    return folder
 
 
 def run_json(capsys, *argv) -> dict:
