@@ -46,6 +46,7 @@ from lightfoot_pipeline.evaluation.harness import (
     select_modes,
 )
 from lightfoot_pipeline.evaluation.modes import K_VALUES, LIGHTFOOT, Mode, available_modes, standard_modes
+from lightfoot_pipeline.evaluation.permission_audit import permission_check
 from lightfoot_pipeline.evaluation.runs import EVAL, index_cost, results_frame, write_run
 from lightfoot_pipeline.ingest.dataset import (
     DatasetError,
@@ -66,7 +67,7 @@ from lightfoot_pipeline.retrieval.deep import charges as deep_charges
 from lightfoot_pipeline.retrieval.rerank import Reranker, RerankerStatus
 from lightfoot_pipeline.retrieval.retrieve import RetrievalSettings, Retriever
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.snapshot.export import export_snapshot
+from lightfoot_pipeline.snapshot.export import publish_checked
 from lightfoot_pipeline.snapshot.format import Snapshot, SnapshotInfo, load_snapshot
 from lightfoot_pipeline.store import ledger
 from lightfoot_pipeline.store.store import Store
@@ -192,15 +193,21 @@ def ensure_dataset_indexed(store: Store, dataset_dir: Path, embedder: Embedder,
 
 def evaluate_store(store: Store, embedder: Embedder, questions, plan: EvalPlan, *,
                    progress: Callable[[], Callable[[int, int], None] | None] | None = None,
-                   principal: Principal = OPERATOR_PRINCIPAL) -> tuple[PhaseResult, Snapshot]:
+                   principal: Principal = OPERATOR_PRINCIPAL,
+                   settings: IndexSettings | None = None) -> tuple[PhaseResult, Snapshot]:
     """Snapshot the store's committed state and run every mode of the plan on ``principal``'s view
     of it (the operator's: the whole snapshot); the view is returned beside the phase.
+
+    The store may be a deployment's (``lightfoot eval --store``), which services poll: its state is
+    exported as ``lightfoot snapshot`` exports it, published only if the permission check of the
+    staged copy passes (at once when every document is public; its fresh builds use ``settings``,
+    the store's). The evaluation reads the staged snapshot either way.
 
     ``progress`` makes the per-question progress callback once the snapshot is loaded (so that
     its rate counts questions only).
     """
     started = time.perf_counter()
-    info = export_snapshot(store, embedder)
+    info = publish_checked(store, embedder, [permission_check(lambda: embedder, settings or IndexSettings())]).info
     snapshot = reader_view(load_snapshot(store, info.snapshot_id), principal).snapshot
     results = run_questions(snapshot, embedder, questions, plan.modes, reranker=plan.reranker,
                             reranker_status=plan.reranker_status, ks=plan.ks,
@@ -245,7 +252,7 @@ def run_evaluation(
         echo(f"built {build['documents']} documents into {store.uri} in {build['seconds']}s "
              f"with {build['model_calls']} model calls")
     phase, snapshot = evaluate_store(store, embedder, questions, plan, progress=lambda: progress_factory("questions"),
-                                     principal=principal)
+                                     principal=principal, settings=settings)
     results = phase.results
     scored = len({r.qid for r in results})
     config = {

@@ -195,3 +195,25 @@ def test_the_store_is_built_only_when_it_lacks_the_dataset(store, tmp_path):
     (changed / "corpus.jsonl").write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n")
     with pytest.raises(DatasetError, match=r"no extractions\.jsonl"):
         ensure_dataset_indexed(store, changed, embedder)
+
+
+def test_eval_publishes_a_deployment_store_only_through_the_permission_check(tmp_path, monkeypatch):
+    """`lightfoot eval --store` exports as `lightfoot snapshot` does: services polling the store
+    never load a snapshot whose check failed; the evaluation reads the staged copy either way."""
+    from lightfoot_pipeline.evaluation import evaluate as evaluate_module
+    from lightfoot_pipeline.snapshot.export import latest_snapshot
+    from lightfoot_pipeline.snapshot.verdict import CheckVerdict
+
+    def failing(embedder, settings):
+        return lambda store, staged: CheckVerdict(name="views_match_fresh_stores", passed=False, reason="a view differs")
+
+    store = Store(str(tmp_path / "store"))
+    monkeypatch.setattr(evaluate_module, "permission_check", failing)
+    outcome = run_evaluation(store, DATA, DATA / "questions.jsonl", HashingEmbedder(dim=32), echo=lambda line: None)
+    staged = outcome.config["snapshots"]["eval"]["snapshot_id"]
+    assert eval_json(outcome)["n_questions"] == 3 and latest_snapshot(store) is None
+    monkeypatch.undo()
+    outcome = run_evaluation(store, DATA, DATA / "questions.jsonl", HashingEmbedder(dim=32), echo=lambda line: None)
+    published = latest_snapshot(store)
+    assert published is not None and published.snapshot_id == outcome.config["snapshots"]["eval"]["snapshot_id"]
+    assert published.snapshot_id > staged
