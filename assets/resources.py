@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from pydantic import Field
 
-from lightfoot_pipeline.ingest.extraction.answers import CachedAnswers, RecordedOrModelExtractor
+from lightfoot_pipeline.ingest.extraction.answers import CachedAnswers, ClaimingExtractor, RecordedOrModelExtractor
 from lightfoot_pipeline.ingest.extraction.claims import ExtractionClaims
 from lightfoot_pipeline.ingest.extraction.outcome import Extractor
 from lightfoot_pipeline.ingest.inbox import (
@@ -125,6 +125,14 @@ class ExtractorResource(dg.ConfigurableResource):
         from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
 
         return build_openai_extractor(store, settings, llm_settings=self._llm_settings(), run_id=run_id)
+
+    def claiming_extractor(self, store: Store, settings: IndexSettings, run_id: str) -> ClaimingExtractor:
+        """The synchronous extractor at this resource's endpoint, asking each text once through the
+        claims: what a collection run asks again with when told to ask now."""
+        from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
+
+        return ClaimingExtractor(build_openai_extractor(store, settings, llm_settings=self._llm_settings(),
+                                                        run_id=run_id))
 
     def batch_extractor(self, store: Store, settings: IndexSettings, run_id: str) -> BatchExtractor:
         """The extractor that submits and collects the provider's batches."""

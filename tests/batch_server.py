@@ -39,6 +39,7 @@ class BatchServer(LoopbackServer):
         self.expire_after = 0
         self.answer: Callable[[dict], str | int | None] = default_answer
         self.refuse_upload = False
+        self.chat_calls = 0  # synchronous chat completions answered
         self.lines_asked: list[str] = []  # the custom_id of every request line a batch ran
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -110,6 +111,8 @@ class BatchServer(LoopbackServer):
             if method == "DELETE" and len(parts) == 2:
                 del self.files[parts[1]]
                 return 200, {"id": parts[1], "object": "file", "deleted": True}, "application/json"
+        if parts == ["chat", "completions"] and method == "POST":  # the same provider answers synchronously too
+            return self.chat(json.loads(body))
         if parts[:1] == ["batches"]:
             if method == "POST" and len(parts) == 1:
                 return self.create(json.loads(body))
@@ -126,6 +129,17 @@ class BatchServer(LoopbackServer):
                     batch["status"] = "cancelling"
                 return 200, batch, "application/json"
         return error
+
+    def chat(self, body: dict):
+        """One synchronous chat completion, answered as a batch line with that body would be."""
+        self.chat_calls += 1
+        answer = self.answer({"custom_id": f"chat-{self.chat_calls}", "body": body})
+        if not isinstance(answer, str):
+            return answer or 500, {"error": {"message": "scripted", "type": "server_error"}}, "application/json"
+        return 200, {"id": self.new_id("chatcmpl"), "object": "chat.completion", "created": 0, "model": body["model"],
+                     "choices": [{"index": 0, "finish_reason": "stop",
+                                  "message": {"role": "assistant", "content": answer}}],
+                     "usage": {"prompt_tokens": 700, "completion_tokens": 90, "total_tokens": 790}}, "application/json"
 
     def file_object(self, file_id: str) -> dict:
         item = self.files[file_id]

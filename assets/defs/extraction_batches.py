@@ -13,8 +13,10 @@ serving snapshot is exported after it in the same run. Metadata holds batch ids 
 """
 
 import hashlib
+from typing import Literal
 
 import dagster as dg
+from pydantic import Field
 
 from assets.batches import dagster_batch
 from assets.code_versions import code_version
@@ -36,23 +38,36 @@ BUSY = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterR
         dg.DagsterRunStatus.STARTED]
 
 
+class CollectConfig(dg.Config):
+    """What a collection run does with the passages an ended batch did not answer."""
+
+    ask_again: Literal["batch", "now", "no"] = Field(
+        default="batch", description="batch: in a new batch (the default, at the batch price); now: synchronously, "
+        "through the endpoint at its list price, in this run; no: left awaiting extraction with their reasons")
+
+
 @dg.asset(key=EXTRACTION_BATCHES, group_name=EXTRACTION_BATCHES_GROUP, kinds={"openai", "deltalake"},
           pool=STORE_POOL, owners=OWNERS, code_version=code_version(__name__, "extraction_batches"))
 def extraction_batches(
-    context: dg.AssetExecutionContext, store: StoreResource, embedder: EmbedderResource, extractor: ExtractorResource
+    context: dg.AssetExecutionContext, config: CollectConfig, store: StoreResource, embedder: EmbedderResource,
+    extractor: ExtractorResource,
 ) -> dg.MaterializeResult:
     """The answers of the provider's extraction batches that have ended, collected: in the
     extraction cache and the cost ledger (at the batch price), their files deleted at the
-    provider, what they did not answer asked again in a new batch (each text twice at most), and
+    provider, what they did not answer asked again in a new batch (each text twice at most; the run
+    config's ``ask_again: now`` asks synchronously instead, ``no`` leaves them awaiting), and
     their documents' extractions, forms and graph committed in one store commit. The
     materialization counts batches, answers, files deleted and cost, never text."""
     lightfoot = store.open()
     if not extractor.batched:
         return dg.MaterializeResult(metadata={"collected": 0, "mode": extractor.mode})
     batch_extractor = extractor.batch_extractor(lightfoot, store.settings(), context.run.run_id)
+    synchronous = extractor.claiming_extractor(lightfoot, store.settings(), context.run.run_id) \
+        if config.ask_again == "now" else None
     with dagster_batch(context):
-        report = collect(lightfoot, batch_extractor, embedder.get(), store.settings())
-    add_run_cost(context, model_calls=report.answered, tokens_in=report.tokens_in, tokens_out=report.tokens_out,
+        report = collect(lightfoot, batch_extractor, embedder.get(), store.settings(),
+                         ask_again=config.ask_again != "no", synchronous=synchronous)
+    add_run_cost(context, model_calls=report.answered + report.synchronous_calls, tokens_in=report.tokens_in, tokens_out=report.tokens_out,
                  cost_usd=report.cost_usd)
     again = report.asked_again
     return dg.MaterializeResult(metadata={
@@ -65,9 +80,10 @@ def extraction_batches(
         "already_taken": report.already_taken,
         "files_deleted_at_provider": report.files_deleted,
         "asked_again": again.sent if again is not None else 0,
+        "answered_synchronously": report.answered_synchronously,
         "documents_finished": report.documents,
         "store_commit": report.seq if report.seq is not None else -1,
-        "model_calls": report.answered,
+        "model_calls": report.answered + report.synchronous_calls,
         "cost_usd": dg.MetadataValue.float(report.cost_usd),
         "batches_with_problems": len(report.problems),
     })

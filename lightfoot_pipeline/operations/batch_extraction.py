@@ -169,6 +169,7 @@ class CollectReport:
     tokens_out: int = 0
     asked_again: SubmitReport | None = None
     answered_synchronously: int = 0
+    synchronous_calls: int = 0  # model calls made to ask again synchronously (the rest are the batches')
     documents: int = 0  # documents whose passages were finished
     seq: int | None = None  # the store commit that finished them
     cost_usd: float = 0.0
@@ -235,7 +236,12 @@ def collect(store: Store, extractor: BatchExtractor, embedder: Embedder | None, 
         left = to_ask_again(store, extractor, docs)
         if synchronous is not None and left:
             outcomes = synchronous.extract(left)
-            report.answered_synchronously = sum(1 for o in outcomes if o.status == OK)
+            report.answered_synchronously = sum(1 for o in outcomes if o.status == OK and o.model_calls)  # not the cache's
+            # Calls at the list price, in the totals beside the batch's answers (the ledger has each).
+            report.synchronous_calls = sum(o.model_calls for o in outcomes)
+            report.tokens_in += sum(o.tokens_in for o in outcomes)
+            report.tokens_out += sum(o.tokens_out for o in outcomes)
+            report.cost_usd += float(sum(o.cost_usd for o in outcomes))
             docs.update(p.doc_id for p in left)
         elif left:
             report.asked_again = extractor.submit(left)

@@ -114,3 +114,35 @@ def test_an_erasure_while_the_batch_is_open_cancels_it_at_the_provider(batched, 
     assert erased.doc_id not in extractions.get_column("doc_id").to_list()
     assert extractions.filter(pl.col("status") == "ok").height == extractions.height > 0
     assert batch_server.holding(erased.text[:40]) == [] and batch_server.files == {}
+
+
+@pytest.mark.slow  # two runs: a drop and a collection
+def test_a_collection_run_told_to_ask_now_asks_the_expired_requests_synchronously(batched, batch_server,
+                                                                                    sample_documents):
+    documents = sample_documents[:3]
+    batch_server.ending, batch_server.expire_after = "expired", 1
+    batched.drop_documents("batch-1", documents, {})
+    assert batched.run(batched.tick("inbox_sensor").run_requests[0]).success
+    store = batched.store()
+    submitted = store.read("extractions").height
+    requests = []
+    for _ in range(4):  # validating -> in_progress -> finalizing -> expired, with one line answered
+        requests = batched.tick("extraction_batches_sensor").run_requests
+        if requests:
+            break
+    (request,) = requests
+    collection = batched.run(request, run_config={"ops": {"extraction_batches": {"config": {"ask_again": "now"}}}})
+    assert collection.success
+    (made,) = [e.event_specific_data.materialization for e in collection.get_asset_materialization_events()
+               if e.event_specific_data.materialization.asset_key.to_user_string() == "extraction_batches"]
+    assert made.metadata["answered"].value == 1
+    assert made.metadata["answered_synchronously"].value == submitted - 1 == batch_server.chat_calls
+    assert made.metadata["asked_again"].value == 0 and len(batch_server.batches) == 1  # no second batch
+    assert made.metadata["model_calls"].value == submitted
+    extracted = store.read("extractions")
+    assert extracted.height == submitted and extracted.get_column("status").to_list() == ["ok"] * submitted
+    run = batched.instance.get_run_by_id(collection.run_id)
+    assert int(run.tags["lightfoot/model_calls"]) == submitted
+    # the tag holds the run's total to the micro-dollar: the batch's answer and the synchronous calls
+    assert float(run.tags["lightfoot/cost_usd"]) == pytest.approx(ledger.totals(store)["cost_usd"], abs=1e-6)
+    assert set(ledger.read(store).get_column("price_source").to_list()) == {"list", "list+batch"}
