@@ -159,8 +159,10 @@ class BatchServer(LoopbackServer):
         filename, content = fields["file"]
         purpose = fields["purpose"][1].decode()
         file_id = self.new_id("file")
+        expiry = {key[len("expires_after["):-1]: value[1].decode() for key, value in fields.items()
+                  if key.startswith("expires_after[")}  # the form's nested fields, as the client sends them
         self.files[file_id] = {"filename": filename, "content": content, "purpose": purpose,
-                               "created_at": int(time.time()) + len(self.files)}
+                               "created_at": int(time.time()) + len(self.files), "expires_after": expiry or None}
         return 200, self.file_object(file_id), "application/json"
 
     def create(self, params: dict):
@@ -174,6 +176,7 @@ class BatchServer(LoopbackServer):
             "status": "validating", "output_file_id": None, "error_file_id": None,
             "created_at": int(time.time()) + len(self.batches), "metadata": params.get("metadata") or {},
             "request_counts": {"total": 0, "completed": 0, "failed": 0},
+            "output_expires_after": params.get("output_expires_after"),
         }
         return 200, self.batches[batch_id], "application/json"
 

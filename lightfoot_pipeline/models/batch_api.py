@@ -37,7 +37,8 @@ MAX_PAGES = 200
 class BatchAPIError(LightfootError, RuntimeError):
     """The provider refused or failed a Batch API request (``status``: its HTTP status, if any)."""
 
-    hint = "check OPENAI_BASE_URL and OPENAI_API_KEY, and that the endpoint offers /v1/files and /v1/batches"
+    hint = ("check OPENAI_BASE_URL and OPENAI_API_KEY, and that the endpoint offers /v1/files and /v1/batches "
+            "(a provider that refuses a file's expiry takes LIGHTFOOT_LLM_BATCH_FILE_TTL_S=0)")
 
     def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -119,13 +120,20 @@ class BatchAPI:
         except openai.APIError as err:
             raise BatchAPIError(f"{what}: the provider's answer could not be read ({type(err).__name__})") from None
 
+    def _expiry(self, name: str = "expires_after") -> dict:
+        """The expiry asked of the provider for a file (``expires_after``) or a batch's output and
+        error files (``output_expires_after``): what bounds their stay at the provider when nothing
+        deletes them (LLMSettings.batch_file_ttl_s; none when it is 0)."""
+        ttl = self.settings.batch_file_ttl_s
+        return {name: {"anchor": "created_at", "seconds": ttl}} if ttl else {}
+
     # -- files -------------------------------------------------------------------------------
 
     def upload(self, path: Path, filename: str) -> str:
         """Upload a request file (purpose ``batch``) under ``filename``; its file id."""
         with Path(path).open("rb") as handle:
             uploaded = self._call("upload a request file", self._client.files.create,
-                                  file=(filename, handle, "application/jsonl"), purpose="batch")
+                                  file=(filename, handle, "application/jsonl"), purpose="batch", **self._expiry())
         return uploaded.id
 
     def find_file(self, filename: str) -> str | None:
@@ -165,7 +173,7 @@ class BatchAPI:
         """A batch of chat completions for an uploaded file, its metadata naming ``batch``."""
         return _batch(self._call("create a batch", self._client.batches.create, input_file_id=input_file_id,
                                  endpoint="/v1/chat/completions", completion_window=COMPLETION_WINDOW,
-                                 metadata={METADATA_KEY: batch}))
+                                 metadata={METADATA_KEY: batch}, **self._expiry("output_expires_after")))
 
     def find(self, batch: str) -> ProviderBatch | None:
         """The provider's batch whose metadata names ``batch`` (the newest), if there is one that

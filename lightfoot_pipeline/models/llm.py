@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 # Paper §4: extraction with Llama 3.3 70B at $0.10 / $0.32 per million input / output tokens.
 DEFAULT_MODEL = "meta-llama/Llama-3.3-70B-Instruct"
 OUTPUT_MODES = ("json_schema", "json_object", "prompt")
+# Bounds of a Batch API file's expiry (seconds): past the 24 h batch window and a day to collect it, and
+# at most the 30 days providers keep batch files by default.
+BATCH_FILE_TTL_RANGE = (2 * 24 * 3600, 30 * 24 * 3600)
 _NO_KEY = "no-key"  # sent to endpoints that need no key; the openai client refuses an empty one
 
 # What a request's prompt may hold besides its messages' text, in tokens: the chat template's role
@@ -141,6 +144,9 @@ class LLMSettings:
     temperature: float = 0.0
     allow_unpriced: bool = False  # spend on a model without a known price (its calls count as $0)
     batch_discount: float | None = None  # share of the price a Batch API charges; None: the price table's
+    # How long the provider keeps a batch's files if Lightfoot never deletes them (a crash, a lost
+    # store): asked of it on upload and batch creation; 0 asks nothing (a provider that refuses it).
+    batch_file_ttl_s: int = 3 * 24 * 3600
 
     def __post_init__(self) -> None:
         if self.output_mode not in ("auto", *OUTPUT_MODES):
@@ -162,6 +168,10 @@ class LLMSettings:
                 raise ValueError(f"{name} must not be negative, got {value}")
         if self.batch_discount is not None and not 0 <= self.batch_discount <= 1:
             raise ValueError(f"batch_discount must be between 0 and 1, got {self.batch_discount}")
+        if self.batch_file_ttl_s and not BATCH_FILE_TTL_RANGE[0] <= self.batch_file_ttl_s <= BATCH_FILE_TTL_RANGE[1]:
+            raise ValueError(f"batch_file_ttl_s must be 0 or between {BATCH_FILE_TTL_RANGE[0]:,} (the batch's 24 h "
+                             f"window and a day to collect it) and {BATCH_FILE_TTL_RANGE[1]:,} seconds (30 days), "
+                             f"got {self.batch_file_ttl_s}")
 
     @classmethod
     def from_env(cls, environ: dict | None = None, **overrides) -> LLMSettings:

@@ -61,6 +61,7 @@ LLM_VARIABLES: dict[str, tuple[tuple[str, ...], type]] = {
     "temperature": (("LIGHTFOOT_LLM_TEMPERATURE",), float),
     "allow_unpriced": (("LIGHTFOOT_LLM_ALLOW_UNPRICED",), bool),
     "batch_discount": (("LIGHTFOOT_LLM_BATCH_DISCOUNT",), float),
+    "batch_file_ttl_s": (("LIGHTFOOT_LLM_BATCH_FILE_TTL_S",), int),
 }
 # Object-store credentials and endpoint, passed to the store's libraries under the same names.
 OBJECT_STORE_VARIABLES = (

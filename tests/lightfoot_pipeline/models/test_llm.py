@@ -55,6 +55,9 @@ def test_settings_name_the_variable_that_is_wrong():
         LLMSettings.from_env({"LIGHTFOOT_LLM_OUTPUT_MODE": "yaml"})
     with pytest.raises(ValueError, match="concurrency"):
         LLMSettings(concurrency=0)
+    with pytest.raises(ValueError, match="batch_file_ttl_s must be 0 or between"):
+        LLMSettings.from_env({"LIGHTFOOT_LLM_BATCH_FILE_TTL_S": "3600"})  # shorter than the batch's window
+    assert LLMSettings.from_env({"LIGHTFOOT_LLM_BATCH_FILE_TTL_S": "0"}).batch_file_ttl_s == 0  # asks for none
 
 
 def test_an_unpriced_model_costs_nothing_and_a_listed_one_its_list_price():

@@ -82,6 +82,11 @@ def test_a_round_trip_equals_a_synchronous_ingest_of_the_same_answers(tmp_path, 
     status = batch_extraction.batch_status(store)
     assert status["awaiting_passages"] == report.passages and len(status["open"]) == 1
     assert len(status["provider_files"]) == 1
+    # Files the provider deletes by itself if nothing else does: three days after their creation.
+    (uploaded,) = batch_server.files.values()
+    (batch,) = batch_server.batches.values()
+    assert uploaded["expires_after"] == {"anchor": "created_at", "seconds": str(3 * 24 * 3600)}
+    assert batch["output_expires_after"] == {"anchor": "created_at", "seconds": 3 * 24 * 3600}
 
     reports = collect_until_settled(store, extractor, hashing_embedder)
     assert [r.still_open for r in reports[:-1]] == [{status["open"][0]: "in_progress"},
