@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +27,7 @@ import polars as pl
 
 from lightfoot_pipeline.ingest.dataset import bundled_sample_dir, load_corpus, load_recorded_extractions
 from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.store.scratch import new_scratch
 from lightfoot_pipeline.store.tables import ALIASES, ENTITIES, SYNONYM_EDGES
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def run_demo(args) -> int:
     print(f"  names removed {g.names_removed}, changed {g.names_changed}; {g.entities_recomputed} of "
           f"{g.entities_before} entities recomputed; synonym edges {g.synonym_edges_before} -> {g.synonym_edges_after}")
     survivors = [d for d in documents if d.doc_id not in set(doomed)]
-    fresh_root = Path(tempfile.mkdtemp(prefix="lightfoot-demo-fresh-"))
+    fresh_root = new_scratch("demo-fresh")
     try:
         fresh = Store(str(fresh_root / "store"))
         _share_vector_cache(store, fresh)

@@ -255,21 +255,16 @@ def _max_questions(text: str) -> int:
 
 @contextlib.contextmanager
 def _store_or_scratch(path: str | None, label: str) -> Iterator:
-    """The store at ``path``, or a temporary one removed at the end: it holds the documents' text,
-    which a temporary folder left behind would keep."""
-    import shutil
-    import tempfile
-
+    """The store at ``path``, or a temporary one removed at the end (store/scratch.py: a folder a
+    killed run leaves is swept later): it holds the documents' text."""
+    from lightfoot_pipeline.store.scratch import scratch_folder
     from lightfoot_pipeline.store.store import Store
 
     if path:
         yield Store(path)
         return
-    root = tempfile.mkdtemp(prefix=f"lightfoot-{label}-")
-    try:
-        yield Store(root + "/store")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with scratch_folder(label) as root:
+        yield Store(str(root / "store"))
 
 
 def cmd_eval_deletion(args) -> int:

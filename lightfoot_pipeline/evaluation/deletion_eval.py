@@ -18,7 +18,6 @@ the deletion may name a deleted document.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from lightfoot_pipeline.evaluation.harness import HarnessError, QuestionResult
 from lightfoot_pipeline.evaluation.runs import DELETION_FILE, index_cost, remove_tree, results_frame, write_run
 from lightfoot_pipeline.ingest.dataset import load_questions
 from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.store.scratch import new_scratch
 from lightfoot_pipeline.store.store import Store
 
 KIND = "deletion-audit"
@@ -89,7 +89,7 @@ def run_deletion_audit(dataset_dir: Path, questions_file: Path, embedder: Embedd
         raise HarnessError(f"the deletion audit runs retrieval modes only; {', '.join(deep)} calls the model")
     dataset_dir = Path(dataset_dir)
     questions = load_questions(questions_file)
-    scratch = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="lightfoot-deletion-audit-"))
+    scratch = Path(work_dir) if work_dir is not None else new_scratch("deletion-audit")
     phases: dict[str, PhaseResult] = {}
     seen: dict = {}
 

@@ -22,7 +22,6 @@ import random
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.models.llm import LLMClient
 from lightfoot_pipeline.store.fingerprint import Fingerprint, counts, fingerprint
+from lightfoot_pipeline.store.scratch import new_scratch
 from lightfoot_pipeline.store.store import Store
 
 BEFORE, AFTER, FRESH = "before", "after", "fresh"
@@ -208,7 +208,7 @@ def audit_deletion(dataset_dir: Path, store: Store, embedder: Embedder, embedder
     documents' text, which a temporary directory would otherwise keep after the audit).
     """
     keep = work_dir is not None
-    scratch = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="lightfoot-audit-"))
+    scratch = Path(work_dir) if work_dir is not None else new_scratch("audit")
     fresh = Store(str(scratch / "fresh-store"))
     try:
         trial = run_trial(dataset_dir, store, fresh, embedder, fraction=fraction, seed=seed,

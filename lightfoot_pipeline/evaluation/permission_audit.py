@@ -29,7 +29,6 @@ import hashlib
 import json
 import random
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +60,7 @@ from lightfoot_pipeline.snapshot.format import Snapshot, SnapshotInfo, load_snap
 from lightfoot_pipeline.snapshot.verdict import CheckVerdict, StagedCheck
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.log import Manifest
+from lightfoot_pipeline.store.scratch import new_scratch
 from lightfoot_pipeline.store.store import Store
 
 TOP_K = 10  # passages compared per question
@@ -355,7 +355,7 @@ def _audit_report(snapshot: Snapshot, principals: Sequence[Principal], questions
     calls_before = LLMClient.calls_started()
     readers = snapshot_readers(snapshot)
     keep = work_dir is not None
-    scratch = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="lightfoot-permission-audit-"))
+    scratch = Path(work_dir) if work_dir is not None else new_scratch("permission-audit")
     try:
         audits = audit_permissions(snapshot, principals, questions, embedder, reference, scratch,
                                    keep_stores=keep, echo=echo)
@@ -474,7 +474,7 @@ def audit_published_snapshot(store: Store, embedder: Callable[[], Embedder], set
     named = read_groups_file(groups_file) if groups_file else None
     chosen = (named or principals_from_readers(readers, principals))[:principals]
     sample = passage_questions(snapshot, questions)
-    scratch = Path(tempfile.mkdtemp(prefix="lightfoot-permission-check-"))
+    scratch = new_scratch("permission-check")
     started, calls, model = time.perf_counter(), LLMClient.calls_started(), embedder()
     try:
         found.audits = audit_permissions(snapshot, chosen, sample, model,

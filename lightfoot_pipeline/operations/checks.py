@@ -9,12 +9,10 @@ counts and digests (never a passage's text or a failure's full reason, which may
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import polars as pl
 
@@ -26,6 +24,7 @@ from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.snapshot.format import SnapshotInfo
 from lightfoot_pipeline.snapshot.verdict import CheckVerdict, StagedCheck
 from lightfoot_pipeline.store.fingerprint import fingerprint
+from lightfoot_pipeline.store.scratch import new_scratch
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENTS, EXTRACTIONS, PASSAGES
 
@@ -147,7 +146,7 @@ def compare_with_rebuild(store: Store, embedder: Embedder, settings: IndexSettin
     store (no model call; with ``reuse_vector_cache`` its name vectors are seeded from the store's,
     which depend on model and name only) and compare fingerprints table by table."""
     manifest = store.manifest()
-    scratch = Path(tempfile.mkdtemp(prefix="lightfoot-rebuild-check-"))
+    scratch = new_scratch("rebuild-check")
     try:
         target = Store(str(scratch / "store"), n_buckets=store.n_buckets)
         root = store.local_root()

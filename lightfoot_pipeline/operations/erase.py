@@ -14,10 +14,12 @@ Erasure also removes what history and caches still hold:
 7. the keys and links that relink runs staged (relink.py), whether or not they are still running;
 8. the files of extraction batches that hold the text at the provider (batch_extraction.py: an open
    batch is cancelled, and every file of a batch holding the text is deleted there);
+9. the scratch folders on this host (a check's fresh rebuild, an audit's stores, a batch's request
+   file) whose process was killed before it could remove them (store/scratch.py);
 
-and only then marks the tombstones as erased (``erased_at``): a document whose text a provider's
-file may still hold (no endpoint configured, or a cancelled batch still cancelling) stays
-pending, and ``lightfoot status`` lists the provider files,, and vacuums what that commit left
+and only then marks the tombstones as erased (``erased_at``; a document whose text a provider's
+file may still hold, with no endpoint configured or a cancelled batch still cancelling, stays
+pending, and ``lightfoot status`` lists the provider files), and vacuums what that commit left
 of the deletion log's earlier version. After it, no file under the store root holds the text;
 the tests plant a canary string and search every file for it.
 
@@ -48,6 +50,7 @@ from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.operations.batch_extraction import erase_at_provider, provider_api_from_env
 from lightfoot_pipeline.snapshot.export import erase_from_snapshots
 from lightfoot_pipeline.snapshot.verdict import StagedCheck
+from lightfoot_pipeline.store.scratch import sweep_stale_scratch
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, DOCUMENTS, EXTRACTIONS, FACTS, PASSAGES, TOMBSTONES
 from lightfoot_pipeline.store.vectors import cleanup_vector_history, purge_vector_caches
@@ -64,6 +67,7 @@ class EraseReport:
     files_vacuumed: dict[str, int] = field(default_factory=dict)
     landed_copies_removed: int = 0
     snapshots_removed: int = 0
+    scratch_removed: int = 0  # scratch folders of killed processes on this host
     erased_at: str = ""
 
     def as_dict(self) -> dict:
@@ -80,6 +84,7 @@ class EraseReport:
             "files_vacuumed": sum(self.files_vacuumed.values()),
             "landed_copies_removed": self.landed_copies_removed,
             "snapshots_removed": self.snapshots_removed,
+            "scratch_removed": self.scratch_removed,
             "provider_batches_cancelled": self.provider_batches_cancelled,
             "provider_files_deleted": self.provider_files_deleted,
             "provider_held_count": len(self.provider_held),
@@ -140,6 +145,7 @@ def erase_history(store: Store, doc_ids: Sequence[str], *, snapshot_checks: Sequ
     # Serving copies of the text: of the erased documents, and earlier versions of re-ingested ones.
     report.snapshots_removed = erase_from_snapshots(store, ids, replaced_text=True, checks=snapshot_checks)
     remove_relink_staging(store)  # staged links are derived from names that may be erased now
+    report.scratch_removed = len(sweep_stale_scratch())  # copies a killed check or audit left
     report.files_vacuumed = store.vacuum()
     cleanup_vector_history(store)
     erased = [d for d in ids if d not in set(report.provider_held)]

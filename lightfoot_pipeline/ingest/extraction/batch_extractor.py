@@ -23,7 +23,6 @@ through batches equals one extracted call by call.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +55,7 @@ from lightfoot_pipeline.ingest.passages import Passage
 from lightfoot_pipeline.models.batch_api import BatchAPI, BatchAPIError
 from lightfoot_pipeline.models.llm import LLMSettings, prompt_token_bound
 from lightfoot_pipeline.store import ledger
+from lightfoot_pipeline.store.scratch import scratch_folder
 from lightfoot_pipeline.store.tables import EXTRACTIONS, PASSAGES
 
 PURPOSE = "extract"
@@ -179,7 +179,7 @@ class BatchExtractor(ModelAnswers):
         report.reasons.update({k: f"no usable answer after {asked[k]} batches: not asked again" for k in given_up})
         if not todo:
             return report
-        with tempfile.TemporaryDirectory(prefix="lightfoot-batch-") as scratch:
+        with scratch_folder("batch") as scratch:
             where = self.directory if self.mode == OFFLINE and self.directory is not None else Path(scratch)
             with RequestFileWriter(where, self.limits, stem=f"{self.run_id}") as writer:
                 for key in todo:
@@ -245,7 +245,7 @@ class BatchExtractor(ModelAnswers):
             if set(keys) - set(first):  # a passage gone meanwhile: the file could not be the same
                 self.record.note(summary.batch, REFUSED, reason="its passages changed before it was sent")
                 continue
-            with tempfile.TemporaryDirectory(prefix="lightfoot-batch-") as scratch:
+            with scratch_folder("batch") as scratch:
                 with RequestFileWriter(Path(scratch), FileLimits(max_requests=len(keys) + 1,
                                                                  max_bytes=2**62)) as writer:
                     for key in keys:

@@ -216,3 +216,25 @@ def test_the_mark_of_an_erasure_leaves_no_earlier_version_of_the_deletion_log(st
     held = [p for p in tombstones.rglob("*.parquet") if "_delta_log" not in p.parts]
     # Only the current version's data files remain: each holds the erased tombstone.
     assert held and all(pq.read_table(p).column("erased_at").null_count == 0 for p in held)
+
+
+
+@pytest.mark.slow  # a few seconds: an ingest and a vacuum
+def test_an_erasure_sweeps_the_scratch_copies_a_killed_check_left(store, hashing_embedder, tmp_path, monkeypatch):
+    import json
+    import socket
+    import subprocess
+    import tempfile
+
+    from lightfoot_pipeline.store.scratch import MARKER
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    documents, records = _corpus()
+    operations.ingest(store, documents[:1], ReplayExtractor(records), hashing_embedder)
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # its pid now names no process, as a killed check's does
+    left = tmp_path / "lightfoot-rebuild-check-killed"
+    (left / "store").mkdir(parents=True)
+    (left / "store" / "passages.parquet").write_text(CANARY)
+    (left / MARKER).write_text(json.dumps({"host": socket.gethostname(), "pid": ended.pid, "started": None}))
+    assert vacuum(store).scratch_removed == 1 and not left.exists()
