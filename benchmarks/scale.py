@@ -8,7 +8,10 @@ the figures measure the engine: name vectors, LSH-filtered links, components, sy
 facts, and the Delta and LanceDB writes. One run, in this order:
 
 1. ``full_build_s``: the N passages ingested in one commit; ``peak_rss_mb`` is the process's peak
-   right after it;
+   right after it. With ``--build-batch B``, ingested instead as batches of B documents, each in a
+   fresh process, as a deployment ingests drop after drop (``build_batches``: each batch's time,
+   CPU, the process's peak RSS and the store's size on disk after it; ``peak_rss_mb`` is then the
+   largest process's);
 2. ``delete_one_s``: the median of ``--singles`` one-document deletions, each through a new
    ``Store`` object (so nothing is read from this process's memory of the build);
 3. ``delete_10pct_s``: 10% of the documents deleted in one commit;
@@ -23,7 +26,8 @@ facts, and the Delta and LanceDB writes. One run, in this order:
 7. ``delete_one_s_10k``: step 2 in a separate run at 10,000 passages (when N > 10,000), made
    first.
 
-The JSON file is written after every step, so a run stopped part-way keeps what it measured.
+The JSON file is written after every step, so a run stopped part-way keeps what it measured, and
+``disk_mb`` holds the store's size on disk after each step.
 
 Every step also records its CPU seconds (``*_cpu_s``; a fresh process's ``cpu_s`` includes its
 imports) and the load average when it ended (``load_by_step``): on a shared machine the CPU
@@ -110,6 +114,29 @@ def link_share(store: Store, dim: int, settings: IndexSettings, sample: int, see
             for t, (f, n) in sorted(found.items())}
 
 
+def tree_mb(path: Path) -> float:
+    """What the files under ``path`` take on disk, in MB."""
+    total = sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+    return round(total / 1e6, 1)
+
+
+def build_in_batches(store: Store, root: Path, documents, records, dim: int, buckets: int, size: int) -> dict:
+    """Ingest ``documents`` in batches of ``size``, each in a fresh process (:func:`child`)."""
+    batches, started, cpu = [], time.perf_counter(), 0.0
+    for first in range(0, len(documents), size):
+        part = documents[first:first + size]
+        folder = write_documents(root / "batch", part, records)
+        done = child(["--child-ingest", store.uri, str(folder), str(dim), str(buckets)])
+        shutil.rmtree(folder, ignore_errors=True)
+        done.update({"documents_before": first, "disk_mb": tree_mb(Path(store.uri))})
+        batches.append(done)
+        cpu += done["cpu_s"]
+        say(f"batch of {len(part)} documents after {first}: {done['seconds']} s, peak RSS {done['peak_rss_mb']} MB, "
+            f"store {done['disk_mb']} MB")
+    return {"seconds": round(time.perf_counter() - started, 3), "cpu_s": round(cpu, 3), "batches": batches,
+            "peak_rss_mb": max(b["peak_rss_mb"] for b in batches)}
+
+
 def singles(store_uri: str, doc_ids: list[str], settings: IndexSettings) -> list[float]:
     times, cpu = [], []
     for doc_id in doc_ids:
@@ -121,7 +148,7 @@ def singles(store_uri: str, doc_ids: list[str], settings: IndexSettings) -> list
 
 
 def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, singles_only: bool, sample: int,
-        verify: bool, result: dict, save) -> dict:
+        verify: bool, result: dict, save, build_batch: int = 0) -> dict:
     """The steps of the module docstring, filling ``result`` and calling ``save`` after each."""
     settings = IndexSettings()
     embedder = HashingEmbedder(dim=dim)
@@ -135,13 +162,20 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
     try:
         store = Store(str(root / "store"), n_buckets=buckets)
         t0, c0 = time.perf_counter(), time.process_time()
-        built = operations.ingest(store, documents, ReplayExtractor(records), embedder, settings)
-        result["full_build_s"] = round(time.perf_counter() - t0, 3)
-        result["full_build_cpu_s"] = round(time.process_time() - c0, 3)
-        result["peak_rss_mb"] = peak_rss_mb()
-        result["build_graph"] = built.graph.as_dict()
-        result["build_stages_s"] = built.stage_seconds
+        if build_batch:
+            built_in = build_in_batches(store, root, documents, records, dim, buckets, build_batch)
+            result["full_build_s"], result["full_build_cpu_s"] = built_in["seconds"], built_in["cpu_s"]
+            result["build_batch"], result["build_batches"] = build_batch, built_in["batches"]
+            result["peak_rss_mb"] = built_in["peak_rss_mb"]
+        else:
+            built = operations.ingest(store, documents, ReplayExtractor(records), embedder, settings)
+            result["full_build_s"] = round(time.perf_counter() - t0, 3)
+            result["full_build_cpu_s"] = round(time.process_time() - c0, 3)
+            result["peak_rss_mb"] = peak_rss_mb()
+            result["build_graph"] = built.graph.as_dict()
+            result["build_stages_s"] = built.stage_seconds
         result["counts_full"] = counts(store)
+        result.setdefault("disk_mb", {})["build"] = tree_mb(Path(store.uri))
         save("build")
         say(f"built in {result['full_build_s']} s, peak RSS {result['peak_rss_mb']} MB: {result['counts_full']}")
 
@@ -153,6 +187,7 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
         result["delete_one_cpu_s"] = round(statistics.median(cpu), 4)
         result["delete_one_max_s"] = round(max(times), 4)
         result["delete_one_times_s"] = [round(t, 4) for t in times]
+        result["disk_mb"]["delete_one"] = tree_mb(Path(store.uri))
         save("delete_one")
         say(f"one-document deletions: p50 {result['delete_one_s']} s, max {result['delete_one_max_s']} s")
         if singles_only:
@@ -166,6 +201,7 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
         result["delete_10pct_cpu_s"] = round(time.process_time() - c0, 3)
         result["delete_10pct_ratio"] = round(result["delete_10pct_s"] / result["full_build_s"], 4)
         result["delete_10pct_graph"] = deleted.graph.as_dict()
+        result["disk_mb"]["delete_10pct"] = tree_mb(Path(store.uri))
         save("delete_10pct")
         say(f"10% deletion in {result['delete_10pct_s']} s (ratio {result['delete_10pct_ratio']})")
 
@@ -178,6 +214,7 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
         fresh_ingest = child(["--child-ingest", store.uri, str(later_dir), str(dim)])
         result["ingest_1k_s"] = fresh_ingest["seconds"]
         result["ingest_1k"] = fresh_ingest
+        result["disk_mb"]["ingest_1k"] = tree_mb(Path(store.uri))
         save("ingest_1k")
         say(f"{len(later)}-document ingest in a fresh process: {fresh_ingest}")
 
@@ -214,12 +251,12 @@ def child_main(argv: list[str]) -> int:
         t0 = time.perf_counter()
         report = operations.delete(Store(store_uri), [doc_id], settings)
         out = {"seconds": round(time.perf_counter() - t0, 4), "deleted": report.deleted}
-    elif mode == "--child-ingest":
-        store_uri, dataset, dim = args
+    elif mode == "--child-ingest":  # [buckets]: those of a store the ingest creates
+        store_uri, dataset, dim, *buckets = args
         documents, records = load_corpus(dataset), load_recorded_extractions(dataset)
         t0 = time.perf_counter()
-        report = operations.ingest(Store(store_uri), documents, ReplayExtractor(records), HashingEmbedder(dim=int(dim)),
-                                 settings)
+        store = Store(store_uri, n_buckets=int(buckets[0])) if buckets else Store(store_uri)
+        report = operations.ingest(store, documents, ReplayExtractor(records), HashingEmbedder(dim=int(dim)), settings)
         out = {"seconds": round(time.perf_counter() - t0, 3), "ingested": report.ingested,
                "links_added": report.graph.links_added, "entities_recomputed": report.graph.entities_recomputed,
                "stages_s": report.stage_seconds}
@@ -254,10 +291,12 @@ def main() -> int:
                         help="skip steps 5 and 6 (the fresh build of the survivors and the links' share)")
     parser.add_argument("--compare-at", type=int, default=COMPARE_AT,
                         help="also time one-document deletions at this many passages (0: no)")
+    parser.add_argument("--build-batch", type=int, default=0, metavar="DOCS",
+                        help="build in batches of this many documents, each in a fresh process (0: one commit)")
     parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args()
-    if args.passages < 10 or args.singles < 1 or args.buckets < 1:
-        parser.error("--passages must be at least 10, --singles and --buckets at least 1")
+    if args.passages < 10 or args.singles < 1 or args.buckets < 1 or args.build_batch < 0:
+        parser.error("--passages must be at least 10, --singles and --buckets at least 1, --build-batch not negative")
     result: dict = {}
 
     def save(step: str = "end") -> None:
@@ -277,7 +316,7 @@ def main() -> int:
             result[compare_key] = json.loads(out.read_text())["delete_one_s"]
         save("compare")
     run(args.passages, args.dim, args.seed, args.buckets, args.singles, args.singles_only, args.sample,
-        not args.no_verify, result, save)
+        not args.no_verify, result, save, build_batch=args.build_batch)
     if compare_key in result:
         result["delete_one_ratio"] = round(result["delete_one_s"] / result[compare_key], 3)
     save()
