@@ -87,7 +87,8 @@ def sweep_stale_scratch(root: Path | None = None) -> list[str]:
     """Remove the scratch folders under ``root`` (default: the temporary directory) whose owner
     on this host has ended; the names removed."""
     root = scratch_root() if root is None else Path(root)
-    host, removed = socket.gethostname(), []
+    host = socket.gethostname()
+    removed: list[str] = []
     try:
         candidates = [p for p in root.iterdir() if p.name.startswith(PREFIX) and p.is_dir() and not p.is_symlink()]
     except OSError:
