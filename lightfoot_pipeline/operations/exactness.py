@@ -89,6 +89,7 @@ class RunChanges:
     documents: int
     names: pl.DataFrame  # name, type, live
     facts: list[str]
+    newest_commit: int | None = None  # the run's newest commit that changed a document
     # Commits whose earlier state is gone from storage (an erasure vacuumed it): what their deleted
     # documents carried is unknown, and only the sampled part covers it.
     unreadable: list[int] = field(default_factory=list)
@@ -114,6 +115,8 @@ class ChangeComparison:
     differing: dict[str, list[str]] = field(default_factory=dict)  # table -> component or fact ids
     unreadable_commits: list[int] = field(default_factory=list)
     seconds: float = 0.0
+    seed: str = ""  # what drew the samples: the run's newest commit
+    untouched_ids: list[str] = field(default_factory=list, repr=False)  # the untouched components compared
 
     @property
     def sampled(self) -> bool:
@@ -185,8 +188,10 @@ def run_changes(store: Store, run_id: str, manifest: Manifest | None = None) -> 
     rows = log.filter(pl.col("run_id") == run_id)
     keys = [store.rows(DOCUMENT_KEYS.name, "doc_id", rows.get_column("doc_id").unique().to_list(), manifest)]
     gone_names, unreadable = [], []
-    for (seq,), earlier in rows.filter(pl.col("action").is_in([DELETED, REPLACED])).group_by(["seq"]):
-        before = _manifest_at(store, int(seq) - 1)
+    removals = rows.filter(pl.col("action").is_in([DELETED, REPLACED]))
+    for seq in sorted(set(removals.get_column("seq").to_list())):
+        earlier = removals.filter(pl.col("seq") == seq)
+        before = _manifest_at(store, seq - 1)
         if before is None:
             continue
         try:
@@ -194,7 +199,7 @@ def run_changes(store: Store, run_id: str, manifest: Manifest | None = None) -> 
             names = old.filter(pl.col("kind") == "name").select(pl.col("key").alias("name"), "type").unique()
             neighbours = _ends(_links_of(store, names, before))
         except (StoreError, OSError):
-            unreadable.append(int(seq))
+            unreadable.append(seq)
             continue
         keys.append(old)
         gone_names.append(neighbours)
@@ -205,7 +210,9 @@ def run_changes(store: Store, run_id: str, manifest: Manifest | None = None) -> 
     names = names.join(live.with_columns(pl.lit(True).alias("live")), on=NAME_KEY, how="left").with_columns(
         pl.col("live").fill_null(False))
     facts = sorted(set(every.filter(pl.col("kind") == "fact").get_column("key").to_list()))
-    return RunChanges(rows.get_column("doc_id").n_unique(), names.sort(NAME_KEY), facts, sorted(unreadable))
+    seqs = rows.get_column("seq").to_list()
+    return RunChanges(rows.get_column("doc_id").n_unique(), names.sort(NAME_KEY), facts,
+                      max(seqs) if seqs else None, sorted(unreadable))
 
 
 def sample(ids: list[str], size: int, seed: str) -> list[str]:
@@ -303,10 +310,11 @@ def compare_changes(store: Store, settings: IndexSettings, run_id: str | None, *
     started = time.perf_counter()
     bounds = bounds or ExactnessBounds()
     manifest = manifest or store.manifest()
-    seed = f"commit-{manifest.seq}"
-    found = ChangeComparison(store_commit=manifest.seq)
     changes = (run_changes(store, run_id, manifest) if run_id is not None
                else RunChanges(0, pl.DataFrame(schema={"name": pl.String, "type": pl.String, "live": pl.Boolean}), []))
+    # The samples are drawn by the run's own commit, so that checking the same run again compares the same.
+    seed = f"commit-{changes.newest_commit or manifest.seq}"
+    found = ChangeComparison(store_commit=manifest.seq, seed=seed)
     found.run_documents, found.unreadable_commits = changes.documents, changes.unreadable
     found.changed_names, found.changed_facts = changes.names.height, len(changes.facts)
 
@@ -328,7 +336,7 @@ def compare_changes(store: Store, settings: IndexSettings, run_id: str | None, *
     # Components the run did not change, drawn from the whole entities table: each from its canonical name.
     entity_ids = store.read_column(ENTITIES.name, manifest, "entity_id")
     untouched = _around(store, entity_ids, bounds.untouched, seed, set(units))
-    found.untouched_compared = len(untouched)
+    found.untouched_compared, found.untouched_ids = len(untouched), untouched
     canonical = store.rows(ENTITIES.name, "entity_id", untouched, manifest).select(
         pl.col("canonical_name").alias("name"), "type")
     derived, partners = _derive(store, pl.concat([start, canonical]).unique(), manifest, settings)
@@ -350,7 +358,7 @@ def compare_changes(store: Store, settings: IndexSettings, run_id: str | None, *
     stored[FACTS.name] = store.rows(FACTS.name, "fact_id", fact_ids, manifest).select(FACTS.columns)
 
     for table, (spec, id_columns) in COMPARED_TABLES.items():
-        mine, fresh = stored[table], derived[table].cast(dict(stored[table].schema))
+        mine, fresh = stored[table], derived[table].cast(stored[table].schema)
         found.rows[table] = mine.height
         ours, theirs = digest_frame(mine, list(spec.columns)), digest_frame(fresh, list(spec.columns))
         found.store_digests[table], found.derived_digests[table] = ours.digest, theirs.digest
