@@ -43,6 +43,7 @@ from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
     ALIASES,
     BATCH_DOCUMENTS,
+    BUCKET,
     DOCUMENT_KEYS,
     ENTITIES,
     FACT_SOURCES,
@@ -224,19 +225,26 @@ def sample(ids: list[str], size: int, seed: str) -> list[str]:
     return sorted(ranked[:size])
 
 
-def _around(store: Store, ids: pl.Series, size: int, seed: str, exclude: set[str]) -> list[str]:
-    """A deterministic sample of ``size`` of ``ids`` (a table's whole key column, not in
-    ``exclude``): the ones that follow a point drawn by ``seed`` in sorted order, wrapping round.
-    Ids are hashes of content, so a run of them in sorted order is spread over the whole table;
-    this sorts once instead of hashing every id."""
-    if size <= 0 or ids.len() == 0:
+def _untouched(store: Store, spec: TableSpec, size: int, seed: str, exclude: set[str], manifest: Manifest) -> list[str]:
+    """A deterministic sample of ``size`` keys of a table keyed and bucketed by one id column, none
+    of them in ``exclude``: drawn by ``seed`` from as few buckets as hold that many (a bucket drawn
+    by ``seed``, then the next ones), so that comparing them reads few buckets of the tables
+    bucketed by that id. Reads the id and bucket columns only."""
+    if size <= 0:
         return []
-    ordered = ids.filter(~ids.is_in(pl.Series(sorted(exclude), dtype=pl.String).implode())).sort()
-    if ordered.len() == 0:
+    (column,) = spec.key
+    ids = store.read_columns(spec.name, manifest, [column, BUCKET])
+    ids = ids.filter(~pl.col(column).is_in(pl.Series(sorted(exclude), dtype=pl.String).implode()))
+    if ids.height == 0:
         return []
-    start = int.from_bytes(hashlib.blake2b(seed.encode(), digest_size=8).digest(), "little") % ordered.len()
-    return pl.concat([ordered.slice(start, size), ordered.slice(0, max(0, start + size - ordered.len()))]).unique(
-        ).sort().to_list()
+    held = sorted(set(ids.get_column(BUCKET).to_list()))
+    first = int.from_bytes(hashlib.blake2b(seed.encode(), digest_size=8).digest(), "little") % len(held)
+    chosen: list[str] = []
+    for bucket in held[first:] + held[:first]:
+        chosen += sample(ids.filter(pl.col(BUCKET) == bucket).get_column(column).to_list(), size - len(chosen), seed)
+        if len(chosen) >= size:
+            break
+    return sorted(chosen)
 
 
 def _closure(store: Store, start: pl.DataFrame, manifest: Manifest, threshold: float) -> tuple[pl.DataFrame,
@@ -305,8 +313,8 @@ def compare_changes(store: Store, settings: IndexSettings, run_id: str | None, *
                     bounds: ExactnessBounds | None = None, manifest: Manifest | None = None) -> ChangeComparison:
     """Compare the components and facts a run changed (none when ``run_id`` is None), and a
     sample of those it did not, with what a fresh build derives for them (see the module's
-    docstring). Reads only the buckets of the names, entities and facts compared, and one column
-    of the entities and facts tables to draw the untouched samples."""
+    docstring). Reads only the buckets of the names, entities and facts compared, and the id and
+    bucket columns of the entities and facts tables to draw the untouched samples."""
     started = time.perf_counter()
     bounds = bounds or ExactnessBounds()
     manifest = manifest or store.manifest()
@@ -334,8 +342,7 @@ def compare_changes(store: Store, settings: IndexSettings, run_id: str | None, *
     gone = gone.filter(_pairs(gone).is_in(sorted(chosen)))
 
     # Components the run did not change, drawn from the whole entities table: each from its canonical name.
-    entity_ids = store.read_column(ENTITIES.name, manifest, "entity_id")
-    untouched = _around(store, entity_ids, bounds.untouched, seed, set(units))
+    untouched = _untouched(store, ENTITIES, bounds.untouched, seed, set(units), manifest)
     found.untouched_compared, found.untouched_ids = len(untouched), untouched
     canonical = store.rows(ENTITIES.name, "entity_id", untouched, manifest).select(
         pl.col("canonical_name").alias("name"), "type")
@@ -349,8 +356,7 @@ def compare_changes(store: Store, settings: IndexSettings, run_id: str | None, *
     # Facts: the run's (or a sample of them) and a sample of the others, regrouped from their live sources.
     facts = sample(changes.facts, bounds.changed_facts, seed)
     found.compared_facts = len(facts)
-    others = _around(store, store.read_column(FACTS.name, manifest, "fact_id"), bounds.untouched_facts, seed,
-                     set(changes.facts))
+    others = _untouched(store, FACTS, bounds.untouched_facts, seed, set(changes.facts), manifest)
     found.untouched_facts = len(others)
     fact_ids = sorted({*facts, *others})
     sources = store.rows(FACT_SOURCES.name, "fact_id", fact_ids, manifest)
