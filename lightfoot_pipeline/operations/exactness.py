@@ -43,7 +43,6 @@ from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
     ALIASES,
     BATCH_DOCUMENTS,
-    BUCKET,
     DOCUMENT_KEYS,
     ENTITIES,
     FACT_SOURCES,
@@ -227,21 +226,19 @@ def sample(ids: list[str], size: int, seed: str) -> list[str]:
 
 def _untouched(store: Store, spec: TableSpec, size: int, seed: str, exclude: set[str], manifest: Manifest) -> list[str]:
     """A deterministic sample of ``size`` keys of a table keyed and bucketed by one id column, none
-    of them in ``exclude``: drawn by ``seed`` from as few buckets as hold that many (a bucket drawn
-    by ``seed``, then the next ones), so that comparing them reads few buckets of the tables
-    bucketed by that id. Reads the id and bucket columns only."""
+    of them in ``exclude``: drawn by ``seed`` from a bucket drawn by ``seed`` (and the next ones,
+    while it holds too few), so that drawing and comparing them reads few buckets of the tables
+    bucketed by that id."""
     if size <= 0:
         return []
     (column,) = spec.key
-    ids = store.read_columns(spec.name, manifest, [column, BUCKET])
-    ids = ids.filter(~pl.col(column).is_in(pl.Series(sorted(exclude), dtype=pl.String).implode()))
-    if ids.height == 0:
-        return []
-    held = sorted(set(ids.get_column(BUCKET).to_list()))
-    first = int.from_bytes(hashlib.blake2b(seed.encode(), digest_size=8).digest(), "little") % len(held)
+    n_buckets = store.layout_buckets(manifest)
+    first = int.from_bytes(hashlib.blake2b(seed.encode(), digest_size=8).digest(), "little") % n_buckets
     chosen: list[str] = []
-    for bucket in held[first:] + held[:first]:
-        chosen += sample(ids.filter(pl.col(BUCKET) == bucket).get_column(column).to_list(), size - len(chosen), seed)
+    for step in range(n_buckets):
+        ids = store.read_buckets(spec.name, manifest, [(first + step) % n_buckets]).get_column(column)
+        ids = ids.filter(~ids.is_in(pl.Series(sorted(exclude), dtype=pl.String).implode()))
+        chosen += sample(ids.to_list(), size - len(chosen), seed)
         if len(chosen) >= size:
             break
     return sorted(chosen)
@@ -313,8 +310,7 @@ def compare_changes(store: Store, settings: IndexSettings, run_id: str | None, *
                     bounds: ExactnessBounds | None = None, manifest: Manifest | None = None) -> ChangeComparison:
     """Compare the components and facts a run changed (none when ``run_id`` is None), and a
     sample of those it did not, with what a fresh build derives for them (see the module's
-    docstring). Reads only the buckets of the names, entities and facts compared, and the id and
-    bucket columns of the entities and facts tables to draw the untouched samples."""
+    docstring). Reads only the buckets of the names, entities and facts compared."""
     started = time.perf_counter()
     bounds = bounds or ExactnessBounds()
     manifest = manifest or store.manifest()
