@@ -133,8 +133,10 @@ class ChangeComparison:
                 f"{self.compared_facts:,} of {self.changed_facts:,} changed facts{sample}, "
                 f"{self.untouched_compared:,} untouched components and {self.untouched_facts:,} untouched facts")
         if self.unreadable_commits:
-            head += (f"; commits {', '.join(map(str, self.unreadable_commits))} are erased from storage history, so "
-                     "what their deleted documents carried is covered by the samples only")
+            several = len(self.unreadable_commits) > 1
+            head += (f"; commit{'s' if several else ''} {', '.join(map(str, self.unreadable_commits))} "
+                     f"{'are' if several else 'is'} erased from storage history, so what the documents "
+                     f"{'they' if several else 'it'} deleted carried is compared by the samples only")
         if self.passed:
             return f"{head}; passed"
         wrong = "; ".join(f"{table}: {', '.join(ids[:5])}{', …' if len(ids) > 5 else ''} ({len(ids)})"

@@ -138,3 +138,14 @@ def test_the_whole_store_is_rebuilt_up_to_the_limit_and_the_changes_compared_abo
     assert check_exactness(store, IndexSettings(), embedder, run_id=None, mode=CHANGED).changes.changed_components == 0
     with pytest.raises(ValueError, match="exactness mode 'most'"):
         check_exactness(store, IndexSettings(), embedder, run_id=None, mode="most")
+
+
+def test_a_deletion_whose_history_is_erased_says_its_changes_are_left_to_the_samples(changed_store, tmp_path,
+                                                                                    sample_documents):
+    store = copy_of(changed_store, tmp_path)
+    with writing_batch(Batch("cli-run-erase", "run-erase")):
+        operations.delete(store, [sample_documents[5].doc_id], erase=True)
+    found = compare_changes(store, IndexSettings(), "run-erase")
+    (seq,) = found.unreadable_commits  # the deletion's commit: the erasure vacuumed the state before it
+    assert found.passed and found.changed_names == 0 and found.untouched_compared > 0
+    assert f"commit {seq} is erased from storage history" in found.summary()
