@@ -171,7 +171,7 @@ FULL, CHANGED, AUTO = "full", "changed", "auto"
 EXACTNESS_MODES = (AUTO, FULL, CHANGED)
 FULL_REBUILD_LIMIT = 20_000
 # The tables each way compares (the full comparison: every fingerprinted table).
-CHANGED_TABLES = ("aliases", "entities", "mentions", "synonym_edges", "facts")
+CHANGED_TABLES = ("forms", "fact_sources", "aliases", "entities", "mentions", "synonym_edges", "facts")
 
 
 @dataclass(frozen=True)
@@ -221,6 +221,7 @@ class ExactnessVerdict:
         found = self.changes
         assert found is not None
         return {**common, "store_commit": found.store_commit, "run_documents": found.run_documents,
+                "live_run_documents": found.live_run_documents, "compared_documents": found.compared_documents,
                 "changed_names": found.changed_names, "changed_components": found.changed_components,
                 "compared_changed_components": found.compared_changed, "sampled": found.sampled,
                 "untouched_components": found.untouched_compared, "changed_facts": found.changed_facts,

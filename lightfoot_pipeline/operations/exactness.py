@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from lightfoot_pipeline.index.components import components, entity_rows, mention_rows
+from lightfoot_pipeline.index.documents import forms_from_extractions
 from lightfoot_pipeline.index.facts import fact_rows
 from lightfoot_pipeline.index.reconcile import name_statistics
 from lightfoot_pipeline.index.synonyms import synonym_edges
@@ -44,7 +45,9 @@ from lightfoot_pipeline.store.tables import (
     ALIASES,
     BATCH_DOCUMENTS,
     DOCUMENT_KEYS,
+    DOCUMENTS,
     ENTITIES,
+    EXTRACTIONS,
     FACT_SOURCES,
     FACTS,
     FORMS,
@@ -53,14 +56,17 @@ from lightfoot_pipeline.store.tables import (
     NAME_LINKS_REVERSE,
     SYNONYM_EDGES,
     TableSpec,
+    bucket_of,
 )
 
 __all__ = ["COMPARED_TABLES", "ChangeComparison", "ExactnessBounds", "RunChanges", "compare_changes",
            "run_changes", "sample"]
 
 NAME_KEY = ["name", "type"]
-# The tables compared, each with the column that names the component (or fact) a row belongs to.
+# The tables compared, each with the column that names the document, component or fact a row belongs to.
 COMPARED_TABLES: dict[str, tuple[TableSpec, tuple[str, ...]]] = {
+    FORMS.name: (FORMS, ("doc_id",)),
+    FACT_SOURCES.name: (FACT_SOURCES, ("doc_id",)),
     ALIASES.name: (ALIASES, ("entity_id",)),
     ENTITIES.name: (ENTITIES, ("entity_id",)),
     MENTIONS.name: (MENTIONS, ("entity_id",)),
@@ -72,10 +78,12 @@ COMPARED_TABLES: dict[str, tuple[TableSpec, tuple[str, ...]]] = {
 @dataclass(frozen=True)
 class ExactnessBounds:
     """How much one check compares at most: beyond ``changed`` components (``changed_facts``
-    facts) a run changed, a sample of that many; and always a sample of ``untouched`` components
-    and ``untouched_facts`` facts it did not change."""
+    facts, ``documents`` documents whose forms and fact assertions are derived again from their
+    extractions) a run changed, a sample of that many; and always a sample of ``untouched``
+    components and ``untouched_facts`` facts it did not change."""
 
     changed: int = 2_000
+    documents: int = 50
     changed_facts: int = 5_000
     untouched: int = 100
     untouched_facts: int = 200
@@ -90,6 +98,7 @@ class RunChanges:
     names: pl.DataFrame  # name, type, live
     facts: list[str]
     newest_commit: int | None = None  # the run's newest commit that changed a document
+    live_documents: list[str] = field(default_factory=list)  # those of its documents that are live now
     # Commits whose earlier state is gone from storage (an erasure vacuumed it): what their deleted
     # documents carried is unknown, and only the sampled part covers it.
     unreadable: list[int] = field(default_factory=list)
@@ -101,10 +110,12 @@ class ChangeComparison:
 
     store_commit: int
     run_documents: int = 0
+    compared_documents: int = 0  # of the run's live documents, those whose forms were derived again
     changed_names: int = 0
     changed_components: int = 0  # M: the components the run's live names belong to (and its gone names)
     compared_changed: int = 0  # N
     untouched_compared: int = 0  # K
+    live_run_documents: int = 0
     changed_facts: int = 0
     compared_facts: int = 0
     untouched_facts: int = 0
@@ -120,7 +131,8 @@ class ChangeComparison:
 
     @property
     def sampled(self) -> bool:
-        return self.compared_changed < self.changed_components or self.compared_facts < self.changed_facts
+        return self.compared_changed < self.changed_components or self.compared_facts < self.changed_facts or (
+            self.compared_documents < self.live_run_documents)
 
     @property
     def passed(self) -> bool:
@@ -130,7 +142,8 @@ class ChangeComparison:
         """One line: what was compared and the outcome."""
         sample = " (sample)" if self.sampled else ""
         head = (f"compared {self.compared_changed:,} of {self.changed_components:,} changed components and "
-                f"{self.compared_facts:,} of {self.changed_facts:,} changed facts{sample}, "
+                f"{self.compared_facts:,} of {self.changed_facts:,} changed facts and the forms of "
+                f"{self.compared_documents:,} of {self.live_run_documents:,} documents{sample}, "
                 f"{self.untouched_compared:,} untouched components and {self.untouched_facts:,} untouched facts")
         if self.unreadable_commits:
             several = len(self.unreadable_commits) > 1
@@ -213,8 +226,9 @@ def run_changes(store: Store, run_id: str, manifest: Manifest | None = None) -> 
         pl.col("live").fill_null(False))
     facts = sorted(set(every.filter(pl.col("kind") == "fact").get_column("key").to_list()))
     seqs = rows.get_column("seq").to_list()
+    documents = store.rows(DOCUMENTS.name, "doc_id", rows.get_column("doc_id").unique().to_list(), manifest)
     return RunChanges(rows.get_column("doc_id").n_unique(), names.sort(NAME_KEY), facts,
-                      max(seqs) if seqs else None, sorted(unreadable))
+                      max(seqs) if seqs else None, sorted(documents.get_column("doc_id").to_list()), sorted(unreadable))
 
 
 def sample(ids: list[str], size: int, seed: str) -> list[str]:
@@ -244,6 +258,40 @@ def _untouched(store: Store, spec: TableSpec, size: int, seed: str, exclude: set
         if len(chosen) >= size:
             break
     return sorted(chosen)
+
+
+def _from_few_buckets(ids: list[str], size: int, seed: str, n_buckets: int) -> list[str]:
+    """A deterministic sample of ``size`` of ``ids`` from as few buckets as hold that many: those in
+    a bucket drawn by ``seed``, then in the next ones."""
+    if len(ids) <= size:
+        return sorted(ids)
+    first = int.from_bytes(hashlib.blake2b(seed.encode(), digest_size=8).digest(), "little") % n_buckets
+    by_bucket: dict[int, list[str]] = {}
+    for i in ids:
+        by_bucket.setdefault((bucket_of(i, n_buckets) - first) % n_buckets, []).append(i)
+    chosen: list[str] = []
+    for step in sorted(by_bucket):
+        chosen += sample(by_bucket[step], size - len(chosen), seed)
+        if len(chosen) >= size:
+            break
+    return sorted(chosen)
+
+
+def _forms_of_documents(store: Store, doc_ids: list[str], manifest: Manifest
+                        ) -> tuple[dict[str, pl.DataFrame], dict[str, pl.DataFrame]]:
+    """The stored forms and fact assertions of some documents, and those their stored extractions
+    give (index/documents.py: the per-document stage's own derivation)."""
+    forms, facts = forms_from_extractions(store.rows(EXTRACTIONS.name, "doc_id", doc_ids, manifest))
+    keys = store.rows(DOCUMENT_KEYS.name, "doc_id", doc_ids, manifest)
+    names = pl.concat([keys.filter(pl.col("kind") == "name").select(pl.col("key").alias("name"), "type"),
+                       forms.select(NAME_KEY)]).unique()
+    fact_ids = sorted(set(keys.filter(pl.col("kind") == "fact").get_column("key").to_list())
+                      | set(facts.get_column("fact_id").to_list()))
+    mine = pl.col("doc_id").is_in(pl.Series(doc_ids, dtype=pl.String).implode())
+    stored = {FORMS.name: _name_rows(store, FORMS, names, manifest).filter(mine).select(FORMS.columns),
+              FACT_SOURCES.name: store.rows(FACT_SOURCES.name, "fact_id", fact_ids, manifest).filter(mine)
+              .select(FACT_SOURCES.columns)}
+    return stored, {FORMS.name: forms.select(FORMS.columns), FACT_SOURCES.name: facts.select(FACT_SOURCES.columns)}
 
 
 def _closure(store: Store, start: pl.DataFrame, manifest: Manifest, threshold: float) -> tuple[pl.DataFrame,
@@ -322,6 +370,7 @@ def compare_changes(store: Store, settings: IndexSettings, run_id: str | None, *
     seed = f"commit-{changes.newest_commit or manifest.seq}"
     found = ChangeComparison(store_commit=manifest.seq, seed=seed)
     found.run_documents, found.unreadable_commits = changes.documents, changes.unreadable
+    found.live_run_documents = len(changes.live_documents)
     found.changed_names, found.changed_facts = changes.names.height, len(changes.facts)
 
     # The changed components: those the run's live names belong to (a name new to the store is one
@@ -360,6 +409,13 @@ def compare_changes(store: Store, settings: IndexSettings, run_id: str | None, *
     sources = store.rows(FACT_SOURCES.name, "fact_id", fact_ids, manifest)
     derived[FACTS.name] = fact_rows(sources).select(FACTS.columns)
     stored[FACTS.name] = store.rows(FACTS.name, "fact_id", fact_ids, manifest).select(FACTS.columns)
+
+    # The forms and fact assertions of some of the run's live documents, derived again from their extractions.
+    documents = _from_few_buckets(changes.live_documents, bounds.documents, seed, store.layout_buckets(manifest))
+    found.compared_documents = len(documents)
+    stored_forms, derived_forms = _forms_of_documents(store, documents, manifest)
+    stored.update(stored_forms)
+    derived.update(derived_forms)
 
     for table, (spec, id_columns) in COMPARED_TABLES.items():
         mine, fresh = stored[table], derived[table].cast(stored[table].schema)

@@ -61,6 +61,7 @@ def test_the_check_passes_after_an_ingest_and_after_a_deletion(changed_store):
         assert found.changed_components > 0 and found.compared_changed == found.changed_components
         assert found.changed_facts > 0 and found.compared_facts == found.changed_facts
         assert not found.sampled and found.untouched_compared > 0 and found.untouched_facts > 0
+        assert found.compared_documents == found.live_run_documents == (4 if run == "run-add" else 0), "one of run-add's five is deleted"
         assert found.rows["entities"] > 0 and found.store_digests == found.derived_digests
         assert found.summary().endswith("; passed")
     deletion = run_changes(store, "run-delete")
@@ -94,6 +95,17 @@ def test_a_dropped_synonym_edge_of_a_changed_component_fails(changed_store, tmp_
     assert found.differing["synonym_edges"] == sorted([edge["entity_a"], edge["entity_b"]])
 
 
+def test_a_form_missing_from_a_document_of_the_run_fails_naming_the_document(changed_store, tmp_path):
+    store = copy_of(changed_store, tmp_path)
+    doc = run_changes(store, "run-add").live_documents[0]
+    dropped = store.read("forms").filter(pl.col("doc_id") == doc).row(0, named=True)
+    tamper(store, "forms", lambda frame: frame.filter(
+        (pl.col("chunk_id") != dropped["chunk_id"]) | (pl.col("name") != dropped["name"])))
+    found = compare_changes(store, IndexSettings(), "run-add")
+    assert not found.passed and found.differing["forms"] == [doc] and found.compared_documents == 4
+    assert dropped["name"] not in found.summary()
+
+
 def test_a_corruption_the_run_did_not_make_is_found_when_the_sample_draws_it(changed_store, tmp_path):
     store = copy_of(changed_store, tmp_path)
     drawn = compare_changes(store, IndexSettings(), "run-add", bounds=ExactnessBounds(untouched=5))
@@ -111,13 +123,15 @@ def test_a_corruption_the_run_did_not_make_is_found_when_the_sample_draws_it(cha
 
 def test_a_run_that_changed_more_than_the_bound_compares_a_sample_and_says_so(changed_store):
     store = Store(str(changed_store))
-    bounds = ExactnessBounds(changed=3, changed_facts=4, untouched=2, untouched_facts=2)
+    bounds = ExactnessBounds(changed=3, changed_facts=4, documents=2, untouched=2, untouched_facts=2)
     found = compare_changes(store, IndexSettings(), "run-build", bounds=bounds)
     assert found.passed and found.sampled
     assert found.compared_changed == 3 < found.changed_components and found.compared_facts == 4 < found.changed_facts
     assert found.rows["facts"] <= 4 + 2 and found.names_compared < found.changed_names
+    assert found.compared_documents == 2 < found.live_run_documents == 39
     assert found.summary().startswith(f"compared 3 of {found.changed_components:,} changed components and 4 of "
-                                      f"{found.changed_facts:,} changed facts (sample), 2 untouched components")
+                                      f"{found.changed_facts:,} changed facts and the forms of 2 of 39 documents "
+                                      "(sample), 2 untouched components")
     assert compare_changes(store, IndexSettings(), "run-build", bounds=bounds).rows == found.rows
 
 
