@@ -26,6 +26,7 @@ checks those too.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -37,7 +38,7 @@ from lightfoot_pipeline.index.facts import fact_rows
 from lightfoot_pipeline.index.reconcile import name_statistics
 from lightfoot_pipeline.index.synonyms import synonym_edges
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.store.batches import DELETED, REPLACED
+from lightfoot_pipeline.store.batches import ADDED, DELETED, REPLACED
 from lightfoot_pipeline.store.digests import digest_frame
 from lightfoot_pipeline.store.log import Manifest, StoreError
 from lightfoot_pipeline.store.store import Store
@@ -159,8 +160,6 @@ class ChangeComparison:
 
 def _manifest_at(store: Store, seq: int) -> Manifest | None:
     """The committed state of store commit ``seq`` (None before the first)."""
-    import json
-
     rows = store.history().filter(pl.col("seq") == seq)
     if rows.height == 0:
         return None
@@ -195,12 +194,13 @@ def _ends(links: pl.DataFrame) -> pl.DataFrame:
 
 
 def run_changes(store: Store, run_id: str, manifest: Manifest | None = None) -> RunChanges:
-    """The names and facts a run's commits changed, read from its batch log rows: the keys its
-    documents carry now, and those its deleted or replaced documents carried in the commit before
+    """The names and facts a run's commits changed, read from its batch log rows of documents
+    added, replaced or deleted: the keys those documents carry now, and those its deleted or replaced documents carried in the commit before
     (with the names they were linked to then, whose components may have split)."""
     manifest = manifest or store.manifest()
     log = store.read(BATCH_DOCUMENTS.name, manifest, columns=["doc_id", "action", "seq", "run_id"])
-    rows = log.filter(pl.col("run_id") == run_id)
+    # Documents kept unchanged or given other readers change nothing a fresh build derives.
+    rows = log.filter((pl.col("run_id") == run_id) & pl.col("action").is_in([ADDED, REPLACED, DELETED]))
     keys = [store.rows(DOCUMENT_KEYS.name, "doc_id", rows.get_column("doc_id").unique().to_list(), manifest)]
     gone_names, unreadable = [], []
     removals = rows.filter(pl.col("action").is_in([DELETED, REPLACED]))
