@@ -28,6 +28,7 @@ from lightfoot_pipeline.operations.migration import rebuild
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.snapshot.format import SnapshotInfo
 from lightfoot_pipeline.snapshot.verdict import CheckVerdict, StagedCheck
+from lightfoot_pipeline.store.batches import ADDED, DELETED, REPLACED
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import BATCH_DOCUMENTS, DOCUMENTS, EXTRACTIONS, PASSAGES
@@ -249,9 +250,10 @@ def check_exactness(store: Store, settings: IndexSettings, embedder: Callable[[]
 
 
 def latest_run(store: Store) -> str | None:
-    """The run of the newest document change in the store's batch log (None before the first): what
-    a command-line check compares the changes of."""
-    log = store.read(BATCH_DOCUMENTS.name, columns=["seq", "run_id"])
+    """The run of the newest document added, replaced or deleted in the store's batch log (None
+    before the first): what a command-line check compares the changes of."""
+    log = store.read(BATCH_DOCUMENTS.name, columns=["seq", "run_id", "action"])
+    log = log.filter(pl.col("action").is_in([ADDED, REPLACED, DELETED]))
     return None if log.height == 0 else log.sort("seq").get_column("run_id")[-1]
 
 
