@@ -23,8 +23,8 @@ Both use the same settings: no store fingerprint in the materializations (the co
 computes none), the same embedder, replayed extractions. The run's ``matches_fresh_rebuild``
 check rebuilds the whole store, work the command line does not do: ``--rebuild-check off``
 (default) disables it in the run config (``enabled: false``; the check then warns that it did
-not compare), ``on`` leaves it as shipped (it compares while the store holds at most
-``ingestion_limit`` documents), ``both`` measures off and then, on another copy of the state the
+not compare), ``on`` leaves it as shipped (it rebuilds the whole store while it holds at most
+``full_limit`` documents, and compares the run's changed components above), ``both`` measures off and then, on another copy of the state the
 tick left, on (``dagster_check_s``).
 
 ``events_per_run`` counts the run's event log records (``instance.get_records_for_run``), by

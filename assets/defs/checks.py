@@ -3,8 +3,9 @@ serving snapshot from being exported.
 
 - every passage of a batch's documents is accounted for: extracted, or failed with its reason;
 - no reference dangles: nothing points at a deleted document, passage, name or entity;
-- the store equals a fresh rebuild of its live documents (after every ingestion and deletion;
-  configurable, since it costs a rebuild).
+- the store equals a fresh build of its live documents (after every ingestion and deletion): the
+  whole store against a rebuild while that is cheap, above that the components and facts the run
+  changed, derived again, and a sample of the rest, within a stated bound.
 
 The permission check of the serving snapshot (``views_match_fresh_stores``) is the asset's own: it
 runs on the staged snapshot before publishing it (serving.py).
@@ -34,12 +35,15 @@ from assets.keys import (
     SYNONYM_EDGES,
 )
 from assets.partitions import PARTITION_TAG
-from assets.provenance import report_metadata
+from assets.provenance import metadata_value, report_metadata
 from assets.resources import EmbedderResource, StoreResource
 from lightfoot_pipeline.operations.batches import batch_doc_ids
 from lightfoot_pipeline.operations.checks import (
+    EXACTNESS_MODES,
+    FULL_REBUILD_LIMIT,
+    ExactnessBounds,
     account_for_passages,
-    compare_with_rebuild,
+    check_exactness,
     dangling_references,
     live_documents,
     rebuild_skip_reason,
@@ -95,22 +99,29 @@ def no_dangling_references(store: StoreResource) -> dg.AssetCheckResult:
     )
 
 
-# What the ingestion job compares by default: a rebuild costs a full build, which is seconds at this
-# size (docs/deployment.md, "What each stage costs"); the deletion job always compares.
-INGESTION_REBUILD_LIMIT = 20_000
-
-
 class RebuildCheckConfig(dg.Config):
-    enabled: bool = Field(default=True, description="Rebuild and compare (off: the check warns that it did not).")
+    enabled: bool = Field(default=True, description="Check the store against a fresh build (off: the check warns "
+                          "that it did not).")
+    mode: str = Field(default="auto", description="'auto': the whole store against a rebuild up to full_limit live "
+                      "documents, the changed components above; 'full': always the whole store (costs a build); "
+                      "'changed': always the components and facts the run changed, and a sample of the rest.")
+    full_limit: int | None = Field(
+        default=FULL_REBUILD_LIMIT, description="In mode 'auto', rebuild the whole store while it holds at most "
+        "this many live documents; none: always.",
+    )
+    changed_bound: int = Field(default=ExactnessBounds.changed, description="Changed components compared at most; "
+                               "a run that changed more compares a deterministic sample of this many (and as many "
+                               "times 2.5 facts).")
+    untouched_sample: int = Field(default=ExactnessBounds.untouched, description="Components the run did not "
+                                  "change compared too, a deterministic sample (twice as many facts).")
     reuse_vector_cache: bool = Field(
-        default=True, description="Seed the rebuild's name-vector cache from the store's (vectors depend on "
-        "model and name only); off: embed every name again.",
+        default=True, description="Seed a whole-store rebuild's name-vector cache from the store's (vectors depend "
+        "on model and name only); off: embed every name again.",
     )
-    ingestion_limit: int | None = Field(
-        default=INGESTION_REBUILD_LIMIT, description="In the ingestion job, compare only while the store holds at "
-        "most this many live documents (larger: the check warns that it did not compare, and says why); none: "
-        "always compare. The deletion job always compares.",
-    )
+
+    def bounds(self) -> ExactnessBounds:
+        return ExactnessBounds(changed=self.changed_bound, changed_facts=self.changed_bound * 5 // 2,
+                               untouched=self.untouched_sample, untouched_facts=2 * self.untouched_sample)
 
 
 # The jobs whose runs commit to the store in several steps, the graph step last.
@@ -154,7 +165,8 @@ def documents_of(instance: dg.DagsterInstance, store: Store, run_ids: list[str])
     return documents
 
 
-# The tables whose digests each graph asset's check compares.
+# The tables whose digests each graph asset's check compares (the changed-components way compares
+# aliases, entities, mentions, synonym edges and facts; name vectors and links are compared whole only).
 REBUILD_TABLES: dict[dg.AssetKey, list[str]] = {
     NAME_VECTORS: ["name_vectors"],
     NAME_LINKS: ["name_links"],
@@ -169,7 +181,8 @@ REBUILD_TABLES: dict[dg.AssetKey, list[str]] = {
         dg.AssetCheckSpec(
             REBUILD_CHECK, asset=key, blocking=True,
             description="The table equals the same table of a fresh index built from the store's live documents "
-            "and extractions (no model call).",
+            "and extractions (no model call): the whole table while a rebuild is cheap, the rows of the "
+            "components and facts the run changed (and a sample of the rest) above.",
         )
         for key in GRAPH_ASSETS
     ],
@@ -178,8 +191,12 @@ REBUILD_TABLES: dict[dg.AssetKey, list[str]] = {
 def matches_fresh_rebuild(
     context: dg.AssetCheckExecutionContext, config: RebuildCheckConfig, store: StoreResource, embedder: EmbedderResource
 ):
-    """After deletions the store must equal a fresh index of the survivors: rebuild one in a scratch
-    store from the live documents and their stored extractions, and compare fingerprints."""
+    """The store must equal a fresh index of its live documents (operations/checks.py:
+    ``check_exactness``): up to ``full_limit`` live documents a rebuild in a scratch store compared
+    by fingerprints; above it the components and facts this run changed derived again and
+    compared row for row, with a sample of the rest (operations/exactness.py)."""
+    if config.mode not in EXACTNESS_MODES:
+        raise dg.Failure(f"mode {config.mode!r}: expected one of {', '.join(EXACTNESS_MODES)}")
     source = store.open()
     enabled = config.enabled and store.compare_with_rebuild
     # A disabled comparison asks the instance nothing.
@@ -187,34 +204,31 @@ def matches_fresh_rebuild(
     seq = source.manifest().seq
     if enabled:  # and any that began since
         mid_way = sorted(set(mid_way) | set(runs_mid_way(context.instance, context.run.run_id)))
-    live = live_documents(source)
-    limit = config.ingestion_limit if context.run.job_name == INGESTION_JOB else None
-    skipped = rebuild_skip_reason(configured=config.enabled, enabled=store.compare_with_rebuild, live=live,
-                                  limit=limit, mid_way=mid_way)
+    skipped = rebuild_skip_reason(configured=config.enabled, enabled=store.compare_with_rebuild, mid_way=mid_way)
     if skipped:
         for key in GRAPH_ASSETS:
             yield dg.AssetCheckResult(
                 asset_key=key, check_name=REBUILD_CHECK, passed=False, severity=dg.AssetCheckSeverity.WARN,
                 description=f"not compared: {skipped}",
-                metadata={"live_documents": dg.MetadataValue.int(live), "store_commit": dg.MetadataValue.int(seq)},
+                metadata={"live_documents": dg.MetadataValue.int(live_documents(source)),
+                          "store_commit": dg.MetadataValue.int(seq)},
             )
         return
-    found = compare_with_rebuild(source, embedder.get(), store.settings(),
-                                 reuse_vector_cache=config.reuse_vector_cache)
+    found = check_exactness(source, store.settings(), embedder.get, run_id=context.run.run_id, mode=config.mode,
+                            full_limit=config.full_limit, bounds=config.bounds(),
+                            reuse_vector_cache=config.reuse_vector_cache)
     differing = found.differing
-    context.log.info(f"fresh rebuild in {found.seconds:.1f}s; fingerprints equal: "
-                     f"{found.store_fingerprint == found.rebuild_fingerprint}")
-    common = {
-        "store_fingerprint": dg.MetadataValue.text(found.store_fingerprint),
-        "rebuild_fingerprint": dg.MetadataValue.text(found.rebuild_fingerprint),
-        "store_commit": dg.MetadataValue.int(found.store_commit),
-        "differing_tables": dg.MetadataValue.json(differing),
-        "rebuild_seconds": dg.MetadataValue.float(round(found.seconds, 3)),
-    }
+    context.log.info(f"exactness check ({found.mode}) in {found.seconds:.1f}s: {found.describe()}")
+    common = {name: metadata_value(value) for name, value in found.metadata().items()}
     for key, tables in REBUILD_TABLES.items():
-        wrong = [t for t in tables if t in differing]
+        compared = [t for t in tables if t in found.compared_tables]
+        wrong = [t for t in compared if t in differing]
+        description = None if not wrong else f"differs from a fresh build in {', '.join(wrong)}: {found.describe()}"
+        if not compared:
+            description = f"{', '.join(tables)} compared by the whole-store check only ({found.mode} this run)"
+        rows = found.full.rows if found.full is not None else found.changes.rows if found.changes else {}
         yield dg.AssetCheckResult(
-            asset_key=key, check_name=REBUILD_CHECK, passed=not wrong,
-            description=None if not wrong else f"differs from a fresh rebuild in {', '.join(wrong)}",
-            metadata={**common, "rows": dg.MetadataValue.json({t: found.rows[t] for t in tables if t in found.rows})},
+            asset_key=key, check_name=REBUILD_CHECK, passed=not wrong, description=description,
+            metadata={**common, "rows": dg.MetadataValue.json({t: rows[t] for t in compared if t in rows})},
         )
+

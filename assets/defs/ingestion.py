@@ -14,7 +14,6 @@ import dagster as dg
 
 from assets.batches import dagster_batch
 from assets.code_versions import code_version
-from assets.defs.checks import INGESTION_REBUILD_LIMIT
 from assets.keys import BATCH_GROUP, GRAPH_GROUP, INGESTION_JOB, OWNERS, SERVING_GROUP, SOURCE_FILES, TRIGGER_TAG
 from assets.partitions import BATCHES, LEGACY_HINT, PER_BATCH, legacy_layout, receipt_batch, receipt_of
 from assets.provenance import batch_metadata, store_metadata, table_metadata
@@ -30,6 +29,7 @@ from lightfoot_pipeline.operations.batches import (
     store_batch_documents,
     triage_drops,
 )
+from lightfoot_pipeline.operations.checks import FULL_REBUILD_LIMIT
 from lightfoot_pipeline.store.store import Store
 
 
@@ -82,8 +82,8 @@ ingestion_job = dg.define_asset_job(
     ),
     partitions_def=BATCHES,
     description="Ingest one batch (a drop), then bring the graph and the serving snapshot up to date; "
-    "every blocking check runs before the export (the comparison with a fresh rebuild while the store holds at "
-    f"most {INGESTION_REBUILD_LIMIT:,} documents: the check's ingestion_limit).",
+    "every blocking check runs before the export (the comparison with a fresh build: of the whole store while it "
+    f"holds at most {FULL_REBUILD_LIMIT:,} documents, the check's full_limit, of the run's changes above).",
     executor_def=dg.in_process_executor,
 )
 

@@ -419,9 +419,12 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--no-permission-check", action="store_true",
                    help="publish without auditing the staged snapshot's reader views (its verdict records the "
                         "check as turned off)")
-    p.add_argument("--check-rebuild", action="store_true",
-                   help="also compare the store with a fresh rebuild of its live documents before publishing "
-                        "(no model call; costs a build)")
+    p.add_argument("--check-rebuild", nargs="?", const="full", default=None, choices=["full", "changed", "auto"],
+                   help="also check the store against a fresh build before publishing (no model call): 'full' "
+                        "(the default) rebuilds every live document and compares the fingerprints (costs a "
+                        "build); 'changed' derives again the components and facts the newest run changed, and a "
+                        "sample of the rest, and compares them row for row (costs the change); 'auto': full up "
+                        "to 20,000 live documents, changed above")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_snapshot)
 

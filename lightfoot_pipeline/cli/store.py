@@ -226,12 +226,13 @@ def _print_erase(erase: dict) -> None:
           f"{sum(erase['files_vacuumed'].values())} files vacuumed")
 
 
-def publishing_checks(embedder, *, permissions: bool = True, rebuild: bool = False) -> list:
+def publishing_checks(embedder, *, permissions: bool = True, rebuild: str | None = None) -> list:
     """The checks every command-line export runs on its staged snapshot before publishing it
     (``snapshot``, and the replacement export of ``delete --erase``, ``vacuum`` and ``demo``): the
     permission audit of its reader views (passes at once when every document is public), unless
-    turned off, when its verdict records it as skipped; and with ``rebuild``, the comparison of the
-    store with a fresh rebuild. ``embedder()`` gives the model, loaded only when a check runs."""
+    turned off, when its verdict records it as skipped; and with ``rebuild`` (``full``, ``changed``
+    or ``auto``: operations/checks.py's modes), the exactness check of the store against a fresh
+    build. ``embedder()`` gives the model, loaded only when a check needs it."""
     from lightfoot_pipeline.evaluation.permission_audit import PERMISSION_CHECK, permission_check
     from lightfoot_pipeline.operations.checks import rebuild_check
     from lightfoot_pipeline.settings import IndexSettings
@@ -243,7 +244,7 @@ def publishing_checks(embedder, *, permissions: bool = True, rebuild: bool = Fal
 
     checks = [permission_check(embedder, IndexSettings()) if permissions else skipped]
     if rebuild:
-        checks.append(rebuild_check(embedder(), IndexSettings()))
+        checks.append(rebuild_check(embedder, IndexSettings(), mode=rebuild))
     return checks
 
 

@@ -280,16 +280,22 @@ def record_extractions(tx: Transaction, outcomes: Sequence[ExtractionOutcome]) -
 def derive_forms(tx: Transaction, doc_ids: Iterable[str]) -> tuple[int, int]:
     """Stage forms and fact assertions of the documents from their stored extractions."""
     ids = sorted(set(doc_ids))
-    extractions = tx.rows(EXTRACTIONS.name, "doc_id", ids).filter(pl.col("status") == OK)
+    forms, facts = forms_from_extractions(tx.rows(EXTRACTIONS.name, "doc_id", ids))
+    _replace_rows(tx, FORMS, ids, forms)
+    _replace_rows(tx, FACT_SOURCES, ids, facts)
+    return forms.height, facts.height
+
+
+def forms_from_extractions(extractions: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The forms and fact assertions of extraction rows (chunk_id, doc_id, status, record): of the
+    successful ones, each passage's by :func:`forms_of`."""
     form_rows: list[dict] = []
     fact_rows: list[dict] = []
-    for row in extractions.select("chunk_id", "doc_id", "record").iter_rows(named=True):
+    for row in extractions.filter(pl.col("status") == OK).select("chunk_id", "doc_id", "record").iter_rows(named=True):
         forms, facts = forms_of(row["chunk_id"], row["doc_id"], record_from_json(row["record"]))
         form_rows.extend(forms)
         fact_rows.extend(facts)
-    _replace_rows(tx, FORMS, ids, forms_frame(form_rows))
-    _replace_rows(tx, FACT_SOURCES, ids, fact_sources_frame(fact_rows))
-    return len(form_rows), len(fact_rows)
+    return forms_frame(form_rows), fact_sources_frame(fact_rows)
 
 
 @dataclass

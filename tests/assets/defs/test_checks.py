@@ -138,17 +138,19 @@ def test_a_passage_with_no_extraction_is_not_accounted_for(ingested):
     assert missing["chunk_id"] not in result.description
 
 
-def test_the_ingestion_job_compares_with_a_rebuild_up_to_its_limit(lightfoot_checked, twenty, sample_records):
+def test_the_jobs_rebuild_the_whole_store_up_to_the_limit_and_compare_the_runs_changes_above(
+        lightfoot_checked, twenty, sample_records):
     lightfoot = lightfoot_checked
     lightfoot.drop_documents("small", twenty[:3], sample_records)
     (request,) = lightfoot.tick("inbox_sensor").run_requests
     result = lightfoot.run(request)
     assert result.success
     checks = evaluations(result)
-    assert checks[("facts", "matches_fresh_rebuild")].passed, "3 documents are under the ingestion job's limit"
+    facts = checks[("facts", "matches_fresh_rebuild")]
+    assert facts.passed and facts.metadata["mode"].value == "full", "3 documents are under the limit"
     lightfoot.drop_documents("more", twenty[3:5], sample_records)
     (request,) = lightfoot.tick("inbox_sensor").run_requests
-    limited = {"ops": {"matches_fresh_rebuild": {"config": {"ingestion_limit": 4}}}}
+    limited = {"ops": {"matches_fresh_rebuild": {"config": {"full_limit": 4}}}}
     result = lightfoot.run(request, run_config=limited)
     assert result.success
     # The passages check of an ingestion run accounts for its batch's documents, not the store's.
@@ -156,13 +158,17 @@ def test_the_ingestion_job_compares_with_a_rebuild_up_to_its_limit(lightfoot_che
     assert accounted.passed and accounted.metadata["batch"].value == request.partition_key
     mine = lightfoot.store().read("passages").filter(pl.col("doc_id").is_in([d.doc_id for d in twenty[3:5]]))
     assert 0 < accounted.metadata["passages"].value == mine.height < lightfoot.store().read("passages").height
-    check = evaluations(result)[("facts", "matches_fresh_rebuild")]
-    assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
-    assert "5 live documents, more than the ingestion job's limit of 4" in check.description
-    assert "serving_snapshot" in materialized(result), "a warning blocks nothing"
+    checks = evaluations(result)
+    facts = checks[("facts", "matches_fresh_rebuild")]
+    assert facts.passed and facts.metadata["mode"].value == "changed", "5 documents: the run's changes"
+    assert facts.metadata["run_documents"].value == 2 and facts.metadata["changed_components"].value > 0
+    assert facts.metadata["compared_changed_components"].value == facts.metadata["changed_components"].value
+    assert "compared by the whole-store check only" in checks[("name_links", "matches_fresh_rebuild")].description
     result = deletion_run(lightfoot, run_config=limited)
-    assert result.success and evaluations(result)[("facts", "matches_fresh_rebuild")].passed, \
-        "the deletion job always compares"
+    facts = evaluations(result)[("facts", "matches_fresh_rebuild")]
+    assert result.success and facts.passed and facts.metadata["mode"].value == "changed"
+    assert facts.metadata["run_documents"].value == 0 and facts.metadata["untouched_components"].value > 0, \
+        "a deletion run that deleted nothing compares the sample of the rest"
 
 
 def test_the_rebuild_comparison_waits_for_no_other_run_to_be_mid_way(ingested, twenty, sample_records):

@@ -252,3 +252,23 @@ def test_eval_as_a_principal_runs_every_mode_on_its_view_and_records_it(restrict
                  "--store", restricted, "--reranker", "none"]) == 0
     capsys.readouterr()
     assert json.loads(out.read_text())["run"]["principal"]["principal"] == "operator"
+
+
+@pytest.mark.slow
+def test_snapshot_checks_the_newest_runs_changes_or_the_whole_store_as_asked(built, capsys, no_endpoint):
+    def rebuild_check(*options: str) -> dict:
+        assert main(["snapshot", "--store", built, "--json", "--no-permission-check", *options]) == 0
+        result = json.loads(capsys.readouterr().out)
+        (check,) = [c for c in result["checks"] if c["name"] == "matches_fresh_rebuild"]
+        assert result["published"] and check["passed"], check
+        return check["metadata"]
+
+    assert main(["delete", "q-riga", "--store", built]) == 0
+    capsys.readouterr()
+    changed = rebuild_check("--check-rebuild", "changed")
+    assert changed["mode"] == "changed" and changed["run_documents"] == 1 and changed["changed_components"] > 0
+    assert changed["compared_changed_components"] == changed["changed_components"]
+    assert main(["delete", "q-orbital", "--store", built]) == 0
+    capsys.readouterr()
+    whole = rebuild_check("--check-rebuild")  # the whole store, as before
+    assert whole["mode"] == "full" and whole["store_fingerprint"] == whole["rebuild_fingerprint"]
