@@ -224,11 +224,15 @@ def matches_fresh_rebuild(
         compared = [t for t in tables if t in found.compared_tables]
         wrong = [t for t in compared if t in differing]
         description = None if not wrong else f"differs from a fresh build in {', '.join(wrong)}: {found.describe()}"
-        if not compared:
-            description = f"{', '.join(tables)} compared by the whole-store check only ({found.mode} this run)"
         rows = found.full.rows if found.full is not None else found.changes.rows if found.changes else {}
-        yield dg.AssetCheckResult(
-            asset_key=key, check_name=REBUILD_CHECK, passed=not wrong, description=description,
-            metadata={**common, "rows": dg.MetadataValue.json({t: rows[t] for t in compared if t in rows})},
-        )
+        metadata = {**common, "rows": dg.MetadataValue.json({t: rows[t] for t in compared if t in rows})}
+        if not compared:  # a check that compared nothing does not pass: it warns, and says what would compare it
+            yield dg.AssetCheckResult(
+                asset_key=key, check_name=REBUILD_CHECK, passed=False, severity=dg.AssetCheckSeverity.WARN,
+                description=f"not compared: {', '.join(tables)} are compared by the whole-store check only (mode "
+                "full, or auto up to full_limit live documents), and this run's was by its changes",
+                metadata=metadata)
+            continue
+        yield dg.AssetCheckResult(asset_key=key, check_name=REBUILD_CHECK, passed=not wrong, description=description,
+                                  metadata=metadata)
 
