@@ -34,7 +34,7 @@ import numpy as np
 
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.models.embedder import Embedder
-from lightfoot_pipeline.retrieval.graph import DAMPING, TOLERANCE, walk_graph
+from lightfoot_pipeline.retrieval.graph import DAMPING, TOLERANCE, PageRankResult, walk_graph
 from lightfoot_pipeline.retrieval.localwalk import EPSILON
 from lightfoot_pipeline.retrieval.rerank import RRF_K, Reranker, RerankerStatus, reciprocal_rank_fusion
 from lightfoot_pipeline.retrieval.seeding import HalfScorer, InvertedFileScorer
@@ -217,8 +217,8 @@ class Retriever:
         _ = (snap.entity_passage_counts, snap.fact_subjects, snap.fact_objects, snap.evidence_ranges,
              snap.passage_texts)  # cached properties, computed here once
         if self.settings.walk == "local" and snap.n_nodes:
-            # prepared, and its loop compiled (a walk that settles almost at once)
-            self.graph.local_pagerank(np.ones(snap.n_nodes), self.settings.damping, 1.0)
+            # prepared, and its loops compiled (one round of a walk that settles almost at once)
+            self.graph.local.ranked(np.zeros(1, dtype=np.int64), np.ones(1), self.settings.damping, 1.0, 1, 0)
         self.question_vector("warm-up question")
 
     # -- the parts -----------------------------------------------------------------------------
@@ -266,6 +266,16 @@ class Retriever:
             seeds[snap.n_entities + top] = scaled * s.passage_seed_weight
         return seeds
 
+    def walk(self, seeds: np.ndarray) -> PageRankResult:
+        """The walk from seed weights (N,) that ranks the candidates: with ``walk="local"``, the
+        local walk proven to rank the ``candidates`` first passages as the exact walk does (the
+        exact walk where the proof would cost more, graph.py); with ``walk="exact"``, the exact walk."""
+        s = self.settings
+        if s.walk == "local":
+            return self.graph.ranked_pagerank(seeds, s.candidates, damping=s.damping, epsilon=s.epsilon,
+                                              tolerance=s.tolerance)
+        return self.graph.personalized_pagerank(seeds, damping=s.damping, tolerance=s.tolerance)
+
     # -- the whole ----------------------------------------------------------------------------
 
     def retrieve(self, question: str, *, top_k: int | None = None, rerank: bool = True,
@@ -290,19 +300,21 @@ class Retriever:
         lap("seed")
         pagerank: dict = {"walk": s.walk, "iterations": 0, "delta": None, "converged": None, "damping": s.damping,
                           "tolerance": s.tolerance, "epsilon": s.epsilon}
+        candidates = None
         if seeds.sum() > 0:
-            if s.walk == "local":
-                result = self.graph.local_pagerank(seeds, damping=s.damping, epsilon=s.epsilon)
-            else:
-                result = self.graph.personalized_pagerank(seeds, damping=s.damping, tolerance=s.tolerance)
+            result = self.walk(seeds)
             passage_scores = self.graph.passage_scores(result.scores)  # (#passages,)
             pagerank.update(iterations=result.iterations, delta=result.delta, converged=result.converged,
                             edge_visits=result.edge_visits)
+            if result.proof is not None:
+                pagerank["proof"] = result.proof
+            candidates = result.top
             order = "pagerank"
         else:
             passage_scores = dense  # nothing to personalise the walk with (e.g. an empty index)
             order = "dense"
-        candidates = top_indices(passage_scores, s.candidates)
+        if candidates is None:
+            candidates = top_indices(passage_scores, s.candidates)
         lap("pagerank")
 
         hits = [self._hit(int(i), rank, float(passage_scores[i]), float(dense[i]))
