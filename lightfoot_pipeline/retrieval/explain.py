@@ -40,7 +40,7 @@ def explain_query(retriever: Retriever, question: str, *, top_k: int = 10, reran
     if seed_total > 0:
         # the walk the retriever ranks with: the local walk's scores keep the balance of the shares
         # below within its residual bound
-        scores = retriever.walk(seeds).scores  # (N,)
+        scores = retriever.walk(seeds, rerank=rerank and retriever.reranker is not None).scores  # (N,)
     seed_facts = []
     seed_entities: dict[int, float] = {}
     for hit in facts:

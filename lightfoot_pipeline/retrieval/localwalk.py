@@ -15,14 +15,23 @@ lower bound and the shortfall of node ``v`` is ``Σ_u r[u] · y_u[v]``. The grap
 the walk is reversible: ``degree(u) · y_u[v] = degree(v) · y_v[u]``, and as ``y_v`` sums to at most
 1 the shortfall is at most ``degree(v) · ρ`` with ``ρ = max_u r[u] / degree(u)`` (at most
 ``epsilon`` once the push has settled), and at most ``R = Σ_u r[u]`` since no ``y_u[v]`` exceeds 1.
-Each node's exact score thus lies in ``[p[v], p[v] + min(R, degree(v) · ρ)]``.
+The shortfall ``e`` is itself the walk from the residuals, ``e = (1 - damping) · r + damping · e P``,
+so two steps of it are known exactly: with ``P[w, v] = A[w, v] / degree(w)``,
+
+    near[v] = (1 - damping) · r[v] + damping · (1 - damping) · Σ_w P[w, v] · r[w]
+
+and the rest, ``damping²`` times the shortfall of v's neighbours' neighbours, is at most
+``damping² · degree(v) · ρ``. Each node's exact score thus lies in
+``[p[v] + near[v], p[v] + min(R, near[v] + damping² · degree(v) · ρ)]`` (scaled as below).
 
 **Proving the ranking.** Retrieval ranks passages by score, best first, ties to the lower index.
 The first ``k`` passages by ``p`` are the exact walk's first ``k`` in the same order when each one's
 lower bound is above the upper bound of every passage ranked after it, those beyond the ``k`` and
-those the push never reached included (:func:`separated`). Until that holds, ``epsilon`` is halved
-and the push resumes; :meth:`LocalWalk.ranked` stops at a cap on the edges walked, and the caller
-then runs the exact walk instead (graph.py).
+those the push never reached included (:func:`separated`; a passage never reached holds no
+residual, so its bound is ``damping · degree(v) · ρ``). Until that holds, ``epsilon`` is halved
+and the push resumes; :meth:`LocalWalk.ranked` stops before a round would pass a cap on the edges
+walked (a round at half the epsilon walks about as many as all before it), and the caller then runs
+the exact walk instead (graph.py).
 
 Walkers on an edgeless node jump back to the seeds in the exact walk; that scales every score by
 the same factor, so here their mass is set aside and the scores are divided by what stays in the
@@ -133,6 +142,20 @@ def _residual(r, inverse_degree, touched, n_touched):
     return total, ratio
 
 
+@njit(cache=True, nogil=True)
+def _near(indptr, indices, weights, inverse_degree, r, nodes, damping):
+    """(k,) the shortfall of each of the nodes that two steps from the residuals settle (see above)."""
+    out = np.empty(nodes.shape[0])
+    for i in range(nodes.shape[0]):
+        v = nodes[i]
+        inflow = 0.0
+        for k in range(indptr[v], indptr[v + 1]):  # A is symmetric: v's row holds A[w, v]
+            w = indices[k]
+            inflow += weights[k] * inverse_degree[w] * r[w]
+        out[i] = (1.0 - damping) * r[v] + damping * (1.0 - damping) * inflow
+    return out
+
+
 def separated(lower: np.ndarray, upper: np.ndarray, rest_upper: float) -> bool:
     """Whether items ranked by their lower bounds (k,), best first, are in the exact order: each
     lower bound above the upper bound of every later item (upper (k,)) and of everything unranked
@@ -195,21 +218,24 @@ class _Push:
         if ranked.size < count and untouched > 0:
             return None  # some of the first count would be nodes the push never reached
         total, ratio = _residual(self.r, w.inverse_degree, self.touched, self.n_touched)
-        lower = self.p[ranked]  # (T,)
-        upper = lower + np.minimum(total, w.degree[ranked] * ratio)  # (T,)
+        settled = self.p[ranked]  # (T,) what the scores rank by
+        near = _near(w.indptr, w.indices, w.weights, w.inverse_degree, self.r, ranked, self.damping)  # (T,)
+        far = self.damping**2 * ratio * w.degree[ranked]  # (T,)
+        lower = settled + near  # (T,)
+        upper = settled + np.minimum(total, near + far)  # (T,)
         k = min(count, ranked.size)
         if k < ranked.size:
-            part = np.argpartition(-lower, k - 1)[:k]
-            cut = lower[part].min()  # a tie at the cut could leave out a lower index: take every tie
-            part = np.flatnonzero(lower >= cut)
+            part = np.argpartition(-settled, k - 1)[:k]
+            cut = settled[part].min()  # a tie at the cut could leave out a lower index: take every tie
+            part = np.flatnonzero(settled >= cut)
         else:
             part = np.arange(ranked.size)
-        part = part[np.lexsort((ranked[part], -lower[part]))]  # best first, ties to the lower index
+        part = part[np.lexsort((ranked[part], -settled[part]))]  # best first, ties to the lower index
         top, rest = part[:k], np.ones(ranked.size, dtype=bool)
         rest[top] = False
         rest_upper = float(upper[rest].max()) if rest.any() else -np.inf
-        if untouched > 0:
-            rest_upper = max(rest_upper, min(total, w.max_ranked_degree * ratio))
+        if untouched > 0:  # no residual of its own, and its neighbours' at most ρ per unit of degree
+            rest_upper = max(rest_upper, min(total, self.damping * w.max_ranked_degree * ratio))
         return ranked[top] if separated(lower[top], upper[top], rest_upper) else None
 
     def scores(self) -> np.ndarray:
@@ -247,7 +273,8 @@ class LocalWalk:
     def ranked(self, seed_nodes: np.ndarray, seed_mass: np.ndarray, damping: float, epsilon: float, count: int,
                max_visits: int) -> Ranking:
         """Push from ``epsilon`` on, halving it until the first ``count`` ranked nodes are proven in
-        the exact walk's order, or until the edges walked reach ``max_visits`` (then ``top`` is None)."""
+        the exact walk's order, or until the next round would take the edges walked past
+        ``max_visits`` (then ``top`` is None)."""
         _check(epsilon)
         if count < 1:
             raise ValueError(f"count must be at least 1, got {count}")
@@ -257,7 +284,8 @@ class LocalWalk:
             push.run(epsilon)
             rounds += 1
             top = push.proven_top(count)
-            if top is not None or push.visits >= max_visits or rounds > MAX_HALVINGS or not push.converged:
+            # a round at half the epsilon walks about as many edges as every round before it
+            if top is not None or 2 * push.visits > max_visits or rounds > MAX_HALVINGS or not push.converged:
                 break
             epsilon /= 2.0
         return Ranking(scores=push.scores(), top=top, epsilon=epsilon, rounds=rounds, pushes=push.pushes,

@@ -84,7 +84,7 @@ def near_tie_graph() -> tuple[sp.csr_matrix, np.ndarray, int]:
     default threshold (epsilon times its degree, 1), so none is ever pushed. A clique of entities
     takes the rest of the seed mass, and a large component the seeds never reach makes the graph's
     size, as a corpus would."""
-    leaves, clique, far = 1000, 20, 3000
+    leaves, clique, far = 1000, 20, 8000
     n_entities = 1 + leaves + clique + far
     a, b = n_entities, n_entities + 1  # the two passages
     pairs = [(a, 0)] + [(b, 1 + i) for i in range(leaves)]
