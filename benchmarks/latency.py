@@ -33,6 +33,9 @@
   push at the first epsilon, and whether the exact walk's top 30 at its tolerance are those of a
   walk run to 1e-11. Each timed section also gives ``proof``: the shares of queries the local walk
   proved at the first epsilon, proved after pushing on, and left to the exact walk.
+- **walk_cost** (in musique_scale and scale_100k): the walk alone, the plain push at the first
+  epsilon (the walk before its proof) and the proven walk, timed question by question in one loop
+  so that both see the same load; at 100k also how many proven top 10s equal the exact walk's.
 - **recall_parity**: on the sample's 50 dev questions with MiniLM, recall@2/5/10 of the exact walk
   with exact seeding beside the local walk, indexed seeding (a fact index built in memory: the
   sample is below the size that gets one on export) and both, with each one's mean top-10 overlap
@@ -147,6 +150,41 @@ def proof_shares(proofs: list[dict | None]) -> dict:
                       "ranks": proofs[0]["ranks"]}}
 
 
+def walk_cost(retriever: Retriever, questions: list[str], compare: bool = True) -> dict:
+    """The walk alone, question by question in one loop so that both see the same load: the local
+    walk's plain push at the first epsilon (the walk before its proof) beside the proven walk that
+    retrieval runs; with ``compare``, how many proven top 10s equal the exact walk's."""
+    from lightfoot_pipeline.retrieval.retrieve import top_indices
+
+    graph, plain_ms, proven_ms, equal, proofs = retriever.graph, [], [], 0, []
+    for question in questions:
+        vector = retriever.question_vector(question)
+        seeds = retriever.seeds(retriever.dense_scores(vector),
+                                retriever.similar_facts(vector, retriever.settings.top_facts))
+        if not seeds.sum() > 0:
+            continue
+        started = time.perf_counter()
+        graph.local_pagerank(seeds)
+        plain_ms.append((time.perf_counter() - started) * 1000.0)
+        started = time.perf_counter()
+        proven = retriever.walk(seeds)
+        proven_ms.append((time.perf_counter() - started) * 1000.0)
+        proofs.append(proven.proof)
+        if compare:
+            exact = graph.personalized_pagerank(seeds, tolerance=retriever.settings.tolerance)
+            equal += list(top_indices(graph.passage_scores(proven.scores), 10)) == list(
+                top_indices(graph.passage_scores(exact.scores), 10))
+    figures = {"questions": len(plain_ms),
+               "plain_push_ms": {"p50": round(float(np.percentile(plain_ms, 50)), 2),
+                                 "p95": round(float(np.percentile(plain_ms, 95)), 2)},
+               "proven_walk_ms": {"p50": round(float(np.percentile(proven_ms, 50)), 2),
+                                  "p95": round(float(np.percentile(proven_ms, 95)), 2)},
+               **proof_shares(proofs), "load_average_1m": round(os.getloadavg()[0], 2)}
+    if compare:
+        figures["top10_equal_to_exact_walk"] = equal
+    return figures
+
+
 def walk_equality(snapshot, embedder, questions: list[str]) -> dict:
     """How many questions get the exact walk's top 10 (and 30) passages, in its order, from the
     default retrieval (the local walk, proven), beside the local walk's plain push at the first
@@ -245,6 +283,7 @@ def musique_scale(store: Store, n_queries: int, seed: int = 0) -> dict:
     figures = measure(retriever, questions, n_queries)
     print("  the exact walk's top 10 on the 200 questions", file=sys.stderr)
     figures["walk_equality"] = walk_equality(retriever.snapshot, retriever.embedder, questions)
+    figures["walk_cost"] = walk_cost(retriever, questions, compare=False)
     return figures
 
 
@@ -259,7 +298,9 @@ def query_replica(store_uri: str, passages: int, n_queries: int, seed: int) -> d
     retriever.warm_up()
     warm_up_s = time.perf_counter() - started - load_s
     _, records = synthetic_documents_and_records(passages, seed)
-    figures = measure(retriever, synthetic_questions(records, 200, seed), n_queries)
+    questions = synthetic_questions(records, 200, seed)
+    figures = measure(retriever, questions, n_queries)
+    figures["walk_cost"] = walk_cost(retriever, questions)
     figures.update(load_s=round(load_s, 3), load_cpu_s=round(load_cpu_s, 3), warm_up_s=round(warm_up_s, 3),
                    rss_mb=peak_rss_mb())
     return figures
