@@ -99,6 +99,11 @@ class RetrievalGraph:
         # positions with no edge: their walkers jump back to the seeds
         return order, np.flatnonzero(dangling), walk
 
+    def prepare(self, damping: float = DAMPING) -> None:
+        """Prepare both walks' operators now (the local walk's proof may hand a query to the exact walk)."""
+        _ = self.local
+        self._damped_walk(damping)
+
     def _damped_walk(self, damping: float) -> RowSplit:
         walk = self._damped.get(damping)
         if walk is None:
@@ -155,9 +160,9 @@ class RetrievalGraph:
         exact walk's order: the local walk's, pushed from ``epsilon`` down until its bounds prove that
         order (localwalk.py), with ``top`` the proven passages best first; or, when the proof would
         walk more than :data:`PUSH_VISITS_PER_ENTRY` edges per entry of the graph (and
-        :data:`PUSH_VISITS_FLOOR`), the exact walk's
-        at ``tolerance`` (``top`` None: rank its scores). ``proof`` says which and what it took:
-        ``{"walk": "local" | "exact", "ranks", "rounds", "epsilon", "edge_visits"}`` (of the local walk)."""
+        :data:`PUSH_VISITS_FLOOR`), the exact walk's at ``tolerance`` (``top`` None: rank its
+        scores). ``proof`` says which and what it took: ``{"walk": "local" | "exact", "ranks",
+        "rounds", "epsilon", "edge_visits"}`` (the last three of the local walk)."""
         s, total = self._checked_seeds(seeds, damping)
         nodes = np.flatnonzero(s)
         cap = max(PUSH_VISITS_FLOOR, int(PUSH_VISITS_PER_ENTRY * self.adjacency.nnz))

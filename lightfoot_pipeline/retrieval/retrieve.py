@@ -220,7 +220,9 @@ class Retriever:
         _ = (snap.entity_passage_counts, snap.fact_subjects, snap.fact_objects, snap.evidence_ranges,
              snap.passage_texts)  # cached properties, computed here once
         if self.settings.walk == "local" and snap.n_nodes:
-            # prepared, and its loops compiled (one round of a walk that settles almost at once)
+            # both walks prepared (the proof may hand a query to the exact walk), and the local
+            # walk's loops compiled (one round of a walk that settles almost at once)
+            self.graph.prepare(self.settings.damping)
             self.graph.local.ranked(np.zeros(1, dtype=np.int64), np.ones(1), self.settings.damping, 1.0, 1, 0)
         self.question_vector("warm-up question")
 
