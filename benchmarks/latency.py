@@ -27,6 +27,15 @@
   revocation latency: from the commit that takes a staff document away from staff, through the
   snapshot export and the service's load of it and the view's build, to the first staff query that
   no longer ranks the document (the service's watch interval, 2 s, comes on top).
+- **walk_equality** (in sample and musique_scale): on the sample's 100 questions (dev and
+  held-out) and the 200 MuSiQue-scale questions, how many get the exact walk's top 10 (and top 30)
+  passages in its order from the default retrieval, how many would from the local walk's plain
+  push at the first epsilon, and whether the exact walk's top 30 at its tolerance are those of a
+  walk run to 1e-11. Each timed section also gives ``proof``: the shares of queries the local walk
+  proved at the first epsilon, proved after pushing on, and left to the exact walk.
+- **walk_cost** (in musique_scale and scale_100k): the walk alone, the plain push at the first
+  epsilon (the walk before its proof) and the proven walk, timed question by question in one loop
+  so that both see the same load; at 100k also how many proven top 10s equal the exact walk's.
 - **recall_parity**: on the sample's 50 dev questions with MiniLM, recall@2/5/10 of the exact walk
   with exact seeding beside the local walk, indexed seeding (a fact index built in memory: the
   sample is below the size that gets one on export) and both, with each one's mean top-10 overlap
@@ -90,7 +99,7 @@ def measure(retriever: Retriever, questions: list[str], n_queries: int) -> dict:
     """Latency percentiles of n_queries retrievals cycling through the questions (after a warm-up)."""
     for question in questions[:WARM_UP]:
         retriever.retrieve(question, rerank=False)
-    totals, cpu, parts, iterations = [], [], {"embed": [], "seed": [], "pagerank": []}, []
+    totals, cpu, parts, iterations, proofs = [], [], {"embed": [], "seed": [], "pagerank": []}, [], []
     load_before = os.getloadavg()[0]
     for i in range(n_queries):
         question = questions[i % len(questions)]
@@ -101,6 +110,7 @@ def measure(retriever: Retriever, questions: list[str], n_queries: int) -> dict:
         for name in parts:
             parts[name].append(result.timings_ms[name])
         iterations.append(result.pagerank["edge_visits"] or 0)
+        proofs.append(result.pagerank.get("proof"))
     snap = retriever.snapshot
     return {
         "p50_ms": round(float(np.percentile(totals, 50)), 2),
@@ -112,6 +122,7 @@ def measure(retriever: Retriever, questions: list[str], n_queries: int) -> dict:
         "n_queries": n_queries,
         "p50_breakdown_ms": {name: round(float(np.median(values)), 2) for name, values in parts.items()},
         "pagerank_edge_visits_p50": float(np.median(iterations)),
+        **proof_shares(proofs),
         "walk": retriever.settings.walk,
         "epsilon": retriever.settings.epsilon,
         "fact_index_groups": 0 if snap.fact_index is None else len(snap.fact_index.offsets) - 1,
@@ -125,6 +136,89 @@ def measure(retriever: Retriever, questions: list[str], n_queries: int) -> dict:
     }
 
 
+def proof_shares(proofs: list[dict | None]) -> dict:
+    """Of the queries the local walk ranked: the share proven at the first epsilon, the share that
+    pushed on to a smaller one, and the share left to the exact walk (graph.ranked_pagerank)."""
+    proofs = [p for p in proofs if p is not None]
+    if not proofs:
+        return {}
+    n = len(proofs)
+    exact = sum(p["walk"] == "exact" for p in proofs)
+    refined = sum(p["walk"] == "local" and p["rounds"] > 1 for p in proofs)
+    return {"proof": {"queries": n, "proven_at_first_epsilon": round((n - exact - refined) / n, 4),
+                      "refined": round(refined / n, 4), "exact_walk": round(exact / n, 4),
+                      "ranks": proofs[0]["ranks"]}}
+
+
+def walk_cost(retriever: Retriever, questions: list[str], compare: bool = True) -> dict:
+    """The walk alone, question by question in one loop so that both see the same load: the local
+    walk's plain push at the first epsilon (the walk before its proof) beside the proven walk that
+    retrieval runs; with ``compare``, how many proven top 10s equal the exact walk's."""
+    from lightfoot_pipeline.retrieval.retrieve import top_indices
+
+    graph, plain_ms, proven_ms, equal, proofs = retriever.graph, [], [], 0, []
+    for question in questions:
+        vector = retriever.question_vector(question)
+        seeds = retriever.seeds(retriever.dense_scores(vector),
+                                retriever.similar_facts(vector, retriever.settings.top_facts))
+        if not seeds.sum() > 0:
+            continue
+        started = time.perf_counter()
+        graph.local_pagerank(seeds)
+        plain_ms.append((time.perf_counter() - started) * 1000.0)
+        started = time.perf_counter()
+        proven = retriever.walk(seeds)
+        proven_ms.append((time.perf_counter() - started) * 1000.0)
+        proofs.append(proven.proof)
+        if compare:
+            exact = graph.personalized_pagerank(seeds, tolerance=retriever.settings.tolerance)
+            equal += list(top_indices(graph.passage_scores(proven.scores), 10)) == list(
+                top_indices(graph.passage_scores(exact.scores), 10))
+    figures = {"questions": len(plain_ms),
+               "plain_push_ms": {"p50": round(float(np.percentile(plain_ms, 50)), 2),
+                                 "p95": round(float(np.percentile(plain_ms, 95)), 2)},
+               "proven_walk_ms": {"p50": round(float(np.percentile(proven_ms, 50)), 2),
+                                  "p95": round(float(np.percentile(proven_ms, 95)), 2)},
+               **proof_shares(proofs), "load_average_1m": round(os.getloadavg()[0], 2)}
+    if compare:
+        figures["top10_equal_to_exact_walk"] = equal
+    return figures
+
+
+def walk_equality(snapshot, embedder, questions: list[str]) -> dict:
+    """How many questions get the exact walk's top 10 (and 30) passages, in its order, from the
+    default retrieval (the local walk, proven), beside the local walk's plain push at the first
+    epsilon; the exact walk runs at the retrieval's tolerance, and at 1e-11 as a check of it."""
+    from lightfoot_pipeline.retrieval.retrieve import RetrievalSettings, top_indices
+
+    local = Retriever(snapshot, embedder)
+    exact = Retriever(snapshot, embedder, settings=RetrievalSettings(walk="exact"))
+    counts = {"questions": len(questions), "top10_equal": 0, "top30_equal": 0, "plain_push_top10_equal": 0,
+              "exact_walk_top30_equal_to_1e-11": 0}
+    proofs = []
+    for question in questions:
+        vector = local.question_vector(question)
+        mine = local.retrieve(question, rerank=False, vector=vector)
+        theirs = exact.retrieve(question, rerank=False, vector=vector)
+        ours, reference = [h.chunk_id for h in mine.passages], [h.chunk_id for h in theirs.passages]
+        counts["top10_equal"] += ours[:10] == reference[:10]
+        counts["top30_equal"] += ours == reference
+        proofs.append(mine.pagerank.get("proof"))
+        seeds = local.seeds(local.dense_scores(vector), local.similar_facts(vector, local.settings.top_facts))
+        if seeds.sum() > 0:
+            graph = local.graph
+            plain = top_indices(graph.passage_scores(graph.local_pagerank(seeds).scores), 10)
+            fixed = graph.personalized_pagerank(seeds, tolerance=1e-11, max_iterations=3000)
+            walked = top_indices(graph.passage_scores(exact.walk(seeds).scores), 30)
+            counts["plain_push_top10_equal"] += list(plain) == list(walked[:10])
+            counts["exact_walk_top30_equal_to_1e-11"] += list(walked) == list(
+                top_indices(graph.passage_scores(fixed.scores), 30))
+        else:
+            counts["plain_push_top10_equal"] += 1
+            counts["exact_walk_top30_equal_to_1e-11"] += 1
+    return {**counts, **proof_shares(proofs)}
+
+
 def sample_scale(store: Store, n_queries: int, parity: bool) -> dict:
     embedder = SentenceTransformerEmbedder()
     built = ensure_dataset_indexed(store, bundled_sample_dir(), embedder)
@@ -133,6 +227,9 @@ def sample_scale(store: Store, n_queries: int, parity: bool) -> dict:
     retriever = serving_retriever(store, embedder)
     dev = load_questions(bundled_sample_dir() / "questions-dev.jsonl")
     figures = measure(retriever, [q.question for q in dev], n_queries)
+    print("  the exact walk's top 10 on the sample's 100 questions", file=sys.stderr)
+    held_out = load_questions(bundled_sample_dir() / "questions-heldout.jsonl")
+    figures["walk_equality"] = walk_equality(retriever.snapshot, embedder, [q.question for q in dev + held_out])
     if parity:
         print("  recall parity of the local walk and indexed seeding with the exact walk", file=sys.stderr)
         indexed = with_fact_index(retriever.snapshot)
@@ -181,8 +278,13 @@ def synthetic_store(store: Store, passages: int, seed: int = 0) -> dict[str, dic
 
 def musique_scale(store: Store, n_queries: int, seed: int = 0) -> dict:
     records = synthetic_store(store, MUSIQUE_PASSAGES, seed)
-    return measure(serving_retriever(store, HashingEmbedder(dim=384)), synthetic_questions(records, 200, seed),
-                   n_queries)
+    retriever = serving_retriever(store, HashingEmbedder(dim=384))
+    questions = synthetic_questions(records, 200, seed)
+    figures = measure(retriever, questions, n_queries)
+    print("  the exact walk's top 10 on the 200 questions", file=sys.stderr)
+    figures["walk_equality"] = walk_equality(retriever.snapshot, retriever.embedder, questions)
+    figures["walk_cost"] = walk_cost(retriever, questions, compare=False)
+    return figures
 
 
 def query_replica(store_uri: str, passages: int, n_queries: int, seed: int) -> dict:
@@ -196,7 +298,9 @@ def query_replica(store_uri: str, passages: int, n_queries: int, seed: int) -> d
     retriever.warm_up()
     warm_up_s = time.perf_counter() - started - load_s
     _, records = synthetic_documents_and_records(passages, seed)
-    figures = measure(retriever, synthetic_questions(records, 200, seed), n_queries)
+    questions = synthetic_questions(records, 200, seed)
+    figures = measure(retriever, questions, n_queries)
+    figures["walk_cost"] = walk_cost(retriever, questions)
     figures.update(load_s=round(load_s, 3), load_cpu_s=round(load_cpu_s, 3), warm_up_s=round(warm_up_s, 3),
                    rss_mb=peak_rss_mb())
     return figures

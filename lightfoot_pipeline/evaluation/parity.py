@@ -1,7 +1,8 @@
 """Parity of a retrieval configuration with a reference one: the same questions, the same snapshot.
 
 Used to hold the fast paths (the local walk, indexed and reduced-precision seeding) to the exact
-walk: recall@k of each, their difference, and the mean overlap of the two top 10s.
+walk: recall@k of each, their difference, the mean overlap of the two top 10s, and the share of
+questions whose top 10 passages are the reference's in the same order.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def _rankings(retriever: Retriever, questions: Sequence[Question], vectors: list
 def retrieval_parity(snapshot: Snapshot, embedder: Embedder, questions: Sequence[Question],
                      candidates: dict[str, RetrievalSettings], reference: RetrievalSettings = EXACT) -> dict:
     """Recall@2/5/10 of the reference and of each candidate configuration on questions with gold
-    documents, each candidate's difference from the reference, and the mean top-10 overlap."""
+    documents, each candidate's difference from the reference, the mean top-10 overlap, and the
+    share of questions with the reference's top 10 in the reference's order."""
     questions = [q for q in questions if q.gold_doc_ids]
     if not questions:
         raise ValueError("parity needs questions with gold documents")
@@ -58,6 +60,7 @@ def retrieval_parity(snapshot: Snapshot, embedder: Embedder, questions: Sequence
             "settings": _described(settings), **recall,
             "recall_difference": {k: round(recall[k] - reference_recall[k], 4) for k in recall},
             f"mean_top{OVERLAP_AT}_overlap": round(float(np.mean(overlap)), 4),
+            f"top{OVERLAP_AT}_equal": round(float(np.mean([top[q] == reference_top[q] for q in gold])), 4),
         }
     return out
 

@@ -40,9 +40,7 @@ def explain_query(retriever: Retriever, question: str, *, top_k: int = 10, reran
     if seed_total > 0:
         # the walk the retriever ranks with: the local walk's scores keep the balance of the shares
         # below within its residual bound
-        walk = (retriever.graph.local_pagerank(seeds, damping=s.damping, epsilon=s.epsilon) if s.walk == "local"
-                else retriever.graph.personalized_pagerank(seeds, damping=s.damping, tolerance=s.tolerance))
-        scores = walk.scores  # (N,)
+        scores = retriever.walk(seeds, rerank=rerank and retriever.reranker is not None).scores  # (N,)
     seed_facts = []
     seed_entities: dict[int, float] = {}
     for hit in facts:

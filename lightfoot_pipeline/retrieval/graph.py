@@ -8,8 +8,11 @@ node with no edges jumps back to ``s`` as well. The scores are the fixed point o
 
 found by power iteration until the L1 change of ``x`` between two steps is below the tolerance:
 the exact walk, whose every iteration reads the whole graph. The local walk (localwalk.py) reaches
-the same ranking by forward push from the seeds, in time that follows the seeds' neighbourhood;
-retrieval uses it by default and keeps the exact walk as an option and as its reference.
+the same ranking by forward push from the seeds, in time that follows the seeds' neighbourhood,
+and proves it: :meth:`RetrievalGraph.ranked_pagerank` returns the first passages in the exact
+walk's order from the local walk when its bounds prove that order within a cap on the work, and
+from the exact walk otherwise. Retrieval uses it by default and keeps the exact walk as an option
+and as its reference.
 
 A snapshot's walk operators are prepared on first use and kept while the snapshot is in memory
 (:func:`walk_graph`), so every retriever over one snapshot shares them.
@@ -17,6 +20,7 @@ A snapshot's walk operators are prepared on first use and kept while the snapsho
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import weakref
 from dataclasses import dataclass
@@ -32,11 +36,20 @@ from lightfoot_pipeline.snapshot.format import Snapshot
 
 DAMPING = 0.9
 # L1 change between successive iterates at which the walk stops (the scores sum to 1; the error is
-# at most damping / (1 - damping) times this). Measured against a walk run to 1e-9, it gives the
-# same top 10 passages in the same order for every question of the bundled sample's dev set and of
-# a synthetic MuSiQue-scale corpus, in 40 to 45 iterations.
-TOLERANCE = 1e-4
+# at most damping / (1 - damping) times this). Measured against a walk run to 1e-11, it gives the
+# same 30 first passages in the same order for each of the bundled sample's 100 questions (MiniLM)
+# and 200 questions of the synthetic MuSiQue-scale corpus, in 67 to 79 iterations (p50); 1e-4 (41
+# to 46 iterations) missed the top 10's order on 2 of the 200 and the top 30's on 19 of them.
+TOLERANCE = 1e-6
 MAX_ITERATIONS = 200
+# The local walk's proof of a ranking may walk this many edges per entry of the adjacency matrix,
+# and at least PUSH_VISITS_FLOOR, before the exact walk serves the query instead: about where the
+# exact walk (some 70 products, each reading every entry, in compiled sparse code split over two
+# threads) becomes the cheaper: measured on the 2-core machine, the exact walk takes as long as 6
+# (MuSiQue scale) to 9 (the sample) push visits per entry. The floor, a few milliseconds of
+# pushing, keeps small graphs local.
+PUSH_VISITS_PER_ENTRY = 8.0
+PUSH_VISITS_FLOOR = 100_000
 
 
 @dataclass(frozen=True)
@@ -46,6 +59,8 @@ class PageRankResult:
     delta: float  # L1 change at the last step
     converged: bool
     edge_visits: int | None = None  # edges the local walk read (None for the exact walk)
+    top: np.ndarray | None = None  # (k,) passage indices, best first, where the walk proved the exact order
+    proof: dict | None = None  # how the ranking was proven (ranked_pagerank): walk, rounds, epsilon
 
 
 class RetrievalGraph:
@@ -63,7 +78,7 @@ class RetrievalGraph:
     @cached_property
     def local(self) -> LocalWalk:
         """The forward-push walk (localwalk.py)."""
-        return LocalWalk(self.adjacency)
+        return LocalWalk(self.adjacency, ranked_from=self.n_entities)
 
     @cached_property
     def _exact(self) -> tuple[np.ndarray, np.ndarray, sp.csr_matrix]:
@@ -83,6 +98,11 @@ class RetrievalGraph:
         walk.sort_indices()
         # positions with no edge: their walkers jump back to the seeds
         return order, np.flatnonzero(dangling), walk
+
+    def prepare(self, damping: float = DAMPING) -> None:
+        """Prepare both walks' operators now (the local walk's proof may hand a query to the exact walk)."""
+        _ = self.local
+        self._damped_walk(damping)
 
     def _damped_walk(self, damping: float) -> RowSplit:
         walk = self._damped.get(damping)
@@ -133,6 +153,28 @@ class RetrievalGraph:
         scores, figures = self.local.run(nodes, s[nodes] / total, damping, epsilon)
         return PageRankResult(scores=scores, iterations=figures["pushes"], delta=figures["residual"],
                               converged=figures["converged"], edge_visits=figures["edge_visits"])
+
+    def ranked_pagerank(self, seeds: np.ndarray, count: int, damping: float = DAMPING, epsilon: float = EPSILON,
+                        tolerance: float = TOLERANCE) -> PageRankResult:
+        """PPR scores for seed weights ``seeds`` (N,) that rank the first ``count`` passages in the
+        exact walk's order: the local walk's, pushed from ``epsilon`` down until its bounds prove that
+        order (localwalk.py), with ``top`` the proven passages best first; or, when the proof would
+        walk more than :data:`PUSH_VISITS_PER_ENTRY` edges per entry of the graph (and
+        :data:`PUSH_VISITS_FLOOR`), the exact walk's at ``tolerance`` (``top`` None: rank its
+        scores). ``proof`` says which and what it took: ``{"walk": "local" | "exact", "ranks",
+        "rounds", "epsilon", "edge_visits"}`` (the last three of the local walk)."""
+        s, total = self._checked_seeds(seeds, damping)
+        nodes = np.flatnonzero(s)
+        cap = max(PUSH_VISITS_FLOOR, int(PUSH_VISITS_PER_ENTRY * self.adjacency.nnz))
+        ranking = self.local.ranked(nodes, s[nodes] / total, damping, epsilon, count, cap)
+        proof = {"walk": "local", "ranks": count, "rounds": ranking.rounds, "epsilon": ranking.epsilon,
+                 "edge_visits": ranking.edge_visits}
+        if ranking.top is not None:
+            return PageRankResult(scores=ranking.scores, iterations=ranking.pushes, delta=ranking.residual,
+                                  converged=ranking.converged, edge_visits=ranking.edge_visits,
+                                  top=ranking.top - self.n_entities, proof=proof)
+        exact = self.personalized_pagerank(seeds, damping=damping, tolerance=tolerance)
+        return dataclasses.replace(exact, proof={**proof, "walk": "exact"})
 
     def _checked_seeds(self, seeds: np.ndarray, damping: float) -> tuple[np.ndarray, float]:
         if not 0.0 < damping < 1.0:

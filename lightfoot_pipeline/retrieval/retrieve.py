@@ -9,9 +9,11 @@ For a question q (paper §3.3; DESIGN.md, Retrieval):
    - the ``seed_passages`` (100) passages most similar to q get their similarity min–max scaled
      to [0, ``passage_seed_weight``] (0.05).
 3. Walk with damping 0.9 from the seeds and keep the ``candidates`` (30) passages with the highest
-   scores: by default the local walk (forward push to a residual of ``epsilon`` per unit of degree,
-   localwalk.py), whose cost follows the seeds' neighbourhood; with ``walk="exact"``, power
-   iteration over the snapshot's whole CSR graph (graph.py), the reference it is tested against.
+   scores: by default the local walk (forward push from a residual of ``epsilon`` per unit of
+   degree, localwalk.py), whose cost follows the seeds' neighbourhood, pushed on until it proves
+   the first ``exact_ranks`` (10) passages, or every candidate when a cross-encoder will fuse
+   their ranks, in the exact walk's order (the exact walk serves a query whose proof would cost
+   more); with ``walk="exact"``, power iteration over the snapshot's whole CSR graph (graph.py).
 
 The similarities of step 2 come from the snapshot's float16 vectors (seeding.py): exact products
 at reduced precision with the best rows scored again in float32, or, for a fact table large
@@ -34,7 +36,7 @@ import numpy as np
 
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.models.embedder import Embedder
-from lightfoot_pipeline.retrieval.graph import DAMPING, TOLERANCE, walk_graph
+from lightfoot_pipeline.retrieval.graph import DAMPING, TOLERANCE, PageRankResult, walk_graph
 from lightfoot_pipeline.retrieval.localwalk import EPSILON
 from lightfoot_pipeline.retrieval.rerank import RRF_K, Reranker, RerankerStatus, reciprocal_rank_fusion
 from lightfoot_pipeline.retrieval.seeding import HalfScorer, InvertedFileScorer
@@ -59,7 +61,8 @@ class RetrievalSettings:
     candidates: int = 30  # passages PageRank keeps, and the reranker sees
     rrf_k: int = RRF_K
     walk: str = "local"  # "local" (forward push) or "exact" (power iteration over the whole graph)
-    epsilon: float = EPSILON  # the local walk's residual per unit of degree
+    epsilon: float = EPSILON  # the local walk's first residual per unit of degree
+    exact_ranks: int = 10  # leading passages the local walk proves in the exact walk's order (all with a reranker)
     seeding: str = "index"  # "index" (the fact index where the snapshot has one) or "exact"
     probe_share: float | None = None  # share of the fact index's groups a question scores (None: seeding.probes_for)
 
@@ -72,7 +75,7 @@ class RetrievalSettings:
             raise ValueError(f"epsilon must be positive, got {self.epsilon}")
         if self.probe_share is not None and not 0 < self.probe_share <= 1:
             raise ValueError(f"probe_share must be in (0, 1], got {self.probe_share}")
-        for name in ("top_facts", "seed_passages", "candidates"):
+        for name in ("top_facts", "seed_passages", "candidates", "exact_ranks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not self.passage_seed_weight > 0:
@@ -217,8 +220,10 @@ class Retriever:
         _ = (snap.entity_passage_counts, snap.fact_subjects, snap.fact_objects, snap.evidence_ranges,
              snap.passage_texts)  # cached properties, computed here once
         if self.settings.walk == "local" and snap.n_nodes:
-            # prepared, and its loop compiled (a walk that settles almost at once)
-            self.graph.local_pagerank(np.ones(snap.n_nodes), self.settings.damping, 1.0)
+            # both walks prepared (the proof may hand a query to the exact walk), and the local
+            # walk's loops compiled (one round of a walk that settles almost at once)
+            self.graph.prepare(self.settings.damping)
+            self.graph.local.ranked(np.zeros(1, dtype=np.int64), np.ones(1), self.settings.damping, 1.0, 1, 0)
         self.question_vector("warm-up question")
 
     # -- the parts -----------------------------------------------------------------------------
@@ -266,6 +271,18 @@ class Retriever:
             seeds[snap.n_entities + top] = scaled * s.passage_seed_weight
         return seeds
 
+    def walk(self, seeds: np.ndarray, rerank: bool = False) -> PageRankResult:
+        """The walk from seed weights (N,) that ranks the candidates: with ``walk="local"``, the
+        local walk proven to rank the first ``exact_ranks`` passages (every candidate if a reranker
+        will fuse their ranks, ``rerank``) as the exact walk does (the exact walk where the proof
+        would cost more, graph.py); with ``walk="exact"``, the exact walk."""
+        s = self.settings
+        if s.walk == "local":
+            ranks = s.candidates if rerank else min(s.exact_ranks, s.candidates)
+            return self.graph.ranked_pagerank(seeds, ranks, damping=s.damping, epsilon=s.epsilon,
+                                              tolerance=s.tolerance)
+        return self.graph.personalized_pagerank(seeds, damping=s.damping, tolerance=s.tolerance)
+
     # -- the whole ----------------------------------------------------------------------------
 
     def retrieve(self, question: str, *, top_k: int | None = None, rerank: bool = True,
@@ -291,17 +308,17 @@ class Retriever:
         pagerank: dict = {"walk": s.walk, "iterations": 0, "delta": None, "converged": None, "damping": s.damping,
                           "tolerance": s.tolerance, "epsilon": s.epsilon}
         if seeds.sum() > 0:
-            if s.walk == "local":
-                result = self.graph.local_pagerank(seeds, damping=s.damping, epsilon=s.epsilon)
-            else:
-                result = self.graph.personalized_pagerank(seeds, damping=s.damping, tolerance=s.tolerance)
+            result = self.walk(seeds, rerank=rerank and self.reranker is not None)
             passage_scores = self.graph.passage_scores(result.scores)  # (#passages,)
             pagerank.update(iterations=result.iterations, delta=result.delta, converged=result.converged,
                             edge_visits=result.edge_visits)
+            if result.proof is not None:
+                pagerank["proof"] = result.proof
             order = "pagerank"
         else:
             passage_scores = dense  # nothing to personalise the walk with (e.g. an empty index)
             order = "dense"
+        # a proven walk's first passages by its scores are the ones it proved, in their order
         candidates = top_indices(passage_scores, s.candidates)
         lap("pagerank")
 

@@ -149,3 +149,19 @@ def test_top_indices_orders_ties_by_index():
     many = np.repeat([0.5, 0.7], 10)
     assert top_indices(many, 12).tolist() == [*range(10, 20), 0, 1]
     assert top_indices(np.array([]), 3).tolist() == []
+
+
+def test_the_local_walk_proves_the_ranks_the_output_reads(snapshot, embedder):
+    # Without a reranker the first exact_ranks passages are proven; a reranker's fusion reads the
+    # rank of every candidate, so then all of them are. Either way they are the exact walk's.
+    settings = RetrievalSettings(exact_ranks=3)
+    exact = Retriever(snapshot, embedder, settings=RetrievalSettings(walk="exact")).retrieve(QUESTION)
+    plain = Retriever(snapshot, embedder, settings=settings).retrieve(QUESTION)
+    assert plain.pagerank["proof"]["ranks"] == 3
+    assert [p.chunk_id for p in plain.passages[:3]] == [p.chunk_id for p in exact.passages[:3]]
+    fused = Retriever(snapshot, embedder, KeywordReranker("riga"), settings=settings).retrieve(QUESTION)
+    assert fused.pagerank["proof"]["ranks"] == settings.candidates
+    by_pagerank = [p.chunk_id for p in sorted(fused.passages, key=lambda p: p.pagerank_rank)]
+    assert by_pagerank == [p.chunk_id for p in exact.passages]
+    with pytest.raises(ValueError, match="exact_ranks"):
+        RetrievalSettings(exact_ranks=0)
