@@ -57,10 +57,12 @@ from lightfoot_pipeline.index.facts import fact_rows
 from lightfoot_pipeline.index.reconcile import name_statistics
 from lightfoot_pipeline.index.synonyms import synonym_edges
 from lightfoot_pipeline.ingest.readers import PUBLIC, readers_of_text
+from lightfoot_pipeline.permissions.narrowed_graph import NarrowedGraph, narrow_graph
 from lightfoot_pipeline.permissions.principals import Principal
 from lightfoot_pipeline.snapshot.collect import GraphTables, assemble_graph, build_fact_index
 from lightfoot_pipeline.snapshot.fact_index import INDEX_MIN_ROWS
 from lightfoot_pipeline.snapshot.format import Access, Snapshot, SnapshotInfo
+from lightfoot_pipeline.snapshot.shared_rows import SharedRows
 from lightfoot_pipeline.store.tables import ALIASES, ENTITIES, FACTS
 
 VIEWS_KEPT = 16  # reader sets whose views a cache holds per snapshot
@@ -277,19 +279,24 @@ def _rows_of(keys: pl.DataFrame, held: pl.DataFrame, on: list[str]) -> np.ndarra
 
 
 def view_snapshot(snapshot: Snapshot, documents: frozenset[str], tables: dict[str, pl.DataFrame],
-                  indexed: Snapshot | None = None) -> Snapshot:
-    """The snapshot a store of ``documents`` would export: its graph assembled from ``tables``, its
-    vectors the snapshot's rows of the same passages and facts. ``indexed``: a snapshot (or view)
-    whose fact index to keep when its training sample is the view's (the snapshot's by default)."""
-    wanted = pl.Series("doc_id", sorted(documents), dtype=pl.String).implode()
-    passages = snapshot.passages.filter(pl.col("doc_id").is_in(wanted)).drop("node")
-    facts = tables["facts"]
-    graph = assemble_graph(GraphTables(
-        entities=tables["entities"], passages=passages, mentions=tables["mentions"], aliases=tables["aliases"],
-        facts=facts, evidence=tables["fact_sources"], synonyms=tables["synonym_edges"],
-    ))
-    passage_vectors = np.asarray(snapshot.passage_vectors)[_rows_of(graph.passages, snapshot.passages, ["chunk_id"])]
-    fact_vectors = np.asarray(snapshot.fact_vectors)[_rows_of(graph.facts, snapshot.facts, ["fact_id"])]
+                  indexed: Snapshot | None = None, narrowed: NarrowedGraph | None = None) -> Snapshot:
+    """The snapshot a store of ``documents`` would export: its graph assembled from ``tables`` (or
+    ``narrowed``, the same graph narrowed from a base's: narrowed_graph.py), its vectors the
+    snapshot's rows of the same passages and facts, shared, not copied (snapshot/shared_rows.py).
+    ``indexed``: a snapshot (or view) whose fact index to keep when its training sample is the
+    view's (the snapshot's by default)."""
+    if narrowed is None:
+        wanted = pl.Series("doc_id", sorted(documents), dtype=pl.String).implode()
+        passages = snapshot.passages.filter(pl.col("doc_id").is_in(wanted)).drop("node")
+        graph = assemble_graph(GraphTables(
+            entities=tables["entities"], passages=passages, mentions=tables["mentions"], aliases=tables["aliases"],
+            facts=tables["facts"], evidence=tables["fact_sources"], synonyms=tables["synonym_edges"],
+        ))
+        passage_vectors = SharedRows.of(snapshot.passage_vectors,
+                                        _rows_of(graph.passages, snapshot.passages, ["chunk_id"]))
+        fact_vectors = SharedRows.of(snapshot.fact_vectors, _rows_of(graph.facts, snapshot.facts, ["fact_id"]))
+    else:
+        graph, passage_vectors, fact_vectors = narrowed.graph, narrowed.passage_vectors, narrowed.fact_vectors
     view_facts, fact_index = graph.facts, None
     access = snapshot.access
     min_rows = int(access.settings.get("index_min_rows", INDEX_MIN_ROWS)) if access is not None else INDEX_MIN_ROWS
@@ -299,7 +306,7 @@ def view_snapshot(snapshot: Snapshot, documents: frozenset[str], tables: dict[st
         # fact's group is a function of its vector and them (snapshot/collect.py build_fact_index).
         fact_index, order = build_fact_index(view_facts.get_column("fact_id").to_numpy(), fact_vectors,
                                              indexed if indexed is not None else snapshot, lambda done, total: None)
-        view_facts, fact_vectors = view_facts[order], fact_vectors[order]
+        view_facts, fact_vectors = view_facts[order], SharedRows.of(fact_vectors, order)
     counts = {
         "entities": graph.entities.height, "passages": graph.passages.height,
         "documents": graph.passages.get_column("doc_id").n_unique(), "facts": view_facts.height,
@@ -358,11 +365,13 @@ def reader_view(snapshot: Snapshot, principal: Principal, narrowing: Narrowing |
     indexed = None
     if base is not None and documents <= base[0]:
         assert snapshot.access is not None, "a view of part of a snapshot needs its access tables"
-        tables = narrowed_tables(base[1], base[0] - documents, snapshot.access.settings)
+        lost = base[0] - documents
+        tables = narrowed_tables(base[1], lost, snapshot.access.settings)
         indexed = base[2]
+        narrowed = narrow_graph(base[2], lost, tables)
     else:
-        tables = derive_tables(snapshot, documents)
-    view = view_snapshot(snapshot, documents, tables, indexed)
+        tables, narrowed = derive_tables(snapshot, documents), None
+    view = view_snapshot(snapshot, documents, tables, indexed, narrowed)
     return ReaderView(view_key(documents), view, documents, tables, round(time.perf_counter() - started, 4),
                       dict(view.info.counts))
 

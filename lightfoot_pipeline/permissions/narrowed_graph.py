@@ -1,0 +1,204 @@
+"""A view's graph narrowed from its base's graph, in time that follows what the narrowing takes.
+
+A narrowing takes documents from a view's base (the whole snapshot, or a view that held them:
+views.py ``ViewCache``). The view's graph is what the export's assembly (snapshot/collect.py
+``assemble_graph``) gives for the view's tables; assembling it again joins every mention, fact and
+synonym edge by its string ids (seconds at 100,000 passages). :func:`narrow_graph` gives the same
+graph, node for node and entry for entry, from the base's graph and the view's tables:
+
+- the passages are the base's less those of the documents taken, in the same (chunk id) order;
+- an entity none of whose passages is taken keeps its row (type, display name, passage count),
+  its mention edges and its synonym edges, which are functions of its members' live forms and
+  links (DESIGN.md); the others (and any entity the view's tables do not hold) are replaced by
+  the view's tables' entities that the base does not hold, the parts they split into. Both sets
+  are in entity id order, so the kept nodes keep their relative order: a node renumbering
+  (``old_to_new``) maps the base's adjacency onto the view's without sorting it;
+- a fact keeps its row unless its evidence is in a document taken (it is recounted from the
+  view's tables, or gone with its last source) or an end is a replaced entity (resolved again
+  through the view's aliases);
+- the adjacency is the base's entries between kept nodes, less the entity pairs that lost a fact
+  (their weights are counted again), with the edges of the new entities and of those pairs added
+  as the assembly weighs them (adjacency.py: a fact edge counts the pair's facts, a synonym edge
+  adds its similarity, a mention weighs 1).
+
+The rows of each passage and fact in the base are kept beside the graph: the view's vectors are
+those rows of the base's (snapshot/shared_rows.py), never copied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+import scipy.sparse as sp
+
+from lightfoot_pipeline.snapshot.collect import Graph
+from lightfoot_pipeline.snapshot.format import Snapshot, SnapshotError
+from lightfoot_pipeline.snapshot.shared_rows import SharedRows
+
+
+@dataclass
+class NarrowedGraph:
+    """A view's graph and its vectors: the base's rows of its passages and facts, in the graph's order."""
+
+    graph: Graph
+    passage_vectors: SharedRows  # (#passages, dim): the base's rows of the graph's passages, in its order
+    fact_vectors: SharedRows  # (#facts, dim): the base's rows of its facts, by fact id
+
+
+def _in(column: str, values: pl.Series) -> pl.Expr:
+    return pl.col(column).is_in(values.implode())
+
+
+def _pair_keys(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
+    """(k,) one int64 per unordered pair of nodes."""
+    return np.minimum(a, b).astype(np.int64) * n + np.maximum(a, b)
+
+
+def narrow_graph(base: Snapshot, lost: frozenset[str], tables: dict[str, pl.DataFrame]) -> NarrowedGraph:
+    """The graph :func:`snapshot.collect.assemble_graph` assembles from ``tables`` (a view's, as
+    views.py ``narrowed_tables`` gives them for the base's documents less ``lost``), from the base's
+    graph ``base`` (see the module docstring)."""
+    gone = pl.Series("doc_id", sorted(lost), dtype=pl.String)
+    n_base = base.n_nodes
+    n_old_entities = base.n_entities
+    adjacency = base.adjacency
+    if not adjacency.has_sorted_indices:  # the renumbering below keeps the base's order: it must be sorted
+        adjacency = adjacency.sorted_indices()
+    indptr, indices = adjacency.indptr, adjacency.indices
+    lost_passages = base.passages.filter(_in("doc_id", gone)).get_column("node").to_numpy()  # node numbers
+
+    # Entities adjacent to a passage taken (their mentions) are derived again; so is any the tables lack.
+    touched = np.zeros(n_base, dtype=bool)
+    touched[adjacency[lost_passages].indices] = True
+    touched[n_old_entities:] = False
+    held = base.entities.join(tables["entities"].select("entity_id"), on="entity_id", how="semi")
+    replaced = touched[:n_old_entities].copy()
+    replaced[np.setdiff1d(base.entities.get_column("node").to_numpy(), held.get_column("node").to_numpy())] = True
+
+    kept = base.entities.filter(pl.Series(~replaced)).select(
+        "entity_id", "type", "display_name", "n_passages", pl.col("node").alias("old"))
+    fresh = tables["entities"].join(kept.select("entity_id"), on="entity_id", how="anti")
+    fresh_mentions = tables["mentions"].join(fresh.select("entity_id"), on="entity_id", how="semi")
+    per_entity = fresh_mentions.group_by("entity_id").agg(pl.col("chunk_id").n_unique().alias("n_passages"))
+    fresh = (fresh.select("entity_id", "type", "display_name").join(per_entity, on="entity_id", how="left")
+             .with_columns(pl.col("n_passages").fill_null(0).cast(pl.Int64), pl.lit(None, dtype=pl.Int64).alias("old")))
+    entities = (pl.concat([kept.with_columns(pl.col("n_passages").cast(pl.Int64), pl.col("old").cast(pl.Int64)),
+                           fresh.select(kept.columns)], how="vertical_relaxed")
+                .sort("entity_id").with_row_index("node").with_columns(pl.col("node").cast(pl.Int64)))
+    n_entities = entities.height
+    passages = (base.passages.with_row_index("base_row").filter(~_in("doc_id", gone))
+                .with_columns(pl.col("node").alias("old"))
+                .with_row_index("row").with_columns((pl.col("row").cast(pl.Int64) + n_entities).alias("node")))
+    n = n_entities + passages.height
+
+    old_to_new = np.full(n_base, -1, dtype=np.int64)  # (N base,) a node's number in the view, -1 if gone
+    survivors = entities.filter(pl.col("old").is_not_null())
+    old_to_new[survivors.get_column("old").to_numpy()] = survivors.get_column("node").to_numpy()
+    old_to_new[passages.get_column("old").to_numpy()] = passages.get_column("node").to_numpy()
+    is_new = np.zeros(n, dtype=bool)  # (N,) the view's entities that the base does not hold as they are
+    is_new[entities.filter(pl.col("old").is_null()).get_column("node").to_numpy()] = True
+
+    # Facts: the base's rows renumbered; those with evidence taken recounted or gone, those with
+    # an end replaced resolved again through the view's aliases.
+    recounted = base.evidence.filter(_in("doc_id", gone)).get_column("fact_id").unique()
+    facts = base.facts.with_row_index("base_row")
+    subjects = old_to_new[facts.get_column("subject_entity").to_numpy()]
+    objects = old_to_new[facts.get_column("object_entity").to_numpy()]
+    facts = facts.with_columns(pl.Series("subject_entity", subjects), pl.Series("object_entity", objects))
+    surviving = tables["facts"].join(recounted.to_frame(), on="fact_id", how="semi")
+    vanished = recounted.to_frame().join(surviving.select("fact_id"), on="fact_id", how="anti").get_column("fact_id")
+    lost_facts = facts.filter(_in("fact_id", vanished))
+    facts = facts.filter(~_in("fact_id", vanished))
+    redo = pl.concat([facts.filter((pl.col("subject_entity") < 0) | (pl.col("object_entity") < 0)).get_column("fact_id"),
+                      surviving.get_column("fact_id")]).unique()
+    if redo.len():
+        ends = (tables["aliases"].join(entities.select("entity_id", "node"), on="entity_id", how="left")
+                .select("name", "type", "node"))
+        patch = (tables["facts"].filter(_in("fact_id", redo))
+                 .join(ends.rename({"name": "subject", "type": "subject_type", "node": "subject_entity"}),
+                       on=["subject", "subject_type"], how="left")
+                 .join(ends.rename({"name": "object", "type": "object_type", "node": "object_entity"}),
+                       on=["object", "object_type"], how="left")
+                 .select("fact_id", "subject_entity", "object_entity", "n_sources")
+                 .cast({"subject_entity": pl.Int64, "object_entity": pl.Int64,
+                        "n_sources": facts.schema["n_sources"]}))
+        if patch.filter(pl.col("subject_entity").is_null() | pl.col("object_entity").is_null()).height:
+            raise SnapshotError("facts name subjects or objects that no alias holds; run the graph stage")
+        facts = facts.update(patch, on="fact_id", how="left")
+    facts = facts.sort("fact_id")
+    subjects = facts.get_column("subject_entity").to_numpy()
+    objects = facts.get_column("object_entity").to_numpy()
+
+    # Entity pairs that kept both ends but lost a fact: their weights are counted again.
+    gone_a = old_to_new[lost_facts.get_column("subject_entity").to_numpy()]
+    gone_b = old_to_new[lost_facts.get_column("object_entity").to_numpy()]
+    both = (gone_a >= 0) & (gone_b >= 0) & (gone_a != gone_b)
+    dirty = np.unique(_pair_keys(gone_a[both], gone_b[both], n))
+
+    # The base's entries between kept nodes, renumbered (the order is kept: old_to_new is increasing).
+    rows = old_to_new[np.repeat(np.arange(n_base, dtype=np.int64), np.diff(indptr))]
+    cols = old_to_new[indices]
+    keep = (rows >= 0) & (cols >= 0)
+    if dirty.size:
+        among = keep & (rows < n_entities) & (cols < n_entities)
+        keep[among] = ~np.isin(_pair_keys(rows[among], cols[among], n), dirty)
+    keys = rows[keep] * n + cols[keep]
+    values = adjacency.data[keep].astype(np.float64)
+
+    # The edges that are new: mentions of the new entities, fact and synonym edges with a new end or of a dirty pair.
+    node_of = entities.select("entity_id", "node")
+    mentions = (fresh_mentions.select("entity_id", "chunk_id").join(node_of, on="entity_id", how="left")
+                .join(passages.select("chunk_id", pl.col("node").alias("passage")), on="chunk_id", how="left"))
+    if mentions.filter(pl.col("node").is_null() | pl.col("passage").is_null()).height:
+        raise SnapshotError("mentions name entities or passages that the store does not hold; run the graph stage")
+    m_entity, m_passage = mentions.get_column("node").to_numpy(), mentions.get_column("passage").to_numpy()
+    linked = subjects != objects
+    redone = linked & (is_new[subjects] | is_new[objects] | np.isin(_pair_keys(subjects, objects, n), dirty))
+    pairs, counts = np.unique(_pair_keys(subjects[redone], objects[redone], n), return_counts=True)
+    f_a, f_b = pairs // n, pairs % n
+    synonyms = tables["synonym_edges"].select("entity_a", "entity_b", "similarity")
+    wanted = pl.concat([fresh.get_column("entity_id"),
+                        entities.filter(pl.Series(np.isin(np.arange(n_entities), np.concatenate(
+                            [dirty // n, dirty % n])))).get_column("entity_id")])
+    synonyms = (synonyms.filter(_in("entity_a", wanted) | _in("entity_b", wanted))
+                .join(node_of.rename({"entity_id": "entity_a", "node": "a"}), on="entity_a", how="left")
+                .join(node_of.rename({"entity_id": "entity_b", "node": "b"}), on="entity_b", how="left"))
+    if synonyms.filter(pl.col("a").is_null() | pl.col("b").is_null()).height:
+        raise SnapshotError("synonym edges name entities that the store does not hold; run the graph stage")
+    s_a, s_b = synonyms.get_column("a").to_numpy(), synonyms.get_column("b").to_numpy()
+    s_keys = _pair_keys(s_a, s_b, n)
+    pick = is_new[s_a] | is_new[s_b] | np.isin(s_keys, dirty)
+    s_a, s_b, s_w = s_a[pick], s_b[pick], synonyms.get_column("similarity").to_numpy()[pick]
+    added = sp.coo_matrix((
+        np.concatenate([np.ones(2 * m_entity.size), counts.astype(np.float64), counts.astype(np.float64),
+                        s_w.astype(np.float64), s_w.astype(np.float64)]),
+        (np.concatenate([m_entity, m_passage, f_a, f_b, s_a, s_b]).astype(np.int64),
+         np.concatenate([m_passage, m_entity, f_b, f_a, s_b, s_a]).astype(np.int64))), shape=(n, n)).tocsr()
+    added.sum_duplicates()  # a pair with a fact and a synonym edge weighs their sum, as in the assembly
+    added.sort_indices()
+    added_rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(added.indptr))
+    added_keys = added_rows * n + added.indices.astype(np.int64)
+    at = np.searchsorted(keys, added_keys)
+    keys = np.insert(keys, at, added_keys)
+    values = np.insert(values, at, added.data.astype(np.float64))
+    counts_per_row = np.bincount(keys // n, minlength=n)
+    index_type = np.int32 if max(n, keys.size) < np.iinfo(np.int32).max else np.int64
+    new_indptr = np.zeros(n + 1, dtype=index_type)
+    np.cumsum(counts_per_row, out=new_indptr[1:])
+    narrowed = sp.csr_matrix((values, (keys % n).astype(index_type), new_indptr), shape=(n, n))
+    narrowed.has_sorted_indices = True
+
+    fact_pairs = np.unique(_pair_keys(subjects[linked], objects[linked], n)).size
+    graph = Graph(
+        entities=entities.select("node", "entity_id", "type", "display_name", "n_passages"),
+        passages=passages.select("node", "chunk_id", "doc_id", "title", "text", "location"),
+        facts=facts.select("fact_id", "subject", "predicate", "object", "subject_entity", "object_entity", "n_sources"),
+        evidence=base.evidence.filter(~_in("doc_id", gone)),
+        adjacency=narrowed,
+        edge_counts={"mention": tables["mentions"].height, "fact": int(fact_pairs),
+                     "synonym": tables["synonym_edges"].height},
+    )
+    return NarrowedGraph(graph, SharedRows.of(base.passage_vectors, passages.get_column("base_row").to_numpy()),
+                         SharedRows.of(base.fact_vectors, facts.get_column("base_row").to_numpy()))
