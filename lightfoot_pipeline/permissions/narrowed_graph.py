@@ -13,7 +13,8 @@ graph, node for node and entry for entry, from the base's graph and the view's t
   the view's tables' entities that the base does not hold, the parts they split into. Both sets
   are in entity id order, so the kept nodes keep their relative order: a node renumbering
   (``old_to_new``) maps the base's adjacency onto the view's without sorting it;
-- a fact keeps its row unless its evidence is in a document taken (it is recounted from the
+- the facts are the base's, in the base's order (by fact id, or by its fact index's groups:
+  views.py ``view_snapshot`` orders them as the view's index wants); a fact keeps its row unless its evidence is in a document taken (it is recounted from the
   view's tables, or gone with its last source) or an end is a replaced entity (resolved again
   through the view's aliases);
 - the adjacency is the base's entries between kept nodes, less the entity pairs that lost a fact
@@ -44,7 +45,8 @@ class NarrowedGraph:
 
     graph: Graph
     passage_vectors: SharedRows  # (#passages, dim): the base's rows of the graph's passages, in its order
-    fact_vectors: SharedRows  # (#facts, dim): the base's rows of its facts, by fact id
+    fact_vectors: SharedRows  # (#facts, dim): the base's rows of its facts, in the graph's order
+    fact_rows: np.ndarray  # (#facts,) increasing: the row among the base's facts of each of the graph's
 
 
 def _in(column: str, values: pl.Series) -> pl.Expr:
@@ -56,10 +58,13 @@ def _pair_keys(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
     return np.minimum(a, b).astype(np.int64) * n + np.maximum(a, b)
 
 
-def narrow_graph(base: Snapshot, lost: frozenset[str], tables: dict[str, pl.DataFrame]) -> NarrowedGraph:
+def narrow_graph(base: Snapshot, lost: frozenset[str], tables: dict[str, pl.DataFrame],
+                 derived: pl.Series) -> NarrowedGraph | None:
     """The graph :func:`snapshot.collect.assemble_graph` assembles from ``tables`` (a view's, as
-    views.py ``narrowed_tables`` gives them for the base's documents less ``lost``), from the base's
-    graph ``base`` (see the module docstring)."""
+    views.py ``narrowed_tables_and_entities`` gives them for the base's documents less ``lost``,
+    with ``derived``, the ids of the entities it derived again), from the base's graph ``base``
+    (see the module docstring). None when the tables hold entities that neither the base nor
+    ``derived`` explains (the caller assembles the graph then)."""
     gone = pl.Series("doc_id", sorted(lost), dtype=pl.String)
     n_base = base.n_nodes
     n_old_entities = base.n_entities
@@ -69,24 +74,28 @@ def narrow_graph(base: Snapshot, lost: frozenset[str], tables: dict[str, pl.Data
     indptr, indices = adjacency.indptr, adjacency.indices
     lost_passages = base.passages.filter(_in("doc_id", gone)).get_column("node").to_numpy()  # node numbers
 
-    # Entities adjacent to a passage taken (their mentions) are derived again; so is any the tables lack.
-    touched = np.zeros(n_base, dtype=bool)
-    touched[adjacency[lost_passages].indices] = True
-    touched[n_old_entities:] = False
-    held = base.entities.join(tables["entities"].select("entity_id"), on="entity_id", how="semi")
-    replaced = touched[:n_old_entities].copy()
-    replaced[np.setdiff1d(base.entities.get_column("node").to_numpy(), held.get_column("node").to_numpy())] = True
-
+    # Entities adjacent to a passage taken (their mentions) are replaced by the tables' rows of
+    # them and of the entities derived again.
+    replaced = np.zeros(n_base, dtype=bool)
+    replaced[adjacency[lost_passages].indices] = True
+    replaced = replaced[:n_old_entities]
+    ids = base.entities.get_column("entity_id")
     kept = base.entities.filter(pl.Series(~replaced)).select(
         "entity_id", "type", "display_name", "n_passages", pl.col("node").alias("old"))
-    fresh = tables["entities"].join(kept.select("entity_id"), on="entity_id", how="anti")
-    fresh_mentions = tables["mentions"].join(fresh.select("entity_id"), on="entity_id", how="semi")
+    fresh = tables["entities"].filter(_in("entity_id", pl.concat([derived, ids.filter(pl.Series(replaced))])))
+    if kept.height + fresh.height != tables["entities"].height:
+        return None
+    fresh_mentions = tables["mentions"].filter(_in("entity_id", fresh.get_column("entity_id")))
     per_entity = fresh_mentions.group_by("entity_id").agg(pl.col("chunk_id").n_unique().alias("n_passages"))
     fresh = (fresh.select("entity_id", "type", "display_name").join(per_entity, on="entity_id", how="left")
-             .with_columns(pl.col("n_passages").fill_null(0).cast(pl.Int64), pl.lit(None, dtype=pl.Int64).alias("old")))
+             .with_columns(pl.col("n_passages").fill_null(0).cast(pl.Int64), pl.lit(None, dtype=pl.Int64).alias("old"))
+             .sort("entity_id"))
+    # Both in entity id order: the fresh rows go where they sort among the kept ones.
+    at = kept.get_column("entity_id").search_sorted(fresh.get_column("entity_id")).to_numpy().astype(np.int64)
+    order = np.insert(np.arange(kept.height), at, np.arange(kept.height, kept.height + fresh.height))
     entities = (pl.concat([kept.with_columns(pl.col("n_passages").cast(pl.Int64), pl.col("old").cast(pl.Int64)),
-                           fresh.select(kept.columns)], how="vertical_relaxed")
-                .sort("entity_id").with_row_index("node").with_columns(pl.col("node").cast(pl.Int64)))
+                           fresh.select(kept.columns)], how="vertical_relaxed")[order]
+                .with_row_index("node").with_columns(pl.col("node").cast(pl.Int64)))
     n_entities = entities.height
     passages = (base.passages.with_row_index("base_row").filter(~_in("doc_id", gone))
                 .with_columns(pl.col("node").alias("old"))
@@ -100,42 +109,50 @@ def narrow_graph(base: Snapshot, lost: frozenset[str], tables: dict[str, pl.Data
     is_new = np.zeros(n, dtype=bool)  # (N,) the view's entities that the base does not hold as they are
     is_new[entities.filter(pl.col("old").is_null()).get_column("node").to_numpy()] = True
 
-    # Facts: the base's rows renumbered; those with evidence taken recounted or gone, those with
-    # an end replaced resolved again through the view's aliases.
+    # Facts, in the base's order: its rows renumbered; those with evidence taken recounted or gone,
+    # those with an end replaced resolved again through the view's aliases.
     recounted = base.evidence.filter(_in("doc_id", gone)).get_column("fact_id").unique()
-    facts = base.facts.with_row_index("base_row")
-    subjects = old_to_new[facts.get_column("subject_entity").to_numpy()]
-    objects = old_to_new[facts.get_column("object_entity").to_numpy()]
-    facts = facts.with_columns(pl.Series("subject_entity", subjects), pl.Series("object_entity", objects))
-    surviving = tables["facts"].join(recounted.to_frame(), on="fact_id", how="semi")
-    vanished = recounted.to_frame().join(surviving.select("fact_id"), on="fact_id", how="anti").get_column("fact_id")
-    lost_facts = facts.filter(_in("fact_id", vanished))
-    facts = facts.filter(~_in("fact_id", vanished))
-    redo = pl.concat([facts.filter((pl.col("subject_entity") < 0) | (pl.col("object_entity") < 0)).get_column("fact_id"),
-                      surviving.get_column("fact_id")]).unique()
-    if redo.len():
-        ends = (tables["aliases"].join(entities.select("entity_id", "node"), on="entity_id", how="left")
-                .select("name", "type", "node"))
-        patch = (tables["facts"].filter(_in("fact_id", redo))
-                 .join(ends.rename({"name": "subject", "type": "subject_type", "node": "subject_entity"}),
-                       on=["subject", "subject_type"], how="left")
-                 .join(ends.rename({"name": "object", "type": "object_type", "node": "object_entity"}),
-                       on=["object", "object_type"], how="left")
-                 .select("fact_id", "subject_entity", "object_entity", "n_sources")
-                 .cast({"subject_entity": pl.Int64, "object_entity": pl.Int64,
-                        "n_sources": facts.schema["n_sources"]}))
-        if patch.filter(pl.col("subject_entity").is_null() | pl.col("object_entity").is_null()).height:
+    surviving = tables["facts"].filter(_in("fact_id", recounted)).get_column("fact_id")
+    fact_ids = base.facts.get_column("fact_id")
+    subjects = old_to_new[base.facts.get_column("subject_entity").to_numpy()]  # (#base facts,)
+    objects = old_to_new[base.facts.get_column("object_entity").to_numpy()]
+    n_sources = base.facts.get_column("n_sources").to_numpy().copy()
+    vanished = (fact_ids.is_in(recounted.implode()) & ~fact_ids.is_in(surviving.implode())).to_numpy()
+    redo = np.flatnonzero(~vanished & ((subjects < 0) | (objects < 0) | fact_ids.is_in(surviving.implode()).to_numpy()))
+    if redo.size:
+        wanted = fact_ids.gather(redo)
+        patch = pl.DataFrame({"fact_id": wanted}).join(tables["facts"].filter(_in("fact_id", wanted)), on="fact_id",
+                                                       how="left", maintain_order="left")
+        names = pl.concat([patch.select(pl.col("subject").alias("name"), pl.col("subject_type").alias("type")),
+                           patch.select(pl.col("object").alias("name"), pl.col("object_type").alias("type"))]).unique()
+        named = tables["aliases"].join(names, on=["name", "type"], how="semi")
+        ends = named.join(entities.select("entity_id", "node").filter(_in("entity_id", named.get_column("entity_id"))),
+                          on="entity_id", how="left").select("name", "type", "node")
+        patch = (patch
+                 .join(ends.rename({"name": "subject", "type": "subject_type", "node": "s"}),
+                       on=["subject", "subject_type"], how="left", maintain_order="left")
+                 .join(ends.rename({"name": "object", "type": "object_type", "node": "o"}),
+                       on=["object", "object_type"], how="left", maintain_order="left"))
+        if patch.filter(pl.col("s").is_null() | pl.col("o").is_null()).height:
             raise SnapshotError("facts name subjects or objects that no alias holds; run the graph stage")
-        facts = facts.update(patch, on="fact_id", how="left")
-    facts = facts.sort("fact_id")
-    subjects = facts.get_column("subject_entity").to_numpy()
-    objects = facts.get_column("object_entity").to_numpy()
+        subjects[redo] = patch.get_column("s").to_numpy()
+        objects[redo] = patch.get_column("o").to_numpy()
+        n_sources[redo] = patch.get_column("n_sources").to_numpy()
 
     # Entity pairs that kept both ends but lost a fact: their weights are counted again.
-    gone_a = old_to_new[lost_facts.get_column("subject_entity").to_numpy()]
-    gone_b = old_to_new[lost_facts.get_column("object_entity").to_numpy()]
-    both = (gone_a >= 0) & (gone_b >= 0) & (gone_a != gone_b)
-    dirty = np.unique(_pair_keys(gone_a[both], gone_b[both], n))
+    both = vanished & (subjects >= 0) & (objects >= 0) & (subjects != objects)
+    dirty = np.unique(_pair_keys(subjects[both], objects[both], n))
+    fact_rows = np.flatnonzero(~vanished)  # (#facts,) the view's facts, rows of the base's
+    facts = (base.facts.select("fact_id", "subject", "predicate", "object").filter(pl.Series(~vanished))
+             .with_columns(pl.Series("subject_entity", subjects[fact_rows], dtype=pl.Int64),
+                           pl.Series("object_entity", objects[fact_rows], dtype=pl.Int64),
+                           pl.Series("n_sources", n_sources[fact_rows], dtype=base.facts.schema["n_sources"])))
+    subjects, objects = subjects[fact_rows], objects[fact_rows]
+    # Fact edges whose count may change: every pair of a fact of a replaced entity or a dirty pair.
+    base_subjects = base.facts.get_column("subject_entity").to_numpy()
+    base_objects = base.facts.get_column("object_entity").to_numpy()
+    old_pairs = (base_subjects != base_objects) & (replaced[base_subjects] | replaced[base_objects])
+    changed_pairs = np.unique(_pair_keys(base_subjects[old_pairs], base_objects[old_pairs], n_base)).size
 
     # The base's entries between kept nodes, renumbered (the order is kept: old_to_new is increasing).
     rows = old_to_new[np.repeat(np.arange(n_base, dtype=np.int64), np.diff(indptr))]
@@ -148,9 +165,11 @@ def narrow_graph(base: Snapshot, lost: frozenset[str], tables: dict[str, pl.Data
     values = adjacency.data[keep].astype(np.float64)
 
     # The edges that are new: mentions of the new entities, fact and synonym edges with a new end or of a dirty pair.
-    node_of = entities.select("entity_id", "node")
+    node_of = entities.filter(pl.Series(is_new[:n_entities])).select("entity_id", "node")
+    chunks = fresh_mentions.get_column("chunk_id")
     mentions = (fresh_mentions.select("entity_id", "chunk_id").join(node_of, on="entity_id", how="left")
-                .join(passages.select("chunk_id", pl.col("node").alias("passage")), on="chunk_id", how="left"))
+                .join(passages.filter(_in("chunk_id", chunks)).select("chunk_id", pl.col("node").alias("passage")),
+                      on="chunk_id", how="left"))
     if mentions.filter(pl.col("node").is_null() | pl.col("passage").is_null()).height:
         raise SnapshotError("mentions name entities or passages that the store does not hold; run the graph stage")
     m_entity, m_passage = mentions.get_column("node").to_numpy(), mentions.get_column("passage").to_numpy()
@@ -162,9 +181,11 @@ def narrow_graph(base: Snapshot, lost: frozenset[str], tables: dict[str, pl.Data
     wanted = pl.concat([fresh.get_column("entity_id"),
                         entities.filter(pl.Series(np.isin(np.arange(n_entities), np.concatenate(
                             [dirty // n, dirty % n])))).get_column("entity_id")])
-    synonyms = (synonyms.filter(_in("entity_a", wanted) | _in("entity_b", wanted))
-                .join(node_of.rename({"entity_id": "entity_a", "node": "a"}), on="entity_a", how="left")
-                .join(node_of.rename({"entity_id": "entity_b", "node": "b"}), on="entity_b", how="left"))
+    synonyms = synonyms.filter(_in("entity_a", wanted) | _in("entity_b", wanted))
+    ends_of = entities.filter(_in("entity_id", pl.concat([synonyms.get_column("entity_a"),
+                                                          synonyms.get_column("entity_b")]))).select("entity_id", "node")
+    synonyms = (synonyms.join(ends_of.rename({"entity_id": "entity_a", "node": "a"}), on="entity_a", how="left")
+                .join(ends_of.rename({"entity_id": "entity_b", "node": "b"}), on="entity_b", how="left"))
     if synonyms.filter(pl.col("a").is_null() | pl.col("b").is_null()).height:
         raise SnapshotError("synonym edges name entities that the store does not hold; run the graph stage")
     s_a, s_b = synonyms.get_column("a").to_numpy(), synonyms.get_column("b").to_numpy()
@@ -190,7 +211,11 @@ def narrow_graph(base: Snapshot, lost: frozenset[str], tables: dict[str, pl.Data
     narrowed = sp.csr_matrix((values, (keys % n).astype(index_type), new_indptr), shape=(n, n))
     narrowed.has_sorted_indices = True
 
-    fact_pairs = np.unique(_pair_keys(subjects[linked], objects[linked], n)).size
+    base_edges = base.info.counts.get("edges", {})
+    if "fact" in base_edges:  # the base's count, less the pairs whose facts changed, plus their pairs now
+        fact_pairs = int(base_edges["fact"]) - changed_pairs - dirty.size + pairs.size
+    else:
+        fact_pairs = np.unique(_pair_keys(subjects[linked], objects[linked], n)).size
     graph = Graph(
         entities=entities.select("node", "entity_id", "type", "display_name", "n_passages"),
         passages=passages.select("node", "chunk_id", "doc_id", "title", "text", "location"),
@@ -201,4 +226,4 @@ def narrow_graph(base: Snapshot, lost: frozenset[str], tables: dict[str, pl.Data
                      "synonym": tables["synonym_edges"].height},
     )
     return NarrowedGraph(graph, SharedRows.of(base.passage_vectors, passages.get_column("base_row").to_numpy()),
-                         SharedRows.of(base.fact_vectors, facts.get_column("base_row").to_numpy()))
+                         SharedRows.of(base.fact_vectors, fact_rows), fact_rows)

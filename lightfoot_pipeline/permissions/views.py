@@ -224,8 +224,16 @@ def narrowed_tables(base: dict[str, pl.DataFrame], lost: frozenset[str], setting
     entities holding a name of ``lost`` are derived again, as components of their surviving
     names, with their rows, mentions and synonym edges; the facts asserted in ``lost`` are
     recounted from their remaining sources."""
+    return narrowed_tables_and_entities(base, lost, settings)[0]
+
+
+def narrowed_tables_and_entities(base: dict[str, pl.DataFrame], lost: frozenset[str],
+                                 settings: dict) -> tuple[dict[str, pl.DataFrame], pl.Series]:
+    """:func:`narrowed_tables`, and the ids of the entities it derived again (those of the
+    entities that held a name of ``lost``, split as the remaining names link): what
+    narrowed_graph.py takes from the view's tables rather than from its base's graph."""
     if not lost:
-        return dict(base)
+        return dict(base), pl.Series("entity_id", [], dtype=pl.String)
     gone = pl.Series("doc_id", sorted(lost), dtype=pl.String)
     forms = base["forms"].filter(~_in("doc_id", gone))
     touched = base["forms"].filter(_in("doc_id", gone)).select("type", "name").unique()
@@ -259,7 +267,7 @@ def narrowed_tables(base: dict[str, pl.DataFrame], lost: frozenset[str], setting
         base["facts"].filter(~_in("fact_id", recounted)),
         fact_rows(fact_sources.filter(_in("fact_id", recounted))).select(FACTS.columns),
     ], how="vertical_relaxed")
-    return {
+    tables = {
         "forms": forms, "fact_sources": fact_sources, "name_links": links, "aliases": new_aliases,
         "entities": pl.concat([base["entities"].filter(kept), entity_rows(split, member_forms).select(ENTITIES.columns)],
                               how="vertical_relaxed"),
@@ -267,6 +275,7 @@ def narrowed_tables(base: dict[str, pl.DataFrame], lost: frozenset[str], setting
                               how="vertical_relaxed"),
         "synonym_edges": edges, "facts": facts,
     }
+    return tables, split.get_column("entity_id").unique()
 
 
 def _rows_of(keys: pl.DataFrame, held: pl.DataFrame, on: list[str]) -> np.ndarray:
@@ -281,10 +290,11 @@ def _rows_of(keys: pl.DataFrame, held: pl.DataFrame, on: list[str]) -> np.ndarra
 def view_snapshot(snapshot: Snapshot, documents: frozenset[str], tables: dict[str, pl.DataFrame],
                   indexed: Snapshot | None = None, narrowed: NarrowedGraph | None = None) -> Snapshot:
     """The snapshot a store of ``documents`` would export: its graph assembled from ``tables`` (or
-    ``narrowed``, the same graph narrowed from a base's: narrowed_graph.py), its vectors the
-    snapshot's rows of the same passages and facts, shared, not copied (snapshot/shared_rows.py).
-    ``indexed``: a snapshot (or view) whose fact index to keep when its training sample is the
-    view's (the snapshot's by default)."""
+    ``narrowed``, the same graph narrowed from the base ``indexed``: narrowed_graph.py), its
+    vectors the snapshot's rows of the same passages and facts, shared, not copied
+    (snapshot/shared_rows.py). ``indexed``: a snapshot (or view) whose fact index to keep when its
+    training sample is the view's (the snapshot's by default)."""
+    assert narrowed is None or indexed is not None, "a graph is narrowed from a base"
     if narrowed is None:
         wanted = pl.Series("doc_id", sorted(documents), dtype=pl.String).implode()
         passages = snapshot.passages.filter(pl.col("doc_id").is_in(wanted)).drop("node")
@@ -304,8 +314,13 @@ def view_snapshot(snapshot: Snapshot, documents: frozenset[str], tables: dict[st
         # The snapshot's centroids when the view's training sample is the snapshot's (a view of
         # most documents, as after a deletion): the same sample gives the same centroids, and a
         # fact's group is a function of its vector and them (snapshot/collect.py build_fact_index).
-        fact_index, order = build_fact_index(view_facts.get_column("fact_id").to_numpy(), fact_vectors,
-                                             indexed if indexed is not None else snapshot, lambda done, total: None)
+        previous = indexed if indexed is not None else snapshot
+        fact_index, order = build_fact_index(view_facts.get_column("fact_id"), fact_vectors, previous,
+                                             lambda done, total: None,
+                                             narrowed.fact_rows if narrowed is not None else None)
+    else:  # by fact id, as the assembly orders them (a narrowed graph keeps its base's order)
+        order = view_facts.get_column("fact_id").arg_sort().to_numpy() if narrowed is not None else None
+    if order is not None:
         view_facts, fact_vectors = view_facts[order], SharedRows.of(fact_vectors, order)
     counts = {
         "entities": graph.entities.height, "passages": graph.passages.height,
@@ -366,9 +381,9 @@ def reader_view(snapshot: Snapshot, principal: Principal, narrowing: Narrowing |
     if base is not None and documents <= base[0]:
         assert snapshot.access is not None, "a view of part of a snapshot needs its access tables"
         lost = base[0] - documents
-        tables = narrowed_tables(base[1], lost, snapshot.access.settings)
+        tables, derived = narrowed_tables_and_entities(base[1], lost, snapshot.access.settings)
         indexed = base[2]
-        narrowed = narrow_graph(base[2], lost, tables)
+        narrowed = narrow_graph(base[2], lost, tables, derived)
     else:
         tables, narrowed = derive_tables(snapshot, documents), None
     view = view_snapshot(snapshot, documents, tables, indexed, narrowed)
