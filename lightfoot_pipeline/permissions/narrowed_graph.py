@@ -47,6 +47,8 @@ class NarrowedGraph:
     passage_vectors: SharedRows  # (#passages, dim): the base's rows of the graph's passages, in its order
     fact_vectors: SharedRows  # (#facts, dim): the base's rows of its facts, in the graph's order
     fact_rows: np.ndarray  # (#facts,) increasing: the row among the base's facts of each of the graph's
+    passage_texts: list[str]  # the base's texts of the graph's passages (format.py Snapshot.passage_texts)
+    evidence_ranges: tuple[np.ndarray, np.ndarray]  # (#facts,) each, of the graph's facts (Snapshot.evidence_ranges)
 
 
 def _in(column: str, values: pl.Series) -> pl.Expr:
@@ -111,7 +113,8 @@ def narrow_graph(base: Snapshot, lost: frozenset[str], tables: dict[str, pl.Data
 
     # Facts, in the base's order: its rows renumbered; those with evidence taken recounted or gone,
     # those with an end replaced resolved again through the view's aliases.
-    recounted = base.evidence.filter(_in("doc_id", gone)).get_column("fact_id").unique()
+    taken = base.evidence.get_column("doc_id").is_in(gone.implode()).to_numpy()  # (#base evidence,)
+    recounted = base.evidence.filter(pl.Series(taken)).get_column("fact_id").unique()
     surviving = tables["facts"].filter(_in("fact_id", recounted)).get_column("fact_id")
     fact_ids = base.facts.get_column("fact_id")
     subjects = old_to_new[base.facts.get_column("subject_entity").to_numpy()]  # (#base facts,)
@@ -220,10 +223,27 @@ def narrow_graph(base: Snapshot, lost: frozenset[str], tables: dict[str, pl.Data
         entities=entities.select("node", "entity_id", "type", "display_name", "n_passages"),
         passages=passages.select("node", "chunk_id", "doc_id", "title", "text", "location"),
         facts=facts.select("fact_id", "subject", "predicate", "object", "subject_entity", "object_entity", "n_sources"),
-        evidence=base.evidence.filter(~_in("doc_id", gone)),
+        evidence=base.evidence.filter(pl.Series(~taken)),
         adjacency=narrowed,
         edge_counts={"mention": tables["mentions"].height, "fact": int(fact_pairs),
                      "synonym": tables["synonym_edges"].height},
     )
-    return NarrowedGraph(graph, SharedRows.of(base.passage_vectors, passages.get_column("base_row").to_numpy()),
-                         SharedRows.of(base.fact_vectors, fact_rows), fact_rows)
+    passage_rows = passages.get_column("base_row").to_numpy()
+    texts = base.passage_texts
+    return NarrowedGraph(graph, SharedRows.of(base.passage_vectors, passage_rows),
+                         SharedRows.of(base.fact_vectors, fact_rows), fact_rows,
+                         [texts[row] for row in passage_rows], _evidence_ranges(base, taken, fact_rows))
+
+
+def _evidence_ranges(base: Snapshot, taken: np.ndarray, fact_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(#facts,) first row and number of rows of each fact's evidence once the base's evidence
+    rows ``taken`` are gone, for the base's facts ``fact_rows``: the base's ranges, each moved up by
+    the rows taken before it and shortened by those taken in it."""
+    starts, counts = base.evidence_ranges
+    before = np.zeros(taken.size + 1, dtype=np.int64)  # (#base evidence + 1,) rows taken before each
+    np.cumsum(taken, out=before[1:])
+    start, count = starts[fact_rows], counts[fact_rows]
+    kept_count = count - (before[start + count] - before[start])
+    kept_start = np.where(kept_count > 0, start - before[start], 0)
+    return kept_start, kept_count
+

@@ -243,19 +243,20 @@ def narrowed_tables_and_entities(base: dict[str, pl.DataFrame], lost: frozenset[
     member_forms = forms.join(members, on=["type", "name"], how="semi")
     alive = name_statistics(member_forms)  # the affected entities' names that some document still uses
     dead = members.join(alive.select("type", "name"), on=["type", "name"], how="anti")
-    links = (base["name_links"]
-             .join(dead.rename({"name": "name_a"}), on=["type", "name_a"], how="anti")
-             .join(dead.rename({"name": "name_b"}), on=["type", "name_b"], how="anti"))
+    links = base["name_links"]
+    if dead.height:
+        links = (links.join(dead.rename({"name": "name_a"}), on=["type", "name_a"], how="anti")
+                 .join(dead.rename({"name": "name_b"}), on=["type", "name_b"], how="anti"))
     keys = alive.select("type", "name")
-    within = (links.join(keys.rename({"name": "name_a"}), on=["type", "name_a"], how="semi")
-              .join(keys.rename({"name": "name_b"}), on=["type", "name_b"], how="semi"))
+    from_a = links.join(keys.rename({"name": "name_a"}), on=["type", "name_a"], how="semi")
+    from_b = links.join(keys.rename({"name": "name_b"}), on=["type", "name_b"], how="semi")
+    within = from_a.join(keys.rename({"name": "name_b"}), on=["type", "name_b"], how="semi")
     labels = components(alive.select("name", "type"), within, float(settings["entity_threshold"]))
     split = alive.join(labels, on=["name", "type"]).select(ALIASES.columns)
     kept = ~_in("entity_id", affected)
     new_aliases = pl.concat([aliases.filter(kept), split], how="vertical_relaxed")
     # An edge of a split entity has a member link with an end among its names.
-    touching = pl.concat([links.join(keys.rename({"name": "name_a"}), on=["type", "name_a"], how="semi"),
-                          links.join(keys.rename({"name": "name_b"}), on=["type", "name_b"], how="semi")]).unique()
+    touching = pl.concat([from_a, from_b]).unique()
     edges = base["synonym_edges"]
     edges = pl.concat([
         edges.filter(~_in("entity_a", affected) & ~_in("entity_b", affected)),
@@ -333,9 +334,13 @@ def view_snapshot(snapshot: Snapshot, documents: frozenset[str], tables: dict[st
     info = SnapshotInfo(snapshot_id=f"{exported}-{digest[:12]}", uri=snapshot.info.uri, fingerprint=digest,
                         store_seq=snapshot.info.store_seq, created_at=snapshot.info.created_at, counts=counts,
                         models=snapshot.info.models)
-    return Snapshot(info=info, entities=graph.entities, passages=graph.passages, facts=view_facts,
+    view = Snapshot(info=info, entities=graph.entities, passages=graph.passages, facts=view_facts,
                     evidence=graph.evidence, adjacency=graph.adjacency, passage_vectors=passage_vectors,
                     fact_vectors=fact_vectors, fact_index=fact_index, access=None)
+    if narrowed is not None:  # its base's passage texts and evidence ranges, by row
+        starts, counts = narrowed.evidence_ranges
+        view.prime(narrowed.passage_texts, (starts, counts) if order is None else (starts[order], counts[order]))
+    return view
 
 
 def view_fingerprint(*frames: pl.DataFrame) -> str:

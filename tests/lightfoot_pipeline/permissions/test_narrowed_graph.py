@@ -37,7 +37,8 @@ def _lost_sets(tables: dict[str, pl.DataFrame], documents: frozenset[str], rng: 
 def test_a_graph_narrowed_from_its_base_equals_the_one_assembled_from_the_remaining_documents(served, seed):
     """From the whole snapshot's graph (seed 0) or a view's of four fifths of the documents: the
     same node tables, facts (n_sources recounted, ends resolved again), evidence, adjacency entries,
-    edge counts and vectors as assembling the remaining documents' tables afresh."""
+    edge counts, vectors, passage texts and evidence ranges as assembling the remaining documents'
+    tables afresh."""
     snapshot, readers, _ = served
     rng = random.Random(seed)
     every = frozenset(readers)
@@ -60,6 +61,10 @@ def test_a_graph_narrowed_from_its_base_equals_the_one_assembled_from_the_remain
         assert graph.edge_counts == assembled.info.counts["edges"]
         assert np.array_equal(np.asarray(narrowed.passage_vectors), np.asarray(assembled.passage_vectors))
         assert np.array_equal(narrowed.fact_vectors[by_id], np.asarray(assembled.fact_vectors))
+        assert narrowed.passage_texts == assembled.passage_texts  # the base's, by row, as the retriever reads them
+        starts, counts = narrowed.evidence_ranges
+        assert np.array_equal(starts[by_id], assembled.evidence_ranges[0])
+        assert np.array_equal(counts[by_id], assembled.evidence_ranges[1])
     assert graph.entities.height < base.entities.height or graph.facts.height < base.facts.height
 
 
