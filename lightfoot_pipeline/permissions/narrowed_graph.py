@@ -9,21 +9,23 @@ graph, node for node and entry for entry, from the base's graph and the view's t
 - the passages are the base's less those of the documents taken, in the same (chunk id) order;
 - an entity none of whose passages is taken keeps its row (type, display name, passage count),
   its mention edges and its synonym edges, which are functions of its members' live forms and
-  links (DESIGN.md); the others (and any entity the view's tables do not hold) are replaced by
-  the view's tables' entities that the base does not hold, the parts they split into. Both sets
-  are in entity id order, so the kept nodes keep their relative order: a node renumbering
+  links (DESIGN.md); the others are replaced by the view's tables' rows of them and of the
+  entities ``narrowed_tables`` derived again (the parts they split into). Both sets are in
+  entity id order, so the kept nodes keep their relative order: a node renumbering
   (``old_to_new``) maps the base's adjacency onto the view's without sorting it;
 - the facts are the base's, in the base's order (by fact id, or by its fact index's groups:
-  views.py ``view_snapshot`` orders them as the view's index wants); a fact keeps its row unless its evidence is in a document taken (it is recounted from the
-  view's tables, or gone with its last source) or an end is a replaced entity (resolved again
-  through the view's aliases);
+  views.py ``view_snapshot`` orders them as the view's index wants); a fact keeps its row unless
+  its evidence is in a document taken (it is recounted from the view's tables, or gone with its
+  last source) or an end is a replaced entity (resolved again through the view's aliases);
 - the adjacency is the base's entries between kept nodes, less the entity pairs that lost a fact
   (their weights are counted again), with the edges of the new entities and of those pairs added
   as the assembly weighs them (adjacency.py: a fact edge counts the pair's facts, a synonym edge
-  adds its similarity, a mention weighs 1).
+  adds its similarity, a mention weighs 1), so every entry is the sum the assembly makes.
 
 The rows of each passage and fact in the base are kept beside the graph: the view's vectors are
-those rows of the base's (snapshot/shared_rows.py), never copied.
+those rows of the base's (snapshot/shared_rows.py), never copied, and its passage texts and
+evidence ranges (what a retriever looks up) are the base's, by row. Measured at 100,000 passages
+(load average 8 on the 2-core machine): 1.1–1.2 s, where assembling took 2.9 s at load 4.
 """
 
 from __future__ import annotations

@@ -20,9 +20,11 @@ Access), keeps the rows of D_P's passages, and derives from them what the graph 
 - its own id and fingerprint (:func:`view_fingerprint`): the export's time, and a digest of the
   view's content, never the snapshot's.
 
-A view holds its own copy of its vectors (the readable rows of the snapshot's memory-mapped
-files), so that every product runs over exactly the rows a store of D_P would hold: each reader
-set in use costs memory in proportion to the documents it reads.
+A view holds no copy of its vectors: they are its rows of the snapshot's memory-mapped matrices
+(snapshot/shared_rows.py ``SharedRows``), which every view and every process on the node share;
+the seeding scorers read the snapshot's matrix and give, row for row, what a snapshot of D_P's
+vectors alone gives (retrieval/seeding.py). A reader set in use costs its tables, node tables and
+graph, in proportion to the documents it reads, and 8 bytes a vector row.
 
 Nothing of the view depends on history or on which principal asked first; :class:`ViewCache`
 keeps the views of the most recently used reader sets per snapshot. A snapshot without access
@@ -38,7 +40,11 @@ A widening is not a narrowing: it waits for the next export. Under a narrowing e
 view, the operator's among them, is derived as above from the documents it still reads, so it is
 exactly the index of those documents, from the snapshot's access tables (for a snapshot exported
 without them, every document public, those the store holds for its documents: snapshot/collect.py
-``access_since``).
+``access_since``). A view under a narrowing is derived from a base that held its documents (the
+view before the commit, or the whole snapshot: :class:`ViewCache`): its tables by
+:func:`narrowed_tables`, its graph by narrowing the base's (narrowed_graph.py), its fact index
+the base's when the training sample is unchanged, so that the work follows what the narrowing
+took, not the view.
 """
 
 from __future__ import annotations
