@@ -33,6 +33,7 @@ def _lost_sets(tables: dict[str, pl.DataFrame], documents: frozenset[str], rng: 
             frozenset(busiest[: len(busiest) // 2 + 1])]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(2))
 def test_a_graph_narrowed_from_its_base_equals_the_one_assembled_from_the_remaining_documents(served, seed):
     """From the whole snapshot's graph (seed 0) or a view's of four fifths of the documents: the
