@@ -20,9 +20,11 @@ Access), keeps the rows of D_P's passages, and derives from them what the graph 
 - its own id and fingerprint (:func:`view_fingerprint`): the export's time, and a digest of the
   view's content, never the snapshot's.
 
-A view holds its own copy of its vectors (the readable rows of the snapshot's memory-mapped
-files), so that every product runs over exactly the rows a store of D_P would hold: each reader
-set in use costs memory in proportion to the documents it reads.
+A view holds no copy of its vectors: they are its rows of the snapshot's memory-mapped matrices
+(snapshot/shared_rows.py ``SharedRows``), which every view and every process on the node share;
+the seeding scorers read the snapshot's matrix and give, row for row, what a snapshot of D_P's
+vectors alone gives (retrieval/seeding.py). A reader set in use costs its tables, node tables and
+graph, in proportion to the documents it reads, and 8 bytes a vector row.
 
 Nothing of the view depends on history or on which principal asked first; :class:`ViewCache`
 keeps the views of the most recently used reader sets per snapshot. A snapshot without access
@@ -38,7 +40,11 @@ A widening is not a narrowing: it waits for the next export. Under a narrowing e
 view, the operator's among them, is derived as above from the documents it still reads, so it is
 exactly the index of those documents, from the snapshot's access tables (for a snapshot exported
 without them, every document public, those the store holds for its documents: snapshot/collect.py
-``access_since``).
+``access_since``). A view under a narrowing is derived from a base that held its documents (the
+view before the commit, or the whole snapshot: :class:`ViewCache`): its tables by
+:func:`narrowed_tables`, its graph by narrowing the base's (narrowed_graph.py), its fact index
+the base's when the training sample is unchanged, so that the work follows what the narrowing
+took, not the view.
 """
 
 from __future__ import annotations
@@ -57,10 +63,12 @@ from lightfoot_pipeline.index.facts import fact_rows
 from lightfoot_pipeline.index.reconcile import name_statistics
 from lightfoot_pipeline.index.synonyms import synonym_edges
 from lightfoot_pipeline.ingest.readers import PUBLIC, readers_of_text
+from lightfoot_pipeline.permissions.narrowed_graph import NarrowedGraph, narrow_graph
 from lightfoot_pipeline.permissions.principals import Principal
 from lightfoot_pipeline.snapshot.collect import GraphTables, assemble_graph, build_fact_index
 from lightfoot_pipeline.snapshot.fact_index import INDEX_MIN_ROWS
 from lightfoot_pipeline.snapshot.format import Access, Snapshot, SnapshotInfo
+from lightfoot_pipeline.snapshot.shared_rows import SharedRows
 from lightfoot_pipeline.store.tables import ALIASES, ENTITIES, FACTS
 
 VIEWS_KEPT = 16  # reader sets whose views a cache holds per snapshot
@@ -222,8 +230,16 @@ def narrowed_tables(base: dict[str, pl.DataFrame], lost: frozenset[str], setting
     entities holding a name of ``lost`` are derived again, as components of their surviving
     names, with their rows, mentions and synonym edges; the facts asserted in ``lost`` are
     recounted from their remaining sources."""
+    return narrowed_tables_and_entities(base, lost, settings)[0]
+
+
+def narrowed_tables_and_entities(base: dict[str, pl.DataFrame], lost: frozenset[str],
+                                 settings: dict) -> tuple[dict[str, pl.DataFrame], pl.Series]:
+    """:func:`narrowed_tables`, and the ids of the entities it derived again (those of the
+    entities that held a name of ``lost``, split as the remaining names link): what
+    narrowed_graph.py takes from the view's tables rather than from its base's graph."""
     if not lost:
-        return dict(base)
+        return dict(base), pl.Series("entity_id", [], dtype=pl.String)
     gone = pl.Series("doc_id", sorted(lost), dtype=pl.String)
     forms = base["forms"].filter(~_in("doc_id", gone))
     touched = base["forms"].filter(_in("doc_id", gone)).select("type", "name").unique()
@@ -233,19 +249,20 @@ def narrowed_tables(base: dict[str, pl.DataFrame], lost: frozenset[str], setting
     member_forms = forms.join(members, on=["type", "name"], how="semi")
     alive = name_statistics(member_forms)  # the affected entities' names that some document still uses
     dead = members.join(alive.select("type", "name"), on=["type", "name"], how="anti")
-    links = (base["name_links"]
-             .join(dead.rename({"name": "name_a"}), on=["type", "name_a"], how="anti")
-             .join(dead.rename({"name": "name_b"}), on=["type", "name_b"], how="anti"))
+    links = base["name_links"]
+    if dead.height:
+        links = (links.join(dead.rename({"name": "name_a"}), on=["type", "name_a"], how="anti")
+                 .join(dead.rename({"name": "name_b"}), on=["type", "name_b"], how="anti"))
     keys = alive.select("type", "name")
-    within = (links.join(keys.rename({"name": "name_a"}), on=["type", "name_a"], how="semi")
-              .join(keys.rename({"name": "name_b"}), on=["type", "name_b"], how="semi"))
+    from_a = links.join(keys.rename({"name": "name_a"}), on=["type", "name_a"], how="semi")
+    from_b = links.join(keys.rename({"name": "name_b"}), on=["type", "name_b"], how="semi")
+    within = from_a.join(keys.rename({"name": "name_b"}), on=["type", "name_b"], how="semi")
     labels = components(alive.select("name", "type"), within, float(settings["entity_threshold"]))
     split = alive.join(labels, on=["name", "type"]).select(ALIASES.columns)
     kept = ~_in("entity_id", affected)
     new_aliases = pl.concat([aliases.filter(kept), split], how="vertical_relaxed")
     # An edge of a split entity has a member link with an end among its names.
-    touching = pl.concat([links.join(keys.rename({"name": "name_a"}), on=["type", "name_a"], how="semi"),
-                          links.join(keys.rename({"name": "name_b"}), on=["type", "name_b"], how="semi")]).unique()
+    touching = pl.concat([from_a, from_b]).unique()
     edges = base["synonym_edges"]
     edges = pl.concat([
         edges.filter(~_in("entity_a", affected) & ~_in("entity_b", affected)),
@@ -257,7 +274,7 @@ def narrowed_tables(base: dict[str, pl.DataFrame], lost: frozenset[str], setting
         base["facts"].filter(~_in("fact_id", recounted)),
         fact_rows(fact_sources.filter(_in("fact_id", recounted))).select(FACTS.columns),
     ], how="vertical_relaxed")
-    return {
+    tables = {
         "forms": forms, "fact_sources": fact_sources, "name_links": links, "aliases": new_aliases,
         "entities": pl.concat([base["entities"].filter(kept), entity_rows(split, member_forms).select(ENTITIES.columns)],
                               how="vertical_relaxed"),
@@ -265,6 +282,7 @@ def narrowed_tables(base: dict[str, pl.DataFrame], lost: frozenset[str], setting
                               how="vertical_relaxed"),
         "synonym_edges": edges, "facts": facts,
     }
+    return tables, split.get_column("entity_id").unique()
 
 
 def _rows_of(keys: pl.DataFrame, held: pl.DataFrame, on: list[str]) -> np.ndarray:
@@ -277,19 +295,25 @@ def _rows_of(keys: pl.DataFrame, held: pl.DataFrame, on: list[str]) -> np.ndarra
 
 
 def view_snapshot(snapshot: Snapshot, documents: frozenset[str], tables: dict[str, pl.DataFrame],
-                  indexed: Snapshot | None = None) -> Snapshot:
-    """The snapshot a store of ``documents`` would export: its graph assembled from ``tables``, its
-    vectors the snapshot's rows of the same passages and facts. ``indexed``: a snapshot (or view)
-    whose fact index to keep when its training sample is the view's (the snapshot's by default)."""
-    wanted = pl.Series("doc_id", sorted(documents), dtype=pl.String).implode()
-    passages = snapshot.passages.filter(pl.col("doc_id").is_in(wanted)).drop("node")
-    facts = tables["facts"]
-    graph = assemble_graph(GraphTables(
-        entities=tables["entities"], passages=passages, mentions=tables["mentions"], aliases=tables["aliases"],
-        facts=facts, evidence=tables["fact_sources"], synonyms=tables["synonym_edges"],
-    ))
-    passage_vectors = np.asarray(snapshot.passage_vectors)[_rows_of(graph.passages, snapshot.passages, ["chunk_id"])]
-    fact_vectors = np.asarray(snapshot.fact_vectors)[_rows_of(graph.facts, snapshot.facts, ["fact_id"])]
+                  indexed: Snapshot | None = None, narrowed: NarrowedGraph | None = None) -> Snapshot:
+    """The snapshot a store of ``documents`` would export: its graph assembled from ``tables`` (or
+    ``narrowed``, the same graph narrowed from the base ``indexed``: narrowed_graph.py), its
+    vectors the snapshot's rows of the same passages and facts, shared, not copied
+    (snapshot/shared_rows.py). ``indexed``: a snapshot (or view) whose fact index to keep when its
+    training sample is the view's (the snapshot's by default)."""
+    assert narrowed is None or indexed is not None, "a graph is narrowed from a base"
+    if narrowed is None:
+        wanted = pl.Series("doc_id", sorted(documents), dtype=pl.String).implode()
+        passages = snapshot.passages.filter(pl.col("doc_id").is_in(wanted)).drop("node")
+        graph = assemble_graph(GraphTables(
+            entities=tables["entities"], passages=passages, mentions=tables["mentions"], aliases=tables["aliases"],
+            facts=tables["facts"], evidence=tables["fact_sources"], synonyms=tables["synonym_edges"],
+        ))
+        passage_vectors = SharedRows.of(snapshot.passage_vectors,
+                                        _rows_of(graph.passages, snapshot.passages, ["chunk_id"]))
+        fact_vectors = SharedRows.of(snapshot.fact_vectors, _rows_of(graph.facts, snapshot.facts, ["fact_id"]))
+    else:
+        graph, passage_vectors, fact_vectors = narrowed.graph, narrowed.passage_vectors, narrowed.fact_vectors
     view_facts, fact_index = graph.facts, None
     access = snapshot.access
     min_rows = int(access.settings.get("index_min_rows", INDEX_MIN_ROWS)) if access is not None else INDEX_MIN_ROWS
@@ -297,9 +321,14 @@ def view_snapshot(snapshot: Snapshot, documents: frozenset[str], tables: dict[st
         # The snapshot's centroids when the view's training sample is the snapshot's (a view of
         # most documents, as after a deletion): the same sample gives the same centroids, and a
         # fact's group is a function of its vector and them (snapshot/collect.py build_fact_index).
-        fact_index, order = build_fact_index(view_facts.get_column("fact_id").to_numpy(), fact_vectors,
-                                             indexed if indexed is not None else snapshot, lambda done, total: None)
-        view_facts, fact_vectors = view_facts[order], fact_vectors[order]
+        previous = indexed if indexed is not None else snapshot
+        fact_index, order = build_fact_index(view_facts.get_column("fact_id"), fact_vectors, previous,
+                                             lambda done, total: None,
+                                             narrowed.fact_rows if narrowed is not None else None)
+    else:  # by fact id, as the assembly orders them (a narrowed graph keeps its base's order)
+        order = view_facts.get_column("fact_id").arg_sort().to_numpy() if narrowed is not None else None
+    if order is not None:
+        view_facts, fact_vectors = view_facts[order], SharedRows.of(fact_vectors, order)
     counts = {
         "entities": graph.entities.height, "passages": graph.passages.height,
         "documents": graph.passages.get_column("doc_id").n_unique(), "facts": view_facts.height,
@@ -311,9 +340,13 @@ def view_snapshot(snapshot: Snapshot, documents: frozenset[str], tables: dict[st
     info = SnapshotInfo(snapshot_id=f"{exported}-{digest[:12]}", uri=snapshot.info.uri, fingerprint=digest,
                         store_seq=snapshot.info.store_seq, created_at=snapshot.info.created_at, counts=counts,
                         models=snapshot.info.models)
-    return Snapshot(info=info, entities=graph.entities, passages=graph.passages, facts=view_facts,
+    view = Snapshot(info=info, entities=graph.entities, passages=graph.passages, facts=view_facts,
                     evidence=graph.evidence, adjacency=graph.adjacency, passage_vectors=passage_vectors,
                     fact_vectors=fact_vectors, fact_index=fact_index, access=None)
+    if narrowed is not None:  # its base's passage texts and evidence ranges, by row
+        starts, counts = narrowed.evidence_ranges
+        view.prime(narrowed.passage_texts, (starts, counts) if order is None else (starts[order], counts[order]))
+    return view
 
 
 def view_fingerprint(*frames: pl.DataFrame) -> str:
@@ -358,11 +391,13 @@ def reader_view(snapshot: Snapshot, principal: Principal, narrowing: Narrowing |
     indexed = None
     if base is not None and documents <= base[0]:
         assert snapshot.access is not None, "a view of part of a snapshot needs its access tables"
-        tables = narrowed_tables(base[1], base[0] - documents, snapshot.access.settings)
+        lost = base[0] - documents
+        tables, derived = narrowed_tables_and_entities(base[1], lost, snapshot.access.settings)
         indexed = base[2]
+        narrowed = narrow_graph(base[2], lost, tables, derived)
     else:
-        tables = derive_tables(snapshot, documents)
-    view = view_snapshot(snapshot, documents, tables, indexed)
+        tables, narrowed = derive_tables(snapshot, documents), None
+    view = view_snapshot(snapshot, documents, tables, indexed, narrowed)
     return ReaderView(view_key(documents), view, documents, tables, round(time.perf_counter() - started, 4),
                       dict(view.info.counts))
 

@@ -13,6 +13,13 @@ A snapshot stores its vectors at half precision (snapshot/format.py). Two ways s
 
 Measured on the 2-core machine: a float16 product reads about 15 GB/s, 5 ms for 100,000 rows of
 384 dimensions, where float32 NumPy takes 24 ms (and NumPy's own float16 product 240 ms).
+
+A reader view's vectors are rows of its snapshot's matrix (snapshot/shared_rows.py ``SharedRows``):
+both scorers then read that matrix, either the whole of it with the view's rows picked from the
+products, or (for a view of a small part of it, or of a group whose rows are not consecutive in
+it) the view's rows gathered for the product. Each row's product does not depend on the rows
+beside it (torch's half-precision kernel computes one dot product per row), so a view's scores
+are those a snapshot holding its rows alone gives, bit for bit.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+
+from lightfoot_pipeline.snapshot.shared_rows import SharedRows, Vectors
 
 REFINE = 64  # extra rows scored again in float32 beyond those asked for
 # Share of the groups a query scores. On the bundled sample's dev questions with MiniLM (an index
@@ -35,6 +44,9 @@ REFINE = 64  # extra rows scored again in float32 beyond those asked for
 # 2 are the same for 119, as at 40%; at 6% the overlap falls to 0.985.
 PROBE_FACTOR = 3.2
 MIN_PROBES = 8
+# A view that holds under this share of its snapshot's rows gathers them for each product; above
+# it, the whole matrix is scored (reading every row costs less than gathering most of them).
+GATHER_BELOW_SHARE = 1 / 3
 
 
 def _torch():
@@ -51,12 +63,40 @@ def _as_tensor(matrix: np.ndarray):
         return torch.from_numpy(matrix)
 
 
+class _HalfMatrix:
+    """The float16 matrix a scorer multiplies: a snapshot's own, or the one a view's rows are of."""
+
+    def __init__(self, vectors: Vectors) -> None:
+        torch = _torch()
+        if isinstance(vectors, SharedRows):
+            self.matrix = _as_tensor(np.ascontiguousarray(vectors.matrix, dtype=np.float16))  # (n, dim)
+            self.rows: np.ndarray | None = vectors.rows  # (m,) rows of the matrix, the view's order
+            self.row_tensor = torch.from_numpy(vectors.rows)
+        else:
+            self.matrix = _as_tensor(np.ascontiguousarray(vectors, dtype=np.float16))  # (m, dim)
+            self.rows = None
+
+    def products(self, query, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """(hi - lo,) float32: the half-precision products of the view's rows lo:hi (every row by default)."""
+        torch = _torch()
+        if self.rows is None:
+            return torch.mv(self.matrix[lo:hi], query).float().numpy()  # (rows, dim) x (dim,) -> (rows,)
+        rows = self.rows[lo:hi]
+        if rows.size and int(rows[-1]) - int(rows[0]) + 1 == rows.size and np.all(np.diff(rows) == 1):
+            first = int(rows[0])  # consecutive rows of the matrix: a slice of it, no gather
+            return torch.mv(self.matrix[first:first + rows.size], query).float().numpy()
+        if rows.size >= GATHER_BELOW_SHARE * self.matrix.shape[0]:
+            return torch.mv(self.matrix, query).float().numpy()[rows]  # (n, dim) x (dim,) -> (n,), then picked
+        gathered = torch.index_select(self.matrix, 0, self.row_tensor[lo:hi])  # (rows, dim)
+        return torch.mv(gathered, query).float().numpy()
+
+
 class HalfScorer:
     """``vectors @ q`` over every row of a float16 (n, dim) matrix, exact in float32 at the top."""
 
-    def __init__(self, vectors: np.ndarray) -> None:
-        self.vectors = vectors  # (n, dim) float16, usually memory-mapped
-        self._matrix = _as_tensor(np.ascontiguousarray(vectors, dtype=np.float16))
+    def __init__(self, vectors: Vectors) -> None:
+        self.vectors = vectors  # (n, dim) float16, usually memory-mapped, or a view's rows of such
+        self._matrix = _HalfMatrix(vectors)
 
     def scores(self, q: np.ndarray, best: int) -> np.ndarray:
         """(n,) float32 similarities; the ``best + REFINE`` highest are computed in float32."""
@@ -65,14 +105,14 @@ class HalfScorer:
             return np.zeros(0, dtype=np.float32)
         torch = _torch()
         query = torch.from_numpy(np.ascontiguousarray(q, dtype=np.float16))
-        coarse = torch.mv(self._matrix, query).float().numpy()  # (n, dim) x (dim,) -> (n,)
+        coarse = self._matrix.products(query)  # (n, dim) x (dim,) -> (n,)
         k = min(n, best + REFINE)
         top = np.argpartition(-coarse, k - 1)[:k] if k < n else np.arange(n)
         coarse[top] = _exact_rows(self.vectors, top, q)
         return coarse
 
 
-def _exact_rows(vectors: np.ndarray, rows: np.ndarray, q: np.ndarray) -> np.ndarray:
+def _exact_rows(vectors: Vectors, rows: np.ndarray, q: np.ndarray) -> np.ndarray:
     """float32 similarities of some rows, in the order given."""
     return np.asarray(vectors[rows], dtype=np.float32) @ q.astype(np.float32)  # (k, dim) x (dim,)
 
@@ -94,14 +134,14 @@ class InvertedFileScorer:
     group order).
     """
 
-    def __init__(self, vectors: np.ndarray, centroids: np.ndarray, offsets: np.ndarray,
+    def __init__(self, vectors: Vectors, centroids: np.ndarray, offsets: np.ndarray,
                  probe_share: float | None = None) -> None:
         if offsets.shape[0] != centroids.shape[0] + 1 or int(offsets[-1]) != vectors.shape[0]:
             raise ValueError("the index's group offsets do not match its centroids and rows")
         self.vectors = vectors
         self.centroids = np.asarray(centroids, dtype=np.float32)
         self.offsets = np.asarray(offsets, dtype=np.int64)
-        self._matrix = _as_tensor(np.ascontiguousarray(vectors, dtype=np.float16))
+        self._matrix = _HalfMatrix(vectors)
         self.probes = probes_for(self.centroids.shape[0], probe_share)
 
     def scores(self, q: np.ndarray, best: int) -> np.ndarray:
@@ -114,7 +154,7 @@ class InvertedFileScorer:
         for group in np.sort(near):
             lo, hi = int(self.offsets[group]), int(self.offsets[group + 1])
             if hi > lo:
-                out[lo:hi] = torch.mv(self._matrix[lo:hi], query).float().numpy()
+                out[lo:hi] = self._matrix.products(query, lo, hi)  # (hi - lo, dim) x (dim,)
                 rows.append(np.arange(lo, hi))
         if rows:
             probed = np.concatenate(rows)

@@ -26,6 +26,7 @@ from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.snapshot.adjacency import build_adjacency
 from lightfoot_pipeline.snapshot.fact_index import INDEX_MIN_ROWS, assign, n_lists, sample_rows, train_centroids
 from lightfoot_pipeline.snapshot.format import Access, FactIndex, Snapshot, SnapshotError, passage_text
+from lightfoot_pipeline.snapshot.shared_rows import Vectors
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
@@ -331,24 +332,38 @@ def _vectors(store: Store, kind: str, embedder: Embedder, rows: pl.DataFrame, ke
     return out
 
 
-def _sample_digest(ids: np.ndarray) -> str:
-    return hashlib.sha256("\n".join(map(str, ids)).encode()).hexdigest()
+def _sample_digest(ids: pl.Series) -> str:
+    return hashlib.sha256("\n".join(map(str, ids.to_list())).encode()).hexdigest()
 
 
-def build_fact_index(fact_ids: np.ndarray, vectors: np.ndarray, previous: Snapshot | None,
-                     progress: Callable[[int, int], None]) -> tuple[FactIndex, np.ndarray]:
+def build_fact_index(fact_ids: np.ndarray | pl.Series, vectors: Vectors, previous: Snapshot | None,
+                     progress: Callable[[int, int], None],
+                     previous_rows: np.ndarray | None = None) -> tuple[FactIndex, np.ndarray]:
     """The inverted-file index of the fact vectors, and the order (group, then fact id) that the
-    snapshot stores the facts in."""
-    lists = n_lists(len(fact_ids))
-    sample = sample_rows(fact_ids, lists)
-    digest = _sample_digest(fact_ids[sample])
+    snapshot stores the facts in. The ids are sorted as strings by polars (a byte order, the same
+    as Python's for str), many times faster than NumPy on an array of objects.
+
+    ``previous_rows``, when the facts are rows of ``previous`` (a view narrowed from it:
+    permissions/narrowed_graph.py), is each fact's row there, increasing: the facts then keep
+    their groups without matching their ids, and, the previous snapshot holding its facts in
+    (group, fact id) order, they are in that order already."""
+    ids = pl.Series("fact_id", fact_ids) if not isinstance(fact_ids, pl.Series) else fact_ids.rename("fact_id")
+    lists = n_lists(ids.len())
+    sample = sample_rows(ids, lists)
+    digest = _sample_digest(ids.gather(sample))
     old = previous.fact_index if previous is not None else None
-    groups = np.full(len(fact_ids), -1, dtype=np.int32)
+    groups = np.full(ids.len(), -1, dtype=np.int32)
     if old is not None and old.sample_digest == digest:
         centroids = old.centroids
         old_groups = np.repeat(np.arange(len(old.offsets) - 1, dtype=np.int32), np.diff(old.offsets))
+        if previous_rows is not None and (previous_rows.size < 2 or bool(np.all(np.diff(previous_rows) > 0))):
+            groups = old_groups[previous_rows]
+            offsets = np.zeros(lists + 1, dtype=np.int64)
+            np.cumsum(np.bincount(groups, minlength=lists), out=offsets[1:])
+            index = FactIndex(centroids=centroids, offsets=offsets, sample_digest=digest)
+            return index, np.arange(ids.len(), dtype=np.int64)
         matched = (
-            pl.DataFrame({"fact_id": fact_ids}).with_row_index("new")
+            ids.to_frame().with_row_index("new")
             .join(previous.facts.select("fact_id").with_row_index("old"), on="fact_id", how="inner")
         )
         groups[matched.get_column("new").to_numpy()] = old_groups[matched.get_column("old").to_numpy()]
@@ -356,8 +371,9 @@ def build_fact_index(fact_ids: np.ndarray, vectors: np.ndarray, previous: Snapsh
         centroids = train_centroids(vectors, sample, lists)
     todo = np.flatnonzero(groups < 0)
     if todo.size:
-        groups[todo] = assign(vectors[todo], centroids, progress)
-    order = np.lexsort((fact_ids, groups))
+        groups[todo] = assign(vectors if todo.size == groups.size else vectors[todo], centroids, progress)
+    order = (pl.DataFrame({"group": groups, "fact_id": ids}).with_row_index("row")
+             .sort(["group", "fact_id"], maintain_order=True).get_column("row").to_numpy().astype(np.int64))
     offsets = np.zeros(lists + 1, dtype=np.int64)
     np.cumsum(np.bincount(groups, minlength=lists), out=offsets[1:])
     return FactIndex(centroids=centroids, offsets=offsets, sample_digest=digest), order

@@ -308,6 +308,13 @@ class Snapshot:
     def fact_objects(self) -> np.ndarray:
         return self.facts.get_column("object_entity").to_numpy()  # (#facts,)
 
+    def prime(self, passage_texts: list[str], evidence_ranges: tuple[np.ndarray, np.ndarray]) -> None:
+        """Give the snapshot its passage texts and evidence ranges (the properties below), derived
+        by the caller as they would compute them: a view narrowed from a base takes its base's
+        rows of them (permissions/narrowed_graph.py) instead of computing them again."""
+        self.__dict__["passage_texts"] = passage_texts
+        self.__dict__["evidence_ranges"] = evidence_ranges
+
     @cached_property
     def passage_texts(self) -> list[str]:
         return [passage_text(t, x) for t, x in self.passages.select("title", "text").iter_rows()]

@@ -78,3 +78,15 @@ def readable_store(tmp_path_factory, restricted_sample, sample_documents, sample
         return built[principal.name]
 
     return build
+
+
+@pytest.fixture(scope="session")
+def served(restricted_sample, hashing_embedder):
+    """The restricted sample's snapshot (exported once per session), its readers and its store."""
+    from lightfoot_pipeline.snapshot.export import export_snapshot
+    from lightfoot_pipeline.snapshot.format import load_snapshot
+
+    root, readers = restricted_sample
+    store = Store(str(root))
+    export_snapshot(store, hashing_embedder)
+    return load_snapshot(store), readers, store

@@ -31,14 +31,6 @@ from tests.lightfoot_pipeline.permissions.conftest import PRINCIPALS
 
 
 @pytest.fixture(scope="module")
-def served(restricted_sample, hashing_embedder):
-    root, readers = restricted_sample
-    store = Store(str(root))
-    export_snapshot(store, hashing_embedder)
-    return load_snapshot(store), readers, store
-
-
-@pytest.fixture(scope="module")
 def questions(sample_dir):
     return [q.question for q in load_questions(sample_dir / "questions-dev.jsonl")]
 

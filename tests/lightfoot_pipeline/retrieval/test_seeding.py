@@ -9,6 +9,7 @@ from lightfoot_pipeline.retrieval.retrieve import top_indices
 from lightfoot_pipeline.retrieval.seeding import HalfScorer, InvertedFileScorer
 from lightfoot_pipeline.snapshot.collect import build_fact_index
 from lightfoot_pipeline.snapshot.fact_index import n_lists
+from lightfoot_pipeline.snapshot.shared_rows import SharedRows
 
 
 def unit_rows(n: int, dim: int, seed: int, clusters: int = 20) -> np.ndarray:
@@ -79,3 +80,27 @@ def test_a_question_scores_a_share_of_the_groups_that_falls_as_the_index_grows()
     shares = [probes_for(n) / n for n in (65, 441, 1400, 5000)]
     assert shares == sorted(shares, reverse=True)
     assert probes_for(441, probe_share=1.0) == 441 and probes_for(441, probe_share=0.1) == 45
+
+
+def test_scores_of_shared_rows_are_those_of_a_copy_of_them_bit_for_bit():
+    """A view's vectors are rows of its snapshot's matrix (SharedRows): the scorers read the
+    matrix (whole, a slice of it, or the rows gathered) and give what they give for a copy of the
+    rows, bit for bit, the float32 refinement included; so does the fact index's scorer."""
+    matrix = unit_rows(4000, 32, seed=3)
+    q = matrix[5].astype(np.float32) + 0.05
+    q /= np.linalg.norm(q)
+    rng = np.random.default_rng(4)
+    picks = {"most, in another order": rng.permutation(4000)[:3500], "a few": rng.choice(4000, 300, replace=False),
+             "consecutive": np.arange(1000, 2200)}
+    for what, rows in picks.items():
+        shared, copy = SharedRows.of(matrix, rows), matrix[rows]
+        assert shared.matrix is matrix and shared.shape == copy.shape
+        np.testing.assert_array_equal(np.asarray(shared), copy)
+        np.testing.assert_array_equal(HalfScorer(shared).scores(q, 10), HalfScorer(copy).scores(q, 10), err_msg=what)
+        ids = np.array([f"f{i:05d}" for i in rows])
+        index, order = build_fact_index(ids, copy, None, lambda done, total: None)
+        mine = InvertedFileScorer(SharedRows.of(shared, order), index.centroids, index.offsets)
+        theirs = InvertedFileScorer(copy[order], index.centroids, index.offsets)
+        np.testing.assert_array_equal(mine.scores(q, 10), theirs.scores(q, 10), err_msg=what)
+    with pytest.raises(ValueError, match="outside"):
+        SharedRows.of(matrix, np.array([4000]))
