@@ -384,6 +384,29 @@ class QueryService:
         self.reloads += 1
         # Once it serves: the base from which a later narrowing derives its views (views.py ViewCache).
         serving.views.prepare()
+        if serving.snapshot.access is None:
+            self._with_store_access(serving)
+
+    def _with_store_access(self, serving: _Serving) -> None:
+        """Serve a snapshot exported without access tables (every document public) with those the
+        store holds for its documents (snapshot/collect.py ``access_since``), read once it serves,
+        and its base derived from them: a later narrowing (a deletion) then derives the views from
+        that base, as any other snapshot's, instead of reading the store and deriving every table
+        when the deletion comes. Left as it is when the store has changed the snapshot's documents
+        since the export (the narrowing reads them then) or cannot be read now."""
+        try:
+            access, withdrawn = access_since(self.store, self.store.manifest(), serving.snapshot.passages)
+        except (OSError, LightfootError) as err:
+            log.warning("could not read the access tables of snapshot %s from %s: %s", serving.snapshot.snapshot_id,
+                        self.store.uri, err)
+            return
+        if withdrawn:
+            return
+        snapshot = dataclasses.replace(serving.snapshot, access=access)  # the same arrays, and the tables to narrow
+        prepared = _Serving(snapshot, serving.retriever, serving.loaded_at, self._make_retriever, serving.narrowing,
+                            log_version=serving.log_version)
+        prepared.views.prepare()
+        self._serving = prepared
 
     def _narrowing(self, snapshot: Snapshot, held: Narrowing | None) -> tuple[Snapshot, Narrowing | None]:
         """What the store's newest commit takes from ``snapshot``'s readers (permissions/views.py

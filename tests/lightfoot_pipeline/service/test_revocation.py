@@ -234,15 +234,27 @@ def test_a_deletion_reaches_every_door_for_every_principal_within_seconds(runnin
     assert_same_snapshot(service.current(OPERATOR_PRINCIPAL).snapshot, fresh)
 
 
-def test_a_deletion_from_a_store_of_public_documents_reads_the_access_tables_it_needs(tmp_path, fresh):
-    """A snapshot of public documents keeps no access tables: the first narrowing reads the store's
-    for its documents, and the view still equals a fresh build."""
+def test_a_deletion_from_a_store_of_public_documents_reads_the_access_tables_it_needs(tmp_path, fresh,
+                                                                                       monkeypatch):
+    """A snapshot of public documents keeps no access tables: the service reads the store's for
+    its documents once the snapshot serves, so a deletion later derives its views from that base
+    and reads none then; the view still equals a fresh build."""
+    from lightfoot_pipeline.service import queries
+    from lightfoot_pipeline.snapshot.format import ACCESS_FILE
+
     store, embedder = Store(str(tmp_path / "store")), HashingEmbedder(dim=32)
     replay = ReplayExtractor({**load_recorded_extractions(DATA), SECRET.doc_id: SECRET_RECORD})
     operations.ingest(store, [*load_corpus(DATA), SECRET], replay, embedder)
-    export_snapshot(store, embedder)
+    info = export_snapshot(store, embedder)
+    assert not (tmp_path / "store" / "snapshots" / info.snapshot_id / ACCESS_FILE).exists()
+
+    def read_again(*args):
+        raise AssertionError("the access tables were read when the deletion came, not once the snapshot served")
+
     with QueryService(store, embedder, charge_ledger=False) as service:
-        assert service.refresh() and service.snapshot.access is None
+        assert service.refresh() and service.snapshot.access is not None
+        assert service.snapshot.snapshot_id == info.snapshot_id
+        monkeypatch.setattr(queries, "access_since", read_again)
         assert not service.narrow()  # nothing committed since the export
         operations.delete(store, [SECRET.doc_id])
         assert service.narrow()
