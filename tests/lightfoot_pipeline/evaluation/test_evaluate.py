@@ -197,6 +197,7 @@ def test_the_store_is_built_only_when_it_lacks_the_dataset(store, tmp_path):
         ensure_dataset_indexed(store, changed, embedder)
 
 
+@pytest.mark.slow  # two evaluations of a small corpus: a few seconds
 def test_eval_publishes_a_deployment_store_only_through_the_permission_check(tmp_path, monkeypatch):
     """`lightfoot eval --store` exports as `lightfoot snapshot` does: services polling the store
     never load a snapshot whose check failed; the evaluation reads the staged copy either way."""

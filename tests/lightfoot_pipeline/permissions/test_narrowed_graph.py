@@ -69,6 +69,7 @@ def test_a_graph_narrowed_from_its_base_equals_the_one_assembled_from_the_remain
     assert graph.entities.height < base.entities.height or graph.facts.height < base.facts.height
 
 
+@pytest.mark.slow  # three views derived at the sample's size: a couple of seconds, and the fast tier has none to spare
 def test_every_view_holds_rows_of_its_snapshots_vectors_not_a_copy(served):
     """A reader's view, the same view narrowed from it, and the operator's narrowed from the whole
     snapshot: their passage and fact vectors are rows of the snapshot's own (memory-mapped) matrices."""
