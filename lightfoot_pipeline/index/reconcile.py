@@ -109,32 +109,42 @@ def _fresh(frame: pl.DataFrame, spec: TableSpec, n_buckets: int) -> pl.DataFrame
     return with_buckets(frame, spec, n_buckets) if frame.height else None
 
 
-def _keys(frame: pl.DataFrame, name_col: str = "name") -> pl.Series:
+# Reads the rows of the buckets that hold some values of a column: (table, column, values) ->
+# rows (a transaction's ``rows`` or ``committed_rows``, a store's ``rows`` at one commit).
+RowReader = Callable[[str, str, list[str]], pl.DataFrame]
+
+
+def name_keys(frame: pl.DataFrame, name_col: str = "name") -> pl.Series:
+    """One string per row for its (type, name_col)."""
     return frame.select(pl.concat_str("type", pl.lit("\x00"), name_col).alias("k")).get_column("k")
 
 
-def _in_names(frame: pl.DataFrame, names: pl.DataFrame, name_col: str = "name") -> pl.Series:
+def in_names(frame: pl.DataFrame, names: pl.DataFrame, name_col: str = "name") -> pl.Series:
     """Mask of the rows of frame whose (type, name_col) is one of names' (type, name)."""
-    return _keys(frame, name_col).is_in(_keys(names).implode())
+    return name_keys(frame, name_col).is_in(name_keys(names).implode())
+
+
+def name_rows(read: RowReader, spec: TableSpec, names: pl.DataFrame, name_col: str = "name") -> pl.DataFrame:
+    """The rows of a table bucketed by a name column (forms, aliases, links) for some (name, type)
+    pairs."""
+    rows = read(spec.name, name_col, names.get_column("name").unique().to_list())
+    return rows.filter(in_names(rows, names, name_col))
+
+
+def links_of(read: RowReader, names: pl.DataFrame) -> pl.DataFrame:
+    """Every link with at least one end among names: from the buckets of those names in the links
+    table (by name_a) and in its mirror (by name_b)."""
+    found = pl.concat([name_rows(read, NAME_LINKS, names, "name_a").select(NAME_LINKS.columns),
+                       name_rows(read, NAME_LINKS_REVERSE, names, "name_b").select(NAME_LINKS.columns)])
+    return found.unique(subset=NAME_LINKS.key)
 
 
 def _name_rows(tx: Transaction, spec: TableSpec, names: pl.DataFrame, *, committed: bool = False) -> pl.DataFrame:
-    """The rows of a table bucketed by name (forms, aliases) for some (name, type) pairs."""
-    read = tx.committed_rows if committed else tx.rows
-    rows = read(spec.name, "name", names.get_column("name").unique().to_list())
-    return rows.filter(_in_names(rows, names))
+    return name_rows(tx.committed_rows if committed else tx.rows, spec, names)
 
 
 def _links_of(tx: Transaction, names: pl.DataFrame, *, committed: bool = False) -> pl.DataFrame:
-    """Every link with at least one end among names: from the buckets of those names in the links
-    table (by name_a) and in its mirror (by name_b)."""
-    read = tx.committed_rows if committed else tx.rows
-    listed = names.get_column("name").unique().to_list()
-    by_a = read(NAME_LINKS.name, "name_a", listed)
-    by_b = read(NAME_LINKS_REVERSE.name, "name_b", listed)
-    found = pl.concat([by_a.filter(_in_names(by_a, names, "name_a")).select(NAME_LINKS.columns),
-                       by_b.filter(_in_names(by_b, names, "name_b")).select(NAME_LINKS.columns)])
-    return found.unique(subset=NAME_LINKS.key)
+    return links_of(tx.committed_rows if committed else tx.rows, names)
 
 
 def _link_key() -> pl.Expr:
@@ -260,7 +270,7 @@ def reconcile_graph(
     region_forms = _name_rows(tx, FORMS, region)
     region_stats = name_statistics(region_forms)
     touching = _links_of(tx, region)
-    region_links = touching.filter(_in_names(touching, region, "name_a") & _in_names(touching, region, "name_b"))
+    region_links = touching.filter(in_names(touching, region, "name_a") & in_names(touching, region, "name_b"))
     labels = components(region, region_links, settings.entity_threshold)
 
     # 4. Replace aliases, entities, mentions and synonym edges of the affected region.

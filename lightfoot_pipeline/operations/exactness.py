@@ -35,7 +35,7 @@ import polars as pl
 from lightfoot_pipeline.index.components import components, entity_rows, mention_rows
 from lightfoot_pipeline.index.documents import forms_from_extractions
 from lightfoot_pipeline.index.facts import fact_rows
-from lightfoot_pipeline.index.reconcile import name_statistics
+from lightfoot_pipeline.index.reconcile import in_names, links_of, name_keys, name_rows, name_statistics
 from lightfoot_pipeline.index.synonyms import synonym_edges
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.store.batches import ADDED, DELETED, REPLACED
@@ -54,7 +54,6 @@ from lightfoot_pipeline.store.tables import (
     FORMS,
     MENTIONS,
     NAME_LINKS,
-    NAME_LINKS_REVERSE,
     SYNONYM_EDGES,
     TableSpec,
     bucket_of,
@@ -168,24 +167,20 @@ def _manifest_at(store: Store, seq: int) -> Manifest | None:
                     details=json.loads(row["details"]))
 
 
-def _pairs(frame: pl.DataFrame, name_col: str = "name") -> pl.Series:
-    return frame.select(pl.concat_str("type", pl.lit("\x00"), name_col).alias("k")).get_column("k")
-
-
 def _name_rows(store: Store, spec: TableSpec, names: pl.DataFrame, manifest: Manifest,
                name_col: str = "name") -> pl.DataFrame:
-    """The rows of a table bucketed by a name column whose (type, name) is one of ``names``'."""
+    """The rows of a table bucketed by a name column whose (type, name) is one of ``names``', at
+    ``manifest`` (index/reconcile.py ``name_rows``)."""
     if names.height == 0:
         return spec.empty()
-    rows = store.rows(spec.name, name_col, names.get_column("name").unique().to_list(), manifest)
-    return rows.filter(_pairs(rows, name_col).is_in(_pairs(names).implode()))
+    return name_rows(lambda table, column, values: store.rows(table, column, values, manifest), spec, names, name_col)
 
 
 def _links_of(store: Store, names: pl.DataFrame, manifest: Manifest) -> pl.DataFrame:
-    """Every stored link with an end among ``names`` (from both of its buckets)."""
-    found = pl.concat([_name_rows(store, NAME_LINKS, names, manifest, "name_a").select(NAME_LINKS.columns),
-                       _name_rows(store, NAME_LINKS_REVERSE, names, manifest, "name_b").select(NAME_LINKS.columns)])
-    return found.unique(subset=list(NAME_LINKS.key))
+    """Every stored link with an end among ``names``, at ``manifest`` (index/reconcile.py ``links_of``)."""
+    if names.height == 0:
+        return NAME_LINKS.empty().select(NAME_LINKS.columns)
+    return links_of(lambda table, column, values: store.rows(table, column, values, manifest), names)
 
 
 def _ends(links: pl.DataFrame) -> pl.DataFrame:
@@ -315,8 +310,7 @@ def _derive(store: Store, names: pl.DataFrame, manifest: Manifest, settings: Ind
     ``names`` (live names, closed under strong links), and the stored links touching them."""
     region, touching = _closure(store, names, manifest, settings.entity_threshold)
     forms = _name_rows(store, FORMS, region, manifest)
-    inside = touching.filter(_pairs(touching, "name_a").is_in(_pairs(region).implode())
-                             & _pairs(touching, "name_b").is_in(_pairs(region).implode()))
+    inside = touching.filter(in_names(touching, region, "name_a") & in_names(touching, region, "name_b"))
     labels = components(region, inside, settings.entity_threshold)
     aliases = name_statistics(forms).join(labels, on=NAME_KEY).select(ALIASES.columns)
     partners = _ends(touching).join(region, on=NAME_KEY, how="anti")
@@ -381,12 +375,12 @@ def compare_changes(store: Store, settings: IndexSettings, run_id: str | None, *
                        how="left").with_columns(pl.coalesce("entity_id", pl.concat_str(
                            pl.lit("new:"), "type", pl.lit("\x00"), "name")).alias("unit"))
     units = owners.get_column("unit").unique().to_list()
-    gone_units = _pairs(gone).to_list()
+    gone_units = name_keys(gone).to_list()
     found.changed_components = len(units) + len(gone_units)
     chosen = set(sample([*units, *gone_units], bounds.changed, seed))
     found.compared_changed = len(chosen)
     start = owners.filter(pl.col("unit").is_in(sorted(chosen))).select(NAME_KEY)
-    gone = gone.filter(_pairs(gone).is_in(sorted(chosen)))
+    gone = gone.filter(name_keys(gone).is_in(sorted(chosen)))
 
     # Components the run did not change, drawn from the whole entities table: each from its canonical name.
     untouched = _untouched(store, ENTITIES, bounds.untouched, seed, set(units), manifest)
