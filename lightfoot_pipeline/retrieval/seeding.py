@@ -28,7 +28,7 @@ import warnings
 
 import numpy as np
 
-from lightfoot_pipeline.snapshot.shared_rows import SharedRows, Vectors
+from lightfoot_pipeline.snapshot.shared_rows import SharedRows, Vectors, consecutive
 
 REFINE = 64  # extra rows scored again in float32 beyond those asked for
 # Share of the groups a query scores. On the bundled sample's dev questions with MiniLM (an index
@@ -82,9 +82,9 @@ class _HalfMatrix:
         if self.rows is None:
             return torch.mv(self.matrix[lo:hi], query).float().numpy()  # (rows, dim) x (dim,) -> (rows,)
         rows = self.rows[lo:hi]
-        if rows.size and int(rows[-1]) - int(rows[0]) + 1 == rows.size and np.all(np.diff(rows) == 1):
-            first = int(rows[0])  # consecutive rows of the matrix: a slice of it, no gather
-            return torch.mv(self.matrix[first:first + rows.size], query).float().numpy()
+        piece = consecutive(rows)
+        if piece is not None:  # consecutive rows of the matrix: a slice of it, no gather
+            return torch.mv(self.matrix[piece], query).float().numpy()
         if rows.size >= GATHER_BELOW_SHARE * self.matrix.shape[0]:
             return torch.mv(self.matrix, query).float().numpy()[rows]  # (n, dim) x (dim,) -> (n,), then picked
         gathered = torch.index_select(self.matrix, 0, self.row_tensor[lo:hi])  # (rows, dim)

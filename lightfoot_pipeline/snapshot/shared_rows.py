@@ -63,14 +63,16 @@ class SharedRows:
         gathered = np.asarray(self.matrix[self.rows])
         return gathered if dtype is None else gathered.astype(dtype)
 
-    def contiguous(self) -> slice | None:
-        """The slice of the matrix these rows are when they are consecutive rows of it, else None."""
-        if not self.rows.size:
-            return slice(0, 0)
-        first, last = int(self.rows[0]), int(self.rows[-1])
-        if last - first + 1 == self.rows.size and np.all(np.diff(self.rows) == 1):
-            return slice(first, last + 1)
-        return None
+
+def consecutive(rows: np.ndarray) -> slice | None:
+    """The slice of a matrix that ``rows`` (some of its row numbers) are when they are consecutive
+    rows of it, else None."""
+    if not rows.size:
+        return slice(0, 0)
+    first, last = int(rows[0]), int(rows[-1])
+    if last - first + 1 == rows.size and np.all(np.diff(rows) == 1):
+        return slice(first, last + 1)
+    return None
 
 
 Vectors = np.ndarray | SharedRows  # a snapshot's vectors: its own matrix, or rows of another's
