@@ -67,7 +67,8 @@ def extraction_batches(
     with dagster_batch(context):
         report = collect(lightfoot, batch_extractor, embedder.get(), store.settings(),
                          ask_again=config.ask_again != "no", synchronous=synchronous)
-    add_run_cost(context, model_calls=report.answered + report.synchronous_calls, tokens_in=report.tokens_in, tokens_out=report.tokens_out,
+    calls = report.answered + report.synchronous_calls  # the batches' answers and the calls asking again now
+    add_run_cost(context, model_calls=calls, tokens_in=report.tokens_in, tokens_out=report.tokens_out,
                  cost_usd=report.cost_usd)
     again = report.asked_again
     return dg.MaterializeResult(metadata={
@@ -83,7 +84,7 @@ def extraction_batches(
         "answered_synchronously": report.answered_synchronously,
         "documents_finished": report.documents,
         "store_commit": report.seq if report.seq is not None else -1,
-        "model_calls": report.answered + report.synchronous_calls,
+        "model_calls": calls,
         "cost_usd": dg.MetadataValue.float(report.cost_usd),
         "batches_with_problems": len(report.problems),
     })
