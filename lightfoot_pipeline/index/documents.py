@@ -53,7 +53,7 @@ EXCLUDED = "excluded"
 
 
 def _document_rows(tx: Transaction, spec: TableSpec, doc_ids: list[str]) -> pl.DataFrame:
-    """The staged rows of documents in a per-document table, reading only the buckets that hold them.
+    """The staged rows of documents in a per-document table, reading only theirs.
 
     Forms and fact assertions are bucketed by name and by fact: the documents' keys say which.
     """
@@ -61,8 +61,8 @@ def _document_rows(tx: Transaction, spec: TableSpec, doc_ids: list[str]) -> pl.D
         return tx.rows(spec.name, "doc_id", doc_ids)
     kind = "name" if spec is FORMS else "fact"
     keys = tx.rows(DOCUMENT_KEYS.name, "doc_id", doc_ids).filter(pl.col("kind") == kind)
-    tx.load(spec.name, tx.buckets_of(keys.get_column("key").unique().to_list()))
-    return tx.staged(spec.name).filter(pl.col("doc_id").is_in(doc_ids))
+    rows = tx.rows(spec.name, spec.bucket_by, keys.get_column("key").unique().to_list())
+    return rows.filter(pl.col("doc_id").is_in(doc_ids))
 
 
 def _doc_rows(doc_ids: list[str]) -> pl.Expr:

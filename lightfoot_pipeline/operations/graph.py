@@ -26,7 +26,6 @@ from lightfoot_pipeline.store.fingerprint import fingerprint as store_fingerprin
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
     ALIASES,
-    BUCKET,
     ENTITIES,
     FACT_SOURCES,
     FACTS,
@@ -84,16 +83,13 @@ def update_graph(store: Store, settings: IndexSettings, embedder: Callable[[], E
             return name_vector_cache(store, loaded, progress)
 
         change = reconcile_graph(tx, settings, vectors)
-        # What changed is read from the buckets the transaction changed, never from whole tables:
-        # an entity's mentions and a fact's sources share its bucket, so those buckets hold all of them.
+        # What changed is read from the rows the transaction changed, never from whole tables: an
+        # entity's mentions and a fact's sources are looked up with it, so every one of them is held.
         touched = {name: tx.touched_rows(name) for name in WATCHED}
         before, after = ({name: rows[k] for name, rows in touched.items()} for k in (0, 1))
-        mentioned = store.read_columns(MENTIONS.name, tx.manifest, ["doc_id", BUCKET])
-        elsewhere = mentioned.filter(~pl.col(BUCKET).is_in(before[MENTIONS.name].get_column(BUCKET).unique().implode()))
+        mentioned = store.read_columns(MENTIONS.name, tx.manifest, ["doc_id"])
         manifest, changed = commit_if_changed(tx, "graph", {"graph": change.as_dict()})
-    old = set(mentioned.get_column("doc_id").unique().to_list())
-    new = set(elsewhere.get_column("doc_id").unique().to_list()) | set(
-        after[MENTIONS.name].get_column("doc_id").unique().to_list())
+    old, new = _mentioned_documents(mentioned, before[MENTIONS.name], after[MENTIONS.name])
     update = GraphUpdate(change, len(new - old), len(old - new),
                          entities=_counted(before, after, ENTITIES.name, "entity_id", ["display_name"]),
                          facts=_counted(before, after, FACTS.name, "fact_id", ["subject", "predicate", "object"]),
@@ -109,6 +105,18 @@ def update_graph(store: Store, settings: IndexSettings, embedder: Callable[[], E
         update.vector_table = cache_table_name("name", update.embedder)
         update.vector_uri = vector_cache_uri(store, "name", update.embedder)
     return update
+
+
+def _mentioned_documents(committed: pl.DataFrame, before: pl.DataFrame, after: pl.DataFrame) -> tuple[set[str], set[str]]:
+    """The documents some mention names, before and after a change: the committed mentions' doc ids,
+    with the change's rows (``before``: the rows held as read, ``after``: as staged) counted in."""
+    def counted(rows: pl.DataFrame, sign: int) -> pl.DataFrame:
+        return rows.group_by("doc_id").agg((pl.len().cast(pl.Int64) * sign).alias("n"))
+
+    counts = pl.concat([counted(committed, 1), counted(before, -1), counted(after, 1)])
+    final = counts.group_by("doc_id").agg(pl.col("n").sum())
+    old = set(committed.get_column("doc_id").unique().to_list())
+    return old, set(final.filter(pl.col("n") > 0).get_column("doc_id").to_list())
 
 
 def _counted(before: dict[str, pl.DataFrame], after: dict[str, pl.DataFrame], table: str, key: str,

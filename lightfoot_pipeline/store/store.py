@@ -317,6 +317,39 @@ class Store(Journals):
         self.rows_read[name] = self.rows_read.get(name, 0) + frame.height
         return typed(frame, spec)
 
+    def read_matching(self, name: str, manifest: Manifest, column: str, values: Iterable[str]) -> pl.DataFrame:
+        """The committed rows whose ``column`` (the table's bucket column) is one of ``values``,
+        with the bucket column.
+
+        Only the buckets of the values are read, and only the matching rows are kept: the files are
+        scanned with the filter, so what this holds is the rows found, not the buckets read (a
+        batch's few thousand names land in nearly every bucket of a table of millions of rows).
+        A table this process holds whole, or whose buckets it keeps, is filtered in memory.
+        """
+        spec = spec_for(name)
+        wanted = sorted(set(values))
+        version = manifest.versions.get(name)
+        if version is None or not wanted:
+            return spec.empty()
+        n_buckets = self.layout_buckets(manifest)
+        buckets = sorted({bucket_of(v, n_buckets) for v in wanted})
+        matching = pl.col(column).is_in(pl.Series(wanted, dtype=pl.String).implode())
+        cached = self._frames.get(name)
+        if self._buckets is not None or (cached is not None and cached[0] == version):
+            return self.read_buckets(name, manifest, buckets).filter(matching)
+        self.buckets_read[name] = self.buckets_read.get(name, 0) + len(buckets)
+        table = self.open_version(name, version)
+        partitions = [(BUCKET, "in", [str(b) for b in buckets])]
+        if self.is_remote:
+            dataset = table.to_pyarrow_dataset(file_pruning_predicate=partitions)
+            frame = arrow_frame(dataset.to_table(filter=pc.field(column).isin(wanted)))
+        else:
+            files = table.file_uris(file_pruning_predicate=partitions)
+            frame = (pl.scan_parquet(files, hive_partitioning=True).filter(matching).collect()
+                     if files else spec.empty())
+        self.rows_read[name] = self.rows_read.get(name, 0) + frame.height
+        return typed(frame, spec)
+
     def row_count(self, name: str, manifest: Manifest) -> int:
         """Rows of a table as of the committed state, from the table's metadata (no data read)."""
         version = manifest.versions.get(name)

@@ -59,22 +59,30 @@ from lightfoot_pipeline.store.tables import (
     spec_for,
     worth_a_presence_check,
 )
-from lightfoot_pipeline.store.write_plan import WritePlan, crowded, plan_writes, write_order
+from lightfoot_pipeline.store.write_plan import WritePlan, plan_writes, rewritten, write_order
 
 # Tables written at once by one commit. Each holds an Arrow copy of its rows while it is written, so
 # a commit of more than LARGE_COMMIT_ROWS rows writes fewer at a time.
 WRITE_THREADS = 4
 LARGE_COMMIT_ROWS = 500_000
+# A rewrite of buckets that lost rows reads, changes and writes this many rows at a time (about),
+# so that a change reaching every bucket of a table of millions of rows holds a group, not the table.
+REWRITE_ROWS = 250_000
+# A transaction keeps the buckets it reads whole, for later lookups and the commit's rewrite of
+# them, up to this many rows; past that it holds only the rows of the values it looks up.
+KEPT_ROWS = 1_000_000
 
 
 class Transaction:
     """A working copy of the tables, read at one manifest and committed together.
 
-    A stage reads the rows it needs with :meth:`rows` (the buckets of the given keys only) or a
+    A stage reads the rows it needs with :meth:`rows` (the rows of the given keys only) or a
     whole table with :meth:`table` (a full rebuild), and stages changes with :meth:`update` (or a
-    whole new table with :meth:`put`). The transaction holds, per table, the buckets it has read;
-    a change can only touch those (added rows first bring in their buckets), and nothing reaches
-    storage until :meth:`commit`, which compares and writes only the buckets that changed.
+    whole new table with :meth:`put`). The transaction holds, per table, the rows it has looked up,
+    never whole buckets, so what it holds follows the change, not the store; a removal can only
+    touch those rows, and nothing reaches storage until :meth:`commit`, which writes only the
+    buckets that changed: rows appended to those that only grew, and those that lost a row
+    rewritten a group at a time from their committed rows and the staged changes.
     ``store`` is the Store whose ``transaction()`` opened it (store.py); a transaction opened
     directly on a manifest (a dry run, never committed) works the same. Either way the store's
     recorded layout sets the bucket count, and a store of an earlier layout is refused
@@ -92,8 +100,9 @@ class Transaction:
         self._heads: dict[str, int] = dict(manifest.versions if heads is None else heads)
         self._original: dict[str, pl.DataFrame] = {}
         self._working: dict[str, pl.DataFrame] = {}
-        # Buckets read per table; None means the whole table.
-        self._loaded: dict[str, set[int] | None] = {}
+        # The values of each table's bucket column whose committed rows were looked up (and are
+        # held); None means the whole table was read.
+        self._seen: dict[str, pl.Series | None] = {}
         # Buckets each table's staged changes may touch; None means "compare every bucket".
         self._touched: dict[str, set[int] | None] = {}
         # The rows each table's staged changes removed and added, so that a commit finds what
@@ -103,6 +112,9 @@ class Transaction:
         # whose values a table was found to hold in nearly every bucket (see rows).
         self._columns: dict[tuple[str, str], pl.Series] = {}
         self._dense: set[tuple[str, str]] = set()
+        # Whole buckets read, as committed, kept for later lookups and a rewrite at commit (KEPT_ROWS).
+        self._kept: dict[tuple[str, int], pl.DataFrame] = {}
+        self._kept_rows = 0
         # What the index is built with (embedder, thresholds); carried from commit to commit.
         self.config: dict = dict(manifest.config)
 
@@ -114,83 +126,126 @@ class Transaction:
         return {bucket_of(v, self.n_buckets) for v in values}
 
     def loaded(self, name: str) -> set[int] | None:
-        """The buckets of a table read so far (None: all of them)."""
-        return self._loaded.get(name, set())
+        """The buckets of a table whose rows this transaction has looked up (None: the whole table
+        was read). A bucket is never held whole: only the rows of the values looked up are."""
+        self._start(name)
+        seen = self._seen[name]
+        return None if seen is None else self.buckets_of(seen.to_list())
 
     def _start(self, name: str) -> None:
         if name not in self._working:
             frame = spec_for(name).empty()
             self._original[name] = self._working[name] = frame
-            self._loaded[name] = set()
+            self._seen[name] = pl.Series("v", [], dtype=pl.String)
             self._touched[name] = set()
             self._changes[name] = ([], [])
 
-    def load(self, name: str, buckets: Iterable[int]) -> None:
-        """Read the given buckets of a table into the transaction (those not read yet)."""
-        self._start(name)
-        loaded = self._loaded[name]
-        if loaded is None:
-            return
-        missing = set(buckets) - loaded
-        if not missing:
-            return
-        frame = self.store.read_buckets(name, self.manifest, missing)
-        self._original[name] = pl.concat([self._original[name], frame])
-        self._working[name] = pl.concat([self._working[name], frame])
-        loaded |= missing
+    def _unseen(self, name: str, values: list[str]) -> list[str]:
+        seen = self._seen[name]
+        if seen is None or not values:
+            return []
+        asked = pl.Series("v", values, dtype=pl.String)
+        return asked.filter(~asked.is_in(seen.implode())).to_list()
+
+    def _take(self, name: str, values: list[str], frame: pl.DataFrame) -> None:
+        """Hold the committed rows of looked-up values (``frame``: all of them, read from storage)."""
+        seen = self._seen[name]
+        assert seen is not None, "a table read whole has no values left to look up"
+        self._seen[name] = pl.concat([seen, pl.Series("v", values, dtype=pl.String)])
+        if frame.height:
+            self._original[name] = pl.concat([self._original[name], frame])
+            self._working[name] = pl.concat([self._working[name], frame])
 
     def table(self, name: str) -> pl.DataFrame:
         """The whole table as staged so far in this transaction (with its bucket column)."""
         self._start(name)
-        loaded = self._loaded[name]
-        if loaded is not None:
+        seen = self._seen[name]
+        if seen is not None:
+            spec = spec_for(name)
             whole = self.store.read(name, self.manifest)
-            if loaded:
-                whole = whole.filter(~pl.col(BUCKET).is_in(sorted(loaded)))
-            if self._original[name].height or self._working[name].height:  # buckets read, or rows added
+            if seen.len():  # the rows of the values looked up are held already, with their changes
+                whole = whole.filter(~pl.col(spec.bucket_by).is_in(seen.implode()))
+            if self._original[name].height or self._working[name].height:  # rows looked up, or added
                 self._original[name] = pl.concat([self._original[name], whole])
                 self._working[name] = pl.concat([self._working[name], whole])
             else:
                 self._original[name] = self._working[name] = whole
-            self._loaded[name] = None
+            self._seen[name] = None
         return self._working[name]
 
     def rows(self, name: str, column: str, values: Iterable[str]) -> pl.DataFrame:
-        """The staged rows whose ``column`` is one of ``values``, reading only their buckets.
+        """The staged rows whose ``column`` is one of ``values``, reading only theirs.
 
         ``column`` is the table's bucket column (tables.py), or any column once the whole table
-        has been read.
+        has been read. The committed rows of a value are read once (the buckets of the values,
+        scanned with the filter: ``Store.read_matching``) and held with this transaction's changes.
         """
         spec = spec_for(name)
         wanted = sorted(set(values))
+        self._start(name)
         if column == spec.bucket_by:
-            buckets = self.buckets_of(wanted)
-            loaded = self.loaded(name)
-            if loaded is not None and worth_a_presence_check(len(buckets - loaded), self.n_buckets):
-                # Many buckets to read: read those of the values the table holds, and not those of
-                # values that are new to it (a batch of new documents, new names).
-                buckets = self._buckets_holding(name, column, wanted, buckets - loaded)
-            self.load(name, buckets)
-        elif self.loaded(name) is not None:
+            unseen = self._unseen(name, wanted)
+            if unseen:
+                self._look_up(name, column, unseen)
+        elif self._seen[name] is not None:
             raise ValueError(f"table {name!r} is bucketed by {spec.bucket_by!r}: rows by {column!r} need tx.table()")
         frame = self._working[name]
         return frame.filter(pl.col(column).is_in(wanted)) if wanted else frame.clear()
 
-    def _buckets_holding(self, name: str, column: str, values: list[str], unread: set[int]) -> set[int]:
-        """Of the unread buckets of many looked-up values, those of the values the table holds. The first
-        such lookup of a column reads a few buckets first (tables.probe_of): if they nearly all hold values,
-        every bucket is read, then and later, rather than the column whole; otherwise the column tells
-        which values the table holds (a batch's new documents and facts)."""
+    def _look_up(self, name: str, column: str, values: list[str]) -> None:
+        """Read and hold the committed rows of values not looked up yet. A lookup that would read many
+        buckets first asks which of the values the table holds (see _held), so a batch of new
+        documents reads none of their buckets."""
+        asked = values
+        unread = {b for b in self.buckets_of(values) if (name, b) not in self._kept}
+        if worth_a_presence_check(len(unread), self.n_buckets):
+            values = self._held(name, column, values)
+        self._take(name, asked, self._committed_rows_of(name, column, values))
+
+    def _committed_rows_of(self, name: str, column: str, values: list[str]) -> pl.DataFrame:
+        """The committed rows of some values. Buckets read are kept whole while the transaction keeps
+        fewer than KEPT_ROWS rows of them, so that later lookups and the commit's rewrite of them read
+        nothing again; past that, the buckets are scanned for the values' rows alone
+        (``Store.read_matching``), so what a large change holds follows the change, not the store."""
+        if not values:
+            return spec_for(name).empty()
+        matching = pl.col(column).is_in(pl.Series(values, dtype=pl.String).implode())
+        buckets = self.buckets_of(values)
+        frames = [self._kept[(name, b)] for b in sorted(buckets) if (name, b) in self._kept]
+        unread = sorted(b for b in buckets if (name, b) not in self._kept)
+        if unread:
+            per_bucket = self.store.row_count(name, self.manifest) / max(1, self.n_buckets)
+            if self._kept_rows + per_bucket * len(unread) <= KEPT_ROWS:
+                whole = self.store.read_buckets(name, self.manifest, unread)
+                parts = {key[0]: part for key, part in whole.partition_by(BUCKET, as_dict=True).items()}
+                for bucket in unread:
+                    self._kept[(name, bucket)] = parts.get(bucket, whole.clear())
+                self._kept_rows += whole.height
+                frames.append(whole)
+            else:
+                rest = [v for v in values if bucket_of(v, self.n_buckets) in set(unread)]
+                frames.append(self.store.read_matching(name, self.manifest, column, rest))
+        found = pl.concat(frames) if frames else spec_for(name).empty()
+        return found.filter(matching)
+
+    def _held(self, name: str, column: str, values: list[str]) -> list[str]:
+        """Of many looked-up values, those whose buckets are worth reading. The first such lookup of
+        a column reads the values of a few buckets first (tables.probe_of): if they are held in
+        nearly all of them, every value's bucket is read, then and later, rather than the column
+        whole; otherwise the column tells which values the table holds (a batch's new documents and
+        facts)."""
         key = (name, column)
         if key not in self._columns and key not in self._dense:
-            probe = probe_of(unread)
-            self.load(name, probe)
-            hits = self._original[name].filter(pl.col(BUCKET).is_in(probe) & pl.col(column).is_in(values))
-            if held_nearly_everywhere(hits.get_column(BUCKET).n_unique(), probe):
+            probe = set(probe_of(self.buckets_of(values)))
+            probed = [v for v in values if bucket_of(v, self.n_buckets) in probe]
+            hits = self._committed_rows_of(name, column, probed)
+            self._take(name, probed, hits)
+            if held_nearly_everywhere(hits.get_column(BUCKET).n_unique(), sorted(probe)):
                 self._dense.add(key)
+            values = self._unseen(name, values)
         if key in self._dense:
-            return unread
-        return self.buckets_of(self._committed_among(name, column, values))
+            return values
+        return self._committed_among(name, column, values)
 
     def _committed_among(self, name: str, column: str, values: list[str]) -> list[str]:
         """The values that the committed table holds in ``column`` (the column is read once per transaction)."""
@@ -202,18 +257,19 @@ class Transaction:
     def count(self, name: str) -> int:
         """Rows of the table as staged: the committed count, with this transaction's changes."""
         self._start(name)
-        if self._loaded[name] is None:
+        if self._seen[name] is None:
             return self._working[name].height
         committed = self.store.row_count(name, self.manifest)
         return committed + self._working[name].height - self._original[name].height
 
     def staged(self, name: str) -> pl.DataFrame:
-        """The rows of the buckets read so far, with this transaction's changes."""
+        """The rows looked up so far, with this transaction's changes."""
         self._start(name)
         return self._working[name]
 
     def touched_rows(self, name: str) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """The rows of the buckets this transaction changed in a table: as read, and as staged."""
+        """The rows held of the buckets this transaction changed in a table: as read, and as staged
+        (every row this transaction removed or added among them)."""
         self._start(name)
         touched, original, working = self._touched[name], self._original[name], self._working[name]
         if touched is None:
@@ -239,12 +295,12 @@ class Transaction:
         """Stage a change: drop the staged rows that ``remove`` selects, then add ``add``.
 
         ``remove`` is a predicate over the table's columns, or a mask over the frame that
-        :meth:`table` or the staged rows currently are; it reaches only the buckets read so far,
-        so read the buckets of the rows to drop first (:meth:`rows`). Added rows need no read: a
-        bucket that was not read gets the added rows appended, so a batch of new documents writes
-        what it adds and reads few of the buckets it lands in (see rows); a bucket that was read is
-        compared at commit, and appended to as well if it only grew (write_plan.py). Only the
-        buckets of dropped and added rows are compared, so small changes to large tables cost little.
+        :meth:`table` or the staged rows currently are; it reaches only the rows looked up so far,
+        so look up the rows to drop first (:meth:`rows`). Added rows need no lookup: a bucket
+        that only gained rows gets them appended, so a batch of new documents writes what it adds
+        and reads few of the buckets it lands in (see rows); a bucket that lost a row is rewritten
+        at commit (write_plan.py). Only the buckets of dropped and added rows are written, so
+        small changes to large tables cost little.
         """
         spec = spec_for(name)
         self._start(name)
@@ -283,7 +339,7 @@ class Transaction:
             if frame is self._original[name]:
                 continue
             plan = plan_writes(spec_for(name), self._original[name], frame, self._touched.get(name),
-                               self._loaded.get(name), self._changes.get(name),
+                               self._changes.get(name),
                                functools.partial(self.store.files_per_bucket, name, self.manifest))
             if plan is not None:
                 out[name] = plan
@@ -297,10 +353,9 @@ class Transaction:
                 f"store changed while this {operation} ran (read seq {self.manifest.seq}, now {current.seq})"
             )
         versions = dict(self.manifest.versions)
-        self._read_crowded_buckets()
         plans = self._plan()
-        order = write_order({name: (self._working[name].height if plan.rewrite else 0) + plan.added.height
-                             for name, plan in plans.items()})
+        held = {name: self._rows_held(name, plan) for name, plan in plans.items()}
+        order = write_order(held)
         written = {name: len(plan.rewrite) + len(plan.append) for name, plan in plans.items()}
         counts = {name: self.count(name) for name in written}
         for name in written:  # the rows as read are compared now: let them go before the writes copy rows
@@ -310,19 +365,22 @@ class Transaction:
         # releases the GIL); a failure leaves the log untouched.
         def write(name: str) -> int:
             plan, version = plans[name], self._heads.get(name)
-            if plan.rewrite:
+            spec = spec_for(name)
+            if plan.rewrite and plan.changes is None:  # a table read whole: its staged rows are its buckets
                 rows = self._working[name]
                 if not set(rows.get_column(BUCKET).unique().to_list()) <= set(plan.rewrite):
                     rows = rows.filter(pl.col(BUCKET).is_in(plan.rewrite))
-                version = self._write_table(spec_for(name), rows, plan.rewrite)
+                version = self._write_table(spec, rows, plan.rewrite)
+            elif plan.rewrite:
+                version = self._rewrite_buckets(spec, plan)
             if plan.append:
-                version = self._write_table(spec_for(name), plan.added, plan.append, append=True)
+                version = self._write_table(spec, plan.added, plan.append, append=True)
             assert version is not None, "a write plan rewrites or appends to at least one bucket"
             return version
 
         if order.first is not None:
             versions[order.first] = write(order.first)
-        large = sum(self._working[name].height for name in plans) > LARGE_COMMIT_ROWS
+        large = sum(held.values()) > LARGE_COMMIT_ROWS
         with ThreadPoolExecutor(max_workers=WRITE_THREADS // 2 if large else WRITE_THREADS,
                                 thread_name_prefix="commit") as pool:
             in_turn = pool.submit(lambda: {name: write(name) for name in order.in_turn})
@@ -336,31 +394,56 @@ class Transaction:
         manifest = self._append_log(self.manifest.seq + 1, operation, versions, details, read_at=self.manifest.log_version)
         note_commit(manifest.seq)
         for name in written:
-            if self._loaded[name] is None:
+            if self._seen[name] is None:
                 self.store.remember_rows(name, versions[name], self._working[name])
             else:
                 self.store.forget_rows(name)
         self.manifest = manifest
-        for name, loaded in self._loaded.items():
-            if loaded is not None and name in written:  # rows appended to unread buckets are stored now
-                self._working[name] = self._working[name].filter(pl.col(BUCKET).is_in(sorted(loaded)))
+        for name, seen in self._seen.items():
+            if seen is not None and name in written:  # rows added for values not looked up are stored now
+                by = spec_for(name).bucket_by
+                self._working[name] = self._working[name].filter(pl.col(by).is_in(seen.implode()))
         self._original = dict(self._working)
         self._touched = {name: set() for name in self._working}
         self._changes = {name: ([], []) for name in self._working}
         self._columns.clear()
         self._dense.clear()
+        self._kept.clear()
+        self._kept_rows = 0
         return manifest
 
-    def _read_crowded_buckets(self) -> None:
-        """Read the unread buckets that rows are to be appended to and that already hold
-        MAX_FILES_PER_BUCKET - 1 files or more (write_plan.crowded): the commit then rewrites them in one file."""
-        for name, touched in self._touched.items():
-            loaded = self._loaded.get(name)
-            if not touched or loaded is None or not touched - loaded:
-                continue
-            full = crowded(self.store.files_per_bucket(name, self.manifest)) & (touched - loaded)
-            if full:
-                self.load(name, full)
+    def _rows_held(self, name: str, plan: WritePlan) -> int:
+        """About how many rows a table's write holds at once: a table read whole its staged rows, a
+        rewrite of looked-up rows one group of buckets (see _rewrite_buckets)."""
+        if plan.changes is None:
+            return (self._working[name].height if plan.rewrite else 0) + plan.added.height
+        if not plan.rewrite:
+            return plan.added.height
+        per_bucket = self.store.row_count(name, self.manifest) / max(1, self.n_buckets)
+        return min(REWRITE_ROWS, round(per_bucket * len(plan.rewrite))) + plan.added.height
+
+    def _rewrite_buckets(self, spec: TableSpec, plan: WritePlan) -> int:
+        """Rewrite the buckets that lost a row (or hold too many files) from their committed rows and
+        the transaction's net changes, a group of buckets of about REWRITE_ROWS rows at a time: each
+        group's rows are read, changed, written (one Delta commit of the table each) and let go, so
+        a change that reaches every bucket holds one group, never the table. The store log names the
+        table's last version only, so readers never see a table half rewritten, and recovery undoes
+        the groups a failed commit wrote (recovery.py)."""
+        assert plan.changes is not None
+        removed, added = plan.changes
+        per_bucket = self.store.row_count(spec.name, self.manifest) / max(1, self.n_buckets)
+        size = max(1, int(REWRITE_ROWS // max(per_bucket, 1.0)))
+        version = self._heads.get(spec.name)
+        for start in range(0, len(plan.rewrite), size):
+            group = plan.rewrite[start:start + size]
+            unread = [b for b in group if (spec.name, b) not in self._kept]
+            committed = pl.concat([self.store.read_buckets(spec.name, self.manifest, unread),
+                                   *(self._kept[(spec.name, b)] for b in group if (spec.name, b) in self._kept)])
+            in_group = pl.col(BUCKET).is_in(group)
+            rows = rewritten(committed, removed.filter(in_group), added.filter(in_group), spec)
+            version = self._write_table(spec, rows, group)
+        assert version is not None
+        return version
 
     def _write_table(self, spec: TableSpec, rows: pl.DataFrame, buckets: list[int], append: bool = False) -> int:
         """Replace the buckets' rows (or, with ``append``, add these rows to them) as the version right

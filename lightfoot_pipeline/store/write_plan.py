@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import polars as pl
 
-from lightfoot_pipeline.store.tables import BUCKET, INDEX_TABLES, TableSpec, bucket_changes, net_changes
+from lightfoot_pipeline.store.tables import BUCKET, INDEX_TABLES, TableSpec, bucket_changes, net_changes, row_hashes
 
 # A bucket made of this many files is rewritten whole rather than appended to once more, so that
 # appends never leave a bucket in more files than this (each is opened on every read of it).
@@ -30,11 +30,14 @@ MAX_FILES_PER_BUCKET = 8
 
 
 class WritePlan(NamedTuple):
-    """Buckets rewritten with their staged rows, and buckets that get ``added`` appended."""
+    """Buckets rewritten, and buckets that get ``added`` appended. ``changes``: the rows the
+    transaction removed and added, from which a rewrite of looked-up rows makes each bucket's new
+    rows (:func:`rewritten`); None for a table read whole, whose staged rows are rewritten."""
 
     rewrite: list[int]
     append: list[int]
     added: pl.DataFrame
+    changes: tuple[pl.DataFrame, pl.DataFrame] | None = None
 
 
 def crowded(files_per_bucket: dict[int, int]) -> set[int]:
@@ -44,38 +47,58 @@ def crowded(files_per_bucket: dict[int, int]) -> set[int]:
 
 def plan_writes(
     spec: TableSpec, original: pl.DataFrame, staged: pl.DataFrame, touched: set[int] | None,
-    loaded: set[int] | None, changes: tuple[list[pl.DataFrame], list[pl.DataFrame]] | None,
+    changes: tuple[list[pl.DataFrame], list[pl.DataFrame]] | None,
     files_per_bucket: Callable[[], dict[int, int]],
 ) -> WritePlan | None:
     """The writes of one table; None if nothing changed.
 
     ``changes`` are the rows the transaction removed and added: what changed is found from them
-    alone (tables.net_changes), whatever the size of the buckets read. A table staged whole
+    alone (tables.net_changes), whatever the number of rows looked up. A table staged whole
     (``changes`` None, ``touched`` None) was read whole, so its rows as read (``original``) and as
     staged are compared (tables.bucket_changes). ``touched`` are the buckets the staged changes may
-    have changed, ``loaded`` the buckets read (None: all). ``files_per_bucket`` gives the committed
-    table's file count per bucket; it is asked only when a bucket grew.
+    have changed. ``files_per_bucket`` gives the committed table's file count per bucket; it is
+    asked only when a bucket grew.
     """
     if touched is not None and not touched:
         return None
+    net: tuple[pl.DataFrame, pl.DataFrame] | None = None
     if changes is None:
         changed, gained = bucket_changes(original, staged, spec)
         shrunk = changed - set(gained.get_column(BUCKET).unique().to_list())
     else:
         removed, added = (pl.concat(frames) if frames else spec.empty() for frames in changes)
         changed, shrunk, gained = net_changes(removed, added, spec)
+        net = (removed, added)
     if not changed:
         return None
-    # A bucket that lost a row was read (a removal reaches only rows read), so it can be rewritten
-    # from its staged rows; so can a crowded bucket that only grew when it was read, which the
-    # commit sees to (it reads crowded buckets first).
+    # A bucket that lost a row is rewritten; so is a bucket that only grew but already holds
+    # MAX_FILES_PER_BUCKET - 1 files, so that it is one file again.
     grew = changed - shrunk
     if grew:
-        full = crowded(files_per_bucket()) & (grew if loaded is None else grew & loaded)
+        full = crowded(files_per_bucket()) & grew
         if full:
             grew -= full
             gained = gained.filter(~pl.col(BUCKET).is_in(sorted(full)))
-    return WritePlan(sorted(changed - grew), sorted(grew), gained)
+    return WritePlan(sorted(changed - grew), sorted(grew), gained, net)
+
+
+def rewritten(committed: pl.DataFrame, removed: pl.DataFrame, added: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:
+    """The new rows of some buckets: their ``committed`` rows, less the ``removed`` ones, with the
+    ``added`` ones (all three of the same buckets). Rows are told apart by a 64-bit hash of all
+    their columns and counted, as in tables.net_changes: a row removed and added again stays, a row
+    added twice is there twice."""
+    columns = [*spec.columns, BUCKET]
+    if removed.height == 0:
+        return pl.concat([committed.select(columns), added.select(columns)])
+    rows = pl.concat([committed.select(columns), added.select(columns)])
+    hashes = row_hashes(rows, spec)
+    dropped = (removed.select(BUCKET).with_columns(_h=row_hashes(removed, spec))
+               .group_by("_h").agg(pl.len().cast(pl.Int64).alias("_drop")))
+    # Each row's place among the rows of its hash: the first _drop copies of a removed row go.
+    return (rows.with_columns(_h=hashes).with_columns(_i=pl.int_range(pl.len(), dtype=pl.Int64).over("_h"))
+            .join(dropped, on="_h", how="left")
+            .filter(pl.col("_i") >= pl.col("_drop").fill_null(0))
+            .select(columns))
 
 
 # The tables in the order that decides which one a commit writes first: the per-document tables

@@ -302,3 +302,35 @@ def test_kept_buckets_answer_as_files_do_and_stay_within_their_bound(built):
     held = tight._buckets
     assert held is not None and sum(int(f.estimated_size()) for f in held.values()) <= 4 * 1024 + max(
         int(f.estimated_size()) for f in held.values())
+
+
+@pytest.mark.slow  # 1.7 s; the fast tier keeps write_plan.rewritten's own test
+def test_a_change_past_what_a_transaction_keeps_holds_its_rows_and_rewrites_buckets_in_groups(built, monkeypatch):
+    """With nothing kept whole (a store far larger than KEPT_ROWS), a deletion of a tenth of the
+    documents holds only the rows it looks up, rewrites the buckets that lost rows a few at a time
+    (several table versions under one store commit), and leaves what a fresh build of the
+    survivors gives."""
+    from lightfoot_pipeline.store import transaction
+
+    root, uri, documents, records = built
+    uri = _copy(root, uri, "delete-tenth-in-groups")
+    monkeypatch.setattr(transaction, "KEPT_ROWS", 0)
+    monkeypatch.setattr(transaction, "REWRITE_ROWS", 40)
+    before = Store(uri).manifest()
+    doomed = [d.doc_id for d in documents[:150:10]]
+    held: dict[str, int] = {}
+    committed = Transaction.commit
+
+    def noting(tx, operation, details=None):
+        held.update({name: tx.staged(name).height for name in (FORMS.name, "aliases")})
+        return committed(tx, operation, details)
+
+    monkeypatch.setattr(Transaction, "commit", noting)
+    store = Store(uri)
+    operations.delete(store, doomed)
+    after = store.manifest()
+    assert after.seq == before.seq + 1
+    assert after.versions[FORMS.name] - before.versions[FORMS.name] > 2  # a group of buckets at a time
+    assert held[FORMS.name] < Store(uri).read(FORMS.name).height / 2
+    live = {d.doc_id for d in documents[:150]} - set(doomed)
+    assert fingerprint(Store(uri)).digest == _fresh_fingerprint(root, documents, records, live)

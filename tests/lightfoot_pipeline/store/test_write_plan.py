@@ -146,3 +146,36 @@ def test_the_first_table_written_is_fixed_by_name_and_the_heavy_ones_go_in_turn(
     heavy = HEAVY_WRITE_ROWS + 1
     assert write_order({"documents": 2 * heavy, "aliases": heavy, "entities": 3 * heavy, "facts": 7, "forms": 9}) == \
         WriteOrder("documents", ["entities", "aliases"], ["forms", "facts"])
+
+
+def test_a_rewrite_removes_and_adds_rows_counted_by_their_hash():
+    from lightfoot_pipeline.store.write_plan import rewritten
+
+    committed = pl.concat([documents("a", "b", "c"), documents("b")])  # "b" held twice
+    removed = pl.concat([documents("b"), documents("c")])
+    added = pl.concat([documents("c"), documents("d", title="u")])  # "c" removed and added again
+    rows = sorted(rewritten(committed, removed, added, DOCUMENTS).select("doc_id", "title").rows())
+    assert rows == [("a", "t"), ("b", "t"), ("c", "t"), ("d", "u")]
+    assert rewritten(committed, removed.clear(), added, DOCUMENTS).height == 6
+
+
+def test_rows_looked_up_past_what_is_kept_are_read_alone_on_an_object_store(object_store, monkeypatch):
+    from lightfoot_pipeline.store import transaction
+
+    monkeypatch.setattr(transaction, "KEPT_ROWS", 0)  # every lookup scans for its rows alone
+    monkeypatch.setattr(transaction, "REWRITE_ROWS", 5)
+    ids = [f"d{i}" for i in range(40)]
+    store = Store(object_store.uri("rows"), n_buckets=8)
+    with store.transaction() as tx:
+        tx.update(DOCUMENTS.name, add=with_buckets(documents(*ids).drop("bucket"), DOCUMENTS, 8))
+        tx.commit("seed")
+    reader = Store(store.uri)
+    with reader.transaction() as tx:
+        assert sorted(tx.rows(DOCUMENTS.name, "doc_id", ["d1", "d2", "nope"]).get_column("doc_id").to_list()) == ["d1", "d2"]
+        assert tx.staged(DOCUMENTS.name).height == 2  # the rows found, not their buckets
+        tx.rows(DOCUMENTS.name, "doc_id", ids[::2])
+        tx.update(DOCUMENTS.name, remove=pl.col("doc_id").is_in(ids[::2]),
+                  add=with_buckets(documents("d0", title="u").drop("bucket"), DOCUMENTS, 8))
+        tx.commit("drop half")
+    assert sorted(Store(store.uri).read(DOCUMENTS.name).select("doc_id", "title").rows()) == sorted(
+        [("d0", "u"), *((d, "t") for d in ids[1::2])])
