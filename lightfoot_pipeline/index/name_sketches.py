@@ -11,6 +11,8 @@ name of the type is compared, so every vector of the type is read.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -71,6 +73,26 @@ def store_keys(tx: Transaction, names: pl.DataFrame, name_vectors: VectorCache, 
     return missing.height
 
 
+# The stored sketches are scanned about this many rows at a time: what linking holds of them is a
+# part and the rows of the names that collide with an added one, not every live name's sketch
+# (400 bytes each: 2.2 GB at a million passages).
+SKETCH_PART_ROWS = 250_000
+
+
+def sketch_parts(tx: Transaction) -> Iterator[pl.DataFrame]:
+    """The stored sketches, a group of buckets of about SKETCH_PART_ROWS rows at a time, read past the
+    transaction (which has only dropped the sketches of removed names); the whole staged table, once,
+    when a repair has staged it whole (store_keys)."""
+    if tx.loaded(NAME_SKETCHES.name) is None:
+        yield tx.table(NAME_SKETCHES.name)
+        return
+    n = tx.n_buckets
+    per_bucket = max(1.0, tx.store.row_count(NAME_SKETCHES.name, tx.manifest) / max(1, n))
+    size = max(1, int(SKETCH_PART_ROWS // per_bucket))
+    for start in range(0, n, size):
+        yield tx.store.read_buckets(NAME_SKETCHES.name, tx.manifest, range(start, min(n, start + size)))
+
+
 def link_added_names(
     tx: Transaction, added: pl.DataFrame, removed: pl.DataFrame, name_vectors: VectorCache, settings: IndexSettings
 ) -> pl.DataFrame:
@@ -82,35 +104,43 @@ def link_added_names(
     if rule.banding is None:
         return _link_exhaustively(tx, added, removed, name_vectors, rule)
     gone = pl.concat([removed.select(NAME_KEY), added.select(NAME_KEY)])
-    if tx.loaded(NAME_SKETCHES.name) is None:  # a repair has staged the whole table (store_keys)
-        stored = tx.table(NAME_SKETCHES.name)
-    else:
-        # Otherwise the transaction has only dropped the sketches of removed names: the committed
-        # table less those and the added names is the live one. It is read past the transaction,
-        # which then holds only the rows it adds.
-        stored = tx.store.read(NAME_SKETCHES.name, tx.manifest, remember=False)
-    # Taken apart once; each type's rows are then picked out of the arrays, not out of the frame.
-    stored_high, stored_marks = decode_keys(stored, rule.banding)
-    stored_types = stored.get_column("type")
-    frames, new_rows = [], []
+    new_by_type: dict[str, tuple[list[str], np.ndarray, np.ndarray]] = {}
+    new_rows = []
     for (type_,), group in sorted(added.partition_by("type", as_dict=True).items()):
         new_names = sorted(group.get_column("name").to_list())
         new_vectors = name_vectors.vectors(new_names)
         new_keys = rule.keys(new_names, new_vectors)
         new_rows.append(key_frame(type_, new_names, new_keys, rule.banding))
-        of_type = np.flatnonzero((stored_types == type_).to_numpy())
-        old_high, old_marks = stored_high[of_type], stored_marks[of_type]
-        _, j = near_between_parts(split_keys(new_keys, rule.banding), (old_high, old_marks), rule.banding,
-                                  rule.threshold)
-        colliding = np.unique(j)
-        # Stored rows of removed or added names are not live ones: dropped here, among the few that
-        # collide, rather than from every stored row beforehand.
-        candidates = stored.get_column("name").gather(of_type[colliding])
-        live = ~candidates.is_in(gone.filter(pl.col("type") == type_).get_column("name").implode()).to_numpy()
-        colliding, old_names = colliding[live], candidates.filter(pl.Series(live)).to_list()
+        new_by_type[type_] = (new_names, new_vectors, new_keys)
+    # The stored sketches a part at a time (sketch_parts): of each part, only the rows of the names
+    # that collide with an added one are kept.
+    found: dict[str, list[tuple[pl.Series, np.ndarray, np.ndarray]]] = {t: [] for t in new_by_type}
+    for stored in sketch_parts(tx):
+        # Taken apart once; each type's rows are then picked out of the arrays, not out of the frame.
+        stored_high, stored_marks = decode_keys(stored, rule.banding)
+        stored_types = stored.get_column("type")
+        for type_, (_, _, new_keys) in new_by_type.items():
+            of_type = np.flatnonzero((stored_types == type_).to_numpy())
+            old_high, old_marks = stored_high[of_type], stored_marks[of_type]
+            _, j = near_between_parts(split_keys(new_keys, rule.banding), (old_high, old_marks), rule.banding,
+                                      rule.threshold)
+            colliding = np.unique(j)
+            # Stored rows of removed or added names are not live ones: dropped here, among the few that
+            # collide, rather than from every stored row beforehand.
+            candidates = stored.get_column("name").gather(of_type[colliding])
+            live = ~candidates.is_in(gone.filter(pl.col("type") == type_).get_column("name").implode()).to_numpy()
+            colliding = colliding[live]
+            found[type_].append((candidates.filter(pl.Series(live)), old_high[colliding], old_marks[colliding]))
+    frames = []
+    for type_, (new_names, new_vectors, new_keys) in new_by_type.items():
+        parts = found[type_]
+        old_names = pl.concat([names for names, _, _ in parts]).to_list() if parts else []
+        old_high = np.concatenate([h for _, h, _ in parts]) if parts else np.zeros(0, dtype=np.int64)
+        old_marks = (np.concatenate([m for _, _, m in parts]) if parts
+                     else decode_keys(NAME_SKETCHES.empty(), rule.banding)[1])
         old_vectors = name_vectors.vectors(old_names) if old_names else np.zeros((0, new_vectors.shape[1]), np.float32)
         frames.append(links_between(type_, new_names, new_vectors, old_names, old_vectors, rule,
-                                    new_keys, join_keys(old_high[colliding], old_marks[colliding])))
+                                    new_keys, join_keys(old_high, old_marks)))
     if new_rows:
         tx.update(NAME_SKETCHES.name, add=with_buckets(pl.concat(new_rows), NAME_SKETCHES, tx.n_buckets))
     return pl.concat(frames) if frames else pl.DataFrame(schema=LINK_SCHEMA)

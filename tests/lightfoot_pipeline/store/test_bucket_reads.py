@@ -310,6 +310,7 @@ def test_a_change_past_what_a_transaction_keeps_holds_its_rows_and_rewrites_buck
     documents holds only the rows it looks up, rewrites the buckets that lost rows a few at a time
     (several table versions under one store commit), and leaves what a fresh build of the
     survivors gives."""
+    from lightfoot_pipeline.index import name_sketches
     from lightfoot_pipeline.store import transaction
 
     root, uri, documents, records = built
@@ -333,4 +334,11 @@ def test_a_change_past_what_a_transaction_keeps_holds_its_rows_and_rewrites_buck
     assert after.versions[FORMS.name] - before.versions[FORMS.name] > 2  # a group of buckets at a time
     assert held[FORMS.name] < Store(uri).read(FORMS.name).height / 2
     live = {d.doc_id for d in documents[:150]} - set(doomed)
+    assert fingerprint(Store(uri)).digest == _fresh_fingerprint(root, documents, records, live)
+    # New names linked against the stored sketches a bucket at a time: the same links as at once.
+    monkeypatch.setattr(name_sketches, "SKETCH_PART_ROWS", 1)
+    parts = list(name_sketches.sketch_parts(Transaction(Store(uri), Store(uri).manifest())))
+    assert len(parts) == BUCKETS
+    operations.ingest(Store(uri), documents[150:], ReplayExtractor(records), EMBEDDER)
+    live |= {d.doc_id for d in documents[150:]}
     assert fingerprint(Store(uri)).digest == _fresh_fingerprint(root, documents, records, live)
