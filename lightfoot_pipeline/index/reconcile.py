@@ -88,6 +88,15 @@ class GraphChange:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def then(self, later: GraphChange) -> GraphChange:
+        """This change followed by a later one (a deletion committed in pieces): the counts added up,
+        the sizes before from this one and after from the later one."""
+        ends = {"entities_before": self.entities_before, "entities_after": later.entities_after,
+                "synonym_edges_before": self.synonym_edges_before, "synonym_edges_after": later.synonym_edges_after,
+                "facts_before": self.facts_before, "facts_after": later.facts_after}
+        summed = {key: value + getattr(later, key) for key, value in asdict(self).items() if key not in ends}
+        return GraphChange(**summed, **ends)
+
 
 def name_statistics(forms: pl.DataFrame) -> pl.DataFrame:
     """(name, type, surface, n_chunks, chunk_digest) of every live name."""

@@ -3,7 +3,8 @@
 The result equals a fresh index of the surviving documents (the erasure invariant); with
 ``erase`` the deleted text also leaves the store's history (``erase.py``). With ``link=False``
 the graph is left to the graph stage, and so is any erasure: until the graph is recomputed its
-tables still hold the deleted documents' names and facts.
+tables still hold the deleted documents' names and facts. A deletion of more documents than
+``$LIGHTFOOT_DELETION_PIECE`` is committed in pieces (:func:`delete`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import polars as pl
 from lightfoot_pipeline.index.documents import TombstoneReport, tombstone_documents
 from lightfoot_pipeline.index.reconcile import GraphChange, reconcile_graph
 from lightfoot_pipeline.operations.erase import erase_history, pending_erasures
-from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.settings import IndexSettings, deletion_piece
 from lightfoot_pipeline.snapshot.verdict import StagedCheck
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import TOMBSTONES
@@ -66,25 +67,46 @@ def delete(
     graph stage, and the erasures (this one's and any pending) stay pending until an erase after it.
     ``snapshot_checks``: what a snapshot exported to replace one holding erased text must pass to
     be published (snapshot/export.py: ``publish_checked``).
+
+    More documents than ``$LIGHTFOOT_DELETION_PIECE`` (10,000) are deleted in pieces of that many,
+    one commit each: what a deletion holds follows the piece, not the request, and each commit
+    leaves what a fresh build of the documents left then gives. The erasure runs once, after the
+    last. (``link=False`` commits the tombstones at once: the graph is left to the graph stage.)
     """
     settings = settings or IndexSettings()
     started = time.perf_counter()
-    with store.transaction() as tx:
-        tombstone = tombstone_documents(tx, doc_ids, reason=reason, erase=erase)
-        if stage is not None:
-            stage(tx)
-        graph = reconcile_graph(tx, settings, None) if link else GraphChange()
-        earlier = tx.table(TOMBSTONES.name).filter(pl.col("doc_id").is_in(tombstone.not_found))
-        manifest = tx.commit("delete", {"deleted": len(tombstone.deleted), "erase": erase, "model_calls": 0})
+    ids = list(dict.fromkeys(doc_ids))
+    size = deletion_piece()
+    pieces = [ids[i:i + size] for i in range(0, len(ids), size)] if link else [ids]
+    report, tombstone = DeleteReport(), TombstoneReport()
+    earlier: set[str] = set()
+    graph: GraphChange | None = None
+    for number, piece in enumerate(pieces or [[]], start=1):
+        # Each piece is one commit that leaves what a fresh build of the documents left then gives;
+        # ``stage`` goes with the last, which leaves the store as one commit of all of them would.
+        last = number == max(len(pieces), 1)
+        with store.transaction() as tx:
+            done = tombstone_documents(tx, piece, reason=reason, erase=erase)
+            if stage is not None and last:
+                stage(tx)
+            change = reconcile_graph(tx, settings, None) if link else GraphChange()
+            earlier.update(tx.table(TOMBSTONES.name).filter(pl.col("doc_id").is_in(done.not_found))
+                           .get_column("doc_id").to_list())
+            details = {"deleted": len(done.deleted), "erase": erase, "model_calls": 0}
+            if len(pieces) > 1:
+                details.update(piece=number, pieces=len(pieces))
+            manifest = tx.commit("delete", details)
+        for name in ("deleted", "not_found", "chunk_ids", "cache_keys"):
+            getattr(tombstone, name).extend(getattr(done, name))
+        graph = change if graph is None else graph.then(change)
     report = DeleteReport(
         deleted=tombstone.deleted, not_found=tombstone.not_found, passages_removed=len(tombstone.chunk_ids),
-        already_deleted=sorted(set(earlier.get_column("doc_id").to_list())),
-        graph=graph, seq=manifest.seq, tombstone=tombstone,
+        already_deleted=sorted(earlier), graph=graph or GraphChange(), seq=manifest.seq, tombstone=tombstone,
     )
     report.seconds = time.perf_counter() - started
     # An erasure asked for earlier and not finished (a run stopped between its deletion and its
     # erasure) is finished by the next delete, with or without an erase of its own.
     if link and (erase or pending_erasures(store)):
-        ids = [*tombstone.deleted, *report.already_deleted] if erase else []
-        report.erase = erase_history(store, ids, snapshot_checks=snapshot_checks).as_dict()
+        erased = [*tombstone.deleted, *report.already_deleted] if erase else []
+        report.erase = erase_history(store, erased, snapshot_checks=snapshot_checks).as_dict()
     return report

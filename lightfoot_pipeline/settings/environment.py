@@ -28,6 +28,7 @@ ERASURE_INBOX_ENV = "LIGHTFOOT_ERASURE_INBOX"
 RETENTION_POLICY_ENV = "LIGHTFOOT_RETENTION_POLICY"
 SYNC_SOURCE_ENV = "LIGHTFOOT_SYNC_SOURCE"
 LINK_PIECE_SIZE_ENV = "LIGHTFOOT_LINK_PIECE_SIZE"
+DELETION_PIECE_ENV = "LIGHTFOOT_DELETION_PIECE"
 RELINK_EXECUTOR_ENV = "LIGHTFOOT_RELINK_EXECUTOR"
 SERVE_TOKEN_ENV = "LIGHTFOOT_SERVE_TOKEN"
 SERVE_TOKENS_FILE_ENV = "LIGHTFOOT_SERVE_TOKENS_FILE"
@@ -73,7 +74,7 @@ MODEL_HUB_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 VARIABLES: tuple[str, ...] = (
     STORE_ENV, EMBEDDER_ENV, RERANKER_ENV, EXTRACTOR_ENV, DEFAULT_READERS_ENV, EXTRACTION_SLOTS_ENV, DOCUMENT_INBOX_ENV, ERASURE_INBOX_ENV,
-    RETENTION_POLICY_ENV, SYNC_SOURCE_ENV, LINK_PIECE_SIZE_ENV, RELINK_EXECUTOR_ENV,
+    RETENTION_POLICY_ENV, SYNC_SOURCE_ENV, LINK_PIECE_SIZE_ENV, DELETION_PIECE_ENV, RELINK_EXECUTOR_ENV,
     *(name for names, _ in LLM_VARIABLES.values() for name in names),
     SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, SERVE_TOKEN_GROUPS_ENV, SERVE_ANSWERS_ENV, SERVE_BUDGET_ENV, MCP_TOKEN_ENV, PAGE_URL_ENV,
     DAGSTER_URL_ENV, *(name for name, _ in DEEP_VARIABLES.values()),
@@ -180,6 +181,23 @@ def link_piece_size() -> int:
     if size < 1:
         raise SettingsError(f"{LINK_PIECE_SIZE_ENV}={size}: a piece pairs at least one name on one band",
                             hint=f"set {LINK_PIECE_SIZE_ENV} to 1 or more, or unset it ({LINK_PIECE_SIZE:,})")
+    return size
+
+
+# Documents one commit of a deletion tombstones: a larger deletion is committed in pieces of this
+# many, each what a fresh build of the documents left then gives, so that what a deletion holds
+# follows the piece, not the request (issue: deletion of any size in bounded memory).
+DELETION_PIECE = 10_000
+
+
+def deletion_piece() -> int:
+    """Documents per commit of a deletion (``lightfoot delete``, a sync's removals, the demo's):
+    ``$LIGHTFOOT_DELETION_PIECE``, else 10,000."""
+    text = _read(DELETION_PIECE_ENV)
+    size = DELETION_PIECE if text is None else _number(DELETION_PIECE_ENV, text, int)
+    if size < 1:
+        raise SettingsError(f"{DELETION_PIECE_ENV}={size}: a piece deletes at least one document",
+                            hint=f"set {DELETION_PIECE_ENV} to 1 or more, or unset it ({DELETION_PIECE:,})")
     return size
 
 

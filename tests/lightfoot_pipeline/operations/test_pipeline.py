@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
 
 from lightfoot_pipeline import operations
@@ -45,3 +46,50 @@ def test_an_ingest_reports_the_seconds_of_each_stage(store, sample_documents, sa
     assert stages["links"] <= stages["graph"]
     assert sum(v for k, v in stages.items() if k != "links") <= report.seconds + 0.01
     assert report.as_dict()["stage_seconds"] == stages
+
+
+def test_a_deletion_larger_than_a_piece_commits_in_pieces_each_exact(tmp_path, sample_documents, sample_records,
+                                                                      monkeypatch):
+    """Seven documents with pieces of three: three commits, each leaving what a fresh build of the
+    documents left then gives; the report counts them all, and the erasure runs once, after the last."""
+    import json
+
+    from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+    from lightfoot_pipeline.settings import DELETION_PIECE_ENV
+    from lightfoot_pipeline.store.fingerprint import fingerprint
+    from lightfoot_pipeline.store.store import Store
+    from lightfoot_pipeline.store.transaction import Transaction
+
+    embedder, documents = HashingEmbedder(dim=32), sample_documents[:24]
+
+    def built(name: str, docs) -> Store:
+        made = Store(str(tmp_path / name))
+        operations.ingest(made, docs, ReplayExtractor(sample_records), embedder)
+        return made
+
+    store = built("store", documents)
+    before = store.manifest().seq
+    after_each: list[str] = []
+    commit = Transaction.commit
+
+    def noting(tx, operation, details=None):
+        manifest = commit(tx, operation, details)
+        if operation == "delete":
+            after_each.append(fingerprint(Store(store.uri), manifest).digest)
+        return manifest
+
+    monkeypatch.setattr(Transaction, "commit", noting)
+    monkeypatch.setenv(DELETION_PIECE_ENV, "3")
+    doomed = [d.doc_id for d in documents[:7]]
+    report = operations.delete(store, [*doomed, "not-there", doomed[0]], erase=True)
+    assert sorted(report.deleted) == sorted(doomed) and report.not_found == ["not-there"]
+    history = store.history().filter(pl.col("seq") > before)
+    assert history.get_column("operation").to_list()[:3] == ["delete"] * 3
+    assert [json.loads(d).get("piece") for d in history.get_column("details").to_list()[:3]] == [1, 2, 3]
+    assert "delete" not in history.get_column("operation").to_list()[3:]  # the erasure's commits come after
+    assert report.erase is not None and sorted(report.erase["documents"]) == sorted(doomed)
+    # The pieces are [d0 d1 d2], [d3 d4 d5], [d6 not-there]: each commit is a fresh build of the rest.
+    assert after_each[0] == fingerprint(built("fresh-3", documents[3:])).digest
+    assert after_each[2] == fingerprint(built("fresh-7", documents[7:])).digest
+    assert fingerprint(Store(store.uri)).digest == after_each[2]
+    assert report.graph.entities_after < report.graph.entities_before
