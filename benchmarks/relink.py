@@ -1,6 +1,6 @@
 """The relink job against the one-process link stage, on synthetic passages.
 
-    python benchmarks/relink.py [--passages 30000] [--processes 2] [--piece-size N] [--json OUT.json]
+    python benchmarks/relink.py [--passages 30000] [--processes 2] [--piece-size N] [--relink-batch DOCS] [--json OUT.json]
 
 Synthetic extractions (benchmarks/synthetic.py) replayed into a temporary local store with the
 hashing embedder (384 dimensions, as MiniLM); then the whole graph derived again twice, from two
@@ -132,21 +132,26 @@ def main() -> int:
     parser.add_argument("--buckets", type=int, default=16)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--piece-size", type=int, default=None, help="LIGHTFOOT_LINK_PIECE_SIZE for the job")
+    parser.add_argument("--relink-batch", type=int, default=None,
+                        help="LIGHTFOOT_RELINK_BATCH for the job: its commit step derives the graph this many documents "
+                             "a commit (0: in one transaction, as migrate)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args()
     if args.piece_size is not None:
         os.environ["LIGHTFOOT_LINK_PIECE_SIZE"] = str(args.piece_size)
+    if args.relink_batch is not None:
+        os.environ["LIGHTFOOT_RELINK_BATCH"] = str(args.relink_batch)
 
     from lightfoot_pipeline import operations
     from lightfoot_pipeline.ingest.extraction import ReplayExtractor
     from lightfoot_pipeline.models.embedder import HashingEmbedder
-    from lightfoot_pipeline.settings import IndexSettings, link_piece_size
+    from lightfoot_pipeline.settings import IndexSettings, link_piece_size, relink_batch
     from lightfoot_pipeline.store.fingerprint import fingerprint
     from lightfoot_pipeline.store.store import Store
 
     result: dict = {"passages": args.passages, "dim": args.dim, "processes": args.processes,
-                    "piece_size": link_piece_size(), "cores": os.cpu_count(), "load_start": load()}
+                    "piece_size": link_piece_size(), "relink_batch": relink_batch(), "cores": os.cpu_count(), "load_start": load()}
     root = Path(tempfile.mkdtemp(prefix="lightfoot-relink-"))
     try:
         documents, records = synthetic_documents_and_records(args.passages, args.seed)
@@ -173,6 +178,8 @@ def main() -> int:
             "wall_job_over_migrate": round(result["job"]["wall_s"] / result["one_process"]["migrate_s"], 3),
             "piece_step_rss_over_one_process": round(result["job"]["max_piece_step_peak_rss_mb"]
                                                      / result["one_process"]["peak_rss_mb"], 3),
+            "commit_step_rss_over_one_process": round(result["job"]["step_peak_rss_mb"]["commit_relink"]
+                                                      / result["one_process"]["peak_rss_mb"], 3),
         }
         say(f"fingerprint equal: {result['fingerprint_equal']}; ratios {result['ratios']}")
     finally:

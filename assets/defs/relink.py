@@ -118,6 +118,7 @@ def commit_relink(context: dg.OpExecutionContext, store: StoreResource, prepared
                 "links": dg.MetadataValue.int(change.links_added),
                 "link_pieces": dg.MetadataValue.int(sum(len(f) for f in found)),
                 "entities": dg.MetadataValue.int(change.entities_after),
+                "derived_in_batches": dg.MetadataValue.int(int(manifest.details.get("derived_in_batches") or 0)),
                 "peak_rss_mb": dg.MetadataValue.float(peak_rss_mb())}
     if store.report_fingerprint:
         metadata["store_fingerprint"] = dg.MetadataValue.text(fingerprint(lightfoot, manifest).digest)

@@ -292,7 +292,7 @@ def cmd_migrate(args) -> int:
         if args.pieces:  # the links in pieces, as the relink_job computes them
             from lightfoot_pipeline.operations import relink
 
-            change = relink.relink(store, embedder, IndexSettings(), n_buckets=args.buckets)
+            change = relink.relink(store, embedder, IndexSettings(), n_buckets=args.buckets, batch=args.batch)
         else:
             change = operations.migrate(store, embedder, IndexSettings(), args.buckets)
     manifest = store.manifest()
@@ -486,6 +486,10 @@ def add_store_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--pieces", action="store_true",
                    help="compute the links in pieces by type and band range, as the relink_job does "
                         "(a store of this layout; LIGHTFOOT_LINK_PIECE_SIZE names x bands a step)")
+    p.add_argument("--batch", type=int, default=None, metavar="DOCS",
+                   help="with --pieces: derive the graph this many documents a commit in a store of its own, "
+                        "then copy it in, so memory follows the batch (default LIGHTFOOT_RELINK_BATCH, 50000; "
+                        "0: one transaction)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_migrate)
 

@@ -30,9 +30,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import polars as pl
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from lightfoot_pipeline.index.documents import derive_forms
 from lightfoot_pipeline.index.link_pieces import (
     STAGING,
     LinkPiece,
@@ -47,11 +49,11 @@ from lightfoot_pipeline.index.link_pieces import (
     union_links,
 )
 from lightfoot_pipeline.index.links import LinkRule
-from lightfoot_pipeline.index.reconcile import GraphChange
+from lightfoot_pipeline.index.reconcile import GraphChange, in_names, name_rows, reconcile_graph
 from lightfoot_pipeline.models.embedder import Embedder
-from lightfoot_pipeline.operations.config import index_config
-from lightfoot_pipeline.operations.migration import migrate
-from lightfoot_pipeline.settings import IndexSettings, link_piece_size
+from lightfoot_pipeline.operations.config import check_config, index_config
+from lightfoot_pipeline.operations.migration import COPIED_BY_REBUILD, KEPT_BY_MIGRATION, migrate
+from lightfoot_pipeline.settings import IndexSettings, link_piece_size, relink_batch
 from lightfoot_pipeline.store.filesystem import (
     delete_folder_quietly,
     delete_quietly,
@@ -61,9 +63,18 @@ from lightfoot_pipeline.store.filesystem import (
 )
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.tables import FORMS, NAME_SKETCHES, arrow_frame
+from lightfoot_pipeline.store.tables import (
+    ALIASES,
+    DOCUMENTS,
+    FORMS,
+    NAME_LINKS,
+    NAME_SKETCHES,
+    all_specs,
+    arrow_frame,
+    with_buckets,
+)
 from lightfoot_pipeline.store.transaction import Transaction
-from lightfoot_pipeline.store.vectors import EmbedProgress, UnloadedEmbedder, VectorCache
+from lightfoot_pipeline.store.vectors import EmbedProgress, UnloadedEmbedder, VectorCache, name_vector_cache
 
 NAME_KEY = ["name", "type"]
 KEY_CHUNK = 65_536  # names whose vectors are read, and keys computed, at a time
@@ -104,9 +115,12 @@ class StagingArea:
         self.fs.create_dir(f"{self.root}/{kind}", recursive=True)
         pq.write_table(frame.to_arrow(), f"{self.root}/{kind}/{label}.parquet", filesystem=self.fs)
 
-    def read(self, kind: str, label: str) -> pl.DataFrame:
+    def read(self, kind: str, label: str, names: list[str] | None = None) -> pl.DataFrame:
+        """A staged file; ``names``: only its rows of these names (a filter on the read)."""
+        wanted = None if names is None else pc.field("name").isin(names)
         try:
-            return arrow_frame(pq.read_table(f"{self.root}/{kind}/{label}.parquet", filesystem=self.fs))
+            return arrow_frame(pq.read_table(f"{self.root}/{kind}/{label}.parquet", filesystem=self.fs,
+                                             filters=wanted))
         except FileNotFoundError:
             raise RelinkError(f"relink staging {self.uri}: no {kind} {label!r} (the run was cleaned up, or a "
                               "step did not finish); run the job again") from None
@@ -198,15 +212,25 @@ def link_pieces(store: Store, prepared: Prepared, pieces: Sequence[LinkPiece], s
     return found
 
 
-def commit(store: Store, prepared: Prepared, settings: IndexSettings, n_buckets: int | None = None) -> GraphChange:
+def commit(store: Store, prepared: Prepared, settings: IndexSettings, n_buckets: int | None = None,
+           batch: int | None = None) -> GraphChange:
     """Commit the graph derived again with the staged links (as :func:`pipeline.migrate`), if the
-    store has not changed since :func:`prepare`; the staging area is removed either way."""
+    store has not changed since :func:`prepare`; the staging area is removed either way.
+
+    ``batch`` (default ``$LIGHTFOOT_RELINK_BATCH``, 50,000): a store of more documents has its graph
+    derived in a store of its own, ``batch`` documents a commit, and its tables copied in, so that
+    no step holds more than a batch's rows (:func:`_derive_in_batches`); a smaller store, ``batch``
+    0 or a new bucket count (``n_buckets``): in one transaction, as ``migrate`` does."""
     area = StagingArea(store, prepared.run_id)
     try:
         _same_settings(prepared, settings)
         _unchanged(store.manifest(), prepared, store)
         pieces = [LinkPiece.of(p) for p in area.read_json("plan.json")]
         links = union_links([area.read("links", p.label) for p in pieces])
+        batch = relink_batch() if batch is None else batch
+        documents = store.row_count(DOCUMENTS.name, store.manifest())
+        if 0 < batch < documents and n_buckets in (None, store.n_buckets):
+            return _derive_in_batches(store, prepared, settings, links, area, batch)
         keys = [area.read("keys", type_label(t)) for t in sorted(prepared.names)]
         key_rows = pl.concat(keys) if keys else NAME_SKETCHES.empty().select(NAME_SKETCHES.columns)
 
@@ -219,16 +243,99 @@ def commit(store: Store, prepared: Prepared, settings: IndexSettings, n_buckets:
         area.remove()
 
 
+class BatchLinks:
+    """The staged links, for a graph derived a batch of documents at a time in a store of its own:
+    the links between each batch's added names and the names live then (added or stored before),
+    with the added names' band keys. Every link is a function of its two names alone, so each one
+    is returned once, in the batch that brings its second name, and the union over the batches is
+    the staged set. Refuses added names that were not prepared."""
+
+    def __init__(self, links: pl.DataFrame, area: StagingArea, check) -> None:
+        self.links, self.area, self.check = links, area, check
+        self.added_total = 0
+
+    def __call__(self, tx: Transaction, added: pl.DataFrame, removed: pl.DataFrame, name_vectors: VectorCache,
+                 settings: IndexSettings) -> pl.DataFrame:
+        self.check(tx)
+        keys = []
+        for (type_,), group in sorted(added.select(NAME_KEY).partition_by("type", as_dict=True).items()):
+            wanted = group.get_column("name").to_list()
+            staged = self.area.read("keys", type_label(type_), names=wanted)
+            if staged.height != len(wanted):
+                raise RelinkError(f"{len(wanted) - staged.height} live names of type {type_!r} were not prepared; "
+                                  "prepare them again")
+            keys.append(staged)
+        if keys:
+            tx.update(NAME_SKETCHES.name, add=with_buckets(pl.concat(keys), NAME_SKETCHES, tx.n_buckets))
+        self.added_total += added.height
+        ends = [self.links.filter(in_names(self.links, added, end)) for end in ("name_a", "name_b")]
+        touching = pl.concat(ends).unique(subset=NAME_LINKS.key)
+        others = pl.concat([touching.select(pl.col(end).alias("name"), "type") for end in ("name_a", "name_b")]
+                           ).unique().join(added.select(NAME_KEY), on=NAME_KEY, how="anti")
+        live = pl.concat([added.select(NAME_KEY), name_rows(tx.rows, ALIASES, others).select(NAME_KEY)])
+        return touching.filter(in_names(touching, live, "name_a") & in_names(touching, live, "name_b"))
+
+
+def _derive_in_batches(store: Store, prepared: Prepared, settings: IndexSettings, links: pl.DataFrame,
+                       area: StagingArea, batch: int) -> GraphChange:
+    """The graph derived again in a store under the staging area (``shadow/``), ``batch`` documents a
+    commit: each batch's documents, readers, passages and extractions copied there as the store holds
+    them, their forms derived and the graph brought in line (reconcile_graph, the links from
+    :class:`BatchLinks`), so a step holds a batch's rows and what they touch, never the store. After
+    any sequence of batches a store equals a fresh build of its documents, so the last one is what
+    ``migrate`` derives in one transaction. Its derived tables are then copied into the store a group
+    of buckets at a time (Transaction.copy_from) in one store commit, refused if the store changed
+    since :func:`prepare`; the documents and the rest ``migrate`` keeps are left as they are."""
+    manifest = store.manifest()
+    _unchanged(manifest, prepared, store)
+    embedder = UnloadedEmbedder(prepared.embedder, prepared.dim)
+    shadow = Store(f"{area.uri}/shadow", n_buckets=store.n_buckets, storage_options=store.storage_options or None)
+    doc_ids = sorted(store.read_column(DOCUMENTS.name, manifest, "doc_id").to_list())
+
+    def check(_: Transaction) -> None:
+        _unchanged(store.manifest(), prepared, store)
+
+    linker = BatchLinks(links, area, check)
+    change: GraphChange | None = None
+    for start in range(0, len(doc_ids), batch):
+        ids = doc_ids[start:start + batch]
+        with shadow.transaction() as tx:
+            check_config(tx, settings, embedder)
+            for spec in COPIED_BY_REBUILD:
+                rows = store.rows(spec.name, "doc_id", ids, manifest)
+                tx.update(spec.name, add=with_buckets(rows, spec, tx.n_buckets) if rows.height else None)
+            derive_forms(tx, ids)
+            done = reconcile_graph(tx, settings, name_vector_cache(store, embedder), linker=linker)
+            tx.commit("relink batch", {"documents": len(ids)})
+        change = done if change is None else change.then(done)
+    if linker.added_total != sum(prepared.names.values()):
+        raise RelinkError(f"the documents hold {linker.added_total} live names, {sum(prepared.names.values())} were "
+                          "prepared; prepare them again")
+    derived = shadow.manifest()
+    kept = {spec.name for spec in KEPT_BY_MIGRATION}
+    with store.transaction() as tx:
+        _unchanged(tx.manifest, prepared, store)
+        tx.config = {}
+        check_config(tx, settings, embedder)
+        for spec in all_specs():
+            if spec.name in tx.manifest.versions and spec.name not in kept:
+                tx.copy_from(spec.name, shadow, derived)
+        tx.commit("migrate", {"from_layout": tx.manifest.details.get("layout"), "n_buckets": tx.n_buckets,
+                              "derived_in_batches": batch})
+    return change or GraphChange()
+
+
 def relink(store: Store, embedder: Embedder, settings: IndexSettings, *, n_buckets: int | None = None,
-           size: int | None = None, progress: EmbedProgress | None = None) -> GraphChange:
-    """Every step in this process, one piece after another (``lightfoot migrate --pieces``)."""
+           size: int | None = None, progress: EmbedProgress | None = None, batch: int | None = None) -> GraphChange:
+    """Every step in this process, one piece after another (``lightfoot migrate --pieces``;
+    ``batch``: the graph derived that many documents at a time, see :func:`commit`)."""
     run_id = f"local-{uuid.uuid4().hex}"
     area = StagingArea(store, run_id)
     try:
         prepared = prepare(store, embedder, settings, run_id, progress)
         for step in plan(store, prepared, size):
             link_pieces(store, prepared, step, settings)
-        return commit(store, prepared, settings, n_buckets)
+        return commit(store, prepared, settings, n_buckets, batch)
     finally:
         area.remove()
 

@@ -29,6 +29,7 @@ RETENTION_POLICY_ENV = "LIGHTFOOT_RETENTION_POLICY"
 SYNC_SOURCE_ENV = "LIGHTFOOT_SYNC_SOURCE"
 LINK_PIECE_SIZE_ENV = "LIGHTFOOT_LINK_PIECE_SIZE"
 DELETION_PIECE_ENV = "LIGHTFOOT_DELETION_PIECE"
+RELINK_BATCH_ENV = "LIGHTFOOT_RELINK_BATCH"
 RELINK_EXECUTOR_ENV = "LIGHTFOOT_RELINK_EXECUTOR"
 SERVE_TOKEN_ENV = "LIGHTFOOT_SERVE_TOKEN"
 SERVE_TOKENS_FILE_ENV = "LIGHTFOOT_SERVE_TOKENS_FILE"
@@ -74,7 +75,7 @@ MODEL_HUB_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 VARIABLES: tuple[str, ...] = (
     STORE_ENV, EMBEDDER_ENV, RERANKER_ENV, EXTRACTOR_ENV, DEFAULT_READERS_ENV, EXTRACTION_SLOTS_ENV, DOCUMENT_INBOX_ENV, ERASURE_INBOX_ENV,
-    RETENTION_POLICY_ENV, SYNC_SOURCE_ENV, LINK_PIECE_SIZE_ENV, DELETION_PIECE_ENV, RELINK_EXECUTOR_ENV,
+    RETENTION_POLICY_ENV, SYNC_SOURCE_ENV, LINK_PIECE_SIZE_ENV, DELETION_PIECE_ENV, RELINK_BATCH_ENV, RELINK_EXECUTOR_ENV,
     *(name for names, _ in LLM_VARIABLES.values() for name in names),
     SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, SERVE_TOKEN_GROUPS_ENV, SERVE_ANSWERS_ENV, SERVE_BUDGET_ENV, MCP_TOKEN_ENV, PAGE_URL_ENV,
     DAGSTER_URL_ENV, *(name for name, _ in DEEP_VARIABLES.values()),
@@ -198,6 +199,23 @@ def deletion_piece() -> int:
     if size < 1:
         raise SettingsError(f"{DELETION_PIECE_ENV}={size}: a piece deletes at least one document",
                             hint=f"set {DELETION_PIECE_ENV} to 1 or more, or unset it ({DELETION_PIECE:,})")
+    return size
+
+
+# Documents per commit when the relink job's commit step derives the graph in a store of its own
+# (operations/relink.py): a store of more documents is derived that many at a time, so the step holds
+# a batch's rows, not the store's; 0 derives it in one transaction, as ``lightfoot migrate`` does.
+RELINK_BATCH = 50_000
+
+
+def relink_batch() -> int:
+    """Documents per commit of the relink job's derivation: ``$LIGHTFOOT_RELINK_BATCH``, else
+    50,000 (0: the whole graph in one transaction)."""
+    text = _read(RELINK_BATCH_ENV)
+    size = RELINK_BATCH if text is None else _number(RELINK_BATCH_ENV, text, int)
+    if size < 0:
+        raise SettingsError(f"{RELINK_BATCH_ENV}={size}: a batch is 0 (none) or more documents",
+                            hint=f"set {RELINK_BATCH_ENV} to 0 or more, or unset it ({RELINK_BATCH:,})")
     return size
 
 

@@ -34,6 +34,7 @@ import functools
 import json
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import polars as pl
 from deltalake import write_deltalake
@@ -115,6 +116,8 @@ class Transaction:
         # Whole buckets read, as committed, kept for later lookups and a rewrite at commit (KEPT_ROWS).
         self._kept: dict[tuple[str, int], pl.DataFrame] = {}
         self._kept_rows = 0
+        # Tables staged whole as another store's (copy_from): that store and the state copied.
+        self._copies: dict[str, tuple[Any, Manifest]] = {}
         # What the index is built with (embedder, thresholds); carried from commit to commit.
         self.config: dict = dict(manifest.config)
 
@@ -291,6 +294,18 @@ class Transaction:
         self._touched[name] = None
         self._changes[name] = None
 
+    def copy_from(self, name: str, source, manifest: Manifest) -> None:
+        """Stage the whole content of a table as another store's (of the same bucket count) at
+        ``manifest``: at commit it is copied a group of buckets at a time (about REWRITE_ROWS rows),
+        never held whole (a graph derived in a store of its own, relink.py). The table takes no other
+        change in this transaction."""
+        theirs = source.layout_buckets(manifest)
+        if theirs != self.n_buckets:
+            raise StoreError(f"table {name!r}: a copy needs the same bucket count ({theirs} there, "
+                             f"{self.n_buckets} here)")
+        self._start(name)
+        self._copies[name] = (source, manifest)
+
     def update(self, name: str, remove: pl.Series | pl.Expr | None = None, add: pl.DataFrame | None = None) -> None:
         """Stage a change: drop the staged rows that ``remove`` selects, then add ``add``.
 
@@ -304,6 +319,8 @@ class Transaction:
         """
         spec = spec_for(name)
         self._start(name)
+        if name in self._copies:
+            raise ValueError(f"table {name!r} is staged as a copy of another store's: it takes no other change")
         current = self._working[name]
         touched: set[int] = set()
         if remove is not None:
@@ -336,7 +353,7 @@ class Transaction:
         """Per changed table, what a commit writes (write_plan.py)."""
         out = {}
         for name, frame in self._working.items():
-            if frame is self._original[name]:
+            if frame is self._original[name] or name in self._copies:
                 continue
             plan = plan_writes(spec_for(name), self._original[name], frame, self._touched.get(name),
                                self._changes.get(name),
@@ -358,6 +375,9 @@ class Transaction:
         order = write_order(held)
         written = {name: len(plan.rewrite) + len(plan.append) for name, plan in plans.items()}
         counts = {name: self.count(name) for name in written}
+        for name, (source, at) in sorted(self._copies.items()):  # each alone: a group at a time
+            versions[name] = self._copy_table(spec_for(name), source, at)
+            written[name], counts[name] = self.n_buckets, source.row_count(name, at)
         for name in written:  # the rows as read are compared now: let them go before the writes copy rows
             self._original[name] = self._working[name]
         # The first table is written alone, the heavy ones in turn (write_plan.write_order says why).
@@ -394,7 +414,11 @@ class Transaction:
         manifest = self._append_log(self.manifest.seq + 1, operation, versions, details, read_at=self.manifest.log_version)
         note_commit(manifest.seq)
         for name in written:
-            if self._seen[name] is None:
+            if name in self._copies:
+                self.store.forget_rows(name)
+                self._seen[name] = pl.Series("v", [], dtype=pl.String)  # nothing held: rows are looked up again
+                self._working[name] = spec_for(name).empty()
+            elif self._seen[name] is None:
                 self.store.remember_rows(name, versions[name], self._working[name])
             else:
                 self.store.forget_rows(name)
@@ -410,7 +434,19 @@ class Transaction:
         self._dense.clear()
         self._kept.clear()
         self._kept_rows = 0
+        self._copies.clear()
         return manifest
+
+    def _copy_table(self, spec: TableSpec, source, manifest: Manifest) -> int:
+        """Write another store's table as this one's, a group of buckets at a time (copy_from)."""
+        per_bucket = source.row_count(spec.name, manifest) / max(1, self.n_buckets)
+        size = max(1, int(REWRITE_ROWS // max(per_bucket, 1.0)))
+        version = self._heads.get(spec.name)
+        for start in range(0, self.n_buckets, size):
+            group = list(range(start, min(self.n_buckets, start + size)))
+            version = self._write_table(spec, source.read_buckets(spec.name, manifest, group), group)
+        assert version is not None
+        return version
 
     def _rows_held(self, name: str, plan: WritePlan) -> int:
         """About how many rows a table's write holds at once: a table read whole its staged rows, a

@@ -60,12 +60,16 @@ def test_the_job_commits_the_store_that_migrate_commits(lightfoot, sample_store,
     built, expected = sample_store
     shutil.copytree(built, lightfoot.store_uri)
     monkeypatch.setenv("LIGHTFOOT_LINK_PIECE_SIZE", PIECE_SIZE)
+    monkeypatch.setenv("LIGHTFOOT_RELINK_BATCH", "1000")  # the sample's 1,890 documents derived in two commits
     result = _run(lightfoot)
     assert result.success
     assert fingerprint(lightfoot.store()).digest == expected
     assert len([e for e in result.all_events if e.is_step_success and "link_pieces[" in e.step_key]) == 3
-    materialized = {e.asset_key.to_user_string() for e in result.all_events if e.is_step_materialization}
+    materializations = [e for e in result.all_events if e.is_step_materialization]
+    materialized = {e.asset_key.to_user_string() for e in materializations}
     assert materialized == {"name_vectors", "name_links", "entities", "synonym_edges", "facts"}
+    metadata = materializations[0].event_specific_data.materialization.metadata
+    assert metadata["derived_in_batches"].value == 1000
     assert _staged(lightfoot.store_uri) == []
 
 
