@@ -68,7 +68,7 @@ def delete(
     ``snapshot_checks``: what a snapshot exported to replace one holding erased text must pass to
     be published (snapshot/export.py: ``publish_checked``).
 
-    More documents than ``$LIGHTFOOT_DELETION_PIECE`` (10,000) are deleted in pieces of that many,
+    More documents than ``$LIGHTFOOT_DELETION_PIECE`` (50,000) are deleted in pieces of that many,
     one commit each: what a deletion holds follows the piece, not the request, and each commit
     leaves what a fresh build of the documents left then gives. The erasure runs once, after the
     last. (``link=False`` commits the tombstones at once: the graph is left to the graph stage.)

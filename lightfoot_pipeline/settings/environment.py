@@ -186,14 +186,16 @@ def link_piece_size() -> int:
 
 
 # Documents one commit of a deletion tombstones: a larger deletion is committed in pieces of this
-# many, each what a fresh build of the documents left then gives, so that what a deletion holds
-# follows the piece, not the request (issue: deletion of any size in bounded memory).
-DELETION_PIECE = 10_000
+# many, each what a fresh build of the documents left then gives, so that what a deletion holds is
+# bounded by a piece, not the request. A piece reads nearly every bucket whatever its size, so a
+# smaller one costs time for little memory (at 300k passages, pieces of 10,000 took 2.2 times one
+# piece of 27,000, for 0.89 times its peak).
+DELETION_PIECE = 50_000
 
 
 def deletion_piece() -> int:
     """Documents per commit of a deletion (``lightfoot delete``, a sync's removals, the demo's):
-    ``$LIGHTFOOT_DELETION_PIECE``, else 10,000."""
+    ``$LIGHTFOOT_DELETION_PIECE``, else 50,000."""
     text = _read(DELETION_PIECE_ENV)
     size = DELETION_PIECE if text is None else _number(DELETION_PIECE_ENV, text, int)
     if size < 1:

@@ -200,22 +200,24 @@ class Transaction:
         buckets first asks which of the values the table holds (see _held), so a batch of new
         documents reads none of their buckets."""
         asked = values
-        unread = {b for b in self.buckets_of(values) if (name, b) not in self._kept}
+        buckets = [bucket_of(v, self.n_buckets) for v in values]  # once per lookup: a hash a value
+        unread = {b for b in set(buckets) if (name, b) not in self._kept}
         if worth_a_presence_check(len(unread), self.n_buckets):
-            values = self._held(name, column, values)
-        self._take(name, asked, self._committed_rows_of(name, column, values))
+            values, buckets = self._held(name, column, values, buckets)
+        self._take(name, asked, self._committed_rows_of(name, column, values, buckets))
 
-    def _committed_rows_of(self, name: str, column: str, values: list[str]) -> pl.DataFrame:
-        """The committed rows of some values. Buckets read are kept whole while the transaction keeps
-        fewer than KEPT_ROWS rows of them, so that later lookups and the commit's rewrite of them read
-        nothing again; past that, the buckets are scanned for the values' rows alone
-        (``Store.read_matching``), so what a large change holds follows the change, not the store."""
+    def _committed_rows_of(self, name: str, column: str, values: list[str], buckets: list[int]) -> pl.DataFrame:
+        """The committed rows of some values (``buckets``: each one's bucket). Buckets read are kept
+        whole while the transaction keeps fewer than KEPT_ROWS rows of them, so that later lookups
+        and the commit's rewrite of them read nothing again; past that, the buckets are scanned for
+        the values' rows alone (``Store.read_matching``), so what a large change holds follows the
+        change, not the store."""
         if not values:
             return spec_for(name).empty()
         matching = pl.col(column).is_in(pl.Series(values, dtype=pl.String).implode())
-        buckets = self.buckets_of(values)
-        frames = [self._kept[(name, b)] for b in sorted(buckets) if (name, b) in self._kept]
-        unread = sorted(b for b in buckets if (name, b) not in self._kept)
+        distinct = sorted(set(buckets))
+        frames = [self._kept[(name, b)] for b in distinct if (name, b) in self._kept]
+        unread = [b for b in distinct if (name, b) not in self._kept]
         if unread:
             per_bucket = self.store.row_count(name, self.manifest) / max(1, self.n_buckets)
             if self._kept_rows + per_bucket * len(unread) <= KEPT_ROWS:
@@ -226,29 +228,34 @@ class Transaction:
                 self._kept_rows += whole.height
                 frames.append(whole)
             else:
-                rest = [v for v in values if bucket_of(v, self.n_buckets) in set(unread)]
+                scanned = set(unread)
+                rest = [v for v, b in zip(values, buckets, strict=True) if b in scanned]
                 frames.append(self.store.read_matching(name, self.manifest, column, rest))
         found = pl.concat(frames) if frames else spec_for(name).empty()
         return found.filter(matching)
 
-    def _held(self, name: str, column: str, values: list[str]) -> list[str]:
-        """Of many looked-up values, those whose buckets are worth reading. The first such lookup of
-        a column reads the values of a few buckets first (tables.probe_of): if they are held in
-        nearly all of them, every value's bucket is read, then and later, rather than the column
-        whole; otherwise the column tells which values the table holds (a batch's new documents and
-        facts)."""
+    def _held(self, name: str, column: str, values: list[str], buckets: list[int]) -> tuple[list[str], list[int]]:
+        """Of many looked-up values (with their buckets), those whose buckets are worth reading. The
+        first such lookup of a column reads the values of a few buckets first (tables.probe_of): if
+        they are held in nearly all of them, every value's bucket is read, then and later, rather
+        than the column whole; otherwise the column tells which values the table holds (a batch's
+        new documents and facts)."""
         key = (name, column)
         if key not in self._columns and key not in self._dense:
-            probe = set(probe_of(self.buckets_of(values)))
-            probed = [v for v in values if bucket_of(v, self.n_buckets) in probe]
-            hits = self._committed_rows_of(name, column, probed)
-            self._take(name, probed, hits)
+            probe = set(probe_of(set(buckets)))
+            probed = [(v, b) for v, b in zip(values, buckets, strict=True) if b in probe]
+            hits = self._committed_rows_of(name, column, [v for v, _ in probed], [b for _, b in probed])
+            self._take(name, [v for v, _ in probed], hits)
             if held_nearly_everywhere(hits.get_column(BUCKET).n_unique(), sorted(probe)):
                 self._dense.add(key)
-            values = self._unseen(name, values)
+            probed_values = {v for v, _ in probed}
+            kept = [(v, b) for v, b in zip(values, buckets, strict=True) if v not in probed_values]
+            values, buckets = [v for v, _ in kept], [b for _, b in kept]
         if key in self._dense:
-            return values
-        return self._committed_among(name, column, values)
+            return values, buckets
+        held = set(self._committed_among(name, column, values))
+        pairs = [(v, b) for v, b in zip(values, buckets, strict=True) if v in held]
+        return [v for v, _ in pairs], [b for _, b in pairs]
 
     def _committed_among(self, name: str, column: str, values: list[str]) -> list[str]:
         """The values that the committed table holds in ``column`` (the column is read once per transaction)."""

@@ -94,11 +94,15 @@ def rewritten(committed: pl.DataFrame, removed: pl.DataFrame, added: pl.DataFram
     hashes = row_hashes(rows, spec)
     dropped = (removed.select(BUCKET).with_columns(_h=row_hashes(removed, spec))
                .group_by("_h").agg(pl.len().cast(pl.Int64).alias("_drop")))
-    # Each row's place among the rows of its hash: the first _drop copies of a removed row go.
-    return (rows.with_columns(_h=hashes).with_columns(_i=pl.int_range(pl.len(), dtype=pl.Int64).over("_h"))
-            .join(dropped, on="_h", how="left")
-            .filter(pl.col("_i") >= pl.col("_drop").fill_null(0))
-            .select(columns))
+    hit = hashes.is_in(dropped.get_column("_h").implode())
+    # Only the rows of removed hashes are counted: each one's place among the rows of its hash, and
+    # the first _drop copies go. The others (nearly all of a bucket) stay as they are.
+    touched = (rows.filter(hit).with_columns(_h=hashes.filter(hit))
+               .with_columns(_i=pl.int_range(pl.len(), dtype=pl.Int64).over("_h"))
+               .join(dropped, on="_h", how="left")
+               .filter(pl.col("_i") >= pl.col("_drop").fill_null(0))
+               .select(columns))
+    return pl.concat([rows.filter(~hit), touched])
 
 
 # The tables in the order that decides which one a commit writes first: the per-document tables
