@@ -177,12 +177,7 @@ RELINK_EXECUTORS = ("multiprocess", "k8s")
 def link_piece_size() -> int:
     """Names x bands per step of the relink job and ``lightfoot migrate --pieces``:
     ``$LIGHTFOOT_LINK_PIECE_SIZE``, else 20,000,000."""
-    text = _read(LINK_PIECE_SIZE_ENV)
-    size = LINK_PIECE_SIZE if text is None else _number(LINK_PIECE_SIZE_ENV, text, int)
-    if size < 1:
-        raise SettingsError(f"{LINK_PIECE_SIZE_ENV}={size}: a piece pairs at least one name on one band",
-                            hint=f"set {LINK_PIECE_SIZE_ENV} to 1 or more, or unset it ({LINK_PIECE_SIZE:,})")
-    return size
+    return _count(LINK_PIECE_SIZE_ENV, LINK_PIECE_SIZE, 1, "a piece pairs at least one name on one band")
 
 
 # Documents one commit of a deletion tombstones: a larger deletion is committed in pieces of this
@@ -196,12 +191,7 @@ DELETION_PIECE = 50_000
 def deletion_piece() -> int:
     """Documents per commit of a deletion (``lightfoot delete``, a sync's removals, the demo's):
     ``$LIGHTFOOT_DELETION_PIECE``, else 50,000."""
-    text = _read(DELETION_PIECE_ENV)
-    size = DELETION_PIECE if text is None else _number(DELETION_PIECE_ENV, text, int)
-    if size < 1:
-        raise SettingsError(f"{DELETION_PIECE_ENV}={size}: a piece deletes at least one document",
-                            hint=f"set {DELETION_PIECE_ENV} to 1 or more, or unset it ({DELETION_PIECE:,})")
-    return size
+    return _count(DELETION_PIECE_ENV, DELETION_PIECE, 1, "a piece deletes at least one document")
 
 
 # Documents per commit when the relink job's commit step derives the graph in a store of its own
@@ -213,11 +203,15 @@ RELINK_BATCH = 50_000
 def relink_batch() -> int:
     """Documents per commit of the relink job's derivation: ``$LIGHTFOOT_RELINK_BATCH``, else
     50,000 (0: the whole graph in one transaction)."""
-    text = _read(RELINK_BATCH_ENV)
-    size = RELINK_BATCH if text is None else _number(RELINK_BATCH_ENV, text, int)
-    if size < 0:
-        raise SettingsError(f"{RELINK_BATCH_ENV}={size}: a batch is 0 (none) or more documents",
-                            hint=f"set {RELINK_BATCH_ENV} to 0 or more, or unset it ({RELINK_BATCH:,})")
+    return _count(RELINK_BATCH_ENV, RELINK_BATCH, 0, "a batch is 0 (none) or more documents")
+
+
+def _count(name: str, default: int, least: int, meaning: str) -> int:
+    """A whole number of at least ``least`` from the environment variable ``name``, else ``default``."""
+    text = _read(name)
+    size = default if text is None else _number(name, text, int)
+    if size < least:
+        raise SettingsError(f"{name}={size}: {meaning}", hint=f"set {name} to {least} or more, or unset it ({default:,})")
     return size
 
 

@@ -141,3 +141,21 @@ def test_the_model_hub_stays_offline_unless_told_otherwise(monkeypatch):
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")
     settings.keep_model_hub_offline()
     assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["TRANSFORMERS_OFFLINE"] == "0"
+
+
+def test_the_piece_and_batch_sizes_refuse_what_they_cannot_use(monkeypatch):
+    from lightfoot_pipeline import settings
+
+    assert (settings.deletion_piece(), settings.relink_batch()) == (settings.DELETION_PIECE, settings.RELINK_BATCH)
+    for name, read, bad in ((settings.DELETION_PIECE_ENV, settings.deletion_piece, "0"),
+                            (settings.RELINK_BATCH_ENV, settings.relink_batch, "-1"),
+                            (settings.LINK_PIECE_SIZE_ENV, settings.link_piece_size, "0")):
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(settings.SettingsError, match=f"{name}={bad}") as refused:
+            read()
+        assert "or unset it" in refused.value.line()
+        monkeypatch.setenv(name, "many")
+        with pytest.raises(settings.SettingsError):
+            read()
+    monkeypatch.setenv(settings.RELINK_BATCH_ENV, "0")  # none: the whole graph in one transaction
+    assert settings.relink_batch() == 0
