@@ -257,6 +257,7 @@ def print_unpublished(report) -> None:
 
 
 def cmd_vacuum(args) -> int:
+    from lightfoot_pipeline.operations.compaction import compact
     from lightfoot_pipeline.operations.erase import vacuum
     from lightfoot_pipeline.service.queries import resolve_embedder
     from lightfoot_pipeline.store.batches import writing_batch
@@ -264,10 +265,13 @@ def cmd_vacuum(args) -> int:
     store = existing_store(args)
     batch = command_batch("vacuum")  # it commits when it finishes erasures owed
     with writing_batch(batch):
+        compacted = compact(store) if args.compact else {}
         report = vacuum(store, snapshot_checks=publishing_checks(lambda: resolve_embedder(store)))
     if args.json:
-        print_json({**report.as_dict(), "batch": batch_report(batch)})
+        print_json({**report.as_dict(), "buckets_compacted": compacted, "batch": batch_report(batch)})
         return 0
+    if args.compact:
+        print(f"compacted {sum(compacted.values())} buckets of {len(compacted)} tables into one file each")
     print(f"vacuumed {store.uri}: what no live row uses is gone from history, caches and snapshots")
     _print_erase(report.as_dict())
     print_batch(batch)
@@ -475,6 +479,9 @@ def add_store_commands(sub, common: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("vacuum", parents=[common],
                        help="remove from history, caches and snapshots what no live row uses (replaced text)")
+    p.add_argument("--compact", action="store_true",
+                   help="first rewrite every bucket made of several data files as one (rows unchanged), so that "
+                        "lookups open one file a bucket; the files it replaces are then vacuumed")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_vacuum)
 

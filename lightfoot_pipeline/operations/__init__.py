@@ -3,7 +3,8 @@
 ``ingest`` (ingestion.py), ``delete`` (deletion.py) and ``set_readers`` (readers.py: who may read
 documents), one commit each; ``rebuild`` and ``migrate`` (migration.py: the index derived again
 with no model call); ``erase_history`` and
-``vacuum`` (erase.py: deleted text gone from history, caches and snapshots); the ``sync`` module (a
+``vacuum`` (erase.py: deleted text gone from history, caches and snapshots); ``compaction.compact``
+(buckets of several data files rewritten as one, no row changed); the ``sync`` module (a
 folder of files mirrored into the store) and the ``relink`` module (the graph derived again with
 its links computed in pieces); the index's configuration (config.py). The stages of an orchestrated
 run, one commit each, are the ``batches`` module (a batch's documents, extractions and forms),

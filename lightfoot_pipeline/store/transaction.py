@@ -32,7 +32,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -116,8 +116,8 @@ class Transaction:
         # Whole buckets read, as committed, kept for later lookups and a rewrite at commit (KEPT_ROWS).
         self._kept: dict[tuple[str, int], pl.DataFrame] = {}
         self._kept_rows = 0
-        # Tables staged whole as another store's (copy_from): that store and the state copied.
-        self._copies: dict[str, tuple[Any, Manifest]] = {}
+        # Tables staged as another store's (copy_from): that store, the state copied and the buckets.
+        self._copies: dict[str, tuple[Any, Manifest, Sequence[int]]] = {}
         # What the index is built with (embedder, thresholds); carried from commit to commit.
         self.config: dict = dict(manifest.config)
 
@@ -301,17 +301,21 @@ class Transaction:
         self._touched[name] = None
         self._changes[name] = None
 
-    def copy_from(self, name: str, source, manifest: Manifest) -> None:
+    def copy_from(self, name: str, source, manifest: Manifest, buckets: Iterable[int] | None = None) -> None:
         """Stage the whole content of a table as another store's (of the same bucket count) at
         ``manifest``: at commit it is copied a group of buckets at a time (about REWRITE_ROWS rows),
-        never held whole (a graph derived in a store of its own, relink.py). The table takes no other
-        change in this transaction."""
+        never held whole (a graph derived in a store of its own, relink.py). ``buckets``: only these
+        (this store's own at its manifest: each bucket rewritten as one file, compaction.py). The
+        table takes no other change in this transaction."""
         theirs = source.layout_buckets(manifest)
         if theirs != self.n_buckets:
             raise StoreError(f"table {name!r}: a copy needs the same bucket count ({theirs} there, "
                              f"{self.n_buckets} here)")
+        chosen = range(self.n_buckets) if buckets is None else sorted(set(buckets))
+        if not chosen:
+            return
         self._start(name)
-        self._copies[name] = (source, manifest)
+        self._copies[name] = (source, manifest, chosen)
 
     def update(self, name: str, remove: pl.Series | pl.Expr | None = None, add: pl.DataFrame | None = None) -> None:
         """Stage a change: drop the staged rows that ``remove`` selects, then add ``add``.
@@ -382,9 +386,10 @@ class Transaction:
         order = write_order(held)
         written = {name: len(plan.rewrite) + len(plan.append) for name, plan in plans.items()}
         counts = {name: self.count(name) for name in written}
-        for name, (source, at) in sorted(self._copies.items()):  # each alone: a group at a time
-            versions[name] = self._copy_table(spec_for(name), source, at)
-            written[name], counts[name] = self.n_buckets, source.row_count(name, at)
+        for name, (source, at, buckets) in sorted(self._copies.items()):  # each alone: a group at a time
+            versions[name] = self._copy_table(spec_for(name), source, at, buckets)
+            written[name] = len(buckets)
+            counts[name] = source.row_count(name, at) if len(buckets) == self.n_buckets else self.count(name)
         for name in written:  # the rows as read are compared now: let them go before the writes copy rows
             self._original[name] = self._working[name]
         # The first table is written alone, the heavy ones in turn (write_plan.write_order says why).
@@ -444,13 +449,13 @@ class Transaction:
         self._copies.clear()
         return manifest
 
-    def _copy_table(self, spec: TableSpec, source, manifest: Manifest) -> int:
-        """Write another store's table as this one's, a group of buckets at a time (copy_from)."""
+    def _copy_table(self, spec: TableSpec, source, manifest: Manifest, buckets: Sequence[int]) -> int:
+        """Write another store's buckets of a table as this one's, a group of buckets at a time (copy_from)."""
         per_bucket = source.row_count(spec.name, manifest) / max(1, self.n_buckets)
         size = max(1, int(REWRITE_ROWS // max(per_bucket, 1.0)))
         version = self._heads.get(spec.name)
-        for start in range(0, self.n_buckets, size):
-            group = list(range(start, min(self.n_buckets, start + size)))
+        for start in range(0, len(buckets), size):
+            group = list(buckets[start:start + size])
             version = self._write_table(spec, source.read_buckets(spec.name, manifest, group), group)
         assert version is not None
         return version
