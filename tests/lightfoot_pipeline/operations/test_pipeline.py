@@ -48,6 +48,17 @@ def test_an_ingest_reports_the_seconds_of_each_stage(store, sample_documents, sa
     assert report.as_dict()["stage_seconds"] == stages
 
 
+def test_graph_changes_in_pieces_add_up_and_keep_the_sizes_at_their_ends():
+    from lightfoot_pipeline.index.reconcile import GraphChange
+
+    first = GraphChange(names_removed=3, entities_before=10, entities_after=8, facts_before=5, facts_after=4)
+    later = GraphChange(names_removed=2, entities_before=8, entities_after=7, facts_before=4, facts_after=2)
+    both = first.then(later)
+    assert (both.names_removed, both.entities_before, both.entities_after, both.facts_before, both.facts_after) == (
+        5, 10, 7, 5, 2)
+
+
+@pytest.mark.slow  # 2.3 s: three small builds; the fast tier keeps GraphChange.then's own test
 def test_a_deletion_larger_than_a_piece_commits_in_pieces_each_exact(tmp_path, sample_documents, sample_records,
                                                                       monkeypatch):
     """Seven documents with pieces of three: three commits, each leaving what a fresh build of the
