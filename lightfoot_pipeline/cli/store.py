@@ -283,6 +283,9 @@ def cmd_migrate(args) -> int:
     from lightfoot_pipeline.models.embedder import load_embedder
     from lightfoot_pipeline.store.batches import writing_batch
 
+    if args.batch is not None and (not args.pieces or args.batch < 0):
+        raise SettingsError(f"--batch must be 0 or more documents, with --pieces; got {args.batch}"
+                            + ("" if args.pieces else " without --pieces"))
     store = existing_store(args)
     batch = command_batch("migrate")
     config = store.manifest().config

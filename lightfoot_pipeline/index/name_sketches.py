@@ -20,7 +20,7 @@ import pyarrow as pa
 from lightfoot_pipeline.index.links import LINK_SCHEMA, LinkRule, links_between
 from lightfoot_pipeline.index.lsh import join_keys, near_between_parts, sketches, split_keys
 from lightfoot_pipeline.settings import Banding, IndexSettings
-from lightfoot_pipeline.store.tables import ALIASES, NAME_SKETCHES, with_buckets
+from lightfoot_pipeline.store.tables import ALIASES, NAME_SKETCHES, bucket_groups, with_buckets
 from lightfoot_pipeline.store.transaction import Transaction
 from lightfoot_pipeline.store.vectors import VectorCache
 
@@ -86,11 +86,9 @@ def sketch_parts(tx: Transaction) -> Iterator[pl.DataFrame]:
     if tx.loaded(NAME_SKETCHES.name) is None:
         yield tx.table(NAME_SKETCHES.name)
         return
-    n = tx.n_buckets
-    per_bucket = max(1.0, tx.store.row_count(NAME_SKETCHES.name, tx.manifest) / max(1, n))
-    size = max(1, int(SKETCH_PART_ROWS // per_bucket))
-    for start in range(0, n, size):
-        yield tx.store.read_buckets(NAME_SKETCHES.name, tx.manifest, range(start, min(n, start + size)))
+    per_bucket = tx.store.rows_per_bucket(NAME_SKETCHES.name, tx.manifest)
+    for group in bucket_groups(range(tx.n_buckets), per_bucket, SKETCH_PART_ROWS):
+        yield tx.store.read_buckets(NAME_SKETCHES.name, tx.manifest, group)
 
 
 def link_added_names(
@@ -105,6 +103,8 @@ def link_added_names(
         return _link_exhaustively(tx, added, removed, name_vectors, rule)
     gone = pl.concat([removed.select(NAME_KEY), added.select(NAME_KEY)])
     new_by_type: dict[str, tuple[list[str], np.ndarray, np.ndarray]] = {}
+    new_parts: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # each type's keys taken apart, once
+    gone_by_type: dict[str, pl.Series] = {}
     new_rows = []
     for (type_,), group in sorted(added.partition_by("type", as_dict=True).items()):
         new_names = sorted(group.get_column("name").to_list())
@@ -112,6 +112,8 @@ def link_added_names(
         new_keys = rule.keys(new_names, new_vectors)
         new_rows.append(key_frame(type_, new_names, new_keys, rule.banding))
         new_by_type[type_] = (new_names, new_vectors, new_keys)
+        new_parts[type_] = split_keys(new_keys, rule.banding)
+        gone_by_type[type_] = gone.filter(pl.col("type") == type_).get_column("name")
     # The stored sketches a part at a time (sketch_parts): of each part, only the rows of the names
     # that collide with an added one are kept.
     found: dict[str, list[tuple[pl.Series, np.ndarray, np.ndarray]]] = {t: [] for t in new_by_type}
@@ -119,16 +121,15 @@ def link_added_names(
         # Taken apart once; each type's rows are then picked out of the arrays, not out of the frame.
         stored_high, stored_marks = decode_keys(stored, rule.banding)
         stored_types = stored.get_column("type")
-        for type_, (_, _, new_keys) in new_by_type.items():
+        for type_, apart in new_parts.items():
             of_type = np.flatnonzero((stored_types == type_).to_numpy())
             old_high, old_marks = stored_high[of_type], stored_marks[of_type]
-            _, j = near_between_parts(split_keys(new_keys, rule.banding), (old_high, old_marks), rule.banding,
-                                      rule.threshold)
+            _, j = near_between_parts(apart, (old_high, old_marks), rule.banding, rule.threshold)
             colliding = np.unique(j)
             # Stored rows of removed or added names are not live ones: dropped here, among the few that
             # collide, rather than from every stored row beforehand.
             candidates = stored.get_column("name").gather(of_type[colliding])
-            live = ~candidates.is_in(gone.filter(pl.col("type") == type_).get_column("name").implode()).to_numpy()
+            live = ~candidates.is_in(gone_by_type[type_].implode()).to_numpy()
             colliding = colliding[live]
             found[type_].append((candidates.filter(pl.Series(live)), old_high[colliding], old_marks[colliding]))
     frames = []

@@ -77,17 +77,16 @@ def delete(
     started = time.perf_counter()
     ids = list(dict.fromkeys(doc_ids))
     size = deletion_piece()
-    pieces = [ids[i:i + size] for i in range(0, len(ids), size)] if link else [ids]
-    report, tombstone = DeleteReport(), TombstoneReport()
+    pieces = ([ids[i:i + size] for i in range(0, len(ids), size)] if link else [ids]) or [[]]
+    tombstone = TombstoneReport()
     earlier: set[str] = set()
     graph: GraphChange | None = None
-    for number, piece in enumerate(pieces or [[]], start=1):
+    for number, piece in enumerate(pieces, start=1):
         # Each piece is one commit that leaves what a fresh build of the documents left then gives;
         # ``stage`` goes with the last, which leaves the store as one commit of all of them would.
-        last = number == max(len(pieces), 1)
         with store.transaction() as tx:
             done = tombstone_documents(tx, piece, reason=reason, erase=erase)
-            if stage is not None and last:
+            if stage is not None and number == len(pieces):
                 stage(tx)
             change = reconcile_graph(tx, settings, None) if link else GraphChange()
             earlier.update(tx.table(TOMBSTONES.name).filter(pl.col("doc_id").is_in(done.not_found))

@@ -224,13 +224,13 @@ def commit(store: Store, prepared: Prepared, settings: IndexSettings, n_buckets:
     area = StagingArea(store, prepared.run_id)
     try:
         _same_settings(prepared, settings)
-        _unchanged(store.manifest(), prepared, store)
+        manifest = store.manifest()
+        _unchanged(manifest, prepared, store)
         pieces = [LinkPiece.of(p) for p in area.read_json("plan.json")]
         links = union_links([area.read("links", p.label) for p in pieces])
         batch = relink_batch() if batch is None else batch
-        documents = store.row_count(DOCUMENTS.name, store.manifest())
-        if 0 < batch < documents and n_buckets in (None, store.n_buckets):
-            return _derive_in_batches(store, prepared, settings, links, area, batch)
+        if 0 < batch < store.row_count(DOCUMENTS.name, manifest) and n_buckets in (None, store.n_buckets):
+            return _derive_in_batches(store, manifest, prepared, settings, links, area, batch)
         keys = [area.read("keys", type_label(t)) for t in sorted(prepared.names)]
         key_rows = pl.concat(keys) if keys else NAME_SKETCHES.empty().select(NAME_SKETCHES.columns)
 
@@ -276,8 +276,8 @@ class BatchLinks:
         return touching.filter(in_names(touching, live, "name_a") & in_names(touching, live, "name_b"))
 
 
-def _derive_in_batches(store: Store, prepared: Prepared, settings: IndexSettings, links: pl.DataFrame,
-                       area: StagingArea, batch: int) -> GraphChange:
+def _derive_in_batches(store: Store, manifest: Manifest, prepared: Prepared, settings: IndexSettings,
+                       links: pl.DataFrame, area: StagingArea, batch: int) -> GraphChange:
     """The graph derived again in a store under the staging area (``shadow/``), ``batch`` documents a
     commit: each batch's documents, readers, passages and extractions copied there as the store holds
     them, their forms derived and the graph brought in line (reconcile_graph, the links from
@@ -285,10 +285,10 @@ def _derive_in_batches(store: Store, prepared: Prepared, settings: IndexSettings
     any sequence of batches a store equals a fresh build of its documents, so the last one is what
     ``migrate`` derives in one transaction. Its derived tables are then copied into the store a group
     of buckets at a time (Transaction.copy_from) in one store commit, refused if the store changed
-    since :func:`prepare`; the documents and the rest ``migrate`` keeps are left as they are."""
-    manifest = store.manifest()
-    _unchanged(manifest, prepared, store)
+    since :func:`prepare` (``manifest``: the store's state, checked unchanged by the caller); the
+    documents and the rest ``migrate`` keeps are left as they are."""
     embedder = UnloadedEmbedder(prepared.embedder, prepared.dim)
+    name_vectors = name_vector_cache(store, embedder)  # never asked for a vector: the links are staged
     shadow = Store(f"{area.uri}/shadow", n_buckets=store.n_buckets, storage_options=store.storage_options or None)
     doc_ids = sorted(store.read_column(DOCUMENTS.name, manifest, "doc_id").to_list())
 
@@ -305,7 +305,7 @@ def _derive_in_batches(store: Store, prepared: Prepared, settings: IndexSettings
                 rows = store.rows(spec.name, "doc_id", ids, manifest)
                 tx.update(spec.name, add=with_buckets(rows, spec, tx.n_buckets) if rows.height else None)
             derive_forms(tx, ids)
-            done = reconcile_graph(tx, settings, name_vector_cache(store, embedder), linker=linker)
+            done = reconcile_graph(tx, settings, name_vectors, linker=linker)
             tx.commit("relink batch", {"documents": len(ids)})
         change = done if change is None else change.then(done)
     if linker.added_total != sum(prepared.names.values()):

@@ -317,9 +317,10 @@ class Store(Journals):
         self.rows_read[name] = self.rows_read.get(name, 0) + frame.height
         return typed(frame, spec)
 
-    def read_matching(self, name: str, manifest: Manifest, column: str, values: Iterable[str]) -> pl.DataFrame:
+    def read_matching(self, name: str, manifest: Manifest, column: str, values: Iterable[str],
+                      buckets: Iterable[int] | None = None) -> pl.DataFrame:
         """The committed rows whose ``column`` (the table's bucket column) is one of ``values``,
-        with the bucket column.
+        with the bucket column (``buckets``: the values' buckets, when the caller has them).
 
         Only the buckets of the values are read, and only the matching rows are kept: the files are
         scanned with the filter, so what this holds is the rows found, not the buckets read (a
@@ -331,8 +332,10 @@ class Store(Journals):
         version = manifest.versions.get(name)
         if version is None or not wanted:
             return spec.empty()
-        n_buckets = self.layout_buckets(manifest)
-        buckets = sorted({bucket_of(v, n_buckets) for v in wanted})
+        if buckets is None:
+            n_buckets = self.layout_buckets(manifest)
+            buckets = {bucket_of(v, n_buckets) for v in wanted}
+        buckets = sorted(set(buckets))
         matching = pl.col(column).is_in(pl.Series(wanted, dtype=pl.String).implode())
         cached = self._frames.get(name)
         if self._buckets is not None or (cached is not None and cached[0] == version):
@@ -349,6 +352,11 @@ class Store(Journals):
                      if files else spec.empty())
         self.rows_read[name] = self.rows_read.get(name, 0) + frame.height
         return typed(frame, spec)
+
+    def rows_per_bucket(self, name: str, manifest: Manifest) -> float:
+        """A bucket's rows of a table on average, as committed (from the table's metadata), over this
+        Store's bucket count (a migration reads a store of another layout through it)."""
+        return self.row_count(name, manifest) / max(1, self.n_buckets)
 
     def row_count(self, name: str, manifest: Manifest) -> int:
         """Rows of a table as of the committed state, from the table's metadata (no data read)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import polars as pl
@@ -308,6 +309,14 @@ def all_specs() -> list[TableSpec]:
 def bucket_of(value: str, n_buckets: int) -> int:
     """The stable bucket of a key value (CRC-32, identical on every platform and version)."""
     return zlib.crc32(value.encode("utf-8")) % n_buckets
+
+
+def bucket_groups(buckets: Sequence[int], rows_per_bucket: float, rows: int) -> list[list[int]]:
+    """``buckets`` in consecutive groups of about ``rows`` rows each (``rows_per_bucket``: a
+    bucket's rows on average), at least one bucket a group: how a rewrite, a copy or a scan of many
+    buckets holds a group at a time, never the table."""
+    size = max(1, int(rows // max(rows_per_bucket, 1.0)))
+    return [list(buckets[start:start + size]) for start in range(0, len(buckets), size)]
 
 
 def with_buckets(frame: pl.DataFrame, spec: TableSpec, n_buckets: int) -> pl.DataFrame:

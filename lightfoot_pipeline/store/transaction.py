@@ -53,6 +53,7 @@ from lightfoot_pipeline.store.tables import (
     BUCKET,
     LAYOUT_VERSION,
     TableSpec,
+    bucket_groups,
     bucket_of,
     conform,
     held_nearly_everywhere,
@@ -219,8 +220,7 @@ class Transaction:
         frames = [self._kept[(name, b)] for b in distinct if (name, b) in self._kept]
         unread = [b for b in distinct if (name, b) not in self._kept]
         if unread:
-            per_bucket = self.store.row_count(name, self.manifest) / max(1, self.n_buckets)
-            if self._kept_rows + per_bucket * len(unread) <= KEPT_ROWS:
+            if self._kept_rows + self.store.rows_per_bucket(name, self.manifest) * len(unread) <= KEPT_ROWS:
                 whole = self.store.read_buckets(name, self.manifest, unread)
                 parts = {key[0]: part for key, part in whole.partition_by(BUCKET, as_dict=True).items()}
                 for bucket in unread:
@@ -229,8 +229,9 @@ class Transaction:
                 frames.append(whole)
             else:
                 scanned = set(unread)
-                rest = [v for v, b in zip(values, buckets, strict=True) if b in scanned]
-                frames.append(self.store.read_matching(name, self.manifest, column, rest))
+                rest = [(v, b) for v, b in zip(values, buckets, strict=True) if b in scanned]
+                frames.append(self.store.read_matching(name, self.manifest, column, [v for v, _ in rest],
+                                                       [b for _, b in rest]))
         found = pl.concat(frames) if frames else spec_for(name).empty()
         return found.filter(matching)
 
@@ -451,11 +452,8 @@ class Transaction:
 
     def _copy_table(self, spec: TableSpec, source, manifest: Manifest, buckets: Sequence[int]) -> int:
         """Write another store's buckets of a table as this one's, a group of buckets at a time (copy_from)."""
-        per_bucket = source.row_count(spec.name, manifest) / max(1, self.n_buckets)
-        size = max(1, int(REWRITE_ROWS // max(per_bucket, 1.0)))
         version = self._heads.get(spec.name)
-        for start in range(0, len(buckets), size):
-            group = list(buckets[start:start + size])
+        for group in bucket_groups(buckets, source.rows_per_bucket(spec.name, manifest), REWRITE_ROWS):
             version = self._write_table(spec, source.read_buckets(spec.name, manifest, group), group)
         assert version is not None
         return version
@@ -467,7 +465,7 @@ class Transaction:
             return (self._working[name].height if plan.rewrite else 0) + plan.added.height
         if not plan.rewrite:
             return plan.added.height
-        per_bucket = self.store.row_count(name, self.manifest) / max(1, self.n_buckets)
+        per_bucket = self.store.rows_per_bucket(name, self.manifest)
         return min(REWRITE_ROWS, round(per_bucket * len(plan.rewrite))) + plan.added.height
 
     def _rewrite_buckets(self, spec: TableSpec, plan: WritePlan) -> int:
@@ -479,11 +477,8 @@ class Transaction:
         the groups a failed commit wrote (recovery.py)."""
         assert plan.changes is not None
         removed, added = plan.changes
-        per_bucket = self.store.row_count(spec.name, self.manifest) / max(1, self.n_buckets)
-        size = max(1, int(REWRITE_ROWS // max(per_bucket, 1.0)))
         version = self._heads.get(spec.name)
-        for start in range(0, len(plan.rewrite), size):
-            group = plan.rewrite[start:start + size]
+        for group in bucket_groups(plan.rewrite, self.store.rows_per_bucket(spec.name, self.manifest), REWRITE_ROWS):
             unread = [b for b in group if (spec.name, b) not in self._kept]
             committed = pl.concat([self.store.read_buckets(spec.name, self.manifest, unread),
                                    *(self._kept[(spec.name, b)] for b in group if (spec.name, b) in self._kept)])

@@ -88,9 +88,9 @@ def rewritten(committed: pl.DataFrame, removed: pl.DataFrame, added: pl.DataFram
     their columns and counted, as in tables.net_changes: a row removed and added again stays, a row
     added twice is there twice."""
     columns = [*spec.columns, BUCKET]
-    if removed.height == 0:
-        return pl.concat([committed.select(columns), added.select(columns)])
     rows = pl.concat([committed.select(columns), added.select(columns)])
+    if removed.height == 0:
+        return rows
     hashes = row_hashes(rows, spec)
     dropped = (removed.select(BUCKET).with_columns(_h=row_hashes(removed, spec))
                .group_by("_h").agg(pl.len().cast(pl.Int64).alias("_drop")))

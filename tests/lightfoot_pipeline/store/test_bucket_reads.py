@@ -222,6 +222,10 @@ def test_an_earlier_layout_is_refused_until_migrate_rewrites_it(built, capsys):
 def test_migrate_refuses_a_store_that_does_not_exist(tmp_path, capsys):
     assert cli_main(["migrate", "--store", str(tmp_path / "none")]) == 2
     assert "no store at" in capsys.readouterr().err
+    # A batch size only means something with --pieces, and is never negative.
+    for argv in (["--batch", "100"], ["--pieces", "--batch", "-1"]):
+        assert cli_main(["migrate", "--store", str(tmp_path / "none"), *argv]) == 2
+        assert "--batch must be 0 or more documents, with --pieces" in capsys.readouterr().err
 
 
 def test_ingest_sets_a_new_stores_bucket_count_and_refuses_a_bad_one(tmp_path, capsys):
