@@ -121,8 +121,10 @@ def tree_mb(path: Path) -> float:
     return round(total / 1e6, 1)
 
 
-def build_in_batches(store: Store, root: Path, documents, records, dim: int, buckets: int, size: int) -> dict:
-    """Ingest ``documents`` in batches of ``size``, each in a fresh process (:func:`child`)."""
+def build_in_batches(store: Store, root: Path, documents, records, dim: int, buckets: int, size: int,
+                     after_batch=None) -> dict:
+    """Ingest ``documents`` in batches of ``size``, each in a fresh process (:func:`child`);
+    ``after_batch`` is given the batches done so far after each (a run stopped part-way keeps them)."""
     batches, started, cpu = [], time.perf_counter(), 0.0
     for first in range(0, len(documents), size):
         part = documents[first:first + size]
@@ -134,6 +136,8 @@ def build_in_batches(store: Store, root: Path, documents, records, dim: int, buc
         cpu += done["cpu_s"]
         say(f"batch of {len(part)} documents after {first}: {done['seconds']} s, peak RSS {done['peak_rss_mb']} MB, "
             f"store {done['disk_mb']} MB")
+        if after_batch is not None:
+            after_batch(batches)
     return {"seconds": round(time.perf_counter() - started, 3), "cpu_s": round(cpu, 3), "batches": batches,
             "peak_rss_mb": max(b["peak_rss_mb"] for b in batches)}
 
@@ -149,7 +153,7 @@ def singles(store_uri: str, doc_ids: list[str], settings: IndexSettings) -> list
 
 
 def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, singles_only: bool, sample: int,
-        verify: bool, result: dict, save, build_batch: int = 0) -> dict:
+        verify: bool, result: dict, save, build_batch: int = 0, keep: Path | None = None) -> dict:
     """The steps of the module docstring, filling ``result`` and calling ``save`` after each."""
     settings = IndexSettings()
     embedder = HashingEmbedder(dim=dim)
@@ -161,10 +165,14 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
     say(f"generated {len(every)} documents")
     root = Path(tempfile.mkdtemp(prefix="lightfoot-scale-"))
     try:
-        store = Store(str(root / "store"), n_buckets=buckets)
+        store = Store(str(keep if keep is not None else root / "store"), n_buckets=buckets)
         t0, c0 = time.perf_counter(), time.process_time()
         if build_batch:
-            built_in = build_in_batches(store, root, documents, records, dim, buckets, build_batch)
+            def after_batch(batches: list[dict]) -> None:
+                result["build_batch"], result["build_batches"] = build_batch, batches
+                save(f"build batch {len(batches)}")
+
+            built_in = build_in_batches(store, root, documents, records, dim, buckets, build_batch, after_batch)
             result["full_build_s"], result["full_build_cpu_s"] = built_in["seconds"], built_in["cpu_s"]
             result["build_batch"], result["build_batches"] = build_batch, built_in["batches"]
             result["peak_rss_mb"] = built_in["peak_rss_mb"]
@@ -298,10 +306,20 @@ def main() -> int:
                         help="also time one-document deletions at this many passages (0: no)")
     parser.add_argument("--build-batch", type=int, default=0, metavar="DOCS",
                         help="build in batches of this many documents, each in a fresh process (0: one commit)")
+    parser.add_argument("--compare-buckets", type=int, default=0,
+                        help="buckets of the --compare-at run's store (0: those of --buckets)")
+    parser.add_argument("--compare-all", action="store_true",
+                        help="the --compare-at run takes every step but the verification (the 10%% deletion and the "
+                             "1,000-document ingest too), not only the one-document deletions")
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                        help="build the store in DIR (a new folder) and keep it after the run")
     parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args()
-    if args.passages < 10 or args.singles < 1 or args.buckets < 1 or args.build_batch < 0:
-        parser.error("--passages must be at least 10, --singles and --buckets at least 1, --build-batch not negative")
+    if args.passages < 10 or args.singles < 1 or args.buckets < 1 or args.build_batch < 0 or args.compare_buckets < 0:
+        parser.error("--passages must be at least 10, --singles and --buckets at least 1, --build-batch and "
+                     "--compare-buckets not negative")
+    if args.keep is not None and args.keep.exists():
+        parser.error(f"--keep {args.keep}: the folder exists (the store is built in a new one)")
     result: dict = {}
 
     def save(step: str = "end") -> None:
@@ -312,21 +330,30 @@ def main() -> int:
 
     compare_key = f"delete_one_s_{args.compare_at // 1000}k"
     if args.compare_at and args.passages > args.compare_at and not args.singles_only:
-        say(f"one-document deletions at {args.compare_at} passages, in a separate run")
+        steps = "every step but the verification" if args.compare_all else "one-document deletions"
+        say(f"{steps} at {args.compare_at} passages, in a separate run")
         with tempfile.TemporaryDirectory() as scratch:
             out = Path(scratch) / "compare.json"
             subprocess.run([sys.executable, __file__, "--passages", str(args.compare_at), "--dim", str(args.dim),
-                            "--buckets", str(args.buckets), "--seed", str(args.seed), "--singles", str(args.singles),
-                            "--singles-only", "--json", str(out)], check=True)
-            result[compare_key] = json.loads(out.read_text())["delete_one_s"]
+                            "--buckets", str(args.compare_buckets or args.buckets), "--seed", str(args.seed),
+                            "--singles", str(args.singles), "--compare-at", "0",
+                            *(["--no-verify"] if args.compare_all else ["--singles-only"]), "--json", str(out)],
+                           check=True)
+            compared = json.loads(out.read_text())
+            result[compare_key] = compared["delete_one_s"]
+            if args.compare_all:
+                result["compare"] = compared
         save("compare")
     run(args.passages, args.dim, args.seed, args.buckets, args.singles, args.singles_only, args.sample,
-        not args.no_verify, result, save, build_batch=args.build_batch)
+        not args.no_verify, result, save, build_batch=args.build_batch, keep=args.keep)
     if compare_key in result:
         result["delete_one_ratio"] = round(result["delete_one_s"] / result[compare_key], 3)
+    if "compare" in result and "ingest_1k_s" in result:
+        result["ingest_1k_ratio"] = round(result["ingest_1k_s"] / result["compare"]["ingest_1k_s"], 3)
+        result["ingest_1k_cpu_ratio"] = round(result["ingest_1k"]["cpu_s"] / result["compare"]["ingest_1k"]["cpu_s"], 3)
     save()
-    for key in ("passages", "full_build_s", "delete_10pct_s", "delete_10pct_ratio", "delete_one_s", "delete_one_s_10k",
-                "delete_one_ratio", "ingest_1k_s", "peak_rss_mb", "fingerprint_equal", "link_pairs_found_share"):
+    for key in ("passages", "full_build_s", "delete_10pct_s", "delete_10pct_ratio", "delete_one_s", compare_key,
+                "delete_one_ratio", "ingest_1k_s", "ingest_1k_ratio", "peak_rss_mb", "fingerprint_equal", "link_pairs_found_share"):
         if key in result:
             print(f"{key:<24} {result[key]}")
     return 0
