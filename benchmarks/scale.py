@@ -337,6 +337,7 @@ def main() -> int:
             subprocess.run([sys.executable, __file__, "--passages", str(args.compare_at), "--dim", str(args.dim),
                             "--buckets", str(args.compare_buckets or args.buckets), "--seed", str(args.seed),
                             "--singles", str(args.singles), "--compare-at", "0",
+                            "--build-batch", str(min(args.build_batch, args.compare_at)),
                             *(["--no-verify"] if args.compare_all else ["--singles-only"]), "--json", str(out)],
                            check=True)
             compared = json.loads(out.read_text())
