@@ -310,7 +310,7 @@ class Store(Journals):
         table = self.open_version(name, version)
         partitions = [(BUCKET, "in", [str(b) for b in wanted])]
         if self.is_remote:
-            frame = arrow_frame(table.to_pyarrow_table(partitions=partitions))
+            frame = arrow_frame(table.to_pyarrow_dataset(file_pruning_predicate=partitions).to_table())
         else:
             files = table.file_uris(file_pruning_predicate=partitions)
             frame = pl.read_parquet(files, hive_partitioning=True) if files else spec.empty()
