@@ -1,6 +1,7 @@
 """Benchmark of the exactness check of a run's changes (operations/exactness.py) at corpus scale.
 
     python benchmarks/exactness_check.py [--passages 10000 100000] [--work DIR] [--json OUT.json]
+    python benchmarks/exactness_check.py --store URI --documents DIR [--json OUT.json]
 
 For each size, a store of N synthetic passages (benchmarks/synthetic.py, replayed through the real
 pipeline with the hashing embedder, 384 dimensions, as scale.py builds it; kept under ``--work``
@@ -19,6 +20,9 @@ so nothing is read from this process's memory of the run), their ratio, what the
 rows compared), whether it passed, and the process's peak RSS. ``full_build_s`` is what the
 whole-store comparison costs (a rebuild is a full build). Progress goes to stderr; the JSON file
 is written after every step.
+
+With ``--store`` the three runs are made in place on a store built elsewhere (``scale.py --keep``
+keeps one), the documents of ``--documents`` ingested, and 10% of its live documents deleted.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from memory import peak_rss_mb
 from synthetic import synthetic_documents_and_records
 
 from lightfoot_pipeline import operations
+from lightfoot_pipeline.ingest.dataset import load_corpus, load_recorded_extractions
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.operations.exactness import compare_changes
@@ -99,34 +104,38 @@ def run(passages: int, dim: int, buckets: int, seed: int, work: Path, result: di
     try:
         uri = str(scratch / "store")
         shutil.copytree(base, uri)
-        settings, embedder = IndexSettings(), HashingEmbedder(dim=dim)
-
-        t0 = time.perf_counter()
-        with writing_batch(Batch("bench-ingest", "run-ingest-1k")):
-            operations.ingest(Store(uri), later, ReplayExtractor(records), embedder, settings)
-        result["ingest_1k"] = checked(uri, "run-ingest-1k", time.perf_counter() - t0)
-        save()
-        say(f"ingest_1k: {result['ingest_1k']}")
-
-        rng = random.Random(seed)
-        ids = sorted(live_doc_ids(Store(uri)))
-        one = rng.choice(ids)
-        t0 = time.perf_counter()
-        with writing_batch(Batch("bench-delete-one", "run-delete-one")):
-            operations.delete(Store(uri), [one], settings)
-        result["delete_one"] = checked(uri, "run-delete-one", time.perf_counter() - t0)
-        save()
-        say(f"delete_one: {result['delete_one']}")
-
-        doomed = sorted(rng.sample([i for i in ids if i != one], round(passages * 0.1)))
-        t0 = time.perf_counter()
-        with writing_batch(Batch("bench-delete-tenth", "run-delete-10pct")):
-            operations.delete(Store(uri), doomed, settings)
-        result["delete_10pct"] = checked(uri, "run-delete-10pct", time.perf_counter() - t0)
-        save()
-        say(f"delete_10pct: {result['delete_10pct']}")
+        checked_runs(uri, later, records, dim, seed, result, save)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def checked_runs(uri: str, later, records, dim: int, seed: int, result: dict, save) -> None:
+    """The three runs of the module docstring on the store at ``uri``, each followed by its check."""
+    settings, embedder = IndexSettings(), HashingEmbedder(dim=dim)
+    t0 = time.perf_counter()
+    with writing_batch(Batch("bench-ingest", "run-ingest-1k")):
+        operations.ingest(Store(uri), later, ReplayExtractor(records), embedder, settings)
+    result["ingest_1k"] = checked(uri, "run-ingest-1k", time.perf_counter() - t0)
+    save()
+    say(f"ingest_1k: {result['ingest_1k']}")
+
+    rng = random.Random(seed)
+    ids = sorted(live_doc_ids(Store(uri)))
+    one = rng.choice(ids)
+    t0 = time.perf_counter()
+    with writing_batch(Batch("bench-delete-one", "run-delete-one")):
+        operations.delete(Store(uri), [one], settings)
+    result["delete_one"] = checked(uri, "run-delete-one", time.perf_counter() - t0)
+    save()
+    say(f"delete_one: {result['delete_one']}")
+
+    doomed = sorted(rng.sample([i for i in ids if i != one], round(len(ids) * 0.1)))
+    t0 = time.perf_counter()
+    with writing_batch(Batch("bench-delete-tenth", "run-delete-10pct")):
+        operations.delete(Store(uri), doomed, settings)
+    result["delete_10pct"] = checked(uri, "run-delete-10pct", time.perf_counter() - t0)
+    save()
+    say(f"delete_10pct: {result['delete_10pct']}")
 
 
 def main() -> int:
@@ -137,8 +146,29 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", default=None, help="where built stores are kept for a later run (default: a "
                         "temporary folder, removed at the end)")
+    parser.add_argument("--store", default=None, metavar="URI",
+                        help="run the three runs and their checks on this built store, in place (no copy: a store "
+                             "of 1M passages is tens of GB), ingesting the documents of --documents")
+    parser.add_argument("--documents", type=Path, default=None, metavar="DIR",
+                        help="with --store: a dataset folder (synthetic.py write_documents) of documents the store "
+                             "does not hold")
     parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args()
+    if (args.store is None) != (args.documents is None):
+        parser.error("--store and --documents go together")
+    if args.store is not None:
+        results = {"dim": args.dim, "seed": args.seed, "store": args.store,
+                   "live_documents_before": len(live_doc_ids(Store(args.store)))}
+
+        def save_in_place() -> None:
+            if args.json_out:
+                Path(args.json_out).write_text(json.dumps(results, indent=2) + "\n")
+
+        checked_runs(args.store, load_corpus(args.documents), load_recorded_extractions(args.documents), args.dim,
+                     args.seed, results, save_in_place)
+        save_in_place()
+        print(json.dumps(results, indent=2))
+        return 0
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="lightfoot-exactness-work-"))
     results: dict = {"dim": args.dim, "buckets": args.buckets, "seed": args.seed, "by_passages": {}}
 

@@ -287,8 +287,10 @@ def musique_scale(store: Store, n_queries: int, seed: int = 0) -> dict:
     return figures
 
 
-def query_replica(store_uri: str, passages: int, n_queries: int, seed: int) -> dict:
-    """Run in a child process: load the published snapshot and time queries, as a replica would."""
+def query_replica(store_uri: str, questions_file: Path, n_queries: int) -> dict:
+    """Run in a child process: load the published snapshot and time queries, as a replica would.
+    The questions come from a file the parent wrote, so that the child's resident memory is the
+    replica's, not the synthetic corpus's it would take to make them."""
     embedder = HashingEmbedder(dim=384)
     HELD.enter_context(query_thread_limits())  # for the rest of this process: it only queries
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -297,8 +299,7 @@ def query_replica(store_uri: str, passages: int, n_queries: int, seed: int) -> d
     retriever = Retriever(snapshot, embedder)
     retriever.warm_up()
     warm_up_s = time.perf_counter() - started - load_s
-    _, records = synthetic_documents_and_records(passages, seed)
-    questions = synthetic_questions(records, 200, seed)
+    questions = json.loads(questions_file.read_text())
     figures = measure(retriever, questions, n_queries)
     figures["walk_cost"] = walk_cost(retriever, questions)
     figures.update(load_s=round(load_s, 3), load_cpu_s=round(load_cpu_s, 3), warm_up_s=round(warm_up_s, 3),
@@ -307,14 +308,17 @@ def query_replica(store_uri: str, passages: int, n_queries: int, seed: int) -> d
 
 
 def large_scale(store: Store, passages: int, n_queries: int, seed: int = 0) -> dict:
-    synthetic_store(store, passages, seed)
+    records = synthetic_store(store, passages, seed)
+    questions_file = Path(store.uri).parent / f"questions-{passages}.json"
+    questions_file.write_text(json.dumps(synthetic_questions(records, 200, seed)))
+    del records
     embedder = HashingEmbedder(dim=384)
     started = time.perf_counter()
     info = export_snapshot(store, embedder, progress=progress_line)
     export_s = time.perf_counter() - started
     print(f"  snapshot {info.snapshot_id} in {export_s:.1f}s", file=sys.stderr)
     child = subprocess.run(
-        [sys.executable, __file__, "--child-replica", store.uri, "--passages", str(passages),
+        [sys.executable, __file__, "--child-replica", store.uri, "--questions", str(questions_file),
          "--queries", str(n_queries)], check=True, capture_output=True, text=True)
     figures = json.loads(child.stdout)
     live = sorted(live_doc_ids(store))
@@ -332,7 +336,8 @@ def large_scale(store: Store, passages: int, n_queries: int, seed: int = 0) -> d
                    reexport_after_delete_s=round(reexport_s, 2), reexport_after_delete_cpu_s=round(reexport_cpu_s, 2),
                    store_fingerprint_s=round(time.perf_counter() - started, 2),
                    store_fingerprint_cpu_s=round(time.process_time() - cpu_started, 2),
-                   reexport_embedded=after.counts.get("embedded"), passages=passages)
+                   reexport_embedded=after.counts.get("embedded"), passages=passages,
+                   snapshot_passages=info.counts.get("passages"), snapshot_facts=info.counts.get("facts"))
     return figures
 
 
@@ -468,9 +473,10 @@ def main() -> int:
                         help=f"passages of the views' synthetic store (default {MUSIQUE_PASSAGES:,})")
     parser.add_argument("--passages", type=int, default=100_000, help="passages of the large scale (default 100,000)")
     parser.add_argument("--child-replica", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--questions", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_replica:
-        print(json.dumps(query_replica(args.child_replica, args.passages, args.queries, 0)))
+        print(json.dumps(query_replica(args.child_replica, args.questions, args.queries)))
         return 0
     if args.queries < 1:
         parser.error("--queries must be at least 1")
