@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -23,6 +24,7 @@ from lightfoot_pipeline.ingest.passages import location_label
 from lightfoot_pipeline.ingest.readers import PUBLIC, readers_of_text
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.settings import IndexSettings
+from lightfoot_pipeline.snapshot import spill
 from lightfoot_pipeline.snapshot.adjacency import build_adjacency
 from lightfoot_pipeline.snapshot.fact_index import INDEX_MIN_ROWS, assign, n_lists, sample_rows, train_centroids
 from lightfoot_pipeline.snapshot.format import Access, FactIndex, Snapshot, SnapshotError, passage_text
@@ -46,7 +48,6 @@ from lightfoot_pipeline.store.tables import (
 from lightfoot_pipeline.store.vectors import VectorCache
 
 ExportProgress = Callable[[str, int, int], None]  # (step, done, total)
-EMBED_CHUNK = 2048  # texts embedded between two progress reports
 
 
 def _stepper(progress: ExportProgress | None) -> ExportProgress:
@@ -62,8 +63,8 @@ class Content:
     facts: pl.DataFrame
     evidence: pl.DataFrame
     adjacency: sp.csr_matrix
-    passage_vectors: np.ndarray  # (#passages, dim) float16
-    fact_vectors: np.ndarray  # (#facts, dim) float16, rows in facts order
+    passage_vectors: np.memmap  # (#passages, dim) float16, a file of the export's scratch folder (spill.py)
+    fact_vectors: np.memmap  # (#facts, dim) float16, rows in facts order, the same
     edge_counts: dict
     fact_index: FactIndex | None = None
     embedded: int = 0  # texts embedded for this snapshot (no vector cached or in the previous one)
@@ -187,9 +188,10 @@ def assemble_graph(tables: GraphTables) -> Graph:
     )
 
 
-def collect(store: Store, manifest: Manifest, embedder: Embedder, previous: Snapshot | None = None,
+def collect(store: Store, manifest: Manifest, embedder: Embedder, scratch: Path, previous: Snapshot | None = None,
             progress: ExportProgress | None = None, index_min_rows: int = INDEX_MIN_ROWS) -> Content:
-    """Node tables, edges and vectors of the store's committed state.
+    """Node tables, edges and vectors of the store's committed state; the vectors in files under
+    ``scratch`` (snapshot/spill.py), which the caller removes once it has written them.
 
     Vectors of passages and facts that ``previous`` (a snapshot of the same embedder) holds are
     taken from it; the others come from the vector caches, embedded only when no cache holds them.
@@ -211,17 +213,20 @@ def collect(store: Store, manifest: Manifest, embedder: Embedder, previous: Snap
         store, "passage", embedder, passages.select("chunk_id", "title", "text"), ["chunk_id", "title"],
         lambda frame: [passage_text(t, x) for t, x in frame.select("title", "text").iter_rows()],
         reuse.passages.select("chunk_id", "title") if reuse else None, reuse.passage_vectors if reuse else None,
-        step, counter)
+        step, counter, scratch / "passage_vectors.npy")
     fact_vectors = _vectors(
         store, "fact", embedder, facts.select("fact_id", "subject", "predicate", "object"), ["fact_id"],
         lambda frame: [fact_text(s, p, o) for s, p, o in frame.select("subject", "predicate", "object").iter_rows()],
-        reuse.facts.select("fact_id") if reuse else None, reuse.fact_vectors if reuse else None, step, counter)
+        reuse.facts.select("fact_id") if reuse else None, reuse.fact_vectors if reuse else None, step, counter,
+        scratch / "fact_vectors_by_id.npy")
     fact_index = None
     if facts.height >= index_min_rows:
         fact_index, order = build_fact_index(facts.get_column("fact_id").to_numpy(), fact_vectors,
                                              reuse, lambda done, total: step("indexing facts", done, total))
         facts = facts[order]
-        fact_vectors = fact_vectors[order]
+        unordered, fact_vectors = fact_vectors, spill.gathered(fact_vectors, order, scratch / "fact_vectors.npy")
+        del unordered
+        (scratch / "fact_vectors_by_id.npy").unlink()
     return Content(
         entities=graph.entities,
         passages=passages,
@@ -304,10 +309,11 @@ def access_since(store: Store, manifest: Manifest, passages: pl.DataFrame) -> tu
 
 def _vectors(store: Store, kind: str, embedder: Embedder, rows: pl.DataFrame, key: list[str],
              texts_of: Callable[[pl.DataFrame], list[str]], previous_keys: pl.DataFrame | None,
-             previous_vectors: np.ndarray | None, step: ExportProgress, counter: list[int]) -> np.ndarray:
-    """(len(rows), dim) float16 vectors of rows: the previous snapshot's where it holds the same
-    key, the cache's or newly embedded ones for the rest."""
-    out = np.empty((rows.height, embedder.dim), dtype=np.float16)
+             previous_vectors: np.ndarray | None, step: ExportProgress, counter: list[int], path: Path) -> np.ndarray:
+    """(len(rows), dim) float16 vectors of rows, in a file at ``path`` (snapshot/spill.py), mapped
+    read-only: the previous snapshot's where it holds the same key, the cache's or newly embedded
+    ones for the rest, a chunk of rows at a time."""
+    out = spill.new_matrix(path, rows.height, embedder.dim)
     todo = np.arange(rows.height)
     if previous_keys is not None and previous_vectors is not None and previous_keys.height:
         matched = (
@@ -317,19 +323,23 @@ def _vectors(store: Store, kind: str, embedder: Embedder, rows: pl.DataFrame, ke
         )
         new_rows = matched.get_column("new").to_numpy().astype(np.int64)
         old_rows = matched.get_column("old").to_numpy().astype(np.int64)
-        if new_rows.size == rows.height and previous_vectors.dtype == out.dtype:  # all matched: gather in order
-            np.take(previous_vectors, old_rows, axis=0, out=out)
-        else:
-            out[new_rows] = previous_vectors[old_rows]
+        for lo, hi in spill.chunks(new_rows.size):
+            out[new_rows[lo:hi]] = previous_vectors[old_rows[lo:hi]]
+            spill.release(out)
+            spill.release(previous_vectors)
         todo = np.setdiff1d(todo, new_rows, assume_unique=True)
     if todo.size:
-        texts = texts_of(rows[todo])
         cache = VectorCache(store, kind, embedder)
         label = f"{kind} vectors"
-        step(label, 0, len(texts))
-        out[todo] = cache.vectors(texts, progress=lambda done, total: step(label, done, total))
+        step(label, 0, int(todo.size))
+        for lo, hi in spill.chunks(todo.size):
+            rows_now = todo[lo:hi]
+            out[rows_now] = cache.vectors(texts_of(rows[rows_now]))
+            spill.release(out)
+            step(label, hi, int(todo.size))
         counter[0] += cache.computed
-    return out
+    del out
+    return spill.opened(path)
 
 
 def _sample_digest(ids: pl.Series) -> str:

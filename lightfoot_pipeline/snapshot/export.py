@@ -18,6 +18,7 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -26,7 +27,7 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from lightfoot_pipeline.models.embedder import Embedder
-from lightfoot_pipeline.snapshot.collect import ExportProgress, collect
+from lightfoot_pipeline.snapshot.collect import Content, ExportProgress, collect
 from lightfoot_pipeline.snapshot.fact_index import INDEX_MIN_ROWS
 from lightfoot_pipeline.snapshot.format import (
     ACCESS_FILE,
@@ -52,6 +53,7 @@ from lightfoot_pipeline.snapshot.verdict import (
 )
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.log import StoreError
+from lightfoot_pipeline.store.scratch import scratch_folder
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import PASSAGES
 from lightfoot_pipeline.store.vectors import UnloadedEmbedder
@@ -143,7 +145,13 @@ def _write_snapshot(location: SnapshotDirectory, store: Store, manifest, embedde
                     digest: str, current: SnapshotInfo | None, progress: ExportProgress | None,
                     index_min_rows: int) -> SnapshotInfo:
     """Write the store's state as a new snapshot directory, its manifest last; the pointer stays."""
-    content = collect(store, manifest, embedder, _previous(store, current), progress, index_min_rows)
+    with scratch_folder("export") as scratch:
+        content = collect(store, manifest, embedder, scratch, _previous(store, current), progress, index_min_rows)
+        return _write_content(location, content, manifest, models, digest, progress)
+
+
+def _write_content(location: SnapshotDirectory, content: Content, manifest, models: dict, digest: str,
+                   progress: ExportProgress | None) -> SnapshotInfo:
     now = dt.datetime.now(dt.UTC)
     snapshot_id = _new_snapshot_id(now, digest)
     counts = {
@@ -171,21 +179,26 @@ def _write_snapshot(location: SnapshotDirectory, store: Store, manifest, embedde
         ("passages.parquet", lambda: _parquet(content.passages)),
         ("facts.parquet", lambda: _parquet(content.facts)),
         ("fact_evidence.parquet", lambda: _parquet(content.evidence)),
-        ("passage_vectors.npy", lambda: _npy(content.passage_vectors)),
-        ("fact_vectors.npy", lambda: _npy(content.fact_vectors)),
     ]
+    copied = [("passage_vectors.npy", content.passage_vectors), ("fact_vectors.npy", content.fact_vectors)]
     if content.fact_index is not None:
         files.append((FACT_INDEX_FILE, content.fact_index.to_bytes))
     if content.access is not None:
         access = content.access
         files.extend((f"{name}.parquet", lambda frame=frame: _parquet(frame)) for name, frame in access.frames().items())
         files.append((ACCESS_FILE, lambda: json.dumps(access.settings, sort_keys=True).encode()))
+    total = len(files) + len(copied)
     for done, (name, data) in enumerate(files):
         if progress is not None:
-            progress("writing the snapshot", done, len(files))
+            progress("writing the snapshot", done, total)
         location.write_bytes(folder(name), data())
+    for done, (name, vectors) in enumerate(copied, start=len(files)):
+        if progress is not None:
+            progress("writing the snapshot", done, total)
+        assert vectors.filename is not None, "an export's vectors are files of its scratch folder"
+        location.write_file(folder(name), Path(vectors.filename))  # already a .npy file (spill.py)
     if progress is not None:
-        progress("writing the snapshot", len(files), len(files))
+        progress("writing the snapshot", total, total)
     payload = {"format": FORMAT_VERSION, **info.as_dict()}
     payload.pop("uri")
     # The manifest goes last: a directory without one is an export that did not finish.

@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import polars as pl
 
+from lightfoot_pipeline.snapshot.spill import release
+
 # Fact tables from this size get an inverted-file index. Below it exact float16 scoring is fast
 # enough (88k facts: 5.8 ms of CPU on the loaded 2-core machine) and loses nothing; the index
 # (0.8 ms probing 4% of the groups, 1.6 ms at 15%, about 2.5 times less than exact at 40%) pays
@@ -36,6 +38,7 @@ def train_centroids(vectors: np.ndarray, sample_rows: np.ndarray, lists: int) ->
     """(lists, dim) unit centroids by spherical k-means on the sample rows, started from the
     first ``lists`` of them: the same sample always gives the same centroids."""
     sample = np.asarray(vectors[sample_rows], dtype=np.float32)  # (S, dim)
+    release(vectors)
     centroids = sample[:lists].copy()
     for _ in range(KMEANS_ITERATIONS):
         nearest = np.argmax(sample @ centroids.T, axis=1)  # (S, dim) x (dim, lists) -> (S,)
@@ -50,13 +53,15 @@ def train_centroids(vectors: np.ndarray, sample_rows: np.ndarray, lists: int) ->
 def assign(vectors, centroids: np.ndarray, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
     """(n,) index of each row's nearest centroid (ties to the lower index). The blocks of
     BLOCK_ROWS rows are independent products of the same shapes whatever runs them, so they run
-    on two threads (the BLAS library holds one each, and releases the GIL) with the same result."""
+    on two threads (the BLAS library holds one each, and releases the GIL) with the same result.
+    Memory-mapped vectors (an export's: spill.py) have their pages let go after each block."""
     n = vectors.shape[0]
     out = np.empty(n, dtype=np.int32)
 
     def block(lo: int) -> int:
         rows = np.asarray(vectors[lo : lo + BLOCK_ROWS], dtype=np.float32)
         out[lo : lo + rows.shape[0]] = np.argmax(rows @ centroids.T, axis=1)  # (b, dim) x (dim, L)
+        release(vectors)
         return min(n, lo + BLOCK_ROWS)
 
     with ThreadPoolExecutor(max_workers=ASSIGN_THREADS) as pool:

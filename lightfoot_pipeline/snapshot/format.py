@@ -49,6 +49,7 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -126,6 +127,12 @@ class SnapshotDirectory:
     def write_bytes(self, path: str, data: bytes) -> None:
         with self.fs.open_output_stream(path) as out:
             out.write(data)
+
+    def write_file(self, path: str, local: Path, piece: int = 64 << 20) -> None:
+        """Copy the local file ``local`` to ``path``, ``piece`` bytes at a time."""
+        with local.open("rb") as src, self.fs.open_output_stream(path) as out:
+            while data := src.read(piece):
+                out.write(data)
 
     def read_bytes(self, path: str) -> bytes:
         with self.fs.open_input_stream(path) as src:

@@ -280,3 +280,64 @@ def test_a_re_export_after_a_deletion_fingerprints_only_the_buckets_it_rewrote(s
     assert not {"documents", "extractions", "forms", "name_links"} & set(fresh.tables_read)
     assert fresh.buckets_read.get("documents", 0) <= 1  # its bucket, unless the deletion emptied it
     assert 0 < sum(fresh.buckets_read.values()) < 16 * 4
+
+
+def test_an_export_made_two_rows_at_a_time_writes_the_same_files_and_leaves_no_scratch(
+        store, hashing_embedder, tmp_path, monkeypatch):
+    """The export's vectors are filled, assigned to groups, reordered and copied a chunk of rows
+    at a time (snapshot/spill.py): with chunks and blocks of two and three rows, a first export and
+    a re-export that reuses the previous snapshot's vectors write the bytes that whole-matrix
+    chunks write, and the scratch folder that held the vectors is gone once each export ends."""
+    import tempfile
+
+    from lightfoot_pipeline.snapshot import fact_index, spill
+    from lightfoot_pipeline.store.store import Store
+
+    scratch_root = tmp_path / "tmp"
+    scratch_root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch_root))
+    whole = Store(str(tmp_path / "whole"))
+    build(store, hashing_embedder)
+    build(whole, hashing_embedder)
+
+    def vector_files(at) -> dict[str, bytes]:
+        folder = Path(at.uri) / "snapshots" / latest_snapshot(at).snapshot_id
+        return {name: (folder / name).read_bytes()
+                for name in ("passage_vectors.npy", "fact_vectors.npy", "facts.parquet", "fact_index.npz")}
+
+    export_snapshot(whole, hashing_embedder, index_min_rows=1)
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 2)
+    monkeypatch.setattr(fact_index, "BLOCK_ROWS", 3)
+    export_snapshot(store, hashing_embedder, index_min_rows=1)
+    assert vector_files(store) == vector_files(whole)
+    assert load_snapshot(store).fact_vectors.shape[0] > 2 * spill.CHUNK_ROWS  # more than one chunk each
+
+    operations.delete(store, ["d-paris"])  # the re-export takes most vectors from the previous snapshot
+    operations.delete(whole, ["d-paris"])
+    export_snapshot(store, CountingEmbedder(hashing_embedder), index_min_rows=1)
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 1 << 20)
+    export_snapshot(whole, hashing_embedder, index_min_rows=1)
+    assert vector_files(store) == vector_files(whole)
+    assert not [p.name for p in scratch_root.iterdir() if p.name.startswith("lightfoot-export-")]
+
+
+def test_release_lets_go_of_a_mapping_s_pages_and_keeps_its_rows(tmp_path):
+    from lightfoot_pipeline.snapshot import spill
+
+    written = spill.new_matrix(tmp_path / "m.npy", 4096, 384)
+    written[:] = np.arange(4096, dtype=np.float16)[:, None]
+    spill.release(written)  # flushed first: the rows are in the file
+    del written
+    mapped = spill.opened(tmp_path / "m.npy")
+    np.testing.assert_array_equal(mapped[:, 0], np.arange(4096, dtype=np.float16))
+
+    def resident_kb(path: Path) -> int:  # this process's resident pages of the file's mapping
+        smaps = Path("/proc/self/smaps").read_text().split("\n")
+        at = next(i for i, line in enumerate(smaps) if line.endswith(str(path)))
+        return int(next(line.split()[1] for line in smaps[at:] if line.startswith("Rss:")))
+
+    assert resident_kb(tmp_path / "m.npy") >= 3 * 1024  # 3 MB of the 3 MB read just now
+    spill.release(mapped)
+    assert resident_kb(tmp_path / "m.npy") == 0
+    np.testing.assert_array_equal(mapped[:, 0], np.arange(4096, dtype=np.float16))  # read again from the file
+    spill.release(np.ones(3))  # an array in memory is left as it is
