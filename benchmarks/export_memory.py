@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = """
 import json, resource, sys, time
+import lightfoot_pipeline
+assert lightfoot_pipeline.__file__.startswith(sys.argv[2]), f"{lightfoot_pipeline.__file__} is not of {sys.argv[2]}"
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.store.store import Store
@@ -62,10 +64,14 @@ def _tree_mb(path: Path) -> float:
 
 def export_in_child(code: Path, store_uri: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(code), "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run([sys.executable, "-c", CHILD, store_uri], env=env, capture_output=True, text=True)
+    # In the checkout's folder: ``python -c`` puts the working folder first on the import path.
+    done = subprocess.run([sys.executable, "-c", CHILD, store_uri, str(code.resolve())], env=env, capture_output=True, text=True,
+                          cwd=code)
     if done.returncode != 0:
         return {"failed": done.returncode, "stderr_tail": done.stderr[-2000:]}
     out = json.loads(done.stdout.strip().splitlines()[-1])
+    out["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=code, capture_output=True,
+                                   text=True).stdout.strip()
     out["snapshot_mb"] = _tree_mb(Path(store_uri) / "snapshots" / out["snapshot_id"])
     out["load_average_1m"] = round(os.getloadavg()[0], 2)
     return out
