@@ -27,8 +27,13 @@ facts, and the Delta and LanceDB writes. One run, in this order:
 7. ``delete_one_s_10k``: step 2 in a separate run at 10,000 passages (when N > 10,000), made
    first.
 
-The JSON file is written after every step, so a run stopped part-way keeps what it measured, and
-``disk_mb`` holds the store's size on disk after each step.
+The JSON file is written after every step (and every batch of ``--build-batch``), so a run
+stopped part-way keeps what it measured, and ``disk_mb`` holds the store's size on disk after each
+step. ``--keep DIR`` builds the store in DIR and keeps it; ``--built DIR --later DATASET
+[--build-json FILE]`` takes steps 2 to 4 on such a store as it stands (a build stopped part-way,
+say), with the build's figures and comparison from its run's JSON file. ``--compare-all`` makes
+the run at ``--compare-at`` take steps 2 to 4 too, so that the 1,000-document ingest has a ratio
+from the same run (``ingest_1k_ratio``).
 
 Every step also records its CPU seconds (``*_cpu_s``; a fresh process's ``cpu_s`` includes its
 imports) and the load average when it ended (``load_by_step``): on a shared machine the CPU
@@ -152,6 +157,35 @@ def singles(store_uri: str, doc_ids: list[str], settings: IndexSettings) -> list
     return times, cpu
 
 
+def run_on_built(built: Path, later_dataset: Path, build_json: Path | None, seed: int, n_singles: int,
+                 dim: int, result: dict, save) -> dict:
+    """Steps 2 to 4 on a store built earlier (``--keep`` of a run stopped part-way, say), its live
+    documents the ones deleted, ``later_dataset`` the documents of the ingest; the build's figures
+    from that run's JSON file when given."""
+    store = Store(str(built))
+    ids = sorted(live_doc_ids(store))
+    result.update({"passages": len(ids), "dim": dim, "built_store": str(built), "counts_full": counts(store),
+                   "disk_mb": {"build": tree_mb(built)}})
+    if build_json is not None:
+        earlier = json.loads(build_json.read_text())
+        batches = earlier.get("build_batches", [])
+        result.update({"build_batch": earlier.get("build_batch"), "build_batches": batches,
+                       "full_build_s": round(sum(b["seconds"] for b in batches), 3),
+                       "full_build_cpu_s": round(sum(b["cpu_s"] for b in batches), 3),
+                       "peak_rss_mb": max((b["peak_rss_mb"] for b in batches), default=None),
+                       "generate_s": earlier.get("generate_s")})
+        for key in ("compare", "delete_one_s_100k", "delete_one_s_10k"):
+            if key in earlier:
+                result[key] = earlier[key]
+    save("build")
+    say(f"{len(ids)} live documents in {built}")
+    root = Path(tempfile.mkdtemp(prefix="lightfoot-scale-"))
+    try:
+        return after_build(store, root, ids, seed, n_singles, False, result, save, lambda: later_dataset, dim)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, singles_only: bool, sample: int,
         verify: bool, result: dict, save, build_batch: int = 0, keep: Path | None = None) -> dict:
     """The steps of the module docstring, filling ``result`` and calling ``save`` after each."""
@@ -188,48 +222,10 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
         save("build")
         say(f"built in {result['full_build_s']} s, peak RSS {result['peak_rss_mb']} MB: {result['counts_full']}")
 
-        rng = random.Random(seed)
         ids = [d.doc_id for d in documents]
-        chosen = rng.sample(ids, n_singles)
-        times, cpu = singles(store.uri, chosen, settings)
-        result["delete_one_s"] = round(statistics.median(times), 4)
-        result["delete_one_cpu_s"] = round(statistics.median(cpu), 4)
-        result["delete_one_max_s"] = round(max(times), 4)
-        result["delete_one_times_s"] = [round(t, 4) for t in times]
-        result["disk_mb"]["delete_one"] = tree_mb(Path(store.uri))
-        save("delete_one")
-        say(f"one-document deletions: p50 {result['delete_one_s']} s, max {result['delete_one_max_s']} s")
-        if singles_only:
-            return result
-
-        survivors = sorted(set(ids) - set(chosen))
-        doomed = sorted(rng.sample(survivors, round(len(ids) * 0.1)))
-        doomed_file = root / "doomed.json"
-        doomed_file.write_text(json.dumps(doomed))
-        deleted = child(["--child-delete", store.uri, f"@{doomed_file}"])  # its own process: its own peak RSS
-        result["delete_10pct_s"] = deleted["seconds"]
-        result["delete_10pct_cpu_s"] = deleted["cpu_s"]
-        result["delete_10pct_peak_rss_mb"] = deleted["peak_rss_mb"]
-        result["delete_10pct_ratio"] = round(result["delete_10pct_s"] / result["full_build_s"], 4)
-        result["delete_10pct_graph"] = deleted["graph"]
-        result["disk_mb"]["delete_10pct"] = tree_mb(Path(store.uri))
-        save("delete_10pct")
-        say(f"10% deletion in {result['delete_10pct_s']} s (ratio {result['delete_10pct_ratio']})")
-
-        survivors = sorted(set(survivors) - set(doomed))
-        fresh_one = child(["--child-delete", store.uri, survivors[0]])
-        result["delete_one_fresh"] = fresh_one
-        save("delete_one_fresh")
-        say(f"one-document deletion in a fresh process: {fresh_one}")
-        later_dir = write_documents(root / "later", later, records)
-        fresh_ingest = child(["--child-ingest", store.uri, str(later_dir), str(dim)])
-        result["ingest_1k_s"] = fresh_ingest["seconds"]
-        result["ingest_1k"] = fresh_ingest
-        result["disk_mb"]["ingest_1k"] = tree_mb(Path(store.uri))
-        save("ingest_1k")
-        say(f"{len(later)}-document ingest in a fresh process: {fresh_ingest}")
-
-        if not verify:
+        after_build(store, root, ids, seed, n_singles, singles_only, result, save,
+                    lambda: write_documents(root / "later", later, records), dim)
+        if singles_only or not verify:
             return result
         live = live_doc_ids(store)
         by_id = {d.doc_id: d for d in every}
@@ -251,6 +247,53 @@ def run(passages: int, dim: int, seed: int, buckets: int, n_singles: int, single
         return result
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def after_build(store: Store, root: Path, ids: list[str], seed: int, n_singles: int, singles_only: bool,
+                result: dict, save, later_dir, dim: int) -> dict:
+    """Steps 2 to 4 of the module docstring on the built ``store`` of documents ``ids``;
+    ``later_dir()`` gives the dataset folder of the 1,000-document ingest."""
+    settings = IndexSettings()
+    rng = random.Random(seed)
+    chosen = rng.sample(ids, n_singles)
+    times, cpu = singles(store.uri, chosen, settings)
+    result["delete_one_s"] = round(statistics.median(times), 4)
+    result["delete_one_cpu_s"] = round(statistics.median(cpu), 4)
+    result["delete_one_max_s"] = round(max(times), 4)
+    result["delete_one_times_s"] = [round(t, 4) for t in times]
+    result["disk_mb"]["delete_one"] = tree_mb(Path(store.uri))
+    save("delete_one")
+    say(f"one-document deletions: p50 {result['delete_one_s']} s, max {result['delete_one_max_s']} s")
+    if singles_only:
+        return result
+
+    survivors = sorted(set(ids) - set(chosen))
+    doomed = sorted(rng.sample(survivors, round(len(ids) * 0.1)))
+    doomed_file = root / "doomed.json"
+    doomed_file.write_text(json.dumps(doomed))
+    deleted = child(["--child-delete", store.uri, f"@{doomed_file}"])  # its own process: its own peak RSS
+    result["delete_10pct_s"] = deleted["seconds"]
+    result["delete_10pct_cpu_s"] = deleted["cpu_s"]
+    result["delete_10pct_peak_rss_mb"] = deleted["peak_rss_mb"]
+    if "full_build_s" in result:
+        result["delete_10pct_ratio"] = round(result["delete_10pct_s"] / result["full_build_s"], 4)
+    result["delete_10pct_graph"] = deleted["graph"]
+    result["disk_mb"]["delete_10pct"] = tree_mb(Path(store.uri))
+    save("delete_10pct")
+    say(f"10% deletion in {result['delete_10pct_s']} s (ratio {result.get('delete_10pct_ratio')})")
+
+    survivors = sorted(set(survivors) - set(doomed))
+    fresh_one = child(["--child-delete", store.uri, survivors[0]])
+    result["delete_one_fresh"] = fresh_one
+    save("delete_one_fresh")
+    say(f"one-document deletion in a fresh process: {fresh_one}")
+    fresh_ingest = child(["--child-ingest", store.uri, str(later_dir()), str(dim)])
+    result["ingest_1k_s"] = fresh_ingest["seconds"]
+    result["ingest_1k"] = fresh_ingest
+    result["disk_mb"]["ingest_1k"] = tree_mb(Path(store.uri))
+    save("ingest_1k")
+    say(f"{fresh_ingest['ingested']}-document ingest in a fresh process: {fresh_ingest}")
+    return result
 
 
 def child_main(argv: list[str]) -> int:
@@ -313,8 +356,17 @@ def main() -> int:
                              "1,000-document ingest too), not only the one-document deletions")
     parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
                         help="build the store in DIR (a new folder) and keep it after the run")
+    parser.add_argument("--built", type=Path, default=None, metavar="DIR",
+                        help="skip the build: take steps 2 to 4 on the store in DIR (kept by --keep), deleting among "
+                             "its live documents and ingesting those of --later")
+    parser.add_argument("--later", type=Path, default=None, metavar="DATASET",
+                        help="with --built: a dataset folder of documents the store does not hold, for the ingest")
+    parser.add_argument("--build-json", type=Path, default=None, metavar="FILE",
+                        help="with --built: the JSON file of the run that built it (its batches and comparison)")
     parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args()
+    if (args.built is None) != (args.later is None) or (args.build_json is not None and args.built is None):
+        parser.error("--built and --later go together, and --build-json with them")
     if args.passages < 10 or args.singles < 1 or args.buckets < 1 or args.build_batch < 0 or args.compare_buckets < 0:
         parser.error("--passages must be at least 10, --singles and --buckets at least 1, --build-batch and "
                      "--compare-buckets not negative")
@@ -329,7 +381,10 @@ def main() -> int:
             Path(args.json_out).write_text(json.dumps(result, indent=2, default=float) + "\n")
 
     compare_key = f"delete_one_s_{args.compare_at // 1000}k"
-    if args.compare_at and args.passages > args.compare_at and not args.singles_only:
+    if args.built is not None:
+        run_on_built(args.built, args.later, args.build_json, args.seed, args.singles, args.dim, result, save)
+        compare_key = next((key for key in result if key.startswith("delete_one_s_")), compare_key)
+    elif args.compare_at and args.passages > args.compare_at and not args.singles_only:
         steps = "every step but the verification" if args.compare_all else "one-document deletions"
         say(f"{steps} at {args.compare_at} passages, in a separate run")
         with tempfile.TemporaryDirectory() as scratch:
@@ -345,8 +400,9 @@ def main() -> int:
             if args.compare_all:
                 result["compare"] = compared
         save("compare")
-    run(args.passages, args.dim, args.seed, args.buckets, args.singles, args.singles_only, args.sample,
-        not args.no_verify, result, save, build_batch=args.build_batch, keep=args.keep)
+    if args.built is None:
+        run(args.passages, args.dim, args.seed, args.buckets, args.singles, args.singles_only, args.sample,
+            not args.no_verify, result, save, build_batch=args.build_batch, keep=args.keep)
     if compare_key in result:
         result["delete_one_ratio"] = round(result["delete_one_s"] / result[compare_key], 3)
     if "compare" in result and "ingest_1k_s" in result:
