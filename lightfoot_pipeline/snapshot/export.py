@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -61,12 +60,6 @@ from lightfoot_pipeline.store.vectors import UnloadedEmbedder
 log = logging.getLogger(__name__)
 
 DEFAULT_KEEP = 3
-
-
-def _npy(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=False)
-    return buffer.getvalue()
 
 
 def _npz(matrix: sp.csr_matrix) -> bytes:
