@@ -30,16 +30,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = """
-import json, resource, sys, time
+import json, sys, time
 import lightfoot_pipeline
 assert lightfoot_pipeline.__file__.startswith(sys.argv[2]), f"{lightfoot_pipeline.__file__} is not of {sys.argv[2]}"
 from lightfoot_pipeline.models.embedder import HashingEmbedder
+from lightfoot_pipeline.progress import peak_rss_mb
 from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.store.store import Store
 started, cpu = time.perf_counter(), time.process_time()
 info = export_snapshot(Store(sys.argv[1]), HashingEmbedder(dim=384))
 print(json.dumps({"seconds": round(time.perf_counter() - started, 2), "cpu_s": round(time.process_time() - cpu, 2),
-                  "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                  "peak_rss_mb": peak_rss_mb(),
                   "snapshot_id": info.snapshot_id, "counts": info.counts}))
 """
 
