@@ -89,8 +89,8 @@ def delete(
             if stage is not None and number == len(pieces):
                 stage(tx)
             change = reconcile_graph(tx, settings, None) if link else GraphChange()
-            earlier.update(tx.table(TOMBSTONES.name).filter(pl.col("doc_id").is_in(done.not_found))
-                           .get_column("doc_id").to_list())
+            if done.not_found:  # of those, the ones deleted earlier (the rows of their ids only)
+                earlier.update(tx.rows(TOMBSTONES.name, "doc_id", done.not_found).get_column("doc_id").to_list())
             details = {"deleted": len(done.deleted), "erase": erase, "model_calls": 0}
             if len(pieces) > 1:
                 details.update(piece=number, pieces=len(pieces))

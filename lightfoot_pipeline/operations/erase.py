@@ -159,17 +159,11 @@ def mark_erased(store: Store, doc_ids: Sequence[str]) -> dt.datetime:
     """Commit ``erased_at`` on the documents' tombstones that lack it, then vacuum the deletion
     log and the store log, so that no earlier version of either is left behind."""
     now = dt.datetime.now(dt.UTC)
-    with store.transaction() as tx:
-        tombstones = tx.table(TOMBSTONES.name)
-        tx.put(
-            TOMBSTONES.name,
-            tombstones.with_columns(
-                pl.when(pl.col("doc_id").is_in(list(doc_ids)) & pl.col("erased_at").is_null())
-                .then(pl.lit(now, dtype=pl.Datetime("us", "UTC")))
-                .otherwise(pl.col("erased_at"))
-                .alias("erased_at")
-            ),
-        )
+    with store.transaction() as tx:  # the rows of these ids only: their buckets are rewritten
+        unmarked = pl.col("doc_id").is_in(list(doc_ids)) & pl.col("erased_at").is_null()
+        rows = tx.rows(TOMBSTONES.name, "doc_id", doc_ids).filter(unmarked)
+        tx.update(TOMBSTONES.name, remove=unmarked,
+                  add=rows.with_columns(pl.lit(now, dtype=pl.Datetime("us", "UTC")).alias("erased_at")))
         tx.commit("erase", {"documents": len(doc_ids)})
     store.vacuum(only={TOMBSTONES.name, "store_log"})
     return now

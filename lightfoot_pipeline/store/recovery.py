@@ -9,9 +9,11 @@ logged versions), and the next writer undoes it here before it stages anything.
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError
 
+from lightfoot_pipeline.store.filesystem import open_filesystem
 from lightfoot_pipeline.store.log import (
     EXACT_VERSION,
     TABLE_CONFIGURATION,
@@ -29,14 +31,25 @@ def recover(store) -> tuple[Manifest, dict[str, int]]:
     A transaction writes each table on top of that version (see the module docstring). The
     undoing commits are exact-version too: if another writer moves a table meanwhile, this
     raises ConcurrentCommitError rather than mixing the two writers' files.
+
+    A table is opened only when its Delta log holds a commit past the logged version (or the
+    store log names no version of it): Delta versions are consecutive, so the absence of the
+    next commit file is proof that the table stands at the logged version. Opening a table
+    replays its log (its list of data files), which a large store pays per table and per
+    transaction; the tables the transaction goes on to use are opened when it uses them.
     """
     manifest = store.manifest()
     heads: dict[str, int] = {}
+    fs, root = open_filesystem(store.uri, store.storage_options)
     for spec_name, uri in store.table_locations():
+        logged = manifest.versions.get(spec_name)
+        if not _has_commit(fs, root + uri.removeprefix(store.uri), 0 if logged is None else logged + 1):
+            if logged is not None:
+                heads[spec_name] = logged
+            continue
         table = store.open_table(uri)
         if table is None:
             continue
-        logged = manifest.versions.get(spec_name)
         with conflicts_as(ConcurrentCommitError, f"recovering {spec_name}"):
             if logged is None:
                 if table.to_pyarrow_dataset().count_rows() > 0:
@@ -47,6 +60,13 @@ def recover(store) -> tuple[Manifest, dict[str, int]]:
         if table.version() == logged:
             store.keep_open_table(spec_name, table)
     return manifest, heads
+
+
+def _has_commit(fs: pafs.FileSystem, table_path: str, version: int) -> bool:
+    """Whether the log of the Delta table at ``table_path`` (in ``fs``) holds the commit of
+    ``version``: one metadata request."""
+    info = fs.get_file_info(f"{table_path}/_delta_log/{version:020d}.json")
+    return info.type != pafs.FileType.NotFound
 
 
 def create_table(store, uri: str, schema: pa.Schema, partition_by: list[str] | None, what: str,

@@ -73,6 +73,12 @@ REWRITE_ROWS = 250_000
 # A transaction keeps the buckets it reads whole, for later lookups and the commit's rewrite of
 # them, up to this many rows; past that it holds only the rows of the values it looks up.
 KEPT_ROWS = 1_000_000
+# A commit that writes to at least this many buckets of a table is followed by a checkpoint of its
+# Delta log. Each later opening of the table (every transaction and read that uses it) would
+# otherwise replay the commit's thousands of file actions as JSON, up to the table's checkpoint
+# interval (log.TABLE_CONFIGURATION); a checkpoint is one Parquet file read in a fraction of the
+# time, and costs one such read to write.
+CHECKPOINT_AFTER_BUCKETS = 256
 
 
 class Transaction:
@@ -389,6 +395,7 @@ class Transaction:
         counts = {name: self.count(name) for name in written}
         for name, (source, at, buckets) in sorted(self._copies.items()):  # each alone: a group at a time
             versions[name] = self._copy_table(spec_for(name), source, at, buckets)
+            self._checkpoint_if_large(name, versions[name], len(buckets))
             written[name] = len(buckets)
             counts[name] = source.row_count(name, at) if len(buckets) == self.n_buckets else self.count(name)
         for name in written:  # the rows as read are compared now: let them go before the writes copy rows
@@ -409,6 +416,7 @@ class Transaction:
             if plan.append:
                 version = self._write_table(spec, plan.added, plan.append, append=True)
             assert version is not None, "a write plan rewrites or appends to at least one bucket"
+            self._checkpoint_if_large(name, version, len(set(plan.rewrite) | set(plan.append)))
             return version
 
         if order.first is not None:
@@ -449,6 +457,12 @@ class Transaction:
         self._kept_rows = 0
         self._copies.clear()
         return manifest
+
+    def _checkpoint_if_large(self, name: str, version: int, buckets_written: int) -> None:
+        """Checkpoint a table's Delta log after a commit that wrote many of its buckets (see
+        CHECKPOINT_AFTER_BUCKETS)."""
+        if buckets_written >= CHECKPOINT_AFTER_BUCKETS:
+            self.store.open_version(name, version).create_checkpoint()
 
     def _copy_table(self, spec: TableSpec, source, manifest: Manifest, buckets: Sequence[int]) -> int:
         """Write another store's buckets of a table as this one's, a group of buckets at a time (copy_from)."""
