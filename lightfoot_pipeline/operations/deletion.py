@@ -13,8 +13,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import polars as pl
-
 from lightfoot_pipeline.index.documents import TombstoneReport, tombstone_documents
 from lightfoot_pipeline.index.reconcile import GraphChange, reconcile_graph
 from lightfoot_pipeline.operations.erase import erase_history, pending_erasures

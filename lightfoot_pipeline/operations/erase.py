@@ -52,7 +52,7 @@ from lightfoot_pipeline.snapshot.export import erase_from_snapshots
 from lightfoot_pipeline.snapshot.verdict import StagedCheck
 from lightfoot_pipeline.store.scratch import sweep_stale_scratch
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.tables import ALIASES, DOCUMENTS, EXTRACTIONS, FACTS, PASSAGES, TOMBSTONES
+from lightfoot_pipeline.store.tables import ALIASES, DOCUMENTS, EXTRACTIONS, FACTS, PASSAGES, TOMBSTONES, erasure_owed
 from lightfoot_pipeline.store.vectors import cleanup_vector_history, purge_vector_caches
 
 
@@ -105,8 +105,11 @@ def live_vector_texts(store: Store) -> dict[str, list[str]]:
 def pending_erasures(store: Store) -> list[str]:
     """Deleted documents whose deletion asked for an erasure of their history not finished yet (a
     document stored again since is left out)."""
-    log = store.read_columns(TOMBSTONES.name, store.manifest(), ["doc_id", "erase", "erased_at"])  # only these
-    owed = set(log.filter(pl.col("erase") & pl.col("erased_at").is_null()).get_column("doc_id").to_list())
+    manifest = store.manifest()
+    if store.tally(TOMBSTONES.name, "erasures_owed", manifest) == 0:  # the store log says: none
+        return []
+    log = store.read_columns(TOMBSTONES.name, manifest, ["doc_id", "erase", "erased_at"])  # only these
+    owed = set(log.filter(erasure_owed()).get_column("doc_id").to_list())
     if not owed:
         return []
     live = set(store.rows(DOCUMENTS.name, "doc_id", owed).get_column("doc_id").to_list())

@@ -358,6 +358,15 @@ class Store(Journals):
         Store's bucket count (a migration reads a store of another layout through it)."""
         return self.row_count(name, manifest) / max(1, self.n_buckets)
 
+    def tally(self, name: str, tally: str, manifest: Manifest) -> int | None:
+        """One of a table's tallies (tables.TableSpec.tallies) as of the committed state, from the
+        store log (no data read): 0 for a table never written, None when the log does not record
+        it (a store last written by an earlier version, or a copied table not counted since)."""
+        if manifest.versions.get(name) is None:
+            return 0
+        recorded = ((manifest.details.get("tallies") or {}).get(name) or {}).get(tally)
+        return None if recorded is None else int(recorded)
+
     def row_count(self, name: str, manifest: Manifest) -> int:
         """Rows of a table as of the committed state, from the table's metadata (no data read)."""
         version = manifest.versions.get(name)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import polars as pl
@@ -45,6 +45,10 @@ class TableSpec:
     per_document: bool
     fingerprinted: bool = True
     description: str = ""
+    # Counts of the rows that match a predicate, kept in the store log beside the row count by
+    # every commit that writes the table (transaction.py), so that a question such as "is an
+    # erasure owed?" is answered without reading the table: (name, predicate over its columns).
+    tallies: tuple[tuple[str, Callable[[], pl.Expr]], ...] = ()
 
     @property
     def arrow_schema(self) -> pa.Schema:
@@ -177,13 +181,22 @@ FACTS = TableSpec(
     key=("fact_id",), bucket_by="fact_id", per_document=False,
     description="(subject, predicate, object) facts that at least one live passage asserts.",
 )
+
+
+def erasure_owed() -> pl.Expr:
+    """A tombstone whose deletion asked for an erasure that has not been done."""
+    return pl.col("erase") & pl.col("erased_at").is_null()
+
+
 TOMBSTONES = TableSpec(
     "tombstones",
     _schema(("doc_id", S), ("requested_at", pa.timestamp("us", tz="UTC")), ("reason", S), ("erase", B),
             ("erased_at", pa.timestamp("us", tz="UTC"))),
     key=("doc_id", "requested_at"), bucket_by="doc_id", per_document=True, fingerprinted=False,
     description="The deletion log: which documents were deleted, when, why, and whether erased.",
+    tallies=(("erasures_owed", erasure_owed),),
 )
+
 
 NAME_SKETCHES = TableSpec(
     "name_sketches",

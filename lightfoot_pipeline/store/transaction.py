@@ -393,10 +393,13 @@ class Transaction:
         order = write_order(held)
         written = {name: len(plan.rewrite) + len(plan.append) for name, plan in plans.items()}
         counts = {name: self.count(name) for name in written}
+        tallies = {**(self.manifest.details.get("tallies") or {}),
+                   **{name: self._tallies(name) for name in written if spec_for(name).tallies}}
         for name, (source, at, buckets) in sorted(self._copies.items()):  # each alone: a group at a time
             versions[name] = self._copy_table(spec_for(name), source, at, buckets)
             self._checkpoint_if_large(name, versions[name], len(buckets))
             written[name] = len(buckets)
+            tallies.pop(name, None)  # not known until a later commit counts them again
             counts[name] = source.row_count(name, at) if len(buckets) == self.n_buckets else self.count(name)
         for name in written:  # the rows as read are compared now: let them go before the writes copy rows
             self._original[name] = self._working[name]
@@ -431,6 +434,7 @@ class Transaction:
                 versions[name] = future.result()
         rows = {**(self.manifest.details.get("rows") or {}), **counts}
         details = {**commit_details(), **(details or {}), "buckets_written": written, "config": self.config, "rows": rows,
+                   **({"tallies": tallies} if tallies else {}),
                    "layout": {"version": LAYOUT_VERSION, "n_buckets": self.n_buckets}}
         manifest = self._append_log(self.manifest.seq + 1, operation, versions, details, read_at=self.manifest.log_version)
         note_commit(manifest.seq)
@@ -457,6 +461,28 @@ class Transaction:
         self._kept_rows = 0
         self._copies.clear()
         return manifest
+
+    def _tallies(self, name: str) -> dict[str, int]:
+        """A table's tallies (tables.TableSpec.tallies) as staged: the committed ones, with what
+        this transaction's changes added and removed among the rows it holds. A store whose log
+        does not record them yet (written by an earlier version) has them counted from storage."""
+        spec = spec_for(name)
+        recorded = (self.manifest.details.get("tallies") or {}).get(name) or {}
+        original, working = self._original[name], self._working[name]
+        committed: pl.DataFrame | None = None
+        out = {}
+        for tally, predicate in spec.tallies:
+            if tally in recorded:
+                before = int(recorded[tally])
+            elif self._seen[name] is None:  # the whole table is held, as committed
+                before = _matching(original, predicate())
+            else:
+                if committed is None:
+                    columns = sorted({c for _, p in spec.tallies for c in p().meta.root_names()})
+                    committed = self.store.read_columns(name, self.manifest, columns)
+                before = _matching(committed, predicate())
+            out[tally] = before + _matching(working, predicate()) - _matching(original, predicate())
+        return out
 
     def _checkpoint_if_large(self, name: str, version: int, buckets_written: int) -> None:
         """Checkpoint a table's Delta log after a commit that wrote many of its buckets (see
@@ -553,3 +579,8 @@ class Transaction:
             write_deltalake(log, row, mode="append", commit_properties=EXACT_VERSION)
         return Manifest(seq=seq, versions=versions, operation=operation, details=details, committed_at=now,
                         log_version=log.version())
+
+
+def _matching(frame: pl.DataFrame, predicate: pl.Expr) -> int:
+    """How many of a frame's rows the predicate holds for (a null counts as no)."""
+    return int(frame.select(predicate.sum()).item() or 0)

@@ -208,6 +208,51 @@ def test_an_erasure_that_fails_before_it_is_marked_stays_pending_and_the_next_ru
     assert _holders(Path(store.uri), CANARY) == []
 
 
+def test_the_store_log_counts_the_erasures_owed_and_a_deletion_reads_no_tombstone_when_none_is(
+        store, hashing_embedder, monkeypatch):
+    from lightfoot_pipeline.operations import erase
+    from lightfoot_pipeline.operations.erase import pending_erasures
+    from lightfoot_pipeline.store.transaction import Transaction
+
+    documents, records = _corpus()
+    operations.ingest(store, documents, ReplayExtractor(records), hashing_embedder)
+
+    def owed():
+        return store.tally("tombstones", "erasures_owed", store.manifest())
+
+    def fails(*args, **kwargs):
+        raise OSError("the store went away before the tombstones were marked")
+
+    assert owed() == 0, "no tombstone yet"
+    operations.delete(store, ["d0"])
+    assert owed() == 0, "a plain deletion owes no erasure"
+    store.columns_read.clear()
+    assert pending_erasures(store) == [] and "tombstones" not in store.columns_read
+
+    # A store last written by a version that kept no tally: the log does not say, so the tombstones
+    # are read, and the next commit of the deletion log counts them from storage.
+    monkeypatch.setattr(Transaction, "_tallies", lambda self, name: {})
+    monkeypatch.setattr(erase, "mark_erased", fails)
+    with pytest.raises(OSError):
+        operations.delete(store, ["secret"], erase=True)
+    monkeypatch.undo()
+    assert owed() is None
+    store.columns_read.clear()
+    assert pending_erasures(store) == ["secret"] and store.columns_read["tombstones"] == 1
+    operations.delete(store, ["d1"], erase=True)  # counts one owed, then erases it with its own
+    assert owed() == 0
+    assert store.read("tombstones").filter(pl.col("erase"))["erased_at"].null_count() == 0
+
+    # A failed erasure is counted as owed, and a plain deletion finishes it.
+    monkeypatch.setattr(erase, "mark_erased", fails)
+    with pytest.raises(OSError):
+        operations.delete(store, ["d2"], erase=True)
+    monkeypatch.undo()
+    assert owed() == 1 and pending_erasures(store) == ["d2"]
+    operations.delete(store, ["d3"])
+    assert owed() == 0 and pending_erasures(store) == []
+
+
 def test_the_mark_of_an_erasure_leaves_no_earlier_version_of_the_deletion_log(store, hashing_embedder):
     documents, records = _corpus()
     operations.ingest(store, documents, ReplayExtractor(records), hashing_embedder)

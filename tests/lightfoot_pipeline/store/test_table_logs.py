@@ -31,7 +31,7 @@ def test_recovery_opens_no_table_at_its_logged_version_and_still_undoes_one_ahea
     monkeypatch.setattr(Store, "open_table", lambda self, uri, version=None: opened.append(uri) or
                         real_open(self, uri, version))
     fresh = Store(store.uri)
-    logged, heads = recover(fresh)
+    _, heads = recover(fresh)
     assert heads == manifest.versions
     assert [uri for uri in opened if "/tables/" in uri] == [], "every table stands at its logged version"
 
@@ -40,7 +40,7 @@ def test_recovery_opens_no_table_at_its_logged_version_and_still_undoes_one_ahea
     table.delete()
     assert table.version() == manifest.versions[PASSAGES.name] + 1
     opened.clear()
-    logged, heads = recover(Store(store.uri))
+    _, heads = recover(Store(store.uri))
     assert [uri.rsplit("/", 1)[-1] for uri in opened if "/tables/" in uri] == [PASSAGES.name]
     assert heads[PASSAGES.name] == manifest.versions[PASSAGES.name] + 2, "restored by a commit of its own"
     assert real_open(store, store.table_uri(PASSAGES.name)).to_pyarrow_dataset().count_rows() == 6
