@@ -31,7 +31,8 @@ The JSON file is written after every step (and every batch of ``--build-batch``)
 stopped part-way keeps what it measured, and ``disk_mb`` holds the store's size on disk after each
 step. ``--keep DIR`` builds the store in DIR and keeps it; ``--built DIR --later DATASET
 [--build-json FILE]`` takes steps 2 to 4 on such a store as it stands (a build stopped part-way,
-say), with the build's figures and comparison from its run's JSON file. ``--compare-all`` makes
+say), with the build's figures and comparison from its run's JSON file (``--singles-only``: step 2
+alone; ``--compare-built DIR``: step 2 on another kept store first, for a ratio from this run). ``--compare-all`` makes
 the run at ``--compare-at`` take steps 2 to 4 too, so that the 1,000-document ingest has a ratio
 from the same run (``ingest_1k_ratio``).
 
@@ -157,8 +158,23 @@ def singles(store_uri: str, doc_ids: list[str], settings: IndexSettings) -> list
     return times, cpu
 
 
-def run_on_built(built: Path, later_dataset: Path, build_json: Path | None, seed: int, n_singles: int,
-                 dim: int, result: dict, save) -> dict:
+def compare_singles(built: Path, seed: int, n_singles: int, result: dict) -> str:
+    """Step 2 on the store kept in ``built`` (``--compare-built``): its median goes under
+    ``delete_one_s_<N>k``, N its live documents in thousands, which this returns."""
+    store = Store(str(built))
+    ids = sorted(live_doc_ids(store))
+    times, cpu = singles(store.uri, random.Random(seed).sample(ids, n_singles), IndexSettings())
+    key = f"delete_one_s_{round(len(ids) / 1000)}k"
+    result[key] = round(statistics.median(times), 4)
+    result["compare_built"] = {"store": str(built), "passages": len(ids), "delete_one_s": result[key],
+                               "delete_one_cpu_s": round(statistics.median(cpu), 4),
+                               "delete_one_times_s": [round(t, 4) for t in times]}
+    say(f"one-document deletions on {built} ({len(ids)} live documents): p50 {result[key]} s")
+    return key
+
+
+def run_on_built(built: Path, later_dataset: Path | None, build_json: Path | None, seed: int, n_singles: int,
+                 singles_only: bool, dim: int, result: dict, save) -> dict:
     """Steps 2 to 4 on a store built earlier (``--keep`` of a run stopped part-way, say), its live
     documents the ones deleted, ``later_dataset`` the documents of the ingest; the build's figures
     from that run's JSON file when given."""
@@ -175,13 +191,13 @@ def run_on_built(built: Path, later_dataset: Path, build_json: Path | None, seed
                        "peak_rss_mb": max((b["peak_rss_mb"] for b in batches), default=None),
                        "generate_s": earlier.get("generate_s")})
         for key in ("compare", "delete_one_s_100k", "delete_one_s_10k"):
-            if key in earlier:
+            if key in earlier and key not in result:  # a --compare-built of this run is newer
                 result[key] = earlier[key]
     save("build")
     say(f"{len(ids)} live documents in {built}")
     root = Path(tempfile.mkdtemp(prefix="lightfoot-scale-"))
     try:
-        return after_build(store, root, ids, seed, n_singles, False, result, save, lambda: later_dataset, dim)
+        return after_build(store, root, ids, seed, n_singles, singles_only, result, save, lambda: later_dataset, dim)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -363,10 +379,15 @@ def main() -> int:
                         help="with --built: a dataset folder of documents the store does not hold, for the ingest")
     parser.add_argument("--build-json", type=Path, default=None, metavar="FILE",
                         help="with --built: the JSON file of the run that built it (its batches and comparison)")
+    parser.add_argument("--compare-built", type=Path, default=None, metavar="DIR",
+                        help="with --built: first time the one-document deletions on the store in DIR (kept by a "
+                             "run at the comparison size), so that their ratio comes from this run")
     parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args()
-    if (args.built is None) != (args.later is None) or (args.build_json is not None and args.built is None):
-        parser.error("--built and --later go together, and --build-json with them")
+    if args.built is None and (args.later is not None or args.build_json is not None or args.compare_built):
+        parser.error("--later, --build-json and --compare-built go with --built")
+    if args.built is not None and args.later is None and not args.singles_only:
+        parser.error("--built needs --later (the documents of the ingest), unless --singles-only")
     if args.passages < 10 or args.singles < 1 or args.buckets < 1 or args.build_batch < 0 or args.compare_buckets < 0:
         parser.error("--passages must be at least 10, --singles and --buckets at least 1, --build-batch and "
                      "--compare-buckets not negative")
@@ -381,9 +402,14 @@ def main() -> int:
             Path(args.json_out).write_text(json.dumps(result, indent=2, default=float) + "\n")
 
     compare_key = f"delete_one_s_{args.compare_at // 1000}k"
+    if args.compare_built is not None:
+        compare_key = compare_singles(args.compare_built, args.seed, args.singles, result)
+        save("compare_built")
     if args.built is not None:
-        run_on_built(args.built, args.later, args.build_json, args.seed, args.singles, args.dim, result, save)
-        compare_key = next((key for key in result if key.startswith("delete_one_s_")), compare_key)
+        run_on_built(args.built, args.later, args.build_json, args.seed, args.singles, args.singles_only, args.dim,
+                     result, save)
+        if args.compare_built is None:
+            compare_key = next((key for key in result if key.startswith("delete_one_s_")), compare_key)
     elif args.compare_at and args.passages > args.compare_at and not args.singles_only:
         steps = "every step but the verification" if args.compare_all else "one-document deletions"
         say(f"{steps} at {args.compare_at} passages, in a separate run")
