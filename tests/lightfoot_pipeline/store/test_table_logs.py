@@ -65,3 +65,16 @@ def test_a_commit_writing_many_buckets_checkpoints_the_tables_it_wrote(
     operations.delete(many, [documents[0].doc_id])
     assert checkpoints(many, PASSAGES.name) == [f"{version:020d}.checkpoint.parquet"]
     assert Store(many.uri).read(PASSAGES.name).height == len(documents) - 1
+
+
+def test_files_per_bucket_counts_the_files_the_log_lists_for_each_bucket(
+    tmp_path, sample_documents, sample_records, hashing_embedder
+):
+    store = Store(str(tmp_path / "store"), n_buckets=4)
+    for start in (0, 4, 8):  # each batch appends a file to the buckets its documents land in
+        operations.ingest(store, sample_documents[start:start + 4], ReplayExtractor(sample_records), hashing_embedder)
+    manifest = store.manifest()
+    counted = store.files_per_bucket(PASSAGES.name, manifest)
+    assert counted == {bucket: len(files) for bucket, files in store.bucket_files(PASSAGES.name, manifest).items()}
+    assert sum(counted.values()) > len(counted), "some bucket holds more than one file"
+    assert store.files_per_bucket("passage_sources", manifest) == {}, "a table never written has no files"
