@@ -32,7 +32,8 @@ stopped part-way keeps what it measured, and ``disk_mb`` holds the store's size 
 step. ``--keep DIR`` builds the store in DIR and keeps it; ``--built DIR --later DATASET
 [--build-json FILE]`` takes steps 2 to 4 on such a store as it stands (a build stopped part-way,
 say), with the build's figures and comparison from its run's JSON file (``--singles-only``: step 2
-alone; ``--compare-built DIR``: step 2 on another kept store first, for a ratio from this run). ``--compare-all`` makes
+alone; with ``--compare-built DIR``, alternating with step 2 on another kept store, for a ratio
+from this run). ``--compare-all`` makes
 the run at ``--compare-at`` take steps 2 to 4 too, so that the 1,000-document ingest has a ratio
 from the same run (``ingest_1k_ratio``).
 
@@ -158,18 +159,37 @@ def singles(store_uri: str, doc_ids: list[str], settings: IndexSettings) -> list
     return times, cpu
 
 
-def compare_singles(built: Path, seed: int, n_singles: int, result: dict) -> str:
-    """Step 2 on the store kept in ``built`` (``--compare-built``): its median goes under
-    ``delete_one_s_<N>k``, N its live documents in thousands, which this returns."""
-    store = Store(str(built))
-    ids = sorted(live_doc_ids(store))
-    times, cpu = singles(store.uri, random.Random(seed).sample(ids, n_singles), IndexSettings())
-    key = f"delete_one_s_{round(len(ids) / 1000)}k"
-    result[key] = round(statistics.median(times), 4)
-    result["compare_built"] = {"store": str(built), "passages": len(ids), "delete_one_s": result[key],
-                               "delete_one_cpu_s": round(statistics.median(cpu), 4),
-                               "delete_one_times_s": [round(t, 4) for t in times]}
-    say(f"one-document deletions on {built} ({len(ids)} live documents): p50 {result[key]} s")
+def interleaved_singles(built: Path, other: Path, seed: int, n_singles: int, result: dict) -> str:
+    """Step 2 on the store kept in ``built`` and on the one in ``other`` (``--compare-built``, a
+    store of the comparison size), their deletions alternating so that the shared machine's state
+    weighs on both alike. ``other``'s median goes under ``delete_one_s_<N>k``, N its live documents
+    in thousands, which this returns."""
+    settings, rng = IndexSettings(), random.Random(seed)
+    stores = {path: Store(str(path)) for path in (built, other)}
+    ids = {path: sorted(live_doc_ids(store)) for path, store in stores.items()}
+    chosen = {path: rng.sample(ids[path], n_singles) for path in stores}
+    times: dict[Path, list[float]] = {path: [] for path in stores}
+    cpu: dict[Path, list[float]] = {path: [] for path in stores}
+    for i in range(n_singles):
+        for path, store in stores.items():
+            wall, used = singles(store.uri, [chosen[path][i]], settings)
+            times[path] += wall
+            cpu[path] += used
+    key = f"delete_one_s_{round(len(ids[other]) / 1000)}k"
+    result.update({
+        "passages": len(ids[built]), "built_store": str(built),
+        "delete_one_s": round(statistics.median(times[built]), 4),
+        "delete_one_cpu_s": round(statistics.median(cpu[built]), 4),
+        "delete_one_max_s": round(max(times[built]), 4),
+        "delete_one_times_s": [round(t, 4) for t in times[built]],
+        key: round(statistics.median(times[other]), 4),
+        "compare_built": {"store": str(other), "passages": len(ids[other]),
+                          "delete_one_s": round(statistics.median(times[other]), 4),
+                          "delete_one_cpu_s": round(statistics.median(cpu[other]), 4),
+                          "delete_one_times_s": [round(t, 4) for t in times[other]]},
+    })
+    result["delete_one_cpu_ratio"] = round(result["delete_one_cpu_s"] / result["compare_built"]["delete_one_cpu_s"], 3)
+    say(f"one-document deletions, alternating: p50 {result['delete_one_s']} s on {built}, {result[key]} s on {other}")
     return key
 
 
@@ -191,7 +211,7 @@ def run_on_built(built: Path, later_dataset: Path | None, build_json: Path | Non
                        "peak_rss_mb": max((b["peak_rss_mb"] for b in batches), default=None),
                        "generate_s": earlier.get("generate_s")})
         for key in ("compare", "delete_one_s_100k", "delete_one_s_10k"):
-            if key in earlier and key not in result:  # a --compare-built of this run is newer
+            if key in earlier:
                 result[key] = earlier[key]
     save("build")
     say(f"{len(ids)} live documents in {built}")
@@ -380,14 +400,17 @@ def main() -> int:
     parser.add_argument("--build-json", type=Path, default=None, metavar="FILE",
                         help="with --built: the JSON file of the run that built it (its batches and comparison)")
     parser.add_argument("--compare-built", type=Path, default=None, metavar="DIR",
-                        help="with --built: first time the one-document deletions on the store in DIR (kept by a "
-                             "run at the comparison size), so that their ratio comes from this run")
+                        help="with --built and --singles-only: time the one-document deletions on the store in DIR "
+                             "(kept by a run at the comparison size) too, alternating with those on --built, so "
+                             "that their ratio comes from this run")
     parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args()
     if args.built is None and (args.later is not None or args.build_json is not None or args.compare_built):
         parser.error("--later, --build-json and --compare-built go with --built")
     if args.built is not None and args.later is None and not args.singles_only:
         parser.error("--built needs --later (the documents of the ingest), unless --singles-only")
+    if args.compare_built is not None and not args.singles_only:
+        parser.error("--compare-built times one-document deletions only: give --singles-only")
     if args.passages < 10 or args.singles < 1 or args.buckets < 1 or args.build_batch < 0 or args.compare_buckets < 0:
         parser.error("--passages must be at least 10, --singles and --buckets at least 1, --build-batch and "
                      "--compare-buckets not negative")
@@ -403,13 +426,11 @@ def main() -> int:
 
     compare_key = f"delete_one_s_{args.compare_at // 1000}k"
     if args.compare_built is not None:
-        compare_key = compare_singles(args.compare_built, args.seed, args.singles, result)
-        save("compare_built")
-    if args.built is not None:
+        compare_key = interleaved_singles(args.built, args.compare_built, args.seed, args.singles, result)
+    elif args.built is not None:
         run_on_built(args.built, args.later, args.build_json, args.seed, args.singles, args.singles_only, args.dim,
                      result, save)
-        if args.compare_built is None:
-            compare_key = next((key for key in result if key.startswith("delete_one_s_")), compare_key)
+        compare_key = next((key for key in result if key.startswith("delete_one_s_")), compare_key)
     elif args.compare_at and args.passages > args.compare_at and not args.singles_only:
         steps = "every step but the verification" if args.compare_all else "one-document deletions"
         say(f"{steps} at {args.compare_at} passages, in a separate run")
