@@ -24,6 +24,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 
 from lightfoot_pipeline.store.log import (
     EXACT_VERSION,
+    ORPHAN_GRACE_HOURS,
     TABLE_CONFIGURATION,
     ConcurrentCommitError,
     StoreError,
@@ -32,11 +33,6 @@ from lightfoot_pipeline.store.log import (
 from lightfoot_pipeline.store.roots import storage_failure
 from lightfoot_pipeline.store.tables import BUCKET, TableSpec, conform, spec_for
 
-# A data file that no table version references is either left over from a failed commit or the
-# upload of a commit still in flight (journal appends run beside everything, and on object stores
-# so may another writer), so vacuum leaves unreferenced files younger than this alone. The files
-# that a commit removed, which hold deleted rows, go at once.
-ORPHAN_GRACE_HOURS = 1
 # Journal appends (an answer at a time) leave small files; compaction waits for this many per bucket.
 JOURNAL_FILES_PER_BUCKET = 4
 # An append that lost its commit (or met a storage failure) is sent again after a wait that

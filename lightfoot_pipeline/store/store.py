@@ -45,9 +45,11 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from lightfoot_pipeline.settings import object_store_options, resolve_store_uri
-from lightfoot_pipeline.store.journals import ORPHAN_GRACE_HOURS, Journals, typed
+from lightfoot_pipeline.store.journals import Journals, typed
 from lightfoot_pipeline.store.log import (
     LOG_SCHEMA,
+    ORPHAN_GRACE_HOURS,
+    REMOVED_FILES_LISTED_HOURS,
     Manifest,
     StoreError,
     StoreLayoutError,
@@ -522,6 +524,9 @@ class Store(Journals):
         that no version references are removed once older than ``orphan_grace_hours`` (see
         ORPHAN_GRACE_HOURS); pass 0 only when no writer can be running.
         """
+        if orphan_grace_hours > REMOVED_FILES_LISTED_HOURS:  # see log.REMOVED_FILES_LISTED_HOURS
+            raise ValueError(f"an orphan grace of {orphan_grace_hours} h would leave removed files that the "
+                             f"tables list for {REMOVED_FILES_LISTED_HOURS} h only")
         removed: dict[str, int] = {}
         logged = self.manifest().versions
         uris = [(name, uri) for name, uri in self.table_locations()]

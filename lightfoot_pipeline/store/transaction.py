@@ -37,12 +37,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import polars as pl
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
 from lightfoot_pipeline.store.batches import commit_details, note_commit
 from lightfoot_pipeline.store.log import (
     EXACT_VERSION,
     LOG_SCHEMA,
+    TABLE_CONFIGURATION,
     ConcurrentCommitError,
     Manifest,
     StoreError,
@@ -544,6 +545,7 @@ class Transaction:
                 raise StoreError(f"table {spec.name!r} was at version {head} when this transaction began, "
                                  "and is gone") from err
         with conflicts_as(ConcurrentCommitError, f"writing {spec.name}"):
+            _adopt_configuration(table)
             if append:
                 write_deltalake(table, data, mode="append", partition_by=[BUCKET], commit_properties=EXACT_VERSION)
             else:
@@ -584,3 +586,14 @@ class Transaction:
 def _matching(frame: pl.DataFrame, predicate: pl.Expr) -> int:
     """How many of a frame's rows the predicate holds for (a null counts as no)."""
     return int(frame.select(predicate.sum()).item() or 0)
+
+
+def _adopt_configuration(table: DeltaTable) -> None:
+    """Give a table created by an earlier version the table properties of this one
+    (log.TABLE_CONFIGURATION), as a version of its own before the write: a transaction's write is
+    the only change to a table that the store log names, so a table ahead of the log after a crash
+    is restored to the logged version by recovery like any other write."""
+    current = table.metadata().configuration
+    missing = {key: value for key, value in TABLE_CONFIGURATION.items() if current.get(key) != value}
+    if missing:
+        table.alter.set_table_properties(missing, commit_properties=EXACT_VERSION)

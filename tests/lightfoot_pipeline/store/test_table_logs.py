@@ -78,3 +78,26 @@ def test_files_per_bucket_counts_the_files_the_log_lists_for_each_bucket(
     assert counted == {bucket: len(files) for bucket, files in store.bucket_files(PASSAGES.name, manifest).items()}
     assert sum(counted.values()) > len(counted), "some bucket holds more than one file"
     assert store.files_per_bucket("passage_sources", manifest) == {}, "a table never written has no files"
+
+
+def test_a_table_created_with_earlier_properties_adopts_this_versions_on_its_next_write(
+    tmp_path, sample_documents, sample_records, hashing_embedder, monkeypatch
+):
+    from deltalake import DeltaTable
+
+    from lightfoot_pipeline.store import log
+
+    store = Store(str(tmp_path / "store"), n_buckets=4)
+    monkeypatch.delitem(log.TABLE_CONFIGURATION, "delta.deletedFileRetentionDuration")  # as an earlier version made them
+    operations.ingest(store, sample_documents[:6], ReplayExtractor(sample_records), hashing_embedder)
+    monkeypatch.undo()
+
+    def retention(table: str) -> str | None:
+        return DeltaTable(store.table_uri(table)).metadata().configuration.get("delta.deletedFileRetentionDuration")
+
+    assert retention(PASSAGES.name) is None
+    operations.delete(store, [sample_documents[0].doc_id])  # writes passages, among others
+    assert retention(PASSAGES.name) == log.TABLE_CONFIGURATION["delta.deletedFileRetentionDuration"]
+    manifest = store.manifest()
+    assert manifest.versions[PASSAGES.name] == DeltaTable(store.table_uri(PASSAGES.name)).version()
+    assert Store(store.uri).read(PASSAGES.name).height == 5
