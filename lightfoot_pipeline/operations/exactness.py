@@ -12,7 +12,8 @@ Then it compares, table by table, the derived rows with the store's for those ke
 component assignment), entities, mentions, synonym edges and facts, with a digest of each side.
 
 The work is bounded (:class:`ExactnessBounds`): when a run changed more components (or facts)
-than the bound, a deterministic sample of them is compared, drawn by the store commit's number;
+than the bound, a deterministic sample of them is compared, drawn by the store commit's number
+(facts and documents from as few buckets as hold the sample, so that it reads few buckets);
 and every check also compares a sample of components and facts the run did not change, so a
 corruption anywhere is found by some run's check. The report says which: "compared N of M
 changed components (sample), K untouched". Failures name a component (entity id) or fact id and
@@ -394,8 +395,11 @@ def compare_changes(store: Store, settings: IndexSettings, run_id: str | None, *
     ids = sorted(set(derived[ALIASES.name].get_column("entity_id").to_list()) | set(stored_ids) | set(untouched))
     stored = _stored(store, compared_names, ids, partners.get_column("entity_id").unique().to_list(), manifest)
 
-    # Facts: the run's (or a sample of them) and a sample of the others, regrouped from their live sources.
-    facts = sample(changes.facts, bounds.changed_facts, seed)
+    # Facts: the run's (or a sample of them, from as few buckets as hold it: facts and their sources
+    # are both bucketed by fact, so the sample reads those buckets only) and a sample of the others,
+    # regrouped from their live sources.
+    n_buckets = store.layout_buckets(manifest)
+    facts = _from_few_buckets(changes.facts, bounds.changed_facts, seed, n_buckets)
     found.compared_facts = len(facts)
     others = _untouched(store, FACTS, bounds.untouched_facts, seed, set(changes.facts), manifest)
     found.untouched_facts = len(others)
@@ -405,7 +409,7 @@ def compare_changes(store: Store, settings: IndexSettings, run_id: str | None, *
     stored[FACTS.name] = store.rows(FACTS.name, "fact_id", fact_ids, manifest).select(FACTS.columns)
 
     # The forms and fact assertions of some of the run's live documents, derived again from their extractions.
-    documents = _from_few_buckets(changes.live_documents, bounds.documents, seed, store.layout_buckets(manifest))
+    documents = _from_few_buckets(changes.live_documents, bounds.documents, seed, n_buckets)
     found.compared_documents = len(documents)
     stored_forms, derived_forms = _forms_of_documents(store, documents, manifest)
     stored.update(stored_forms)

@@ -208,6 +208,7 @@ def test_an_erasure_that_fails_before_it_is_marked_stays_pending_and_the_next_ru
     assert _holders(Path(store.uri), CANARY) == []
 
 
+@pytest.mark.slow  # five deletions, three of them erasing
 def test_the_store_log_counts_the_erasures_owed_and_a_deletion_reads_no_tombstone_when_none_is(
         store, hashing_embedder, monkeypatch):
     from lightfoot_pipeline.operations import erase

@@ -163,3 +163,30 @@ def test_a_deletion_whose_history_is_erased_says_its_changes_are_left_to_the_sam
     (seq,) = found.unreadable_commits  # the deletion's commit: the erasure vacuumed the state before it
     assert found.passed and found.changed_names == 0 and found.untouched_compared > 0
     assert f"commit {seq} is erased from storage history" in found.summary()
+
+
+def test_a_sample_of_the_changed_facts_fills_the_buckets_it_reads(changed_store, monkeypatch):
+    """Facts and their sources are bucketed by fact: a sample that takes every changed fact of the
+    buckets it reads (but the last) reads as few buckets as can hold it."""
+    from lightfoot_pipeline.store.tables import bucket_of
+
+    store = Store(str(changed_store))
+    asked: dict[str, list[str]] = {}
+    real_rows = Store.rows
+
+    def rows(self, name, column, values, manifest=None):
+        asked.setdefault(name, []).extend(values)
+        return real_rows(self, name, column, values, manifest)
+
+    monkeypatch.setattr(Store, "rows", rows)
+    changed = run_changes(store, "run-add").facts
+    found = compare_changes(store, IndexSettings(), "run-add", bounds=ExactnessBounds(changed_facts=3, untouched_facts=0))
+    assert found.passed and found.compared_facts == 3 < found.changed_facts == len(changed)
+
+    n = store.layout_buckets(store.manifest())
+    sampled = set(asked["facts"])
+    assert len(sampled) == 3
+    buckets = {bucket_of(fact, n) for fact in sampled}
+    partly_taken = [b for b in buckets if {f for f in changed if bucket_of(f, n) == b} - sampled]
+    assert len(partly_taken) <= 1, "only the last bucket read may hold changed facts the sample left out"
+    assert len(buckets) < len({bucket_of(fact, n) for fact in changed})
