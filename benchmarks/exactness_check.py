@@ -2,6 +2,7 @@
 
     python benchmarks/exactness_check.py [--passages 10000 100000] [--work DIR] [--json OUT.json]
     python benchmarks/exactness_check.py --store URI --documents DIR [--json OUT.json]
+    python benchmarks/exactness_check.py --store URI --check RUN_ID [--repeat N] [--json OUT.json]
 
 For each size, a store of N synthetic passages (benchmarks/synthetic.py, replayed through the real
 pipeline with the hashing embedder, 384 dimensions, as scale.py builds it; kept under ``--work``
@@ -23,6 +24,9 @@ is written after every step.
 
 With ``--store`` the three runs are made in place on a store built elsewhere (``scale.py --keep``
 keeps one), the documents of ``--documents`` ingested, and 10% of its live documents deleted.
+With ``--store`` and ``--check RUN_ID`` no run is made: the check of a run recorded on the store
+is timed ``--repeat`` times (run from two checkouts in turn, it compares two versions of the check
+on one store; ``run_s`` is then not known).
 """
 
 from __future__ import annotations
@@ -78,14 +82,14 @@ def base_store(work: Path, passages: int, dim: int, buckets: int, seed: int, doc
     return root / "store", built
 
 
-def checked(store_uri: str, run_id: str, run_s: float) -> dict:
+def checked(store_uri: str, run_id: str, run_s: float | None) -> dict:
     """The check of a run's changes, timed on a new Store object."""
     t0, c0 = time.perf_counter(), time.process_time()
     found = compare_changes(Store(store_uri), IndexSettings(), run_id)
     check_s = time.perf_counter() - t0
     return {
-        "run_s": round(run_s, 3), "check_s": round(check_s, 3), "check_cpu_s": round(time.process_time() - c0, 3),
-        "check_to_run": round(check_s / run_s, 3), "passed": found.passed, "summary": found.summary(),
+        "run_s": None if run_s is None else round(run_s, 3), "check_s": round(check_s, 3), "check_cpu_s": round(time.process_time() - c0, 3),
+        "check_to_run": None if run_s is None else round(check_s / run_s, 3), "passed": found.passed, "summary": found.summary(),
         "run_documents": found.run_documents, "changed_names": found.changed_names,
         "changed_components": found.changed_components, "compared_changed": found.compared_changed,
         "changed_facts": found.changed_facts, "compared_facts": found.compared_facts, "sampled": found.sampled,
@@ -152,8 +156,21 @@ def main() -> int:
     parser.add_argument("--documents", type=Path, default=None, metavar="DIR",
                         help="with --store: a dataset folder (synthetic.py write_documents) of documents the store "
                              "does not hold")
+    parser.add_argument("--check", default=None, metavar="RUN_ID",
+                        help="with --store and without --documents: make no run, only time the check of this run "
+                             "recorded on the store (its batch log rows), --repeat times")
+    parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args()
+    if args.check is not None:
+        if args.store is None or args.documents is not None or args.repeat < 1:
+            parser.error("--check takes --store, no --documents, and a --repeat of at least 1")
+        results = {"store": args.store, "run": args.check,
+                   "checks": [checked(args.store, args.check, None) for _ in range(args.repeat)]}
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps(results, indent=2) + "\n")
+        print(json.dumps(results, indent=2))
+        return 0
     if (args.store is None) != (args.documents is None):
         parser.error("--store and --documents go together")
     if args.store is not None:
