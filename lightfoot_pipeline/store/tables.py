@@ -197,7 +197,6 @@ TOMBSTONES = TableSpec(
     tallies=(("erasures_owed", erasure_owed),),
 )
 
-
 NAME_SKETCHES = TableSpec(
     "name_sketches",
     _schema(("type", S), ("name", S), ("group_hash", pa.int64()), ("sketch", pa.binary())),
