@@ -161,6 +161,12 @@ def singles(store_uri: str, doc_ids: list[str], settings: IndexSettings) -> tupl
     return times, cpu
 
 
+def singles_figures(times: list[float], cpu: list[float]) -> dict:
+    """The figures of step 2 from its deletions' wall and CPU seconds."""
+    return {"delete_one_s": round(statistics.median(times), 4), "delete_one_cpu_s": round(statistics.median(cpu), 4),
+            "delete_one_max_s": round(max(times), 4), "delete_one_times_s": [round(t, 4) for t in times]}
+
+
 def interleaved_singles(built: Path, other: Path, seed: int, n_singles: int, result: dict) -> str:
     """Step 2 on the store kept in ``built`` and on the one in ``other`` (``--compare-built``, a
     store of the comparison size), their deletions alternating so that the shared machine's state
@@ -178,18 +184,10 @@ def interleaved_singles(built: Path, other: Path, seed: int, n_singles: int, res
             times[path] += wall
             cpu[path] += used
     key = f"delete_one_s_{round(len(ids[other]) / 1000)}k"
-    result.update({
-        "passages": len(ids[built]), "built_store": str(built),
-        "delete_one_s": round(statistics.median(times[built]), 4),
-        "delete_one_cpu_s": round(statistics.median(cpu[built]), 4),
-        "delete_one_max_s": round(max(times[built]), 4),
-        "delete_one_times_s": [round(t, 4) for t in times[built]],
-        key: round(statistics.median(times[other]), 4),
-        "compare_built": {"store": str(other), "passages": len(ids[other]),
-                          "delete_one_s": round(statistics.median(times[other]), 4),
-                          "delete_one_cpu_s": round(statistics.median(cpu[other]), 4),
-                          "delete_one_times_s": [round(t, 4) for t in times[other]]},
-    })
+    compared = singles_figures(times[other], cpu[other])
+    result.update({"passages": len(ids[built]), "built_store": str(built), **singles_figures(times[built], cpu[built]),
+                   key: compared["delete_one_s"],
+                   "compare_built": {"store": str(other), "passages": len(ids[other]), **compared}})
     result["delete_one_cpu_ratio"] = round(result["delete_one_cpu_s"] / result["compare_built"]["delete_one_cpu_s"], 3)
     say(f"one-document deletions, alternating: p50 {result['delete_one_s']} s on {built}, {result[key]} s on {other}")
     return key
@@ -298,10 +296,7 @@ def after_build(store: Store, root: Path, ids: list[str], seed: int, n_singles: 
     rng = random.Random(seed)
     chosen = rng.sample(ids, n_singles)
     times, cpu = singles(store.uri, chosen, settings)
-    result["delete_one_s"] = round(statistics.median(times), 4)
-    result["delete_one_cpu_s"] = round(statistics.median(cpu), 4)
-    result["delete_one_max_s"] = round(max(times), 4)
-    result["delete_one_times_s"] = [round(t, 4) for t in times]
+    result.update(singles_figures(times, cpu))
     result["disk_mb"]["delete_one"] = tree_mb(Path(store.uri))
     save("delete_one")
     say(f"one-document deletions: p50 {result['delete_one_s']} s, max {result['delete_one_max_s']} s")

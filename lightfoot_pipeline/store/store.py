@@ -380,16 +380,19 @@ class Store(Journals):
         cached = self._frames.get(name)
         if cached is not None and cached[0] == version:
             return cached[1].height
-        actions = self.open_version(name, version).get_add_actions(flatten=True)
-        return int(pc.sum(pa.table(actions).column("num_records")).as_py() or 0)
+        return int(pc.sum(self._add_actions(name, version).column("num_records")).as_py() or 0)
+
+    def _add_actions(self, name: str, version: int) -> pa.Table:
+        """The data files of a table at a version, one row each, from its Delta log (no data read)."""
+        return pa.table(self.open_version(name, version).get_add_actions(flatten=True))
 
     def files_per_bucket(self, name: str, manifest: Manifest) -> dict[int, int]:
         """How many data files make up each bucket of a table as committed."""
         version = manifest.versions.get(name)
         if version is None:
             return {}
-        actions = pa.table(self.open_version(name, version).get_add_actions(flatten=True))
-        counted = pc.value_counts(actions.column(f"partition.{BUCKET}")).to_pylist()  # no per-file Python work
+        buckets = self._add_actions(name, version).column(f"partition.{BUCKET}")
+        counted = pc.value_counts(buckets).to_pylist()  # no per-file Python work
         return {int(entry["values"]): int(entry["counts"]) for entry in counted}
 
     def bucket_files(self, name: str, manifest: Manifest) -> dict[int, list[str]]:
@@ -400,7 +403,7 @@ class Store(Journals):
         version = manifest.versions.get(name)
         if version is None:
             return {}
-        actions = pa.table(self.open_version(name, version).get_add_actions(flatten=True))
+        actions = self._add_actions(name, version)
         paths = actions.column("path").to_pylist()
         vectors = [actions.column(c).to_pylist() for c in actions.column_names if c.startswith("deletionVector.")]
         files: dict[int, list[str]] = {}

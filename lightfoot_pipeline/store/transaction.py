@@ -473,16 +473,17 @@ class Transaction:
         committed: pl.DataFrame | None = None
         out = {}
         for tally, predicate in spec.tallies:
+            matches = predicate()
             if tally in recorded:
                 before = int(recorded[tally])
             elif self._seen[name] is None:  # the whole table is held, as committed
-                before = _matching(original, predicate())
+                before = _matching(original, matches)
             else:
                 if committed is None:
                     columns = sorted({c for _, p in spec.tallies for c in p().meta.root_names()})
                     committed = self.store.read_columns(name, self.manifest, columns)
-                before = _matching(committed, predicate())
-            out[tally] = before + _matching(working, predicate()) - _matching(original, predicate())
+                before = _matching(committed, matches)
+            out[tally] = before + _matching(working, matches) - _matching(original, matches)
         return out
 
     def _checkpoint_if_large(self, name: str, version: int, buckets_written: int) -> None:
