@@ -49,7 +49,6 @@ class NarrowedGraph:
     passage_vectors: SharedRows  # (#passages, dim): the base's rows of the graph's passages, in its order
     fact_vectors: SharedRows  # (#facts, dim): the base's rows of its facts, in the graph's order
     fact_rows: np.ndarray  # (#facts,) increasing: the row among the base's facts of each of the graph's
-    passage_texts: list[str]  # the base's texts of the graph's passages (format.py Snapshot.passage_texts)
     evidence_ranges: tuple[np.ndarray, np.ndarray]  # (#facts,) each, of the graph's facts (Snapshot.evidence_ranges)
 
 
@@ -231,10 +230,8 @@ def narrow_graph(base: Snapshot, lost: frozenset[str], tables: dict[str, pl.Data
                      "synonym": tables["synonym_edges"].height},
     )
     passage_rows = passages.get_column("base_row").to_numpy()
-    texts = base.passage_texts
     return NarrowedGraph(graph, SharedRows.of(base.passage_vectors, passage_rows),
-                         SharedRows.of(base.fact_vectors, fact_rows), fact_rows,
-                         [texts[row] for row in passage_rows], _evidence_ranges(base, taken, fact_rows))
+                         SharedRows.of(base.fact_vectors, fact_rows), fact_rows, _evidence_ranges(base, taken, fact_rows))
 
 
 def _evidence_ranges(base: Snapshot, taken: np.ndarray, fact_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -343,9 +343,9 @@ def view_snapshot(snapshot: Snapshot, documents: frozenset[str], tables: dict[st
     view = Snapshot(info=info, entities=graph.entities, passages=graph.passages, facts=view_facts,
                     evidence=graph.evidence, adjacency=graph.adjacency, passage_vectors=passage_vectors,
                     fact_vectors=fact_vectors, fact_index=fact_index, access=None)
-    if narrowed is not None:  # its base's passage texts and evidence ranges, by row
+    if narrowed is not None:  # its base's evidence ranges, by row
         starts, counts = narrowed.evidence_ranges
-        view.prime(narrowed.passage_texts, (starts, counts) if order is None else (starts[order], counts[order]))
+        view.prime((starts, counts) if order is None else (starts[order], counts[order]))
     return view
 
 

@@ -217,8 +217,8 @@ class Retriever:
     def warm_up(self) -> None:
         """Build the snapshot's lookup arrays and run the embedder once, before the first query."""
         snap = self.snapshot
-        _ = (snap.entity_passage_counts, snap.fact_subjects, snap.fact_objects, snap.evidence_ranges,
-             snap.passage_texts)  # cached properties, computed here once
+        _ = (snap.entity_passage_counts, snap.fact_subjects, snap.fact_objects,
+             snap.evidence_ranges)  # cached properties, computed here once
         if self.settings.walk == "local" and snap.n_nodes:
             # both walks prepared (the proof may hand a query to the exact walk), and the local
             # walk's loops compiled (one round of a walk that settles almost at once)
@@ -326,7 +326,7 @@ class Retriever:
                 for rank, i in enumerate(candidates, start=1)]
         status = self.reranker_status
         if rerank and self.reranker is not None and hits:
-            scores = self.reranker.score(question, [snap.passage_texts[int(i)] for i in candidates])
+            scores = self.reranker.score(question, snap.passage_texts(candidates))
             by_rerank = sorted(range(len(hits)), key=lambda j: (-float(scores[j]), j))
             for rank, j in enumerate(by_rerank, start=1):
                 hits[j].rerank_score = float(scores[j])

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
@@ -33,6 +34,8 @@ from lightfoot_pipeline.snapshot.format import (
     FACT_INDEX_FILE,
     FORMAT_VERSION,
     MANIFEST_FILE,
+    PARQUET_SUFFIX,
+    TABLE_SUFFIX,
     Snapshot,
     SnapshotDirectory,
     SnapshotError,
@@ -68,10 +71,13 @@ def _npz(matrix: sp.csr_matrix) -> bytes:
     return buffer.getvalue()
 
 
-def _parquet(frame: pl.DataFrame) -> bytes:
-    buffer = pa.BufferOutputStream()
-    pq.write_table(frame.to_arrow(), buffer)
-    return buffer.getvalue().to_pybytes()
+def _write_table(location: SnapshotDirectory, path: str, frame: pl.DataFrame) -> None:
+    """A table as an Arrow IPC file, uncompressed, streamed to ``path``: what format.py maps. Its
+    strings are Arrow string views, Polars' own layout, so a mapped table is a frame without a
+    conversion (a string column of another type would be copied into views at every load)."""
+    table = frame.to_arrow(compat_level=pl.CompatLevel.newest())
+    with location.fs.open_output_stream(path) as out, ipc.new_file(out, table.schema) as writer:
+        writer.write_table(table)
 
 
 def _new_snapshot_id(now: dt.datetime, fingerprint: str) -> str:
@@ -166,26 +172,26 @@ def _write_content(location: SnapshotDirectory, content: Content, manifest, mode
     )
     location.fs.create_dir(location.path(snapshot_id), recursive=True)
     folder = lambda name: location.path(snapshot_id, name)  # noqa: E731
-    files = [
-        ("graph.npz", lambda: _npz(content.adjacency)),
-        ("entities.parquet", lambda: _parquet(content.entities)),
-        ("passages.parquet", lambda: _parquet(content.passages)),
-        ("facts.parquet", lambda: _parquet(content.facts)),
-        ("fact_evidence.parquet", lambda: _parquet(content.evidence)),
-    ]
+    tables = [("entities", content.entities), ("passages", content.passages), ("facts", content.facts),
+              ("fact_evidence", content.evidence)]
+    files = [("graph.npz", lambda: _npz(content.adjacency))]
     copied = [("passage_vectors.npy", content.passage_vectors), ("fact_vectors.npy", content.fact_vectors)]
     if content.fact_index is not None:
         files.append((FACT_INDEX_FILE, content.fact_index.to_bytes))
     if content.access is not None:
         access = content.access
-        files.extend((f"{name}.parquet", lambda frame=frame: _parquet(frame)) for name, frame in access.frames().items())
+        tables.extend(access.frames().items())
         files.append((ACCESS_FILE, lambda: json.dumps(access.settings, sort_keys=True).encode()))
-    total = len(files) + len(copied)
-    for done, (name, data) in enumerate(files):
+    total = len(tables) + len(files) + len(copied)
+    for done, (name, frame) in enumerate(tables):
+        if progress is not None:
+            progress("writing the snapshot", done, total)
+        _write_table(location, folder(name + TABLE_SUFFIX), frame)
+    for done, (name, data) in enumerate(files, start=len(tables)):
         if progress is not None:
             progress("writing the snapshot", done, total)
         location.write_bytes(folder(name), data())
-    for done, (name, vectors) in enumerate(copied, start=len(files)):
+    for done, (name, vectors) in enumerate(copied, start=len(tables) + len(files)):
         if progress is not None:
             progress("writing the snapshot", done, total)
         assert vectors.filename is not None, "an export's vectors are files of its scratch folder"
@@ -321,20 +327,35 @@ def _holds_any(
     """Whether a snapshot holds any of ``doc_ids`` or, given the store's ``live`` passages
     (doc_id, chunk_id, title), a passage of a live document that the store no longer holds as it
     is: the text that re-ingesting the document replaced."""
-    for name in ("passages.parquet", "fact_evidence.parquet"):
-        path = location.path(snapshot_id, name)
-        if not location.exists(path):
+    for name in ("passages", "fact_evidence"):
+        columns = ["doc_id", "chunk_id", "title"] if live is not None and name == "passages" else ["doc_id"]
+        table = _table_columns(location, snapshot_id, name, columns)
+        if table is None:
             return True  # cannot tell what an unfinished export holds: treat it as holding them
-        replaced_check = live is not None and name == "passages.parquet"
-        columns = ["doc_id", "chunk_id", "title"] if replaced_check else ["doc_id"]
-        table = pq.read_table(io.BytesIO(location.read_bytes(path)), columns=columns)
         if any(d in doc_ids for d in table.column("doc_id").unique().to_pylist()):
             return True
-        if replaced_check:
+        if live is not None and name == "passages":
             held = pl.from_arrow(table).join(live.select("doc_id").unique(), on="doc_id", how="semi")
             if held.join(live, on=["doc_id", "chunk_id", "title"], how="anti", nulls_equal=True).height:
                 return True
     return False
+
+
+def _table_columns(location: SnapshotDirectory, snapshot_id: str, name: str, columns: list[str]) -> pa.Table | None:
+    """Some columns of a snapshot's table (its Arrow IPC file, or an earlier format's Parquet
+    file); None when it has neither or it cannot be read whole (an export still writing it)."""
+    try:
+        path = location.path(snapshot_id, name + TABLE_SUFFIX)
+        if location.exists(path):
+            source = pa.memory_map(path, "r") if location.local else pa.BufferReader(location.read_bytes(path))
+            return ipc.open_file(source).read_all().select(columns)
+        path = location.path(snapshot_id, name + PARQUET_SUFFIX)
+        if location.exists(path):
+            return pq.read_table(io.BytesIO(location.read_bytes(path)), columns=columns)
+    except (FileNotFoundError, pa.ArrowException) as err:
+        log.info("snapshot %s: %s cannot be read (%s): counted as holding the erased text", snapshot_id, name,
+                 type(err).__name__)
+    return None
 
 
 def erase_from_snapshots(

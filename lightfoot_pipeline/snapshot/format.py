@@ -4,31 +4,34 @@ A snapshot is a versioned directory under ``<store root>/snapshots/<snapshot_id>
 object store) holding
 
     graph.npz             scipy CSR adjacency over entity and passage nodes (see adjacency.py)
-    entities.parquet      entity nodes: node, entity_id, type, display_name, n_passages
-    passages.parquet      passage nodes: node, chunk_id, doc_id, title, text, location (a file's
+    entities.arrow        entity nodes: node, entity_id, type, display_name, n_passages
+    passages.arrow        passage nodes: node, chunk_id, doc_id, title, text, location (a file's
                           passage: path and page or section; null otherwise; absent in older snapshots)
-    facts.parquet         fact_id, subject, predicate, object, subject_entity, object_entity, n_sources
-    fact_evidence.parquet fact_id, chunk_id, doc_id, evidence (which passage asserted it, quoting what)
-    passage_vectors.npy   (#passages, dim) float16, rows in passages.parquet order
-    fact_vectors.npy      (#facts, dim) float16, rows in facts.parquet order
+    facts.arrow           fact_id, subject, predicate, object, subject_entity, object_entity, n_sources
+    fact_evidence.arrow   fact_id, chunk_id, doc_id, evidence (which passage asserted it, quoting what)
+    passage_vectors.npy   (#passages, dim) float16, rows in passages.arrow order
+    fact_vectors.npy      (#facts, dim) float16, rows in facts.arrow order
     fact_index.npz        only for large fact tables: the inverted-file index's centroids, the
-                          row offsets of its groups (facts.parquet holds the facts group by
+                          row offsets of its groups (facts.arrow holds the facts group by
                           group) and its training sample's digest (fact_index.py)
     manifest.json         store fingerprint and commit, models, creation time, counts
 
 and, only when some live document is not public, what reader views are derived from
 (permissions/views.py)::
 
-    readers.parquet       doc_id, readers: who may read each document (ingest/readers.py)
-    forms.parquet         the store's forms: chunk_id, doc_id, name, type, surface
-    fact_sources.parquet  the store's fact assertions, with their subjects, objects and evidence
-    name_links.parquet    the store's name links: type, name_a, name_b, similarity
+    readers.arrow         doc_id, readers: who may read each document (ingest/readers.py)
+    forms.arrow           the store's forms: chunk_id, doc_id, name, type, surface
+    fact_sources.arrow    the store's fact assertions, with their subjects, objects and evidence
+    name_links.arrow      the store's name links: type, name_a, name_b, similarity
     access.json           the thresholds and the number rule that make entities and synonym edges
 
-**Vectors are memory-mapped.** On a local disk the two ``.npy`` files are mapped read-only, not
-read: query processes on one node share their pages through the page cache, and a process's
-memory holds only the pages its queries touch. Format 1 snapshots (float32 vectors, no index) are
-still read, their vectors converted to float16 in memory.
+**Tables and vectors are memory-mapped.** The tables are Arrow IPC files, uncompressed, and the
+vectors ``.npy`` files: on a local disk both are mapped read-only, not read, so query processes
+on one node share their pages through the page cache, and a process's memory holds only the
+pages its queries touch (a passage's text when it is cited or reranked, a fact's row when it is
+seeded), not a decoded copy of every table. From an object store they are read whole. Snapshots
+of formats 1 and 2 (the tables in Parquet, read and decoded whole; format 1 with float32 vectors
+and no index, converted to float16 in memory) are still read.
 
 **Publishing is checked, then atomic.** Every file is written first (the snapshot is staged),
 then its checks run on the staged copy and their verdict is kept beside it as ``verdict.json``
@@ -47,6 +50,7 @@ import contextlib
 import io
 import json
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -55,6 +59,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
@@ -70,8 +75,10 @@ MANIFEST_FILE = "manifest.json"
 FACT_INDEX_FILE = "fact_index.npz"
 ACCESS_FILE = "access.json"
 ACCESS_TABLES = ("readers", "forms", "fact_sources", "name_links")
-FORMAT_VERSION = 2
-READABLE_FORMATS = (1, 2)
+FORMAT_VERSION = 3
+READABLE_FORMATS = (1, 2, 3)
+TABLE_SUFFIX = ".arrow"  # format 3: Arrow IPC files, memory-mapped
+PARQUET_SUFFIX = ".parquet"  # formats 1 and 2
 MISSING = object()  # what SnapshotDirectory.read_json returns for a file that is not there
 _ID_PATTERN = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{12}$")
 
@@ -315,16 +322,17 @@ class Snapshot:
     def fact_objects(self) -> np.ndarray:
         return self.facts.get_column("object_entity").to_numpy()  # (#facts,)
 
-    def prime(self, passage_texts: list[str], evidence_ranges: tuple[np.ndarray, np.ndarray]) -> None:
-        """Give the snapshot its passage texts and evidence ranges (the properties below), derived
-        by the caller as they would compute them: a view narrowed from a base takes its base's
-        rows of them (permissions/narrowed_graph.py) instead of computing them again."""
-        self.__dict__["passage_texts"] = passage_texts
+    def prime(self, evidence_ranges: tuple[np.ndarray, np.ndarray]) -> None:
+        """Give the snapshot its evidence ranges (the property below), derived by the caller as it
+        would compute them: a view narrowed from a base takes its base's rows of them
+        (permissions/narrowed_graph.py) instead of computing them again."""
         self.__dict__["evidence_ranges"] = evidence_ranges
 
-    @cached_property
-    def passage_texts(self) -> list[str]:
-        return [passage_text(t, x) for t, x in self.passages.select("title", "text").iter_rows()]
+    def passage_texts(self, rows: Sequence[int] | np.ndarray) -> list[str]:
+        """The texts the passages of rows ``rows`` are embedded and reranked as, in that order: read
+        from those rows only, so a memory-mapped passage table gives the pages of those passages."""
+        picked = self.passages.select("title", "text")[np.asarray(rows, dtype=np.int64)]
+        return [passage_text(t, x) for t, x in picked.iter_rows()]
 
     @cached_property
     def evidence_ranges(self) -> tuple[np.ndarray, np.ndarray]:
@@ -343,16 +351,17 @@ class Snapshot:
         starts, counts = self.evidence_ranges
         return self.evidence.slice(int(starts[row]), int(counts[row])).to_dicts()
 
-    @cached_property
-    def evidence_by_fact(self) -> dict[str, list[dict]]:
-        grouped: dict[str, list[dict]] = {}
-        for row in self.evidence.iter_rows(named=True):
-            grouped.setdefault(row["fact_id"], []).append(row)
-        return grouped
 
-
-def _read_parquet(location: SnapshotDirectory, path: str) -> pl.DataFrame:
-    return arrow_frame(pq.read_table(io.BytesIO(location.read_bytes(path))))
+def _read_table(location: SnapshotDirectory, folder: Callable[[str], str], name: str) -> pl.DataFrame:
+    """A snapshot table: its Arrow IPC file (format 3) memory-mapped from a local disk, or read
+    whole from an object store; the Parquet file of an earlier format, read and decoded whole."""
+    path = folder(name + TABLE_SUFFIX)
+    if not location.exists(path):
+        return arrow_frame(pq.read_table(io.BytesIO(location.read_bytes(folder(name + PARQUET_SUFFIX)))))
+    source = pa.memory_map(path, "r") if location.local else pa.BufferReader(location.read_bytes(path))
+    frame = pl.from_arrow(ipc.open_file(source).read_all(), rechunk=False)  # no copy: the columns are the file's
+    assert isinstance(frame, pl.DataFrame), "an Arrow table converts to a DataFrame"
+    return frame
 
 
 def _with_location(passages: pl.DataFrame) -> pl.DataFrame:
@@ -378,7 +387,7 @@ def _read_access(location: SnapshotDirectory, folder) -> Access | None:
     if not location.exists(folder(ACCESS_FILE)):
         return None
     settings = json.loads(location.read_bytes(folder(ACCESS_FILE)))
-    frames = {name: _read_parquet(location, folder(f"{name}.parquet")) for name in ACCESS_TABLES}
+    frames = {name: _read_table(location, folder, name) for name in ACCESS_TABLES}
     return Access(settings=settings, **frames)
 
 
@@ -397,10 +406,10 @@ def load_snapshot(store: Store, snapshot_id: str | None = None) -> Snapshot:
         adjacency = sp.load_npz(io.BytesIO(location.read_bytes(folder("graph.npz")))).tocsr()
         return Snapshot(
             info=info,
-            entities=_read_parquet(location, folder("entities.parquet")),
-            passages=_with_location(_read_parquet(location, folder("passages.parquet"))),
-            facts=_read_parquet(location, folder("facts.parquet")),
-            evidence=_read_parquet(location, folder("fact_evidence.parquet")),
+            entities=_read_table(location, folder, "entities"),
+            passages=_with_location(_read_table(location, folder, "passages")),
+            facts=_read_table(location, folder, "facts"),
+            evidence=_read_table(location, folder, "fact_evidence"),
             adjacency=adjacency,
             passage_vectors=_read_vectors(location, folder("passage_vectors.npy")),
             fact_vectors=_read_vectors(location, folder("fact_vectors.npy")),

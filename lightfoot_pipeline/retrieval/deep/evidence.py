@@ -88,7 +88,7 @@ class SnapshotIndex:
         return FactHit(fact_id=values["fact_id"], subject=values["subject"], predicate=values["predicate"],
                        object=values["object"], similarity=similarity,
                        evidence=[{"chunk_id": e["chunk_id"], "doc_id": e["doc_id"], "evidence": e["evidence"]}
-                                 for e in snap.evidence_by_fact.get(values["fact_id"], [])], row=row)
+                                 for e in snap.fact_evidence(row)], row=row)
 
     def passage(self, row: int, rank: int, score: float = 0.0, dense: float = 0.0) -> PassageHit:
         values = self.snapshot.passages.row(row, named=True)
@@ -153,7 +153,7 @@ def investigate(retriever: Retriever, index: SnapshotIndex, query: str, point: s
     hits = [index.passage(int(row), rank, float(walk[np.searchsorted(passages, row)]), float(dense[row]))
             for rank, row in enumerate(picked, start=1)]
     if rerank and retriever.reranker is not None and hits:
-        scores_ce = retriever.reranker.score(query, [snap.passage_texts[index.chunk_rows[h.chunk_id]] for h in hits])
+        scores_ce = retriever.reranker.score(query, snap.passage_texts([index.chunk_rows[h.chunk_id] for h in hits]))
         order = sorted(range(len(hits)), key=lambda j: (-float(scores_ce[j]), j))
         hits = [hits[j] for j in order]
         for rank, hit in enumerate(hits, start=1):

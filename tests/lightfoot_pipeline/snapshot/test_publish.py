@@ -146,7 +146,7 @@ def test_an_erasure_leaves_no_staged_snapshot_holding_the_document(store, hashin
     staged = publish_checked(store, hashing_embedder, [permission_check(lambda: hashing_embedder, IndexSettings())])
     assert not staged.published
     holding = Path(store.uri) / "snapshots" / staged.info.snapshot_id
-    assert CANARY.encode() in (holding / "passages.parquet").read_bytes()
+    assert CANARY.encode() in (holding / "passages.arrow").read_bytes()
     monkeypatch.undo()
 
     operations.delete(store, ["d-secret"], erase=True)

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 import pytest
 
 from lightfoot_pipeline import operations
@@ -14,7 +17,14 @@ from lightfoot_pipeline.ingest.dataset import Document
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.snapshot import export
 from lightfoot_pipeline.snapshot.export import erase_from_snapshots, export_snapshot
-from lightfoot_pipeline.snapshot.format import SnapshotError, latest_snapshot, list_snapshots, load_snapshot
+from lightfoot_pipeline.snapshot.format import (
+    SnapshotDirectory,
+    SnapshotError,
+    latest_snapshot,
+    list_snapshots,
+    load_snapshot,
+    passage_text,
+)
 from lightfoot_pipeline.store.fingerprint import counts, fingerprint
 
 CANARY = "Zanzibarquux-canary-7d1f"
@@ -61,7 +71,7 @@ def test_export_writes_graph_tables_vectors_and_manifest(store, hashing_embedder
     info = export_snapshot(store, hashing_embedder)
     folder = Path(info.uri)
     assert sorted(p.name for p in folder.iterdir()) == sorted([
-        "graph.npz", "entities.parquet", "passages.parquet", "facts.parquet", "fact_evidence.parquet",
+        "graph.npz", "entities.arrow", "passages.arrow", "facts.arrow", "fact_evidence.arrow",
         "passage_vectors.npy", "fact_vectors.npy", "manifest.json", "verdict.json"])
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["fingerprint"] == fingerprint(store).digest
@@ -126,19 +136,19 @@ def test_a_failed_export_leaves_the_published_snapshot_in_place(store, hashing_e
     build(store, hashing_embedder, ["d-ada", "d-babbage"])
     published = export_snapshot(store, hashing_embedder)
     build(store, hashing_embedder)
-    real = export._parquet
+    real = export._write_table
     calls = []
 
-    def failing(frame):
+    def failing(location, path, frame):
         calls.append(frame)
         if len(calls) == 3:
             raise OSError("disk full")
-        return real(frame)
+        real(location, path, frame)
 
-    monkeypatch.setattr(export, "_parquet", failing)
+    monkeypatch.setattr(export, "_write_table", failing)
     with pytest.raises(OSError, match="disk full"):
         export_snapshot(store, hashing_embedder)
-    monkeypatch.setattr(export, "_parquet", real)
+    monkeypatch.setattr(export, "_write_table", real)
     assert latest_snapshot(store) == published
     assert load_snapshot(store).passages.height == 2
     unfinished = [p for p in (Path(store.uri) / "snapshots").iterdir() if p.is_dir() and p.name != published.snapshot_id]
@@ -209,20 +219,49 @@ class CountingEmbedder:
         return self.inner.embed_query(text)
 
 
-def test_vectors_are_float16_and_memory_mapped_and_format_1_still_loads(store, hashing_embedder):
+def mapped_files() -> set[str]:
+    """The files this process has memory-mapped (Linux: /proc/self/maps)."""
+    return {line.split(maxsplit=5)[5].strip() for line in Path("/proc/self/maps").read_text().splitlines()
+            if len(line.split(maxsplit=5)) == 6}
+
+
+def test_tables_and_vectors_are_memory_mapped_and_formats_1_and_2_still_load(store, hashing_embedder):
     build(store, hashing_embedder)
     info = export_snapshot(store, hashing_embedder)
     snap = load_snapshot(store)
+    folder = Path(info.uri)
     assert isinstance(snap.fact_vectors, np.memmap) and snap.fact_vectors.dtype == np.float16
     assert isinstance(snap.passage_vectors, np.memmap) and snap.passage_vectors.dtype == np.float16
-    folder = Path(info.uri)
-    expected = np.array(snap.fact_vectors)
+    # The tables are Arrow IPC files mapped, not read: their columns are the files' pages.
+    tables = ("entities", "passages", "facts", "fact_evidence")
+    assert {str(folder / f"{name}.arrow") for name in tables} <= mapped_files()
+    rows = snap.passages[[1, 0]]
+    assert snap.passage_texts([1, 0]) == [passage_text(t, x) for t, x in rows.select("title", "text").iter_rows()]
+    frames = {"entities": snap.entities, "passages": snap.passages, "facts": snap.facts, "fact_evidence": snap.evidence}
+    location = SnapshotDirectory(store)
+    held = snap.passages.get_column("doc_id")[0]
+    assert export._holds_any(location, info.snapshot_id, {held})
+    assert not export._holds_any(location, info.snapshot_id, {"d-none"})
+
+    # A format 2 snapshot (the tables in Parquet) is read whole, the same tables.
+    for name in tables:
+        table = ipc.open_file(pa.memory_map(str(folder / f"{name}.arrow"))).read_all()
+        pq.write_table(table, folder / f"{name}.parquet")
+        (folder / f"{name}.arrow").unlink()
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "format": 2}))
+    older = load_snapshot(store)
+    for name, frame in zip(tables, (older.entities, older.passages, older.facts, older.evidence), strict=True):
+        assert frame.equals(frames[name]), name
+    assert export._holds_any(location, info.snapshot_id, {held})
+    assert not export._holds_any(location, info.snapshot_id, {"d-none"})
+
     # A format 1 snapshot (float32 vectors) is read, its vectors converted. (Written as new files:
     # the loaded snapshot maps the old ones.)
+    expected = np.array(snap.fact_vectors)
     for name in ("passage_vectors.npy", "fact_vectors.npy"):
         np.save(folder / f"{name}.tmp.npy", np.load(folder / name).astype(np.float32))
         (folder / f"{name}.tmp.npy").rename(folder / name)
-    manifest = json.loads((folder / "manifest.json").read_text())
     (folder / "manifest.json").write_text(json.dumps({**manifest, "format": 1}))
     old = load_snapshot(store)
     assert old.passage_vectors.dtype == np.float16
@@ -300,10 +339,14 @@ def test_an_export_made_two_rows_at_a_time_writes_the_same_files_and_leaves_no_s
     build(store, hashing_embedder)
     build(whole, hashing_embedder)
 
-    def vector_files(at) -> dict[str, bytes]:
+    def vector_files(at) -> dict[str, object]:
+        """The vector files' bytes, and the facts in their stored order (an Arrow IPC file's bytes
+        follow how its string buffers were built, not only what they hold)."""
         folder = Path(at.uri) / "snapshots" / latest_snapshot(at).snapshot_id
-        return {name: (folder / name).read_bytes()
-                for name in ("passage_vectors.npy", "fact_vectors.npy", "facts.parquet", "fact_index.npz")}
+        files: dict[str, object] = {name: (folder / name).read_bytes()
+                                    for name in ("passage_vectors.npy", "fact_vectors.npy", "fact_index.npz")}
+        facts = ipc.open_file(pa.memory_map(str(folder / "facts.arrow"))).read_all()
+        return {**files, "facts.arrow": facts.to_pylist()}
 
     export_snapshot(whole, hashing_embedder, index_min_rows=1)
     monkeypatch.setattr(spill, "CHUNK_ROWS", 2)
