@@ -3,6 +3,8 @@
     python benchmarks/latency.py [--passages 100000] [--queries 200] [--json OUT.json] [--work DIR]
                                  [--sample-store URI] [--skip-sample] [--skip-musique] [--skip-scale]
                                  [--skip-parity]
+    python benchmarks/latency.py --kept STORE QUESTIONS [--kept STORE QUESTIONS ...] [--queries 200]
+                                 [--json OUT.json]
 
 - **sample**: the bundled MuSiQue sample (1,890 passages) with its recorded extractions and the
   packaged all-MiniLM-L6-v2; the queries are its dev questions, repeated. The latency includes
@@ -40,6 +42,17 @@
   with exact seeding beside the local walk, indexed seeding (a fact index built in memory: the
   sample is below the size that gets one on export) and both, with each one's mean top-10 overlap
   with the exact walk.
+
+- **kept** (``--kept``, instead of the sections above): stores built before (``scale.py --keep``),
+  each with a JSON list of questions (``--write-questions N FILE`` writes the synthetic corpus's
+  at N passages). For each store, in this order: its snapshot exported in a child process if the
+  published one does not hold the store's state (``export_s``, ``export_peak_mb``), then a child
+  replica as above, which also reports its resident memory split into anonymous pages and pages
+  of mapped files (``rss_anon_mb``, ``rss_file_mb``: the snapshot's tables and vectors, shared by
+  every replica on the node) after loading and after its queries, and ``exact_path``: on every
+  question, whether the default retrieval's top 10 passages are those of the exact path (exact
+  PageRank over the whole graph from exact seeding: every passage and fact scored). Each later
+  store gets the ratio of its p50 to the first's, measured in the same run.
 
 A query's latency is the wall-clock time of ``Retriever.retrieve``: embed the question, score the
 passages and facts, seed and run Personalized PageRank (the local walk, the default), rank the
@@ -81,7 +94,7 @@ from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL, Princi
 from lightfoot_pipeline.permissions.views import ViewCache
 from lightfoot_pipeline.retrieval.retrieve import Retriever, query_thread_limits
 from lightfoot_pipeline.snapshot.collect import with_fact_index
-from lightfoot_pipeline.snapshot.export import export_snapshot
+from lightfoot_pipeline.snapshot.export import export_snapshot, publish_checked
 from lightfoot_pipeline.snapshot.format import load_snapshot
 from lightfoot_pipeline.store.documents import live_doc_ids
 from lightfoot_pipeline.store.fingerprint import fingerprint
@@ -287,15 +300,28 @@ def musique_scale(store: Store, n_queries: int, seed: int = 0) -> dict:
     return figures
 
 
-def query_replica(store_uri: str, questions_file: Path, n_queries: int) -> dict:
+def resident_split_mb() -> dict:
+    """This process's resident memory now, in MB: anonymous pages and pages of mapped files (Linux)."""
+    fields = {"RssAnon:": "rss_anon_mb", "RssFile:": "rss_file_mb"}
+    found = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        name = line.split(maxsplit=1)[0] if line else ""
+        if name in fields:
+            found[fields[name]] = round(int(line.split()[1]) / 1024.0, 1)
+    return found
+
+
+def query_replica(store_uri: str, questions_file: Path, n_queries: int, exact_path: bool = False) -> dict:
     """Run in a child process: load the published snapshot and time queries, as a replica would.
     The questions come from a file the parent wrote, so that the child's resident memory is the
-    replica's, not the synthetic corpus's it would take to make them."""
+    replica's, not the synthetic corpus's it would take to make them. With ``exact_path``, also
+    compare each question's top 10 with the exact path's (:func:`exact_path_equality`)."""
     embedder = HashingEmbedder(dim=384)
     HELD.enter_context(query_thread_limits())  # for the rest of this process: it only queries
     started, cpu_started = time.perf_counter(), time.process_time()
     snapshot = load_snapshot(Store(store_uri))
     load_s, load_cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
+    loaded = resident_split_mb()
     retriever = Retriever(snapshot, embedder)
     retriever.warm_up()
     warm_up_s = time.perf_counter() - started - load_s
@@ -303,8 +329,70 @@ def query_replica(store_uri: str, questions_file: Path, n_queries: int) -> dict:
     figures = measure(retriever, questions, n_queries)
     figures["walk_cost"] = walk_cost(retriever, questions)
     figures.update(load_s=round(load_s, 3), load_cpu_s=round(load_cpu_s, 3), warm_up_s=round(warm_up_s, 3),
-                   rss_mb=peak_rss_mb())
+                   rss_mb=peak_rss_mb(), after_load=loaded, after_queries=resident_split_mb())
+    if exact_path:
+        figures["exact_path"] = exact_path_equality(retriever, questions)
     return figures
+
+
+def exact_path_equality(retriever: Retriever, questions: list[str]) -> dict:
+    """How many questions get, from the default retrieval, the top 10 passages (in order) of the
+    exact path: exact seeding (every passage and fact scored) and exact PageRank over the whole
+    graph, at the retrieval's tolerance."""
+    from lightfoot_pipeline.retrieval.retrieve import RetrievalSettings
+
+    exact = Retriever(retriever.snapshot, retriever.embedder, settings=RetrievalSettings(walk="exact", seeding="exact"))
+    equal, differing, seconds = 0, [], []
+    for number, question in enumerate(questions):
+        vector = retriever.question_vector(question)
+        ours = [h.chunk_id for h in retriever.retrieve(question, rerank=False, vector=vector).passages[:10]]
+        started = time.perf_counter()
+        theirs = [h.chunk_id for h in exact.retrieve(question, rerank=False, vector=vector).passages[:10]]
+        seconds.append(time.perf_counter() - started)
+        if ours == theirs:
+            equal += 1
+        else:
+            differing.append({"question": number, "same_set": set(ours) == set(theirs),
+                              "overlap": len(set(ours) & set(theirs))})
+    return {"questions": len(questions), "top10_equal": equal, "share": round(equal / max(len(questions), 1), 4),
+            "differing": differing[:20], "exact_path_p50_s": round(float(np.median(seconds)), 3) if seconds else None}
+
+
+def export_child(store_uri: str) -> dict:
+    """Run in a child process: publish a snapshot of the store's state unless the published one
+    holds it, with its time and this process's peak memory."""
+    started, cpu_started = time.perf_counter(), time.process_time()
+    report = publish_checked(Store(store_uri), HashingEmbedder(dim=384), (), progress=progress_line)
+    return {"snapshot": report.info.snapshot_id, "exported": report.staged,
+            "export_s": round(time.perf_counter() - started, 1), "export_cpu_s": round(time.process_time() - cpu_started, 1),
+            "export_peak_mb": peak_rss_mb(), "counts": report.info.counts}
+
+
+def _child(*arguments: str) -> dict:
+    child = subprocess.run([sys.executable, __file__, *arguments], capture_output=True, text=True)
+    if child.returncode != 0:
+        raise RuntimeError(f"{' '.join(arguments[:2])} failed ({child.returncode}): {child.stderr[-2000:]}")
+    return json.loads(child.stdout)
+
+
+def kept_stores(pairs: list[tuple[str, str]], n_queries: int) -> dict:
+    """Each kept store's export (when its published snapshot is not current) and replica, one
+    after the other; each later store's p50 against the first's, of the same run."""
+    result: dict = {}
+    first = None
+    for store_uri, questions in pairs:
+        label = Path(store_uri).resolve().as_posix()
+        print(f"kept store {label}", file=sys.stderr)
+        figures = {"export": _child("--child-export", store_uri), "load_average_1m_before": round(os.getloadavg()[0], 2)}
+        figures.update(_child("--child-replica", store_uri, "--questions", questions, "--queries", str(n_queries),
+                              "--exact-path"))
+        if first is None:
+            first = figures
+        else:
+            for name in ("p50_ms", "cpu_p50_ms"):
+                figures[f"{name}_ratio_to_first"] = round(figures[name] / first[name], 2)
+        result[label] = figures
+    return result
 
 
 def large_scale(store: Store, passages: int, n_queries: int, seed: int = 0) -> dict:
@@ -472,11 +560,37 @@ def main() -> int:
     parser.add_argument("--views-passages", type=int, default=MUSIQUE_PASSAGES,
                         help=f"passages of the views' synthetic store (default {MUSIQUE_PASSAGES:,})")
     parser.add_argument("--passages", type=int, default=100_000, help="passages of the large scale (default 100,000)")
+    parser.add_argument("--kept", nargs=2, action="append", metavar=("STORE", "QUESTIONS"), default=None,
+                        help="a kept store and a JSON list of questions: measure its export and replica (repeatable)")
+    parser.add_argument("--write-questions", nargs=2, metavar=("PASSAGES", "FILE"), default=None,
+                        help="write the synthetic corpus's questions at PASSAGES passages to FILE, and stop")
     parser.add_argument("--child-replica", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-export", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--exact-path", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--questions", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_replica:
-        print(json.dumps(query_replica(args.child_replica, args.questions, args.queries)))
+        print(json.dumps(query_replica(args.child_replica, args.questions, args.queries, args.exact_path)))
+        return 0
+    if args.child_export:
+        print(json.dumps(export_child(args.child_export)))
+        return 0
+    if args.write_questions:
+        passages, target = int(args.write_questions[0]), Path(args.write_questions[1])
+        _, records = synthetic_documents_and_records(passages, 0)
+        target.write_text(json.dumps(synthetic_questions(records, 200, 0)))
+        print(f"wrote {target}")
+        return 0
+    if args.kept:
+        result = {"kept": kept_stores([(store, questions) for store, questions in args.kept], args.queries)}
+        for label, figures in result["kept"].items():
+            print(f"{label}: p50 {figures['p50_ms']} ms (ratio {figures.get('p50_ms_ratio_to_first', 1.0)}), "
+                  f"peak {figures['rss_mb']} MB, after queries {figures['after_queries']}, "
+                  f"exact path top 10 {figures['exact_path']['top10_equal']}/{figures['exact_path']['questions']}, "
+                  f"export {figures['export']}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+            print(f"wrote {args.json}")
         return 0
     if args.queries < 1:
         parser.error("--queries must be at least 1")
