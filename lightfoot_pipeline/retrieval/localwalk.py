@@ -249,10 +249,13 @@ class LocalWalk:
 
     def __init__(self, adjacency: sp.csr_matrix, ranked_from: int = 0) -> None:
         adjacency = sp.csr_matrix(adjacency)
-        adjacency.sort_indices()
-        self.indptr = adjacency.indptr.astype(np.int64)
-        self.indices = adjacency.indices.astype(np.int64)
-        self.weights = adjacency.data.astype(np.float64)
+        if not adjacency.has_sorted_indices:  # a snapshot's are sorted (and may be a read-only mapping)
+            adjacency = adjacency.copy()
+            adjacency.sort_indices()
+        # the adjacency's own arrays, not copies: a snapshot's graph is mapped from its files (format.py)
+        self.indptr = np.asarray(adjacency.indptr)
+        self.indices = np.asarray(adjacency.indices)
+        self.weights = np.asarray(adjacency.data, dtype=np.float64)
         self.degree = np.asarray(adjacency.sum(axis=1), dtype=np.float64).ravel()  # (N,) weighted
         self.inverse_degree = np.divide(1.0, self.degree, out=np.zeros_like(self.degree), where=self.degree > 0)
         self.n_nodes = adjacency.shape[0]

@@ -9,7 +9,7 @@ undirected) and holds
 - entity–entity synonym edges weighted by the similarity of their closest member names.
 
 A pair with both a fact edge and a synonym edge gets the sum of the two weights. The export
-(collect.py) builds it and writes it as ``graph.npz``; retrieval walks it (``retrieval/graph.py``).
+(collect.py) builds it and writes its three CSR arrays (format.py); retrieval walks it (``retrieval/graph.py``).
 """
 
 from __future__ import annotations

@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
-import scipy.sparse as sp
 
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.snapshot.collect import Content, ExportProgress, collect
@@ -41,6 +41,7 @@ from lightfoot_pipeline.snapshot.format import (
     SnapshotError,
     SnapshotInfo,
     embedder_for_models,
+    graph_file,
     latest_snapshot,
     load_snapshot,
     read_info,
@@ -65,9 +66,9 @@ log = logging.getLogger(__name__)
 DEFAULT_KEEP = 3
 
 
-def _npz(matrix: sp.csr_matrix) -> bytes:
+def _npy(array) -> bytes:
     buffer = io.BytesIO()
-    sp.save_npz(buffer, matrix, compressed=False)
+    np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
     return buffer.getvalue()
 
 
@@ -174,7 +175,9 @@ def _write_content(location: SnapshotDirectory, content: Content, manifest, mode
     folder = lambda name: location.path(snapshot_id, name)  # noqa: E731
     tables = [("entities", content.entities), ("passages", content.passages), ("facts", content.facts),
               ("fact_evidence", content.evidence)]
-    files = [("graph.npz", lambda: _npz(content.adjacency))]
+    graph = content.adjacency  # canonical: duplicates summed, each row's columns sorted (adjacency.py)
+    files = [(graph_file("indptr"), lambda: _npy(graph.indptr)), (graph_file("indices"), lambda: _npy(graph.indices)),
+             (graph_file("weights"), lambda: _npy(graph.data))]
     copied = [("passage_vectors.npy", content.passage_vectors), ("fact_vectors.npy", content.fact_vectors)]
     if content.fact_index is not None:
         files.append((FACT_INDEX_FILE, content.fact_index.to_bytes))

@@ -3,7 +3,9 @@
 A snapshot is a versioned directory under ``<store root>/snapshots/<snapshot_id>/`` (a prefix on an
 object store) holding
 
-    graph.npz             scipy CSR adjacency over entity and passage nodes (see adjacency.py)
+    graph_indptr.npy      the CSR adjacency over entity and passage nodes (see adjacency.py):
+    graph_indices.npy     its row pointers, column indices (sorted in each row) and weights, in
+    graph_weights.npy     the dtypes scipy gives them, so that a mapped graph is a matrix unconverted
     entities.arrow        entity nodes: node, entity_id, type, display_name, n_passages
     passages.arrow        passage nodes: node, chunk_id, doc_id, title, text, location (a file's
                           passage: path and page or section; null otherwise; absent in older snapshots)
@@ -25,13 +27,13 @@ and, only when some live document is not public, what reader views are derived f
     name_links.arrow      the store's name links: type, name_a, name_b, similarity
     access.json           the thresholds and the number rule that make entities and synonym edges
 
-**Tables and vectors are memory-mapped.** The tables are Arrow IPC files, uncompressed, and the
-vectors ``.npy`` files: on a local disk both are mapped read-only, not read, so query processes
+**Tables, graph and vectors are memory-mapped.** The tables are Arrow IPC files, uncompressed, the
+graph and the vectors ``.npy`` files: on a local disk all are mapped read-only, not read, so query processes
 on one node share their pages through the page cache, and a process's memory holds only the
 pages its queries touch (a passage's text when it is cited or reranked, a fact's row when it is
 seeded), not a decoded copy of every table. From an object store they are read whole. Snapshots
-of formats 1 and 2 (the tables in Parquet, read and decoded whole; format 1 with float32 vectors
-and no index, converted to float16 in memory) are still read.
+of formats 1 and 2 (the tables in Parquet and the graph in ``graph.npz``, read and decoded whole;
+format 1 with float32 vectors and no index, converted to float16 in memory) are still read.
 
 **Publishing is checked, then atomic.** Every file is written first (the snapshot is staged),
 then its checks run on the staged copy and their verdict is kept beside it as ``verdict.json``
@@ -79,6 +81,8 @@ FORMAT_VERSION = 3
 READABLE_FORMATS = (1, 2, 3)
 TABLE_SUFFIX = ".arrow"  # format 3: Arrow IPC files, memory-mapped
 PARQUET_SUFFIX = ".parquet"  # formats 1 and 2
+GRAPH_ARRAYS = ("indptr", "indices", "weights")  # format 3: graph_<name>.npy each
+LEGACY_GRAPH_FILE = "graph.npz"  # formats 1 and 2
 MISSING = object()  # what SnapshotDirectory.read_json returns for a file that is not there
 _ID_PATTERN = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{12}$")
 
@@ -382,6 +386,26 @@ def _read_vectors(location: SnapshotDirectory, path: str) -> np.ndarray:
     return vectors if vectors.dtype == np.float16 else vectors.astype(np.float16)  # format 1: float32
 
 
+def graph_file(name: str) -> str:
+    """The file of one of the graph's CSR arrays (GRAPH_ARRAYS) in a format 3 snapshot."""
+    return f"graph_{name}.npy"
+
+
+def _read_graph(location: SnapshotDirectory, folder: Callable[[str], str], n_nodes: int) -> sp.csr_matrix:
+    """The (n_nodes, n_nodes) adjacency: its arrays mapped from a local disk (read from an object
+    store), or an earlier format's ``graph.npz`` read whole."""
+    if not location.exists(folder(graph_file("indptr"))):
+        return sp.load_npz(io.BytesIO(location.read_bytes(folder(LEGACY_GRAPH_FILE)))).tocsr()
+    indptr, indices, weights = (
+        np.load(folder(graph_file(name)), mmap_mode="r", allow_pickle=False) if location.local
+        else np.load(io.BytesIO(location.read_bytes(folder(graph_file(name)))), allow_pickle=False)
+        for name in GRAPH_ARRAYS)
+    if indptr.shape != (n_nodes + 1,) or indices.shape != weights.shape or indices.shape != (int(indptr[-1]),):
+        raise ValueError(f"the graph's arrays ({indptr.shape}, {indices.shape}, {weights.shape}) do not make "
+                         f"an adjacency of {n_nodes} nodes")
+    return sp.csr_matrix((weights, indices, indptr), shape=(n_nodes, n_nodes), copy=False)
+
+
 def _read_access(location: SnapshotDirectory, folder) -> Access | None:
     """The snapshot's access tables, or None when it has none (every document public)."""
     if not location.exists(folder(ACCESS_FILE)):
@@ -403,14 +427,15 @@ def load_snapshot(store: Store, snapshot_id: str | None = None) -> Snapshot:
         raise SnapshotError(f"snapshot {snapshot_id} does not exist under {location.uri_base}")
     folder = lambda name: location.path(snapshot_id, name)  # noqa: E731
     try:
-        adjacency = sp.load_npz(io.BytesIO(location.read_bytes(folder("graph.npz")))).tocsr()
+        entities = _read_table(location, folder, "entities")
+        passages = _with_location(_read_table(location, folder, "passages"))
         return Snapshot(
             info=info,
-            entities=_read_table(location, folder, "entities"),
-            passages=_with_location(_read_table(location, folder, "passages")),
+            entities=entities,
+            passages=passages,
             facts=_read_table(location, folder, "facts"),
             evidence=_read_table(location, folder, "fact_evidence"),
-            adjacency=adjacency,
+            adjacency=_read_graph(location, folder, entities.height + passages.height),
             passage_vectors=_read_vectors(location, folder("passage_vectors.npy")),
             fact_vectors=_read_vectors(location, folder("fact_vectors.npy")),
             fact_index=(FactIndex.from_bytes(location.read_bytes(folder(FACT_INDEX_FILE)))

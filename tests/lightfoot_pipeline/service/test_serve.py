@@ -486,7 +486,7 @@ def test_a_snapshot_that_fails_to_load_leaves_the_old_one_serving(store, embedde
     assert service.refresh()
     ingest(store, embedder, late=True)
     new = export_snapshot(store, embedder)
-    (Path(new.uri) / "graph.npz").write_bytes(b"garbage")
+    (Path(new.uri) / "graph_indices.npy").write_bytes(b"garbage")
     assert not service.refresh()
     assert service.status()["snapshot_id"] == old.snapshot_id
     assert service.last_reload_error.startswith("SnapshotError") and new.snapshot_id in service.last_reload_error

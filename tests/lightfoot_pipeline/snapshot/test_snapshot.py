@@ -11,10 +11,12 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
+import scipy.sparse as sp
 
 from lightfoot_pipeline import operations
 from lightfoot_pipeline.ingest.dataset import Document
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
+from lightfoot_pipeline.retrieval.graph import walk_graph
 from lightfoot_pipeline.snapshot import export
 from lightfoot_pipeline.snapshot.export import erase_from_snapshots, export_snapshot
 from lightfoot_pipeline.snapshot.format import (
@@ -71,7 +73,7 @@ def test_export_writes_graph_tables_vectors_and_manifest(store, hashing_embedder
     info = export_snapshot(store, hashing_embedder)
     folder = Path(info.uri)
     assert sorted(p.name for p in folder.iterdir()) == sorted([
-        "graph.npz", "entities.arrow", "passages.arrow", "facts.arrow", "fact_evidence.arrow",
+        "graph_indptr.npy", "graph_indices.npy", "graph_weights.npy", "entities.arrow", "passages.arrow", "facts.arrow", "fact_evidence.arrow",
         "passage_vectors.npy", "fact_vectors.npy", "manifest.json", "verdict.json"])
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["fingerprint"] == fingerprint(store).digest
@@ -232,9 +234,14 @@ def test_tables_and_vectors_are_memory_mapped_and_formats_1_and_2_still_load(sto
     folder = Path(info.uri)
     assert isinstance(snap.fact_vectors, np.memmap) and snap.fact_vectors.dtype == np.float16
     assert isinstance(snap.passage_vectors, np.memmap) and snap.passage_vectors.dtype == np.float16
-    # The tables are Arrow IPC files mapped, not read: their columns are the files' pages.
+    # The tables are Arrow IPC files mapped, not read: their columns are the files' pages; so are
+    # the graph's arrays, which the local walk reads without a copy.
     tables = ("entities", "passages", "facts", "fact_evidence")
-    assert {str(folder / f"{name}.arrow") for name in tables} <= mapped_files()
+    graph = ("graph_indptr.npy", "graph_indices.npy", "graph_weights.npy")
+    assert {str(folder / f"{name}.arrow") for name in tables} | {str(folder / name) for name in graph} <= mapped_files()
+    assert not snap.adjacency.indices.flags.writeable and not snap.adjacency.data.flags.writeable
+    walk = walk_graph(snap).local
+    assert np.shares_memory(walk.indices, snap.adjacency.indices) and np.shares_memory(walk.weights, snap.adjacency.data)
     rows = snap.passages[[1, 0]]
     assert snap.passage_texts([1, 0]) == [passage_text(t, x) for t, x in rows.select("title", "text").iter_rows()]
     frames = {"entities": snap.entities, "passages": snap.passages, "facts": snap.facts, "fact_evidence": snap.evidence}
@@ -243,7 +250,10 @@ def test_tables_and_vectors_are_memory_mapped_and_formats_1_and_2_still_load(sto
     assert export._holds_any(location, info.snapshot_id, {held})
     assert not export._holds_any(location, info.snapshot_id, {"d-none"})
 
-    # A format 2 snapshot (the tables in Parquet) is read whole, the same tables.
+    # A format 2 snapshot (the tables in Parquet, the graph in graph.npz) is read whole, the same.
+    sp.save_npz(folder / "graph.npz", sp.csr_matrix(snap.adjacency), compressed=False)
+    for name in graph:
+        (folder / name).unlink()
     for name in tables:
         table = ipc.open_file(pa.memory_map(str(folder / f"{name}.arrow"))).read_all()
         pq.write_table(table, folder / f"{name}.parquet")
@@ -253,6 +263,7 @@ def test_tables_and_vectors_are_memory_mapped_and_formats_1_and_2_still_load(sto
     older = load_snapshot(store)
     for name, frame in zip(tables, (older.entities, older.passages, older.facts, older.evidence), strict=True):
         assert frame.equals(frames[name]), name
+    assert (older.adjacency != snap.adjacency).nnz == 0
     assert export._holds_any(location, info.snapshot_id, {held})
     assert not export._holds_any(location, info.snapshot_id, {"d-none"})
 
@@ -281,7 +292,7 @@ def test_a_re_export_after_a_deletion_embeds_nothing_and_equals_a_fresh_export(s
     steps = []
     after = export_snapshot(store, counting, index_min_rows=1, progress=lambda *step: steps.append(step))
     assert counting.embedded == 0 and after.counts["embedded"] == 0
-    assert ("writing the snapshot", 8, 8) in steps  # seven files and the fact index
+    assert ("writing the snapshot", 10, 10) in steps  # four tables, three graph arrays, two matrices, the fact index
 
     fresh_store = Store(str(tmp_path / "fresh"))
     build(fresh_store, hashing_embedder, [d for d in CORPUS if d != "d-paris"])
