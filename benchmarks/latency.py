@@ -592,9 +592,7 @@ def main() -> int:
                   f"peak {figures['rss_mb']} MB, after queries {figures['after_queries']}, "
                   f"exact path {figures.get('exact_path', {}).get('top10_equal', '-')} top 10s equal, "
                   f"export {figures['export']}")
-        if args.json:
-            Path(args.json).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-            print(f"wrote {args.json}")
+        write_result(result, args.json)
         return 0
     if args.queries < 1:
         parser.error("--queries must be at least 1")
@@ -640,10 +638,15 @@ def main() -> int:
               f"({figures['passages']:,} passages, {figures['graph_entries']:,} graph entries, "
               f"{figures['pagerank_edge_visits_p50']:.0f} edges walked; p50 parts {figures['p50_breakdown_ms']}; "
               f"load {figures['load_average_1m']})")
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-        print(f"wrote {args.json}")
+    write_result(result, args.json)
     return 0
+
+
+def write_result(result: dict, path: str | None) -> None:
+    """The run's figures as JSON at ``path`` (when given)."""
+    if path:
+        Path(path).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":
