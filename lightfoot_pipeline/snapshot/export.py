@@ -24,7 +24,6 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.ipc as ipc
-import pyarrow.parquet as pq
 
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.snapshot.collect import Content, ExportProgress, collect
@@ -34,7 +33,6 @@ from lightfoot_pipeline.snapshot.format import (
     FACT_INDEX_FILE,
     FORMAT_VERSION,
     MANIFEST_FILE,
-    PARQUET_SUFFIX,
     TABLE_SUFFIX,
     Snapshot,
     SnapshotDirectory,
@@ -45,6 +43,7 @@ from lightfoot_pipeline.snapshot.format import (
     latest_snapshot,
     load_snapshot,
     read_info,
+    read_table_file,
 )
 from lightfoot_pipeline.snapshot.verdict import (
     CheckVerdict,
@@ -345,20 +344,16 @@ def _holds_any(
 
 
 def _table_columns(location: SnapshotDirectory, snapshot_id: str, name: str, columns: list[str]) -> pa.Table | None:
-    """Some columns of a snapshot's table (its Arrow IPC file, or an earlier format's Parquet
-    file); None when it has neither or it cannot be read whole (an export still writing it)."""
+    """Some columns of a snapshot's table (format.py: ``read_table_file``); None when it has no
+    such file or it cannot be read whole (an export still writing it)."""
     try:
-        path = location.path(snapshot_id, name + TABLE_SUFFIX)
-        if location.exists(path):
-            source = pa.memory_map(path, "r") if location.local else pa.BufferReader(location.read_bytes(path))
-            return ipc.open_file(source).read_all().select(columns)
-        path = location.path(snapshot_id, name + PARQUET_SUFFIX)
-        if location.exists(path):
-            return pq.read_table(io.BytesIO(location.read_bytes(path)), columns=columns)
-    except (FileNotFoundError, pa.ArrowException) as err:
+        return read_table_file(location, lambda file: location.path(snapshot_id, file), name, columns)
+    except FileNotFoundError:
+        return None
+    except pa.ArrowException as err:
         log.info("snapshot %s: %s cannot be read (%s): counted as holding the erased text", snapshot_id, name,
                  type(err).__name__)
-    return None
+        return None
 
 
 def erase_from_snapshots(

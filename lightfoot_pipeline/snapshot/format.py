@@ -69,7 +69,6 @@ from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.models.embedder import Embedder, EmbedderUnavailable, HashingEmbedder, load_embedder
 from lightfoot_pipeline.store.filesystem import open_filesystem
 from lightfoot_pipeline.store.store import Store, local_file_lock
-from lightfoot_pipeline.store.tables import arrow_frame
 
 SNAPSHOTS_DIR = "snapshots"
 POINTER = "latest"
@@ -356,14 +355,21 @@ class Snapshot:
         return self.evidence.slice(int(starts[row]), int(counts[row])).to_dicts()
 
 
-def _read_table(location: SnapshotDirectory, folder: Callable[[str], str], name: str) -> pl.DataFrame:
-    """A snapshot table: its Arrow IPC file (format 3) memory-mapped from a local disk, or read
-    whole from an object store; the Parquet file of an earlier format, read and decoded whole."""
+def read_table_file(location: SnapshotDirectory, folder: Callable[[str], str], name: str,
+                    columns: list[str] | None = None) -> pa.Table:
+    """A snapshot table (some of its columns): its Arrow IPC file (format 3) memory-mapped from a
+    local disk, or read whole from an object store; the Parquet file of an earlier format, read and
+    decoded whole. FileNotFoundError when the snapshot has neither."""
     path = folder(name + TABLE_SUFFIX)
     if not location.exists(path):
-        return arrow_frame(pq.read_table(io.BytesIO(location.read_bytes(folder(name + PARQUET_SUFFIX)))))
+        return pq.read_table(io.BytesIO(location.read_bytes(folder(name + PARQUET_SUFFIX))), columns=columns)
     source = pa.memory_map(path, "r") if location.local else pa.BufferReader(location.read_bytes(path))
-    frame = pl.from_arrow(ipc.open_file(source).read_all(), rechunk=False)  # no copy: the columns are the file's
+    table = ipc.open_file(source).read_all()
+    return table if columns is None else table.select(columns)
+
+
+def _read_table(location: SnapshotDirectory, folder: Callable[[str], str], name: str) -> pl.DataFrame:
+    frame = pl.from_arrow(read_table_file(location, folder, name), rechunk=False)  # a mapped file's columns, uncopied
     assert isinstance(frame, pl.DataFrame), "an Arrow table converts to a DataFrame"
     return frame
 
@@ -375,12 +381,16 @@ def _with_location(passages: pl.DataFrame) -> pl.DataFrame:
     return passages.with_columns(pl.lit(None, dtype=pl.String).alias("location"))
 
 
+def _read_array(location: SnapshotDirectory, path: str) -> np.ndarray:
+    """A ``.npy`` file's array: memory-mapped from a local disk, read from an object store."""
+    if location.local:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    return np.load(io.BytesIO(location.read_bytes(path)), allow_pickle=False)
+
+
 def _read_vectors(location: SnapshotDirectory, path: str) -> np.ndarray:
     """A (rows, dim) float16 array: memory-mapped from a local disk, read from an object store."""
-    if location.local:
-        vectors = np.load(path, mmap_mode="r", allow_pickle=False)
-    else:
-        vectors = np.load(io.BytesIO(location.read_bytes(path)), allow_pickle=False)
+    vectors = _read_array(location, path)
     if vectors.ndim != 2:
         raise ValueError(f"{path} holds a {vectors.ndim}-dimensional array, not a matrix")
     return vectors if vectors.dtype == np.float16 else vectors.astype(np.float16)  # format 1: float32
@@ -396,10 +406,7 @@ def _read_graph(location: SnapshotDirectory, folder: Callable[[str], str], n_nod
     store), or an earlier format's ``graph.npz`` read whole."""
     if not location.exists(folder(graph_file("indptr"))):
         return sp.load_npz(io.BytesIO(location.read_bytes(folder(LEGACY_GRAPH_FILE)))).tocsr()
-    indptr, indices, weights = (
-        np.load(folder(graph_file(name)), mmap_mode="r", allow_pickle=False) if location.local
-        else np.load(io.BytesIO(location.read_bytes(folder(graph_file(name)))), allow_pickle=False)
-        for name in GRAPH_ARRAYS)
+    indptr, indices, weights = (_read_array(location, folder(graph_file(name))) for name in GRAPH_ARRAYS)
     if indptr.shape != (n_nodes + 1,) or indices.shape != weights.shape or indices.shape != (int(indptr[-1]),):
         raise ValueError(f"the graph's arrays ({indptr.shape}, {indices.shape}, {weights.shape}) do not make "
                          f"an adjacency of {n_nodes} nodes")
