@@ -4,6 +4,7 @@
                                  [--sample-store URI] [--skip-sample] [--skip-musique] [--skip-scale]
                                  [--skip-parity]
     python benchmarks/latency.py --kept STORE QUESTIONS [--kept STORE QUESTIONS ...] [--queries 200] [--no-exact-path]
+        [--restage]
                                  [--json OUT.json]
 
 - **sample**: the bundled MuSiQue sample (1,890 passages) with its recorded extractions and the
@@ -359,11 +360,11 @@ def exact_path_equality(retriever: Retriever, questions: list[str]) -> dict:
             "differing": differing[:20], "exact_path_p50_s": round(float(np.median(seconds)), 3) if seconds else None}
 
 
-def export_child(store_uri: str) -> dict:
+def export_child(store_uri: str, restage: bool = False) -> dict:
     """Run in a child process: publish a snapshot of the store's state unless the published one
-    holds it, with its time and this process's peak memory."""
+    holds it (or with ``restage``), with its time and this process's peak memory."""
     started, cpu_started = time.perf_counter(), time.process_time()
-    report = publish_checked(Store(store_uri), HashingEmbedder(dim=384), (), progress=progress_line)
+    report = publish_checked(Store(store_uri), HashingEmbedder(dim=384), (), progress=progress_line, restage=restage)
     return {"snapshot": report.info.snapshot_id, "exported": report.staged,
             "export_s": round(time.perf_counter() - started, 1), "export_cpu_s": round(time.process_time() - cpu_started, 1),
             "export_peak_mb": peak_rss_mb(), "counts": report.info.counts}
@@ -376,15 +377,16 @@ def _child(*arguments: str) -> dict:
     return json.loads(child.stdout)
 
 
-def kept_stores(pairs: list[tuple[str, str]], n_queries: int, exact_path: bool = True) -> dict:
-    """Each kept store's export (when its published snapshot is not current) and replica, one
-    after the other; each later store's p50 against the first's, of the same run."""
+def kept_stores(pairs: list[tuple[str, str]], n_queries: int, exact_path: bool = True, restage: bool = False) -> dict:
+    """Each kept store's export (when its published snapshot is not current, or with ``restage``)
+    and replica, one after the other; each later store's p50 against the first's, of the same run."""
     result: dict = {}
     first = None
     for store_uri, questions in pairs:
         label = Path(store_uri).resolve().as_posix()
         print(f"kept store {label}", file=sys.stderr)
-        figures = {"export": _child("--child-export", store_uri), "load_average_1m_before": round(os.getloadavg()[0], 2)}
+        export = _child("--child-export", store_uri, *(["--restage"] if restage else []))
+        figures = {"export": export, "load_average_1m_before": round(os.getloadavg()[0], 2)}
         figures.update(_child("--child-replica", store_uri, "--questions", questions, "--queries", str(n_queries),
                               "--exact-path" if exact_path else "--no-exact-path"))
         if first is None:
@@ -571,12 +573,15 @@ def main() -> int:
     parser.add_argument("--no-exact-path", action="store_false", dest="exact_path",
                         help="with --kept: leave out the comparisons with the exact path and the exact walk")
     parser.add_argument("--questions", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--restage", action="store_true",
+                        help="with --kept: export each store again even when its published snapshot is current "
+                             "(its vectors reused; after a change to what a snapshot holds)")
     args = parser.parse_args()
     if args.child_replica:
         print(json.dumps(query_replica(args.child_replica, args.questions, args.queries, args.exact_path)))
         return 0
     if args.child_export:
-        print(json.dumps(export_child(args.child_export)))
+        print(json.dumps(export_child(args.child_export, args.restage)))
         return 0
     if args.write_questions:
         passages, target = int(args.write_questions[0]), Path(args.write_questions[1])
@@ -586,7 +591,7 @@ def main() -> int:
         return 0
     if args.kept:
         result = {"kept": kept_stores([(store, questions) for store, questions in args.kept], args.queries,
-                                      args.exact_path is not False)}
+                                      args.exact_path is not False, args.restage)}
         for label, figures in result["kept"].items():
             print(f"{label}: p50 {figures['p50_ms']} ms (ratio {figures.get('p50_ms_ratio_to_first', 1.0)}), "
                   f"peak {figures['rss_mb']} MB, after queries {figures['after_queries']}, "

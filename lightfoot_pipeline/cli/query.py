@@ -100,7 +100,8 @@ def cmd_snapshot(args) -> int:
     checks = publishing_checks(lambda: embedder, permissions=not args.no_permission_check,
                                rebuild=args.check_rebuild)
     with writing_batch(batch):
-        report = publish_checked(store, embedder, checks, keep=args.keep, progress=StepProgress("snapshot"))
+        report = publish_checked(store, embedder, checks, keep=args.keep, progress=StepProgress("snapshot"),
+                                 restage=args.restage)
     info = report.info
     if args.json:
         print_json({**info.as_dict(), "published": report.published, "reason": report.reason,
@@ -425,6 +426,9 @@ def add_query_commands(sub, common: argparse.ArgumentParser) -> None:
                         "build); 'changed' derives again the components and facts the newest run changed, and a "
                         "sample of the rest, and compares them row for row (costs the change); 'auto': full up "
                         "to 20,000 live documents, changed above")
+    p.add_argument("--restage", action="store_true",
+                   help="stage, check and publish a new snapshot even when the published one holds the store's "
+                        "state (after an upgrade that writes what it lacks, such as the facts' 8-bit codes)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_snapshot)
 

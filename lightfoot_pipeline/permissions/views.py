@@ -342,7 +342,7 @@ def view_snapshot(snapshot: Snapshot, documents: frozenset[str], tables: dict[st
                         models=snapshot.info.models)
     view = Snapshot(info=info, entities=graph.entities, passages=graph.passages, facts=view_facts,
                     evidence=graph.evidence, adjacency=graph.adjacency, passage_vectors=passage_vectors,
-                    fact_vectors=fact_vectors, fact_index=fact_index, access=None)
+                    fact_vectors=fact_vectors, fact_index=fact_index, fact_codes=snapshot.fact_codes, access=None)
     if narrowed is not None:  # its base's evidence ranges, by row
         starts, counts = narrowed.evidence_ranges
         view.prime((starts, counts) if order is None else (starts[order], counts[order]))

@@ -210,7 +210,8 @@ class Retriever:
         self._passage_scores = HalfScorer(snapshot.passage_vectors)  # (#passages, dim)
         index = snapshot.fact_index
         self._fact_scores = (
-            InvertedFileScorer(snapshot.fact_vectors, index.centroids, index.offsets, self.settings.probe_share)
+            InvertedFileScorer(snapshot.fact_vectors, index.centroids, index.offsets, self.settings.probe_share,
+                               snapshot.fact_codes)
             if index is not None and self.settings.seeding == "index" else HalfScorer(snapshot.fact_vectors)
         )  # (#facts, dim)
 

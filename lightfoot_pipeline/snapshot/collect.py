@@ -24,8 +24,9 @@ from lightfoot_pipeline.ingest.passages import location_label
 from lightfoot_pipeline.ingest.readers import PUBLIC, readers_of_text
 from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.snapshot import spill
+from lightfoot_pipeline.snapshot import codes, spill
 from lightfoot_pipeline.snapshot.adjacency import build_adjacency
+from lightfoot_pipeline.snapshot.codes import RowCodes
 from lightfoot_pipeline.snapshot.fact_index import INDEX_MIN_ROWS, assign, n_lists, sample_rows, train_centroids
 from lightfoot_pipeline.snapshot.format import Access, FactIndex, Snapshot, SnapshotError, passage_text
 from lightfoot_pipeline.snapshot.shared_rows import Vectors
@@ -67,6 +68,7 @@ class Content:
     fact_vectors: np.memmap  # (#facts, dim) float16, rows in facts order, the same
     edge_counts: dict
     fact_index: FactIndex | None = None
+    fact_codes: RowCodes | None = None  # with the index: the fact vectors' int8 codes, files beside them (codes.py)
     embedded: int = 0  # texts embedded for this snapshot (no vector cached or in the previous one)
     access: Access | None = None  # what reader views are derived from; None when every document is public
 
@@ -219,7 +221,7 @@ def collect(store: Store, manifest: Manifest, embedder: Embedder, scratch: Path,
         lambda frame: [fact_text(s, p, o) for s, p, o in frame.select("subject", "predicate", "object").iter_rows()],
         reuse.facts.select("fact_id") if reuse else None, reuse.fact_vectors if reuse else None, step, counter,
         scratch / "fact_vectors_by_id.npy")
-    fact_index = None
+    fact_index, fact_codes = None, None
     if facts.height >= index_min_rows:
         fact_index, order = build_fact_index(facts.get_column("fact_id").to_numpy(), fact_vectors,
                                              reuse, lambda done, total: step("indexing facts", done, total))
@@ -227,6 +229,9 @@ def collect(store: Store, manifest: Manifest, embedder: Embedder, scratch: Path,
         unordered, fact_vectors = fact_vectors, spill.gathered(fact_vectors, order, scratch / "fact_vectors.npy")
         del unordered
         (scratch / "fact_vectors_by_id.npy").unlink()
+        step("coding facts", 0, 1)
+        fact_codes = codes.spilled(fact_vectors, scratch)
+        step("coding facts", 1, 1)
     return Content(
         entities=graph.entities,
         passages=passages,
@@ -237,6 +242,7 @@ def collect(store: Store, manifest: Manifest, embedder: Embedder, scratch: Path,
         fact_vectors=fact_vectors,
         edge_counts=graph.edge_counts,
         fact_index=fact_index,
+        fact_codes=fact_codes,
         embedded=counter[0],
         access=access,
     )
@@ -394,8 +400,9 @@ def with_fact_index(snapshot: Snapshot) -> Snapshot:
     number (to hold indexed seeding to exact seeding on a small corpus)."""
     index, order = build_fact_index(snapshot.facts.get_column("fact_id").to_numpy(),
                                     np.asarray(snapshot.fact_vectors), None, lambda done, total: None)
+    fact_vectors = np.asarray(snapshot.fact_vectors)[order]
     return Snapshot(info=snapshot.info, entities=snapshot.entities, passages=snapshot.passages,
                     facts=snapshot.facts[order], evidence=snapshot.evidence, adjacency=snapshot.adjacency,
-                    passage_vectors=snapshot.passage_vectors, fact_vectors=np.asarray(snapshot.fact_vectors)[order],
-                    fact_index=index)
+                    passage_vectors=snapshot.passage_vectors, fact_vectors=fact_vectors,
+                    fact_index=index, fact_codes=codes.in_memory(fact_vectors))
 

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.snapshot.codes import CODES_FILE, SCALES_FILE
 from lightfoot_pipeline.snapshot.collect import Content, ExportProgress, collect
 from lightfoot_pipeline.snapshot.fact_index import INDEX_MIN_ROWS
 from lightfoot_pipeline.snapshot.format import (
@@ -178,6 +179,8 @@ def _write_content(location: SnapshotDirectory, content: Content, manifest, mode
     files = [(graph_file("indptr"), lambda: _npy(graph.indptr)), (graph_file("indices"), lambda: _npy(graph.indices)),
              (graph_file("weights"), lambda: _npy(graph.data))]
     copied = [("passage_vectors.npy", content.passage_vectors), ("fact_vectors.npy", content.fact_vectors)]
+    if content.fact_codes is not None:
+        copied.extend([(CODES_FILE, content.fact_codes.codes), (SCALES_FILE, content.fact_codes.scales)])
     if content.fact_index is not None:
         files.append((FACT_INDEX_FILE, content.fact_index.to_bytes))
     if content.access is not None:
@@ -220,7 +223,7 @@ def _run_check(check: StagedCheck, store: Store, info: SnapshotInfo) -> CheckVer
 
 def publish_checked(store: Store, embedder: Embedder, checks: Sequence[StagedCheck] = (), *,
                     keep: int = DEFAULT_KEEP, progress: ExportProgress | None = None,
-                    index_min_rows: int = INDEX_MIN_ROWS) -> PublishReport:
+                    index_min_rows: int = INDEX_MIN_ROWS, restage: bool = False) -> PublishReport:
     """Stage the store's committed state as a new snapshot, run ``checks`` on the staged copy, and
     publish it (replace the ``latest`` pointer) only when none fails; then prune old snapshots.
 
@@ -228,7 +231,8 @@ def publish_checked(store: Store, embedder: Embedder, checks: Sequence[StagedChe
     services keep loading the previous one. A snapshot is published only if no newer one was
     published while it was checked, and only if it is still there (an erasure may remove it).
     When the published snapshot already holds this state (same commit or fingerprint, same
-    models), it is kept and nothing is staged or checked. Vectors the published snapshot holds are
+    models), it is kept and nothing is staged or checked, unless ``restage`` (after an upgrade
+    that writes what the published snapshot lacks, such as its facts' codes: codes.py). Vectors the published snapshot holds are
     reused (collect.py). ``progress(step, done, total)`` hears about each step and every chunk of
     embedded texts; ``index_min_rows`` is the fact count from which the facts get an index.
     """
@@ -243,7 +247,7 @@ def publish_checked(store: Store, embedder: Embedder, checks: Sequence[StagedChe
     location = SnapshotDirectory(store)
     with location.lock():
         current = latest_snapshot(store)
-        if current is not None and current.store_seq == manifest.seq and current.models == models:
+        if not restage and current is not None and current.store_seq == manifest.seq and current.models == models:
             _prune(location, keep)  # the same commit holds the same state: no fingerprint needed
             return PublishReport(current, True, current, read_verdict(location, current.snapshot_id), staged=False)
         if progress is not None:
@@ -251,7 +255,7 @@ def publish_checked(store: Store, embedder: Embedder, checks: Sequence[StagedChe
         digest = fingerprint(store, manifest).digest
         if progress is not None:
             progress("fingerprinting the store", 1, 1)
-        if current is not None and current.fingerprint == digest and current.models == models:
+        if not restage and current is not None and current.fingerprint == digest and current.models == models:
             _prune(location, keep)
             return PublishReport(current, True, current, read_verdict(location, current.snapshot_id), staged=False)
         info = _write_snapshot(location, store, manifest, embedder, models, digest, current, progress,

@@ -16,6 +16,10 @@ object store) holding
     fact_index.npz        only for large fact tables: the inverted-file index's centroids, the
                           row offsets of its groups (facts.arrow holds the facts group by
                           group) and its training sample's digest (fact_index.py)
+    fact_codes.npy        with the index: (#facts, dim rounded up to 8) int8 codes of the fact
+    fact_code_scales.npy  vectors and each row's float32 scale, what a query scores the probed
+                          groups with before re-scoring the best rows from fact_vectors.npy
+                          (codes.py; a snapshot without them scores the float16 rows)
     manifest.json         store fingerprint and commit, models, creation time, counts
 
 and, only when some live document is not public, what reader views are derived from
@@ -67,6 +71,8 @@ import scipy.sparse as sp
 
 from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.models.embedder import Embedder, EmbedderUnavailable, HashingEmbedder, load_embedder
+from lightfoot_pipeline.snapshot.codes import CODES_FILE, SCALES_FILE, RowCodes
+from lightfoot_pipeline.snapshot.shared_rows import SharedRows
 from lightfoot_pipeline.store.filesystem import open_filesystem
 from lightfoot_pipeline.store.store import Store, local_file_lock
 
@@ -288,6 +294,8 @@ class Snapshot:
     passage_vectors: np.ndarray  # (#passages, dim) float16, usually memory-mapped
     fact_vectors: np.ndarray  # (#facts, dim) float16, usually memory-mapped
     fact_index: FactIndex | None = None
+    # int8 codes of the rows of the matrix the fact vectors are (a view's: of its snapshot's), codes.py
+    fact_codes: RowCodes | None = None
     access: Access | None = None  # None: every document is public, and every reader's view is the whole
 
     def __post_init__(self) -> None:
@@ -299,6 +307,11 @@ class Snapshot:
             raise SnapshotError(f"snapshot {self.info.snapshot_id}: vector rows do not match its tables")
         if self.fact_index is not None and int(self.fact_index.offsets[-1]) != self.facts.height:
             raise SnapshotError(f"snapshot {self.info.snapshot_id}: the fact index does not cover its facts")
+        if self.fact_codes is not None:
+            base = self.fact_vectors.matrix if isinstance(self.fact_vectors, SharedRows) else self.fact_vectors
+            if self.fact_codes.rows != base.shape[0] or not self.fact_codes.fits(base.shape[1]):
+                raise SnapshotError(f"snapshot {self.info.snapshot_id}: the fact codes are not those of its fact "
+                                    "vectors")
 
     @property
     def n_entities(self) -> int:
@@ -396,6 +409,13 @@ def _read_vectors(location: SnapshotDirectory, path: str) -> np.ndarray:
     return vectors if vectors.dtype == np.float16 else vectors.astype(np.float16)  # format 1: float32
 
 
+def _read_codes(location: SnapshotDirectory, folder: Callable[[str], str]) -> RowCodes | None:
+    """The fact vectors' int8 codes (codes.py), mapped like the vectors; None in a snapshot without them."""
+    if not location.exists(folder(CODES_FILE)):
+        return None
+    return RowCodes(_read_array(location, folder(CODES_FILE)), _read_array(location, folder(SCALES_FILE)))
+
+
 def graph_file(name: str) -> str:
     """The file of one of the graph's CSR arrays (GRAPH_ARRAYS) in a format 3 snapshot."""
     return f"graph_{name}.npy"
@@ -447,6 +467,7 @@ def load_snapshot(store: Store, snapshot_id: str | None = None) -> Snapshot:
             fact_vectors=_read_vectors(location, folder("fact_vectors.npy")),
             fact_index=(FactIndex.from_bytes(location.read_bytes(folder(FACT_INDEX_FILE)))
                         if location.exists(folder(FACT_INDEX_FILE)) else None),
+            fact_codes=_read_codes(location, folder),
             access=_read_access(location, folder),
         )
     except FileNotFoundError as err:

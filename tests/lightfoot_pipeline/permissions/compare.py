@@ -16,3 +16,8 @@ def assert_same_snapshot(mine: Snapshot, theirs: Snapshot) -> None:
     assert (mine.adjacency != theirs.adjacency).nnz == 0
     assert np.array_equal(np.asarray(mine.passage_vectors), np.asarray(theirs.passage_vectors))
     assert np.array_equal(np.asarray(mine.fact_vectors), np.asarray(theirs.fact_vectors))
+    assert (mine.fact_codes is None) == (theirs.fact_codes is None)
+    if mine.fact_codes is not None:  # a view's codes are its snapshot's, of the rows it reads
+        rows = getattr(mine.fact_vectors, "rows", slice(None))
+        assert np.array_equal(mine.fact_codes.codes[rows], theirs.fact_codes.codes)
+        assert np.array_equal(mine.fact_codes.scales[rows], theirs.fact_codes.scales)

@@ -85,3 +85,4 @@ def test_every_view_holds_rows_of_its_snapshots_vectors_not_a_copy(served):
                              (view.snapshot.fact_vectors, snapshot.fact_vectors)):
             assert isinstance(mine, SharedRows) and mine.matrix is theirs
             assert np.shares_memory(mine.matrix, theirs)
+        assert view.snapshot.fact_codes is snapshot.fact_codes  # the codes too (None below the index's size)

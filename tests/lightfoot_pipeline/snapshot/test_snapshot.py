@@ -17,8 +17,8 @@ from lightfoot_pipeline import operations
 from lightfoot_pipeline.ingest.dataset import Document
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.retrieval.graph import walk_graph
-from lightfoot_pipeline.snapshot import export
-from lightfoot_pipeline.snapshot.export import erase_from_snapshots, export_snapshot
+from lightfoot_pipeline.snapshot import codes, export
+from lightfoot_pipeline.snapshot.export import erase_from_snapshots, export_snapshot, publish_checked
 from lightfoot_pipeline.snapshot.format import (
     SnapshotDirectory,
     SnapshotError,
@@ -292,7 +292,8 @@ def test_a_re_export_after_a_deletion_embeds_nothing_and_equals_a_fresh_export(s
     steps = []
     after = export_snapshot(store, counting, index_min_rows=1, progress=lambda *step: steps.append(step))
     assert counting.embedded == 0 and after.counts["embedded"] == 0
-    assert ("writing the snapshot", 10, 10) in steps  # four tables, three graph arrays, two matrices, the fact index
+    # four tables, three graph arrays, the fact index, two matrices and the facts' codes and scales
+    assert ("writing the snapshot", 12, 12) in steps
 
     fresh_store = Store(str(tmp_path / "fresh"))
     build(fresh_store, hashing_embedder, [d for d in CORPUS if d != "d-paris"])
@@ -304,6 +305,12 @@ def test_a_re_export_after_a_deletion_embeds_nothing_and_equals_a_fresh_export(s
     np.testing.assert_array_equal(reused.fact_index.centroids, fresh.fact_index.centroids)
     np.testing.assert_array_equal(reused.fact_index.offsets, fresh.fact_index.offsets)
     assert (reused.adjacency != fresh.adjacency).nnz == 0
+    # The facts' codes are mapped like the vectors, and are the codes of the stored rows.
+    assert isinstance(reused.fact_codes.codes, np.memmap) and isinstance(reused.fact_codes.scales, np.memmap)
+    assert {str(Path(reused.info.uri) / name) for name in (codes.CODES_FILE, codes.SCALES_FILE)} <= mapped_files()
+    np.testing.assert_array_equal(reused.fact_codes.codes, codes.in_memory(reused.fact_vectors).codes)
+    np.testing.assert_array_equal(reused.fact_codes.codes, fresh.fact_codes.codes)
+    np.testing.assert_array_equal(reused.fact_codes.scales, fresh.fact_codes.scales)
 
 
 def test_an_export_reports_its_embedding_as_progress(store, hashing_embedder):
@@ -315,6 +322,12 @@ def test_an_export_reports_its_embedding_as_progress(store, hashing_embedder):
     assert names[-1] == "writing the snapshot"
     passages = [(done, total) for step, done, total in steps if step == "passage vectors"]
     assert passages[0] == (0, 6) and passages[-1] == (6, 6)
+    # The published snapshot holds the store's state: kept, unless restaged (after an upgrade)
+    published = latest_snapshot(store)
+    assert publish_checked(store, hashing_embedder).kept
+    restaged = publish_checked(store, CountingEmbedder(hashing_embedder), restage=True)
+    assert restaged.staged and restaged.published and restaged.info.snapshot_id != published.snapshot_id
+    assert restaged.info.fingerprint == published.fingerprint and restaged.info.counts["embedded"] == 0
 
 
 def test_a_re_export_after_a_deletion_fingerprints_only_the_buckets_it_rewrote(store, hashing_embedder):
@@ -355,7 +368,8 @@ def test_an_export_made_two_rows_at_a_time_writes_the_same_files_and_leaves_no_s
         follow how its string buffers were built, not only what they hold)."""
         folder = Path(at.uri) / "snapshots" / latest_snapshot(at).snapshot_id
         files: dict[str, object] = {name: (folder / name).read_bytes()
-                                    for name in ("passage_vectors.npy", "fact_vectors.npy", "fact_index.npz")}
+                                    for name in ("passage_vectors.npy", "fact_vectors.npy", "fact_index.npz",
+                                                 codes.CODES_FILE, codes.SCALES_FILE)}
         facts = ipc.open_file(pa.memory_map(str(folder / "facts.arrow"))).read_all()
         return {**files, "facts.arrow": facts.to_pylist()}
 
