@@ -109,18 +109,21 @@ class Graph:
 
 
 def read_graph_tables(store: Store, manifest: Manifest) -> GraphTables:
-    """The store's committed index tables, as a snapshot assembles them."""
-    passages = store.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id", "title", "text"])
-    sources = store.read(PASSAGE_SOURCES.name, manifest, columns=["chunk_id", "page", "section"])
+    """The store's committed index tables, as a snapshot assembles them: only the columns it
+    uses, and none kept in the store's memory of whole tables (``Store.read_columns``), so that an
+    export holds what it assembles and no more (a whole ``fact_sources`` row repeats its fact's
+    strings; an ``aliases`` row holds a digest)."""
+    passages = store.read_columns(PASSAGES.name, manifest, ["chunk_id", "doc_id", "title", "text"])
+    sources = store.read_columns(PASSAGE_SOURCES.name, manifest, ["chunk_id", "page", "section"])
     return GraphTables(
-        entities=store.read(ENTITIES.name, manifest, columns=["entity_id", "type", "display_name"]),
+        entities=store.read_columns(ENTITIES.name, manifest, ["entity_id", "type", "display_name"]),
         passages=with_locations(passages, sources),
-        mentions=store.read(MENTIONS.name, manifest, columns=["entity_id", "chunk_id"]),
-        aliases=store.read(ALIASES.name, manifest, columns=["name", "type", "entity_id"]),
-        facts=store.read(FACTS.name, manifest, columns=["fact_id", "subject", "subject_type", "predicate", "object",
+        mentions=store.read_columns(MENTIONS.name, manifest, ["entity_id", "chunk_id"]),
+        aliases=store.read_columns(ALIASES.name, manifest, ["name", "type", "entity_id"]),
+        facts=store.read_columns(FACTS.name, manifest, ["fact_id", "subject", "subject_type", "predicate", "object",
                                                         "object_type", "n_sources"]),
-        evidence=store.read(FACT_SOURCES.name, manifest, columns=["fact_id", "chunk_id", "doc_id", "evidence"]),
-        synonyms=store.read(SYNONYM_EDGES.name, manifest, columns=["entity_a", "entity_b", "similarity"]),
+        evidence=store.read_columns(FACT_SOURCES.name, manifest, ["fact_id", "chunk_id", "doc_id", "evidence"]),
+        synonyms=store.read_columns(SYNONYM_EDGES.name, manifest, ["entity_a", "entity_b", "similarity"]),
     )
 
 
@@ -251,8 +254,8 @@ def collect(store: Store, manifest: Manifest, embedder: Embedder, scratch: Path,
 def live_readers(store: Store, manifest: Manifest) -> pl.DataFrame:
     """doc_id, readers of every live document at ``manifest`` (``public`` for one without a readers
     row), by doc id: two small columns, what a service reads to narrow its views (service/queries.py)."""
-    readers = store.read(DOCUMENT_READERS.name, manifest, columns=["doc_id", "readers"])
-    documents = store.read(DOCUMENTS.name, manifest, columns=["doc_id"])
+    readers = store.read_columns(DOCUMENT_READERS.name, manifest, ["doc_id", "readers"])
+    documents = store.read_columns(DOCUMENTS.name, manifest, ["doc_id"])
     return documents.join(readers, on="doc_id", how="left").with_columns(
         pl.col("readers").fill_null(PUBLIC)).sort("doc_id")
 
@@ -263,7 +266,7 @@ def read_access(store: Store, manifest: Manifest, *, always: bool = False) -> Ac
     every document is public (every view is the whole), unless ``always`` (an export's: a later
     narrowing commit derives views from them)."""
     if not always:
-        stored = store.read(DOCUMENT_READERS.name, manifest, columns=["readers"])
+        stored = store.read_columns(DOCUMENT_READERS.name, manifest, ["readers"])
         if all(PUBLIC in readers_of_text(text) for text in stored.get_column("readers").unique().to_list()):
             return None  # a document without a row is public too: nothing else to read
     readers = live_readers(store, manifest)
@@ -276,9 +279,11 @@ def read_access(store: Store, manifest: Manifest, *, always: bool = False) -> Ac
     }
     return Access(
         readers=readers,
-        forms=store.read(FORMS.name, manifest, columns=FORMS.columns).sort("chunk_id", "name", "type"),
-        fact_sources=store.read(FACT_SOURCES.name, manifest, columns=FACT_SOURCES.columns).sort("fact_id", "chunk_id"),
-        name_links=store.read(NAME_LINKS.name, manifest, columns=NAME_LINKS.columns).sort("type", "name_a", "name_b"),
+        forms=store.read_columns(FORMS.name, manifest, list(FORMS.columns)).sort("chunk_id", "name", "type"),
+        fact_sources=store.read_columns(FACT_SOURCES.name, manifest,
+                                        list(FACT_SOURCES.columns)).sort("fact_id", "chunk_id"),
+        name_links=store.read_columns(NAME_LINKS.name, manifest,
+                                      list(NAME_LINKS.columns)).sort("type", "name_a", "name_b"),
         settings=settings,
     )
 
@@ -295,7 +300,7 @@ def access_since(store: Store, manifest: Manifest, passages: pl.DataFrame) -> tu
     access = read_access(store, manifest, always=True)
     assert access is not None
     mine = passages.select("chunk_id", "doc_id")
-    stored = store.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id"])
+    stored = store.read_columns(PASSAGES.name, manifest, ["chunk_id", "doc_id"])
     counts = (mine.group_by("doc_id").len("held")
               .join(stored.group_by("doc_id").len("now"), on="doc_id", how="left")
               .join(mine.join(stored, on=["chunk_id", "doc_id"], how="semi").group_by("doc_id").len("kept"),
