@@ -10,8 +10,10 @@ first export: every passage and fact embedded, the fact index trained, the vecto
 ``--in-place`` (one version; a store of 1M passages is tens of GB to copy) the export runs on the
 store itself as it stands.
 
-For each version: the export's wall and CPU seconds, the process's peak RSS, the snapshot's counts
-and size on disk, and the load average; beside the first version, each other's ratios.
+For each version: the export's wall and CPU seconds, the process's peak RSS and each step's (the
+steps its progress reports: reading the store, embedding, indexing, writing; with the anonymous
+and file-backed memory it held as each ended), the snapshot's
+counts and size on disk, and the load average; beside the first version, each other's ratios.
 """
 
 from __future__ import annotations
@@ -31,19 +33,46 @@ ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = """
 import json, sys, time
+from pathlib import Path
 import lightfoot_pipeline
 assert lightfoot_pipeline.__file__.startswith(sys.argv[2]), f"{lightfoot_pipeline.__file__} is not of {sys.argv[2]}"
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.progress import peak_rss_mb
 from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.store.store import Store
-started, cpu = time.perf_counter(), time.process_time()
-info = export_snapshot(Store(sys.argv[1]), HashingEmbedder(dim=384))
-print(json.dumps({"seconds": round(time.perf_counter() - started, 2), "cpu_s": round(time.process_time() - cpu, 2),
-                  "peak_rss_mb": peak_rss_mb(),
-                  "snapshot_id": info.snapshot_id, "counts": info.counts}))
-"""
 
+# The peak of each step the export reports: Linux's high-water mark, read and reset
+# (/proc/self/clear_refs) as the step changes. The whole export's peak is the largest of them.
+steps, now = {}, [None, time.perf_counter()]
+def _reset():
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+def _resident():
+    # what the process holds as the step ends: its own memory, and pages of files it maps
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return {key: round(int(fields[name].split()[0]) / 1024, 1)
+            for key, name in (("anon_mb_at_end", "RssAnon"), ("file_mb_at_end", "RssFile")) if name in fields}
+def _close_step():
+    if now[0] is not None:
+        seen = steps.setdefault(now[0], {"peak_rss_mb": 0.0, "seconds": 0.0})
+        seen["peak_rss_mb"] = max(seen["peak_rss_mb"], peak_rss_mb())
+        seen.update(_resident())
+        seen["seconds"] = round(seen["seconds"] + time.perf_counter() - now[1], 2)
+def progress(step, done, total):
+    if step != now[0]:
+        _close_step()
+        _reset()
+        now[0], now[1] = step, time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
+info = export_snapshot(Store(sys.argv[1]), HashingEmbedder(dim=384), progress=progress)
+_close_step()
+seconds, cpu_s = round(time.perf_counter() - started, 2), round(time.process_time() - cpu, 2)
+print(json.dumps({"seconds": seconds, "cpu_s": cpu_s,
+                  "peak_rss_mb": max([peak_rss_mb()] + [s["peak_rss_mb"] for s in steps.values()]),
+                  "steps": steps, "snapshot_id": info.snapshot_id, "counts": info.counts}))
+"""
 
 def _copy_without_exports(store: Path, target: Path) -> None:
     """The store without its snapshots and its passage and fact vector caches (name vectors kept)."""

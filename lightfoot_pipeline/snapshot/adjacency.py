@@ -31,11 +31,23 @@ def build_adjacency(
     (entity index, entity index, weight), each unordered pair once.
     """
     n = n_entities + n_passages
-    m_entity, m_passage = (np.asarray(a, dtype=np.int64) for a in mentions)
+    # Node numbers in the narrowest type that holds them: scipy keeps a matrix's indices in int32
+    # where they fit, so int64 copies would only be converted again (at a million passages, 30M
+    # entries a copy).
+    index = np.int32 if n < np.iinfo(np.int32).max else np.int64
+    ends = [(mentions[0], n_entities), (mentions[1], n_passages), (fact_pairs[0], n_entities),
+            (fact_pairs[1], n_entities), (synonym_pairs[0], n_entities), (synonym_pairs[1], n_entities)]
+    for values, bound in ends:  # checked before the narrowing, which would wrap a stray value into range
+        values = np.asarray(values)
+        if values.size and (values.min() < 0 or values.max() >= bound):
+            raise ValueError(f"edge endpoint outside the {n} nodes of the graph")
+    m_entity, m_passage = (np.asarray(a, dtype=index) for a in mentions)
     f_a, f_b, f_w = (np.asarray(a) for a in fact_pairs)
     s_a, s_b, s_w = (np.asarray(a) for a in synonym_pairs)
-    rows = np.concatenate([m_entity, n_entities + m_passage, f_a, f_b, s_a, s_b]).astype(np.int64)
-    cols = np.concatenate([n_entities + m_passage, m_entity, f_b, f_a, s_b, s_a]).astype(np.int64)
+    rows = np.concatenate([m_entity, index(n_entities) + m_passage, f_a.astype(index), f_b.astype(index),
+                           s_a.astype(index), s_b.astype(index)])
+    cols = np.concatenate([index(n_entities) + m_passage, m_entity, f_b.astype(index), f_a.astype(index),
+                           s_b.astype(index), s_a.astype(index)])
     weights = np.concatenate([
         np.ones(2 * len(m_entity), dtype=np.float64),
         np.asarray(f_w, dtype=np.float64), np.asarray(f_w, dtype=np.float64),

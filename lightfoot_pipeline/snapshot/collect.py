@@ -14,6 +14,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import polars as pl
@@ -26,9 +27,16 @@ from lightfoot_pipeline.models.embedder import Embedder
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.snapshot import codes, spill
 from lightfoot_pipeline.snapshot.adjacency import build_adjacency
-from lightfoot_pipeline.snapshot.codes import RowCodes
 from lightfoot_pipeline.snapshot.fact_index import INDEX_MIN_ROWS, assign, n_lists, sample_rows, train_centroids
-from lightfoot_pipeline.snapshot.format import Access, FactIndex, Snapshot, SnapshotError, passage_text
+from lightfoot_pipeline.snapshot.format import (
+    TABLE_SUFFIX,
+    Access,
+    FactIndex,
+    Snapshot,
+    SnapshotError,
+    graph_file,
+    passage_text,
+)
 from lightfoot_pipeline.snapshot.shared_rows import Vectors
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
@@ -57,18 +65,20 @@ def _stepper(progress: ExportProgress | None) -> ExportProgress:
 
 @dataclass
 class Content:
-    """What a snapshot holds, gathered from the store's committed state."""
+    """What a snapshot holds, gathered from the store's committed state. Every large part is a file
+    of the export's scratch folder, written in the snapshot's format already (spill.py): the
+    tables are frames mapped from theirs (for the snapshot's counts), and writing the snapshot
+    copies the files (snapshot/export.py)."""
 
     entities: pl.DataFrame
     passages: pl.DataFrame
     facts: pl.DataFrame
     evidence: pl.DataFrame
-    adjacency: sp.csr_matrix
-    passage_vectors: np.memmap  # (#passages, dim) float16, a file of the export's scratch folder (spill.py)
-    fact_vectors: np.memmap  # (#facts, dim) float16, rows in facts order, the same
+    files: dict[str, Path]  # the snapshot's file name -> the scratch file that holds it: tables, graph, vectors, codes
+    nodes: int  # of the graph
+    stored_entries: int  # of the graph's adjacency (both directions of an edge)
     edge_counts: dict
     fact_index: FactIndex | None = None
-    fact_codes: RowCodes | None = None  # with the index: the fact vectors' int8 codes, files beside them (codes.py)
     embedded: int = 0  # texts embedded for this snapshot (no vector cached or in the previous one)
     access: Access | None = None  # what reader views are derived from; None when every document is public
 
@@ -84,7 +94,7 @@ def with_locations(passages: pl.DataFrame, sources: pl.DataFrame) -> pl.DataFram
 
 @dataclass
 class GraphTables:
-    """The index tables a snapshot's graph is assembled from: the store's, or a reader view's
+    """The index tables a snapshot's graph is assembled from, held in memory: a reader view's
     (permissions/views.py), which derives them from the documents a principal may read."""
 
     entities: pl.DataFrame  # entity_id, type, display_name
@@ -94,6 +104,19 @@ class GraphTables:
     facts: pl.DataFrame  # fact_id, subject, subject_type, predicate, object, object_type, n_sources
     evidence: pl.DataFrame  # fact_id, chunk_id, doc_id, evidence
     synonyms: pl.DataFrame  # entity_a, entity_b, similarity
+
+    def take(self, name: str) -> pl.DataFrame:
+        """The frame ``name``, left empty here: once the assembly has what it needs from a
+        table, its rows are freed unless the caller holds them too."""
+        frame = getattr(self, name)
+        setattr(self, name, frame.clear())
+        return frame
+
+
+class TableSource(Protocol):
+    """Where the assembly takes its tables from, one at a time (:class:`GraphTables`, :class:`StoreTables`)."""
+
+    def take(self, name: str) -> pl.DataFrame: ...
 
 
 @dataclass
@@ -108,57 +131,92 @@ class Graph:
     edge_counts: dict
 
 
-def read_graph_tables(store: Store, manifest: Manifest) -> GraphTables:
-    """The store's committed index tables, as a snapshot assembles them: only the columns it
-    uses, and none kept in the store's memory of whole tables (``Store.read_columns``), so that an
-    export holds what it assembles and no more (a whole ``fact_sources`` row repeats its fact's
-    strings; an ``aliases`` row holds a digest)."""
-    passages = store.read_columns(PASSAGES.name, manifest, ["chunk_id", "doc_id", "title", "text"])
-    sources = store.read_columns(PASSAGE_SOURCES.name, manifest, ["chunk_id", "page", "section"])
-    return GraphTables(
-        entities=store.read_columns(ENTITIES.name, manifest, ["entity_id", "type", "display_name"]),
-        passages=with_locations(passages, sources),
-        mentions=store.read_columns(MENTIONS.name, manifest, ["entity_id", "chunk_id"]),
-        aliases=store.read_columns(ALIASES.name, manifest, ["name", "type", "entity_id"]),
-        facts=store.read_columns(FACTS.name, manifest, ["fact_id", "subject", "subject_type", "predicate", "object",
-                                                        "object_type", "n_sources"]),
-        evidence=store.read_columns(FACT_SOURCES.name, manifest, ["fact_id", "chunk_id", "doc_id", "evidence"]),
-        synonyms=store.read_columns(SYNONYM_EDGES.name, manifest, ["entity_a", "entity_b", "similarity"]),
-    )
+# The store's table and the columns of it that the assembly takes, by GraphTables' names.
+_STORE_COLUMNS = {
+    "entities": (ENTITIES, ["entity_id", "type", "display_name"]),
+    "mentions": (MENTIONS, ["entity_id", "chunk_id"]),
+    "aliases": (ALIASES, ["name", "type", "entity_id"]),
+    "facts": (FACTS, ["fact_id", "subject", "subject_type", "predicate", "object", "object_type", "n_sources"]),
+    "evidence": (FACT_SOURCES, ["fact_id", "chunk_id", "doc_id", "evidence"]),
+    "synonyms": (SYNONYM_EDGES, ["entity_a", "entity_b", "similarity"]),
+}
 
 
-def assemble_graph(tables: GraphTables) -> Graph:
+@dataclass
+class StoreTables:
+    """The store's committed index tables, as a snapshot assembles them, each read when the
+    assembly takes it: only the columns it uses, none kept in the store's memory of whole tables
+    (``Store.read_columns``), and never all at once, so that an export holds one table as read
+    beside what it has assembled (a whole ``fact_sources`` row repeats its fact's strings; an
+    ``aliases`` row holds a digest)."""
+
+    store: Store
+    manifest: Manifest
+
+    def take(self, name: str) -> pl.DataFrame:
+        if name == "passages":
+            passages = self.store.read_columns(PASSAGES.name, self.manifest, ["chunk_id", "doc_id", "title", "text"])
+            sources = self.store.read_columns(PASSAGE_SOURCES.name, self.manifest, ["chunk_id", "page", "section"])
+            return with_locations(passages, sources)
+        table, columns = _STORE_COLUMNS[name]
+        return self.store.read_columns(table.name, self.manifest, columns)
+
+
+Settle = Callable[[str, pl.DataFrame], pl.DataFrame]
+
+
+def _kept(name: str, frame: pl.DataFrame) -> pl.DataFrame:
+    return frame
+
+
+def assemble_graph(tables: TableSource, settle: Settle = _kept) -> Graph:
     """Node tables (entities by id, then passages by chunk id) and the adjacency over them: a
-    function of the tables' rows alone, whatever their order."""
-    entities = tables.entities.select("entity_id", "type", "display_name").sort("entity_id")
+    function of the tables' rows alone, whatever their order.
+
+    The assembly takes the tables one at a time, and hands each node table, once it is final, to
+    ``settle(name, frame)`` (``passages``, ``entities``, ``facts``, ``fact_evidence``), keeping
+    what that returns: an export writes the table to a file and keeps the frame mapped from it
+    (spill.py), so that it holds the table being made and not every one."""
+    entities = tables.take("entities").select("entity_id", "type", "display_name").sort("entity_id")
     entities = entities.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64))
     n_entities = entities.height
-    passages = tables.passages.select("chunk_id", "doc_id", "title", "text", "location").sort("chunk_id")
-    passages = passages.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64) + n_entities)
     entity_index = entities.select("entity_id", pl.col("node").alias("entity_node"))
-    passage_index = passages.select("chunk_id", (pl.col("node") - n_entities).alias("passage_row"))
 
-    mention_pairs = (tables.mentions.select("entity_id", "chunk_id")
-                     .join(entity_index, on="entity_id", how="left").join(passage_index, on="chunk_id", how="left"))
+    passages = tables.take("passages").select("chunk_id", "doc_id", "title", "text", "location").sort("chunk_id")
+    passages = passages.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64) + n_entities)
+    passage_index = passages.select("chunk_id", (pl.col("node") - n_entities).alias("passage_row"))
+    n_passages = passages.height
+    passages = settle("passages", passages.select("node", "chunk_id", "doc_id", "title", "text", "location"))
+
+    mention_pairs = (tables.take("mentions").select("entity_id", "chunk_id")
+                     .join(entity_index, on="entity_id", how="left").join(passage_index, on="chunk_id", how="left")
+                     .select("entity_node", "passage_row"))
+    del passage_index
     if mention_pairs.filter(pl.col("entity_node").is_null() | pl.col("passage_row").is_null()).height:
         raise SnapshotError("mentions name entities or passages that the store does not hold; run the graph stage")
-    per_entity = mention_pairs.group_by("entity_id").agg(pl.col("chunk_id").n_unique().alias("n_passages"))
-    entities = entities.join(per_entity, on="entity_id", how="left").with_columns(
+    per_entity = mention_pairs.group_by("entity_node").agg(pl.col("passage_row").n_unique().alias("n_passages"))
+    entities = entities.join(per_entity, left_on="node", right_on="entity_node", how="left").with_columns(
         pl.col("n_passages").fill_null(0).cast(pl.Int64)).sort("node")
+    del per_entity
+    entities = settle("entities", entities.select("node", "entity_id", "type", "display_name", "n_passages"))
 
-    ends = tables.aliases.join(entity_index, on="entity_id", how="left").select("name", "type", "entity_node")
+    ends = tables.take("aliases").join(entity_index, on="entity_id", how="left").select("name", "type", "entity_node")
     facts = (
-        tables.facts.select("fact_id", "subject", "subject_type", "predicate", "object", "object_type", "n_sources")
+        tables.take("facts")
+        .select("fact_id", "subject", "subject_type", "predicate", "object", "object_type", "n_sources")
         .join(ends.rename({"name": "subject", "type": "subject_type", "entity_node": "subject_entity"}),
               on=["subject", "subject_type"], how="left")
         .join(ends.rename({"name": "object", "type": "object_type", "entity_node": "object_entity"}),
               on=["object", "object_type"], how="left")
         .sort("fact_id")
     )
+    del ends
     if facts.filter(pl.col("subject_entity").is_null() | pl.col("object_entity").is_null()).height:
         raise SnapshotError("facts name subjects or objects that no alias holds; run the graph stage")
-    facts = facts.select("fact_id", "subject", "predicate", "object", "subject_entity", "object_entity", "n_sources")
-    evidence = tables.evidence.select("fact_id", "chunk_id", "doc_id", "evidence").sort(["fact_id", "chunk_id"])
+    facts = settle("facts", facts.select("fact_id", "subject", "predicate", "object", "subject_entity",
+                                         "object_entity", "n_sources"))
+    evidence = settle("fact_evidence", tables.take("evidence").select("fact_id", "chunk_id", "doc_id", "evidence")
+                      .sort(["fact_id", "chunk_id"]))
 
     # Entity–entity edges: one per unordered pair, weighted by how many facts link the pair.
     linked = facts.filter(pl.col("subject_entity") != pl.col("object_entity")).select(
@@ -168,35 +226,34 @@ def assemble_graph(tables: GraphTables) -> Graph:
     )
     fact_edges = linked.group_by("a", "b").agg(pl.col("fact_id").n_unique().alias("w")).sort("a", "b")
     synonyms = (
-        tables.synonyms.select("entity_a", "entity_b", "similarity")
+        tables.take("synonyms").select("entity_a", "entity_b", "similarity")
         .join(entity_index.rename({"entity_id": "entity_a", "entity_node": "a"}), on="entity_a", how="left")
         .join(entity_index.rename({"entity_id": "entity_b", "entity_node": "b"}), on="entity_b", how="left")
         .sort("a", "b")
     )
+    del entity_index
     if synonyms.filter(pl.col("a").is_null() | pl.col("b").is_null()).height:
         raise SnapshotError("synonym edges name entities that the store does not hold; run the graph stage")
+    edge_counts = {"mention": mention_pairs.height, "fact": fact_edges.height, "synonym": synonyms.height}
     mention_pairs = mention_pairs.sort("entity_node", "passage_row")
     adjacency = build_adjacency(
         n_entities,
-        passages.height,
+        n_passages,
         (mention_pairs.get_column("entity_node").to_numpy(), mention_pairs.get_column("passage_row").to_numpy()),
         (fact_edges.get_column("a").to_numpy(), fact_edges.get_column("b").to_numpy(),
          fact_edges.get_column("w").to_numpy()),
         (synonyms.get_column("a").to_numpy(), synonyms.get_column("b").to_numpy(),
          synonyms.get_column("similarity").to_numpy()),
     )
-    return Graph(
-        entities=entities.select("node", "entity_id", "type", "display_name", "n_passages"),
-        passages=passages.select("node", "chunk_id", "doc_id", "title", "text", "location"),
-        facts=facts, evidence=evidence, adjacency=adjacency,
-        edge_counts={"mention": mention_pairs.height, "fact": fact_edges.height, "synonym": synonyms.height},
-    )
+    return Graph(entities=entities, passages=passages, facts=facts, evidence=evidence, adjacency=adjacency,
+                 edge_counts=edge_counts)
 
 
 def collect(store: Store, manifest: Manifest, embedder: Embedder, scratch: Path, previous: Snapshot | None = None,
             progress: ExportProgress | None = None, index_min_rows: int = INDEX_MIN_ROWS) -> Content:
-    """Node tables, edges and vectors of the store's committed state; the vectors in files under
-    ``scratch`` (snapshot/spill.py), which the caller removes once it has written them.
+    """Node tables, graph and vectors of the store's committed state, as files of the snapshot's
+    format under ``scratch`` (snapshot/spill.py), which the caller removes once it has copied them.
+    The tables go to their files as soon as they are assembled, and are mapped from them after.
 
     Vectors of passages and facts that ``previous`` (a snapshot of the same embedder) holds are
     taken from it; the others come from the vector caches, embedded only when no cache holds them.
@@ -205,47 +262,71 @@ def collect(store: Store, manifest: Manifest, embedder: Embedder, scratch: Path,
     from (:func:`read_access`; without them, :func:`access_since` reads them when a service needs them).
     """
     step = _stepper(progress)
-    step("reading the store", 0, 1)
-    graph = assemble_graph(read_graph_tables(store, manifest))
+    files: dict[str, Path] = {}  # a snapshot file's name -> the scratch file that holds it
+
+    def spilled(name: str, frame: pl.DataFrame, scratch_name: str | None = None) -> pl.DataFrame:
+        files[name + TABLE_SUFFIX] = scratch / ((scratch_name or name) + TABLE_SUFFIX)
+        return spill.table(frame, files[name + TABLE_SUFFIX])
+
+    # Each node table leaves memory as soon as it is assembled: while the export assembles the
+    # rest, embeds and indexes, the tables are pages of their files (spill.py).
+    step("assembling the graph", 0, 1)
+    graph = assemble_graph(StoreTables(store, manifest), settle=spilled)
+    step("assembling the graph", 1, 1)
+    entities, evidence, passages, facts = graph.entities, graph.evidence, graph.passages, graph.facts
+    adjacency, edge_counts = graph.adjacency, graph.edge_counts
+    for name, values in (("indptr", adjacency.indptr), ("indices", adjacency.indices), ("weights", adjacency.data)):
+        files[graph_file(name)] = scratch / graph_file(name)
+        spill.array(values, files[graph_file(name)])
+    nodes, stored_entries = int(adjacency.shape[0]), int(adjacency.nnz)
+    del graph, adjacency
+    indexed = facts.height >= index_min_rows
+    step("reading who may read", 0, 1)
     access = read_access(store, manifest)
     if access is not None:
         access.settings["index_min_rows"] = int(index_min_rows)  # a view builds its fact index as this export did
-    step("reading the store", 1, 1)
-    passages, facts = graph.passages, graph.facts
+        access = Access(**{name: spilled(name, frame) for name, frame in access.frames().items()},
+                        settings=access.settings)
+    step("reading who may read", 1, 1)
     reuse = previous if previous is not None and previous.info.models.get("embedder") == embedder.model_id else None
     counter = [0]
-    passage_vectors = _vectors(
+    files["passage_vectors.npy"] = scratch / "passage_vectors.npy"
+    _vectors(
         store, "passage", embedder, passages.select("chunk_id", "title", "text"), ["chunk_id", "title"],
         lambda frame: [passage_text(t, x) for t, x in frame.select("title", "text").iter_rows()],
         reuse.passages.select("chunk_id", "title") if reuse else None, reuse.passage_vectors if reuse else None,
-        step, counter, scratch / "passage_vectors.npy")
+        step, counter, files["passage_vectors.npy"])
+    files["fact_vectors.npy"] = scratch / "fact_vectors.npy"
     fact_vectors = _vectors(
         store, "fact", embedder, facts.select("fact_id", "subject", "predicate", "object"), ["fact_id"],
         lambda frame: [fact_text(s, p, o) for s, p, o in frame.select("subject", "predicate", "object").iter_rows()],
         reuse.facts.select("fact_id") if reuse else None, reuse.fact_vectors if reuse else None, step, counter,
-        scratch / "fact_vectors_by_id.npy")
-    fact_index, fact_codes = None, None
-    if facts.height >= index_min_rows:
-        fact_index, order = build_fact_index(facts.get_column("fact_id").to_numpy(), fact_vectors,
-                                             reuse, lambda done, total: step("indexing facts", done, total))
-        facts = facts[order]
-        unordered, fact_vectors = fact_vectors, spill.gathered(fact_vectors, order, scratch / "fact_vectors.npy")
-        del unordered
+        scratch / "fact_vectors_by_id.npy" if indexed else files["fact_vectors.npy"])
+    fact_index = None
+    if indexed:
+        fact_index, order = build_fact_index(facts.get_column("fact_id"), fact_vectors, reuse,
+                                             lambda done, total: step("indexing facts", done, total))
+        # In group order: gathered in memory (the served table stays one piece), then a file too.
+        by_id, facts = files["facts" + TABLE_SUFFIX], spilled("facts", facts[order], "facts_by_group")
+        by_id.unlink()
+        unordered, fact_vectors = fact_vectors, spill.gathered(fact_vectors, order, files["fact_vectors.npy"])
+        del unordered, order
         (scratch / "fact_vectors_by_id.npy").unlink()
         step("coding facts", 0, 1)
-        fact_codes = codes.spilled(fact_vectors, scratch)
+        codes.spilled(fact_vectors, scratch)
+        files[codes.CODES_FILE], files[codes.SCALES_FILE] = scratch / codes.CODES_FILE, scratch / codes.SCALES_FILE
         step("coding facts", 1, 1)
+    del fact_vectors
     return Content(
-        entities=graph.entities,
+        entities=entities,
         passages=passages,
         facts=facts,
-        evidence=graph.evidence,
-        adjacency=graph.adjacency,
-        passage_vectors=passage_vectors,
-        fact_vectors=fact_vectors,
-        edge_counts=graph.edge_counts,
+        evidence=evidence,
+        files=files,
+        nodes=nodes,
+        stored_entries=stored_entries,
+        edge_counts=edge_counts,
         fact_index=fact_index,
-        fact_codes=fact_codes,
         embedded=counter[0],
         access=access,
     )

@@ -13,20 +13,15 @@ of a document that was ingested again, exporting a fresh one first when the curr
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.ipc as ipc
 
 from lightfoot_pipeline.models.embedder import Embedder
-from lightfoot_pipeline.snapshot.codes import CODES_FILE, SCALES_FILE
 from lightfoot_pipeline.snapshot.collect import Content, ExportProgress, collect
 from lightfoot_pipeline.snapshot.fact_index import INDEX_MIN_ROWS
 from lightfoot_pipeline.snapshot.format import (
@@ -34,13 +29,11 @@ from lightfoot_pipeline.snapshot.format import (
     FACT_INDEX_FILE,
     FORMAT_VERSION,
     MANIFEST_FILE,
-    TABLE_SUFFIX,
     Snapshot,
     SnapshotDirectory,
     SnapshotError,
     SnapshotInfo,
     embedder_for_models,
-    graph_file,
     latest_snapshot,
     load_snapshot,
     read_info,
@@ -64,21 +57,6 @@ from lightfoot_pipeline.store.vectors import UnloadedEmbedder
 log = logging.getLogger(__name__)
 
 DEFAULT_KEEP = 3
-
-
-def _npy(array) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
-    return buffer.getvalue()
-
-
-def _write_table(location: SnapshotDirectory, path: str, frame: pl.DataFrame) -> None:
-    """A table as an Arrow IPC file, uncompressed, streamed to ``path``: what format.py maps. Its
-    strings are Arrow string views, Polars' own layout, so a mapped table is a frame without a
-    conversion (a string column of another type would be copied into views at every load)."""
-    table = frame.to_arrow(compat_level=pl.CompatLevel.newest())
-    with location.fs.open_output_stream(path) as out, ipc.new_file(out, table.schema) as writer:
-        writer.write_table(table)
 
 
 def _new_snapshot_id(now: dt.datetime, fingerprint: str) -> str:
@@ -160,8 +138,8 @@ def _write_content(location: SnapshotDirectory, content: Content, manifest, mode
         "documents": content.passages.get_column("doc_id").n_unique(),
         "facts": content.facts.height,
         "fact_evidence": content.evidence.height,
-        "nodes": int(content.adjacency.shape[0]),
-        "stored_entries": int(content.adjacency.nnz),
+        "nodes": content.nodes,
+        "stored_entries": content.stored_entries,
         "edges": {k: int(v) for k, v in content.edge_counts.items()},
         "fact_index_groups": 0 if content.fact_index is None else len(content.fact_index.offsets) - 1,
         "embedded": content.embedded,
@@ -173,34 +151,22 @@ def _write_content(location: SnapshotDirectory, content: Content, manifest, mode
     )
     location.fs.create_dir(location.path(snapshot_id), recursive=True)
     folder = lambda name: location.path(snapshot_id, name)  # noqa: E731
-    tables = [("entities", content.entities), ("passages", content.passages), ("facts", content.facts),
-              ("fact_evidence", content.evidence)]
-    graph = content.adjacency  # canonical: duplicates summed, each row's columns sorted (adjacency.py)
-    files = [(graph_file("indptr"), lambda: _npy(graph.indptr)), (graph_file("indices"), lambda: _npy(graph.indices)),
-             (graph_file("weights"), lambda: _npy(graph.data))]
-    copied = [("passage_vectors.npy", content.passage_vectors), ("fact_vectors.npy", content.fact_vectors)]
-    if content.fact_codes is not None:
-        copied.extend([(CODES_FILE, content.fact_codes.codes), (SCALES_FILE, content.fact_codes.scales)])
+    written: list[tuple[str, Callable[[], bytes]]] = []  # files made here: small ones
     if content.fact_index is not None:
-        files.append((FACT_INDEX_FILE, content.fact_index.to_bytes))
+        written.append((FACT_INDEX_FILE, content.fact_index.to_bytes))
     if content.access is not None:
-        access = content.access
-        tables.extend(access.frames().items())
-        files.append((ACCESS_FILE, lambda: json.dumps(access.settings, sort_keys=True).encode()))
-    total = len(tables) + len(files) + len(copied)
-    for done, (name, frame) in enumerate(tables):
+        settings = content.access.settings
+        written.append((ACCESS_FILE, lambda: json.dumps(settings, sort_keys=True).encode()))
+    copied = sorted(content.files.items())  # tables, the graph, vectors and codes: scratch files in the format
+    total = len(copied) + len(written)
+    for done, (name, local) in enumerate(copied):
         if progress is not None:
             progress("writing the snapshot", done, total)
-        _write_table(location, folder(name + TABLE_SUFFIX), frame)
-    for done, (name, data) in enumerate(files, start=len(tables)):
+        location.write_file(folder(name), local)
+    for done, (name, data) in enumerate(written, start=len(copied)):
         if progress is not None:
             progress("writing the snapshot", done, total)
         location.write_bytes(folder(name), data())
-    for done, (name, vectors) in enumerate(copied, start=len(tables) + len(files)):
-        if progress is not None:
-            progress("writing the snapshot", done, total)
-        assert vectors.filename is not None, "an export's vectors are files of its scratch folder"
-        location.write_file(folder(name), Path(vectors.filename))  # already a .npy file (spill.py)
     if progress is not None:
         progress("writing the snapshot", total, total)
     payload = {"format": FORMAT_VERSION, **info.as_dict()}

@@ -25,7 +25,8 @@ from lightfoot_pipeline.snapshot.spill import release
 INDEX_MIN_ROWS = 200_000
 KMEANS_ITERATIONS = 8
 SAMPLE_PER_LIST = 32  # k-means trains on this many rows per centroid
-BLOCK_ROWS = 65_536  # rows per product when assigning rows to centroids
+BLOCK_ROWS = 65_536  # rows per product when assigning rows to centroids, at most
+BLOCK_PRODUCT_BYTES = 64 << 20  # and no more rows than keep a block's (rows, lists) float32 product within this
 ASSIGN_THREADS = 2  # blocks assigned at once
 
 
@@ -51,21 +52,24 @@ def train_centroids(vectors: np.ndarray, sample_rows: np.ndarray, lists: int) ->
 
 
 def assign(vectors, centroids: np.ndarray, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
-    """(n,) index of each row's nearest centroid (ties to the lower index). The blocks of
-    BLOCK_ROWS rows are independent products of the same shapes whatever runs them, so they run
+    """(n,) index of each row's nearest centroid (ties to the lower index). The blocks of rows
+    are independent products of the same shapes whatever runs them, so they run
     on two threads (the BLAS library holds one each, and releases the GIL) with the same result.
     Memory-mapped vectors (an export's: spill.py) have their pages let go after each block."""
     n = vectors.shape[0]
     out = np.empty(n, dtype=np.int32)
+    # Rows a block: what bounds the memory of an assignment, whatever the number of centroids (at
+    # a million passages, 1,400 centroids: a block of 65,536 rows would be a product of 370 MB).
+    size = int(max(1, min(BLOCK_ROWS, BLOCK_PRODUCT_BYTES // (4 * max(1, centroids.shape[0])))))
 
     def block(lo: int) -> int:
-        rows = np.asarray(vectors[lo : lo + BLOCK_ROWS], dtype=np.float32)
+        rows = np.asarray(vectors[lo : lo + size], dtype=np.float32)
         out[lo : lo + rows.shape[0]] = np.argmax(rows @ centroids.T, axis=1)  # (b, dim) x (dim, L)
         release(vectors)
-        return min(n, lo + BLOCK_ROWS)
+        return min(n, lo + size)
 
     with ThreadPoolExecutor(max_workers=ASSIGN_THREADS) as pool:
-        for done in pool.map(block, range(0, n, BLOCK_ROWS)):
+        for done in pool.map(block, range(0, n, size)):
             if progress is not None:
                 progress(done, n)
     return out

@@ -1,12 +1,18 @@
-"""An export's vectors on local disk: filled, reordered and copied a chunk of rows at a time.
+"""An export's vectors, tables and graph on local disk: written as the snapshot's files, and mapped.
 
 A snapshot's vector matrices are the largest thing an export makes (eight facts a passage, 768
 bytes a fact at 384 dimensions in float16: about 6 GB at a million passages). The export holds
 none of them whole: each is a ``.npy`` file in the export's scratch folder (store/scratch.py),
 memory-mapped, filled :data:`CHUNK_ROWS` rows at a time, and the mapping's pages are let go after
 each chunk (:func:`release`), so that what the export holds follows the chunk, not the matrix.
-The file is already in the snapshot's format (``np.save``'s header and rows), so writing the
-snapshot copies it (snapshot/export.py).
+
+The node tables and the graph's arrays go the same way once they are assembled (:func:`table`,
+:func:`array`): written to the scratch folder and mapped back, so that while the export embeds,
+indexes and codes, their rows are pages of files (clean, and reclaimable), not the process's own
+memory: at a million passages the tables are gigabytes of strings.
+
+Every file is already in the snapshot's format (``np.save``'s header and rows; an Arrow IPC file,
+format.py), so writing the snapshot copies it (snapshot/export.py).
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.ipc as ipc
 
 CHUNK_ROWS = 131_072  # rows filled, gathered or assigned between two releases (96 MB at 384 float16)
 
@@ -60,4 +69,35 @@ def gathered(vectors: np.ndarray, order: np.ndarray, path: Path) -> np.ndarray:
         release(out)
         release(vectors)
     del out
+    return opened(path)
+
+
+def write_table(frame: pl.DataFrame, sink) -> None:
+    """``frame`` as an Arrow IPC file, uncompressed, streamed to ``sink`` (a path or a writable
+    stream): the snapshot's table format (format.py). Its strings are Arrow string views, Polars'
+    own layout, so a mapped table is a frame without a conversion (a string column of another type
+    would be copied into views at every load)."""
+    table = frame.to_arrow(compat_level=pl.CompatLevel.newest())
+    with ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def mapped_table(path: Path) -> pl.DataFrame:
+    """The Arrow IPC file at ``path`` as a frame over its memory mapping: its columns uncopied."""
+    frame = pl.from_arrow(ipc.open_file(pa.memory_map(str(path), "r")).read_all(), rechunk=False)
+    assert isinstance(frame, pl.DataFrame), "an Arrow table converts to a DataFrame"
+    return frame
+
+
+def table(frame: pl.DataFrame, path: Path) -> pl.DataFrame:
+    """``frame`` written to ``path`` as a snapshot table file, and read back mapped from it: once
+    the caller lets go of ``frame``, its rows are pages of the file, not this process's memory."""
+    with pa.OSFile(str(path), "wb") as out:
+        write_table(frame, out)
+    return mapped_table(path)
+
+
+def array(values: np.ndarray, path: Path) -> np.ndarray:
+    """``values`` written to ``path`` as a ``.npy`` file, and mapped back read-only."""
+    np.save(path, np.ascontiguousarray(values), allow_pickle=False)
     return opened(path)

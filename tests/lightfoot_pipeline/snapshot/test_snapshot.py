@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -138,19 +139,19 @@ def test_a_failed_export_leaves_the_published_snapshot_in_place(store, hashing_e
     build(store, hashing_embedder, ["d-ada", "d-babbage"])
     published = export_snapshot(store, hashing_embedder)
     build(store, hashing_embedder)
-    real = export._write_table
+    real = SnapshotDirectory.write_file
     calls = []
 
-    def failing(location, path, frame):
-        calls.append(frame)
+    def failing(location, path, local, *args):
+        calls.append(path)
         if len(calls) == 3:
             raise OSError("disk full")
-        real(location, path, frame)
+        real(location, path, local, *args)
 
-    monkeypatch.setattr(export, "_write_table", failing)
+    monkeypatch.setattr(SnapshotDirectory, "write_file", failing)
     with pytest.raises(OSError, match="disk full"):
         export_snapshot(store, hashing_embedder)
-    monkeypatch.setattr(export, "_write_table", real)
+    monkeypatch.setattr(SnapshotDirectory, "write_file", real)
     assert latest_snapshot(store) == published
     assert load_snapshot(store).passages.height == 2
     unfinished = [p for p in (Path(store.uri) / "snapshots").iterdir() if p.is_dir() and p.name != published.snapshot_id]
@@ -318,7 +319,9 @@ def test_an_export_reports_its_embedding_as_progress(store, hashing_embedder):
     steps = []
     export_snapshot(store, CountingEmbedder(hashing_embedder), progress=lambda *step: steps.append(step))
     names = [step for step, _, _ in steps]
-    assert names[:3] == ["fingerprinting the store", "fingerprinting the store", "reading the store"]
+    assert names[:3] == ["fingerprinting the store", "fingerprinting the store", "assembling the graph"]
+    order = list(dict.fromkeys(names))
+    assert order.index("assembling the graph") < order.index("reading who may read") < order.index("passage vectors")
     assert names[-1] == "writing the snapshot"
     passages = [(done, total) for step, done, total in steps if step == "passage vectors"]
     assert passages[0] == (0, 6) and passages[-1] == (6, 6)
@@ -351,8 +354,6 @@ def test_an_export_made_two_rows_at_a_time_writes_the_same_files_and_leaves_no_s
     at a time (snapshot/spill.py): with chunks and blocks of two and three rows, a first export and
     a re-export that reuses the previous snapshot's vectors write the bytes that whole-matrix
     chunks write, and the scratch folder that held the vectors is gone once each export ends."""
-    import tempfile
-
     from lightfoot_pipeline.snapshot import fact_index, spill
     from lightfoot_pipeline.store.store import Store
 
@@ -386,6 +387,36 @@ def test_an_export_made_two_rows_at_a_time_writes_the_same_files_and_leaves_no_s
     monkeypatch.setattr(spill, "CHUNK_ROWS", 1 << 20)
     export_snapshot(whole, hashing_embedder, index_min_rows=1)
     assert vector_files(store) == vector_files(whole)
+    assert not [p.name for p in scratch_root.iterdir() if p.name.startswith("lightfoot-export-")]
+
+
+def test_an_export_holds_its_assembled_tables_as_mapped_files_and_copies_them(store, hashing_embedder, tmp_path,
+                                                                             monkeypatch):
+    """Once assembled, the node tables and the graph leave the export's memory for files of its
+    scratch folder (spill.py): while it embeds, the tables are mappings of those files, and the
+    snapshot's files are copies of them."""
+    build(store, hashing_embedder)
+    scratch_root = tmp_path / "tmp"
+    scratch_root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch_root))
+    seen: dict[str, set[str]] = {}
+
+    def progress(step, done, total):
+        if step == "passage vectors" and not seen:
+            folder = next(p for p in scratch_root.iterdir() if p.name.startswith("lightfoot-export-"))
+            seen["scratch"] = {p.name for p in folder.iterdir()}
+            seen["mapped"] = {Path(line).name for line in mapped_files() if line.startswith(str(folder))}
+
+    info = export_snapshot(store, hashing_embedder, progress=progress, index_min_rows=1)
+    tables = {"entities.arrow", "passages.arrow", "facts.arrow", "fact_evidence.arrow"}
+    assert tables <= seen["mapped"]  # facts by id until the index orders them
+    assert tables | {f"graph_{name}.npy" for name in ("indptr", "indices", "weights")} <= seen["scratch"]
+    snapshot = load_snapshot(store, info.snapshot_id)
+    assert snapshot.fact_index is not None  # the facts were written again, in group order
+    folder = Path(info.uri)
+    for name in tables:  # one record batch each: a served table is one piece
+        assert ipc.open_file(pa.memory_map(str(folder / name))).num_record_batches <= 1
+    assert snapshot.entities.height == info.counts["entities"] and snapshot.adjacency.nnz == info.counts["stored_entries"]
     assert not [p.name for p in scratch_root.iterdir() if p.name.startswith("lightfoot-export-")]
 
 
