@@ -345,7 +345,8 @@ def erase_from_snapshots(
     location = SnapshotDirectory(store)
     if not wanted and not replaced_text:
         return 0
-    live = store.read(PASSAGES.name, columns=["doc_id", "chunk_id", "title"]) if replaced_text else None
+    # three columns of the passages, not their text, and not kept in the store's memory of whole tables
+    live = store.read_columns(PASSAGES.name, store.manifest(), ["doc_id", "chunk_id", "title"]) if replaced_text else None
     with location.lock():
         published = location.pointer()
         doomed = [i for i in location.snapshot_ids() if _holds_any(location, i, wanted, live)]
