@@ -1,8 +1,8 @@
 """Scratch folders: where a check, an audit or a batch writes copies of documents for a while.
 
 A fresh rebuild for the exactness check, a permission audit's reference stores and a Batch API
-request file all hold document text, and an export's vector files (snapshot/spill.py) what was
-computed from it, in a local folder under the system's temporary directory (``TMPDIR``). Each is removed when its work ends; a process that is killed first (out of memory,
+request file all hold document text, as do an export's node tables (snapshot/spill.py: the
+passages' text, until the snapshot is written) beside its vector files, in a local folder under the system's temporary directory (``TMPDIR``). Each is removed when its work ends; a process that is killed first (out of memory,
 a pod's deadline, ``kill -9``) cannot remove it, and a copy of an erased document would then
 outlive the erasure. So every scratch folder carries its owner (host, process id and the
 process's start time) in a marker file, and :func:`sweep_stale_scratch` removes every one whose
