@@ -415,7 +415,7 @@ def _vectors(store: Store, kind: str, embedder: Embedder, rows: pl.DataFrame, ke
         )
         new_rows = matched.get_column("new").to_numpy().astype(np.int64)
         old_rows = matched.get_column("old").to_numpy().astype(np.int64)
-        for lo, hi in spill.chunks(new_rows.size):
+        for lo, hi in spill.chunks(new_rows.size, spill.GATHER_ROWS):  # rows from all over the previous file
             out[new_rows[lo:hi]] = previous_vectors[old_rows[lo:hi]]
             spill.release(out)
             spill.release(previous_vectors)

@@ -73,6 +73,7 @@ from lightfoot_pipeline.errors import LightfootError
 from lightfoot_pipeline.models.embedder import Embedder, EmbedderUnavailable, HashingEmbedder, load_embedder
 from lightfoot_pipeline.snapshot.codes import CODES_FILE, SCALES_FILE, RowCodes
 from lightfoot_pipeline.snapshot.shared_rows import SharedRows
+from lightfoot_pipeline.snapshot.spill import read_at_random
 from lightfoot_pipeline.store.filesystem import open_filesystem
 from lightfoot_pipeline.store.store import Store, local_file_lock
 
@@ -416,6 +417,17 @@ def _read_codes(location: SnapshotDirectory, folder: Callable[[str], str]) -> Ro
     return RowCodes(_read_array(location, folder(CODES_FILE)), _read_array(location, folder(SCALES_FILE)))
 
 
+def _fact_vectors(location: SnapshotDirectory, folder: Callable[[str], str], codes: RowCodes | None) -> np.ndarray:
+    """The fact vectors; with codes, a query reads only its best candidates' float16 rows, spread
+    over the file, so their mapping is read at random (spill.py: ``read_at_random``): a fault
+    brings in its own page, not its neighbours', and a replica holds the pages of the rows its
+    queries re-scored rather than most of the file."""
+    vectors = _read_vectors(location, folder("fact_vectors.npy"))
+    if codes is not None:
+        read_at_random(vectors)
+    return vectors
+
+
 def graph_file(name: str) -> str:
     """The file of one of the graph's CSR arrays (GRAPH_ARRAYS) in a format 3 snapshot."""
     return f"graph_{name}.npy"
@@ -456,6 +468,7 @@ def load_snapshot(store: Store, snapshot_id: str | None = None) -> Snapshot:
     try:
         entities = _read_table(location, folder, "entities")
         passages = _with_location(_read_table(location, folder, "passages"))
+        fact_codes = _read_codes(location, folder)
         return Snapshot(
             info=info,
             entities=entities,
@@ -464,10 +477,10 @@ def load_snapshot(store: Store, snapshot_id: str | None = None) -> Snapshot:
             evidence=_read_table(location, folder, "fact_evidence"),
             adjacency=_read_graph(location, folder, entities.height + passages.height),
             passage_vectors=_read_vectors(location, folder("passage_vectors.npy")),
-            fact_vectors=_read_vectors(location, folder("fact_vectors.npy")),
+            fact_vectors=_fact_vectors(location, folder, fact_codes),
             fact_index=(FactIndex.from_bytes(location.read_bytes(folder(FACT_INDEX_FILE)))
                         if location.exists(folder(FACT_INDEX_FILE)) else None),
-            fact_codes=_read_codes(location, folder),
+            fact_codes=fact_codes,
             access=_read_access(location, folder),
         )
     except FileNotFoundError as err:

@@ -376,6 +376,7 @@ def test_an_export_made_two_rows_at_a_time_writes_the_same_files_and_leaves_no_s
 
     export_snapshot(whole, hashing_embedder, index_min_rows=1)
     monkeypatch.setattr(spill, "CHUNK_ROWS", 2)
+    monkeypatch.setattr(spill, "GATHER_ROWS", 2)
     monkeypatch.setattr(fact_index, "BLOCK_ROWS", 3)
     export_snapshot(store, hashing_embedder, index_min_rows=1)
     assert vector_files(store) == vector_files(whole)
@@ -385,6 +386,7 @@ def test_an_export_made_two_rows_at_a_time_writes_the_same_files_and_leaves_no_s
     operations.delete(whole, ["d-paris"])
     export_snapshot(store, CountingEmbedder(hashing_embedder), index_min_rows=1)
     monkeypatch.setattr(spill, "CHUNK_ROWS", 1 << 20)
+    monkeypatch.setattr(spill, "GATHER_ROWS", 1 << 20)
     export_snapshot(whole, hashing_embedder, index_min_rows=1)
     assert vector_files(store) == vector_files(whole)
     assert not [p.name for p in scratch_root.iterdir() if p.name.startswith("lightfoot-export-")]
@@ -418,6 +420,30 @@ def test_an_export_holds_its_assembled_tables_as_mapped_files_and_copies_them(st
         assert ipc.open_file(pa.memory_map(str(folder / name))).num_record_batches <= 1
     assert snapshot.entities.height == info.counts["entities"] and snapshot.adjacency.nnz == info.counts["stored_entries"]
     assert not [p.name for p in scratch_root.iterdir() if p.name.startswith("lightfoot-export-")]
+
+
+def _advised_random(path: Path) -> bool:
+    """Whether this process maps ``path`` with the kernel told to read it at random (smaps' ``rr``)."""
+    entries = Path("/proc/self/smaps").read_text().split("\n")
+    flags = []
+    for i, line in enumerate(entries):
+        if line.rstrip().endswith(str(path)):
+            flags += [e for e in entries[i + 1:i + 40] if e.startswith("VmFlags:")][:1]
+    assert flags, f"{path} is not mapped"
+    return all("rr" in f.split() for f in flags)
+
+
+def test_a_replica_reads_the_float16_fact_rows_at_random_when_it_has_their_codes(store, hashing_embedder):
+    """Read at random, a mapping brings in the pages of the rows read, not their neighbours': a
+    replica re-scores a few float16 rows spread over the file."""
+    build(store, hashing_embedder)
+    coded = load_snapshot(store, export_snapshot(store, hashing_embedder, index_min_rows=1).snapshot_id)
+    assert coded.fact_codes is not None
+    assert _advised_random(Path(coded.info.uri) / "fact_vectors.npy")
+    assert not _advised_random(Path(coded.info.uri) / "passage_vectors.npy")  # scored whole, in order
+    operations.delete(store, ["d-paris"])
+    plain = load_snapshot(store, export_snapshot(store, hashing_embedder).snapshot_id)  # no index, no codes
+    assert plain.fact_codes is None and not _advised_random(Path(plain.info.uri) / "fact_vectors.npy")
 
 
 def test_release_lets_go_of_a_mapping_s_pages_and_keeps_its_rows(tmp_path):
