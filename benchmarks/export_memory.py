@@ -74,6 +74,7 @@ print(json.dumps({"seconds": seconds, "cpu_s": cpu_s,
                   "steps": steps, "snapshot_id": info.snapshot_id, "counts": info.counts}))
 """
 
+
 def _copy_without_exports(store: Path, target: Path) -> None:
     """The store without its snapshots and its passage and fact vector caches (name vectors kept)."""
 

@@ -35,26 +35,27 @@ def build_adjacency(
     # where they fit, so int64 copies would only be converted again (at a million passages, 30M
     # entries a copy).
     index = np.int32 if n < np.iinfo(np.int32).max else np.int64
-    ends = [(mentions[0], n_entities), (mentions[1], n_passages), (fact_pairs[0], n_entities),
-            (fact_pairs[1], n_entities), (synonym_pairs[0], n_entities), (synonym_pairs[1], n_entities)]
-    for values, bound in ends:  # checked before the narrowing, which would wrap a stray value into range
+
+    def narrowed(values, bound: int) -> np.ndarray:
+        """``values`` as node numbers, checked to lie below ``bound`` before the narrowing (which
+        would wrap a stray value into range)."""
         values = np.asarray(values)
         if values.size and (values.min() < 0 or values.max() >= bound):
             raise ValueError(f"edge endpoint outside the {n} nodes of the graph")
-    m_entity, m_passage = (np.asarray(a, dtype=index) for a in mentions)
-    f_a, f_b, f_w = (np.asarray(a) for a in fact_pairs)
-    s_a, s_b, s_w = (np.asarray(a) for a in synonym_pairs)
-    rows = np.concatenate([m_entity, index(n_entities) + m_passage, f_a.astype(index), f_b.astype(index),
-                           s_a.astype(index), s_b.astype(index)])
-    cols = np.concatenate([index(n_entities) + m_passage, m_entity, f_b.astype(index), f_a.astype(index),
-                           s_b.astype(index), s_a.astype(index)])
+        return values.astype(index, copy=False)
+
+    m_entity, m_passage = narrowed(mentions[0], n_entities), narrowed(mentions[1], n_passages)
+    f_a, f_b, s_a, s_b = (narrowed(a, n_entities) for a in (fact_pairs[0], fact_pairs[1], synonym_pairs[0],
+                                                            synonym_pairs[1]))
+    f_w, s_w = np.asarray(fact_pairs[2]), np.asarray(synonym_pairs[2])
+    m_passage = m_passage + index(n_entities)
+    rows = np.concatenate([m_entity, m_passage, f_a, f_b, s_a, s_b])
+    cols = np.concatenate([m_passage, m_entity, f_b, f_a, s_b, s_a])
     weights = np.concatenate([
         np.ones(2 * len(m_entity), dtype=np.float64),
         np.asarray(f_w, dtype=np.float64), np.asarray(f_w, dtype=np.float64),
         np.asarray(s_w, dtype=np.float64), np.asarray(s_w, dtype=np.float64),
     ])
-    if rows.size and (rows.min() < 0 or rows.max() >= n or cols.min() < 0 or cols.max() >= n):
-        raise ValueError(f"edge endpoint outside the {n} nodes of the graph")
     if rows.size and np.any(rows == cols):
         raise ValueError("the retrieval graph has no self-loops; an edge joins a node to itself")
     if weights.size and not np.all(weights > 0):
