@@ -30,12 +30,13 @@ import dagster as dg
 from assets.keys import DELETION_JOB, INGESTION_JOB, PER_BATCH_ASSETS, SYNC_JOB
 from assets.partitions import BATCHES, LEGACY_DOCUMENTS
 from assets.provenance import batch_metadata
-from assets.receipts import IN_FLIGHT
+from assets.receipts import runs_in_flight
 from lightfoot_pipeline.operations.batches import adopt_unbatched, batch_counts, unbatched
 from lightfoot_pipeline.store.batches import DAGSTER
 from lightfoot_pipeline.store.store import Store
 
 MIGRATED = "migrated"  # the kind of batch the live documents no batch holds are given
+WRITING_JOBS = [INGESTION_JOB, DELETION_JOB, SYNC_JOB]  # a run of one in flight refuses the migration
 
 
 class MigrationRefused(RuntimeError):
@@ -44,12 +45,6 @@ class MigrationRefused(RuntimeError):
 
 def legacy_keys(instance: dg.DagsterInstance) -> list[str]:
     return list(instance.get_dynamic_partitions(LEGACY_DOCUMENTS))
-
-
-def runs_in_flight(instance: dg.DagsterInstance) -> list[str]:
-    records = instance.get_run_records(dg.RunsFilter(job_name=None, statuses=IN_FLIGHT), limit=20)
-    jobs = {INGESTION_JOB, DELETION_JOB, SYNC_JOB}
-    return [r.dagster_run.run_id for r in records if r.dagster_run.job_name in jobs]
 
 
 def _remove_legacy_partitions(instance: dg.DagsterInstance, keys: list[str]) -> None:
@@ -66,7 +61,7 @@ def migrate(instance: dg.DagsterInstance, store: Store, dry_run: bool = False) -
     if not keys:
         report["outcome"] = "nothing to migrate: the instance has no per-document partitions"
         return report
-    busy = runs_in_flight(instance)
+    busy = runs_in_flight(instance, WRITING_JOBS)
     if busy:
         raise MigrationRefused(f"runs {', '.join(busy)} are queued or running: let them finish (or cancel them) "
                                "and stop the daemon, then migrate")

@@ -17,12 +17,14 @@ An instance of the earlier layout (a ``documents`` partition per document) is mi
 
 from __future__ import annotations
 
+import hashlib
+
 import dagster as dg
 
 from assets.keys import BATCH_GROUP
 from assets.provenance import STORE_POOL
 from lightfoot_pipeline.ingest.receipts import ERASURE, INGESTION, Receipt
-from lightfoot_pipeline.store.batches import check_batch_id, new_batch_id
+from lightfoot_pipeline.store.batches import check_batch_id
 
 BATCHES = dg.DynamicPartitionsDefinition(name="batches")
 # The per-document partitions of the earlier layout (assets/migrate.py removes them).
@@ -54,8 +56,10 @@ def receipt_of(batch_id: str) -> tuple[str, str] | None:
     return None
 
 
-def sync_batch() -> str:
-    return new_batch_id(SYNC)
+def sync_batch(changes: str, hour: str) -> str:
+    """The key of a sync's batch: a digest of the changes it mirrors (their signature) and the hour,
+    so the same changes get one batch an hour at most."""
+    return check_batch_id(f"{SYNC}-{hashlib.sha256(f'{changes}-{hour}'.encode()).hexdigest()[:32]}")
 
 
 def legacy_layout(instance: dg.DagsterInstance) -> bool:

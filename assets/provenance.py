@@ -57,12 +57,6 @@ def report_metadata(report: object, fields: Iterable[str] | None = None, *,
             if (value := getattr(report, name)) is not None}
 
 
-def explain_hint(doc_id: str) -> str:
-    """The command that shows a document's content and what it contributed (read from the store,
-    so an erased document's content is gone from it too)."""
-    return f"lightfoot explain doc {shlex.quote(doc_id)}"
-
-
 def table_metadata(spec, *more) -> dict[str, dg.RawMetadataValue]:
     """The definition metadata that declares an asset's store tables (Delta tables).
 

@@ -29,6 +29,17 @@ IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
     dg.DagsterRunStatus.CANCELING,
 ]
+# Also a run created and not yet launched: what a schedule or a poll waits for, where a receipt's
+# sensor would ask again (its run key makes the daemon launch that run).
+BUSY = [*IN_FLIGHT, dg.DagsterRunStatus.NOT_STARTED]
+
+
+def runs_in_flight(instance: dg.DagsterInstance, jobs: list[str], statuses: list = IN_FLIGHT,
+                   limit: int = 20) -> list[str]:
+    """The ids of the runs of ``jobs`` in one of ``statuses`` (queued, starting, running or being
+    canceled), each job's newest first."""
+    return [r.dagster_run.run_id for job in jobs
+            for r in instance.get_run_records(dg.RunsFilter(job_name=job, statuses=statuses), limit=limit)]
 
 
 def receipt_tags(receipt: Receipt, attempt: int) -> dict[str, str]:

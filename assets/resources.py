@@ -9,15 +9,10 @@ extractions (replay) for the language model. Secrets reach a resource only throu
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection
-from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import Field
 
-from lightfoot_pipeline.ingest.extraction.answers import CachedAnswers, ClaimingExtractor, RecordedOrModelExtractor
-from lightfoot_pipeline.ingest.extraction.claims import ExtractionClaims
-from lightfoot_pipeline.ingest.extraction.outcome import Extractor
 from lightfoot_pipeline.ingest.inbox import (
     DEFAULT_DOCUMENT_INBOX,
     DEFAULT_ERASURE_INBOX,
@@ -25,22 +20,16 @@ from lightfoot_pipeline.ingest.inbox import (
     document_inbox,
     erasure_inbox,
 )
-from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.models.embedder import Embedder, load_embedder
+from lightfoot_pipeline.operations.extractors import ExtractionChoice
 from lightfoot_pipeline.settings import (
     IndexSettings,
+    SettingsError,
     embedder_spec,
     retention_policy_path,
     sync_source_uri,
 )
 from lightfoot_pipeline.store.store import Store
-
-if TYPE_CHECKING:
-    from lightfoot_pipeline.ingest.extraction.batch_extractor import BatchExtractor
-    from lightfoot_pipeline.ingest.extraction.openai_extractor import OpenAIExtractor
-    from lightfoot_pipeline.models.batch_api import BatchAPI
-
-BATCH_MODE = "openai-batch"
 
 
 class StoreResource(dg.ConfigurableResource):
@@ -58,9 +47,6 @@ class StoreResource(dg.ConfigurableResource):
 
     def open(self) -> Store:
         return Store(self.uri, n_buckets=self.n_buckets)
-
-    def landing(self) -> Landing:
-        return Landing(self.open())
 
     def settings(self) -> IndexSettings:
         return IndexSettings()
@@ -85,14 +71,11 @@ class EmbedderResource(dg.ConfigurableResource):
 
 
 class ExtractorResource(dg.ConfigurableResource):
-    """Extraction: recorded output where a document arrived with one, else a language model.
-
-    ``mode``: ``auto`` replays recorded extractions and asks the model for the other passages;
-    ``replay`` only replays (a passage with no recording fails with that reason); ``openai``
-    always asks the model; ``openai-batch`` replays as ``auto`` does and submits the other passages
-    to the provider's Batch API at its batch price (they await it; ``extraction_batches_sensor``
-    collects the answers). The model is any OpenAI-compatible endpoint; unset fields fall back to
-    the environment (OPENAI_BASE_URL, OPENAI_API_KEY, LIGHTFOOT_LLM_MODEL, …).
+    """Extraction: recorded output where a document arrived with one, else a language model at any
+    OpenAI-compatible endpoint (lightfoot_pipeline/operations/extractors.py says what each mode
+    does). ``openai-batch`` submits the model's passages to the provider's Batch API, and
+    ``extraction_batches_sensor`` collects the answers. Unset fields fall back to the environment
+    (OPENAI_BASE_URL, OPENAI_API_KEY, LIGHTFOOT_LLM_MODEL, …).
     """
 
     mode: str = Field(default="auto", description="auto | replay | openai | openai-batch")
@@ -100,70 +83,12 @@ class ExtractorResource(dg.ConfigurableResource):
     model: str | None = Field(default=None, description="Model to ask.")
     api_key: str | None = Field(default=None, description="API key (give it as an EnvVar).")
 
-    def get(self, store: Store, settings: IndexSettings, recorded: dict[str, dict | list], run_id: str,
-            from_cache: bool = False) -> Extractor:
-        """Replays the recorded extractions and asks the model for the other passages; with
-        ``from_cache``, reads the model's answers from the extraction cache instead (no call)."""
-        self._check_mode()
-        model = None if self.mode == "replay" else functools.partial(
-            self._cached_answers if from_cache else self.model_extractor, store, settings, run_id)
-        return RecordedOrModelExtractor({} if self.mode == "openai" else recorded, model)
-
-    def asks_model(self, doc_id: str, recorded: Collection[str]) -> bool:
-        """Whether a document's passages go to the model (not replayed)."""
-        self._check_mode()
-        return self.mode == "openai" or (self.mode in ("auto", BATCH_MODE) and doc_id not in recorded)
-
-    @property
-    def batched(self) -> bool:
-        """Whether the model's passages go through the provider's Batch API."""
-        return self.mode == BATCH_MODE
-
-    def model_extractor(self, store: Store, settings: IndexSettings, run_id: str) -> OpenAIExtractor | BatchExtractor:
-        if self.batched:
-            return self.batch_extractor(store, settings, run_id)
-        from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
-
-        return build_openai_extractor(store, settings, llm_settings=self._llm_settings(), run_id=run_id)
-
-    def claiming_extractor(self, store: Store, settings: IndexSettings, run_id: str) -> ClaimingExtractor:
-        """The synchronous extractor at this resource's endpoint, asking each text once through the
-        claims: what a collection run asks again with when told to ask now."""
-        from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
-
-        return ClaimingExtractor(build_openai_extractor(store, settings, llm_settings=self._llm_settings(),
-                                                        run_id=run_id))
-
-    def batch_extractor(self, store: Store, settings: IndexSettings, run_id: str) -> BatchExtractor:
-        """The extractor that submits and collects the provider's batches."""
-        from lightfoot_pipeline.operations.batch_extraction import build_batch_extractor
-
-        return build_batch_extractor(store, settings, llm_settings=self._llm_settings(), run_id=run_id)
-
-    def batch_api(self) -> BatchAPI | None:
-        """The provider's Batch API at this resource's endpoint (where erasure deletes the files of
-        extraction batches), or None when no endpoint is configured."""
-        from lightfoot_pipeline.models.batch_api import BatchAPI
-        from lightfoot_pipeline.models.llm import LLMError
-
+    def choice(self) -> ExtractionChoice:
+        """The extractor this resource configures; a mode it does not know fails the step."""
         try:
-            settings = self._llm_settings()
-            return BatchAPI(settings) if settings.base_url or settings.api_key else None
-        except (LLMError, ValueError):
-            return None
-
-    def _llm_settings(self):
-        from lightfoot_pipeline.models.llm import LLMSettings
-
-        overrides = {k: v for k, v in {"base_url": self.base_url, "model": self.model, "api_key": self.api_key}.items() if v}
-        return LLMSettings.from_env(**overrides)
-
-    def _cached_answers(self, store: Store, settings: IndexSettings, run_id: str) -> Extractor:
-        return CachedAnswers(self.model_extractor(store, settings, run_id), ExtractionClaims(store, run_id))
-
-    def _check_mode(self) -> None:
-        if self.mode not in {"auto", "replay", "openai", BATCH_MODE}:
-            raise dg.Failure(f"extractor mode must be auto, replay, openai or {BATCH_MODE}, not {self.mode!r}")
+            return ExtractionChoice(self.mode, self.base_url, self.model, self.api_key)
+        except SettingsError as err:
+            raise dg.Failure(str(err)) from None
 
 
 class InboxResource(dg.ConfigurableResource):

@@ -4,7 +4,7 @@
                                  [--sample-store URI] [--skip-sample] [--skip-musique] [--skip-scale]
                                  [--skip-parity]
     python benchmarks/latency.py --kept STORE QUESTIONS [--kept STORE QUESTIONS ...] [--queries 200] [--no-exact-path]
-        [--restage]
+        [--restage] [--memory-limit MIB ...]
                                  [--json OUT.json]
 
 - **sample**: the bundled MuSiQue sample (1,890 passages) with its recorded extractions and the
@@ -53,7 +53,11 @@
   every replica on the node) after loading and after its queries, and ``exact_path``: on every
   question, whether the default retrieval's top 10 passages are those of the exact path (exact
   PageRank over the whole graph from exact seeding: every passage and fact scored). Each later
-  store gets the ratio of its p50 to the first's, measured in the same run.
+  store gets the ratio of its p50 to the first's, measured in the same run. With ``--memory-limit MIB``
+  (repeatable), each store's replica also runs under each limit, in a memory cgroup as a pod's
+  container does (benchmarks/memory_limit.py), between two runs without one, each from a cold
+  page cache: ``under_limits`` gives each run's p50, peak RSS, the group's peak charge, how often
+  it hit the limit and whether it was killed. Needs root and a writable cgroup file system.
 
 A query's latency is the wall-clock time of ``Retriever.retrieve``: embed the question, score the
 passages and facts, seed and run Personalized PageRank (the local walk, the default), rank the
@@ -370,14 +374,46 @@ def export_child(store_uri: str, restage: bool = False) -> dict:
             "export_peak_mb": peak_rss_mb(), "counts": report.info.counts}
 
 
-def _child(*arguments: str) -> dict:
-    child = subprocess.run([sys.executable, __file__, *arguments], capture_output=True, text=True)
+def _child(*arguments: str, preexec_fn=None) -> dict:
+    child = subprocess.run([sys.executable, __file__, *arguments], capture_output=True, text=True, preexec_fn=preexec_fn)
     if child.returncode != 0:
         raise RuntimeError(f"{' '.join(arguments[:2])} failed ({child.returncode}): {child.stderr[-2000:]}")
     return json.loads(child.stdout)
 
 
-def kept_stores(pairs: list[tuple[str, str]], n_queries: int, exact_path: bool = True, restage: bool = False) -> dict:
+def replicas_under_limits(store_uri: str, questions: str, n_queries: int, limits: list[int]) -> list[dict]:
+    """The replica run without a limit, under each of ``limits`` (MiB, a memory cgroup as a pod's:
+    benchmarks/memory_limit.py), and without one again, each from a cold page cache (the
+    snapshot's files evicted first, so that a limited replica is charged for what it reads)."""
+    from memory_limit import evict, memory_limit
+
+    snapshot = Path(store_uri) / "snapshots"
+    runs = []
+    for limit in [None, *limits, None]:
+        evict(snapshot)
+        arguments = ("--child-replica", store_uri, "--questions", questions, "--queries", str(n_queries),
+                     "--no-exact-path")
+        print(f"  replica {'without a limit' if limit is None else f'under {limit} MiB'}", file=sys.stderr)
+        if limit is None:
+            figures = _child(*arguments)
+            runs.append({"memory_limit_mb": None, **_replica_summary(figures)})
+            continue
+        with memory_limit(limit) as group:
+            try:
+                figures = _replica_summary(_child(*arguments, preexec_fn=group.join))
+            except RuntimeError as err:  # killed at the limit: say so
+                figures = {"failed": str(err)[:300]}
+            runs.append({**figures, **group.figures()})
+    return runs
+
+
+def _replica_summary(figures: dict) -> dict:
+    return {key: figures[key] for key in ("p50_ms", "p95_ms", "cpu_p50_ms", "rss_mb", "after_queries",
+                                          "p50_breakdown_ms", "load_average_1m") if key in figures}
+
+
+def kept_stores(pairs: list[tuple[str, str]], n_queries: int, exact_path: bool = True, restage: bool = False,
+                limits: list[int] | None = None) -> dict:
     """Each kept store's export (when its published snapshot is not current, or with ``restage``)
     and replica, one after the other; each later store's p50 against the first's, of the same run."""
     result: dict = {}
@@ -389,6 +425,8 @@ def kept_stores(pairs: list[tuple[str, str]], n_queries: int, exact_path: bool =
         figures = {"export": export, "load_average_1m_before": round(os.getloadavg()[0], 2)}
         figures.update(_child("--child-replica", store_uri, "--questions", questions, "--queries", str(n_queries),
                               "--exact-path" if exact_path else "--no-exact-path"))
+        if limits:
+            figures["under_limits"] = replicas_under_limits(store_uri, questions, n_queries, limits)
         if first is None:
             first = figures
         else:
@@ -573,6 +611,9 @@ def main() -> int:
     parser.add_argument("--no-exact-path", action="store_false", dest="exact_path",
                         help="with --kept: leave out the comparisons with the exact path and the exact walk")
     parser.add_argument("--questions", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--memory-limit", type=int, action="append", default=None, metavar="MIB",
+                        help="with --kept: also run each replica under this memory limit (a memory cgroup, as a "
+                             "pod's; repeat for several), from a cold page cache, between two runs without one")
     parser.add_argument("--restage", action="store_true",
                         help="with --kept: export each store again even when its published snapshot is current "
                              "(its vectors reused; after a change to what a snapshot holds)")
@@ -591,7 +632,7 @@ def main() -> int:
         return 0
     if args.kept:
         result = {"kept": kept_stores([(store, questions) for store, questions in args.kept], args.queries,
-                                      args.exact_path is not False, args.restage)}
+                                      args.exact_path is not False, args.restage, args.memory_limit)}
         for label, figures in result["kept"].items():
             print(f"{label}: p50 {figures['p50_ms']} ms (ratio {figures.get('p50_ms_ratio_to_first', 1.0)}), "
                   f"peak {figures['rss_mb']} MB, after queries {figures['after_queries']}, "

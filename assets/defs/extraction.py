@@ -59,12 +59,12 @@ def extraction_cache(
     as failed with it. The materialization counts the batch's model calls, retries (requests sent
     again, not further calls), tokens and cost.
     """
-    batch = context.partition_key
+    batch, choice = context.partition_key, extractor.choice()
     lightfoot = store.open()
     found = answer_batch_passages(
-        lightfoot, batch, lambda: extractor.model_extractor(lightfoot, store.settings(), context.run.run_id),
-        extractor.asks_model, ExtractionClaims(lightfoot, context.run.run_id),
-        with_recorded=extractor.mode == "auto",  # only the automatic mode asks by whether a document came with a recording
+        lightfoot, batch, lambda: choice.model_extractor(lightfoot, store.settings(), context.run.run_id),
+        choice.asks_model, ExtractionClaims(lightfoot, context.run.run_id),
+        with_recorded=choice.mode == "auto",  # only the automatic mode asks by whether a document came with a recording
         finished=functools.partial(_run_finished, context.instance), progress=_progress(context),
         echo=context.log.info)
     report, cost = found.answers, found.cost()
@@ -113,11 +113,11 @@ def extractions(
     ``record_batch_extractions``). The materialization counts the batch's passages, extractions
     and failures, and its documents by status.
     """
-    batch = context.partition_key
+    batch, choice = context.partition_key, extractor.choice()
     lightfoot = store.open()
 
     def chosen(recorded):
-        return extractor.get(lightfoot, store.settings(), recorded, context.run.run_id, from_cache=True)
+        return choice.extractor(lightfoot, store.settings(), recorded, context.run.run_id, from_cache=True)
 
     with dagster_batch(context):
         report = record_batch_extractions(lightfoot, batch, chosen, fingerprint=store.report_fingerprint)

@@ -28,14 +28,13 @@ from assets.keys import (
     SERVING_SNAPSHOT,
     TRIGGER_TAG,
 )
-from assets.provenance import STORE_POOL, add_run_cost
+from assets.provenance import STORE_POOL, add_run_cost, report_metadata
+from assets.receipts import BUSY, runs_in_flight
 from assets.resources import EmbedderResource, ExtractorResource, StoreResource
 from lightfoot_pipeline.models.batch_api import BatchAPIError
 from lightfoot_pipeline.operations.batch_extraction import collect, poll
 
 POLL_S = 300  # how often the sensor looks at the open batches (a provider's batch takes minutes to 24 h)
-BUSY = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-        dg.DagsterRunStatus.STARTED]
 
 
 class CollectConfig(dg.Config):
@@ -58,11 +57,11 @@ def extraction_batches(
     config's ``ask_again: now`` asks synchronously instead, ``no`` leaves them awaiting), and
     their documents' extractions, forms and graph committed in one store commit. The
     materialization counts batches, answers, files deleted and cost, never text."""
-    lightfoot = store.open()
-    if not extractor.batched:
-        return dg.MaterializeResult(metadata={"collected": 0, "mode": extractor.mode})
-    batch_extractor = extractor.batch_extractor(lightfoot, store.settings(), context.run.run_id)
-    synchronous = extractor.claiming_extractor(lightfoot, store.settings(), context.run.run_id) \
+    lightfoot, choice = store.open(), extractor.choice()
+    if not choice.batched:
+        return dg.MaterializeResult(metadata={"collected": 0, "mode": choice.mode})
+    batch_extractor = choice.batch_extractor(lightfoot, store.settings(), context.run.run_id)
+    synchronous = choice.claiming_extractor(lightfoot, store.settings(), context.run.run_id) \
         if config.ask_again == "now" else None
     with dagster_batch(context):
         report = collect(lightfoot, batch_extractor, embedder.get(), store.settings(),
@@ -72,20 +71,12 @@ def extraction_batches(
                  cost_usd=report.cost_usd)
     again = report.asked_again
     return dg.MaterializeResult(metadata={
-        "looked_at": report.looked_at,
-        "collected": len(report.collected),
-        "collected_batches": dg.MetadataValue.json(report.collected),
-        "still_open": len(report.still_open),
-        "answered": report.answered,
-        "without_answer": report.without_answer,
-        "already_taken": report.already_taken,
-        "files_deleted_at_provider": report.files_deleted,
-        "asked_again": again.sent if again is not None else 0,
-        "answered_synchronously": report.answered_synchronously,
-        "documents_finished": report.documents,
-        "store_commit": report.seq if report.seq is not None else -1,
-        "model_calls": calls,
-        "cost_usd": dg.MetadataValue.float(report.cost_usd),
+        **report_metadata(report, ["looked_at", "answered", "without_answer", "already_taken", "answered_synchronously",
+                                   "cost_usd"]),
+        "collected": len(report.collected), "collected_batches": dg.MetadataValue.json(report.collected),
+        "still_open": len(report.still_open), "files_deleted_at_provider": report.files_deleted,
+        "asked_again": again.sent if again is not None else 0, "documents_finished": report.documents,
+        "store_commit": report.seq if report.seq is not None else -1, "model_calls": calls,
         "batches_with_problems": len(report.problems),
     })
 
@@ -113,17 +104,17 @@ def extraction_batches_sensor(
     running; the run key names the batches it is for and the tick, and a run that takes an answer
     already taken takes it no second time (its ledger row is the mark), so a restart of the sensor
     or the daemon takes no answer twice."""
-    if not extractor.batched:
-        return dg.SensorResult(skip_reason=dg.SkipReason(f"the extractor's mode is {extractor.mode}, not openai-batch"))
-    busy = context.instance.get_run_records(dg.RunsFilter(job_name=EXTRACTION_BATCHES_JOB, statuses=BUSY), limit=1)
+    choice = extractor.choice()
+    if not choice.batched:
+        return dg.SensorResult(skip_reason=dg.SkipReason(f"the extractor's mode is {choice.mode}, not openai-batch"))
+    busy = runs_in_flight(context.instance, [EXTRACTION_BATCHES_JOB], BUSY, limit=1)
     if busy:
-        return dg.SensorResult(skip_reason=dg.SkipReason(f"a collection run ({busy[0].dagster_run.run_id}) is queued "
-                                                         "or running"))
+        return dg.SensorResult(skip_reason=dg.SkipReason(f"a collection run ({busy[0]}) is queued or running"))
     lightfoot = store.open()
     if not lightfoot.exists():
         return dg.SensorResult(skip_reason=dg.SkipReason("no store yet"))
     try:
-        due = poll(lightfoot, extractor.batch_extractor(lightfoot, store.settings(), "extraction-batches-sensor"))
+        due = poll(lightfoot, choice.batch_extractor(lightfoot, store.settings(), "extraction-batches-sensor"))
     except BatchAPIError as err:
         return dg.SensorResult(skip_reason=dg.SkipReason(f"the provider could not be asked: {err}"))
     if not due:

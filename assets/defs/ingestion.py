@@ -17,7 +17,7 @@ from assets.code_versions import code_version
 from assets.keys import BATCH_GROUP, GRAPH_GROUP, INGESTION_JOB, OWNERS, SERVING_GROUP, SOURCE_FILES, TRIGGER_TAG
 from assets.partitions import BATCHES, LEGACY_HINT, PER_BATCH, legacy_layout, receipt_batch, receipt_of
 from assets.provenance import batch_metadata, store_metadata, table_metadata
-from assets.receipts import receipt_run_key, receipt_runs, receipt_tags
+from assets.receipts import BUSY, receipt_run_key, receipt_runs, receipt_tags, runs_in_flight
 from assets.resources import InboxResource, StoreResource
 from lightfoot_pipeline.ingest.inbox import take_documents
 from lightfoot_pipeline.ingest.landing import Landing
@@ -98,9 +98,7 @@ class DropRuns:
     new_partitions: list[str] = field(default_factory=list)
     requests: list[dg.RunRequest] = field(default_factory=list)
     asked: list[str] = field(default_factory=list)  # one line per drop given a run, saying why
-    settled: list[Receipt] = field(default_factory=list)
-    waiting: list[Receipt] = field(default_factory=list)
-    pending_ids: set[str] = field(default_factory=set)  # documents of drops still pending
+    news: list[str] = field(default_factory=list)  # what the triage found (counts)
 
 
 def drop_runs(instance: dg.DagsterInstance, store: Store, trigger: str) -> DropRuns:
@@ -110,7 +108,7 @@ def drop_runs(instance: dg.DagsterInstance, store: Store, trigger: str) -> DropR
     """
     out = DropRuns()
     triage = triage_drops(store, lambda receipt: receipt_runs(instance, receipt))
-    out.settled, out.waiting, out.pending_ids = triage.settled, triage.waiting, triage.pending_ids
+    out.news = triage.news()
     for receipt, runs in triage.needed:
         batch = receipt_batch(receipt)
         if not instance.has_dynamic_partition(BATCHES.name, batch) and batch not in out.new_partitions:
@@ -148,18 +146,9 @@ def inbox_sensor(
     if legacy_layout(context.instance):
         return dg.SensorResult(skip_reason=dg.SkipReason(LEGACY_HINT))
     lightfoot = store.open()
-    landing = Landing(lightfoot)
-    box = inbox.document_inbox(lightfoot)
-    intake = take_documents(box, landing, context.log)
+    intake = take_documents(inbox.document_inbox(lightfoot), Landing(lightfoot), context.log)
     runs = drop_runs(context.instance, lightfoot, "inbox")
-    news = [f"landed {len(intake.doc_ids)} documents from {len(intake.receipts)} drops"] if intake.receipts \
-        else [f"nothing new in {box.uri}"]
-    if intake.rejected:
-        news.append(f"rejected {len(intake.rejected)} drops (their reasons are in the inbox's rejected folder)")
-    if runs.settled:
-        news.append(f"{len(runs.settled)} drops ingested")
-    if runs.waiting:
-        news.append(f"{len(runs.waiting)} drops waiting for their runs or, after repeated failures, for their next attempt")
+    news = intake.news() + runs.news
     if not runs.requests:
         return dg.SensorResult(skip_reason=dg.SkipReason("; ".join(news)))
     context.log.info(f"{'; '.join(news)}; {len(runs.new_partitions)} new batches; "
@@ -190,15 +179,9 @@ def ingestion_schedule(
     """
     if legacy_layout(context.instance):
         return dg.SkipReason(LEGACY_HINT)
-    busy = context.instance.get_run_records(
-        dg.RunsFilter(job_name=INGESTION_JOB, statuses=[
-            dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-            dg.DagsterRunStatus.STARTED,
-        ]),
-        limit=1,
-    )
+    busy = runs_in_flight(context.instance, [INGESTION_JOB], BUSY, limit=1)
     if busy:
-        return dg.SkipReason(f"an ingestion run ({busy[0].dagster_run.run_id}) is queued or running")
+        return dg.SkipReason(f"an ingestion run ({busy[0]}) is queued or running")
     lightfoot = store.open()
     take_documents(inbox.document_inbox(lightfoot), Landing(lightfoot), context.log)
     receipt_for_landed(lightfoot, context.scheduled_execution_time.strftime("%Y%m%dT%H%M"))

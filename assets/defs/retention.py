@@ -13,7 +13,6 @@ documents' text from history.
 """
 
 import dagster as dg
-import polars as pl
 
 from assets.batches import apply_deletion_events, dagster_batch, deletion_events, run_batch_id
 from assets.code_versions import code_version
@@ -31,19 +30,17 @@ from assets.keys import (
 )
 from assets.partitions import BATCHES, LEGACY_HINT, RETENTION, legacy_layout, receipt_batch
 from assets.provenance import STORE_POOL, store_metadata, table_metadata
-from assets.receipts import IN_FLIGHT, receipt_run_key, receipt_runs, receipt_tags
+from assets.receipts import receipt_run_key, receipt_runs, receipt_tags, runs_in_flight
 from assets.resources import EmbedderResource, ExtractorResource, InboxResource, StoreResource
 from lightfoot_pipeline.evaluation.permission_audit import permission_check
 from lightfoot_pipeline.ingest.inbox import take_requests
-from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing, utc_now
-from lightfoot_pipeline.ingest.receipts import Receipt, Receipts
+from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.ingest.retention import load_policy
 from lightfoot_pipeline.operations.batches import STAGE_TABLES, store_state
 from lightfoot_pipeline.operations.deletion_requests import (
     apply_deletion_requests,
-    deletions_since,
-    documents_past_retention,
-    forget_stale_copies,
+    deletions_outside,
+    request_retention_deletions,
     triage_erasure_requests,
 )
 from lightfoot_pipeline.operations.erase import erase_history, pending_erasures
@@ -113,7 +110,7 @@ def erasures(
                                      echo=context.log.info)
             # The files of extraction batches that hold the text are deleted at the extractor's provider.
             summary = erase_history(lightfoot, pending, snapshot_checks=[audit],
-                                    batch_api=extractor.batch_api()).summary()
+                                    batch_api=extractor.choice().batch_api()).summary()
         context.log.info(f"erased the history of {len(pending)} documents")
     state = store_state(lightfoot, lightfoot.manifest(), [t.name for t in STAGE_TABLES["tombstones"]],
                         changed=bool(pending), fingerprint=bool(pending) and store.report_fingerprint)
@@ -135,12 +132,6 @@ deletion_job = dg.define_asset_job(
 
 
 # -- requests ---------------------------------------------------------------------------------
-
-
-def _deletion_runs_in_flight(instance: dg.DagsterInstance) -> list[str]:
-    """Deletion runs queued, starting, running or being canceled, whoever asked for them."""
-    records = instance.get_run_records(dg.RunsFilter(job_name=DELETION_JOB, statuses=IN_FLIGHT), limit=5)
-    return [r.dagster_run.run_id for r in records]
 
 
 @dg.sensor(
@@ -169,24 +160,14 @@ def erasure_sensor(
     if legacy_layout(context.instance):
         return dg.SensorResult(skip_reason=dg.SkipReason(LEGACY_HINT))
     lightfoot = store.open()
-    box = inbox.erasure_inbox(lightfoot)
-    intake = take_requests(box, Landing(lightfoot), context.log)
+    intake = take_requests(inbox.erasure_inbox(lightfoot), Landing(lightfoot), context.log)
     triage = triage_erasure_requests(lightfoot, lambda receipt: receipt_runs(context.instance, receipt))
-    settled, waiting, backing_off, needed = triage.settled, triage.waiting, triage.backing_off, triage.needed
-    for receipt in settled:
+    for receipt in triage.settled:
         context.log.info(f"request {receipt.receipt_id} from {receipt.origin} is done")
-    news = [f"took {len(intake.receipts)} request files"] if intake.receipts else [f"no new request file in {box.uri}"]
-    if intake.rejected:
-        news.append(f"rejected {len(intake.rejected)} request files (their reasons are in the inbox's rejected folder)")
-    if settled:
-        news.append(f"{len(settled)} requests done")
-    if backing_off:
-        news.append(f"{len(backing_off)} requests whose runs failed repeatedly wait before their next attempt")
+    news, needed = intake.news() + triage.news(), triage.needed
     if not needed:
-        if waiting:
-            news.append(f"{len(waiting)} requests waiting for their runs")
         return dg.SensorResult(skip_reason=dg.SkipReason("; ".join(news)))
-    busy = _deletion_runs_in_flight(context.instance)
+    busy = runs_in_flight(context.instance, [DELETION_JOB])
     if busy:
         news.append(f"{len(needed)} requests wait for deletion run {busy[0]} to finish")
         return dg.SensorResult(skip_reason=dg.SkipReason("; ".join(news)))
@@ -221,20 +202,12 @@ def retention_schedule(
     that the ``erasure_sensor`` asks again for a run that failed or never came to exist."""
     if legacy_layout(context.instance):
         return dg.SkipReason(LEGACY_HINT)
-    lightfoot = store.open()
-    landing = Landing(lightfoot)
-    policy = load_policy(inbox.policy_path(), lightfoot.storage_options)
     today = context.scheduled_execution_time.date()
-    due = documents_past_retention(lightfoot, landing, policy, today)
-    if not due:
+    lightfoot = store.open()
+    receipt = request_retention_deletions(lightfoot, load_policy(inbox.policy_path(), lightfoot.storage_options), today)
+    if receipt is None:
         return dg.SkipReason(f"no document is past its retention date on {today}")
-    now = utc_now()
-    requests = [DeletionRequest(d.doc_id, d.reason, True, now, "retention schedule") for d in due]
-    receipt = Receipt.for_deletions({"schedule": "retention_schedule", "date": today.isoformat()}, requests,
-                                    f"retention schedule {today.isoformat()}")
-    landing.request_deletions(requests)
-    Receipts(lightfoot).record(receipt)
-    context.log.info(f"{len(due)} documents past their retention date (request {receipt.receipt_id})")
+    context.log.info(f"{len(receipt.doc_ids)} documents past their retention date (request {receipt.receipt_id})")
     return dg.RunRequest(run_key=f"retention-{today.isoformat()}", tags={
         TRIGGER_TAG: "retention", DELETION_TAG: receipt_batch(receipt, RETENTION), **receipt_tags(receipt, 0)})
 
@@ -263,13 +236,7 @@ def outside_deletions_sensor(context: dg.SensorEvaluationContext, store: StoreRe
     since = int(context.cursor) if (context.cursor or "").isdigit() else 0
     if seq == since:
         return dg.SensorResult(skip_reason=dg.SkipReason(f"no store commit since {since}"), cursor=str(seq))
-    rows = deletions_since(lightfoot, since)
-    runs = {run_id for run_id in rows.get_column("run_id").unique().to_list()
-            if run_id and context.instance.get_run_by_id(run_id) is not None}
-    outside = rows.filter(~pl.col("run_id").is_in(sorted(runs)))
-    deleted = sorted(set(outside.get_column("doc_id").to_list()))
-    if deleted:
-        forget_stale_copies(lightfoot, outside)
+    deleted = deletions_outside(lightfoot, since, lambda run_id: context.instance.get_run_by_id(run_id) is not None)
     events = deletion_events(lightfoot, context.instance, deleted, seq, unrecorded_only=True) if deleted else None
     if events is None or not events.observations:
         return dg.SensorResult(skip_reason=dg.SkipReason(

@@ -13,7 +13,6 @@ is in sync.
 """
 
 import datetime as dt
-import hashlib
 
 import dagster as dg
 
@@ -30,7 +29,7 @@ from assets.keys import (
     SYNC_JOB,
     TRIGGER_TAG,
 )
-from assets.partitions import BATCHES, LEGACY_HINT, SYNC, legacy_layout
+from assets.partitions import BATCHES, LEGACY_HINT, legacy_layout, sync_batch
 from assets.provenance import (
     STORE_POOL,
     add_run_cost,
@@ -111,7 +110,7 @@ def sync_sensor(context: dg.SensorEvaluationContext, store: StoreResource, inbox
                      "with passages to extract again")
     hour = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H")
     signature = look.signature() + (f"-again{len(again)}" if again else "")
-    batch = f"{SYNC}-{hashlib.sha256(f'{signature}-{hour}'.encode()).hexdigest()[:32]}"
+    batch = sync_batch(signature, hour)
     new = [] if context.instance.has_dynamic_partition(BATCHES.name, batch) else [batch]
     return dg.SensorResult(
         run_requests=[dg.RunRequest(run_key=f"sync-{signature}-{hour}", partition_key=batch,

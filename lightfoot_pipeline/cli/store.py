@@ -92,14 +92,10 @@ def make_extractor(kind: str | None, dataset_dir: Path | None, store, settings: 
         extractor = ReplayExtractor(records, entity_types=None, max_entities=settings.max_entities_per_passage,
                                     max_facts=settings.max_facts_per_passage)
         return extractor, records
-    if kind == "openai":
-        from lightfoot_pipeline.ingest.extraction.openai_extractor import build_openai_extractor
+    if kind in ("openai", "openai-batch"):  # a batch's passages await it: `lightfoot extract-batches collect`
+        from lightfoot_pipeline.operations.extractors import ExtractionChoice
 
-        return build_openai_extractor(store, settings, run_id=run_id), None
-    if kind == "openai-batch":  # the passages await a provider batch: `lightfoot extract-batches collect`
-        from lightfoot_pipeline.operations.batch_extraction import build_batch_extractor
-
-        return build_batch_extractor(store, settings, run_id=run_id), None
+        return ExtractionChoice(kind).model_extractor(store, settings, run_id), None
     raise SettingsError(f"unknown extractor {kind!r}", hint="choose replay, openai or openai-batch")
 
 

@@ -282,10 +282,26 @@ class Intake:
 
     receipts: list[Receipt] = field(default_factory=list)
     rejected: dict[str, str] = field(default_factory=dict)
+    where: str = ""  # the inbox looked at
+    kind: str = INGESTION  # what its drops hold: documents (INGESTION) or erasure requests (ERASURE)
 
     @property
     def doc_ids(self) -> list[str]:
         return sorted({d for r in self.receipts for d in r.doc_ids})
+
+    def news(self) -> list[str]:
+        """What the look did, as a sensor says it: counts and the inbox's location, never a drop's
+        values (the reasons of rejected drops lie beside them, in the inbox's rejected folder)."""
+        files = "drops" if self.kind == INGESTION else "request files"
+        if not self.receipts:
+            said = [f"nothing new in {self.where}" if self.kind == INGESTION else f"no new request file in {self.where}"]
+        elif self.kind == INGESTION:
+            said = [f"landed {len(self.doc_ids)} documents from {len(self.receipts)} drops"]
+        else:
+            said = [f"took {len(self.receipts)} request files"]
+        if self.rejected:
+            said.append(f"rejected {len(self.rejected)} {files} (their reasons are in the inbox's rejected folder)")
+        return said
 
 
 @dataclass(frozen=True)
@@ -337,7 +353,7 @@ def take_requests(inbox: Inbox, landing: Landing, log: logging.Logger | logging.
 
 
 def _take(inbox: Inbox, landing: Landing, log, drops: _Drops) -> Intake:
-    intake = Intake()
+    intake = Intake(where=inbox.uri, kind=drops.kind)
     receipts = Receipts(landing.store)
     for item in inbox.items():
         try:

@@ -264,6 +264,14 @@ class DropTriage:
     needed: list[tuple[Receipt, ReceiptRuns]] = field(default_factory=list)
     pending_ids: set[str] = field(default_factory=set)
 
+    def news(self) -> list[str]:
+        """What the triage found, as a sensor says it (counts only)."""
+        said = [f"{len(self.settled)} drops ingested"] if self.settled else []
+        if self.waiting:
+            said.append(f"{len(self.waiting)} drops waiting for their runs or, after repeated failures, for their "
+                        "next attempt")
+        return said
+
 
 def triage_drops(store: Store, runs_of: Callable[[Receipt], ReceiptRuns]) -> DropTriage:
     """Settle each pending drop that needs nothing more, and sort the rest (``runs_of``: what the

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from lightfoot_pipeline.index.documents import tombstone_documents
-from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing
+from lightfoot_pipeline.ingest.landing import DeletionRequest, Landing, utc_now
 from lightfoot_pipeline.ingest.receipts import ERASURE, Receipt, ReceiptRuns, Receipts
 from lightfoot_pipeline.ingest.retention import DueDocument, RetentionPolicy, due_documents
 from lightfoot_pipeline.operations.batches import StoreState, commit_if_changed, store_state
@@ -42,6 +42,24 @@ def documents_past_retention(store: Store, landing: Landing, policy: RetentionPo
                if any(rule.keep_days is not None and rule.matches(r["doc_id"], r["source"] or "") for rule in policy.rules)]
         landed_on = {d: copy.landed_at.date() for d, copy in landing.documents(ids).items() if copy.landed_at}
     return due_documents(documents, today, policy, landed_on)
+
+
+def request_retention_deletions(store: Store, policy: RetentionPolicy, today: dt.date) -> Receipt | None:
+    """The deletion (with erasure) of every document past its retention date on ``today``, as
+    requests in the landing area under one recorded receipt, as an erasure request's: the receipt
+    names the day, and a run that fails is asked for again by whoever settles erasure receipts.
+    None when no document is due."""
+    landing = Landing(store)
+    due = documents_past_retention(store, landing, policy, today)
+    if not due:
+        return None
+    now = utc_now()
+    requests = [DeletionRequest(d.doc_id, d.reason, True, now, "retention schedule") for d in due]
+    receipt = Receipt.for_deletions({"schedule": "retention_schedule", "date": today.isoformat()}, requests,
+                                    f"retention schedule {today.isoformat()}")
+    landing.request_deletions(requests)
+    Receipts(store).record(receipt)
+    return receipt
 
 
 @dataclass
@@ -156,6 +174,16 @@ class ErasureTriage:
     backing_off: list[Receipt] = field(default_factory=list)
     needed: list[tuple[Receipt, ReceiptRuns, dict[str, str]]] = field(default_factory=list)
 
+    def news(self) -> list[str]:
+        """What the triage found, as a sensor says it (counts only); the requests waiting for their
+        runs are named only when none needs a run."""
+        said = [f"{len(self.settled)} requests done"] if self.settled else []
+        if self.backing_off:
+            said.append(f"{len(self.backing_off)} requests whose runs failed repeatedly wait before their next attempt")
+        if self.waiting and not self.needed:
+            said.append(f"{len(self.waiting)} requests waiting for their runs")
+        return said
+
 
 def triage_erasure_requests(store: Store, runs_of: Callable[[Receipt], ReceiptRuns]) -> ErasureTriage:
     """Settle each pending erasure request that needs nothing more, and sort the rest (``runs_of``:
@@ -189,6 +217,19 @@ def triage_erasure_requests(store: Store, runs_of: Callable[[Receipt], ReceiptRu
 def deletions_since(store: Store, seq: int) -> pl.DataFrame:
     """The batch log's deletions committed after ``seq`` (batch, doc_id, action, seq, run_id, at)."""
     return batch_log(store).filter((pl.col("action") == DELETED) & (pl.col("seq") > seq))
+
+
+def deletions_outside(store: Store, since: int, known_run: Callable[[str], bool]) -> list[str]:
+    """The documents deleted after commit ``since`` by no run the orchestrator knows
+    (``known_run``): by the command line, a library call or a run of another instance. Their
+    landed copies older than the deletion go (:func:`forget_stale_copies`)."""
+    rows = deletions_since(store, since)
+    runs = sorted({r for r in rows.get_column("run_id").unique().to_list() if r and known_run(r)})
+    outside = rows.filter(~pl.col("run_id").is_in(runs))
+    deleted = sorted(set(outside.get_column("doc_id").to_list()))
+    if deleted:
+        forget_stale_copies(store, outside)
+    return deleted
 
 
 def forget_stale_copies(store: Store, deletions: pl.DataFrame) -> int:

@@ -76,13 +76,14 @@ def test_an_instance_of_the_per_document_layout_is_refused_then_migrated(lightfo
 
 
 def test_the_migration_refuses_while_a_run_is_in_flight(lightfoot):
-    from assets.migrate import MigrationRefused, runs_in_flight
+    from assets.migrate import WRITING_JOBS, MigrationRefused
+    from assets.receipts import runs_in_flight
 
     lightfoot.instance.add_dynamic_partitions(LEGACY_DOCUMENTS, ["musique-0000"])
-    assert runs_in_flight(lightfoot.instance) == []
+    assert runs_in_flight(lightfoot.instance, WRITING_JOBS) == []
     job = lightfoot.defs.resolve_job_def("deletion_job")
     started = lightfoot.instance.create_run_for_job(job, status=dg.DagsterRunStatus.STARTED)
-    assert runs_in_flight(lightfoot.instance) == [started.run_id]
+    assert runs_in_flight(lightfoot.instance, WRITING_JOBS) == [started.run_id]
     with pytest.raises(MigrationRefused, match=started.run_id):
         migrate(lightfoot.instance, lightfoot.store())
     assert lightfoot.partitions(LEGACY_DOCUMENTS) == ["musique-0000"]  # nothing was changed

@@ -22,9 +22,11 @@ def test_a_drop_and_an_erasure_request_name_their_receipt_and_nothing_of_their_c
     assert receipt_batch(request, "retention").startswith("retention-")
 
 
-def test_a_sync_batch_is_fresh_each_time_and_names_no_receipt():
-    first, second = sync_batch(), sync_batch()
-    assert first != second and first.startswith("sync-") and receipt_of(first) is None
+def test_a_sync_batch_is_one_per_set_of_changes_and_hour_and_names_no_receipt():
+    first = sync_batch("3 new, 1 removed: 9f0c", "20261206T07")
+    assert first == sync_batch("3 new, 1 removed: 9f0c", "20261206T07") and first.startswith("sync-")
+    assert first != sync_batch("3 new, 1 removed: 9f0c", "20261206T08") != sync_batch("other", "20261206T07")
+    assert receipt_of(first) is None and check_batch_id(first) == first
 
 
 @pytest.mark.parametrize("bad", ["", "Drop-1", "drop 1", "x" * 65, "doc:memo.txt", "-drop"])

@@ -8,7 +8,7 @@ import json
 import polars as pl
 import pytest
 
-from assets.resources import ExtractorResource, InboxResource, StoreResource
+from assets.resources import ExtractorResource, InboxResource
 
 ANSWER = {"entities": [{"name": "Oslo", "type": "location", "description": "a city"}],
           "facts": [["Oslo", "capital of", "Norway", "Oslo is the capital of Norway"]]}
@@ -54,37 +54,11 @@ def test_auto_mode_replays_recordings_and_asks_the_model_for_the_rest(
     assert "oslo" in forms.get_column("name").to_list()
 
 
-def test_an_unusable_model_fails_the_passages_with_the_reason(lightfoot, twenty, monkeypatch):
-    from lightfoot_pipeline.ingest.passages import split_passages
-    from lightfoot_pipeline.settings import IndexSettings
-
-    monkeypatch.setenv("LIGHTFOOT_LLM_MAX_RETRIES", "0")  # nothing listens there; no point waiting
-
-    store = StoreResource(uri=lightfoot.store_uri).open()
-    extractor = ExtractorResource(mode="auto", base_url="http://127.0.0.1:9/v1", model="nobody", api_key="k")
-    passages = split_passages(twenty[0], 4000)
-    outcomes = extractor.get(store, IndexSettings(), {}, "run-1").extract(passages)
-    assert [o.status for o in outcomes] == ["failed"]
-    assert "cannot reach http://127.0.0.1:9/v1" in outcomes[0].reason
-
-
-def test_replay_mode_never_calls_a_model(lightfoot, twenty, sample_records):
-    from lightfoot_pipeline.ingest.passages import split_passages
-    from lightfoot_pipeline.settings import IndexSettings
-
-    store = StoreResource(uri=lightfoot.store_uri).open()
-    recorded = {twenty[0].doc_id: sample_records[twenty[0].doc_id]}
-    passages = [*split_passages(twenty[0], 4000), *split_passages(twenty[1], 4000)]
-    outcomes = ExtractorResource(mode="replay").get(store, IndexSettings(), recorded, "run-1").extract(passages)
-    assert [o.status for o in outcomes] == ["ok", "failed"]
-    assert "replay mode" in outcomes[1].reason and outcomes[1].model_calls == 0
-
-
-def test_a_bad_extractor_mode_is_refused():
+def test_a_bad_extractor_mode_fails_the_step():
     import dagster as dg
 
     with pytest.raises(dg.Failure, match="auto, replay, openai or openai-batch"):
-        ExtractorResource(mode="gpt").get(None, None, {}, "run")
+        ExtractorResource(mode="gpt").choice()
 
 
 def test_the_inbox_resource_s_own_folders_come_before_the_defaults(tmp_path):

@@ -207,6 +207,8 @@ def test_a_drop_is_landed_then_given_its_receipt_then_removed(inbox, tmp_path, s
     intake = take_documents(inbox, landing, LOG)
     (receipt,) = intake.receipts
     assert intake.doc_ids == ["d1", "d2"] and intake.rejected == {}
+    assert intake.news() == ["landed 2 documents from 1 drops"]
+    assert take_documents(inbox, landing, LOG).news() == [f"nothing new in {inbox.uri}"]
     assert Receipts(store).pending(INGESTION) == [receipt] and receipt.origin == f"{inbox.uri}/news.jsonl"
     assert not path.exists()
 
@@ -250,7 +252,10 @@ def test_erasure_requests_are_recorded_then_given_their_receipt_and_bad_files_se
                                                                                     ("d2", "gdpr", False)]
     assert list(intake.rejected) == ["bad.json"] and "doc_id must be a non-empty string" in intake.rejected["bad.json"]
     assert sorted(p.name for p in root.iterdir()) == ["rejected"]
-    assert take_requests(inbox, landing, LOG) == Intake()
+    assert intake.news() == ["took 1 request files", "rejected 1 request files (their reasons are in the inbox's "
+                             "rejected folder)"], "counts, never a request's values"
+    again = take_requests(inbox, landing, LOG)
+    assert again == Intake(where=inbox.uri, kind=ERASURE) and again.news() == [f"no new request file in {inbox.uri}"]
 
 
 def test_a_drop_whose_readers_use_a_reserved_word_wrongly_is_rejected_whole(inbox, tmp_path, store):

@@ -26,7 +26,7 @@ from lightfoot_pipeline.operations.checks import account_for_passages, compare_w
 from lightfoot_pipeline.operations.deletion_requests import already_honoured, apply_deletion_requests
 from lightfoot_pipeline.operations.graph import update_graph
 from lightfoot_pipeline.settings import IndexSettings
-from lightfoot_pipeline.store.batches import DAGSTER, Batch, writing_batch
+from lightfoot_pipeline.store.batches import CLI, DAGSTER, Batch, new_batch_id, writing_batch
 from lightfoot_pipeline.store.fingerprint import fingerprint
 from lightfoot_pipeline.store.store import Store
 
@@ -166,6 +166,10 @@ def test_erasure_requests_are_settled_waited_for_or_given_a_run_by_what_their_ru
     assert needed.receipt_id == receipts[3].receipt_id and needed_runs == ReceiptRuns()
     assert list(outstanding) == [sample_documents[3].doc_id]
     assert {r.receipt_id for r in Receipts(store).pending("erasure")} == {r.receipt_id for r in receipts[1:]}
+    assert triage.news() == ["1 requests done", "1 requests whose runs failed repeatedly wait before their next "
+                             "attempt"], "the waiting are named only when none needs a run"
+    triage.needed.clear()
+    assert triage.news()[-1] == "1 requests waiting for their runs"
 
 
 def test_drops_are_settled_waited_for_or_given_a_run_and_landed_strays_get_a_receipt(
@@ -183,6 +187,8 @@ def test_drops_are_settled_waited_for_or_given_a_run_and_landed_strays_get_a_rec
     assert [r.receipt_id for r in triage.waiting] == [drops[1].receipt_id]
     assert [(r.receipt_id, attempt.attempt) for r, attempt in triage.needed] == [(drops[2].receipt_id, 0)]
     assert triage.pending_ids == {d.doc_id for d in sample_documents[1:4]}
+    assert triage.news() == ["2 drops ingested", "1 drops waiting for their runs or, after repeated failures, for "
+                             "their next attempt"]
 
     # The settled drop's document was never stored (no run here stored it): landed, and no drop holds it now.
     first = receipt_for_landed(store, "20260101T0000")
@@ -191,3 +197,32 @@ def test_drops_are_settled_waited_for_or_given_a_run_and_landed_strays_get_a_rec
     stray = receipt_for_landed(store, "20260101T0030")
     assert stray is not None and list(stray.doc_ids) == [sample_documents[5].doc_id]
     assert receipt_for_landed(store, "20260101T0100") is None, "now held by a pending drop"
+
+
+def test_a_retention_day_becomes_requests_under_one_receipt_and_outside_deletions_are_found(
+        tmp_path, sample_documents, sample_records):
+    import datetime as dt
+    from dataclasses import replace
+
+    from lightfoot_pipeline.ingest.retention import RetentionPolicy
+    from lightfoot_pipeline.operations.deletion_requests import deletions_outside, request_retention_deletions
+
+    today = dt.date(2026, 12, 6)
+    store = Store(str(tmp_path / "retention"))
+    due = sample_documents[0].doc_id
+    documents = [replace(sample_documents[0], retention_until=today - dt.timedelta(days=1)), *sample_documents[1:3]]
+    operations.ingest(store, documents, ReplayExtractor(sample_records), None, link=False)
+    assert request_retention_deletions(store, RetentionPolicy(), today - dt.timedelta(days=5)) is None, "not due yet"
+    receipt = request_retention_deletions(store, RetentionPolicy(), today)
+    assert receipt is not None and list(receipt.doc_ids) == [due] and list(receipt.erase_ids) == [due]
+    assert Receipts(store).pending("erasure") == [receipt]
+    assert [(r.doc_id, r.erase, r.origin) for r in Landing(store).deletion_requests()] == [
+        (due, True, "retention schedule")]
+
+    seq = store.manifest().seq
+    with writing_batch(Batch(new_batch_id("delete"), "run-of-the-command-line", CLI)):
+        operations.delete(store, [sample_documents[1].doc_id], link=False)
+    assert deletions_outside(store, seq, lambda run_id: False) == [sample_documents[1].doc_id]
+    assert deletions_outside(store, seq, lambda run_id: run_id == "run-of-the-command-line") == [], \
+        "a deletion by a run the orchestrator knows is that run's to record"
+    assert deletions_outside(store, store.manifest().seq, lambda run_id: False) == []
