@@ -21,7 +21,7 @@ from lightfoot_pipeline.ingest.inbox import (
     erasure_inbox,
 )
 from lightfoot_pipeline.models.embedder import Embedder, load_embedder
-from lightfoot_pipeline.operations.extractors import ExtractionChoice
+from lightfoot_pipeline.operations.extractors import ExtractionChoice, ModelEndpoint
 from lightfoot_pipeline.settings import (
     IndexSettings,
     SettingsError,
@@ -83,10 +83,14 @@ class ExtractorResource(dg.ConfigurableResource):
     model: str | None = Field(default=None, description="Model to ask.")
     api_key: str | None = Field(default=None, description="API key (give it as an EnvVar).")
 
+    def endpoint(self) -> ModelEndpoint:
+        """The model's endpoint, whatever the mode (erasure deletes extraction batches' files there)."""
+        return ModelEndpoint(self.base_url, self.model, self.api_key)
+
     def choice(self) -> ExtractionChoice:
         """The extractor this resource configures; a mode it does not know fails the step."""
         try:
-            return ExtractionChoice(self.mode, self.base_url, self.model, self.api_key)
+            return ExtractionChoice(self.mode, self.endpoint())
         except SettingsError as err:
             raise dg.Failure(str(err)) from None
 

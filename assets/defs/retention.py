@@ -110,7 +110,7 @@ def erasures(
                                      echo=context.log.info)
             # The files of extraction batches that hold the text are deleted at the extractor's provider.
             summary = erase_history(lightfoot, pending, snapshot_checks=[audit],
-                                    batch_api=extractor.choice().batch_api()).summary()
+                                    batch_api=extractor.endpoint().batch_api()).summary()
         context.log.info(f"erased the history of {len(pending)} documents")
     state = store_state(lightfoot, lightfoot.manifest(), [t.name for t in STAGE_TABLES["tombstones"]],
                         changed=bool(pending), fingerprint=bool(pending) and store.report_fingerprint)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from lightfoot_pipeline.ingest.passages import split_passages
-from lightfoot_pipeline.operations.extractors import ExtractionChoice
+from lightfoot_pipeline.operations.extractors import ExtractionChoice, ModelEndpoint
 from lightfoot_pipeline.settings import IndexSettings, SettingsError
 
 
@@ -22,7 +22,7 @@ def test_each_mode_sends_the_passages_it_says_to_the_model():
 
 def test_an_unusable_model_fails_the_passages_with_the_reason(store, sample_documents, monkeypatch):
     monkeypatch.setenv("LIGHTFOOT_LLM_MAX_RETRIES", "0")  # nothing listens there; no point waiting
-    choice = ExtractionChoice("auto", base_url="http://127.0.0.1:9/v1", model="nobody", api_key="k")
+    choice = ExtractionChoice("auto", ModelEndpoint("http://127.0.0.1:9/v1", model="nobody", api_key="k"))
     outcomes = choice.extractor(store, IndexSettings(), {}, "run-1").extract(split_passages(sample_documents[0], 4000))
     assert [o.status for o in outcomes] == ["failed"]
     assert "cannot reach http://127.0.0.1:9/v1" in outcomes[0].reason
@@ -40,7 +40,10 @@ def test_replay_mode_never_calls_a_model(store, sample_documents, sample_records
 def test_the_endpoint_given_wins_over_the_environment_and_a_bad_mode_is_refused(monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
     monkeypatch.setenv("LIGHTFOOT_LLM_MODEL", "from-environment")
-    settings = ExtractionChoice("openai", base_url="http://127.0.0.1:2/v1").llm_settings()
+    settings = ModelEndpoint(base_url="http://127.0.0.1:2/v1").llm_settings()
     assert (settings.base_url, settings.model) == ("http://127.0.0.1:2/v1", "from-environment")
+    assert ModelEndpoint(base_url="http://127.0.0.1:2/v1").batch_api() is not None
+    monkeypatch.setenv("LIGHTFOOT_LLM_MAX_RETRIES", "-1")  # settings that cannot be used: no Batch API, no error
+    assert ModelEndpoint().batch_api() is None
     with pytest.raises(SettingsError, match="auto, replay, openai or openai-batch, not 'gpt'"):
         ExtractionChoice("gpt")
