@@ -15,7 +15,10 @@ from the exact walk otherwise. Retrieval uses it by default and keeps the exact 
 and as its reference.
 
 A snapshot's walk operators are prepared on first use and kept while the snapshot is in memory
-(:func:`walk_graph`), so every retriever over one snapshot shares them.
+(:func:`walk_graph`), so every retriever over one snapshot shares them. Both walks read the
+adjacency's own arrays, which a snapshot maps from its files (format.py): the exact walk holds no
+scaled or reordered copy of the graph (12 bytes a stored entry each, 0.3 GB at 800k passages), only
+its degrees, so a replica and each reader view (permissions/views.py) hold the graph once.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from lightfoot_pipeline.retrieval.localwalk import EPSILON, LocalWalk
 from lightfoot_pipeline.retrieval.rowsplit import RowSplit
@@ -73,7 +75,6 @@ class RetrievalGraph:
         self.n_nodes = adjacency.shape[0]
         self.n_entities = n_entities
         self.n_passages = self.n_nodes - n_entities
-        self._damped: dict[float, RowSplit] = {}  # damping -> damping · Pᵀ, split by rows
 
     @cached_property
     def local(self) -> LocalWalk:
@@ -81,35 +82,18 @@ class RetrievalGraph:
         return LocalWalk(self.adjacency, ranked_from=self.n_entities)
 
     @cached_property
-    def _exact(self) -> tuple[np.ndarray, np.ndarray, sp.csr_matrix]:
-        """The exact walk's node order, edgeless positions and operator Pᵀ."""
-        # The walk runs on the nodes in reverse Cuthill–McKee order: it keeps each node's neighbours
-        # close together, so a product reads x with fewer cache misses (about a third faster at
-        # MuSiQue scale). Seeds go in and scores come out in node order.
-        order = reverse_cuthill_mckee(self.adjacency.tocsr(), symmetric_mode=True)  # position -> node
-        ordered = self.adjacency.tocsr()[order][:, order]
-        degree = np.asarray(ordered.sum(axis=1)).ravel()  # (N,)
-        dangling = degree == 0
-        inverse = np.zeros_like(degree)
-        inverse[~dangling] = 1.0 / degree[~dangling]
-        # The walk applied to a column vector: x_next = Pᵀ x with P = D⁻¹ A. A is symmetric, so
-        # Pᵀ = A D⁻¹ (column j scaled by 1/deg j), kept as CSR so each step is one CSR product.
-        walk = (ordered @ sp.diags(inverse)).tocsr().astype(np.float64)  # (N, N)
-        walk.sort_indices()
-        # positions with no edge: their walkers jump back to the seeds
-        return order, np.flatnonzero(dangling), walk
+    def exact_operator(self) -> tuple[RowSplit, np.ndarray]:
+        """The exact walk's products with the adjacency A, split by rows (views of the arrays the
+        local walk reads, no copy), and the nodes with no edge."""
+        local = self.local
+        adjacency = sp.csr_matrix((local.weights, local.indices, local.indptr), shape=(self.n_nodes, self.n_nodes),
+                                  copy=False)
+        return RowSplit(adjacency), np.flatnonzero(local.degree == 0)
 
-    def prepare(self, damping: float = DAMPING) -> None:
-        """Prepare both walks' operators now (the local walk's proof may hand a query to the exact walk)."""
-        _ = self.local
-        self._damped_walk(damping)
-
-    def _damped_walk(self, damping: float) -> RowSplit:
-        walk = self._damped.get(damping)
-        if walk is None:
-            walk = RowSplit((self._exact[2] * damping).tocsr())
-            self._damped[damping] = walk
-        return walk
+    def prepare(self) -> None:
+        """Prepare both walks' operators now (the local walk's proof may hand a query to the exact
+        walk); neither depends on the damping, which each walk applies as it goes."""
+        _ = self.exact_operator
 
     def personalized_pagerank(
         self,
@@ -121,9 +105,9 @@ class RetrievalGraph:
         """PPR scores of every node for seed weights ``seeds`` (N,), normalised here to sum 1: the
         exact walk, by power iteration over the whole graph."""
         s, total = self._checked_seeds(seeds, damping)
-        order, dangling, _ = self._exact
-        s = s[order] / total  # (N,) in walk order
-        walk = self._damped_walk(damping)  # (N, N): damping · Pᵀ
+        s = s / total  # (N,)
+        walk, dangling = self.exact_operator
+        inverse_degree = self.local.inverse_degree  # (N,): 1 / weighted degree, 0 where there is no edge
         restart = (1.0 - damping) * s  # (N,)
         x = s.copy()
         change = np.empty_like(x)
@@ -131,7 +115,10 @@ class RetrievalGraph:
         iterations = 0
         while iterations < max_iterations:
             iterations += 1
-            x_next = walk.matvec(x)  # (N, N) x (N,) -> (N,): one step of the walk
+            # One step of the walk, x_next = damping · Pᵀ x with P = D⁻¹ A; A is symmetric, so
+            # Pᵀ x = A (D⁻¹ x): (N, N) x (N,) -> (N,)
+            x_next = walk.matvec(inverse_degree * x)
+            x_next *= damping
             x_next += restart
             if dangling.size:
                 stranded = x[dangling].sum()  # walkers on edgeless nodes jump back to the seeds
@@ -141,9 +128,7 @@ class RetrievalGraph:
             x = x_next
             if delta < tolerance:
                 break
-        scores = np.empty_like(x)
-        scores[order] = x  # back to node order
-        return PageRankResult(scores=scores, iterations=iterations, delta=delta, converged=delta < tolerance)
+        return PageRankResult(scores=x, iterations=iterations, delta=delta, converged=delta < tolerance)
 
     def local_pagerank(self, seeds: np.ndarray, damping: float = DAMPING, epsilon: float = EPSILON) -> PageRankResult:
         """PPR scores of every node for seed weights ``seeds`` (N,) by forward push from the seeds

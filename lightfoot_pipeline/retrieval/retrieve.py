@@ -223,7 +223,7 @@ class Retriever:
         if self.settings.walk == "local" and snap.n_nodes:
             # both walks prepared (the proof may hand a query to the exact walk), and the local
             # walk's loops compiled (one round of a walk that settles almost at once)
-            self.graph.prepare(self.settings.damping)
+            self.graph.prepare()
             self.graph.local.ranked(np.zeros(1, dtype=np.int64), np.ones(1), self.settings.damping, 1.0, 1, 0)
         self.question_vector("warm-up question")
 

@@ -39,8 +39,23 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL
 
 
+def _rows(matrix: np.ndarray | sp.csr_matrix, lo: int, hi: int) -> np.ndarray | sp.csr_matrix:
+    """Rows ``lo:hi`` of ``matrix`` as a view of its arrays, not a copy. A CSR matrix's row slice
+    copies its values and indices, and so does SciPy's constructor given views of less than half
+    an array; the block takes the views as its arrays instead (a snapshot's graph is mapped from
+    its files and shared)."""
+    if not sp.issparse(matrix):
+        return matrix[lo:hi]
+    start, end = int(matrix.indptr[lo]), int(matrix.indptr[hi])
+    block = sp.csr_matrix((hi - lo, matrix.shape[1]), dtype=matrix.dtype)
+    block.indptr = (matrix.indptr[lo : hi + 1] - start).astype(matrix.indices.dtype)  # (rows + 1,): the only copy
+    block.indices, block.data = matrix.indices[start:end], matrix.data[start:end]
+    return block
+
+
 class RowSplit:
-    """``matrix @ x`` for a fixed (n, m) matrix, dense or CSR, computed in row blocks."""
+    """``matrix @ x`` for a fixed (n, m) matrix, dense or CSR, computed in row blocks that are
+    views of the matrix's own arrays."""
 
     def __init__(self, matrix: np.ndarray | sp.csr_matrix, threads: int = THREADS) -> None:
         self.shape = matrix.shape
@@ -55,7 +70,7 @@ class RowSplit:
             pieces = max(1, min(threads, work // MIN_DENSE_PER_THREAD))
             cuts = [matrix.shape[0] * i // pieces for i in range(1, pieces)]
         bounds = [0, *cuts, matrix.shape[0]]
-        self.blocks = [(lo, matrix[lo:hi]) for lo, hi in itertools.pairwise(bounds) if hi > lo]
+        self.blocks = [(lo, _rows(matrix, lo, hi)) for lo, hi in itertools.pairwise(bounds) if hi > lo]
         self.dtype = np.result_type(matrix.dtype, np.float32)
 
     def matvec(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -28,6 +28,9 @@ def test_sparse_split_balances_stored_values_and_matches():
     sizes = [block.nnz for _, block in split.blocks]
     assert abs(sizes[0] - sizes[1]) < 0.05 * matrix.nnz
     assert np.array_equal(split.matvec(x), matrix @ x)
+    # the blocks are views of the matrix's values and indices, not copies
+    assert all(np.shares_memory(block.data, matrix.data) and np.shares_memory(block.indices, matrix.indices)
+               for _, block in split.blocks)
 
 
 def test_small_products_stay_on_one_thread():

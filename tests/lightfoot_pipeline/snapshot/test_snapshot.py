@@ -241,8 +241,15 @@ def test_tables_and_vectors_are_memory_mapped_and_formats_1_and_2_still_load(sto
     graph = ("graph_indptr.npy", "graph_indices.npy", "graph_weights.npy")
     assert {str(folder / f"{name}.arrow") for name in tables} | {str(folder / name) for name in graph} <= mapped_files()
     assert not snap.adjacency.indices.flags.writeable and not snap.adjacency.data.flags.writeable
-    walk = walk_graph(snap).local
+    walks = walk_graph(snap)
+    walk = walks.local
     assert np.shares_memory(walk.indices, snap.adjacency.indices) and np.shares_memory(walk.weights, snap.adjacency.data)
+    # The exact walk's row blocks are views of the same arrays: no reordered or scaled copy of the graph.
+    walks.prepare()
+    products, _ = walks.exact_operator
+    assert sum(block.nnz for _, block in products.blocks) == snap.adjacency.nnz
+    assert all(np.shares_memory(block.indices, snap.adjacency.indices) and np.shares_memory(block.data, snap.adjacency.data)
+               for _, block in products.blocks)
     rows = snap.passages[[1, 0]]
     assert snap.passage_texts([1, 0]) == [passage_text(t, x) for t, x in rows.select("title", "text").iter_rows()]
     frames = {"entities": snap.entities, "passages": snap.passages, "facts": snap.facts, "fact_evidence": snap.evidence}
