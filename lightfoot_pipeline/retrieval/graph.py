@@ -48,7 +48,10 @@ MAX_ITERATIONS = 200
 # and at least PUSH_VISITS_FLOOR, before the exact walk serves the query instead: about where the
 # exact walk (some 70 products, each reading every entry, in compiled sparse code split over two
 # threads) becomes the cheaper: measured on the 2-core machine, the exact walk takes as long as 6
-# (MuSiQue scale) to 9 (the sample) push visits per entry. The floor, a few milliseconds of
+# (MuSiQue scale) to 9 (the sample) push visits per entry. That was measured while the exact walk
+# ran on a reordered copy of the graph; reading the snapshot's graph in place, it takes about 1.3
+# times as long (benchmarks/exact_walk.py at 100,000 passages), so this cap now hands a query over
+# somewhat early, never wrongly: either walk ranks exactly. The floor, a few milliseconds of
 # pushing, keeps small graphs local.
 PUSH_VISITS_PER_ENTRY = 8.0
 PUSH_VISITS_FLOOR = 100_000
