@@ -24,29 +24,25 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from latency import resident_split_mb
+
 from lightfoot_pipeline.retrieval.graph import walk_graph
 from lightfoot_pipeline.snapshot.format import load_snapshot
 from lightfoot_pipeline.store.store import Store
 
 
-def anonymous_mb() -> float:
-    """This process's anonymous resident memory (Linux RssAnon), in MB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no RssAnon in /proc/self/status: Linux only")
-
-
 def measure(store: Store, walks: int, seed: int = 0) -> dict:
     snapshot = load_snapshot(store)
     gc.collect()
-    before = anonymous_mb()
+    before = resident_split_mb()["rss_anon_mb"]
     graph = walk_graph(snapshot)
     started = time.perf_counter()
     graph.prepare()
     prepare_s = time.perf_counter() - started
     gc.collect()
-    held = anonymous_mb() - before
+    held = resident_split_mb()["rss_anon_mb"] - before
     rng = np.random.default_rng(seed)
     times, tops = [], hashlib.sha256()
     for _ in range(walks):

@@ -113,14 +113,14 @@ class RetrievalGraph:
         inverse_degree = self.local.inverse_degree  # (N,): 1 / weighted degree, 0 where there is no edge
         restart = (1.0 - damping) * s  # (N,)
         x = s.copy()
-        change = np.empty_like(x)
+        change, scaled = np.empty_like(x), np.empty_like(x)
         delta = np.inf
         iterations = 0
         while iterations < max_iterations:
             iterations += 1
             # One step of the walk, x_next = damping · Pᵀ x with P = D⁻¹ A; A is symmetric, so
             # Pᵀ x = A (D⁻¹ x): (N, N) x (N,) -> (N,)
-            x_next = walk.matvec(inverse_degree * x)
+            x_next = walk.matvec(np.multiply(inverse_degree, x, out=scaled))
             x_next *= damping
             x_next += restart
             if dangling.size:
