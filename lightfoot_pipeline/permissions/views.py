@@ -23,8 +23,14 @@ Access), keeps the rows of D_P's passages, and derives from them what the graph 
 A view holds no copy of its vectors: they are its rows of the snapshot's memory-mapped matrices
 (snapshot/shared_rows.py ``SharedRows``), which every view and every process on the node share;
 the seeding scorers read the snapshot's matrix and give, row for row, what a snapshot of D_P's
-vectors alone gives (retrieval/seeding.py). A reader set in use costs its tables, node tables and
-graph, in proportion to the documents it reads, and 8 bytes a vector row.
+vectors alone gives (retrieval/seeding.py). Its tables, node tables and graph arrays, once
+derived, are moved into files without a name under the scratch directory
+(:func:`tables_in_files`, :func:`snapshot_in_files`: snapshot/spill.py ``UnnamedFiles``) and read
+through their mappings, as a snapshot's own are: a reader set in use costs disk in proportion to
+the documents it reads, pages that the kernel can reclaim, and 8 bytes a vector row of the
+process's own memory. The files go with the view (a file without a name is freed with its last
+mapping), so a view of an erased document leaves nothing behind once the service lets it go,
+nor does a process that is killed.
 
 Nothing of the view depends on history or on which principal asked first; :class:`ViewCache`
 keeps the views of the most recently used reader sets per snapshot. A snapshot without access
@@ -53,10 +59,11 @@ import hashlib
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
+import scipy.sparse as sp
 
 from lightfoot_pipeline.index.components import components, entity_rows, mention_rows
 from lightfoot_pipeline.index.facts import fact_rows
@@ -69,6 +76,7 @@ from lightfoot_pipeline.snapshot.collect import GraphTables, assemble_graph, bui
 from lightfoot_pipeline.snapshot.fact_index import INDEX_MIN_ROWS
 from lightfoot_pipeline.snapshot.format import Access, Snapshot, SnapshotInfo
 from lightfoot_pipeline.snapshot.shared_rows import SharedRows
+from lightfoot_pipeline.snapshot.spill import UnnamedFiles
 from lightfoot_pipeline.store.tables import ALIASES, ENTITIES, FACTS
 
 VIEWS_KEPT = 16  # reader sets whose views a cache holds per snapshot
@@ -144,6 +152,7 @@ class ReaderView:
     tables: dict[str, pl.DataFrame] | None = None
     build_s: float = 0.0
     counts: dict = field(default_factory=dict)
+    file_bytes: int = 0  # the disk its tables and graph hold (files without a name: tables_in_files)
 
     @property
     def whole(self) -> bool:
@@ -349,6 +358,28 @@ def view_snapshot(snapshot: Snapshot, documents: frozenset[str], tables: dict[st
     return view
 
 
+# The node tables of a view's snapshot, which snapshot_in_files moves into files.
+NODE_TABLES = ("entities", "passages", "facts", "evidence")
+
+
+def tables_in_files(tables: dict[str, pl.DataFrame], files: UnnamedFiles) -> dict[str, pl.DataFrame]:
+    """A view's tables moved into ``files`` (see the module docstring): equal frames, read through
+    mappings. The caller lets go of the ones it passed."""
+    return {name: files.table(frame) for name, frame in tables.items()}
+
+
+def snapshot_in_files(view: Snapshot, files: UnnamedFiles) -> Snapshot:
+    """A view's snapshot with its node tables and graph arrays moved into ``files``: the same
+    snapshot, read through mappings (its vectors are the base's rows already)."""
+    graph = view.adjacency
+    indptr, indices, weights = (files.array(values) for values in (graph.indptr, graph.indices, graph.data))
+    moved = replace(view, adjacency=sp.csr_matrix((weights, indices, indptr), shape=graph.shape, copy=False),
+                    **{name: files.table(getattr(view, name)) for name in NODE_TABLES})
+    if "evidence_ranges" in view.__dict__:  # primed from a base (narrowed_graph.py), or computed
+        moved.prime(view.evidence_ranges)
+    return moved
+
+
 def view_fingerprint(*frames: pl.DataFrame) -> str:
     """A digest of a view's content alone. A view's id and fingerprint are its own, not the
     snapshot's: the snapshot's digest is a function of every document, those the reader may not
@@ -398,8 +429,10 @@ def reader_view(snapshot: Snapshot, principal: Principal, narrowing: Narrowing |
     else:
         tables, narrowed = derive_tables(snapshot, documents), None
     view = view_snapshot(snapshot, documents, tables, indexed, narrowed)
+    with UnnamedFiles("view") as files:
+        tables, view = tables_in_files(tables, files), snapshot_in_files(view, files)
     return ReaderView(view_key(documents), view, documents, tables, round(time.perf_counter() - started, 4),
-                      dict(view.info.counts))
+                      dict(view.info.counts), files.bytes)
 
 
 class ViewCache:
@@ -426,10 +459,11 @@ class ViewCache:
         self._views: OrderedDict[str, ReaderView] = OrderedDict()
         self._bases: list[Base] = []
         self.whole: Base | None = None  # every document of the snapshot and its tables (prepare)
+        self.whole_file_bytes = 0  # the disk those tables hold (files without a name)
         if inherit is not None and inherit.snapshot is snapshot:
             changed = narrowing.changed_since(inherit.narrowing) if narrowing else (
                 inherit.narrowing.changed_since(None) if inherit.narrowing else frozenset())
-            self.whole = inherit.whole
+            self.whole, self.whole_file_bytes = inherit.whole, inherit.whole_file_bytes
             for key, view in inherit.held():
                 if view.documents is None or view.tables is None:
                     continue
@@ -474,7 +508,9 @@ class ViewCache:
         access = self.snapshot.access
         if self.whole is None and access is not None:
             documents = frozenset(access.readers.get_column("doc_id").to_list())
-            self.whole = (documents, tables_of(access, documents), self.snapshot)
+            with UnnamedFiles("view-base") as files:
+                self.whole = (documents, tables_in_files(tables_of(access, documents), files), self.snapshot)
+            self.whole_file_bytes = files.bytes
 
     def _base(self, documents: frozenset[str]) -> Base | None:
         """The base that holds ``documents`` with the fewest others, if few enough."""
@@ -488,6 +524,10 @@ class ViewCache:
     def keys(self) -> list[str]:
         with self._lock:
             return list(self._views)
+
+    def file_bytes(self) -> int:
+        """The disk that the views held and the whole snapshot's tables hold (files without a name)."""
+        return sum(view.file_bytes for _, view in self.held()) + self.whole_file_bytes
 
     def held(self) -> list[tuple[str, ReaderView]]:
         """The views held now, least recently used first."""

@@ -676,6 +676,10 @@ class QueryService:
             narrowing = served.narrowing if served else None
             narrowed = {"now": narrowing.as_dict() if narrowing else None, "narrowings": self.narrowings,
                         "last_error": self.last_narrowing_error}
+            serving = self._serving
+            # the reader sets whose views are held, and the scratch disk their files take (views.py)
+            views = {"reader_sets": len(serving.views.keys()),
+                     "file_mb": round(serving.views.file_bytes() / 2**20, 1)} if serving is not None else None
         reload_error = self.last_reload_error
         if reload_error is not None and not principal.is_operator:  # it may name files and the store's ids
             reload_error = "the newest snapshot could not be loaded; the service stays on the one it has"
@@ -693,7 +697,7 @@ class QueryService:
             "last_reload_error": reload_error,
             "reranker": reranker,
             "answers": answers,
-            **({"narrowed": narrowed} if principal.is_operator else {}),
+            **({"narrowed": narrowed, "views": views} if principal.is_operator else {}),
         }
 
     def _answers_state(self, budget: SharedBudget) -> str:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import random
 import shutil
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -13,12 +15,14 @@ from polars.testing import assert_frame_equal
 from lightfoot_pipeline.ingest.dataset import load_questions
 from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL
 from lightfoot_pipeline.permissions.views import (
+    NODE_TABLES,
     Narrowing,
     ViewCache,
     narrowed_tables,
     readable_documents,
     reader_view,
     tables_of,
+    view_snapshot,
 )
 from lightfoot_pipeline.retrieval.explain import explain_query
 from lightfoot_pipeline.retrieval.retrieve import Retriever
@@ -91,6 +95,44 @@ def test_each_view_equals_a_store_of_its_readable_documents(principal, served, q
     ours, fresh = Retriever(mine, hashing_embedder), Retriever(theirs, hashing_embedder)
     for question in questions:
         assert _ranking(ours, question) == _ranking(fresh, question), question
+
+
+def _mapped_without_a_name() -> set[str]:
+    """The files this process maps that have no name left (Linux: /proc/self/maps marks them)."""
+    lines = Path("/proc/self/maps").read_text().splitlines()
+    return {line.split(maxsplit=5)[5] for line in lines if line.endswith(" (deleted)")}
+
+
+def test_a_views_tables_and_graph_are_files_without_a_name_that_go_with_the_view(served):
+    """A view's tables, node tables and graph arrays are read through mappings of scratch files
+    whose folder is gone: nothing of them is left on disk by name, and their pages are the
+    kernel's to reclaim. Letting go of the view lets go of the files."""
+    snapshot, _, _ = served
+    before = _mapped_without_a_name()
+    cache = ViewCache(snapshot)
+    view = cache.view(PRINCIPALS[0])
+    assert view.tables is not None and not view.whole
+    files = _mapped_without_a_name() - before
+    folders = {Path(name.removesuffix(" (deleted)")).parent for name in files}
+    assert len(folders) == 1 and next(iter(folders)).name.startswith("lightfoot-view-")
+    assert not next(iter(folders)).exists()
+    # 8 tables, 4 node tables and 3 graph arrays (a column's pages may be mapped more than once)
+    assert len(files) == 15
+    assert not view.snapshot.adjacency.data.flags.writeable
+    # The same tables, node tables and graph as those derived in memory.
+    tables = tables_of(snapshot.access, view.documents)
+    for name, frame in tables.items():
+        assert_frame_equal(_rows(view.tables[name]), _rows(frame))
+    derived = view_snapshot(snapshot, view.documents, tables)
+    for name in NODE_TABLES:
+        assert getattr(view.snapshot, name).equals(getattr(derived, name)), name
+    assert (view.snapshot.adjacency != derived.adjacency).nnz == 0
+    # The base of later narrowings, derived by prepare, is in files too.
+    cache.prepare()
+    assert len(_mapped_without_a_name() - before - files) == 8
+    del view, derived, tables, cache
+    gc.collect()
+    assert not _mapped_without_a_name() - before
 
 
 def _rows(frame: pl.DataFrame) -> pl.DataFrame:
