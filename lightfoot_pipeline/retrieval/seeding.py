@@ -18,6 +18,15 @@ A snapshot stores its vectors at half precision (snapshot/format.py). Two ways s
 Measured on the 2-core machine: a float16 product reads about 15 GB/s, 5 ms for 100,000 rows of
 384 dimensions, where float32 NumPy takes 24 ms (and NumPy's own float16 product 240 ms).
 
+The int8 product is summed one of two ways, whichever is faster on the CPU at hand (measured once
+per process: :func:`int8_kernel`), and both give the same sums, bit for bit: torch's int8 product
+(``_int_mm``, int32 sums), fast where the CPU has int8 dot-product instructions (VNNI, AMX) and 8
+times slower than the other where it has not (an AVX2 AMD EPYC: 210 ms against 27 ms for 70,000
+rows of 384 codes, one thread); or the codes converted to float32 a block of rows at a time and
+multiplied in float32. The float32 sums are exact: each product of two codes is an integer of
+magnitude at most 127², and the sum of up to :data:`EXACT_FLOAT_COLUMNS` of them stays below
+2²⁴, where every integer is a float32, so no partial sum is rounded whatever the order.
+
 A reader view's vectors are rows of its snapshot's matrix (snapshot/shared_rows.py ``SharedRows``):
 both scorers then read that matrix, either the whole of it with the view's rows picked from the
 products, or (for a view of a small part of it, or of a group whose rows are not consecutive in
@@ -28,11 +37,14 @@ are those a snapshot holding its rows alone gives, bit for bit.
 
 from __future__ import annotations
 
+import functools
+import os
+import time
 import warnings
 
 import numpy as np
 
-from lightfoot_pipeline.snapshot.codes import RowCodes, encode_query
+from lightfoot_pipeline.snapshot.codes import LEVELS, RowCodes, encode_query
 from lightfoot_pipeline.snapshot.shared_rows import SharedRows, Vectors, consecutive
 
 REFINE = 64  # extra rows scored again in float32 beyond those asked for
@@ -61,10 +73,70 @@ MIN_PROBES = 8
 GATHER_BELOW_SHARE = 1 / 3
 
 
+# The int8 product's kernels (see the module docstring); LIGHTFOOT_INT8_KERNEL names one, else the
+# faster is measured on a block of KERNEL_PROBE_ROWS rows.
+INT8_KERNELS = ("int_mm", "float32")
+KERNEL_PROBE_ROWS = 16_384
+FLOAT_BLOCK_ROWS = 4_096  # rows converted to float32 at a time (6 MB at 384 columns)
+# Codes per row up to which float32 sums of code products are exact: LEVELS² x this < 2²⁴.
+EXACT_FLOAT_COLUMNS = (1 << 24) // (LEVELS * LEVELS)
+
+
 def _torch():
     import torch
 
     return torch
+
+
+@functools.cache
+def int8_kernel(columns: int) -> str:
+    """The kernel that sums int8 products of rows of ``columns`` codes in this process: the one
+    LIGHTFOOT_INT8_KERNEL names, else the faster of the two on a block of random codes (float32
+    only where its sums are exact)."""
+    named = os.environ.get("LIGHTFOOT_INT8_KERNEL", "").strip()
+    if named:
+        if named not in INT8_KERNELS:
+            raise ValueError(f"LIGHTFOOT_INT8_KERNEL={named!r}: one of {', '.join(INT8_KERNELS)}")
+        if named == "float32" and columns > EXACT_FLOAT_COLUMNS:
+            raise ValueError(f"LIGHTFOOT_INT8_KERNEL=float32: its sums are exact up to {EXACT_FLOAT_COLUMNS} "
+                             f"codes a row, these rows have {columns}")
+        return named
+    if columns > EXACT_FLOAT_COLUMNS:
+        return "int_mm"
+    torch = _torch()
+    generator = torch.Generator().manual_seed(0)
+    block = torch.randint(-LEVELS, LEVELS + 1, (KERNEL_PROBE_ROWS, columns), dtype=torch.int8, generator=generator)
+    rhs = torch.zeros((columns, QUERY_COLUMNS), dtype=torch.int8)
+    rhs[:, 0] = block[0]
+    timings = {}
+    for kernel in INT8_KERNELS:
+        best = float("inf")
+        for _ in range(3):
+            started = time.perf_counter()
+            code_sums(block, rhs, kernel)
+            best = min(best, time.perf_counter() - started)
+        timings[kernel] = best
+    return min(INT8_KERNELS, key=lambda kernel: timings[kernel])
+
+
+def code_sums(block, rhs, kernel: str) -> np.ndarray:
+    """(rows,) the sums of products of each row of ``block`` ((rows, columns) int8) with the first
+    column of ``rhs`` ((columns, QUERY_COLUMNS) int8), as float32 (each an integer, exactly)."""
+    torch = _torch()
+    if kernel == "int_mm":
+        # torch's one int8 product that sums in int32: torch.mv of int8 sums in int8 and overflows;
+        # NumPy's has no fast int8 kernel.
+        return torch._int_mm(block, rhs)[:, 0].numpy().astype(np.float32)  # noqa: SLF001
+    query = rhs[:, 0].to(torch.float32)
+    rows = block.shape[0]
+    out = torch.empty(rows, dtype=torch.float32)
+    converted = torch.empty((min(rows, FLOAT_BLOCK_ROWS), block.shape[1]), dtype=torch.float32)
+    for lo in range(0, rows, FLOAT_BLOCK_ROWS):
+        hi = min(rows, lo + FLOAT_BLOCK_ROWS)
+        piece = converted[: hi - lo]
+        piece.copy_(block[lo:hi])
+        torch.mv(piece, query, out=out[lo:hi])
+    return out.numpy()
 
 
 def _as_tensor(matrix: np.ndarray):
@@ -142,6 +214,7 @@ class _CodeMatrix:
         self.scales = codes.scales  # (n,) float32
         self.rows: np.ndarray | None = vectors.rows if isinstance(vectors, SharedRows) else None
         self.row_tensor = torch.from_numpy(vectors.rows) if isinstance(vectors, SharedRows) else None
+        self.kernel = int8_kernel(int(codes.codes.shape[1]))
 
     def query(self, q: np.ndarray) -> tuple[object, float]:
         """The question's codes as the product's (columns, QUERY_COLUMNS) right-hand side, and its scale."""
@@ -164,10 +237,9 @@ class _CodeMatrix:
                 block, scales = self.codes[piece], self.scales[piece]
             else:
                 block, scales = torch.index_select(self.codes, 0, self.row_tensor[lo:hi]), self.scales[rows]
-        # (rows, columns) x (columns, 8) -> int32 (rows,). torch's one int8 product that sums in
-        # int32: torch.mv of int8 sums in int8 and overflows; NumPy's has no fast int8 kernel.
-        sums = torch._int_mm(block, rhs)[:, 0].numpy()  # noqa: SLF001
-        return sums.astype(np.float32) * (np.asarray(scales, dtype=np.float32) * np.float32(scale))
+        # (rows, columns) x (columns,) -> (rows,) integer sums, by this CPU's faster kernel
+        sums = code_sums(block, rhs, self.kernel)
+        return sums * (np.asarray(scales, dtype=np.float32) * np.float32(scale))
 
 
 # -- the inverted-file index (built by snapshot/fact_index.py) ---------------------------------

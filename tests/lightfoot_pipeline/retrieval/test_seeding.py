@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 
 from lightfoot_pipeline.retrieval.retrieve import top_indices
-from lightfoot_pipeline.retrieval.seeding import HalfScorer, InvertedFileScorer
+from lightfoot_pipeline.retrieval.seeding import (
+    EXACT_FLOAT_COLUMNS,
+    FLOAT_BLOCK_ROWS,
+    INT8_KERNELS,
+    QUERY_COLUMNS,
+    HalfScorer,
+    InvertedFileScorer,
+    code_sums,
+    int8_kernel,
+)
 from lightfoot_pipeline.snapshot import codes
 from lightfoot_pipeline.snapshot.collect import build_fact_index
 from lightfoot_pipeline.snapshot.fact_index import n_lists
@@ -79,6 +88,50 @@ def test_coded_scoring_finds_the_exact_top_facts_with_their_exact_scores():
         assert np.abs(mine - exact).max() < 0.02
     with pytest.raises(ValueError, match="not those of"):
         InvertedFileScorer(grouped, index.centroids, index.offsets, codes=codes.in_memory(grouped[:100]))
+
+
+def test_both_int8_kernels_give_the_same_sums_and_the_same_scores(monkeypatch):
+    """torch's int8 product and the float32 one sum the same integers, bit for bit, at the largest
+    codes and with more rows than a block; a scorer's scores do not depend on which one the CPU
+    made faster. LIGHTFOOT_INT8_KERNEL names one, and a name that is not one is refused."""
+    import torch
+
+    columns = 384
+    rng = np.random.default_rng(3)
+    block = torch.from_numpy(rng.integers(-codes.LEVELS, codes.LEVELS + 1, (2 * FLOAT_BLOCK_ROWS + 17, columns),
+                                          dtype=np.int8))
+    block[:3] = codes.LEVELS  # the largest sums: 384 x 127²
+    block[3] = -codes.LEVELS
+    rhs = torch.zeros((columns, QUERY_COLUMNS), dtype=torch.int8)
+    rhs[:, 0] = codes.LEVELS
+    exact = block.numpy().astype(np.int64) @ rhs[:, 0].numpy().astype(np.int64)
+    assert exact[0] == columns * codes.LEVELS**2
+    for kernel in INT8_KERNELS:
+        np.testing.assert_array_equal(code_sums(block, rhs, kernel), exact.astype(np.float32))
+    assert EXACT_FLOAT_COLUMNS * codes.LEVELS**2 < 2**24
+
+    vectors = unit_rows(3000, 40, seed=8)
+    ids = np.array([f"f{i:05d}" for i in range(3000)])
+    index, order = build_fact_index(ids, vectors, None, lambda done, total: None)
+    grouped = vectors[order]
+    scored = {}
+    for kernel in INT8_KERNELS:
+        monkeypatch.setenv("LIGHTFOOT_INT8_KERNEL", kernel)
+        int8_kernel.cache_clear()
+        scorer = InvertedFileScorer(grouped, index.centroids, index.offsets, probe_share=0.5,
+                                    codes=codes.in_memory(grouped))
+        q = grouped[11].astype(np.float32)
+        scored[kernel] = scorer.scores(q / np.linalg.norm(q), 10)
+    np.testing.assert_array_equal(scored["int_mm"], scored["float32"])
+    monkeypatch.setenv("LIGHTFOOT_INT8_KERNEL", "vnni")
+    int8_kernel.cache_clear()
+    with pytest.raises(ValueError, match="one of int_mm, float32"):
+        int8_kernel(columns)
+    monkeypatch.delenv("LIGHTFOOT_INT8_KERNEL")
+    int8_kernel.cache_clear()
+    assert int8_kernel(columns) in INT8_KERNELS
+    assert int8_kernel(EXACT_FLOAT_COLUMNS + 8) == "int_mm"  # float32 sums would not be exact
+    int8_kernel.cache_clear()
 
 
 def test_the_index_is_a_function_of_the_rows_not_of_their_order():

@@ -191,9 +191,13 @@ def test_readers_nobody_reaches_every_door_within_seconds(running, fresh, chat_s
     # nobody is the operator alone: the operator still reads it, from the snapshot as exported
     assert mentions(call(base, "/query", OPERATOR_TOKEN, {"question": QUESTION, "top_k": 13, "answer": False})[1]) > 0
     assert service.current(OPERATOR_PRINCIPAL).snapshot is service.snapshot
-    operator = json.loads(call(base, "/status", OPERATOR_TOKEN)[1])["narrowed"]
+    status = json.loads(call(base, "/status", OPERATOR_TOKEN)[1])
+    operator = status["narrowed"]
     assert operator["now"] == {"store_seq": store.manifest().seq, "deleted": 0, "readers_narrowed": 1}
+    # the views held, and the scratch disk their files take (the operator's only)
+    assert status["views"]["reader_sets"] >= 2 and status["views"]["file_mb"] > 0
     assert "narrowed" not in json.loads(call(base, "/status", COUNSEL_TOKEN)[1])
+    assert "views" not in json.loads(call(base, "/status", COUNSEL_TOKEN)[1])
     assert latest_snapshot(store).snapshot_id == exported, "no export was needed"
     assert main(["status", "--store", store.uri]) == 0
     assert "1 behind: a running service serves the deletions and narrowed readers among them already" in \
