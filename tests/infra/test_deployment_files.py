@@ -229,6 +229,9 @@ def test_the_query_manifest_takes_its_tokens_from_a_secret():
     (tokens_volume,) = [name for name, path in mounts.items() if args.tokens_file.startswith(path + "/")]
     assert "secretName" in volumes[tokens_volume]["secret"]
     env = {e["name"]: e for e in container["env"]}
+    # reader views' files go to a disk-backed scratch volume (tmpfs would hold them in memory)
+    scratch = next(name for name, path in mounts.items() if path == env["TMPDIR"]["value"])
+    assert "sizeLimit" in volumes[scratch]["emptyDir"] and volumes[scratch]["emptyDir"].get("medium") != "Memory"
     for name, entry in env.items():
         if SECRET_NAME.search(name):
             assert "value" not in entry, f"{name} must come from a Secret"
