@@ -38,12 +38,12 @@ are those a snapshot holding its rows alone gives, bit for bit.
 from __future__ import annotations
 
 import functools
-import os
 import time
 import warnings
 
 import numpy as np
 
+from lightfoot_pipeline.settings import INT8_KERNEL_ENV, SettingsError, int8_kernel_name
 from lightfoot_pipeline.snapshot.codes import LEVELS, RowCodes, encode_query
 from lightfoot_pipeline.snapshot.shared_rows import SharedRows, Vectors, consecutive
 
@@ -93,13 +93,14 @@ def int8_kernel(columns: int) -> str:
     """The kernel that sums int8 products of rows of ``columns`` codes in this process: the one
     LIGHTFOOT_INT8_KERNEL names, else the faster of the two on a block of random codes (float32
     only where its sums are exact)."""
-    named = os.environ.get("LIGHTFOOT_INT8_KERNEL", "").strip()
+    named = int8_kernel_name()
     if named:
         if named not in INT8_KERNELS:
-            raise ValueError(f"LIGHTFOOT_INT8_KERNEL={named!r}: one of {', '.join(INT8_KERNELS)}")
+            raise SettingsError(f"{INT8_KERNEL_ENV}={named!r}: one of {', '.join(INT8_KERNELS)}",
+                                hint=f"set {INT8_KERNEL_ENV} to one of those, or unset it (the faster, measured)")
         if named == "float32" and columns > EXACT_FLOAT_COLUMNS:
-            raise ValueError(f"LIGHTFOOT_INT8_KERNEL=float32: its sums are exact up to {EXACT_FLOAT_COLUMNS} "
-                             f"codes a row, these rows have {columns}")
+            raise SettingsError(f"{INT8_KERNEL_ENV}=float32: its sums are exact up to {EXACT_FLOAT_COLUMNS} "
+                                f"codes a row, these rows have {columns}", hint=f"unset {INT8_KERNEL_ENV}")
         return named
     if columns > EXACT_FLOAT_COLUMNS:
         return "int_mm"

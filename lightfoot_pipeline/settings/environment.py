@@ -31,6 +31,7 @@ LINK_PIECE_SIZE_ENV = "LIGHTFOOT_LINK_PIECE_SIZE"
 DELETION_PIECE_ENV = "LIGHTFOOT_DELETION_PIECE"
 RELINK_BATCH_ENV = "LIGHTFOOT_RELINK_BATCH"
 RELINK_EXECUTOR_ENV = "LIGHTFOOT_RELINK_EXECUTOR"
+INT8_KERNEL_ENV = "LIGHTFOOT_INT8_KERNEL"  # the fact seeding's int8 product (retrieval/seeding.py)
 SERVE_TOKEN_ENV = "LIGHTFOOT_SERVE_TOKEN"
 SERVE_TOKENS_FILE_ENV = "LIGHTFOOT_SERVE_TOKENS_FILE"
 SERVE_TOKEN_GROUPS_ENV = "LIGHTFOOT_SERVE_TOKEN_GROUPS"  # the reader groups of LIGHTFOOT_SERVE_TOKEN
@@ -76,6 +77,7 @@ MODEL_HUB_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 VARIABLES: tuple[str, ...] = (
     STORE_ENV, EMBEDDER_ENV, RERANKER_ENV, EXTRACTOR_ENV, DEFAULT_READERS_ENV, EXTRACTION_SLOTS_ENV, DOCUMENT_INBOX_ENV, ERASURE_INBOX_ENV,
     RETENTION_POLICY_ENV, SYNC_SOURCE_ENV, LINK_PIECE_SIZE_ENV, DELETION_PIECE_ENV, RELINK_BATCH_ENV, RELINK_EXECUTOR_ENV,
+    INT8_KERNEL_ENV,
     *(name for names, _ in LLM_VARIABLES.values() for name in names),
     SERVE_TOKEN_ENV, SERVE_TOKENS_FILE_ENV, SERVE_TOKEN_GROUPS_ENV, SERVE_ANSWERS_ENV, SERVE_BUDGET_ENV, MCP_TOKEN_ENV, PAGE_URL_ENV,
     DAGSTER_URL_ENV, *(name for name, _ in DEEP_VARIABLES.values()),
@@ -223,6 +225,13 @@ def relink_executor() -> str:
         raise SettingsError(f"{RELINK_EXECUTOR_ENV}={value!r}: expected multiprocess or k8s",
                             hint=f"set {RELINK_EXECUTOR_ENV} to one of those, or unset it (multiprocess)")
     return value
+
+
+def int8_kernel_name() -> str | None:
+    """The fact seeding's int8 product kernel as ``$LIGHTFOOT_INT8_KERNEL`` names it (blank: None,
+    the faster one measured; retrieval/seeding.py checks the name)."""
+    value = (_read(INT8_KERNEL_ENV) or "").strip()
+    return value or None
 
 
 def llm_environment(environ: Mapping[str, str] | None = None) -> dict[str, object]:

@@ -16,6 +16,7 @@ from lightfoot_pipeline.retrieval.seeding import (
     code_sums,
     int8_kernel,
 )
+from lightfoot_pipeline.settings import SettingsError
 from lightfoot_pipeline.snapshot import codes
 from lightfoot_pipeline.snapshot.collect import build_fact_index
 from lightfoot_pipeline.snapshot.fact_index import n_lists
@@ -125,7 +126,7 @@ def test_both_int8_kernels_give_the_same_sums_and_the_same_scores(monkeypatch):
     np.testing.assert_array_equal(scored["int_mm"], scored["float32"])
     monkeypatch.setenv("LIGHTFOOT_INT8_KERNEL", "vnni")
     int8_kernel.cache_clear()
-    with pytest.raises(ValueError, match="one of int_mm, float32"):
+    with pytest.raises(SettingsError, match="LIGHTFOOT_INT8_KERNEL='vnni': one of int_mm, float32"):
         int8_kernel(columns)
     monkeypatch.delenv("LIGHTFOOT_INT8_KERNEL")
     int8_kernel.cache_clear()

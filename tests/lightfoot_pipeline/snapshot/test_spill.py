@@ -55,5 +55,5 @@ def test_unnamed_files_leave_no_name_and_live_as_long_as_their_mappings():
 def test_a_scratch_disk_that_cannot_be_written_names_the_scratch_directory(tmp_path, monkeypatch):
     monkeypatch.setattr(spill, "new_scratch", lambda label: tmp_path / "gone")  # a folder that is not there
     files = spill.UnnamedFiles("test")
-    with pytest.raises(OSError, match="scratch directory .* \\(TMPDIR\\)"):
+    with pytest.raises(OSError, match=r"scratch directory .* \(TMPDIR\)"):
         files.array(np.zeros(3))
