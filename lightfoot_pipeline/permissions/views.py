@@ -30,7 +30,8 @@ through their mappings, as a snapshot's own are: a reader set in use costs disk 
 the documents it reads, pages that the kernel can reclaim, and 8 bytes a vector row of the
 process's own memory. The files go with the view (a file without a name is freed with its last
 mapping), so a view of an erased document leaves nothing behind once the service lets it go,
-nor does a process that is killed.
+nor does a process that is killed (one killed while writing them leaves a scratch folder that
+the next sweep removes).
 
 Nothing of the view depends on history or on which principal asked first; :class:`ViewCache`
 keeps the views of the most recently used reader sets per snapshot. A snapshot without access

@@ -19,7 +19,8 @@ written to a scratch folder, mapped back, and the folder removed at once. Their 
 mappings' (clean once written back, so the kernel can reclaim them under a pod's memory limit and
 read them again), a file's blocks are freed when the last frame or array over it is let go, and a
 process that ends however it ends leaves nothing on disk: the kernel frees a file without a name
-with its last mapping.
+with its last mapping. (A process killed while it writes them leaves a marked scratch folder,
+which the next sweep removes: store/scratch.py.)
 """
 
 from __future__ import annotations
