@@ -59,7 +59,7 @@ from lightfoot_pipeline.permissions.principals import OPERATOR_PRINCIPAL
 from lightfoot_pipeline.service.queries import QueryService
 from lightfoot_pipeline.snapshot.collect import read_access
 from lightfoot_pipeline.snapshot.export import export_snapshot
-from lightfoot_pipeline.snapshot.format import ACCESS_FILE, ACCESS_TABLES
+from lightfoot_pipeline.snapshot.format import ACCESS_FILE, ACCESS_TABLES, TABLE_SUFFIX
 from lightfoot_pipeline.store.batches import DAGSTER, Batch, writing_batch
 from lightfoot_pipeline.store.documents import live_doc_ids
 from lightfoot_pipeline.store.store import Store
@@ -69,7 +69,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def access_cost(store: Store, snapshot_id: str, export_s: float) -> dict:
     folder = Path(store.uri) / "snapshots" / snapshot_id
-    files = [folder / f"{name}.parquet" for name in ACCESS_TABLES] + [folder / ACCESS_FILE]
+    files = [folder / f"{name}{TABLE_SUFFIX}" for name in ACCESS_TABLES] + [folder / ACCESS_FILE]
     total = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
     started = time.perf_counter()
     read_access(Store(store.uri), store.manifest(), always=True)
