@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from latency import resident_split_mb
+from latency import resident_split_mb, write_result
 
 from lightfoot_pipeline.models.embedder import HashingEmbedder
 from lightfoot_pipeline.retrieval import seeding
@@ -80,8 +80,7 @@ def main() -> int:
     args = parser.parse_args()
     result = measure(Store(args.store), args.queries)
     print(json.dumps(result, indent=2, sort_keys=True))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    write_result(result, args.json)
     return 0
 
 

@@ -40,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from latency import resident_mb, resident_split_mb, synthetic_questions, synthetic_store
+from latency import resident_mb, resident_split_mb, synthetic_questions, synthetic_store, write_result
 
 from lightfoot_pipeline import operations
 from lightfoot_pipeline.models.embedder import HashingEmbedder
@@ -90,8 +90,8 @@ def measure(store: Store, questions: list[str], n_queries: int) -> dict:
             served = service.current(principal)
             views[principal.name] = {"whole": served.view.whole, "passages": served.snapshot.passages.height,
                                      "facts": served.snapshot.facts.height,
-                                     "file_mb": round(getattr(served.view, "file_bytes", 0) / 2**20, 1)}
-        view_files_mb = (service.status().get("views") or {}).get("file_mb")
+                                     "file_mb": round(served.view.file_bytes / 2**20, 1)}
+        view_files_mb = service.status()["views"]["file_mb"]
         through_views, through_whole = [], []
         for i in range(n_queries):
             question = questions[i % len(questions)]
@@ -159,8 +159,7 @@ def main() -> int:
     result = {"measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "passages": args.passages,
               "views_memory": figures, "under_memory_limits": limited}
     print(json.dumps(result, indent=2, sort_keys=True))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    write_result(result, args.json)
     return 0
 
 

@@ -32,6 +32,7 @@ from lightfoot_pipeline.snapshot.format import load_snapshot
 from lightfoot_pipeline.store.store import Store
 from tests.lightfoot_pipeline.permissions.compare import assert_same_snapshot
 from tests.lightfoot_pipeline.permissions.conftest import PRINCIPALS
+from tests.lightfoot_pipeline.snapshot.test_spill import mapped_without_a_name
 
 
 @pytest.fixture(scope="module")
@@ -97,22 +98,16 @@ def test_each_view_equals_a_store_of_its_readable_documents(principal, served, q
         assert _ranking(ours, question) == _ranking(fresh, question), question
 
 
-def _mapped_without_a_name() -> set[str]:
-    """The files this process maps that have no name left (Linux: /proc/self/maps marks them)."""
-    lines = Path("/proc/self/maps").read_text().splitlines()
-    return {line.split(maxsplit=5)[5] for line in lines if line.endswith(" (deleted)")}
-
-
 def test_a_views_tables_and_graph_are_files_without_a_name_that_go_with_the_view(served):
     """A view's tables, node tables and graph arrays are read through mappings of scratch files
     whose folder is gone: nothing of them is left on disk by name, and their pages are the
     kernel's to reclaim. Letting go of the view lets go of the files."""
     snapshot, _, _ = served
-    before = _mapped_without_a_name()
+    before = mapped_without_a_name()
     cache = ViewCache(snapshot)
     view = cache.view(PRINCIPALS[0])
     assert view.tables is not None and not view.whole
-    files = _mapped_without_a_name() - before
+    files = mapped_without_a_name() - before
     folders = {Path(name.removesuffix(" (deleted)")).parent for name in files}
     assert len(folders) == 1 and next(iter(folders)).name.startswith("lightfoot-view-")
     assert not next(iter(folders)).exists()
@@ -129,10 +124,10 @@ def test_a_views_tables_and_graph_are_files_without_a_name_that_go_with_the_view
     assert (view.snapshot.adjacency != derived.adjacency).nnz == 0
     # The base of later narrowings, derived by prepare, is in files too.
     cache.prepare()
-    assert len(_mapped_without_a_name() - before - files) == 8
+    assert len(mapped_without_a_name() - before - files) == 8
     del view, derived, tables, cache
     gc.collect()
-    assert not _mapped_without_a_name() - before
+    assert not mapped_without_a_name() - before
 
 
 def _rows(frame: pl.DataFrame) -> pl.DataFrame:

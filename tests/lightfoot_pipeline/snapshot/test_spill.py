@@ -29,13 +29,14 @@ def test_a_filtered_frame_is_written_with_its_own_strings_not_its_sources_buffer
     assert spill.compacted(column) is column
 
 
-def _without_a_name() -> set[str]:
+def mapped_without_a_name() -> set[str]:
+    """The files this process maps that have no name left (Linux: /proc/self/maps marks them)."""
     return {line.split(maxsplit=5)[5] for line in Path("/proc/self/maps").read_text().splitlines()
             if line.endswith(" (deleted)")}
 
 
 def test_unnamed_files_leave_no_name_and_live_as_long_as_their_mappings():
-    before = _without_a_name()
+    before = mapped_without_a_name()
     with spill.UnnamedFiles("test") as files:
         folder = files.folder
         assert folder is not None and folder.name.startswith("lightfoot-test-")
@@ -44,12 +45,12 @@ def test_unnamed_files_leave_no_name_and_live_as_long_as_their_mappings():
         assert files.bytes > 0
     assert not folder.exists()
     assert frame.get_column("x").to_list() == ["one", "two", "three"] and int(values.sum()) == 45
-    assert len(_without_a_name() - before) >= 2
+    assert len(mapped_without_a_name() - before) >= 2
     with pytest.raises(RuntimeError, match="closed"):
         files.table(frame)
     del frame, values
     gc.collect()
-    assert not _without_a_name() - before
+    assert not mapped_without_a_name() - before
 
 
 def test_a_scratch_disk_that_cannot_be_written_names_the_scratch_directory(tmp_path, monkeypatch):
