@@ -46,6 +46,7 @@ class SourceIndex:
     def __init__(self, roots: Mapping[str, Path]) -> None:
         self.roots = dict(roots)
         self._modules: dict[str, _Module | None] = {}
+        self._imported: dict[str, frozenset[str]] = {}
 
     def module(self, name: str) -> _Module | None:
         """The module ``name`` when it is one of the roots' modules, else None."""
@@ -97,14 +98,23 @@ class SourceIndex:
             if name in out:
                 continue
             out.add(name)
+            todo.extend(target for target in self.imported_modules(name) if target not in out)
+        return out
+
+    def imported_modules(self, name: str) -> frozenset[str]:
+        """The root modules that module ``name`` imports anywhere in it (an import inside a function
+        included), each followed to the module that defines the name; walked once per module."""
+        if name not in self._imported:
             module = self.module(name)
             assert module is not None
+            targets = set()
             for node in ast.walk(module.tree):
                 for _, (source, original) in _imports(node, module):
                     target = source if original is None else self.defining_module(source, original)
-                    if target is not None and self.module(target) is not None and target not in out:
-                        todo.append(target)
-        return out
+                    if target is not None and self.module(target) is not None:
+                        targets.add(target)
+            self._imported[name] = frozenset(targets)
+        return self._imported[name]
 
     def function_sources(self, module_name: str, function: str) -> tuple[dict[str, str], set[str]]:
         """The source of ``function`` of ``module_name`` and of the same module's definitions it
