@@ -25,7 +25,7 @@ from lightfoot_pipeline.store.store import Store
 
 log = logging.getLogger(__name__)
 
-EMBED_CHUNK = 512  # texts embedded between two progress reports
+EMBED_CHUNK = 512  # texts embedded between two progress reports (a multiple of every bucket's batch rows by default)
 EmbedProgress = Callable[[int, int], None]  # (done, total) of one pass of texts to embed; 0 starts a pass
 
 
@@ -210,14 +210,18 @@ class VectorCache:
                 missing[key] = text
         if missing:
             pending = list(missing.values())
-            parts = []
+            # Texts of like length are embedded together: a chunk then falls in one or two of the
+            # embedder's length buckets, whose batches it fills, where a chunk in arrival order
+            # pads a part-filled batch in nearly every bucket (a third more tokens on the sample).
+            order = np.argsort(np.fromiter(map(len, pending), np.int64, len(pending)), kind="stable")
+            computed = np.zeros((len(pending), self.embedder.dim), dtype=np.float32)
             if progress is not None:
                 progress(0, len(pending))
             for start in range(0, len(pending), EMBED_CHUNK):
-                parts.append(self.embedder.embed(pending[start : start + EMBED_CHUNK]))
+                rows = order[start : start + EMBED_CHUNK]
+                computed[rows] = self.embedder.embed([pending[i] for i in rows])
                 if progress is not None:
                     progress(min(len(pending), start + EMBED_CHUNK), len(pending))
-            computed = np.concatenate(parts).reshape(len(pending), self.embedder.dim)
             self.computed += len(missing)
             batch = pa.table(
                 {

@@ -54,6 +54,26 @@ def test_each_embedding_pass_is_reported_from_its_start(tmp_path, hashing_embedd
     assert heard == [(0, 1), (1, 1)]  # only what the cache lacks is a pass
 
 
+def test_texts_of_like_length_share_a_chunk_and_each_gets_its_own_vector(tmp_path, hashing_embedder):
+    """Chunks in arrival order would mix lengths, and so part-fill a batch of nearly every length
+    bucket of a fixed-shape embedder; ordered by length, each chunk holds one kind of text."""
+    calls: list[list[str]] = []
+
+    class Recording:
+        dim, model_id = hashing_embedder.dim, hashing_embedder.model_id
+
+        def embed(self, texts):
+            calls.append(list(texts))
+            return hashing_embedder.embed(texts)
+
+    short, long = [f"n{i}" for i in range(512)], [f"a much longer text, number {i}, of many words" for i in range(512)]
+    texts = [text for pair in zip(short, long, strict=True) for text in pair]
+    vectors = VectorCache(Store(str(tmp_path / "store")), "name", Recording()).vectors(texts)
+
+    assert sorted(map(sorted, calls)) == sorted([sorted(long), sorted(short)])
+    np.testing.assert_array_equal(vectors, hashing_embedder.embed(texts))
+
+
 def test_an_ingest_reports_the_names_it_embeds(tmp_path, hashing_embedder):
     from lightfoot_pipeline import operations
     from lightfoot_pipeline.ingest.dataset import Document
