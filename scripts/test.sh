@@ -30,11 +30,29 @@ if [ "$fast" -eq 0 ] || [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/ruff check . || { echo "ruff found problems: failing" >&2; exit 1; }
 .venv/bin/lint-imports || { echo "an import contract is broken: failing" >&2; exit 1; }
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# Each run's temporary folders (stores the tests build: tens of thousands of small files) go in a
+# folder of its own, kept until the next run for a look at a failure. Earlier runs' folders are
+# removed in the background, at low priority: removing them is mostly waiting on the disk (tens of
+# seconds where it is mounted with discard), which pytest's own clean-up at exit made every run wait for.
+runs="${TMPDIR:-/tmp}/lightfoot-tests-$(id -u)"
+mkdir -p -m 700 "$runs"
+if [ -L "$runs" ] || [ ! -O "$runs" ]; then
+  echo "$runs is a link or not this user's: failing" >&2
+  exit 1
+fi
+trash=$(mktemp -d "$runs/trash-XXXXXX")
+for earlier in "$runs"/run-*; do  # run-<time>-<pid>: a run still going (its script alive) is left alone
+  [ -d "$earlier" ] && ! kill -0 "${earlier##*-}" 2> /dev/null && mv "$earlier" "$trash/"
+done
+for trash in "$runs"/trash-*; do
+  [ -d "$trash" ] && (nice -n 19 rm -rf "$trash" > /dev/null 2>&1 &)
+done
+basetemp="$runs/run-$(date +%Y%m%dT%H%M%S)-$$"
 # mypy runs beside the tests (its output comes after theirs); its result counts like theirs.
 mypy_log=$(mktemp)
 .venv/bin/mypy > "$mypy_log" 2>&1 &
 mypy_pid=$!
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 workers="${LIGHTFOOT_TEST_WORKERS:-$TEST_WORKERS}"
 parallel=()
 if [ "$workers" -gt 0 ]; then
@@ -45,10 +63,10 @@ if [ "$fast" -eq 1 ]; then
   grep -Eq '^addopts = .*--strict-markers' pyproject.toml \
     || { echo "pyproject.toml's pytest addopts lack --strict-markers: failing" >&2; exit 1; }
   export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-fast}"
-  .venv/bin/python -m pytest -q --durations=25 "${parallel[@]}" -m "$FAST_TIER" "$@"
+  .venv/bin/python -m pytest -q --durations=25 --basetemp "$basetemp" "${parallel[@]}" -m "$FAST_TIER" "$@"
 else
   export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
-  .venv/bin/python -m pytest -q --durations=25 "${parallel[@]}" "$@"
+  .venv/bin/python -m pytest -q --durations=25 --basetemp "$basetemp" "${parallel[@]}" "$@"
 fi
 status=$?
 if [ "$status" -eq 5 ]; then
