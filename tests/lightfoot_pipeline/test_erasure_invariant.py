@@ -135,6 +135,7 @@ def test_interleaved_additions_and_deletions(tmp_path_factory, raw, data):
         assert_same_store(store, fresh)
 
 
+@pytest.mark.slow
 def test_full_reconcile_finds_nothing_to_change(tmp_path):
     documents, records = make_corpus([
         {"entities": [(VOCABULARY[i % len(VOCABULARY)], "entity"), (VOCABULARY[(i * 7) % len(VOCABULARY)], "person")],

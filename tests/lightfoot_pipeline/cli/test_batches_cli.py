@@ -30,6 +30,7 @@ def run_json(capsys, *args: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.slow
 def test_ingest_replace_and_delete_are_batches_explain_batch_follows(tmp_path, capsys):
     dataset = tmp_path / "dataset"
     shutil.copytree(DATA, dataset)
@@ -95,6 +96,7 @@ def test_ingest_replace_and_delete_are_batches_explain_batch_follows(tmp_path, c
     assert capsys.readouterr().err.startswith("error: no batch 'cli-ingest-nothing' in the store at ")
 
 
+@pytest.mark.slow
 def test_a_command_that_commits_nothing_names_no_batch_and_a_migration_keeps_the_log(tmp_path, capsys):
     store = str(tmp_path / "store")
     assert main(["ingest", "--dataset", str(DATA), "--store", store, "--embedder", "hashing:32"]) == 0

@@ -96,6 +96,7 @@ def test_delete_of_unknown_ids_exits_0_and_says_so(tmp_path, small_dataset, caps
     assert report["not_found"] == ["no-such-doc"] and report["already_deleted"] == [] and report["erase"]
 
 
+@pytest.mark.slow
 def test_vacuum(tmp_path, small_dataset, capsys):
     store = str(tmp_path / "store")
     assert main(["vacuum", "--store", store]) == 2

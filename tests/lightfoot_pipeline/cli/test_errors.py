@@ -56,6 +56,7 @@ def built(tmp_path, capsys) -> str:
     return store
 
 
+@pytest.mark.slow
 def test_ingest_into_a_store_built_with_another_embedder(built):
     done = run_cli("ingest", "--dataset", str(DATA), "--store", built, "--embedder", "hashing:16", "--json")
     assert done.returncode == 2 and done.stdout == ""
@@ -94,6 +95,7 @@ def test_an_object_store_out_of_reach(capsys, monkeypatch):
     assert line.endswith(StoreUnavailable.hint)
 
 
+@pytest.mark.slow
 def test_a_malformed_dataset(tmp_path):
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "corpus.jsonl").write_text('{"doc_id": "a", "text": "ok"}\n{"doc_id": "b", "text": \n')

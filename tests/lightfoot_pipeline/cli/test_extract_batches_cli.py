@@ -87,6 +87,7 @@ def stand_in_runner(requests: Path, output: Path, *, extra: list[bytes] = ()) ->
             sink.write(line)
 
 
+@pytest.mark.slow
 def test_export_then_import_an_offline_runners_output(tmp_path, capsys, sample_documents, hashing_embedder):
     store_path = tmp_path / "store"
     store = Store(str(store_path))

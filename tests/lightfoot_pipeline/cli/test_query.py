@@ -212,6 +212,7 @@ def restricted(built):
     return built
 
 
+@pytest.mark.slow
 def test_query_as_a_principal_reads_its_view_and_says_whom_it_answered_as(restricted, capsys, no_endpoint):
     question = ["query", QUESTION, "--store", restricted, "--no-answer", "--top-k", "10"]
     assert main([*question, "--json"]) == 0
@@ -237,6 +238,7 @@ def test_query_as_a_principal_reads_its_view_and_says_whom_it_answered_as(restri
     assert "is not a group name" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_eval_as_a_principal_runs_every_mode_on_its_view_and_records_it(restricted, tmp_path, capsys, no_endpoint):
     out = tmp_path / "eval.json"
     assert main(["eval", "--dataset", str(DATA), "--questions", str(DATA / "questions.jsonl"), "--out", str(out),

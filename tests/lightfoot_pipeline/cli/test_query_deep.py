@@ -158,6 +158,7 @@ def test_the_service_answers_deep_queries(built, chat_server):
 
 
 
+@pytest.mark.slow
 def test_query_deep_as_a_principal_runs_the_loop_on_its_view(built, capsys, chat_server, monkeypatch):
     """Nothing of a document the principal cannot read reaches a prompt of the deep loop."""
     from tests.lightfoot_pipeline.permissions.conftest import write_readers

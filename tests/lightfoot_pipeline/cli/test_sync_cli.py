@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from lightfoot_pipeline import cli
 
 
+@pytest.mark.slow
 def test_sync_prints_what_it_did_and_exits_1_on_a_failed_file(tmp_path, chat_server, monkeypatch, capsys,
                                                               document_files):
     monkeypatch.setenv("OPENAI_BASE_URL", chat_server.base_url)

@@ -56,6 +56,7 @@ def test_eval_keeps_a_run_that_report_and_compare_read(cli_store, small_dataset,
     assert "already holds a run" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_eval_writes_one_json_document_without_a_run_directory(cli_store, small_dataset, tmp_path, capsys):
     out = tmp_path / "eval.json"
     code = main(["eval", "--store", cli_store, "--dataset", str(small_dataset), "--embedder", "hashing:32",
@@ -74,6 +75,7 @@ def test_eval_writes_one_json_document_without_a_run_directory(cli_store, small_
     assert len(entry["modes"]["lightfoot"]["ranked"]) == 30
 
 
+@pytest.mark.slow
 def test_eval_dry_run_prints_the_cost_with_no_endpoint(cli_store, small_dataset, no_endpoint, capsys):
     code = main(["eval", "--store", cli_store, "--dataset", str(small_dataset), "--embedder", "hashing:32",
                  "--reranker", "none", "--dry-run", "--answer-budget", "0.25"])

@@ -91,6 +91,7 @@ def test_both_modes_answer_the_same_questions_and_the_report_compares_them(deep_
     assert "ids only" in report
 
 
+@pytest.mark.slow
 def test_traces_keep_the_text_of_each_step(deep_store, small_dataset, hashing_embedder, chat_server, tmp_path):
     scripted(chat_server)
     answers = AnswerOptions(answerer=answerer_for(chat_server), budget_usd=1.0, traces=True)
@@ -101,6 +102,7 @@ def test_traces_keep_the_text_of_each_step(deep_store, small_dataset, hashing_em
     assert question["memory"][0]["description"] == "what the first passage says"
 
 
+@pytest.mark.slow
 def test_a_dry_run_prices_both_modes_with_no_endpoint(deep_store, small_dataset, hashing_embedder):
     answers = AnswerOptions(answerer=None, dry_run=True)
     outcome = run(deep_store, small_dataset, hashing_embedder, answers)

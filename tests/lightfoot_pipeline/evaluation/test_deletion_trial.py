@@ -58,6 +58,7 @@ def test_a_trial_is_exact_and_shows_the_store_at_each_phase(small_dataset, hashi
     assert (trial.model_calls, trial.embedder_calls, trial.built.model_calls, trial.fresh_model_calls) == (0, 0, 0, 0)
 
 
+@pytest.mark.slow
 def test_a_model_call_made_while_deleting_is_counted(chat_server, hashing_embedder, tmp_path, monkeypatch):
     client = LLMClient(LLMSettings(base_url=chat_server.base_url, model="m", max_retries=0))
     delete = operations.delete

@@ -47,6 +47,7 @@ def evaluate(store, dataset, embedder, **kwargs):
     return outcome, lines
 
 
+@pytest.mark.slow
 def test_a_retrieval_run_is_kept_with_its_configuration(eval_store, small_dataset, hashing_embedder, tmp_path):
     outcome, lines = evaluate(eval_store, small_dataset, hashing_embedder, run_dir=tmp_path / "run")
     assert any(line.startswith("built 160 documents") and "with 0 model calls" in line for line in lines)
@@ -80,6 +81,7 @@ def test_a_dry_run_prices_the_answers_and_calls_nothing(eval_store, small_datase
     assert lines[-1].startswith("dry run: 24 answer calls to gpt-4o-mini") and lines[-1].endswith("budget $0.5")
 
 
+@pytest.mark.slow
 def test_an_answer_run_is_scored_charged_and_reported(eval_store, small_dataset, hashing_embedder, chat_server,
                                                       tmp_path):
     chat_server.script(lambda request: chat_server.Reply(content='{"answer": "Karl Renner"}', usage=(900, 8)))

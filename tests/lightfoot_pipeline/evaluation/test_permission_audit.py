@@ -92,6 +92,7 @@ def _leaking_retrieval(snapshot, principal):
 
 
 @pytest.mark.parametrize("wrong_view", [_leaking_documents, _leaking_retrieval], ids=["documents", "retrieval"])
+@pytest.mark.slow
 def test_a_view_that_leaks_is_not_equal_and_fails_the_command(wrong_view, small_restricted, tmp_path, monkeypatch,
                                                                capsys):
     dataset, _, _ = small_restricted
@@ -114,6 +115,7 @@ def test_a_view_that_leaks_is_not_equal_and_fails_the_command(wrong_view, small_
     assert set(difference) == {"question", "parts", "view_passages", "fresh_passages"}, "ids, not text"
 
 
+@pytest.mark.slow
 def test_views_of_a_store_match_fresh_rebuilds_from_its_own_extractions(small_restricted, tmp_path,
                                                                         hashing_embedder, sample_records):
     from lightfoot_pipeline import operations
@@ -176,6 +178,7 @@ def test_dataset_readers_take_a_list_or_a_string_and_default_the_rest(tmp_path, 
 
 
 
+@pytest.mark.slow
 def test_audit_permissions_checks_an_existing_store_as_its_readers_are_now(tmp_path, capsys, monkeypatch,
                                                                            hashing_embedder):
     """``--store`` of an existing store: after ``lightfoot readers`` changed it, each principal's
@@ -209,6 +212,7 @@ def test_audit_permissions_checks_an_existing_store_as_its_readers_are_now(tmp_p
     assert main(args) == 1 and json.loads(out.read_text())["equal"] is False
 
 
+@pytest.mark.slow
 def test_a_published_snapshot_says_why_it_is_not_audited_and_loads_no_model_for_it(
         small_restricted, tmp_path, hashing_embedder, sample_documents, sample_records):
     from lightfoot_pipeline import operations

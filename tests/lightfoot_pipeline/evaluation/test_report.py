@@ -23,6 +23,7 @@ def assert_real_png(path):
     assert (pixels < 200).mean() > 0.01
 
 
+@pytest.mark.slow
 def test_the_report_of_a_deletion_audit(small_audit):
     path = write_report(small_audit.run_dir)
     text = path.read_text()
@@ -46,6 +47,7 @@ def test_the_report_of_a_deletion_audit(small_audit):
     assert "This run asked no answers" in text
 
 
+@pytest.mark.slow
 def test_the_report_can_be_written_again_from_the_run_alone(small_audit):
     first = write_report(small_audit.run_dir).read_text()
     second = write_report(small_audit.run_dir).read_text()

@@ -217,6 +217,7 @@ def test_banded_links_are_the_exhaustive_links_whose_names_collide():
     assert rows["similarity"] == exact_cosines(vectors[a : a + 1], vectors[b : b + 1])[0]
 
 
+@pytest.mark.slow
 def test_the_default_bands_find_nearly_every_link_and_compare_few_pairs():
     rng = np.random.default_rng(11)
     vectors = _unit(rng, 4000, 64, noise=rng.uniform(0.1, 0.9, size=2000))  # copies' cosines ~0.78 to 1

@@ -8,6 +8,8 @@ ingest and delete end.
 
 from __future__ import annotations
 
+import pytest
+
 from lightfoot_pipeline import operations
 from lightfoot_pipeline.index.reconcile import reconcile_graph
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
@@ -31,6 +33,7 @@ def _graph_stage(store: Store, embedder, asked: list[str]) -> None:
         tx.commit("graph", {})
 
 
+@pytest.mark.slow
 def test_the_vectors_are_asked_for_once_for_added_names_and_never_for_a_deletion(
         tmp_path, sample_documents, sample_records, hashing_embedder):
     documents = sample_documents[:12]

@@ -128,6 +128,7 @@ def test_unmatched_records_are_counted_by_reason():
     assert unmatched_records({}, passages) == Counter()
 
 
+@pytest.mark.slow
 def test_the_command_line_reports_an_unreadable_corpus_without_a_traceback(tmp_path):
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "corpus.jsonl").write_bytes(b'{"doc_id": "a", "text": "ok"}\n{"doc_id": "b", "text": "\xc3"}\n')

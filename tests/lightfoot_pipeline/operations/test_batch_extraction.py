@@ -154,6 +154,7 @@ def test_failed_and_expired_requests_are_asked_again_once(store, batch_server, s
     assert [s.state for s in events.values()] == ["expired", "completed"]
 
 
+@pytest.mark.slow
 def test_a_crash_after_the_upload_creates_no_second_batch(store, batch_server, sample_documents, hashing_embedder,
                                                           monkeypatch):
     documents = sample_documents[:3]
@@ -187,6 +188,7 @@ def test_a_crash_after_the_upload_creates_no_second_batch(store, batch_server, s
     assert sorted(batch_server.lines_asked) == sorted(set(batch_server.lines_asked))
 
 
+@pytest.mark.slow
 def test_a_collector_stopped_after_taking_answers_takes_none_twice(store, batch_server, sample_documents,
                                                                    hashing_embedder, monkeypatch):
     documents = sample_documents[:3]
@@ -264,6 +266,7 @@ def test_an_erasure_with_no_endpoint_stays_pending_while_a_provider_file_holds_t
     assert batch_server.files == {}
 
 
+@pytest.mark.slow
 def test_a_refused_upload_leaves_the_passages_awaiting_with_the_reason(store, batch_server, sample_documents,
                                                                        hashing_embedder):
     batch_server.refuse_upload = True

@@ -49,6 +49,7 @@ def run_batch(store: Store, batch: str, receipt: Receipt | None, embedder=None):
     return stored, extracted, formed, graph
 
 
+@pytest.mark.slow
 def test_a_batch_in_stages_equals_one_ingest_and_a_rerun_commits_nothing(tmp_path, sample_documents, sample_records):
     store = Store(str(tmp_path / "staged"))
     documents = sample_documents[:5]
@@ -94,6 +95,7 @@ def test_a_passage_with_no_recording_is_stored_as_failed_and_still_accounted_for
         "a failed passage is asked again by the next attempt"
 
 
+@pytest.mark.slow
 def test_deletion_requests_tombstone_their_documents_and_count_them_in_their_batches(
         tmp_path, sample_documents, sample_records):
     store = Store(str(tmp_path / "store"))

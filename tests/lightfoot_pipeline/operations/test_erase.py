@@ -55,6 +55,7 @@ def _corpus():
     return [secret, *others], records
 
 
+@pytest.mark.slow
 def test_plain_delete_leaves_history_and_erase_removes_it(store, hashing_embedder):
     documents, records = _corpus()
     operations.ingest(store, documents, ReplayExtractor(records), hashing_embedder)
@@ -78,6 +79,7 @@ def test_plain_delete_leaves_history_and_erase_removes_it(store, hashing_embedde
     assert tombstones.filter(tombstones["doc_id"] == "secret")["erased_at"].null_count() == 0
 
 
+@pytest.mark.slow
 def test_delete_with_erase_in_one_step(store, hashing_embedder):
     documents, records = _corpus()
     operations.ingest(store, documents, ReplayExtractor(records), hashing_embedder)
@@ -92,6 +94,7 @@ def test_delete_with_erase_in_one_step(store, hashing_embedder):
     assert fingerprint(store).digest == before.digest
 
 
+@pytest.mark.slow
 def test_reingest_is_reported_as_a_replacement_and_vacuum_purges_the_old_text(tmp_path, store, hashing_embedder):
     documents, records = _corpus()
     operations.ingest(store, documents, ReplayExtractor(records), hashing_embedder)
@@ -123,6 +126,7 @@ def test_reingest_is_reported_as_a_replacement_and_vacuum_purges_the_old_text(tm
     assert fingerprint(store).digest == fingerprint(fresh).digest
 
 
+@pytest.mark.slow
 def test_a_title_change_is_a_replacement_whose_old_title_is_purged(store, hashing_embedder):
     documents, records = _corpus()
     titled = Document("d0", f"{CANARY} notes", documents[1].text)
@@ -138,6 +142,7 @@ def test_a_title_change_is_a_replacement_whose_old_title_is_purged(store, hashin
     assert load_snapshot(store).passages.filter(pl.col("doc_id") == "d0")["title"].to_list() == ["Title 0"]
 
 
+@pytest.mark.slow
 def test_erasing_a_document_deleted_earlier_erases_it_everywhere(store, hashing_embedder):
     documents, records = _corpus()
     operations.ingest(store, documents, ReplayExtractor(records), hashing_embedder)
@@ -154,6 +159,7 @@ def test_erasing_a_document_deleted_earlier_erases_it_everywhere(store, hashing_
     assert tombstones.filter(tombstones["doc_id"] == "secret")["erased_at"].null_count() == 0
 
 
+@pytest.mark.slow
 def test_an_erase_raises_no_lancedb_warning(store, hashing_embedder):
     documents, records = _corpus()
     operations.ingest(store, documents, ReplayExtractor(records), hashing_embedder)
@@ -170,6 +176,7 @@ def test_an_erase_raises_no_lancedb_warning(store, hashing_embedder):
 
 
 @pytest.mark.parametrize("finisher", ["vacuum", "plain delete"])
+@pytest.mark.slow
 def test_an_erasure_that_fails_before_it_is_marked_stays_pending_and_the_next_run_finishes_it(
         store, hashing_embedder, monkeypatch, finisher):
     from lightfoot_pipeline.operations import erase
@@ -254,6 +261,7 @@ def test_the_store_log_counts_the_erasures_owed_and_a_deletion_reads_no_tombston
     assert owed() == 0 and pending_erasures(store) == []
 
 
+@pytest.mark.slow
 def test_the_mark_of_an_erasure_leaves_no_earlier_version_of_the_deletion_log(store, hashing_embedder):
     documents, records = _corpus()
     operations.ingest(store, documents, ReplayExtractor(records), hashing_embedder)

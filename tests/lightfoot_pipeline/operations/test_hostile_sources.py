@@ -180,6 +180,7 @@ def test_names_that_are_not_utf8_or_hold_quotes_and_dots_are_indexed(tmp_path, m
     assert again["unchanged"] == len(odd) + 1 and model.count == len(odd) + 1, again
 
 
+@pytest.mark.slow
 def test_a_paragraph_bomb_docx_is_refused_quickly(tmp_path, document_files):
     base = document_files.docx([(1, "Start", ["One paragraph."])])
     paragraph = b"<w:p><w:r><w:t>x</w:t></w:r></w:p>"
@@ -255,6 +256,7 @@ def test_a_large_text_file_is_refused_without_being_read_whole(tmp_path, monkeyp
     assert not read_source_file(fs, root, listed["small.txt"], ChunkSettings(), (None, None)).failed
 
 
+@pytest.mark.slow
 def test_two_sources_in_one_store_never_share_a_doc_id(tmp_path, model, hashing_embedder, capsys, monkeypatch):
     store = Store(str(tmp_path / "store"))
     for team in ("x", "y"):
@@ -285,6 +287,7 @@ def test_two_sources_in_one_store_never_share_a_doc_id(tmp_path, model, hashing_
 
 
 @pytest.mark.parametrize("erase", [False, True])
+@pytest.mark.slow
 def test_a_store_with_doc_ids_of_before_names_syncs_from_the_extraction_cache(tmp_path, model, hashing_embedder,
                                                                               erase):
     """Files recorded under bare paths (``guide.md``) come back as ``NAME:PATH`` with no model call,

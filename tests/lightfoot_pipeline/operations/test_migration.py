@@ -3,6 +3,8 @@ included) and where each passage stands in its file."""
 
 from __future__ import annotations
 
+import pytest
+
 from lightfoot_pipeline import operations
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.operations.sync import sync
@@ -12,6 +14,7 @@ from lightfoot_pipeline.store.tables import DOCUMENTS, PASSAGE_SOURCES, SOURCE_F
 FILES = {"kept.txt": "Harbor", "deleted.txt": "Quarry"}
 
 
+@pytest.mark.slow
 def test_a_migration_keeps_the_source_files_so_a_deleted_file_stays_out(store, tmp_path, hashing_embedder):
     folder = tmp_path / "src"
     folder.mkdir()

@@ -108,6 +108,7 @@ def test_a_change_of_readers_alone_rewrites_only_the_readers_row_with_no_model_c
     assert {d["doc_id"]: d["status"] for d in explained.documents}["doc-1"] == "unchanged"
 
 
+@pytest.mark.slow
 def test_a_deletion_removes_the_readers_row_and_equals_a_fresh_build_of_the_rest(tmp_path):
     documents, records = corpus()
     documents = [dataclasses.replace(d, readers=("legal",)) if i % 2 else d for i, d in enumerate(documents)]
@@ -122,6 +123,7 @@ def test_a_deletion_removes_the_readers_row_and_equals_a_fresh_build_of_the_rest
     assert fingerprint(full).as_dict() == fingerprint(fresh).as_dict()
 
 
+@pytest.mark.slow
 def test_rebuild_copies_the_readers_and_rebuilds_a_subset_as_a_fresh_index_of_it(tmp_path):
     documents, records = corpus()
     documents = [dataclasses.replace(d, readers=("legal",)) if i % 3 == 0 else d for i, d in enumerate(documents)]

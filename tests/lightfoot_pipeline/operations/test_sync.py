@@ -77,6 +77,7 @@ def rows_of(store, spec, doc_id):
     return store.read(spec.name).filter(pl.col("doc_id") == doc_id)
 
 
+@pytest.mark.slow
 def test_sync_edit_remove_add_corrupt_then_resync_equals_a_fresh_sync(tmp_path, model, hashing_embedder, document_files):
     folder = tmp_path / "docs"
     build_folder(folder, document_files)
@@ -139,6 +140,7 @@ def test_sync_edit_remove_add_corrupt_then_resync_equals_a_fresh_sync(tmp_path, 
     assert third.commits == [] and [f["doc_id"] for f in third.failed] == ["docs:broken.pdf"]
 
 
+@pytest.mark.slow
 def test_bad_files_are_recorded_with_their_reasons_and_affect_nothing_else(tmp_path, model, hashing_embedder,
                                                                            document_files):
     folder = tmp_path / "docs"
@@ -254,6 +256,7 @@ def test_retrieval_and_answers_cite_the_file_and_its_page_or_section(tmp_path, m
     assert why and all(p["location"] == by_chunk[p["chunk_id"]] for p in why)
 
 
+@pytest.mark.slow
 def test_a_removed_file_synced_with_erase_leaves_no_copy_of_its_text(tmp_path, model, hashing_embedder,
                                                                      document_files):
     from lightfoot_pipeline.snapshot.export import export_snapshot
@@ -292,6 +295,7 @@ def apply_graph(store, embedder) -> int:
         return tx.commit("graph", {}).seq
 
 
+@pytest.mark.slow
 def test_a_sync_that_leaves_the_graph_to_the_graph_stage_ends_where_a_linking_sync_does(tmp_path, model,
                                                                                         hashing_embedder):
     from lightfoot_pipeline.operations.erase import pending_erasures

@@ -69,6 +69,7 @@ def fresh_fingerprint(tmp_path, folder, server, embedder) -> str:
     return fingerprint(store).digest
 
 
+@pytest.mark.slow
 def test_passages_the_endpoint_failed_are_asked_again_until_the_store_equals_a_fresh_sync(
         tmp_path, chat_server, hashing_embedder, document_files):
     folder = tmp_path / "docs"
@@ -116,6 +117,7 @@ def test_passages_the_endpoint_failed_are_asked_again_until_the_store_equals_a_f
     assert digest == fresh_fingerprint(tmp_path, folder, chat_server, hashing_embedder)
 
 
+@pytest.mark.slow
 def test_the_cli_exits_1_while_passages_are_unextracted_and_0_once_asked(tmp_path, chat_server, monkeypatch, capsys,
                                                                           document_files):
     monkeypatch.setenv("OPENAI_BASE_URL", chat_server.base_url)
@@ -138,6 +140,7 @@ def test_the_cli_exits_1_while_passages_are_unextracted_and_0_once_asked(tmp_pat
     assert report["unextracted"] == 0 and report["model_calls"] == chat_server.count == missing
 
 
+@pytest.mark.slow
 def test_two_syncs_at_once_ask_each_passage_once(tmp_path, chat_server, hashing_embedder, document_files):
     folder = tmp_path / "docs"
     build_folder(folder, document_files)
@@ -187,6 +190,7 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_a_sync_killed_between_its_deletion_and_its_erasure_leaves_it_pending_and_the_next_run_erases(
         tmp_path, chat_server, hashing_embedder, document_files, capsys):
     from lightfoot_pipeline.snapshot.export import export_snapshot
@@ -225,6 +229,7 @@ def test_a_sync_killed_between_its_deletion_and_its_erasure_leaves_it_pending_an
     assert pending_erasures(Store(str(tmp_path / "store"))) == []
 
 
+@pytest.mark.slow
 def test_a_deleted_file_stays_out_after_an_edit_until_it_is_readmitted(tmp_path, chat_server, hashing_embedder,
                                                                       document_files, capsys):
     folder = tmp_path / "docs"

@@ -63,6 +63,7 @@ def outcome(fn, source, key: str) -> tuple[str, object]:
         return "error", err.line().replace(source.uri, "STORE")
 
 
+@pytest.mark.slow
 def test_entities_facts_and_documents_equal_those_of_a_store_of_the_readable_documents(stores):
     store, view, reference, readers = stores
     rng = random.Random(27)
@@ -84,6 +85,7 @@ def test_entities_facts_and_documents_equal_those_of_a_store_of_the_readable_doc
         assert (mine[0] == "found") == PRINCIPAL.may_read(readers[doc_id])
 
 
+@pytest.mark.slow
 def test_a_deleted_document_is_answered_as_one_never_held_but_to_the_operator(stores, tmp_path):
     """A principal who reads every live document still never sees the deletion log."""
     import shutil
@@ -103,6 +105,7 @@ def test_a_deleted_document_is_answered_as_one_never_held_but_to_the_operator(st
     assert provenance_store(copy, OPERATOR_PRINCIPAL, manifest) is copy
 
 
+@pytest.mark.slow
 def test_the_snapshots_view_is_reused_at_its_commit_and_kept_per_groups(stores, hashing_embedder):
     store, derived, _, _ = stores
     export_snapshot(store, hashing_embedder)

@@ -52,6 +52,7 @@ def _ranking(retriever: Retriever, question: str) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_a_snapshot_of_only_public_documents_keeps_no_access_tables(sample_store_built, hashing_embedder, tmp_path):
     import shutil
 
@@ -98,6 +99,7 @@ def test_each_view_equals_a_store_of_its_readable_documents(principal, served, q
         assert _ranking(ours, question) == _ranking(fresh, question), question
 
 
+@pytest.mark.slow
 def test_a_views_tables_and_graph_are_files_without_a_name_that_go_with_the_view(served):
     """A view's tables, node tables and graph arrays are read through mappings of scratch files
     whose folder is gone: nothing of them is left on disk by name, and their pages are the
@@ -184,6 +186,7 @@ def test_under_a_narrowing_the_cache_derives_views_from_its_bases_and_they_equal
             assert_frame_equal(_rows(mine.tables[name]), _rows(frame), check_dtypes=False)
 
 
+@pytest.mark.slow
 def test_a_narrowed_view_keeps_its_base_fact_index_when_its_training_sample_is_unchanged(
         served, hashing_embedder, tmp_path):
     """With a fact index (every table indexed here), a view narrowed from its base keeps the base's

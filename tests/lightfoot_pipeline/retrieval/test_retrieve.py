@@ -117,6 +117,7 @@ def test_reranking_fuses_the_cross_encoder_rank_with_the_pagerank_rank(snapshot,
     assert [p.chunk_id for p in off.passages] == by_pagerank and off.reranker.state == "disabled"
 
 
+@pytest.mark.slow
 def test_retrieval_with_a_tiny_cross_encoder(snapshot, embedder, tmp_path, tiny_cross_encoder):
     tiny_cross_encoder(tmp_path / "tiny")
     reranker = CrossEncoderReranker(str(tmp_path / "tiny"))

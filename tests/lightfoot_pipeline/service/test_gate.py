@@ -49,6 +49,7 @@ def body_of(reply: bytes) -> dict:
     return json.loads(reply.split(b"\r\n\r\n", 1)[1])
 
 
+@pytest.mark.slow
 def test_a_flood_of_idle_connections_from_one_client_takes_no_one_elses_slots(store, embedder, running):
     server = running(service_over(store, embedder), max_connections=200, max_connections_per_client=16,
                      header_timeout_s=0.5)
@@ -100,6 +101,7 @@ def test_a_flood_of_idle_connections_from_one_client_takes_no_one_elses_slots(st
     assert server.connections.refused > 0
 
 
+@pytest.mark.slow
 def test_a_client_past_its_request_rate_gets_429_and_others_do_not(store, embedder, running):
     server = running(service_over(store, embedder), client_rate=2.0, client_burst=5, token_rate=0)
     statuses = [request(server.url, "GET", "/health", token=None) for _ in range(8)]

@@ -48,6 +48,7 @@ def has_ledger(store) -> bool:
     return store.open_table(store.journal_uri(LLM_LEDGER.name)) is not None
 
 
+@pytest.mark.slow
 def test_32_answers_at_once_on_a_store_without_a_ledger_lose_no_row(indexed, chat_server):
     store, embedder = indexed
     assert not has_ledger(store)  # the first appends race to create it

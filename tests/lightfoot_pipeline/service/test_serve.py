@@ -355,6 +355,7 @@ def test_bodies_are_refused_before_they_are_read(store, embedder, running):
     assert request(server.url, "POST", "/query", {"question": QUESTION, "answer": False})[0] == 200
 
 
+@pytest.mark.slow
 def test_stalled_connections_are_closed_and_do_not_hold_up_health(store, embedder, running):
     ingest(store, embedder, late=False)
     export_snapshot(store, embedder)
@@ -388,6 +389,7 @@ def test_stalled_connections_are_closed_and_do_not_hold_up_health(store, embedde
         assert sock.recv(65536) == b""
 
 
+@pytest.mark.slow
 def test_busy_workers_and_too_many_connections_get_503(store, embedder, running, monkeypatch):
     ingest(store, embedder, late=False)
     export_snapshot(store, embedder)
@@ -479,6 +481,7 @@ def test_a_new_snapshot_is_picked_up_while_queries_keep_being_answered(store, em
     assert service.reloads == 2 and service.last_reload_error is None
 
 
+@pytest.mark.slow
 def test_a_snapshot_that_fails_to_load_leaves_the_old_one_serving(store, embedder):
     ingest(store, embedder, late=False)
     old = export_snapshot(store, embedder)

@@ -65,6 +65,7 @@ def leak(monkeypatch) -> None:
     monkeypatch.setattr(permission_audit, "reader_view", leaky)
 
 
+@pytest.mark.slow
 def test_a_staged_snapshot_that_fails_its_permission_check_is_not_served_and_status_says_why(
     store, hashing_embedder, restricted, monkeypatch, capsys
 ):

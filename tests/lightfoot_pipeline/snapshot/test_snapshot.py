@@ -290,6 +290,7 @@ def test_tables_and_vectors_are_memory_mapped_and_formats_1_and_2_still_load(sto
         load_snapshot(store)
 
 
+@pytest.mark.slow
 def test_a_re_export_after_a_deletion_embeds_nothing_and_equals_a_fresh_export(store, hashing_embedder, tmp_path):
     from lightfoot_pipeline.store.store import Store
 
@@ -355,6 +356,7 @@ def test_a_re_export_after_a_deletion_fingerprints_only_the_buckets_it_rewrote(s
     assert 0 < sum(fresh.buckets_read.values()) < 16 * 4
 
 
+@pytest.mark.slow
 def test_an_export_made_two_rows_at_a_time_writes_the_same_files_and_leaves_no_scratch(
         store, hashing_embedder, tmp_path, monkeypatch):
     """The export's vectors are filled, assigned to groups, reordered and copied a chunk of rows

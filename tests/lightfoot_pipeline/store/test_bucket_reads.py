@@ -61,6 +61,7 @@ def _fresh_fingerprint(root, documents, records, live: set[str]) -> str:
     return fingerprint(fresh).digest
 
 
+@pytest.mark.slow
 def test_a_one_document_deletion_reads_only_the_buckets_it_touches(built):
     root, uri, documents, records = built
     uri = _copy(root, uri, "delete-one")
@@ -86,6 +87,7 @@ def test_a_one_document_deletion_reads_only_the_buckets_it_touches(built):
     assert fingerprint(Store(uri)).digest == _fresh_fingerprint(root, documents, records, live)
 
 
+@pytest.mark.slow
 def test_a_one_document_ingest_reads_only_its_buckets_and_the_band_keys(built):
     root, uri, documents, records = built
     uri = _copy(root, uri, "ingest-one")
@@ -100,6 +102,7 @@ def test_a_one_document_ingest_reads_only_its_buckets_and_the_band_keys(built):
     assert fingerprint(Store(uri)).digest == _fresh_fingerprint(root, documents, records, live)
 
 
+@pytest.mark.slow
 def test_a_batch_of_new_documents_reads_none_of_their_buckets_and_appends_its_rows(built, names_corpus):
     """Sixty new documents land in most of the 64 buckets: the store reads a probe of one bucket in
     PROBE_EVERY, finds none of them there, so reads the doc_id column once instead of the rest,
@@ -155,6 +158,7 @@ def test_rows_added_to_an_unread_bucket_keep_the_rows_already_there(tmp_path):
         assert tx.table(DOCUMENTS.name).height == 41 and tx.count(DOCUMENTS.name) == 41
 
 
+@pytest.mark.slow
 def test_appends_never_leave_a_bucket_in_more_files_than_the_bound(tmp_path):
     from lightfoot_pipeline.store.write_plan import MAX_FILES_PER_BUCKET
 
@@ -192,6 +196,7 @@ def _as_earlier_layout(uri: str) -> None:
                                              read_at=manifest.log_version)
 
 
+@pytest.mark.slow
 def test_an_earlier_layout_is_refused_until_migrate_rewrites_it(built, capsys):
     root, uri, documents, records = built
     uri = _copy(root, uri, "earlier")
@@ -255,6 +260,7 @@ def test_a_transaction_opened_on_a_manifest_finds_rows_in_the_stores_own_buckets
     assert tx.rows(DOCUMENTS.name, "doc_id", [documents[3].doc_id]).height == 1
 
 
+@pytest.mark.slow
 def test_a_layout_2_store_is_refused_with_the_migrate_hint_and_migrate_drops_its_name_keys(built):
     """Layout 2 kept each name's whole band keys in ``name_keys``; layout 3 keeps sketches."""
     root, uri, documents, _records = built

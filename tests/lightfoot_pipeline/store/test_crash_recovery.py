@@ -25,6 +25,7 @@ class Crash(RuntimeError):
 
 
 @pytest.mark.parametrize("where", ["before-log", "mid-tables"])
+@pytest.mark.slow
 def test_a_crashed_commit_is_invisible_and_undone(tmp_path, hashing_embedder, monkeypatch, where):
     store = Store(str(tmp_path / "store"))
     operations.ingest(store, DOCUMENTS[:5], ReplayExtractor(RECORDS), hashing_embedder)

@@ -78,6 +78,7 @@ def test_the_kept_fingerprint_equals_every_row_after_each_kind_of_change(built):
     assert fingerprint(fresh).digest == digests[-1]
 
 
+@pytest.mark.slow
 def test_a_one_document_deletion_reads_only_the_buckets_it_rewrote(built):
     root, uri, documents, _ = built
     uri = _copy(root, uri, "one-deletion")

@@ -48,6 +48,7 @@ def test_totals_per_run_and_per_document(store):
     assert {d["doc_id"] for d in ledger.by_document(store, "run-b")} == {"d1"}
 
 
+@pytest.mark.slow
 def test_every_charge_is_durable_once_recorded_and_compaction_keeps_them(store):
     for i in range(store.n_buckets * 5):  # one append per answer, as extraction writes them
         ledger.record(store, [charge("run-a", f"d{i}", 100, 10, attempts=1 + i % 2)])

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from lightfoot_pipeline import operations
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
 from lightfoot_pipeline.store import transaction as transaction_module
@@ -46,6 +48,7 @@ def test_recovery_opens_no_table_at_its_logged_version_and_still_undoes_one_ahea
     assert real_open(store, store.table_uri(PASSAGES.name)).to_pyarrow_dataset().count_rows() == 6
 
 
+@pytest.mark.slow
 def test_a_commit_writing_many_buckets_checkpoints_the_tables_it_wrote(
     tmp_path, sample_documents, sample_records, hashing_embedder, monkeypatch
 ):
@@ -67,6 +70,7 @@ def test_a_commit_writing_many_buckets_checkpoints_the_tables_it_wrote(
     assert Store(many.uri).read(PASSAGES.name).height == len(documents) - 1
 
 
+@pytest.mark.slow
 def test_files_per_bucket_counts_the_files_the_log_lists_for_each_bucket(
     tmp_path, sample_documents, sample_records, hashing_embedder
 ):

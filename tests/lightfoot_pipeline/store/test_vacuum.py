@@ -21,6 +21,7 @@ def data_files(store: Store, table: str) -> set[Path]:
     return {Path(uri.removeprefix("file://")) for uri in DeltaTable(store.table_uri(table)).file_uris()}
 
 
+@pytest.mark.slow
 def test_vacuum_removes_deleted_rows_at_once_and_unreferenced_files_after_the_grace(
     store, sample_documents, sample_records, hashing_embedder
 ):
@@ -47,6 +48,7 @@ def test_vacuum_removes_deleted_rows_at_once_and_unreferenced_files_after_the_gr
     assert all(path.exists() for path in data_files(store, PASSAGES.name))
 
 
+@pytest.mark.slow
 def test_a_removed_file_that_checkpoints_no_longer_list_goes_once_older_than_the_grace(
     store, sample_documents, sample_records, hashing_embedder, monkeypatch
 ):

@@ -8,6 +8,7 @@ other commit that changes it.
 from __future__ import annotations
 
 import polars as pl
+import pytest
 
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import DOCUMENTS, bucket_changes, with_buckets
@@ -69,6 +70,7 @@ def test_a_read_bucket_that_only_grew_is_appended_to_and_one_that_changed_is_rew
     assert stored(store) == sorted(documents("a", "c").drop("bucket").rows() + documents("b", title="u").drop("bucket").rows())
 
 
+@pytest.mark.slow
 def test_a_read_bucket_grown_again_and_again_stays_within_the_file_bound(tmp_path):
     store = Store(str(tmp_path / "store"), n_buckets=1)
     counts = []

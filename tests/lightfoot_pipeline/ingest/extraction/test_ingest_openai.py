@@ -111,6 +111,7 @@ def test_200_passages_with_5_percent_malformed_answers(store, chat_server, sampl
     assert store.read(EXTRACTIONS.name).filter(pl.col("status") == "ok").height == 200
 
 
+@pytest.mark.slow
 def test_cli_ingest_twice_makes_no_request_the_second_time(tmp_path, monkeypatch, capsys, chat_server,
                                                            sample_documents):
     dataset = write_dataset(tmp_path / "dataset", sample_documents[:40])
@@ -262,6 +263,7 @@ def test_cli_reports_a_missing_endpoint_clearly(tmp_path, monkeypatch, capsys, s
     assert "OPENAI_BASE_URL" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_erasing_a_document_purges_its_cached_answer_and_leaves_no_text(tmp_path, chat_server, hashing_embedder,
                                                                        sample_documents):
     from lightfoot_pipeline.store.store import Store

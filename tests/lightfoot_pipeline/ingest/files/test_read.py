@@ -90,6 +90,7 @@ def test_html_nested_past_the_depth_bound_is_refused_as_it_parses():
     assert read_file(shallow, "shallow.html").blocks[0].text == "deep text"
 
 
+@pytest.mark.slow
 def test_html_checks_the_deadline_while_it_parses():
     from lightfoot_pipeline.ingest.files.blocks import ReadLimits
     from lightfoot_pipeline.ingest.files.web import TIME_CHECK_ELEMENTS
