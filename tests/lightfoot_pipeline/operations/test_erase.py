@@ -55,7 +55,6 @@ def _corpus():
     return [secret, *others], records
 
 
-@pytest.mark.slow
 def test_plain_delete_leaves_history_and_erase_removes_it(store, hashing_embedder):
     documents, records = _corpus()
     operations.ingest(store, documents, ReplayExtractor(records), hashing_embedder)

@@ -21,7 +21,6 @@ def data_files(store: Store, table: str) -> set[Path]:
     return {Path(uri.removeprefix("file://")) for uri in DeltaTable(store.table_uri(table)).file_uris()}
 
 
-@pytest.mark.slow
 def test_vacuum_removes_deleted_rows_at_once_and_unreferenced_files_after_the_grace(
     store, sample_documents, sample_records, hashing_embedder
 ):
