@@ -212,7 +212,8 @@ class VectorCache:
             pending = list(missing.values())
             # Texts of like length are embedded together: a chunk then falls in one or two of the
             # embedder's length buckets, whose batches it fills, where a chunk in arrival order
-            # pads a part-filled batch in nearly every bucket (a third more tokens on the sample).
+            # pads a part-filled batch in nearly every bucket (on the bundled sample with MiniLM:
+            # 1.17 against 1.36 times the tokens of the rows that hold a text).
             order = np.argsort(np.fromiter(map(len, pending), np.int64, len(pending)), kind="stable")
             computed = np.zeros((len(pending), self.embedder.dim), dtype=np.float32)
             if progress is not None:
