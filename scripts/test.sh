@@ -49,8 +49,8 @@ trash=$(mktemp -d "$runs/trash-XXXXXX")
 for earlier in "$runs"/run-*; do  # run-<time>-<pid>: a run still going (its script alive) is left alone
   [ -d "$earlier" ] && ! kill -0 "${earlier##*-}" 2> /dev/null && mv "$earlier" "$trash/"
 done
-for trash in "$runs"/trash-*; do
-  [ -d "$trash" ] && (nice -n 19 rm -rf "$trash" > /dev/null 2>&1 &)
+for folder in "$runs"/trash-*; do  # this run's, and any an earlier removal left unfinished
+  [ -d "$folder" ] && (nice -n 19 rm -rf "$folder" > /dev/null 2>&1 &)
 done
 basetemp="$runs/run-$(date +%Y%m%dT%H%M%S)-$$"
 # mypy runs beside the tests (its output comes after theirs); its result counts like theirs.
