@@ -94,13 +94,14 @@ def _differences(before: dict, after: dict) -> list[str]:
 
 
 def _restore(before: dict) -> None:
-    from threadpoolctl import threadpool_limits
+    from threadpoolctl import ThreadpoolController
 
     for name in set(os.environ) - set(before["environment"]) - _PYTEST_OWN_VARIABLES:
         del os.environ[name]
     os.environ.update(before["environment"])
-    for api, _path, n in before["thread pools"]:
-        threadpool_limits(limits=n, user_api=api)
+    controller = ThreadpoolController()
+    for _api, path, n in before["thread pools"]:  # each library as it was: two BLAS libraries may differ
+        controller.select(filepath=path).limit(limits=n)
     sys.modules["torch"].set_num_threads(before["torch threads"])
 
 
