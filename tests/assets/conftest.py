@@ -18,6 +18,7 @@ import contextlib
 import datetime as dt
 import functools
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -201,14 +202,31 @@ def shipped_defs() -> dg.Definitions:
     return shipped_definitions()
 
 
+@pytest.fixture(scope="session")
+def instance_template(tmp_path_factory) -> Path:
+    """The home of a new instance, its storage created (SQLite files and their schema), once per
+    session: a harness's instance starts from a copy, in about 0.1 s against 0.7 s to create one."""
+    home = tmp_path_factory.mktemp("instance-template") / "dagster_home"
+    home.mkdir()
+    dg.DagsterInstance.from_config(str(home)).dispose()
+    return home
+
+
 @contextlib.contextmanager
-def _harness_in(root: Path, monkeypatch, *, rebuild_check: bool = False, home_exists: bool = False):
+def _harness_in(root: Path, monkeypatch, *, rebuild_check: bool = False, home_exists: bool = False,
+                template: Path | None = None):
     """The harness on ``root`` with an instance of its own on disk under ``root/dagster_home`` (a
     sensor resolves the partition of the runs it asks for through the instance's ref, and a
     schedule's context needs one, which an in-memory instance lacks), disposed of on leaving.
-    ``home_exists``: the root is a copy that already holds an instance's storage."""
+    ``home_exists``: the root is a copy that already holds an instance's storage; otherwise the
+    instance starts as a copy of ``template`` (``instance_template``), or is created."""
     home = root / "dagster_home"
-    home.mkdir(parents=True, exist_ok=home_exists)
+    if home_exists:
+        home.mkdir(parents=True, exist_ok=True)
+    elif template is not None:
+        shutil.copytree(template, home)
+    else:
+        home.mkdir(parents=True)
     instance = dg.DagsterInstance.from_config(str(home))
     try:
         yield _harness(root, monkeypatch, instance, rebuild_check=rebuild_check)
@@ -217,25 +235,25 @@ def _harness_in(root: Path, monkeypatch, *, rebuild_check: bool = False, home_ex
 
 
 @pytest.fixture(scope="session")
-def harness_in():
+def harness_in(instance_template):
     """``with harness_in(root, monkeypatch, rebuild_check=False, home_exists=False) as harness``: the
     harness on a root and instance of the test's own (for a module that builds one state once and
     copies it for each test)."""
-    return _harness_in
+    return functools.partial(_harness_in, template=instance_template)
 
 
 @pytest.fixture
-def lightfoot(tmp_path, monkeypatch):
+def lightfoot(tmp_path, monkeypatch, instance_template):
     """The harness on a temporary root and instance, without the comparison with a fresh rebuild."""
-    with _harness_in(tmp_path, monkeypatch) as harness:
+    with _harness_in(tmp_path, monkeypatch, template=instance_template) as harness:
         yield harness
 
 
 @pytest.fixture
-def lightfoot_checked(tmp_path, monkeypatch):
+def lightfoot_checked(tmp_path, monkeypatch, instance_template):
     """The harness with the comparison with a fresh rebuild turned on: for the tests of that check
     and of the automation that a blocking check holds back."""
-    with _harness_in(tmp_path, monkeypatch, rebuild_check=True) as harness:
+    with _harness_in(tmp_path, monkeypatch, rebuild_check=True, template=instance_template) as harness:
         yield harness
 
 
@@ -260,7 +278,6 @@ def lightfoot_pooled(request, tmp_path, monkeypatch):
     (SQLite files under the instance's home), or ``dagster.postgres.yaml`` on a database of its own
     on the tests' PostgreSQL server. ``harness.storage`` says which."""
     import secrets
-    import shutil
 
     home = tmp_path / "dagster_home"
     home.mkdir()
