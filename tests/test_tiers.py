@@ -34,3 +34,18 @@ def test_the_fast_tier_deselects_every_tier_marker_and_the_full_run_deselects_no
     assert '-m "$FAST_TIER"' in fast_run and not re.search(r"pytest .*-m ", full_run)
     assert "--durations=25" in fast_run and "--durations=25" in full_run
     assert "took %dm%02ds of wall time" in script
+
+
+def test_the_minilm_build_starts_first_and_its_other_readers_go_last():
+    from types import SimpleNamespace
+
+    from tests.conftest import in_starting_order
+
+    def item(name, *fixtures):
+        return SimpleNamespace(name=name, fixturenames=("tmp_path", *fixtures))
+
+    items = [item("a"), item("recall", "minilm_sample_store"), item("b", "minilm"),
+             item("audit", "minilm_sample_store", "minilm"), item("c")]
+    assert [i.name for i in in_starting_order(items)] == ["recall", "a", "b", "c", "audit"]
+    unchanged = [item("a"), item("b", "minilm")]
+    assert in_starting_order(unchanged) == unchanged
