@@ -38,8 +38,9 @@ unset PYTHONDONTWRITEBYTECODE
 # Each run's temporary folders (the stores the tests build: about 2.3 GB in tens of thousands of small
 # files) go in a folder of its own. They go on a tmpfs where /dev/shm is one with room for them and
 # memory to spare (LIGHTFOOT_TEST_TMP names another parent folder): the Dagster tests commit to
-# SQLite and Delta stores thousands of times, and on a disk each commit waits for it (a sample of
-# them took 0.75x the time on the tmpfs here). Elsewhere they go under TMPDIR. Only pytest's own
+# SQLite and Delta stores thousands of times, and on a disk each commit waits for it (some of them
+# alone took 0.75x the time on the tmpfs here; the whole suite's tests 0.96x, since the other worker
+# had used most of those waits). Elsewhere they go under TMPDIR. Only pytest's own
 # folders move: TMPDIR is left as it is, so a subprocess running as another account (the
 # PostgreSQL server) still has a folder it may enter.
 room_for_tests() {  # whether a folder is a tmpfs with 6 GiB free and 12 GiB of memory available
