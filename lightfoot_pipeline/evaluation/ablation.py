@@ -35,13 +35,13 @@ from lightfoot_pipeline.evaluation.metrics import (
 )
 from lightfoot_pipeline.evaluation.modes import DENSE, K_VALUES, LIGHTFOOT
 from lightfoot_pipeline.ingest.dataset import Question
-from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.models.embedder import Embedder, embedding_chunks
 from lightfoot_pipeline.settings import IndexSettings
 from lightfoot_pipeline.snapshot.export import export_snapshot
 from lightfoot_pipeline.snapshot.format import load_snapshot
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, ENTITIES, FACTS, NAME_LINKS, SYNONYM_EDGES
-from lightfoot_pipeline.store.vectors import VectorCache
+from lightfoot_pipeline.store.vectors import EMBED_CHUNK, VectorCache
 
 DEFAULT = "default"
 POOLED = "pooled"
@@ -106,6 +106,9 @@ class ReusedVectors:
 
     def add_store(self, store: Store) -> None:
         self.caches.extend(VectorCache.for_model(store, kind, self.model_id, self.dim) for kind in VECTOR_KINDS)
+
+    def chunks(self, texts: Sequence[str]) -> list[list[int]]:
+        return embedding_chunks(self.inner, texts, EMBED_CHUNK)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)

@@ -41,11 +41,12 @@ from lightfoot_pipeline.ingest.dataset import (
     load_recorded_extractions,
 )
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
-from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.models.embedder import Embedder, embedding_chunks
 from lightfoot_pipeline.models.llm import LLMClient
 from lightfoot_pipeline.store.fingerprint import Fingerprint, counts, fingerprint
 from lightfoot_pipeline.store.scratch import new_scratch
 from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.vectors import EMBED_CHUNK
 
 BEFORE, AFTER, FRESH = "before", "after", "fresh"
 Observer = Callable[[str, Store], None]  # (phase, the store as it is in that phase)
@@ -60,6 +61,9 @@ class CountingEmbedder:
         self.dim = inner.dim
         self.calls = 0
         self.texts = 0
+
+    def chunks(self, texts: Sequence[str]) -> list[list[int]]:
+        return embedding_chunks(self._inner, texts, EMBED_CHUNK)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         self.calls += 1

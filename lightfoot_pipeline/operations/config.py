@@ -37,5 +37,5 @@ def check_config(tx: Transaction, settings: IndexSettings, embedder: Embedder | 
     if embedder is not None and current.get("embedder") != embedder.model_id:
         raise IndexConfigError(
             f"the store's name vectors come from {current.get('embedder')!r}, not {embedder.model_id!r}; "
-            "use the same embedder, or rebuild into a new store"
+            "use the same embedder (--embedder or LIGHTFOOT_EMBEDDER may name that id), or rebuild into a new store"
         )

@@ -497,9 +497,8 @@ def embedder_for_models(models: dict) -> Embedder | None:
     match = re.fullmatch(r"hashing-(\d+)gram-(\d+)d", model_id)
     if match:
         return HashingEmbedder(dim=int(match.group(2)), ngram=int(match.group(1)))
-    label = model_id.rsplit("@", 1)[0]
     try:
-        embedder = load_embedder(label)
+        embedder = load_embedder(model_id)  # a recorded id loads with the geometry it names
     except (EmbedderUnavailable, OSError, ValueError):
         return None
     return embedder if embedder.model_id == model_id else None

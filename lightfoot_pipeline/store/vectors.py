@@ -20,12 +20,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lightfoot_pipeline.models.embedder import Embedder
+from lightfoot_pipeline.models.embedder import Embedder, embedding_chunks
 from lightfoot_pipeline.store.store import Store
 
 log = logging.getLogger(__name__)
 
-EMBED_CHUNK = 512  # texts embedded between two progress reports (a multiple of every bucket's batch rows by default)
+EMBED_CHUNK = 512  # texts embedded between two progress reports, for an embedder without chunks of its own
 EmbedProgress = Callable[[int, int], None]  # (done, total) of one pass of texts to embed; 0 starts a pass
 
 
@@ -199,8 +199,8 @@ class VectorCache:
         """(len(texts), dim) vectors: cached ones read, missing ones embedded and stored.
 
         ``progress(done, total)`` (else the cache's own) hears ``(0, total)`` before the missing
-        texts are embedded and then after every chunk of them (a text's vector does not depend on
-        its batch, so the chunks do not change the vectors)."""
+        texts are embedded and then after every chunk of them (``embedding_chunks``: a text's
+        vector does not depend on its batch, so the chunks do not change the vectors)."""
         progress = progress or self.progress
         keys = [text_key(t) for t in texts]
         found = self._stored(set(keys))
@@ -210,19 +210,15 @@ class VectorCache:
                 missing[key] = text
         if missing:
             pending = list(missing.values())
-            # Texts of like length are embedded together: a chunk then falls in one or two of the
-            # embedder's length buckets, whose batches it fills, where a chunk in arrival order
-            # pads a part-filled batch in nearly every bucket (on the bundled sample with MiniLM:
-            # 1.17 against 1.36 times the tokens of the rows that hold a text).
-            order = np.argsort(np.fromiter(map(len, pending), np.int64, len(pending)), kind="stable")
             computed = np.zeros((len(pending), self.embedder.dim), dtype=np.float32)
             if progress is not None:
                 progress(0, len(pending))
-            for start in range(0, len(pending), EMBED_CHUNK):
-                rows = order[start : start + EMBED_CHUNK]
+            done = 0
+            for rows in embedding_chunks(self.embedder, pending, EMBED_CHUNK):
                 computed[rows] = self.embedder.embed([pending[i] for i in rows])
+                done += len(rows)
                 if progress is not None:
-                    progress(min(len(pending), start + EMBED_CHUNK), len(pending))
+                    progress(done, len(pending))
             self.computed += len(missing)
             batch = pa.table(
                 {

@@ -62,7 +62,7 @@ def test_ingest_into_a_store_built_with_another_embedder(built):
     assert done.returncode == 2 and done.stdout == ""
     line = the_error_line(done.stderr)
     assert "name vectors come from 'hashing-3gram-64d', not 'hashing-3gram-16d'" in line
-    assert line.endswith("use the same embedder, or rebuild into a new store")
+    assert line.endswith("use the same embedder (--embedder or LIGHTFOOT_EMBEDDER may name that id), or rebuild into a new store")
 
 
 def test_a_store_path_that_is_a_file(tmp_path, capsys):

@@ -74,6 +74,32 @@ def test_texts_of_like_length_share_a_chunk_and_each_gets_its_own_vector(tmp_pat
     np.testing.assert_array_equal(vectors, hashing_embedder.embed(texts))
 
 
+def test_an_embedder_with_chunks_of_its_own_is_given_those_chunks(tmp_path, hashing_embedder):
+    """A fixed-shape embedder plans a pass (texts grouped by length bucket): the cache embeds
+    exactly its chunks, in its order, and reports each one done."""
+    calls: list[list[str]] = []
+
+    class Planning:
+        dim, model_id = hashing_embedder.dim, hashing_embedder.model_id
+
+        def chunks(self, texts):  # odd indices first, then even ones, three at a time
+            order = [*range(1, len(texts), 2), *range(0, len(texts), 2)]
+            return [order[start : start + 3] for start in range(0, len(order), 3)]
+
+        def embed(self, texts):
+            calls.append(list(texts))
+            return hashing_embedder.embed(texts)
+
+    texts = [f"text {i}" for i in range(8)]
+    heard: list[tuple[int, int]] = []
+    vectors = VectorCache(Store(str(tmp_path / "store")), "name", Planning(),
+                          progress=lambda d, t: heard.append((d, t))).vectors(texts)
+
+    assert calls == [["text 1", "text 3", "text 5"], ["text 7", "text 0", "text 2"], ["text 4", "text 6"]]
+    assert heard == [(0, 8), (3, 8), (6, 8), (8, 8)]
+    np.testing.assert_array_equal(vectors, hashing_embedder.embed(texts))
+
+
 def test_an_ingest_reports_the_names_it_embeds(tmp_path, hashing_embedder):
     from lightfoot_pipeline import operations
     from lightfoot_pipeline.ingest.dataset import Document
