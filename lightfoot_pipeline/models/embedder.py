@@ -60,7 +60,10 @@ class EmbedderUnavailable(LightfootError, RuntimeError):
 
 
 class Embedder(Protocol):
-    """What indexing and retrieval need of an embedder: texts in batches, and one question alone."""
+    """What indexing and retrieval need of an embedder: texts in batches, and one question alone.
+
+    An embedder may also plan a pass of texts itself, ``chunks(texts) -> list[list[int]]`` (see
+    ``embedding_chunks``): the vector caches then embed it in those chunks."""
 
     model_id: str
     dim: int
