@@ -269,6 +269,11 @@ def embedding_chunks(embedder: Embedder, texts: Sequence[str], default: int) -> 
     a chunk, ordered by length (texts of like length then share a chunk)."""
     planned = getattr(embedder, "chunks", None)
     if planned is not None:
-        return planned(texts)
+        chunks = planned(texts)
+        # A plan that missed a text would leave it a zero vector in the cache, for good.
+        if sorted(i for chunk in chunks for i in chunk) != list(range(len(texts))):
+            raise ValueError(f"embedder {embedder.model_id!r} planned chunks that do not hold each of the "
+                             f"{len(texts)} texts exactly once")
+        return chunks
     order = np.argsort(np.fromiter(map(len, texts), np.int64, len(texts)), kind="stable").tolist()
     return [order[start : start + default] for start in range(0, len(order), default)]

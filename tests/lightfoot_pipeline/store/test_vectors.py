@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.vectors import VectorCache
@@ -98,6 +99,22 @@ def test_an_embedder_with_chunks_of_its_own_is_given_those_chunks(tmp_path, hash
     assert calls == [["text 1", "text 3", "text 5"], ["text 7", "text 0", "text 2"], ["text 4", "text 6"]]
     assert heard == [(0, 8), (3, 8), (6, 8), (8, 8)]
     np.testing.assert_array_equal(vectors, hashing_embedder.embed(texts))
+
+
+def test_chunks_that_miss_a_text_are_refused_before_anything_is_stored(tmp_path, hashing_embedder):
+    class Skipping:
+        dim, model_id = hashing_embedder.dim, hashing_embedder.model_id
+
+        def chunks(self, texts):
+            return [list(range(1, len(texts)))]
+
+        def embed(self, texts):
+            return hashing_embedder.embed(texts)
+
+    store = Store(str(tmp_path / "store"))
+    with pytest.raises(ValueError, match="exactly once"):
+        VectorCache(store, "name", Skipping()).vectors(["alpha", "beta", "gamma"])
+    assert VectorCache(store, "name", hashing_embedder).stored_vectors(["alpha", "beta", "gamma"]) == [None] * 3
 
 
 def test_an_ingest_reports_the_names_it_embeds(tmp_path, hashing_embedder):
