@@ -73,16 +73,12 @@ def computed_tokens(embedder, chunk: list[str]) -> int:
 
 
 def measure(label: str, embedder, passes: dict[str, list[str]], by_bucket: bool) -> dict:
-    from lightfoot_pipeline.models.embedder import embedding_chunks
+    from lightfoot_pipeline.models.embedder import embedding_chunks, length_ordered_chunks
 
     computed = 0
     started = time.perf_counter()
     for texts in passes.values():
-        if by_bucket:
-            chunks = embedding_chunks(embedder, texts, 512)
-        else:
-            order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-            chunks = [order[start : start + 512] for start in range(0, len(order), 512)]
+        chunks = embedding_chunks(embedder, texts, 512) if by_bucket else length_ordered_chunks(texts, 512)
         for rows in chunks:
             chunk = [texts[i] for i in rows]
             embedder.embed(chunk)

@@ -157,16 +157,20 @@ class SentenceTransformerEmbedder:
         """Each text's length bucket: the first that holds its tokens."""
         return [next(b for b in self.buckets if b >= count) for count in self.token_counts(texts)]
 
+    def _indices_by_bucket(self, texts: Sequence[str]) -> list[tuple[int, list[int]]]:
+        """The texts' indices grouped by length bucket, the shortest bucket first."""
+        by_bucket: dict[int, list[int]] = {}
+        for index, bucket in enumerate(self.buckets_of(texts)):
+            by_bucket.setdefault(bucket, []).append(index)
+        return sorted(by_bucket.items())
+
     def chunks(self, texts: Sequence[str]) -> list[list[int]]:
         """The texts' indices in chunks to embed one after another: each chunk in one length bucket
         and of whole batches (``CHUNK_BATCHES`` of them), but for the last of its bucket. Embedded
         chunk by chunk, a pass then fills every batch but one per bucket, where chunks of texts in
         arrival order would part-fill a batch in nearly every bucket of every chunk."""
-        by_bucket: dict[int, list[int]] = {}
-        for index, bucket in enumerate(self.buckets_of(texts)):
-            by_bucket.setdefault(bucket, []).append(index)
         out: list[list[int]] = []
-        for bucket, indices in sorted(by_bucket.items()):
+        for bucket, indices in self._indices_by_bucket(texts):
             size = self.rows_per_batch(bucket) * CHUNK_BATCHES
             out.extend(indices[start : start + size] for start in range(0, len(indices), size))
         return out
@@ -178,11 +182,8 @@ class SentenceTransformerEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        by_bucket: dict[int, list[int]] = {}
-        for index, bucket in enumerate(self.buckets_of(texts)):
-            by_bucket.setdefault(bucket, []).append(index)
         with torch.inference_mode():
-            for bucket, indices in sorted(by_bucket.items()):
+            for bucket, indices in self._indices_by_bucket(texts):
                 size = self.rows_per_batch(bucket)
                 for start in range(0, len(indices), size):
                     rows = indices[start : start + size]
@@ -275,5 +276,10 @@ def embedding_chunks(embedder: Embedder, texts: Sequence[str], default: int) -> 
             raise ValueError(f"embedder {embedder.model_id!r} planned chunks that do not hold each of the "
                              f"{len(texts)} texts exactly once")
         return chunks
+    return length_ordered_chunks(texts, default)
+
+
+def length_ordered_chunks(texts: Sequence[str], size: int) -> list[list[int]]:
+    """The texts' indices ordered by length (characters; ties keep their order), ``size`` a chunk."""
     order = np.argsort(np.fromiter(map(len, texts), np.int64, len(texts)), kind="stable").tolist()
-    return [order[start : start + default] for start in range(0, len(order), default)]
+    return [order[start : start + size] for start in range(0, len(order), size)]
