@@ -193,7 +193,7 @@ def test_eval_on_the_bundled_sample_reaches_the_papers_recall(tmp_path, sample_d
     report = json.loads(out.read_text())
     assert report["n_questions"] == 50 and report["run"]["embedder"].startswith("all-MiniLM-L6-v2@")
     lightfoot, dense = report["modes"]["lightfoot"], report["modes"]["dense"]
-    assert lightfoot["recall@5"] >= 0.74 and lightfoot["recall@10"] >= 0.79
+    assert lightfoot["recall@5"] >= 0.75 and lightfoot["recall@10"] >= 0.79
     assert dense["recall@5"] == pytest.approx(0.62, abs=0.03) and dense["recall@10"] == pytest.approx(0.69, abs=0.03)
     assert lightfoot["recall@5"] > dense["recall@5"] and lightfoot["recall@10"] > dense["recall@10"]
     assert report["run"]["build"]["model_calls"] == 0
