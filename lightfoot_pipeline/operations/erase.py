@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import polars as pl
+import pyarrow as pa
 
 from lightfoot_pipeline.index.facts import fact_text
 from lightfoot_pipeline.index.link_pieces import remove_relink_staging
@@ -49,11 +50,12 @@ from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache
 from lightfoot_pipeline.ingest.landing import Landing
 from lightfoot_pipeline.operations.batch_extraction import erase_at_provider, provider_api_from_env
 from lightfoot_pipeline.snapshot.export import erase_from_snapshots
+from lightfoot_pipeline.snapshot.format import passage_text
 from lightfoot_pipeline.snapshot.verdict import StagedCheck
 from lightfoot_pipeline.store.scratch import sweep_stale_scratch
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import ALIASES, DOCUMENTS, EXTRACTIONS, FACTS, PASSAGES, TOMBSTONES, erasure_owed
-from lightfoot_pipeline.store.vectors import cleanup_vector_history, purge_vector_caches
+from lightfoot_pipeline.store.vectors import cleanup_vector_history, keys_of, purge_vector_caches
 
 
 @dataclass
@@ -91,15 +93,16 @@ class EraseReport:
         }
 
 
-def live_vector_texts(store: Store) -> dict[str, list[str]]:
-    """The texts whose vectors the live index uses, by cache kind."""
+def live_vector_keys(store: Store) -> dict[str, pa.Array]:
+    """The cache keys of the texts whose vectors the live index uses, by cache kind: only the
+    columns that make the texts are read, and their rows are hashed a chunk at a time
+    (``keys_of``)."""
     manifest = store.manifest()
-    names = store.read(ALIASES.name, manifest, columns=["name"]).get_column("name").unique().to_list()
-    passages = store.read(PASSAGES.name, manifest, columns=["title", "text"])
-    passage_texts = [f"{t}\n{x}" if t else x for t, x in passages.select("title", "text").iter_rows()]
-    facts = store.read(FACTS.name, manifest, columns=["subject", "predicate", "object"])
-    fact_texts = [fact_text(s, p, o) for s, p, o in facts.iter_rows()]
-    return {"name": names, "passage": passage_texts, "fact": fact_texts}
+    names = store.read_columns(ALIASES.name, manifest, ["name"]).unique()
+    passages = store.read_columns(PASSAGES.name, manifest, ["title", "text"])
+    facts = store.read_columns(FACTS.name, manifest, ["subject", "predicate", "object"])
+    return {"name": keys_of(names, lambda name: name), "passage": keys_of(passages, passage_text),
+            "fact": keys_of(facts, fact_text)}
 
 
 def pending_erasures(store: Store) -> list[str]:
@@ -143,7 +146,7 @@ def erase_history(store: Store, doc_ids: Sequence[str], *, snapshot_checks: Sequ
     manifest = store.manifest()
     live_keys = store.read(EXTRACTIONS.name, manifest, columns=["cache_key"]).get_column("cache_key").to_list()
     report.cache_entries_purged = ExtractionCache(store).purge_except(k for k in live_keys if k)
-    report.vectors_purged = purge_vector_caches(store, live_vector_texts(store))
+    report.vectors_purged = purge_vector_caches(store, live_vector_keys(store))
     report.landed_copies_removed = Landing(store).forget(ids)  # documents that came through an inbox
     # Serving copies of the text: of the erased documents, and earlier versions of re-ingested ones.
     report.snapshots_removed = erase_from_snapshots(store, ids, replaced_text=True, checks=snapshot_checks)

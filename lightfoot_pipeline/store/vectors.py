@@ -14,9 +14,10 @@ import logging
 import re
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -26,6 +27,12 @@ from lightfoot_pipeline.store.store import Store
 log = logging.getLogger(__name__)
 
 EMBED_CHUNK = 512  # texts embedded between two progress reports, for an embedder without chunks of its own
+KEY_CHUNK = 100_000  # rows whose texts keys_of holds as Python strings at once
+# Stale keys a purge deletes at a time: each delete scans the cache table's keys, and a larger
+# predicate holds more while it is matched (benchmarks/vector_purge.py: on a cache of 1M vectors
+# of 384 floats, 100,000 stale keys took 9.4 s at 1,000 a delete, 3.8 s at 10,000, 6.1 s at 50,000;
+# the peak grew by 264, 331 and 566 MB).
+PURGE_KEYS_PER_DELETE = 10_000
 EmbedProgress = Callable[[int, int], None]  # (done, total) of one pass of texts to embed; 0 starts a pass
 
 
@@ -236,24 +243,40 @@ class VectorCache:
             out[i] = found[key]
         return out
 
-def purge_vector_caches(store, keep_texts_by_kind: dict[str, Sequence[str]]) -> dict[str, int]:
-    """Delete, from every cache table of every model, the vectors no live text uses.
+def keys_of(frame: pl.DataFrame, text: Callable[..., str]) -> pa.Array:
+    """The cache keys of a frame's rows, a row's text being ``text(*row)``: the rows are hashed
+    KEY_CHUNK at a time, so that no more than a chunk of them is ever held as Python strings (the
+    texts of a store of a million passages would be gigabytes of them)."""
+    chunks = [pa.array([text_key(text(*row)) for row in frame.slice(start, KEY_CHUNK).iter_rows()], pa.string())
+              for start in range(0, frame.height, KEY_CHUNK)]
+    return pa.concat_arrays(chunks) if chunks else pa.array([], pa.string())
+
+
+def purge_vector_caches(store, keep_keys_by_kind: Mapping[str, pa.Array]) -> dict[str, int]:
+    """Delete, from every cache table of every model, the vectors whose keys no live text has
+    (``keep_keys_by_kind``: the live texts' keys by kind, from :func:`keys_of`).
 
     Works from the tables present in LanceDB (``<kind>__<model>``), so caches of a model the
-    store no longer records are purged too. A kind with no live texts is emptied.
+    store no longer records are purged too. A kind with no live keys is emptied. Only the key
+    column is read and the stale keys are deleted by key, PURGE_KEYS_PER_DELETE at a time: a
+    purge holds keys, never vectors (the caches of a million passages hold tens of GB of them).
     """
     db = store.lance()
-    keep_keys = {kind: {text_key(t) for t in texts} for kind, texts in keep_texts_by_kind.items()}
     purged: dict[str, int] = {}
     for name in lance_table_names(db):
-        kind = name.split("__", 1)[0]
-        keep = keep_keys.get(kind, set())
+        keep = keep_keys_by_kind.get(name.split("__", 1)[0], pa.array([], pa.string()))
         table = db.open_table(name)
-        stale = [k for k in table.to_arrow().column("key").to_pylist() if k not in keep]
-        for start in range(0, len(stale), 1000):
-            quoted = ", ".join(f"'{k}'" for k in stale[start : start + 1000])
-            table.delete(f"key IN ({quoted})")
+        stored = table.search().select(["key"]).limit(None).to_arrow().column("key")
+        stale = pc.unique(stored.filter(pc.invert(pc.is_in(stored, value_set=keep))))
         purged[name] = len(stale)
+        if len(stale) and not len(keep):
+            table.delete("true")
+            continue
+        for start in range(0, len(stale), PURGE_KEYS_PER_DELETE):
+            # Keys are hex digests; one that is not (no writer here makes one) is quoted all the same.
+            quoted = ", ".join("'" + k.replace("'", "''") + "'"
+                               for k in stale.slice(start, PURGE_KEYS_PER_DELETE).to_pylist())
+            table.delete(f"key IN ({quoted})")
     return purged
 
 

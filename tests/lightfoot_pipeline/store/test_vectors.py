@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
+import pyarrow as pa
 import pytest
 
+from lightfoot_pipeline.store import vectors
 from lightfoot_pipeline.store.store import Store
-from lightfoot_pipeline.store.vectors import VectorCache
+from lightfoot_pipeline.store.vectors import VectorCache, cache_table_name, text_key
 
 
 def test_vectors_are_embedded_once_and_then_read(tmp_path, hashing_embedder):
@@ -162,3 +165,44 @@ def test_an_append_after_another_writers_reads_the_keys_and_finds_its_own(tmp_pa
     assert [v is not None for v in fresh.stored_vectors(["alpha", "beta", "gamma"])] == [True, True, True]
     assert sorted(mine._key_column(mine._table(create=False)).to_pylist()) == \
         sorted(fresh._key_column(fresh._table(create=False)).to_pylist())
+
+
+def test_keys_are_hashed_a_chunk_of_rows_at_a_time_as_each_row_makes_its_text(monkeypatch):
+    frame = pl.DataFrame({"title": ["T", None, ""] * 3, "text": [f"text {i}" for i in range(9)]})
+    monkeypatch.setattr(vectors, "KEY_CHUNK", 4)
+    keys = vectors.keys_of(frame, lambda title, text: f"{title}\n{text}" if title else text)
+    assert keys.to_pylist() == [text_key(f"{t}\n{x}" if t else x) for t, x in frame.iter_rows()]
+    assert vectors.keys_of(frame.clear(), lambda title, text: text).to_pylist() == []
+
+
+def test_a_purge_keeps_the_live_keys_reads_no_vector_and_deletes_the_rest_a_bounded_number_at_a_time(
+        tmp_path, hashing_embedder, monkeypatch):
+    store = Store(str(tmp_path / "store"))
+    names = [f"name {i}" for i in range(23)]
+    VectorCache(store, "name", hashing_embedder).vectors(names)
+    VectorCache(store, "fact", hashing_embedder).vectors(["a fact"])
+    name_table = store.lance().open_table(cache_table_name("name", hashing_embedder.model_id))
+    # a row no writer here makes: its key is quoted in the delete's predicate, not spliced into it
+    name_table.add(pa.table({"key": ["it's not hex"], "vector": [np.zeros(hashing_embedder.dim, np.float32)]},
+                            schema=name_table.schema))
+    version = name_table.version
+    monkeypatch.setattr(vectors, "PURGE_KEYS_PER_DELETE", 4)
+
+    def no_vectors(*args, **kwargs):
+        raise AssertionError("a purge read the vectors")
+
+    monkeypatch.setattr(type(name_table), "to_arrow", no_vectors)
+    live = names[::3]
+    purged = vectors.purge_vector_caches(store, {"name": vectors.keys_of(pl.DataFrame({"n": live}), lambda n: n)})
+    monkeypatch.undo()
+
+    assert purged == {cache_table_name("name", hashing_embedder.model_id): 16,
+                      cache_table_name("fact", hashing_embedder.model_id): 1}
+    name_table = store.lance().open_table(cache_table_name("name", hashing_embedder.model_id))
+    assert sorted(name_table.to_arrow().column("key").to_pylist()) == sorted(text_key(n) for n in live)
+    assert name_table.version - version == 4  # 16 stale keys, 4 to a delete
+    # a kind without live texts is emptied; the kept vectors are those the cache computed
+    assert store.lance().open_table(cache_table_name("fact", hashing_embedder.model_id)).count_rows() == 0
+    again = VectorCache(Store(store.uri), "name", hashing_embedder)
+    np.testing.assert_array_equal(again.vectors(live), hashing_embedder.embed(live))
+    assert again.computed == 0
