@@ -144,7 +144,7 @@ def erase_history(store: Store, doc_ids: Sequence[str], *, snapshot_checks: Sequ
     report.provider_files_deleted = at_provider.files_deleted
     report.provider_held = at_provider.still_held
     manifest = store.manifest()
-    live_keys = store.read(EXTRACTIONS.name, manifest, columns=["cache_key"]).get_column("cache_key").to_list()
+    live_keys = store.read_columns(EXTRACTIONS.name, manifest, ["cache_key"]).get_column("cache_key").to_list()
     report.cache_entries_purged = ExtractionCache(store).purge_except(k for k in live_keys if k)
     report.vectors_purged = purge_vector_caches(store, live_vector_keys(store))
     report.landed_copies_removed = Landing(store).forget(ids)  # documents that came through an inbox

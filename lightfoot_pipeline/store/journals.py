@@ -58,15 +58,19 @@ class Journals:
         def open_table(self, uri: str, version: int | None = None) -> DeltaTable | None: ...
         def journal_uri(self, name: str) -> str: ...
         def connection_options(self) -> dict[str, str] | None: ...
-        def read_files(self, table: DeltaTable, spec: TableSpec) -> pl.DataFrame: ...
+        def read_files(self, table: DeltaTable, spec: TableSpec, columns: list[str] | None = None) -> pl.DataFrame: ...
 
-    def read_journal(self, name: str) -> pl.DataFrame:
-        """An append-only journal table at its latest version."""
+    def read_journal(self, name: str, columns: list[str] | None = None) -> pl.DataFrame:
+        """An append-only journal table at its latest version; ``columns``: only these are read
+        (a purge reads the keys of a journal whose entries hold model replies)."""
         spec = spec_for(name)
         table = self.open_table(self.journal_uri(name))
         if table is None:
-            return spec.empty()
-        return typed(self.read_files(table, spec), spec).select([*spec.columns, BUCKET])
+            return spec.empty() if columns is None else spec.empty().select(columns)
+        if columns is None:
+            return typed(self.read_files(table, spec), spec).select([*spec.columns, BUCKET])
+        types = spec.empty().schema
+        return self.read_files(table, spec, columns).select([pl.col(c).cast(types[c]) for c in columns])
 
     def append_journal(self, name: str, rows: pl.DataFrame, *, retry_for_s: float = APPEND_RETRY_S) -> int:
         """Append rows to a journal table, durable when this returns; the attempts it took.

@@ -479,16 +479,16 @@ class Store(Journals):
         """Drop the rows kept of a store table (a commit changed it and holds only some buckets)."""
         self._frames.pop(name, None)
 
-    def read_files(self, table: DeltaTable, spec: TableSpec) -> pl.DataFrame:
-        """The rows of a Delta table's data files at the version it is open at. Local tables are
-        read straight from their Parquet files (the bucket comes from the partition path); remote
-        ones through delta-rs."""
+    def read_files(self, table: DeltaTable, spec: TableSpec, columns: list[str] | None = None) -> pl.DataFrame:
+        """The rows of a Delta table's data files at the version it is open at (``columns``: only
+        these, the bucket among them only if named). Local tables are read straight from their
+        Parquet files (the bucket comes from the partition path); remote ones through delta-rs."""
         if self.is_remote:
-            return arrow_frame(table.to_pyarrow_table())
+            return arrow_frame(table.to_pyarrow_table(columns=columns))
         files = table.file_uris()
         if not files:
-            return spec.empty()
-        return pl.read_parquet(files, hive_partitioning=True)
+            return spec.empty() if columns is None else spec.empty().select(columns)
+        return pl.read_parquet(files, columns=columns, hive_partitioning=columns is None or BUCKET in columns)
 
     # -- writing ---------------------------------------------------------------------------
 

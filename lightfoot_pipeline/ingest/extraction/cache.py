@@ -67,7 +67,7 @@ class ExtractionCache:
 
     def _purge(self, journal: str, keep: set[str]) -> int:
         for attempt in range(PURGE_TRIES):
-            stored = self.store.read_journal(journal).get_column("cache_key").unique().to_list()
+            stored = self.store.read_journal(journal, ["cache_key"]).get_column("cache_key").unique().to_list()
             stale = sorted(k for k in stored if k not in keep)
             if not stale:
                 return 0

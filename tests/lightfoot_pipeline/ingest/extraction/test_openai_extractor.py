@@ -390,3 +390,22 @@ def test_a_purge_that_meets_a_compaction_tries_again(store, chat_server, monkeyp
     assert ExtractionCache(store).purge_except([keep]) == 2
     assert len(deletions) == 2
     assert store.read_journal(EXTRACTION_CACHE.name).get_column("cache_key").to_list() == [keep]
+
+
+def test_a_purge_reads_only_the_keys_of_the_cache_journals(store, chat_server, monkeypatch):
+    """The cache's entries hold the model's replies: a purge needs their keys alone."""
+    assert store.read_journal(EXTRACTION_CACHE.name, ["cache_key"]).columns == ["cache_key"]  # no journal yet
+    chat_server.script(lambda r: chat_server.Reply(content=good_answer(r)))
+    extractor = make_extractor(store, chat_server)
+    extractor.extract(passages())
+    whole = store.read_journal(EXTRACTION_CACHE.name)
+    keys = store.read_journal(EXTRACTION_CACHE.name, ["cache_key"])
+    assert keys.columns == ["cache_key"] and keys.equals(whole.select("cache_key"))
+    read = []
+    read_files = store.read_files
+    monkeypatch.setattr(store, "read_files", lambda table, spec, columns=None: read.append(columns)
+                        or read_files(table, spec, columns))
+    keep = extractor.cache_key(passages()[0])
+    assert ExtractionCache(store).purge_except([keep]) == 2
+    assert read and all(columns == ["cache_key"] for columns in read)
+    assert store.read_journal(EXTRACTION_CACHE.name).get_column("cache_key").to_list() == [keep]
