@@ -9,7 +9,9 @@ then, in a fresh process, the live keys are computed from texts as an erasure co
 the purge runs: its wall time and the process's peak resident memory during the purge (Linux's
 high-water mark, reset as the purge starts) are reported beside the cache's size on disk, with
 what the process held as the purge started (its imports, the live texts and keys) and the peak's
-growth over that against the vectors' bytes. The rows left are
+growth over that against the vectors' bytes; then the same for the cleanup that follows it in an
+erasure (``cleanup_vector_history``: LanceDB's optimize, which rewrites the files that held
+deleted rows and drops every older version). The rows left are
 checked: every live key is kept and no stale one.
 """
 
@@ -79,6 +81,12 @@ def purge(folder: Path, rows: int, stale: float) -> dict:
     purged = vectors.purge_vector_caches(store, keep)
     purge_s = time.perf_counter() - t0
     peak_mb = _status_mb("VmHWM")
+    at_cleanup_mb = _status_mb("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")
+    t0 = time.perf_counter()
+    vectors.cleanup_vector_history(store)  # the erasure's next step: old versions and deleted rows' files go
+    cleanup_s = time.perf_counter() - t0
+    cleanup_peak_mb = _status_mb("VmHWM")
     (name,) = purged
     table = store.lance().open_table(name)
     left = table.search().select(["key"]).limit(None).to_arrow().column("key").to_pylist()
@@ -89,7 +97,8 @@ def purge(folder: Path, rows: int, stale: float) -> dict:
     return {"purged": purged[name], "rows_left": len(left), "exact": sorted(left) == wanted,
             "keys_s": round(keys_s, 2), "purge_s": round(purge_s, 2),
             "rss_at_purge_start_mb": round(before_mb), "peak_rss_mb": round(peak_mb),
-            "peak_growth_mb": round(peak_mb - before_mb)}
+            "peak_growth_mb": round(peak_mb - before_mb), "cleanup_s": round(cleanup_s, 2),
+            "cleanup_peak_growth_mb": round(cleanup_peak_mb - at_cleanup_mb)}
 
 
 def _status_mb(field: str) -> float:

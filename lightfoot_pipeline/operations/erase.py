@@ -98,11 +98,12 @@ def live_vector_keys(store: Store) -> dict[str, pa.Array]:
     columns that make the texts are read, and their rows are hashed a chunk at a time
     (``keys_of``)."""
     manifest = store.manifest()
-    names = store.read_columns(ALIASES.name, manifest, ["name"]).unique()
-    passages = store.read_columns(PASSAGES.name, manifest, ["title", "text"])
-    facts = store.read_columns(FACTS.name, manifest, ["subject", "predicate", "object"])
-    return {"name": keys_of(names, lambda name: name), "passage": keys_of(passages, passage_text),
-            "fact": keys_of(facts, fact_text)}
+    # One table's columns held at a time: each is read, hashed and dropped before the next.
+    return {
+        "name": keys_of(store.read_columns(ALIASES.name, manifest, ["name"]).unique(), lambda name: name),
+        "passage": keys_of(store.read_columns(PASSAGES.name, manifest, ["title", "text"]), passage_text),
+        "fact": keys_of(store.read_columns(FACTS.name, manifest, ["subject", "predicate", "object"]), fact_text),
+    }
 
 
 def pending_erasures(store: Store) -> list[str]:
