@@ -28,11 +28,11 @@ log = logging.getLogger(__name__)
 
 EMBED_CHUNK = 512  # texts embedded between two progress reports, for an embedder without chunks of its own
 KEY_CHUNK = 100_000  # rows whose texts keys_of holds as Python strings at once
-# Stale keys a purge deletes at a time: each delete scans the cache table's keys, and a larger
-# predicate holds more while it is matched (benchmarks/vector_purge.py: on a cache of 1M vectors
-# of 384 floats, 100,000 stale keys took 9.4 s at 1,000 a delete, 3.8 s at 10,000, 6.1 s at 50,000;
-# the peak grew by 264, 331 and 566 MB).
-PURGE_KEYS_PER_DELETE = 10_000
+# Keys named in one predicate: a purge's delete, or a lookup by key. Each delete scans the cache
+# table's keys, and a larger predicate holds more while it is matched (benchmarks/vector_purge.py:
+# on a cache of 1M vectors of 384 floats, 100,000 stale keys took 9.4 s at 1,000 a delete, 3.8 s at
+# 10,000, 6.1 s at 50,000; the peak grew by 264, 331 and 566 MB).
+KEYS_PER_PREDICATE = 10_000
 EmbedProgress = Callable[[int, int], None]  # (done, total) of one pass of texts to embed; 0 starts a pass
 
 
@@ -156,11 +156,20 @@ class VectorCache:
         data = table.take_offsets(offsets.to_pylist()).select(["key", "vector"]).to_arrow()
         got = data.column("key").to_pylist()
         if sorted(got) != sorted(stored_keys.take(offsets).to_pylist()):  # the table changed between the two reads
-            data = table.to_arrow()
+            data = self._rows_by_key(table, sorted(keys))
             got = data.column("key").to_pylist()
         flat = data.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
         matrix = flat.reshape(len(got), self.embedder.dim).astype(np.float32)
         return {k: matrix[j] for j, k in enumerate(got) if k in keys}
+
+    def _rows_by_key(self, table, keys: list[str]) -> pa.Table:
+        """The rows of some keys, found by a predicate on the key column, a bounded number of keys
+        to a query: the lookup of a table that changed under its offsets reads those rows, not the
+        table (a million passages' cache of names holds about 7 GB of vectors)."""
+        parts = [table.search().where(f"key IN ({quoted_keys(keys[start:start + KEYS_PER_PREDICATE])})")
+                 .select(["key", "vector"]).limit(None).to_arrow()
+                 for start in range(0, len(keys), KEYS_PER_PREDICATE)]
+        return pa.concat_tables(parts) if parts else pa.table({"key": [], "vector": []}, schema=self._schema)
 
     def _add(self, batch: pa.Table, attempts: int = 5) -> None:
         """Append vectors, surviving a concurrent writer: on object stores two writers can race to
@@ -243,6 +252,12 @@ class VectorCache:
             out[i] = found[key]
         return out
 
+def quoted_keys(keys: Sequence[str]) -> str:
+    """Keys as the list of a predicate's ``IN``. Keys are hex digests; one that is not (no writer
+    here makes one) is quoted all the same, never spliced into the predicate."""
+    return ", ".join("'" + key.replace("'", "''") + "'" for key in keys)
+
+
 def keys_of(frame: pl.DataFrame, text: Callable[..., str]) -> pa.Array:
     """The cache keys of a frame's rows, a row's text being ``text(*row)``: the rows are hashed
     KEY_CHUNK at a time, so that no more than a chunk of them is ever held as Python strings (the
@@ -258,7 +273,7 @@ def purge_vector_caches(store, keep_keys_by_kind: Mapping[str, pa.Array]) -> dic
 
     Works from the tables present in LanceDB (``<kind>__<model>``), so caches of a model the
     store no longer records are purged too. A kind with no live keys is emptied. Only the key
-    column is read and the stale keys are deleted by key, PURGE_KEYS_PER_DELETE at a time: a
+    column is read and the stale keys are deleted by key, KEYS_PER_PREDICATE at a time: a
     purge holds keys, never vectors (the caches of a million passages hold tens of GB of them).
     """
     db = store.lance()
@@ -272,11 +287,8 @@ def purge_vector_caches(store, keep_keys_by_kind: Mapping[str, pa.Array]) -> dic
         if len(stale) and not len(keep):
             table.delete("true")
             continue
-        for start in range(0, len(stale), PURGE_KEYS_PER_DELETE):
-            # Keys are hex digests; one that is not (no writer here makes one) is quoted all the same.
-            quoted = ", ".join("'" + k.replace("'", "''") + "'"
-                               for k in stale.slice(start, PURGE_KEYS_PER_DELETE).to_pylist())
-            table.delete(f"key IN ({quoted})")
+        for start in range(0, len(stale), KEYS_PER_PREDICATE):
+            table.delete(f"key IN ({quoted_keys(stale.slice(start, KEYS_PER_PREDICATE).to_pylist())})")
     return purged
 
 

@@ -186,7 +186,7 @@ def test_a_purge_keeps_the_live_keys_reads_no_vector_and_deletes_the_rest_a_boun
     name_table.add(pa.table({"key": ["it's not hex"], "vector": [np.zeros(hashing_embedder.dim, np.float32)]},
                             schema=name_table.schema))
     version = name_table.version
-    monkeypatch.setattr(vectors, "PURGE_KEYS_PER_DELETE", 4)
+    monkeypatch.setattr(vectors, "KEYS_PER_PREDICATE", 4)
 
     def no_vectors(*args, **kwargs):
         raise AssertionError("a purge read the vectors")
@@ -206,3 +206,27 @@ def test_a_purge_keeps_the_live_keys_reads_no_vector_and_deletes_the_rest_a_boun
     again = VectorCache(Store(store.uri), "name", hashing_embedder)
     np.testing.assert_array_equal(again.vectors(live), hashing_embedder.embed(live))
     assert again.computed == 0
+
+
+def test_a_lookup_whose_offsets_a_change_moved_reads_the_rows_of_its_keys_not_the_table(
+        tmp_path, hashing_embedder, monkeypatch):
+    """The key column is read once per table version and the vectors are taken by offset; a
+    table that changed between the two reads is looked up by key, a bounded number to a query."""
+    store = Store(str(tmp_path / "store"))
+    texts = [f"name {i}" for i in range(9)]
+    cache = VectorCache(store, "name", hashing_embedder)
+    cache.vectors(texts)
+    table = cache._table(create=False)
+    moved = pa.chunked_array([list(reversed(cache._key_column(table).to_pylist()))])  # offsets that point elsewhere
+    monkeypatch.setattr(cache, "_key_column", lambda table: moved)
+    monkeypatch.setattr(vectors, "KEYS_PER_PREDICATE", 2)
+
+    def no_whole_read(*args, **kwargs):
+        raise AssertionError("the lookup read the whole table")
+
+    monkeypatch.setattr(type(table), "to_arrow", no_whole_read)
+    wanted = texts[1:6]
+    found = cache._stored({text_key(t) for t in wanted})
+    monkeypatch.undo()
+    assert sorted(found) == sorted(text_key(t) for t in wanted)
+    np.testing.assert_array_equal(np.stack([found[text_key(t)] for t in wanted]), hashing_embedder.embed(wanted))
