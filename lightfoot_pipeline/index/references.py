@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from lightfoot_pipeline.index.reconcile import name_statistics
 from lightfoot_pipeline.store.log import Manifest
 from lightfoot_pipeline.store.store import Store
 from lightfoot_pipeline.store.tables import (
@@ -30,11 +29,11 @@ def dangling_references(store: Store, manifest: Manifest | None = None) -> dict[
     """For each kind of reference, how many point at something that is not live (at ``manifest``,
     by default the newest commit)."""
     manifest = manifest or store.manifest()
-    read = lambda name, *cols: store.read(name, manifest, columns=list(cols))  # noqa: E731
+    read = lambda name, *cols: store.read_columns(name, manifest, list(cols))  # noqa: E731
     documents = read(DOCUMENTS.name, "doc_id")
     passages = read(PASSAGES.name, "chunk_id", "doc_id")
     entities = read(ENTITIES.name, "entity_id")
-    forms = read(FORMS.name, "chunk_id", "doc_id", "name", "type", "surface")
+    forms = read(FORMS.name, "chunk_id", "name", "type")
     aliases = read(ALIASES.name, "name", "type", "entity_id")
     mentions = read(MENTIONS.name, "entity_id", "chunk_id")
     edges = read(SYNONYM_EDGES.name, "entity_a", "entity_b")
@@ -46,7 +45,7 @@ def dangling_references(store: Store, manifest: Manifest | None = None) -> dict[
         keys = target.select(pl.col(target_on or on).alias(on)).unique()
         return frame.select(on).join(keys, on=on, how="anti").height
 
-    live_names = name_statistics(forms).select("name", "type")
+    live_names = forms.select("name", "type").unique()  # a name is live while a live passage's form has it
     return {
         "passages -> documents": absent(passages, "doc_id", documents),
         "extractions -> passages": absent(extractions, "chunk_id", passages),

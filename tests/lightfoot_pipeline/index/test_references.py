@@ -8,7 +8,7 @@ import pytest
 from lightfoot_pipeline import operations
 from lightfoot_pipeline.index.references import dangling_references
 from lightfoot_pipeline.ingest.extraction import ReplayExtractor
-from lightfoot_pipeline.store.tables import DOCUMENTS, MENTIONS, with_buckets
+from lightfoot_pipeline.store.tables import ALIASES, DOCUMENTS, MENTIONS, with_buckets
 
 
 @pytest.fixture
@@ -37,3 +37,16 @@ def test_each_kind_of_dangling_reference_is_counted(indexed):
     assert counts["passages -> documents"] >= 1
     assert sum(counts.values()) == counts["mentions -> passages"] + counts["passages -> documents"]
     assert set(dangling_references(indexed, sound).values()) == {0}, "read at the commit given"
+
+
+def test_aliases_must_be_exactly_the_names_of_live_forms(indexed):
+    with indexed.transaction() as tx:
+        aliases = tx.table(ALIASES.name)
+        dropped = aliases.head(1)  # a live name left without its alias
+        stray = aliases.slice(1, 1).with_columns(pl.lit("a name no form has").alias("name"))
+        tx.put(ALIASES.name, pl.concat([aliases.slice(1), stray]))
+        tx.commit("tamper", {})
+    counts = dangling_references(indexed)
+    assert counts["aliases -> live names"] == 1
+    assert counts["live names -> aliases"] == dropped.select("name", "type").unique().height == 1
+    assert sum(counts.values()) == 2
