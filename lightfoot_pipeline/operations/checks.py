@@ -64,6 +64,9 @@ class PassageAccount:
             for what, docs in self.problems.items() if docs) or None
 
 
+EXTRACTION_COLUMNS = ["chunk_id", "doc_id", "status", "reason"]  # what accounting for passages reads of them
+
+
 def account_for_passages(store: Store, doc_ids: Iterable[str] | None = None,
                          set_aside: Iterable[str] = ()) -> PassageAccount:
     """Whether every live passage of these documents (of every document, when None, but those
@@ -71,15 +74,18 @@ def account_for_passages(store: Store, doc_ids: Iterable[str] | None = None,
     manifest = store.manifest()
     if doc_ids is not None:
         ids = sorted(set(doc_ids))
+        # The batch's buckets only: a batch's check reads what the batch wrote, not the store.
         passages = (store.rows(PASSAGES.name, "doc_id", ids, manifest) if ids else PASSAGES.empty()).select(
             "chunk_id", "doc_id")
+        extractions = (store.rows(EXTRACTIONS.name, "doc_id", ids, manifest) if ids else EXTRACTIONS.empty()).select(
+            EXTRACTION_COLUMNS)
         aside = passages.clear()
     else:
-        passages = store.read(PASSAGES.name, manifest, columns=["chunk_id", "doc_id"])
+        passages = store.read_columns(PASSAGES.name, manifest, ["chunk_id", "doc_id"])
         others = sorted(set(set_aside))
         aside = passages.filter(pl.col("doc_id").is_in(others))
         passages = passages.filter(~pl.col("doc_id").is_in(others))
-    extractions = store.read(EXTRACTIONS.name, manifest, columns=["chunk_id", "doc_id", "status", "reason"])
+        extractions = store.read_columns(EXTRACTIONS.name, manifest, EXTRACTION_COLUMNS)
     extractions = extractions.filter(pl.col("chunk_id").is_in(passages.get_column("chunk_id").implode()))
     missing = passages.join(extractions, on="chunk_id", how="anti")
     duplicated = extractions.group_by("chunk_id").len().filter(pl.col("len") > 1)
@@ -109,7 +115,7 @@ def account_for_passages(store: Store, doc_ids: Iterable[str] | None = None,
 
 def live_documents(store: Store) -> int:
     """How many documents the store holds."""
-    return store.read(DOCUMENTS.name, columns=["doc_id"]).height
+    return store.row_count(DOCUMENTS.name, store.manifest())
 
 
 def rebuild_skip_reason(*, configured: bool, enabled: bool, mid_way: list[str]) -> str | None:
@@ -251,7 +257,7 @@ def check_exactness(store: Store, settings: IndexSettings, embedder: Callable[[]
 def latest_run(store: Store) -> str | None:
     """The run of the newest document added, replaced or deleted in the store's batch log (None
     before the first): what a command-line check compares the changes of."""
-    log = store.read(BATCH_DOCUMENTS.name, columns=["seq", "run_id", "action"])
+    log = store.read_columns(BATCH_DOCUMENTS.name, store.manifest(), ["seq", "run_id", "action"])
     log = log.filter(pl.col("action").is_in([ADDED, REPLACED, DELETED]))
     return None if log.height == 0 else log.sort("seq").get_column("run_id")[-1]
 

@@ -35,7 +35,7 @@ def documents_past_retention(store: Store, landing: Landing, policy: RetentionPo
                              today: dt.date) -> list[DueDocument]:
     """The stored documents past their retention date on ``today``: their ``retention_until``, or
     the policy's rules (a ``keep_days`` rule counts from the day the landed copy arrived)."""
-    documents = store.read(DOCUMENTS_TABLE.name, columns=["doc_id", "source", "retention_until"])
+    documents = store.read_columns(DOCUMENTS_TABLE.name, store.manifest(), ["doc_id", "source", "retention_until"])
     landed_on = {}
     if any(rule.keep_days is not None for rule in policy.rules):
         ids = [r["doc_id"] for r in documents.iter_rows(named=True)
@@ -89,7 +89,7 @@ def tombstone_requests(tx: Transaction, requests: Sequence[DeletionRequest]) -> 
 
 def latest_tombstones(store: Store, doc_ids: Sequence[str]) -> dict[str, dict]:
     """The latest tombstone (a row of the deletion log) of each of these documents that has one."""
-    log = store.read(TOMBSTONES_TABLE.name).filter(pl.col("doc_id").is_in(doc_ids))
+    log = store.rows(TOMBSTONES_TABLE.name, "doc_id", doc_ids) if doc_ids else TOMBSTONES_TABLE.empty()
     return {r["doc_id"]: r for r in log.sort("requested_at").iter_rows(named=True)}
 
 
@@ -101,7 +101,7 @@ def partition_status(store: Store, landing: Landing, keys: list[str]) -> tuple[l
     if not candidates:
         return [], {}, []
     latest = latest_tombstones(store, candidates)
-    graph_queued = store.read(GRAPH_QUEUE.name, columns=["key"]).height
+    graph_queued = store.row_count(GRAPH_QUEUE.name, store.manifest())
     pending = {r.doc_id for r in landing.deletion_requests()}
     landed = landing.documents(candidates)
     removable, waiting, stale = [], {}, []

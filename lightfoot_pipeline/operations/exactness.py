@@ -194,7 +194,7 @@ def run_changes(store: Store, run_id: str, manifest: Manifest | None = None) -> 
     added, replaced or deleted: the keys those documents carry now, and those its deleted or replaced documents carried in the commit before
     (with the names they were linked to then, whose components may have split)."""
     manifest = manifest or store.manifest()
-    log = store.read(BATCH_DOCUMENTS.name, manifest, columns=["doc_id", "action", "seq", "run_id"])
+    log = store.read_columns(BATCH_DOCUMENTS.name, manifest, ["doc_id", "action", "seq", "run_id"])
     # Documents kept unchanged or given other readers change nothing a fresh build derives.
     rows = log.filter((pl.col("run_id") == run_id) & pl.col("action").is_in([ADDED, REPLACED, DELETED]))
     keys = [store.rows(DOCUMENT_KEYS.name, "doc_id", rows.get_column("doc_id").unique().to_list(), manifest)]
