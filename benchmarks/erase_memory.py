@@ -70,6 +70,17 @@ print(json.dumps({"doc": doc, "deleted": len(report.deleted) if hasattr(report, 
 """
 
 
+def repos_report(built: str, runs: list[dict], repos: list[str], keys: tuple[str, ...]) -> dict:
+    """The runs of one or two checkouts on a built store; with two, each of ``keys`` summed over
+    the second's runs against the first's (benchmarks/reference_check.py reports the same way)."""
+    report = {"built": built, "runs": runs, "cpus": os.cpu_count(), "load_average_1m": round(os.getloadavg()[0], 2)}
+    if len(repos) == 2:
+        by = {r: [x for x in runs if x["repo"] == r] for r in repos}
+        report["ratios_second_over_first"] = {
+            key: round(sum(x[key] for x in by[repos[1]]) / sum(x[key] for x in by[repos[0]]), 3) for key in keys}
+    return report
+
+
 def doc_ids(store: Path, count: int) -> list[str]:
     sys.path.insert(0, str(REPO))
     from lightfoot_pipeline.store.store import Store
@@ -106,12 +117,7 @@ def main() -> None:
                     print("   ", json.dumps(step), flush=True)
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
-    report = {"built": args.built, "runs": runs, "cpus": os.cpu_count(), "load_average_1m": round(os.getloadavg()[0], 2)}
-    if len(repos) == 2:
-        by = {r: [x for x in runs if x["repo"] == r] for r in repos}
-        report["ratios_second_over_first"] = {
-            key: round(sum(x[key] for x in by[repos[1]]) / sum(x[key] for x in by[repos[0]]), 3)
-            for key in ("wall_s", "peak_rss_mb")}
+    report = repos_report(args.built, runs, repos, ("wall_s", "peak_rss_mb"))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n")
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+from erase_memory import repos_report
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,12 +66,7 @@ def main() -> None:
                 raise RuntimeError(f"the check with {repo} failed:\n{out.stderr[-3000:]}")
             runs.append({"repo": repo, **json.loads(out.stdout.strip().splitlines()[-1])})
             print(json.dumps(runs[-1]), flush=True)
-    report = {"built": args.built, "runs": runs, "cpus": os.cpu_count(), "load_average_1m": round(os.getloadavg()[0], 2)}
-    if len(repos) == 2:
-        by = {r: [x for x in runs if x["repo"] == r] for r in repos}
-        report["ratios_second_over_first"] = {
-            key: round(sum(x[key] for x in by[repos[1]]) / sum(x[key] for x in by[repos[0]]), 3)
-            for key in ("wall_s", "peak_growth_mb")}
+    report = repos_report(args.built, runs, repos, ("wall_s", "peak_growth_mb"))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n")
 

@@ -42,10 +42,11 @@ APPEND_BACKOFF_MAX_S = 2.0
 APPEND_RETRY_S = 120.0
 
 
-def typed(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:
-    """Columns in the spec's order and types (Parquet and Arrow types differ in small ways)."""
+def typed(frame: pl.DataFrame, spec: TableSpec, columns: list[str] | None = None) -> pl.DataFrame:
+    """Columns in the spec's order and types (Parquet and Arrow types differ in small ways), or
+    only ``columns``, in that order, in the spec's types."""
     target = spec.empty().schema
-    return frame.select([pl.col(c).cast(t) for c, t in target.items()])
+    return frame.select([pl.col(c).cast(target[c]) for c in (target if columns is None else columns)])
 
 
 class Journals:
@@ -69,8 +70,7 @@ class Journals:
             return spec.empty() if columns is None else spec.empty().select(columns)
         if columns is None:
             return typed(self.read_files(table, spec), spec).select([*spec.columns, BUCKET])
-        types = spec.empty().schema
-        return self.read_files(table, spec, columns).select([pl.col(c).cast(types[c]) for c in columns])
+        return typed(self.read_files(table, spec, columns), spec, columns)
 
     def append_journal(self, name: str, rows: pl.DataFrame, *, retry_for_s: float = APPEND_RETRY_S) -> int:
         """Append rows to a journal table, durable when this returns; the attempts it took.

@@ -235,12 +235,7 @@ class Store(Journals):
                     return held
         table = self.open_version(name, version)
         self.columns_read[name] = self.columns_read.get(name, 0) + 1
-        if self.is_remote:
-            frame = arrow_frame(table.to_pyarrow_table(columns=columns))
-        else:
-            files = table.file_uris()
-            frame = pl.read_parquet(files, columns=columns, hive_partitioning=BUCKET in columns) if files else spec.empty()
-        frame = frame.select(columns).cast({c: spec.empty().schema[c] for c in columns})
+        frame = typed(self.read_files(table, spec, columns), spec, columns)
         if self._buckets is not None:
             self._keep(key, frame)
             with self._buckets_lock:

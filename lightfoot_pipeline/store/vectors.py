@@ -140,7 +140,7 @@ class VectorCache:
         version = self._version(table)
         if self._keys_at is None or self._keys_at[0] != version:
             self.key_reads += 1
-            self._keys_at = (version, table.search().select(["key"]).limit(None).to_arrow().column("key"))
+            self._keys_at = (version, key_column(table))
         return self._keys_at[1]
 
     def _stored(self, keys: set[str]) -> dict[str, np.ndarray]:
@@ -165,11 +165,12 @@ class VectorCache:
     def _rows_by_key(self, table, keys: list[str]) -> pa.Table:
         """The rows of some keys, found by a predicate on the key column, a bounded number of keys
         to a query: the lookup of a table that changed under its offsets reads those rows, not the
-        table (a million passages' cache of names holds about 7 GB of vectors)."""
-        parts = [table.search().where(f"key IN ({quoted_keys(keys[start:start + KEYS_PER_PREDICATE])})")
-                 .select(["key", "vector"]).limit(None).to_arrow()
-                 for start in range(0, len(keys), KEYS_PER_PREDICATE)]
-        return pa.concat_tables(parts) if parts else pa.table({"key": [], "vector": []}, schema=self._schema)
+        table (a million passages' cache of names holds about 7 GB of vectors). ``keys``: at least one."""
+        return pa.concat_tables([
+            table.search().where(f"key IN ({quoted_keys(keys[start:start + KEYS_PER_PREDICATE])})")
+            .select(["key", "vector"]).limit(None).to_arrow()
+            for start in range(0, len(keys), KEYS_PER_PREDICATE)
+        ])
 
     def _add(self, batch: pa.Table, attempts: int = 5) -> None:
         """Append vectors, surviving a concurrent writer: on object stores two writers can race to
@@ -252,6 +253,11 @@ class VectorCache:
             out[i] = found[key]
         return out
 
+def key_column(table) -> pa.ChunkedArray:
+    """A cache table's keys in row order, and nothing of its vectors."""
+    return table.search().select(["key"]).limit(None).to_arrow().column("key")
+
+
 def quoted_keys(keys: Sequence[str]) -> str:
     """Keys as the list of a predicate's ``IN``. Keys are hex digests; one that is not (no writer
     here makes one) is quoted all the same, never spliced into the predicate."""
@@ -281,7 +287,7 @@ def purge_vector_caches(store, keep_keys_by_kind: Mapping[str, pa.Array]) -> dic
     for name in lance_table_names(db):
         keep = keep_keys_by_kind.get(name.split("__", 1)[0], pa.array([], pa.string()))
         table = db.open_table(name)
-        stored = table.search().select(["key"]).limit(None).to_arrow().column("key")
+        stored = key_column(table)
         stale = pc.unique(stored.filter(pc.invert(pc.is_in(stored, value_set=keep))))
         purged[name] = len(stale)
         if len(stale) and not len(keep):
