@@ -24,22 +24,28 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-# The child: the repo's code on the path first, each erasure step timed with its memory.
-CHILD = r"""
+# What a child process starts with (benchmarks/reference_check.py's too): the checkout named by
+# its first argument first on the path, the store's path its second, and Linux's memory figures.
+CHILD_PRELUDE = r"""
 import json, sys, time
 from pathlib import Path
-repo, store_path, doc = sys.argv[1:4]
+repo, store_path = sys.argv[1:3]
 sys.path.insert(0, repo)
 import lightfoot_pipeline
 assert lightfoot_pipeline.__file__.startswith(repo), f"{lightfoot_pipeline.__file__} is not of {repo}"
-import lightfoot_pipeline.operations.erase as erase
-from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache
 from lightfoot_pipeline.store.store import Store
 
 def status_mb(field):
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
+"""
+
+# The child: each erasure step timed with its memory.
+CHILD = CHILD_PRELUDE + r"""
+doc = sys.argv[3]
+import lightfoot_pipeline.operations.erase as erase
+from lightfoot_pipeline.ingest.extraction.cache import ExtractionCache
 
 steps, peak = [], [0.0]  # the process's peak: the largest high-water mark seen before each reset
 def timed(name, fn):

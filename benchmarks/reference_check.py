@@ -18,24 +18,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from erase_memory import repos_report
+from erase_memory import CHILD_PRELUDE, repos_report
 
 REPO = Path(__file__).resolve().parents[1]
 
-CHILD = r"""
-import json, sys, time
-from pathlib import Path
-repo, store_path = sys.argv[1:3]
-sys.path.insert(0, repo)
-import lightfoot_pipeline
-assert lightfoot_pipeline.__file__.startswith(repo), f"{lightfoot_pipeline.__file__} is not of {repo}"
+CHILD = CHILD_PRELUDE + r"""
 from lightfoot_pipeline.index.references import dangling_references
-from lightfoot_pipeline.store.store import Store
-
-def status_mb(field):
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
 
 store = Store(store_path)
 manifest = store.manifest()
