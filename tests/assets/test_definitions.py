@@ -175,7 +175,7 @@ def test_the_local_instance_file_loads_with_sqlite_storage_and_one_store_writer(
     home.mkdir()
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
     with dg.DagsterInstance.from_config(str(home)) as instance:
-        assert "Sqlite" in type(instance.run_storage).__name__
+        assert type(instance.run_storage).__name__ == "PooledSqliteRunStorage"  # assets/pooled_sqlite.py
         assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
         instance.add_dynamic_partitions("batches", ["drop-1"])
     assert any(p.suffix == ".db" for p in home.rglob("*")), "the SQLite files live under DAGSTER_HOME"

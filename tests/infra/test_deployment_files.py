@@ -85,9 +85,11 @@ def test_the_image_copies_only_what_exists_and_the_context_lets_through():
 
 def test_the_postgres_instance_config_is_the_local_one_with_credentials_from_the_environment():
     """dagster.postgres.yaml differs from dagster.yaml in its storage only (dagster-postgres's, with
-    a connection pool: assets/pooled_postgres.py), and names no secret.
+    a connection pool: assets/pooled_postgres.py; the local file's instance class only picks its
+    SQLite storage: assets/pooled_sqlite.py), and names no secret.
     Dagster loads and migrates it against a real server in tests/assets/test_instance_on_postgres.py."""
     local, postgres = load(ROOT / "dagster.yaml"), load(ROOT / "dagster.postgres.yaml")
+    assert local.pop("instance_class") == {"module": "assets.pooled_sqlite", "class": "LocalInstance"}
     storage = postgres.pop("storage")
     assert postgres == local
     assert list(storage) == ["custom"]
