@@ -40,17 +40,19 @@ from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
 from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
 from dagster._core.storage.sqlite import create_db_conn_string
-from dagster._core.storage.sqlite_storage import (
-    DagsterSqliteStorage,
-    _event_logs_directory,
-    _runs_directory,
-    _schedule_directory,
-)
+from dagster._core.storage.sqlite_storage import DagsterSqliteStorage
 from dagster._serdes import ConfigurableClassData
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine
 
 SHARDS_KEPT = 8  # event-log databases with an engine kept per process (the index and recent runs)
+
+
+def folders(base_dir: str) -> tuple[str, str, str]:
+    """Where Dagster's SQLite storage keeps the runs, the event logs and the schedules under an
+    instance's folder: the same places, so that the stock storage and this one read each other's."""
+    return (os.path.join(base_dir, "history", ""), os.path.join(base_dir, "history", "runs", ""),
+            os.path.join(base_dir, "schedules"))
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # the storages of this process, for a forked child
 
@@ -157,9 +159,10 @@ class PooledSqliteStorage(DagsterSqliteStorage):
 
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None):
         self.base_dir = base_dir
-        self._run_storage = PooledSqliteRunStorage.from_local(_runs_directory(base_dir))
-        self._event_log_storage = PooledSqliteEventLogStorage(_event_logs_directory(base_dir))
-        self._schedule_storage = PooledSqliteScheduleStorage.from_local(_schedule_directory(base_dir))
+        runs, event_logs, schedules = folders(base_dir)
+        self._run_storage = PooledSqliteRunStorage.from_local(runs)
+        self._event_log_storage = PooledSqliteEventLogStorage(event_logs)
+        self._schedule_storage = PooledSqliteScheduleStorage.from_local(schedules)
         self._inst_data = inst_data
         super(DagsterSqliteStorage, self).__init__()
 

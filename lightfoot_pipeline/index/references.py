@@ -10,7 +10,7 @@ from __future__ import annotations
 import polars as pl
 
 from lightfoot_pipeline.store.log import Manifest
-from lightfoot_pipeline.store.store import Store
+from lightfoot_pipeline.store.store import ROWS_PER_PIECE, Store
 from lightfoot_pipeline.store.tables import (
     ALIASES,
     DOCUMENTS,
@@ -22,42 +22,80 @@ from lightfoot_pipeline.store.tables import (
     MENTIONS,
     PASSAGES,
     SYNONYM_EDGES,
+    TableSpec,
 )
 
+# The references checked, grouped by the keys they point at: the referenced table and its columns,
+# whether its keys repeat (then they are made distinct as they are gathered; a table's own ids are
+# read as they are), and the (kind, referencing table, its columns) that point at them.
+REFERENCES: list[tuple[TableSpec, list[str], bool, list[tuple[str, TableSpec, list[str]]]]] = [
+    (DOCUMENTS, ["doc_id"], False, [("passages -> documents", PASSAGES, ["doc_id"])]),
+    (PASSAGES, ["chunk_id"], False, [
+        ("extractions -> passages", EXTRACTIONS, ["chunk_id"]),
+        ("forms -> passages", FORMS, ["chunk_id"]),
+        ("fact_sources -> passages", FACT_SOURCES, ["chunk_id"]),
+        ("mentions -> passages", MENTIONS, ["chunk_id"]),
+    ]),
+    (ENTITIES, ["entity_id"], False, [
+        ("mentions -> entities", MENTIONS, ["entity_id"]),
+        ("aliases -> entities", ALIASES, ["entity_id"]),
+        ("synonym_edges -> entities", SYNONYM_EDGES, ["entity_a"]),
+        ("synonym_edges -> entities", SYNONYM_EDGES, ["entity_b"]),
+    ]),
+    (FACT_SOURCES, ["fact_id"], False, [("facts -> fact_sources", FACTS, ["fact_id"])]),
+    (FACTS, ["fact_id"], False, [("fact_sources -> facts", FACT_SOURCES, ["fact_id"])]),
+]
 
-def dangling_references(store: Store, manifest: Manifest | None = None) -> dict[str, int]:
+
+def dangling_references(store: Store, manifest: Manifest | None = None,
+                        rows_per_piece: int = ROWS_PER_PIECE) -> dict[str, int]:
     """For each kind of reference, how many point at something that is not live (at ``manifest``,
-    by default the newest commit)."""
+    by default the newest commit).
+
+    One set of referenced keys is held at a time (the distinct values of its columns), and each
+    table that points at it is read a piece at a time (:meth:`Store.column_pieces`), only the
+    columns compared: what the check holds follows the largest key set, not the store."""
     manifest = manifest or store.manifest()
-    read = lambda name, *cols: store.read_columns(name, manifest, list(cols))  # noqa: E731
-    documents = read(DOCUMENTS.name, "doc_id")
-    passages = read(PASSAGES.name, "chunk_id", "doc_id")
-    entities = read(ENTITIES.name, "entity_id")
-    forms = read(FORMS.name, "chunk_id", "name", "type")
-    aliases = read(ALIASES.name, "name", "type", "entity_id")
-    mentions = read(MENTIONS.name, "entity_id", "chunk_id")
-    edges = read(SYNONYM_EDGES.name, "entity_a", "entity_b")
-    sources = read(FACT_SOURCES.name, "fact_id", "chunk_id")
-    facts = read(FACTS.name, "fact_id")
-    extractions = read(EXTRACTIONS.name, "chunk_id", "doc_id")
+    counts: dict[str, int] = {}
+    for target, target_columns, repeated, referencing in REFERENCES:
+        keys = _keys(store, manifest, target, target_columns, repeated, rows_per_piece)
+        for kind, table, columns in referencing:
+            named = dict(zip(target_columns, columns, strict=True))
+            wanted = keys.rename({t: c for t, c in named.items() if t != c})
+            counts[kind] = counts.get(kind, 0) + sum(
+                piece.join(wanted, on=columns, how="anti").height
+                for piece in store.column_pieces(table.name, manifest, columns, rows_per_piece))
+        del keys  # before the next set is gathered: one held at a time
+    counts["aliases -> live names"], counts["live names -> aliases"] = _names(store, manifest, rows_per_piece)
+    return {kind: counts[kind] for kind in KINDS}
 
-    def absent(frame: pl.DataFrame, on: str, target: pl.DataFrame, target_on: str | None = None) -> int:
-        keys = target.select(pl.col(target_on or on).alias(on)).unique()
-        return frame.select(on).join(keys, on=on, how="anti").height
 
-    live_names = forms.select("name", "type").unique()  # a name is live while a live passage's form has it
-    return {
-        "passages -> documents": absent(passages, "doc_id", documents),
-        "extractions -> passages": absent(extractions, "chunk_id", passages),
-        "forms -> passages": absent(forms, "chunk_id", passages),
-        "fact_sources -> passages": absent(sources, "chunk_id", passages),
-        "mentions -> passages": absent(mentions, "chunk_id", passages),
-        "mentions -> entities": absent(mentions, "entity_id", entities),
-        "aliases -> entities": absent(aliases, "entity_id", entities),
-        "aliases -> live names": aliases.join(live_names, on=["name", "type"], how="anti").height,
-        "live names -> aliases": live_names.join(aliases, on=["name", "type"], how="anti").height,
-        "synonym_edges -> entities": absent(edges, "entity_a", entities, "entity_id")
-        + absent(edges, "entity_b", entities, "entity_id"),
-        "facts -> fact_sources": absent(facts, "fact_id", sources),
-        "fact_sources -> facts": absent(sources, "fact_id", facts),
-    }
+def _keys(store: Store, manifest: Manifest, table: TableSpec, columns: list[str], repeated: bool,
+          rows_per_piece: int) -> pl.DataFrame:
+    """The values of a table's columns, gathered a piece at a time (made distinct if they repeat:
+    an anti join counts the same whether its keys repeat or not)."""
+    pieces = [piece.unique() if repeated else piece
+              for piece in store.column_pieces(table.name, manifest, columns, rows_per_piece)]
+    if not pieces:
+        return table.empty().select(columns)
+    keys = pl.concat(pieces)
+    return keys.unique() if repeated else keys
+
+
+def _names(store: Store, manifest: Manifest, rows_per_piece: int) -> tuple[int, int]:
+    """The aliases must be exactly the live names (a name is live while a live passage's form has
+    it): how many alias rows name no live name, and how many live names have no alias. Holds the
+    live names and the aliases' names."""
+    columns = ["name", "type"]
+    live = _keys(store, manifest, FORMS, columns, True, rows_per_piece)
+    aliases = list(store.column_pieces(ALIASES.name, manifest, columns, rows_per_piece))
+    stray = sum(piece.join(live, on=columns, how="anti").height for piece in aliases)
+    named = pl.concat(aliases) if aliases else ALIASES.empty().select(columns)
+    return stray, live.join(named, on=columns, how="anti").height
+
+
+KINDS = [
+    "passages -> documents", "extractions -> passages", "forms -> passages", "fact_sources -> passages",
+    "mentions -> passages", "mentions -> entities", "aliases -> entities", "aliases -> live names",
+    "live names -> aliases", "synonym_edges -> entities", "facts -> fact_sources", "fact_sources -> facts",
+]

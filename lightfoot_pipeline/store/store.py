@@ -70,6 +70,7 @@ from lightfoot_pipeline.store.tables import (
 from lightfoot_pipeline.store.transaction import Transaction
 
 DEFAULT_BUCKETS = 16
+ROWS_PER_PIECE = 500_000  # rows a piecewise column scan holds at once (column_pieces)
 
 
 class Store(Journals):
@@ -241,6 +242,44 @@ class Store(Journals):
             with self._buckets_lock:
                 self._evict(keep=1)
         return frame
+
+    def column_pieces(self, name: str, manifest: Manifest, columns: list[str],
+                      rows_per_piece: int = ROWS_PER_PIECE) -> Iterator[pl.DataFrame]:
+        """Some columns of a table as of the committed state, a piece at a time: about
+        ``rows_per_piece`` rows (whole data files, a file at least, locally; record batches on an
+        object store), so that what a scan of a large table holds is one piece, not the table.
+        Every row of the version comes once; a table this process holds whole is sliced."""
+        spec = spec_for(name)
+        version = manifest.versions.get(name)
+        if version is None:
+            return
+        cached = self._frames.get(name)
+        if cached is not None and cached[0] == version:
+            frame = cached[1].select(columns)
+            for start in range(0, frame.height, rows_per_piece):
+                yield frame.slice(start, rows_per_piece)
+            return
+        table = self.open_version(name, version)
+        self.columns_read[name] = self.columns_read.get(name, 0) + 1
+        if self.is_remote:
+            batches = table.to_pyarrow_dataset().to_batches(columns=columns, batch_size=rows_per_piece)
+            for batch in batches:
+                yield typed(arrow_frame(pa.Table.from_batches([batch])), spec, columns)
+            return
+        actions = table.get_add_actions(flatten=True)
+        rows_of = dict(zip(actions.column("path").to_pylist(), actions.column("num_records").to_pylist(), strict=True))
+        root = table.table_uri.removeprefix("file://").rstrip("/") + "/"
+        group: list[str] = []
+        held = 0
+        for uri in table.file_uris():
+            group.append(uri)
+            # A file whose count the log lacks (or whose path reads otherwise) makes a piece of its own.
+            held += int(rows_of.get(uri.removeprefix(root)) or rows_per_piece)
+            if held >= rows_per_piece:
+                yield typed(pl.read_parquet(group, columns=columns, hive_partitioning=BUCKET in columns), spec, columns)
+                group, held = [], 0
+        if group:
+            yield typed(pl.read_parquet(group, columns=columns, hive_partitioning=BUCKET in columns), spec, columns)
 
     def keep_buckets(self, max_bytes: int) -> None:
         """Keep the buckets and columns this Store reads, up to ``max_bytes`` of them (the least

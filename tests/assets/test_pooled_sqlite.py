@@ -42,13 +42,20 @@ DEFS = dg.Definitions(assets=[one, two], jobs=[dg.define_asset_job("pool_probe",
 
 
 def _home(tmp_path: Path, *, stock: bool = False) -> Path:
+    """A home with the shipped instance file, and beside it ``stock.yaml``: the same without the
+    instance class (Dagster's own SQLite storage, on the same files)."""
     home = tmp_path / ("stock" if stock else "home")
     home.mkdir(exist_ok=True)
-    config = yaml.safe_load((ROOT / "dagster.yaml").read_text())
-    if stock:
-        config.pop("instance_class")
-    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+    shipped = (ROOT / "dagster.yaml").read_text()
+    config = yaml.safe_load(shipped)
+    config.pop("instance_class")
+    (home / "stock.yaml").write_text(yaml.safe_dump(config))
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config) if stock else shipped)
     return home
+
+
+def _stock(home: Path) -> dg.DagsterInstance:
+    return dg.DagsterInstance.from_config(str(home), config_filename="stock.yaml")
 
 
 def _counting_connects(monkeypatch) -> list[str]:
@@ -101,7 +108,7 @@ def test_a_run_opens_a_few_connections_and_another_process_reads_what_it_wrote(t
         assert len(events) > 30
         assert len(opened) <= 8, f"{len(opened)} connections for a run of {len(events)} events"
         monkeypatch.undo()
-        stock = dg.DagsterInstance.from_ref(instance.get_ref())  # another process's view of the same files
+        stock = _stock(home)  # Dagster's own storage, on the same files
         try:
             assert [r.storage_id for r in stock.get_records_for_run(result.run_id).records] == \
                 [r.storage_id for r in events]
@@ -122,10 +129,20 @@ def test_the_stock_storage_opens_a_connection_per_statement(tmp_path, monkeypatc
         assert len(opened) >= len(instance.get_records_for_run(result.run_id).records)
 
 
+def test_the_folders_are_dagsters(tmp_path):
+    from dagster._core.storage import sqlite_storage  # noqa: TID251 (its layout, compared)
+
+    from assets.pooled_sqlite import folders
+
+    base = str(tmp_path)
+    assert folders(base) == (sqlite_storage._runs_directory(base), sqlite_storage._event_logs_directory(base),
+                             sqlite_storage._schedule_directory(base))
+
+
 def test_a_runs_new_events_reach_a_watcher_in_another_instance(tmp_path):
     """The webserver shows a run's events as its database file changes: each write checkpoints."""
     home = _home(tmp_path)
-    with dg.DagsterInstance.from_config(str(home)) as writer, dg.DagsterInstance.from_config(str(home)) as watcher:
+    with dg.DagsterInstance.from_config(str(home)) as writer, _stock(home) as watcher:
         run_id = str(uuid.uuid4())
         _log(writer, run_id, "first")
         seen: list[str] = []
@@ -152,7 +169,7 @@ def test_a_wipe_leaves_no_connection_on_a_removed_database(tmp_path):
         instance.wipe()
         assert not [path for path in _open_files_under(home) if first.run_id in path]
         second = _run(instance)
-        stock = dg.DagsterInstance.from_ref(instance.get_ref())
+        stock = _stock(home)
         try:
             assert not stock.get_records_for_run(first.run_id).records
             assert len(stock.get_records_for_run(second.run_id).records) == \

@@ -33,6 +33,7 @@ def test_each_kind_of_dangling_reference_is_counted(indexed):
         tx.put(DOCUMENTS.name, documents.slice(1))
         tx.commit("tamper", {})
     counts = dangling_references(indexed)
+    assert dangling_references(indexed, rows_per_piece=3) == counts, "the same, read a few rows at a time"
     assert counts["mentions -> passages"] == 2
     assert counts["passages -> documents"] >= 1
     assert sum(counts.values()) == counts["mentions -> passages"] + counts["passages -> documents"]
@@ -47,6 +48,7 @@ def test_aliases_must_be_exactly_the_names_of_live_forms(indexed):
         tx.put(ALIASES.name, pl.concat([aliases.slice(1), stray]))
         tx.commit("tamper", {})
     counts = dangling_references(indexed)
+    assert dangling_references(indexed, rows_per_piece=3) == counts
     assert counts["aliases -> live names"] == 1
     assert counts["live names -> aliases"] == dropped.select("name", "type").unique().height == 1
     assert sum(counts.values()) == 2

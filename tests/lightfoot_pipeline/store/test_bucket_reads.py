@@ -352,3 +352,19 @@ def test_a_change_past_what_a_transaction_keeps_holds_its_rows_and_rewrites_buck
     operations.ingest(Store(uri), documents[150:], ReplayExtractor(records), EMBEDDER)
     live |= {d.doc_id for d in documents[150:]}
     assert fingerprint(Store(uri)).digest == _fresh_fingerprint(root, documents, records, live)
+
+
+def test_column_pieces_read_every_row_once_a_few_files_at_a_time(built):
+    _, uri, _, _ = built
+    store = Store(uri)
+    manifest = store.manifest()
+    whole = store.read_columns(FORMS.name, manifest, ["chunk_id", "name"])
+    files = sum(store.files_per_bucket(FORMS.name, manifest).values())
+    assert files > 8
+    one_file_each = list(store.column_pieces(FORMS.name, manifest, ["chunk_id", "name"], rows_per_piece=1))
+    assert len(one_file_each) == files
+    for pieces in (one_file_each, list(store.column_pieces(FORMS.name, manifest, ["chunk_id", "name"],
+                                                           rows_per_piece=whole.height // 4))):
+        assert all(piece.columns == ["chunk_id", "name"] for piece in pieces)
+        assert pl.concat(pieces).sort(["chunk_id", "name"]).equals(whole.sort(["chunk_id", "name"]))
+    assert 1 < len(pieces) <= 5  # a quarter of the rows or more a piece (whole files), the last the rest
