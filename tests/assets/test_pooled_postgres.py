@@ -17,26 +17,12 @@ import pytest
 import yaml
 
 from assets.pooled_postgres import PooledEventLogStorage, PooledRunStorage
+from tests.assets.pool_probe import run_probe
 from tests.assets.postgres_server import new_database
 
 pytestmark = [pytest.mark.dagster, pytest.mark.postgres]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@dg.asset
-def one() -> int:
-    return 1
-
-
-@dg.asset(deps=[one])
-def two(context) -> None:
-    for i in range(20):
-        context.log.info(f"line {i}")
-
-
-JOB = dg.define_asset_job("pool_probe", selection=[one, two])
-DEFS = dg.Definitions(assets=[one, two], jobs=[JOB])
 
 
 def _instance(postgres, tmp_path: Path, monkeypatch, pool_size: int | None = None) -> tuple[dg.DagsterInstance, str]:
@@ -88,16 +74,13 @@ def _server_connections_once_settled(postgres, database: str, *, within: float =
     return count
 
 
-def _run(instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
-    return DEFS.resolve_job_def("pool_probe").execute_in_process(instance=instance)
-
 
 def test_a_run_opens_a_few_connections_and_a_disposed_instance_none(postgres, tmp_path, monkeypatch):
     instance, database = _instance(postgres, tmp_path, monkeypatch)
     assert isinstance(instance._event_storage, PooledEventLogStorage)
     assert isinstance(instance._run_storage, PooledRunStorage)
     opened = _counting_connects(monkeypatch)
-    result = _run(instance)
+    result = run_probe(instance)
     assert result.success
     events = len(instance.get_records_for_run(result.run_id).records)
     assert events > 30  # every one of them a statement or more
@@ -110,7 +93,7 @@ def test_a_run_opens_a_few_connections_and_a_disposed_instance_none(postgres, tm
 def test_pool_size_zero_is_a_connection_per_statement(postgres, tmp_path, monkeypatch):
     instance, _ = _instance(postgres, tmp_path, monkeypatch, pool_size=0)
     opened = _counting_connects(monkeypatch)
-    result = _run(instance)
+    result = run_probe(instance)
     assert result.success
     events = len(instance.get_records_for_run(result.run_id).records)
     assert len(opened) >= events

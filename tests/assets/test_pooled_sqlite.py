@@ -21,24 +21,11 @@ import pytest
 import yaml
 
 from assets.pooled_sqlite import SHARDS_KEPT, LocalInstance, PooledSqliteEventLogStorage, PooledSqliteRunStorage
+from tests.assets.pool_probe import run_probe
 
 pytestmark = pytest.mark.dagster
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@dg.asset
-def one() -> int:
-    return 1
-
-
-@dg.asset(deps=[one])
-def two(context) -> None:
-    for i in range(20):
-        context.log.info(f"line {i}")
-
-
-DEFS = dg.Definitions(assets=[one, two], jobs=[dg.define_asset_job("pool_probe", selection=[one, two])])
 
 
 def _home(tmp_path: Path, *, stock: bool = False) -> Path:
@@ -70,9 +57,6 @@ def _counting_connects(monkeypatch) -> list[str]:
     return opened
 
 
-def _run(instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
-    return DEFS.resolve_job_def("pool_probe").execute_in_process(instance=instance)
-
 
 def _log(instance: dg.DagsterInstance, run_id: str, message: str) -> None:
     """An engine event of the run, written to its database (and nothing else)."""
@@ -102,7 +86,7 @@ def test_a_run_opens_a_few_connections_and_another_process_reads_what_it_wrote(t
         assert isinstance(instance.run_storage, PooledSqliteRunStorage)
         assert isinstance(instance.event_log_storage, PooledSqliteEventLogStorage)
         opened = _counting_connects(monkeypatch)
-        result = _run(instance)
+        result = run_probe(instance)
         assert result.success
         events = instance.get_records_for_run(result.run_id).records
         assert len(events) > 30
@@ -124,7 +108,7 @@ def test_the_stock_storage_opens_a_connection_per_statement(tmp_path, monkeypatc
     with dg.DagsterInstance.from_config(str(_home(tmp_path, stock=True))) as instance:
         assert type(instance) is dg.DagsterInstance
         opened = _counting_connects(monkeypatch)
-        result = _run(instance)
+        result = run_probe(instance)
         assert result.success
         assert len(opened) >= len(instance.get_records_for_run(result.run_id).records)
 
@@ -165,10 +149,10 @@ def test_a_runs_new_events_reach_a_watcher_in_another_instance(tmp_path):
 def test_a_wipe_leaves_no_connection_on_a_removed_database(tmp_path):
     home = _home(tmp_path)
     with dg.DagsterInstance.from_config(str(home)) as instance:
-        first = _run(instance)
+        first = run_probe(instance)
         instance.wipe()
         assert not [path for path in _open_files_under(home) if first.run_id in path]
-        second = _run(instance)
+        second = run_probe(instance)
         stock = _stock(home)
         try:
             assert not stock.get_records_for_run(first.run_id).records
