@@ -13,7 +13,8 @@ component assignment), entities, mentions, synonym edges and facts, with a diges
 
 The work is bounded (:class:`ExactnessBounds`): when a run changed more components (or facts)
 than the bound, a deterministic sample of them is compared, drawn by the store commit's number
-(facts and documents from as few buckets as hold the sample, so that it reads few buckets);
+(components, facts and documents from as few of their buckets as hold the sample, so that it
+reads few buckets of the tables keyed by them: a component's names still lie in any bucket);
 and every check also compares a sample of components and facts the run did not change, so a
 corruption anywhere is found by some run's check. The report says which: "compared N of M
 changed components (sample), K untouched". Failures name a component (entity id) or fact id and
@@ -378,7 +379,9 @@ def compare_changes(store: Store, settings: IndexSettings, run_id: str | None, *
     units = owners.get_column("unit").unique().to_list()
     gone_units = name_keys(gone).to_list()
     found.changed_components = len(units) + len(gone_units)
-    chosen = set(sample([*units, *gone_units], bounds.changed, seed))
+    # From as few entity buckets as hold the sample: entities, mentions and synonym edges are bucketed by entity.
+    n_buckets = store.layout_buckets(manifest)
+    chosen = set(_from_few_buckets([*units, *gone_units], bounds.changed, seed, n_buckets))
     found.compared_changed = len(chosen)
     start = owners.filter(pl.col("unit").is_in(sorted(chosen))).select(NAME_KEY)
     gone = gone.filter(name_keys(gone).is_in(sorted(chosen)))
@@ -398,7 +401,6 @@ def compare_changes(store: Store, settings: IndexSettings, run_id: str | None, *
     # Facts: the run's (or a sample of them, from as few buckets as hold it: facts and their sources
     # are both bucketed by fact, so the sample reads those buckets only) and a sample of the others,
     # regrouped from their live sources.
-    n_buckets = store.layout_buckets(manifest)
     facts = _from_few_buckets(changes.facts, bounds.changed_facts, seed, n_buckets)
     found.compared_facts = len(facts)
     others = _untouched(store, FACTS, bounds.untouched_facts, seed, set(changes.facts), manifest)

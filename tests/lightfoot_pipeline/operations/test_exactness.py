@@ -190,3 +190,31 @@ def test_a_sample_of_the_changed_facts_fills_the_buckets_it_reads(changed_store,
     partly_taken = [b for b in buckets if {f for f in changed if bucket_of(f, n) == b} - sampled]
     assert len(partly_taken) <= 1, "only the last bucket read may hold changed facts the sample left out"
     assert len(buckets) < len({bucket_of(fact, n) for fact in changed})
+
+
+def test_a_sample_of_the_changed_components_fills_the_entity_buckets_it_reads(changed_store, monkeypatch):
+    """Entities, mentions and synonym edges are bucketed by entity: a sample of the changed
+    components takes every changed component of the buckets it reads (but the last)."""
+    from lightfoot_pipeline.store.tables import ALIASES, bucket_of
+
+    store = Store(str(changed_store))
+    n = store.layout_buckets(store.manifest())
+    names = run_changes(store, "run-build").names.filter(pl.col("live")).select("name", "type")
+    changed = set(store.read(ALIASES.name).join(names, on=["name", "type"]).get_column("entity_id").to_list())
+    asked: list[str] = []
+    real_rows = Store.rows
+
+    def rows(self, name, column, values, manifest=None):
+        if name == "entities":
+            asked.extend(values)
+        return real_rows(self, name, column, values, manifest)
+
+    monkeypatch.setattr(Store, "rows", rows)
+    bounds = ExactnessBounds(changed=5, untouched=0, untouched_facts=0)
+    found = compare_changes(store, IndexSettings(), "run-build", bounds=bounds)
+    assert found.passed and found.compared_changed == 5 < found.changed_components
+    sampled = set(asked) & changed
+    buckets = {bucket_of(e, n) for e in sampled}
+    partly_taken = [b for b in buckets if {e for e in changed if bucket_of(e, n) == b} - sampled]
+    assert len(partly_taken) <= 1, "only the last bucket read may hold changed components the sample left out"
+    assert len(buckets) < len({bucket_of(e, n) for e in changed})
