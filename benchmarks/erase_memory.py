@@ -76,14 +76,41 @@ print(json.dumps({"doc": doc, "deleted": len(report.deleted) if hasattr(report, 
 """
 
 
-def repos_report(built: str, runs: list[dict], repos: list[str], keys: tuple[str, ...]) -> dict:
-    """The runs of one or two checkouts on a built store; with two, each of ``keys`` summed over
-    the second's runs against the first's (benchmarks/reference_check.py reports the same way)."""
-    report = {"built": built, "runs": runs, "cpus": os.cpu_count(), "load_average_1m": round(os.getloadavg()[0], 2)}
+def checkout_arguments(description: str, runs_what: str) -> argparse.ArgumentParser:
+    """The arguments of a benchmark of one or two checkouts on a built store (this one's and
+    benchmarks/reference_check.py's): ``--built``, ``--repo`` (repeatable) and ``--json``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--built", required=True, help="a store kept by benchmarks/scale.py --keep")
+    parser.add_argument("--repo", action="append", help=f"a checkout whose code runs {runs_what} (repeatable)")
+    parser.add_argument("--json", dest="json_out")
+    return parser
+
+
+def checkouts(args: argparse.Namespace) -> list[str]:
+    """The checkouts ``--repo`` names, resolved (this one when none)."""
+    return [str(Path(r).resolve()) for r in (args.repo or [str(REPO)])]
+
+
+def run_child(child: str, repo: str, *argv: str, what: str) -> dict:
+    """A child program run with ``repo``'s code (its arguments: the checkout, then ``argv``): the
+    JSON object of its last line, with the checkout as ``repo``."""
+    out = subprocess.run([sys.executable, "-c", child, repo, *argv], capture_output=True, text=True, cwd=repo)
+    if out.returncode != 0:
+        raise RuntimeError(f"{what} with {repo} failed:\n{out.stderr[-3000:]}")
+    return {"repo": repo, **json.loads(out.stdout.strip().splitlines()[-1])}
+
+
+def write_report(args: argparse.Namespace, runs: list[dict], repos: list[str], keys: tuple[str, ...]) -> dict:
+    """The runs of one or two checkouts on a built store, written to ``--json`` if given; with two,
+    each of ``keys`` summed over the second's runs against the first's."""
+    report = {"built": args.built, "runs": runs, "cpus": os.cpu_count(),
+              "load_average_1m": round(os.getloadavg()[0], 2)}
     if len(repos) == 2:
         by = {r: [x for x in runs if x["repo"] == r] for r in repos}
         report["ratios_second_over_first"] = {
             key: round(sum(x[key] for x in by[repos[1]]) / sum(x[key] for x in by[repos[0]]), 3) for key in keys}
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n")
     return report
 
 
@@ -98,13 +125,10 @@ def doc_ids(store: Path, count: int) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--built", required=True, help="a store kept by benchmarks/scale.py --keep")
+    parser = checkout_arguments(__doc__.splitlines()[0], "the erasure")
     parser.add_argument("--docs", type=int, default=2)
-    parser.add_argument("--repo", action="append", help="a checkout whose code runs the erasure (repeatable)")
-    parser.add_argument("--json", dest="json_out")
     args = parser.parse_args()
-    repos = [str(Path(r).resolve()) for r in (args.repo or [str(REPO)])]
+    repos = checkouts(args)
     runs = []
     for doc in doc_ids(Path(args.built), args.docs):
         for repo in repos:
@@ -112,20 +136,14 @@ def main() -> None:
             try:
                 copy = folder / "store"
                 shutil.copytree(args.built, copy, symlinks=True)
-                out = subprocess.run([sys.executable, "-c", CHILD, repo, str(copy), doc], capture_output=True,
-                                     text=True, cwd=repo)
-                if out.returncode != 0:
-                    raise RuntimeError(f"the erasure of {doc} with {repo} failed:\n{out.stderr[-3000:]}")
-                row = {"repo": repo, **json.loads(out.stdout.strip().splitlines()[-1])}
+                row = run_child(CHILD, repo, str(copy), doc, what=f"the erasure of {doc}")
                 runs.append(row)
                 print(json.dumps({k: v for k, v in row.items() if k != "steps"}), flush=True)
                 for step in row["steps"]:
                     print("   ", json.dumps(step), flush=True)
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
-    report = repos_report(args.built, runs, repos, ("wall_s", "peak_rss_mb"))
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args, runs, repos, ("wall_s", "peak_rss_mb"))
 
 
 if __name__ == "__main__":

@@ -12,15 +12,9 @@ high-water mark, reset as the check starts) are reported.
 
 from __future__ import annotations
 
-import argparse
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-from erase_memory import CHILD_PRELUDE, repos_report
-
-REPO = Path(__file__).resolve().parents[1]
+from erase_memory import CHILD_PRELUDE, checkout_arguments, checkouts, run_child, write_report
 
 CHILD = CHILD_PRELUDE + r"""
 from lightfoot_pipeline.index.references import dangling_references
@@ -38,25 +32,16 @@ print(json.dumps({"wall_s": round(wall, 2), "held_mb": round(held), "peak_growth
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--built", required=True, help="a store kept by benchmarks/scale.py --keep")
+    parser = checkout_arguments(__doc__.splitlines()[0], "the check")
     parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--repo", action="append", help="a checkout whose code runs the check (repeatable)")
-    parser.add_argument("--json", dest="json_out")
     args = parser.parse_args()
-    repos = [str(Path(r).resolve()) for r in (args.repo or [str(REPO)])]
+    repos = checkouts(args)
     runs = []
     for _ in range(args.runs):
         for repo in repos:
-            out = subprocess.run([sys.executable, "-c", CHILD, repo, args.built], capture_output=True, text=True,
-                                 cwd=repo)
-            if out.returncode != 0:
-                raise RuntimeError(f"the check with {repo} failed:\n{out.stderr[-3000:]}")
-            runs.append({"repo": repo, **json.loads(out.stdout.strip().splitlines()[-1])})
+            runs.append(run_child(CHILD, repo, args.built, what="the check"))
             print(json.dumps(runs[-1]), flush=True)
-    report = repos_report(args.built, runs, repos, ("wall_s", "peak_growth_mb"))
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args, runs, repos, ("wall_s", "peak_growth_mb"))
 
 
 if __name__ == "__main__":
