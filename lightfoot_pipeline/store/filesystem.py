@@ -98,10 +98,19 @@ def write_json_files(fs: pafs.FileSystem, payloads: Mapping[str, object]) -> Non
 
 
 def _in_threads(fs: pafs.FileSystem, work: Callable, items: list) -> list:
-    """``work`` on each item, in order: ``FILE_THREADS`` at once on an object store, one after
-    another on a local disk (or when there is one)."""
+    """``work`` on each item, its results in order: ``FILE_THREADS`` at once on an object store,
+    one after another on a local disk (or when there is one). Every item is worked on either way;
+    the first failure, in the items' order, is raised once all have ended."""
     if len(items) <= 1 or isinstance(fs, pafs.LocalFileSystem):
-        return [work(item) for item in items]
+        results, failures = [], []
+        for item in items:
+            try:
+                results.append(work(item))
+            except Exception as err:  # raised below, once every item has been worked on
+                failures.append(err)
+        if failures:
+            raise failures[0]
+        return results
     with ThreadPoolExecutor(max_workers=min(FILE_THREADS, len(items)), thread_name_prefix="files") as pool:
         futures = [pool.submit(work, item) for item in items]
     return [future.result() for future in futures]

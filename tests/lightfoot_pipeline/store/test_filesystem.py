@@ -94,7 +94,7 @@ def test_a_file_that_is_not_json_fails_the_read_and_a_failed_write_the_writes(tm
         read_json_files(fs, [*good, str(broken)])
     (tmp_path / "blocked").write_text("a file where a folder must be")
     with pytest.raises(OSError):
-        write_json_files(fs, {**{f"{tmp_path}/b-{i}.json": {"i": i} for i in range(5)},
-                              f"{tmp_path}/blocked/c.json": {"i": 0}})
+        write_json_files(fs, {f"{tmp_path}/blocked/c.json": {"i": 0},  # first: the writes after it still happen
+                              **{f"{tmp_path}/b-{i}.json": {"i": i} for i in range(5)}})
     assert read_json_files(fs, [f"{tmp_path}/b-{i}.json" for i in range(5)]) == {
         f"{tmp_path}/b-{i}.json": {"i": i} for i in range(5)}, "the writes that could be done were done"
