@@ -269,17 +269,18 @@ class Store(Journals):
         actions = table.get_add_actions(flatten=True)
         rows_of = dict(zip(actions.column("path").to_pylist(), actions.column("num_records").to_pylist(), strict=True))
         root = table.table_uri.removeprefix("file://").rstrip("/") + "/"
-        group: list[str] = []
+        groups: list[list[str]] = [[]]
         held = 0
         for uri in table.file_uris():
-            group.append(uri)
+            if held >= rows_per_piece:
+                groups.append([])
+                held = 0
+            groups[-1].append(uri)
             # A file whose count the log lacks (or whose path reads otherwise) makes a piece of its own.
             held += int(rows_of.get(uri.removeprefix(root)) or rows_per_piece)
-            if held >= rows_per_piece:
+        for group in groups:
+            if group:
                 yield typed(pl.read_parquet(group, columns=columns, hive_partitioning=BUCKET in columns), spec, columns)
-                group, held = [], 0
-        if group:
-            yield typed(pl.read_parquet(group, columns=columns, hive_partitioning=BUCKET in columns), spec, columns)
 
     def keep_buckets(self, max_bytes: int) -> None:
         """Keep the buckets and columns this Store reads, up to ``max_bytes`` of them (the least
