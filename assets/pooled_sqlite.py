@@ -54,6 +54,7 @@ def folders(base_dir: str) -> tuple[str, str, str]:
     return (os.path.join(base_dir, "history", ""), os.path.join(base_dir, "history", "runs", ""),
             os.path.join(base_dir, "schedules"))
 
+
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # the storages of this process, for a forked child
 
 
