@@ -186,41 +186,72 @@ def band_pairs_between(new_keys: np.ndarray, old_keys: np.ndarray, rows: int = 6
             yield (a, b) if swapped else (b, a)
 
 
+class BandIndex:
+    """One side's sketches indexed band by band, to look the other side's up in
+    (:func:`sketch_pairs_between`): per band, which of the 2**rows sign patterns it holds (a bit
+    table), where the rows of each pattern start among its rows ordered by pattern (2**rows + 1
+    offsets), and that order.
+
+    Most of its cost is the tables of 2**rows entries, whatever the side's size: built once for
+    the added names of a type, it serves every part of the stored sketches they are looked up
+    against (name_sketches.py), instead of once a part."""
+
+    def __init__(self, marks: np.ndarray, rows: int) -> None:
+        self.size = len(marks)
+        self.bands = [_band_index(np.ascontiguousarray(marks[:, band]), rows) for band in range(marks.shape[1])]
+        self.nbytes = sum(array.nbytes for band in self.bands for array in band)
+
+    @staticmethod
+    def bytes_for(size: int, bands: int, rows: int) -> int:
+        """What an index of ``size`` rows holds, about."""
+        return bands * ((1 << rows) * (1 + _offset_type(size)().itemsize) + 4 * size)
+
+
 def sketch_pairs_between(new_high: np.ndarray, new_marks: np.ndarray, old_high: np.ndarray, old_marks: np.ndarray,
-                         rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+                         rows: int, new_index: BandIndex | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """band_pairs_between on keys taken apart: (n,) high bits and (n, bands) sketches of ``rows`` bits.
 
-    The smaller side is indexed per band: which of the 2**rows sign patterns it holds (a bit
-    table), and where the rows of each pattern start in its rows ordered by pattern. The larger
-    side is scanned SCAN_ROWS rows at a time, each chunk's sketches turned band-major once so that
-    a band's lookups read its bits in sequence; only the rows that hit the bit table are looked up
-    further. A hit also needs the high bits (the group) to agree.
+    The smaller side is indexed per band (BandIndex; ``new_index``: the new side's, built before,
+    used when the new side is the smaller). The larger side is scanned SCAN_ROWS rows at a time,
+    each chunk's sketches turned band-major once so that a band's lookups read its bits in
+    sequence; only the rows that hit the bit table are looked up further. A hit also needs the
+    high bits (the group) to agree.
     """
     if len(new_high) == 0 or len(old_high) == 0:
         return
     swapped = len(new_high) > len(old_high)
     small_high, small_marks, large_high, large_marks = (
         (old_high, old_marks, new_high, new_marks) if swapped else (new_high, new_marks, old_high, old_marks))
-    index = [_band_index(np.ascontiguousarray(small_marks[:, band]), rows) for band in range(small_marks.shape[1])]
+    if swapped or new_index is None:
+        index = BandIndex(small_marks, rows)
+    elif new_index.size != len(new_high):
+        raise ValueError(f"a band index of {new_index.size} rows for {len(new_high)} new names")
+    else:
+        index = new_index
     for r0 in range(0, len(large_high), SCAN_ROWS):
         chunk = np.ascontiguousarray(large_marks[r0 : r0 + SCAN_ROWS].T)
-        for (held, starts, order), low in zip(index, chunk, strict=True):
+        for (held, starts, order), low in zip(index.bands, chunk, strict=True):
             hits = np.flatnonzero(held.take(low))
             if len(hits) == 0:
                 continue
             keys = low[hits].astype(np.int64)
-            first = starts[keys]
+            first = starts[keys].astype(np.int64)
             for a, b in _expand(hits, first, starts[keys + 1] - first, order):
                 a = a + r0
                 same = small_high[b] == large_high[a]
                 yield (a[same], b[same]) if swapped else (b[same], a[same])
 
 
+def _offset_type(size: int) -> type[np.unsignedinteger] | type[np.signedinteger]:
+    """The narrowest type that holds the offsets of a band index of ``size`` rows."""
+    return np.uint16 if size < 1 << 16 else np.int32
+
+
 def _band_index(low: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One band of the smaller side: which sign patterns it holds, where each pattern's rows start
     (2**rows + 1 offsets), and its rows ordered by pattern."""
     counts = np.bincount(low, minlength=1 << rows)
-    starts = np.zeros(len(counts) + 1, dtype=np.int32)
+    starts = np.zeros(len(counts) + 1, dtype=_offset_type(len(low)))
     np.cumsum(counts, out=starts[1:])
     return counts > 0, starts, np.argsort(low, kind="stable").astype(np.int32)
 
@@ -307,12 +338,13 @@ def near_between(new_keys: np.ndarray, old_keys: np.ndarray, banding: Banding,
 
 
 def near_between_parts(new: tuple[np.ndarray, np.ndarray], old: tuple[np.ndarray, np.ndarray], banding: Banding,
-                       threshold: float) -> tuple[np.ndarray, np.ndarray]:
-    """near_between on keys taken apart (split_keys): the old side's keys are never put together."""
+                       threshold: float, new_index: BandIndex | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """near_between on keys taken apart (split_keys): the old side's keys are never put together.
+    ``new_index``: the new side's BandIndex, built once for many old sides."""
     if banding.rows > DIRECT_ROWS:
         return near_between(join_keys(*new), join_keys(*old), banding, threshold)
-    return _near(sketch_pairs_between(*new, *old, banding.rows), new[1], old[1], hamming_cut(banding, threshold),
-                 max(len(old[0]), 1))
+    return _near(sketch_pairs_between(*new, *old, banding.rows, new_index), new[1], old[1],
+                 hamming_cut(banding, threshold), max(len(old[0]), 1))
 
 
 def split_keys(keys: np.ndarray, banding: Banding) -> tuple[np.ndarray, np.ndarray]:

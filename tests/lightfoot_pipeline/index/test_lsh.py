@@ -260,3 +260,25 @@ def test_a_store_refuses_other_link_settings(store, other):
 def test_unusable_link_settings_are_refused(bad):
     with pytest.raises(ValueError):
         IndexSettings(**bad)
+
+
+def test_a_band_index_built_once_pairs_as_one_built_for_each_lookup():
+    """The new side's BandIndex, built before and used for several old sides, finds what an index
+    built at each lookup finds; it is not used when the old side is the smaller (that side is
+    indexed), and one of another size is refused."""
+    rng = np.random.default_rng(17)
+    banding = Banding(bands=5, rows=4, seed=0)
+    keys = keys_from_signs(rng.integers(0, 2, size=(300, 20)).astype(bool), banding)
+    new_high, new_marks = split_keys(keys[:30], banding)
+    index = lsh.BandIndex(new_marks, banding.rows)
+    assert index.nbytes <= lsh.BandIndex.bytes_for(30, 5, 4) + 5 * 2
+    for old in (keys[30:150], keys[150:], keys[290:]):  # the last smaller than the new side
+        old_high, old_marks = split_keys(old, banding)
+        each = set(zip(*(a.tolist() for a in near_between_parts((new_high, new_marks), (old_high, old_marks),
+                                                                   banding, 0.5)), strict=True))
+        once = set(zip(*(a.tolist() for a in near_between_parts((new_high, new_marks), (old_high, old_marks),
+                                                                   banding, 0.5, index)), strict=True))
+        assert once == each
+    assert len(each) > 0
+    with pytest.raises(ValueError, match="band index of 30 rows"):
+        list(lsh.sketch_pairs_between(new_high[:10], new_marks[:10], *split_keys(keys[30:], banding), 4, index))

@@ -368,3 +368,45 @@ def test_column_pieces_read_every_row_once_a_few_files_at_a_time(built):
         assert all(piece.columns == ["chunk_id", "name"] for piece in pieces)
         assert pl.concat(pieces).sort(["chunk_id", "name"]).equals(whole.sort(["chunk_id", "name"]))
     assert 1 < len(pieces) <= 5  # a quarter of the rows or more a piece (whole files), the last the rest
+
+
+@pytest.mark.slow  # 3 to 5 s: two ingests; the fast tier keeps test_lsh.py's test of the index itself
+def test_added_names_are_indexed_once_a_type_however_many_parts_they_are_looked_up_against(built, monkeypatch):
+    """Linking added names scans the stored sketches a part at a time; each added type's band index
+    is built at its first part and kept for the next ones (within KEPT_INDEX_BYTES), and the links
+    are those of an index built again for every part."""
+    from lightfoot_pipeline.index import name_sketches
+
+    root, uri, documents, records = built
+    sketches = Store(uri).read(name_sketches.NAME_SKETCHES.name)
+    monkeypatch.setattr(name_sketches, "SKETCH_PART_ROWS", sketches.height // 8)  # eight parts or so
+    built_for: list[int] = []
+
+    class Counted(name_sketches.BandIndex):
+        def __init__(self, marks, rows):
+            built_for.append(len(marks))
+            super().__init__(marks, rows)
+
+    monkeypatch.setattr(name_sketches, "BandIndex", Counted)
+    looked_up: list[int] = []
+    near = name_sketches.near_between_parts
+
+    def noting(new, old, banding, threshold, new_index=None):
+        looked_up.append(len(old[0]))
+        return near(new, old, banding, threshold, new_index)
+
+    monkeypatch.setattr(name_sketches, "near_between_parts", noting)
+    digests = {}
+    for kept in (name_sketches.KEPT_INDEX_BYTES, 0):
+        monkeypatch.setattr(name_sketches, "KEPT_INDEX_BYTES", kept)
+        built_for.clear(), looked_up.clear()
+        copy = _copy(root, uri, f"index-kept-{kept}")
+        report = operations.ingest(Store(copy), documents[150:], ReplayExtractor(records), EMBEDDER)
+        assert report.ingested == 10
+        digests[kept] = fingerprint(Store(copy)).digest
+        if kept:
+            types = sketches.get_column("type").n_unique()
+            assert 0 < len(built_for) <= types < len(looked_up) / 6  # each of the parts looked up, an index a type
+        else:
+            assert built_for == []
+    assert digests[name_sketches.KEPT_INDEX_BYTES] == digests[0]
