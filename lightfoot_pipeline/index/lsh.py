@@ -189,12 +189,12 @@ def band_pairs_between(new_keys: np.ndarray, old_keys: np.ndarray, rows: int = 6
 class BandIndex:
     """One side's sketches indexed band by band, to look the other side's up in
     (:func:`sketch_pairs_between`): per band, which of the 2**rows sign patterns it holds (a bit
-    table), where the rows of each pattern start among its rows ordered by pattern (2**rows + 1
-    offsets), and that order.
+    table), its rows ordered by pattern, and, through a table of 2**rows slots, where the rows of
+    each pattern it holds start in that order and end.
 
-    Most of its cost is the tables of 2**rows entries, whatever the side's size: built once for
-    the added names of a type, it serves every part of the stored sketches they are looked up
-    against (name_sketches.py), instead of once a part."""
+    Its tables of 2**rows entries cost the same whatever the side's size: built once for the added
+    names of a type, it serves every part of the stored sketches they are looked up against
+    (name_sketches.py), instead of once a part."""
 
     def __init__(self, marks: np.ndarray, rows: int) -> None:
         self.size = len(marks)
@@ -203,8 +203,9 @@ class BandIndex:
 
     @staticmethod
     def bytes_for(size: int, bands: int, rows: int) -> int:
-        """What an index of ``size`` rows holds, about."""
-        return bands * ((1 << rows) * (1 + _offset_type(size)().itemsize) + 4 * size)
+        """What an index of ``size`` rows holds, at most."""
+        slots = _slot_type(min(size, 1 << rows))().itemsize
+        return bands * ((1 << rows) * (1 + slots) + 12 * size + 8)
 
 
 def sketch_pairs_between(new_high: np.ndarray, new_marks: np.ndarray, old_high: np.ndarray, old_marks: np.ndarray,
@@ -230,30 +231,37 @@ def sketch_pairs_between(new_high: np.ndarray, new_marks: np.ndarray, old_high: 
         index = new_index
     for r0 in range(0, len(large_high), SCAN_ROWS):
         chunk = np.ascontiguousarray(large_marks[r0 : r0 + SCAN_ROWS].T)
-        for (held, starts, order), low in zip(index.bands, chunk, strict=True):
+        for (held, slot, bounds, order), low in zip(index.bands, chunk, strict=True):
             hits = np.flatnonzero(held.take(low))
             if len(hits) == 0:
                 continue
-            keys = low[hits].astype(np.int64)
-            first = starts[keys].astype(np.int64)
-            for a, b in _expand(hits, first, starts[keys + 1] - first, order):
+            pattern = slot.take(low[hits]).astype(np.int64)
+            first = bounds[pattern]
+            for a, b in _expand(hits, first, bounds[pattern + 1] - first, order):
                 a = a + r0
                 same = small_high[b] == large_high[a]
                 yield (a[same], b[same]) if swapped else (b[same], a[same])
 
 
-def _offset_type(size: int) -> type[np.unsignedinteger] | type[np.signedinteger]:
-    """The narrowest type that holds the offsets of a band index of ``size`` rows."""
-    return np.uint16 if size < 1 << 16 else np.int32
+def _slot_type(patterns: int) -> type[np.unsignedinteger] | type[np.signedinteger]:
+    """The narrowest type that numbers ``patterns`` sign patterns."""
+    return np.uint16 if patterns <= 1 << 16 else np.int32
 
 
-def _band_index(low: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One band of the smaller side: which sign patterns it holds, where each pattern's rows start
-    (2**rows + 1 offsets), and its rows ordered by pattern."""
-    counts = np.bincount(low, minlength=1 << rows)
-    starts = np.zeros(len(counts) + 1, dtype=_offset_type(len(low)))
-    np.cumsum(counts, out=starts[1:])
-    return counts > 0, starts, np.argsort(low, kind="stable").astype(np.int32)
+def _band_index(low: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One band of the smaller side (at least one row): which sign patterns it holds, each held
+    pattern's number (its slot), where the rows of each numbered pattern start among its rows
+    ordered by pattern (one more bound: the end), and that order. Built from the sorted rows, not
+    by counting every pattern: a cumulative sum over 2**rows counts cost more than all the rest."""
+    order = np.argsort(low, kind="stable")
+    ordered = low[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    patterns = ordered[starts]
+    held = np.zeros(1 << rows, dtype=bool)
+    held[patterns] = True
+    slot = np.zeros(1 << rows, dtype=_slot_type(len(patterns)))
+    slot[patterns] = np.arange(len(patterns))
+    return held, slot, np.append(starts, len(low)).astype(np.int64), order.astype(np.int32)
 
 
 def _expand(hits: np.ndarray, lo: np.ndarray, counts: np.ndarray, order: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
