@@ -78,7 +78,7 @@ def store_keys(tx: Transaction, names: pl.DataFrame, name_vectors: VectorCache, 
 # (400 bytes each: 2.2 GB at a million passages).
 SKETCH_PART_ROWS = 250_000
 # The added names' band indexes (lsh.BandIndex, one a type) are kept from part to part up to this
-# many bytes in all: about 40 MB a type at the default banding, whatever the batch (2**16 patterns
+# many bytes in all: 40 to 45 MB a type at the default banding, whatever the batch (2**16 patterns
 # x 200 bands). Built again for every part, they cost a million passages' ingest seconds: there a
 # part is 250,000 of 4.7 million names.
 KEPT_INDEX_BYTES = 256 << 20
