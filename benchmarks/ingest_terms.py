@@ -37,8 +37,8 @@ from pathlib import Path
 
 from erase_memory import CHILD_PRELUDE, REPO, run_child
 
-# The child: the ingest with its growing terms timed. It runs on either side of the change that
-# added lsh.BandIndex, so it times the function both sides have (lsh._band_index).
+# The child: the ingest with its growing terms timed (functions that earlier versions have too, so
+# that two checkouts compare).
 CHILD = CHILD_PRELUDE + r"""
 dataset = sys.argv[3]
 CPU0 = time.process_time()

@@ -186,52 +186,26 @@ def band_pairs_between(new_keys: np.ndarray, old_keys: np.ndarray, rows: int = 6
             yield (a, b) if swapped else (b, a)
 
 
-class BandIndex:
-    """One side's sketches indexed band by band, to look the other side's up in
-    (:func:`sketch_pairs_between`): per band, which of the 2**rows sign patterns it holds (a bit
-    table), its rows ordered by pattern, and, through a table of 2**rows slots, where the rows of
-    each pattern it holds start in that order and end.
-
-    Its tables of 2**rows entries cost the same whatever the side's size: built once for the added
-    names of a type, it serves every part of the stored sketches they are looked up against
-    (name_sketches.py), instead of once a part."""
-
-    def __init__(self, marks: np.ndarray, rows: int) -> None:
-        self.size = len(marks)
-        self.bands = [_band_index(np.ascontiguousarray(marks[:, band]), rows) for band in range(marks.shape[1])]
-        self.nbytes = sum(array.nbytes for band in self.bands for array in band)
-
-    @staticmethod
-    def bytes_for(size: int, bands: int, rows: int) -> int:
-        """What an index of ``size`` rows holds, at most."""
-        slots = _slot_type(min(size, 1 << rows))().itemsize
-        return bands * ((1 << rows) * (1 + slots) + 12 * size + 8)
-
-
 def sketch_pairs_between(new_high: np.ndarray, new_marks: np.ndarray, old_high: np.ndarray, old_marks: np.ndarray,
-                         rows: int, new_index: BandIndex | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+                         rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """band_pairs_between on keys taken apart: (n,) high bits and (n, bands) sketches of ``rows`` bits.
 
-    The smaller side is indexed per band (BandIndex; ``new_index``: the new side's, built before,
-    used when the new side is the smaller). The larger side is scanned SCAN_ROWS rows at a time,
-    each chunk's sketches turned band-major once so that a band's lookups read its bits in
-    sequence; only the rows that hit the bit table are looked up further. A hit also needs the
-    high bits (the group) to agree.
+    The smaller side is indexed per band: which of the 2**rows sign patterns it holds (a bit
+    table), its rows ordered by pattern, and, through a table of 2**rows slots, where the rows of
+    each pattern it holds start in that order and end (_band_index). The larger side is scanned
+    SCAN_ROWS rows at a time, each chunk's sketches turned band-major once so that a band's
+    lookups read its bits in sequence; only the rows that hit the bit table are looked up further.
+    A hit also needs the high bits (the group) to agree.
     """
     if len(new_high) == 0 or len(old_high) == 0:
         return
     swapped = len(new_high) > len(old_high)
     small_high, small_marks, large_high, large_marks = (
         (old_high, old_marks, new_high, new_marks) if swapped else (new_high, new_marks, old_high, old_marks))
-    if swapped or new_index is None:
-        index = BandIndex(small_marks, rows)
-    elif new_index.size != len(new_high):
-        raise ValueError(f"a band index of {new_index.size} rows for {len(new_high)} new names")
-    else:
-        index = new_index
+    index = [_band_index(np.ascontiguousarray(small_marks[:, band]), rows) for band in range(small_marks.shape[1])]
     for r0 in range(0, len(large_high), SCAN_ROWS):
         chunk = np.ascontiguousarray(large_marks[r0 : r0 + SCAN_ROWS].T)
-        for (held, slot, bounds, order), low in zip(index.bands, chunk, strict=True):
+        for (held, slot, bounds, order), low in zip(index, chunk, strict=True):
             hits = np.flatnonzero(held.take(low))
             if len(hits) == 0:
                 continue
@@ -252,7 +226,9 @@ def _band_index(low: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray, np.
     """One band of the smaller side (at least one row): which sign patterns it holds, each held
     pattern's number (its slot), where the rows of each numbered pattern start among its rows
     ordered by pattern (one more bound: the end), and that order. Built from the sorted rows, not
-    by counting every pattern: a cumulative sum over 2**rows counts cost more than all the rest."""
+    by counting every pattern: a cumulative sum over 2**rows counts cost four times the rest, and
+    the stored sketches are looked up a part at a time (name_sketches.py), each part against an
+    index of the added names built again."""
     order = np.argsort(low, kind="stable")
     ordered = low[order]
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
@@ -346,13 +322,12 @@ def near_between(new_keys: np.ndarray, old_keys: np.ndarray, banding: Banding,
 
 
 def near_between_parts(new: tuple[np.ndarray, np.ndarray], old: tuple[np.ndarray, np.ndarray], banding: Banding,
-                       threshold: float, new_index: BandIndex | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """near_between on keys taken apart (split_keys): the old side's keys are never put together.
-    ``new_index``: the new side's BandIndex, built once for many old sides."""
+                       threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """near_between on keys taken apart (split_keys): the old side's keys are never put together."""
     if banding.rows > DIRECT_ROWS:
         return near_between(join_keys(*new), join_keys(*old), banding, threshold)
-    return _near(sketch_pairs_between(*new, *old, banding.rows, new_index), new[1], old[1],
-                 hamming_cut(banding, threshold), max(len(old[0]), 1))
+    return _near(sketch_pairs_between(*new, *old, banding.rows), new[1], old[1], hamming_cut(banding, threshold),
+                 max(len(old[0]), 1))
 
 
 def split_keys(keys: np.ndarray, banding: Banding) -> tuple[np.ndarray, np.ndarray]:

@@ -18,7 +18,7 @@ import polars as pl
 import pyarrow as pa
 
 from lightfoot_pipeline.index.links import LINK_SCHEMA, LinkRule, links_between
-from lightfoot_pipeline.index.lsh import BandIndex, join_keys, near_between_parts, sketches, split_keys
+from lightfoot_pipeline.index.lsh import join_keys, near_between_parts, sketches, split_keys
 from lightfoot_pipeline.settings import Banding, IndexSettings
 from lightfoot_pipeline.store.tables import ALIASES, NAME_SKETCHES, bucket_groups, with_buckets
 from lightfoot_pipeline.store.transaction import Transaction
@@ -77,11 +77,6 @@ def store_keys(tx: Transaction, names: pl.DataFrame, name_vectors: VectorCache, 
 # part and the rows of the names that collide with an added one, not every live name's sketch
 # (400 bytes each: 2.2 GB at a million passages).
 SKETCH_PART_ROWS = 250_000
-# The added names' band indexes (lsh.BandIndex, one a type) are kept from part to part up to this
-# many bytes in all: 40 to 45 MB a type at the default banding, whatever the batch (2**16 patterns
-# x 200 bands). Built again for every part, they cost a million passages' ingest seconds: there a
-# part is 250,000 of 4.7 million names.
-KEPT_INDEX_BYTES = 256 << 20
 
 
 def sketch_parts(tx: Transaction) -> Iterator[pl.DataFrame]:
@@ -122,7 +117,6 @@ def link_added_names(
     # The stored sketches a part at a time (sketch_parts): of each part, only the rows of the names
     # that collide with an added one are kept.
     found: dict[str, list[tuple[pl.Series, np.ndarray, np.ndarray]]] = {t: [] for t in new_by_type}
-    indexes: dict[str, BandIndex] = {}  # each type's, once a part is looked up in it
     for stored in sketch_parts(tx):
         # Taken apart once; each type's rows are then picked out of the arrays, not out of the frame.
         stored_high, stored_marks = decode_keys(stored, rule.banding)
@@ -130,8 +124,7 @@ def link_added_names(
         for type_, apart in new_parts.items():
             of_type = np.flatnonzero((stored_types == type_).to_numpy())
             old_high, old_marks = stored_high[of_type], stored_marks[of_type]
-            index = _kept_index(indexes, type_, apart[1], len(of_type), rule.banding)
-            _, j = near_between_parts(apart, (old_high, old_marks), rule.banding, rule.threshold, index)
+            _, j = near_between_parts(apart, (old_high, old_marks), rule.banding, rule.threshold)
             colliding = np.unique(j)
             # Stored rows of removed or added names are not live ones: dropped here, among the few that
             # collide, rather than from every stored row beforehand.
@@ -152,21 +145,6 @@ def link_added_names(
     if new_rows:
         tx.update(NAME_SKETCHES.name, add=with_buckets(pl.concat(new_rows), NAME_SKETCHES, tx.n_buckets))
     return pl.concat(frames) if frames else pl.DataFrame(schema=LINK_SCHEMA)
-
-
-def _kept_index(indexes: dict[str, BandIndex], type_: str, marks: np.ndarray, stored: int,
-                banding: Banding) -> BandIndex | None:
-    """The added names' band index of a type, built at the first part that is looked up in it (one
-    that holds at least as many names of the type; a smaller part is indexed itself) and kept for
-    the next parts; None (built a part at a time) when the kept ones would hold more than
-    KEPT_INDEX_BYTES."""
-    if type_ in indexes:
-        return indexes[type_]
-    kept = sum(index.nbytes for index in indexes.values())
-    if len(marks) > stored or kept + BandIndex.bytes_for(len(marks), banding.bands, banding.rows) > KEPT_INDEX_BYTES:
-        return None
-    indexes[type_] = BandIndex(marks, banding.rows)
-    return indexes[type_]
 
 
 def _link_exhaustively(

@@ -262,23 +262,17 @@ def test_unusable_link_settings_are_refused(bad):
         IndexSettings(**bad)
 
 
-def test_a_band_index_built_once_pairs_as_one_built_for_each_lookup():
-    """The new side's BandIndex, built before and used for several old sides, finds what an index
-    built at each lookup finds; it is not used when the old side is the smaller (that side is
-    indexed), and one of another size is refused."""
-    rng = np.random.default_rng(17)
-    banding = Banding(bands=5, rows=4, seed=0)
-    keys = keys_from_signs(rng.integers(0, 2, size=(300, 20)).astype(bool), banding)
-    new_high, new_marks = split_keys(keys[:30], banding)
-    index = lsh.BandIndex(new_marks, banding.rows)
-    assert 0 < index.nbytes <= lsh.BandIndex.bytes_for(30, 5, 4)
-    for old in (keys[30:150], keys[150:], keys[290:]):  # the last smaller than the new side
-        old_high, old_marks = split_keys(old, banding)
-        each = set(zip(*(a.tolist() for a in near_between_parts((new_high, new_marks), (old_high, old_marks),
-                                                                   banding, 0.5)), strict=True))
-        once = set(zip(*(a.tolist() for a in near_between_parts((new_high, new_marks), (old_high, old_marks),
-                                                                   banding, 0.5, index)), strict=True))
-        assert once == each
-    assert len(each) > 0
-    with pytest.raises(ValueError, match="band index of 30 rows"):
-        list(lsh.sketch_pairs_between(new_high[:10], new_marks[:10], *split_keys(keys[30:], banding), 4, index))
+@pytest.mark.parametrize("size", [1, 7, 300])
+def test_a_bands_index_finds_each_patterns_rows_in_order(size):
+    """A band's index (the smaller side's, built from its sorted rows): the bit table holds exactly
+    the side's patterns, and each pattern's slot leads to its rows, in row order."""
+    rng = np.random.default_rng(size)
+    low = rng.integers(0, 16, size=size).astype(np.uint16)  # 4 rows: 16 patterns, many repeated
+    held, slot, bounds, order = lsh._band_index(low, 4)
+    assert set(np.flatnonzero(held).tolist()) == set(low.tolist())
+    for pattern in range(16):
+        rows = [i for i, value in enumerate(low.tolist()) if value == pattern]
+        if rows:
+            k = int(slot[pattern])
+            assert order[bounds[k] : bounds[k + 1]].tolist() == rows
+    assert bounds[-1] == size and sorted(order.tolist()) == list(range(size))
