@@ -2,6 +2,7 @@
 
     python benchmarks/ingest_terms.py --at STORE DATASET [--at STORE DATASET ...] [--repo CHECKOUT ...]
         [--rounds N] [--json OUT.json]
+    python benchmarks/ingest_terms.py --sequence STORE DATASET [DATASET ...] [--json OUT.json]
 
 Issue 37 asks that a batch's ingest follow the batch, not the store: at a million passages within
 1.5 times its time at 100k. Each ``--at`` names a store kept by ``benchmarks/scale.py --keep DIR``
@@ -19,6 +20,10 @@ and the terms that grow with the store, each as seconds and calls:
 - ``band_indexes``: the LSH's per-band index tables built (lsh.py);
 - ``lsh_lookups``: the added names looked up among the stored sketches, a part at a time;
 - ``vector_keys``: the name-vector cache's key column read.
+
+With ``--sequence``, the datasets are ingested one after another into one copy of the store, as
+drops arrive, each in a fresh process, with the data files of ``documents`` counted after each:
+each drop appends a file to the buckets it touches, so this shows what uncompacted buckets cost.
 
 The copies are removed after each run. With two stores, ``ratios_largest_over_smallest`` gives
 each checkout's figures at the largest store over the smallest; with two checkouts,
@@ -94,13 +99,49 @@ def summed(runs: list[dict], key: str) -> float:
     return sum(r[key] for r in runs)
 
 
+def data_files(store: str, name: str) -> int:
+    """The data files of a table at its latest version."""
+    from deltalake import DeltaTable
+
+    return len(DeltaTable(str(Path(store) / "tables" / name)).file_uris())
+
+
+def sequence(store: str, datasets: list[str], json_out: str | None) -> None:
+    """The datasets ingested one after another into one copy of the store (``--sequence``)."""
+    folder = Path(tempfile.mkdtemp(prefix="ingest-terms-", dir=Path(store).parent))
+    runs = []
+    try:
+        copy = folder / "store"
+        shutil.copytree(store, copy, symlinks=True)
+        for dataset in datasets:
+            row = run_child(CHILD, str(REPO), str(copy), str(Path(dataset).resolve()),
+                            what=f"the ingest of {dataset} into a copy of {store}")
+            row.update({"store": store, "dataset": dataset, "documents_files_after": data_files(str(copy), "documents"),
+                        "load_average_1m": round(os.getloadavg()[0], 2)})
+            runs.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if json_out:
+        Path(json_out).write_text(json.dumps({"sequence": store, "cpus": os.cpu_count(), "runs": runs}, indent=2) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--at", nargs=2, action="append", required=True, metavar=("STORE", "DATASET"))
+    parser.add_argument("--at", nargs=2, action="append", metavar=("STORE", "DATASET"))
+    parser.add_argument("--sequence", nargs="+", metavar="STORE DATASET", help="a store, then datasets to ingest "
+                        "one after another into one copy of it")
     parser.add_argument("--repo", action="append", help="a checkout whose code ingests (repeatable)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", dest="json_out")
     args = parser.parse_args()
+    if args.sequence:
+        if len(args.sequence) < 2:
+            parser.error("--sequence needs a store and at least one dataset")
+        sequence(args.sequence[0], args.sequence[1:], args.json_out)
+        return
+    if not args.at:
+        parser.error("give --at STORE DATASET (repeatable) or --sequence STORE DATASET ...")
     repos = [str(Path(r).resolve()) for r in (args.repo or [str(REPO)])]
     sizes = {store: live_passages(store) for store, _ in args.at}
     runs = []
@@ -123,7 +164,7 @@ def main() -> None:
     by = {(r["store"], r["repo"]): [x for x in runs if x["store"] == r["store"] and x["repo"] == r["repo"]]
           for r in runs}
     if len(args.at) >= 2:
-        smallest, largest = min(sizes, key=sizes.get), max(sizes, key=sizes.get)
+        smallest, largest = min(sizes, key=lambda s: sizes[s]), max(sizes, key=lambda s: sizes[s])
         report["ratios_largest_over_smallest"] = {
             repo: {key: round(summed(by[largest, repo], key) / summed(by[smallest, repo], key), 3) for key in FIGURES}
             for repo in repos}
