@@ -40,7 +40,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from erase_memory import CHILD_PRELUDE, REPO, run_child
+from erase_memory import CHILD_PRELUDE, REPO, checkouts, run_child
 
 # The child: the ingest with its growing terms timed (functions that earlier versions have too, so
 # that two checkouts compare).
@@ -106,15 +106,16 @@ def data_files(store: str, name: str) -> int:
     return len(DeltaTable(str(Path(store) / "tables" / name)).file_uris())
 
 
-def sequence(store: str, datasets: list[str], json_out: str | None) -> None:
-    """The datasets ingested one after another into one copy of the store (``--sequence``)."""
+def sequence(store: str, datasets: list[str], repo: str, json_out: str | None) -> None:
+    """The datasets ingested one after another into one copy of the store with ``repo``'s code
+    (``--sequence``)."""
     folder = Path(tempfile.mkdtemp(prefix="ingest-terms-", dir=Path(store).parent))
     runs = []
     try:
         copy = folder / "store"
         shutil.copytree(store, copy, symlinks=True)
         for dataset in datasets:
-            row = run_child(CHILD, str(REPO), str(copy), str(Path(dataset).resolve()),
+            row = run_child(CHILD, repo, str(copy), str(Path(dataset).resolve()),
                             what=f"the ingest of {dataset} into a copy of {store}")
             row.update({"store": store, "dataset": dataset, "documents_files_after": data_files(str(copy), "documents"),
                         "load_average_1m": round(os.getloadavg()[0], 2)})
@@ -135,14 +136,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", dest="json_out")
     args = parser.parse_args()
+    repos = checkouts(args)
     if args.sequence:
-        if len(args.sequence) < 2:
-            parser.error("--sequence needs a store and at least one dataset")
-        sequence(args.sequence[0], args.sequence[1:], args.json_out)
+        if len(args.sequence) < 2 or len(repos) > 1:
+            parser.error("--sequence needs a store, at least one dataset and at most one --repo")
+        sequence(args.sequence[0], args.sequence[1:], repos[0], args.json_out)
         return
     if not args.at:
         parser.error("give --at STORE DATASET (repeatable) or --sequence STORE DATASET ...")
-    repos = [str(Path(r).resolve()) for r in (args.repo or [str(REPO)])]
     sizes = {store: live_passages(store) for store, _ in args.at}
     runs = []
     for round_ in range(args.rounds):

@@ -368,4 +368,3 @@ def test_column_pieces_read_every_row_once_a_few_files_at_a_time(built):
         assert all(piece.columns == ["chunk_id", "name"] for piece in pieces)
         assert pl.concat(pieces).sort(["chunk_id", "name"]).equals(whole.sort(["chunk_id", "name"]))
     assert 1 < len(pieces) <= 5  # a quarter of the rows or more a piece (whole files), the last the rest
-
